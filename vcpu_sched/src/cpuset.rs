@@ -1,0 +1,240 @@
+//! A set of logical CPUs (hard affinity, core sets). Parses the Linux list
+//! syntax ("0-3,8") used by sysfs and by Pacer's config files.
+
+use crate::CpuId;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+
+/// A growable bitset of logical CPU ids.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct CpuSet {
+    words: Vec<u64>,
+}
+
+/// Error from [`CpuSet::parse_list`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad CPU list {input:?}: {reason}")]
+pub struct CpuListError {
+    pub input: String,
+    pub reason: String,
+}
+
+/// Upper bound on CPU ids accepted from text (KVM's own vCPU limit is 1024;
+/// hosts beyond 8192 CPUs are out of scope).
+pub const MAX_CPU_ID: u32 = 8191;
+
+impl CpuSet {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// All CPUs `0..n`.
+    pub fn first_n(n: u32) -> Self {
+        let mut s = Self::new();
+        for i in 0..n {
+            s.insert(CpuId(i));
+        }
+        s
+    }
+
+    pub fn single(cpu: CpuId) -> Self {
+        let mut s = Self::new();
+        s.insert(cpu);
+        s
+    }
+
+    pub fn insert(&mut self, cpu: CpuId) {
+        let (w, b) = (cpu.0 as usize / 64, cpu.0 % 64);
+        if self.words.len() <= w {
+            self.words.resize(w + 1, 0);
+        }
+        self.words[w] |= 1 << b;
+    }
+
+    pub fn remove(&mut self, cpu: CpuId) {
+        let (w, b) = (cpu.0 as usize / 64, cpu.0 % 64);
+        if let Some(word) = self.words.get_mut(w) {
+            *word &= !(1 << b);
+        }
+    }
+
+    pub fn contains(&self, cpu: CpuId) -> bool {
+        let (w, b) = (cpu.0 as usize / 64, cpu.0 % 64);
+        self.words.get(w).is_some_and(|word| word & (1 << b) != 0)
+    }
+
+    pub fn len(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.words.iter().all(|w| *w == 0)
+    }
+
+    /// The single CPU of a one-CPU set (a pinned entity).
+    pub fn only(&self) -> Option<CpuId> {
+        let mut it = self.iter();
+        match (it.next(), it.next()) {
+            (Some(c), None) => Some(c),
+            _ => None,
+        }
+    }
+
+    pub fn first(&self) -> Option<CpuId> {
+        self.iter().next()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = CpuId> + '_ {
+        self.words.iter().enumerate().flat_map(|(wi, &word)| {
+            let mut w = word;
+            std::iter::from_fn(move || {
+                if w == 0 {
+                    return None;
+                }
+                let b = w.trailing_zeros();
+                w &= w - 1;
+                Some(CpuId(wi as u32 * 64 + b))
+            })
+        })
+    }
+
+    pub fn intersection(&self, other: &CpuSet) -> CpuSet {
+        let words = self.words.iter().zip(&other.words).map(|(a, b)| a & b).collect();
+        CpuSet { words }
+    }
+
+    pub fn intersects(&self, other: &CpuSet) -> bool {
+        self.words.iter().zip(&other.words).any(|(a, b)| a & b != 0)
+    }
+
+    pub fn is_subset(&self, other: &CpuSet) -> bool {
+        self.words
+            .iter()
+            .enumerate()
+            .all(|(i, w)| w & !other.words.get(i).copied().unwrap_or(0) == 0)
+    }
+
+    /// Raw 64-bit words (bit `i` of word `w` is CPU `64 * w + i`).
+    pub fn words(&self) -> &[u64] {
+        &self.words
+    }
+
+    /// Parse the Linux CPU list syntax: "0-3,8,10-11". Whitespace around
+    /// items is allowed; an empty string is an empty set.
+    pub fn parse_list(input: &str) -> Result<CpuSet, CpuListError> {
+        let err = |reason: String| CpuListError {
+            input: input.to_string(),
+            reason,
+        };
+        let mut set = CpuSet::new();
+        for item in input.trim().split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let parse = |s: &str| -> Result<u32, CpuListError> {
+                let v: u32 = s
+                    .trim()
+                    .parse()
+                    .map_err(|_| err(format!("{s:?} is not a CPU number")))?;
+                if v > MAX_CPU_ID {
+                    return Err(err(format!("CPU {v} is above the limit {MAX_CPU_ID}")));
+                }
+                Ok(v)
+            };
+            match item.split_once('-') {
+                Some((lo, hi)) => {
+                    let (lo, hi) = (parse(lo)?, parse(hi)?);
+                    if lo > hi {
+                        return Err(err(format!("range {item:?} runs backwards")));
+                    }
+                    for c in lo..=hi {
+                        set.insert(CpuId(c));
+                    }
+                }
+                None => set.insert(CpuId(parse(item)?)),
+            }
+        }
+        Ok(set)
+    }
+
+    /// Format in the list syntax accepted by [`CpuSet::parse_list`].
+    pub fn to_list(&self) -> String {
+        let mut out = Vec::new();
+        let mut iter = self.iter().peekable();
+        while let Some(start) = iter.next() {
+            let mut end = start;
+            while iter.peek().is_some_and(|n| n.0 == end.0 + 1) {
+                end = iter.next().unwrap_or(end);
+            }
+            if start == end {
+                out.push(format!("{}", start.0));
+            } else {
+                out.push(format!("{}-{}", start.0, end.0));
+            }
+        }
+        out.join(",")
+    }
+}
+
+impl FromIterator<CpuId> for CpuSet {
+    fn from_iter<I: IntoIterator<Item = CpuId>>(iter: I) -> Self {
+        let mut s = CpuSet::new();
+        for c in iter {
+            s.insert(c);
+        }
+        s
+    }
+}
+
+impl fmt::Debug for CpuSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CpuSet({})", self.to_list())
+    }
+}
+
+impl fmt::Display for CpuSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_list())
+    }
+}
+
+impl Serialize for CpuSet {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_list())
+    }
+}
+
+impl<'de> Deserialize<'de> for CpuSet {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        CpuSet::parse_list(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ranges_and_singles() {
+        let s = CpuSet::parse_list("0-3, 8,10-11").unwrap();
+        let ids: Vec<u32> = s.iter().map(|c| c.0).collect();
+        assert_eq!(ids, vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(s.to_list(), "0-3,8,10-11");
+    }
+
+    #[test]
+    fn rejects_garbage_and_backwards_ranges() {
+        assert!(CpuSet::parse_list("0-x").is_err());
+        assert!(CpuSet::parse_list("5-2").is_err());
+        assert!(CpuSet::parse_list("99999").is_err());
+    }
+
+    #[test]
+    fn set_operations() {
+        let a = CpuSet::parse_list("0-3").unwrap();
+        let b = CpuSet::parse_list("3-200").unwrap();
+        assert_eq!(a.intersection(&b).only(), Some(CpuId(3)));
+        assert!(a.intersects(&b));
+        assert!(CpuSet::single(CpuId(2)).is_subset(&a));
+        assert!(!b.is_subset(&a));
+        assert_eq!(b.len(), 198);
+    }
+}

@@ -1,0 +1,30 @@
+//! # vcpu_sched
+//!
+//! A vCPU scheduler for virtual machine monitors, after the Haiku kernel
+//! scheduler (2014), with what Linux O(1), FreeBSD ULE, BFS and Linux's
+//! bounded idle search taught. It has no KVM dependency and no threads of
+//! its own: the VMM reports events (wake, block, quantum end, kick) with the
+//! current time and gets back decisions (which CPU, kick or not, which
+//! entity next, for how long). See [`policy`] for the event protocol and
+//! `examples/embed.rs` for a VMM vCPU loop built on it.
+
+pub mod cpuset;
+pub mod policy;
+pub mod sim;
+pub mod stats;
+pub mod topology;
+pub mod tunables;
+mod types;
+
+#[cfg(feature = "profiler")]
+pub mod profiler;
+
+pub use cpuset::{CpuListError, CpuSet};
+pub use policy::{build, PolicyKind, SchedConfig, VcpuScheduler};
+pub use stats::{CpuStats, EntityStats, LatencySummary, MigrationCounts, SchedSnapshot};
+pub use topology::{CoreId, Distance, LlcId, PackageId, Topology};
+pub use tunables::{Mode, Tunables};
+pub use types::{
+    CpuId, Dispatch, EntityId, EntitySpec, Nanos, SchedClass, SchedError, StopReason, VmId,
+    WakeDecision,
+};

@@ -1,0 +1,101 @@
+//! The scheduler API every policy implements, and the policy factory.
+//!
+//! Event protocol (the caller owns the clock and the CPUs):
+//! 1. `add_entity` registers a vCPU; it starts *blocked* (not runnable).
+//! 2. `wake(id, now)` makes it runnable. The answer names the CPU whose
+//!    queue received it and whether that CPU must be kicked; the caller
+//!    then interrupts that CPU, which calls `schedule(cpu, now, Preempted)`
+//!    (or `Idle` if it was idle).
+//! 3. A CPU calls `schedule(cpu, now, reason)` whenever the entity it runs
+//!    stops (quantum timer, kick, guest HLT, yield) or when it is idle and
+//!    was kicked. The answer is the next entity and its time slice.
+//! 4. Waking an entity that is still running (its block has not been
+//!    reported yet) is remembered: its next `Blocked` stop keeps it
+//!    runnable instead, so a wake-up is never lost.
+//!
+//! All methods take `&self` and are safe to call from many threads at once.
+
+pub mod global_rr;
+pub mod haiku;
+pub mod static_pin;
+
+use crate::tunables::{Mode, Tunables, DEFAULT_MAX_ENTITIES};
+use crate::{
+    CpuId, Dispatch, EntityId, EntitySpec, Nanos, SchedError, SchedSnapshot, StopReason, Topology,
+    WakeDecision,
+};
+use serde::{Deserialize, Serialize};
+
+/// Which policy to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyKind {
+    /// The Haiku-derived default policy.
+    #[default]
+    Haiku,
+    /// One global FIFO queue under one lock (the design O(1)/Haiku replaced).
+    GlobalRoundRobin,
+    /// One entity per CPU, no balancing (what `taskset` users do).
+    StaticPinning,
+}
+
+/// Configuration of a scheduler instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedConfig {
+    pub policy: PolicyKind,
+    pub mode: Mode,
+    pub tunables: Tunables,
+    /// Core scheduling: SMT siblings only ever co-run entities of one VM.
+    pub smt_isolation: bool,
+    /// Search for fully idle cores (all SMT siblings idle) when placing.
+    /// Can also be switched at run time with `set_idle_core_search`.
+    pub idle_core_search: bool,
+    /// Capacity of the entity table (fixed so the hot path needs no global lock).
+    pub max_entities: usize,
+}
+
+impl Default for SchedConfig {
+    fn default() -> Self {
+        SchedConfig {
+            policy: PolicyKind::Haiku,
+            mode: Mode::LowLatency,
+            tunables: Tunables::default(),
+            smt_isolation: false,
+            idle_core_search: true,
+            max_entities: DEFAULT_MAX_ENTITIES,
+        }
+    }
+}
+
+/// The event-driven scheduler API. See the module documentation for the
+/// protocol between the caller and the scheduler.
+pub trait VcpuScheduler: Send + Sync {
+    /// Short policy name ("haiku", "global_rr", "static_pin").
+    fn name(&self) -> &'static str;
+    fn topology(&self) -> &Topology;
+    /// Register an entity. It starts blocked.
+    fn add_entity(&self, spec: EntitySpec, now: Nanos) -> Result<EntityId, SchedError>;
+    /// Remove an entity. If it is running, the CPU running it must call
+    /// `schedule` next (the entity is not picked again).
+    fn remove_entity(&self, id: EntityId, now: Nanos) -> Result<(), SchedError>;
+    /// The entity became runnable. `Ok(None)` if it already was (queued or running).
+    fn wake(&self, id: EntityId, now: Nanos) -> Result<Option<WakeDecision>, SchedError>;
+    /// The entity running on `cpu` (if any) stopped for `reason`; pick the next.
+    fn schedule(&self, cpu: CpuId, now: Nanos, reason: StopReason) -> Result<Dispatch, SchedError>;
+    /// Change the base priority (cancels the penalty).
+    fn set_priority(&self, id: EntityId, priority: u8, now: Nanos) -> Result<(), SchedError>;
+    /// Switch the idle-core part of the idle search on or off at run time.
+    fn set_idle_core_search(&self, on: bool);
+    /// Counters and histograms at `now`.
+    fn snapshot(&self, now: Nanos) -> SchedSnapshot;
+}
+
+/// Build a scheduler of the configured policy for a topology.
+pub fn build(topology: Topology, config: SchedConfig) -> Result<Box<dyn VcpuScheduler>, SchedError> {
+    Ok(match config.policy {
+        PolicyKind::Haiku => Box::new(haiku::HaikuScheduler::new(topology, config)?),
+        PolicyKind::GlobalRoundRobin => Box::new(global_rr::GlobalRoundRobin::new(topology, config)?),
+        PolicyKind::StaticPinning => Box::new(static_pin::StaticPinning::new(topology, config)?),
+    })
+}

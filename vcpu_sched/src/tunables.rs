@@ -1,0 +1,169 @@
+//! Every constant of the scheduler, named and documented in one place.
+//!
+//! Defaults are Haiku's (src/system/kernel/scheduler/, 2014) unless noted.
+//! All of them are fields of [`Tunables`] so a VMM or the simulator can
+//! change them; the `const`s are the defaults.
+
+use crate::Nanos;
+use serde::{Deserialize, Serialize};
+
+const US: Nanos = 1_000;
+const MS: Nanos = 1_000_000;
+
+/// Number of priority levels (0..=120), Haiku's `THREAD_MAX_SET_PRIORITY + 1`.
+pub const PRIORITY_LEVELS: usize = 121;
+/// Idle class priority.
+pub const PRIORITY_IDLE: u8 = 0;
+/// Lowest active (timeshare) priority.
+pub const PRIORITY_LOWEST_ACTIVE: u8 = 1;
+/// The default priority of a VM's vCPUs.
+pub const PRIORITY_NORMAL: u8 = 10;
+/// Haiku's B_URGENT_DISPLAY_PRIORITY: at and above it the base quantum is not stretched.
+pub const PRIORITY_URGENT: u8 = 20;
+/// Highest timeshare priority.
+pub const PRIORITY_MAX_TIMESHARE: u8 = 99;
+/// Lowest realtime priority (Haiku's B_REAL_TIME_DISPLAY_PRIORITY).
+pub const PRIORITY_REALTIME_MIN: u8 = 100;
+/// Highest realtime priority.
+pub const PRIORITY_REALTIME_MAX: u8 = 120;
+
+/// Minimal priority a penalty may push an entity to: clamp(P / divisor, 1, cap).
+pub const MINIMAL_PRIORITY_DIVISOR: u8 = 5;
+/// Upper bound of the minimal priority (Haiku: 25).
+pub const MINIMAL_PRIORITY_CAP: u8 = 25;
+
+/// Load is expressed in 1/LOAD_SCALE of a CPU (Haiku's kMaxLoad = 1000).
+pub const LOAD_SCALE: u32 = 1000;
+/// Entity load estimates are updated at most this often (Haiku: 1 ms).
+pub const LOAD_MEASURE_INTERVAL: Nanos = MS;
+/// Length of a core's load epoch: entities that were ready during the
+/// current epoch keep counting in the core load (likely to return).
+pub const LOAD_EPOCH: Nanos = MS;
+/// Below this a core counts as lightly loaded (Haiku kLowLoad).
+pub const LOAD_LOW: u32 = 200;
+/// Load a balanced core aims for (Haiku kTargetLoad).
+pub const LOAD_TARGET: u32 = 550;
+/// A core leaves the high-load set below this (Haiku kMediumLoad).
+pub const LOAD_MEDIUM: u32 = 625;
+/// A core enters the high-load set above this (Haiku kHighLoad).
+pub const LOAD_HIGH: u32 = 700;
+/// Haiku kVeryHighLoad: power saving stops packing onto a core above it.
+pub const LOAD_VERY_HIGH: u32 = 850;
+/// Rebalance moves an entity only if load(core) - load(other) - this >= load(entity) / CPUs.
+pub const LOAD_DIFFERENCE: u32 = 200;
+
+/// A core is cache-warm for an entity that ran there within this much of
+/// the core's active time (Haiku kCacheExpire).
+pub const CACHE_EXPIRE: Nanos = 100 * MS;
+
+/// Idle-CPU search: CPUs examined per LLC before giving up on that LLC.
+/// Bitmap words make one examination cover up to 64 CPUs, so the default
+/// covers any LLC of up to 64 * this many CPUs exactly.
+pub const IDLE_SEARCH_CANDIDATES_PER_LLC: u32 = 16;
+
+/// Limited preemption for bursty wakers (FreeBSD ULE): a timeshare entity
+/// that wakes with an effective priority at least this much above the
+/// running timeshare entity preempts it. Realtime always preempts timeshare.
+pub const WAKE_PREEMPT_PRIORITY_DELTA: u8 = 5;
+
+/// Entity table capacity when the caller does not say.
+pub const DEFAULT_MAX_ENTITIES: usize = 65_536;
+
+/// The two scheduler modes of Haiku.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Spread load, short slices (Haiku scheduler_mode low_latency).
+    #[default]
+    LowLatency,
+    /// Pack small loads onto one core, longer slices (Haiku power_saving).
+    PowerSaving,
+}
+
+/// Time-slice constants of one mode (Haiku's `scheduler_mode_operations`
+/// data part).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuantumTable {
+    /// Base quantum for E >= PRIORITY_URGENT.
+    pub base_quantum: Nanos,
+    /// No slice is shorter than this (and a slice with <= half of it left counts as ended).
+    pub minimal_quantum: Nanos,
+    /// Base quantum multiplier at E = 10 ([0]) and E = 0 ([1]).
+    pub quantum_multipliers: [u32; 2],
+    /// Target latency: all ready entities of a core run within this.
+    pub maximum_latency: Nanos,
+}
+
+impl QuantumTable {
+    pub const LOW_LATENCY: QuantumTable = QuantumTable {
+        base_quantum: 1000 * US,
+        minimal_quantum: 100 * US,
+        quantum_multipliers: [2, 5],
+        maximum_latency: 5000 * US,
+    };
+    pub const POWER_SAVING: QuantumTable = QuantumTable {
+        base_quantum: 2000 * US,
+        minimal_quantum: 500 * US,
+        quantum_multipliers: [3, 10],
+        maximum_latency: 20000 * US,
+    };
+
+    pub fn for_mode(mode: Mode) -> QuantumTable {
+        match mode {
+            Mode::LowLatency => Self::LOW_LATENCY,
+            Mode::PowerSaving => Self::POWER_SAVING,
+        }
+    }
+}
+
+/// All tunables of the default (Haiku) policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Tunables {
+    pub low_latency: QuantumTable,
+    pub power_saving: QuantumTable,
+    pub minimal_priority_divisor: u8,
+    pub minimal_priority_cap: u8,
+    pub load_measure_interval: Nanos,
+    pub load_epoch: Nanos,
+    pub load_low: u32,
+    pub load_target: u32,
+    pub load_medium: u32,
+    pub load_high: u32,
+    pub load_very_high: u32,
+    pub load_difference: u32,
+    pub cache_expire: Nanos,
+    pub idle_search_candidates_per_llc: u32,
+    pub wake_preempt_priority_delta: u8,
+}
+
+impl Default for Tunables {
+    fn default() -> Self {
+        Tunables {
+            low_latency: QuantumTable::LOW_LATENCY,
+            power_saving: QuantumTable::POWER_SAVING,
+            minimal_priority_divisor: MINIMAL_PRIORITY_DIVISOR,
+            minimal_priority_cap: MINIMAL_PRIORITY_CAP,
+            load_measure_interval: LOAD_MEASURE_INTERVAL,
+            load_epoch: LOAD_EPOCH,
+            load_low: LOAD_LOW,
+            load_target: LOAD_TARGET,
+            load_medium: LOAD_MEDIUM,
+            load_high: LOAD_HIGH,
+            load_very_high: LOAD_VERY_HIGH,
+            load_difference: LOAD_DIFFERENCE,
+            cache_expire: CACHE_EXPIRE,
+            idle_search_candidates_per_llc: IDLE_SEARCH_CANDIDATES_PER_LLC,
+            wake_preempt_priority_delta: WAKE_PREEMPT_PRIORITY_DELTA,
+        }
+    }
+}
+
+impl Tunables {
+    pub fn quantum_table(&self, mode: Mode) -> &QuantumTable {
+        match mode {
+            Mode::LowLatency => &self.low_latency,
+            Mode::PowerSaving => &self.power_saving,
+        }
+    }
+}
