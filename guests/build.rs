@@ -1,1 +1,48 @@
-fn main() {}
+//! Builds the bench guest (guests/bench, C + GNU as via its Makefile) into
+//! OUT_DIR and hands the paths to src/lib.rs.
+use std::env;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let bench = manifest.join("bench");
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR")).join("bench");
+    for p in ["src", "include", "linker.ld", "Makefile"] {
+        println!("cargo:rerun-if-changed={}", bench.join(p).display());
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=CC");
+
+    for (tool, arg) in [
+        ("make", "--version"),
+        ("gcc", "--version"),
+        ("ld", "--version"),
+    ] {
+        if Command::new(tool).arg(arg).output().is_err() {
+            panic!(
+                "guests: `{tool}` not found; building the bench guest needs GNU make, gcc and \
+                 binutils (Debian: apt-get install build-essential)"
+            );
+        }
+    }
+    let status = Command::new("make")
+        .arg("-C")
+        .arg(&bench)
+        .arg(format!("O={}", out.display()))
+        .env_remove("MAKEFLAGS")
+        .env_remove("MFLAGS")
+        .status()
+        .unwrap_or_else(|e| panic!("guests: cannot run make: {e}"));
+    if !status.success() {
+        panic!("guests: building the bench guest failed ({status}); see the make output above");
+    }
+    println!(
+        "cargo:rustc-env=PACER_BENCH_GUEST_ELF={}",
+        out.join("bench-guest.elf").display()
+    );
+    println!(
+        "cargo:rustc-env=PACER_HOST_WORK={}",
+        out.join("host_work").display()
+    );
+}

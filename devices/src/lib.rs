@@ -1,1 +1,47 @@
+//! Pacer's emulated devices.
+//!
+//! Every device here is a port-I/O device plugged into a [`bus::PioBus`]. The
+//! devices never touch KVM: they talk to the VM that owns them through the
+//! [`VmEventSink`] trait (markers, result records, stop requests) and read
+//! guest memory through [`GuestMemoryRead`], so they can be unit-tested
+//! without a VM.
 
+pub mod bench_port;
+pub mod bus;
+pub mod exit_port;
+pub mod i8042;
+pub mod serial;
+
+pub use bench_port::{Marker, RecordError, RecordKind, ResultRecord};
+pub use bus::{IoContext, PioBus, PioDevice};
+
+/// Why a guest asked its VM to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopRequest {
+    /// The guest wrote this status to the exit port (0 = success).
+    GuestExit(u32),
+    /// The guest asked for a CPU reset through the i8042 (0xFE to port 0x64).
+    Reset,
+}
+
+/// What devices report to the VM that owns them. Implemented by the VMM; the
+/// calls come from vCPU threads, so implementations must be cheap and must
+/// never block on the guest.
+pub trait VmEventSink: Send + Sync {
+    /// A progress marker was written to port 0x510 by vCPU `vcpu`.
+    fn marker(&self, vcpu: u32, marker: Marker);
+    /// A result record address was written to port 0x514; this is the parsed
+    /// (or rejected) record.
+    fn record(&self, vcpu: u32, record: Result<ResultRecord, RecordError>);
+    /// The guest asked to stop the VM.
+    fn stop_request(&self, vcpu: u32, request: StopRequest);
+}
+
+/// Read access to guest-physical memory (implemented by the VMM over its
+/// `GuestMemoryMmap`; by a plain buffer in tests).
+pub trait GuestMemoryRead: Send + Sync {
+    /// Fill `buf` from guest-physical address `gpa`. Returns false when any
+    /// part of the range is outside guest RAM (nothing is guaranteed about
+    /// `buf` then).
+    fn read_guest(&self, gpa: u64, buf: &mut [u8]) -> bool;
+}

@@ -1,1 +1,47 @@
+//! Pacer's guest images.
+//!
+//! The bench guest (`guests/bench`, protocol in `guests/PROTOCOL.md`) is
+//! built by `build.rs` with gcc/GNU ld into Cargo's `OUT_DIR`; these
+//! functions return the paths of the built files. `guests/build.sh` builds
+//! the same files into `guests/out/` for configs that want a stable path.
 
+use std::path::Path;
+
+/// The bench guest kernel + ring-3 workloads: an ELF64 image linked at
+/// 1 MiB physical, booted through its 64-bit entry (PROTOCOL.md).
+pub fn bench_guest_elf() -> &'static Path {
+    Path::new(env!("PACER_BENCH_GUEST_ELF"))
+}
+
+/// Host build of the guest's work unit (`guests/bench/src/work.c`, same
+/// flags): `host_work [duration_ms]` prints `units=.. seconds=.. units_per_s=..`,
+/// the host baseline for the guest's WORK_DONE units/s.
+pub fn host_work() -> &'static Path {
+    Path::new(env!("PACER_HOST_WORK"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bench_guest_is_elf64_linked_at_1mib() {
+        let img = std::fs::read(bench_guest_elf()).expect("bench guest built");
+        assert_eq!(&img[0..4], b"\x7fELF");
+        assert_eq!(img[4], 2, "ELFCLASS64");
+        assert_eq!(u16::from_le_bytes([img[18], img[19]]), 62, "EM_X86_64");
+        let entry = u64::from_le_bytes(img[24..32].try_into().unwrap());
+        assert!((0x10_0000..0x20_0000).contains(&entry), "entry {entry:#x}");
+    }
+
+    #[test]
+    fn host_work_runs() {
+        let out = std::process::Command::new(host_work())
+            .arg("20")
+            .output()
+            .expect("run host_work");
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("units_per_s="), "{text}");
+    }
+}

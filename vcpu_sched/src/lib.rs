@@ -8,20 +8,27 @@
 //! entity next, for how long). See [`policy`] for the event protocol and
 //! `examples/embed.rs` for a VMM vCPU loop built on it.
 
+mod accounting;
 pub mod cpuset;
+mod entity;
+mod load;
+mod mode;
+mod placement;
+mod quantum;
+mod run_queue;
 pub mod policy;
+pub mod profiler;
 pub mod sim;
 pub mod stats;
 pub mod topology;
 pub mod tunables;
 mod types;
 
-#[cfg(feature = "profiler")]
-pub mod profiler;
-
 pub use cpuset::{CpuListError, CpuSet};
 pub use policy::{build, PolicyKind, SchedConfig, VcpuScheduler};
-pub use stats::{CpuStats, EntityStats, LatencySummary, MigrationCounts, SchedSnapshot};
+pub use stats::{
+    CpuStats, EntityStats, LatencyHistogram, LatencySummary, MigrationCounts, SchedSnapshot,
+};
 pub use topology::{CoreId, Distance, LlcId, PackageId, Topology};
 pub use tunables::{Mode, Tunables};
 pub use types::{

@@ -66,6 +66,15 @@ pub const IDLE_SEARCH_CANDIDATES_PER_LLC: u32 = 16;
 /// running timeshare entity preempts it. Realtime always preempts timeshare.
 pub const WAKE_PREEMPT_PRIORITY_DELTA: u8 = 5;
 
+/// Load estimate (1/1000 of a CPU) at or below which a timeshare entity is
+/// *bursty* (interactive) and receives no penalties: FreeBSD ULE's
+/// interactivity threshold (run / sleep <= 0.6) as run / (run + sleep).
+/// Beyond Haiku: without it a vCPU that runs 30 us every 100 us collects
+/// quantum ends (time used carries across blocks) and a penalty on every
+/// early block, sinks to a hog's effective priority, and the limited wake
+/// preemption can never let it in.
+pub const BURSTY_LOAD: u32 = 375;
+
 /// Entity table capacity when the caller does not say.
 pub const DEFAULT_MAX_ENTITIES: usize = 65_536;
 
@@ -88,7 +97,7 @@ pub struct QuantumTable {
     pub base_quantum: Nanos,
     /// No slice is shorter than this (and a slice with <= half of it left counts as ended).
     pub minimal_quantum: Nanos,
-    /// Base quantum multiplier at E = 10 ([0]) and E = 0 ([1]).
+    /// Base quantum multipliers: index 0 at E = 10, index 1 at E = 0.
     pub quantum_multipliers: [u32; 2],
     /// Target latency: all ready entities of a core run within this.
     pub maximum_latency: Nanos,
@@ -135,6 +144,7 @@ pub struct Tunables {
     pub cache_expire: Nanos,
     pub idle_search_candidates_per_llc: u32,
     pub wake_preempt_priority_delta: u8,
+    pub bursty_load: u32,
 }
 
 impl Default for Tunables {
@@ -155,6 +165,7 @@ impl Default for Tunables {
             cache_expire: CACHE_EXPIRE,
             idle_search_candidates_per_llc: IDLE_SEARCH_CANDIDATES_PER_LLC,
             wake_preempt_priority_delta: WAKE_PREEMPT_PRIORITY_DELTA,
+            bursty_load: BURSTY_LOAD,
         }
     }
 }

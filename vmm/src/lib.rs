@@ -1,1 +1,21 @@
+//! Pacer's VMM: KVM VMs (memory, direct ELF boot, vCPUs, devices), the
+//! configuration file, the run loop for many VMs, and the `pacer` CLI.
+//!
+//! Module map: [`config`] (TOML), [`memory`] (layout + guest RAM), [`boot`]
+//! (ELF + boot_params + GDT + page tables + registers), [`cpuid`], [`msr`],
+//! [`vcpu`] (thread, state machine, kick, pause), [`vm`] (one VM),
+//! [`runner`] (many VMs), [`results`], [`cli`].
 
+pub mod boot;
+pub mod cli;
+pub mod config;
+pub mod cpuid;
+pub mod memory;
+pub mod msr;
+pub mod results;
+pub mod runner;
+pub mod vcpu;
+pub mod vm;
+
+pub use config::{Config, VmConfig};
+pub use vm::{Vm, VmEvent, VmOptions};

@@ -1,1 +1,26 @@
-fn main() {}
+//! The `pacer` binary: a thin wrapper over `vmm::cli`.
+
+use clap::Parser;
+
+fn main() {
+    let run_start = std::time::Instant::now();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp(None)
+        .format_target(false)
+        .init();
+    let cli = match vmm::cli::Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            // Usage errors are "bad input" (clap's own exit code for them is
+            // 2 too); --help/--version exit 0.
+            let code = if e.use_stderr() {
+                vmm::cli::EXIT_BAD_INPUT
+            } else {
+                0
+            };
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
+    std::process::exit(vmm::cli::main_with(cli, run_start));
+}

@@ -1,19 +1,967 @@
-//! TEMP(skeleton): replaced by the real policy.
-use crate::{SchedConfig, SchedError, Topology};
-pub struct GlobalRoundRobin;
-impl GlobalRoundRobin {
-    pub fn new(_t: Topology, _c: SchedConfig) -> Result<Self, SchedError> {
-        Err(SchedError::Config("skeleton".into()))
+//! Global round robin: one FIFO of ready entities under one lock.
+//!
+//! This is the design the Linux O(1) and Haiku schedulers replaced, kept as
+//! the baseline a per-core design must beat: every event of every CPU takes
+//! the same [`parking_lot::Mutex`], and picking scans the FIFO for the
+//! first entity allowed on the CPU.
+//!
+//! Rules:
+//! - ready entities wait in one FIFO per class (realtime before timeshare
+//!   before idle; no other priorities). A quantum end, a yield or a wake
+//!   appends at the tail; a preempted entity goes back to the head of its
+//!   class and keeps the unused part of its quantum;
+//! - the quantum is fixed: the mode's `base_quantum`. A preempted entity
+//!   resumes with what is left of it, or a full quantum when less than half
+//!   the minimal quantum is left;
+//! - hard affinity is respected: a CPU takes the first queued entity allowed
+//!   on it;
+//! - wake: if a CPU of the affinity is idle (and not already kicked), the
+//!   entity is queued and that CPU is kicked, preferring the entity's last
+//!   CPU, then the nearest idle CPU in cache-locality order. Otherwise, if a
+//!   CPU of the affinity runs an entity of a lower class (realtime waking
+//!   over timeshare, say), that CPU is kicked to be preempted. Otherwise the
+//!   entity waits in the FIFO and the answer names its last CPU, no kick.
+
+use crate::accounting::{
+    class_rank, utilisation, validate_priority, validate_spec, ClassFifo, CoreCorun, CpuAccount,
+    EntityAccount, RunState,
+};
+use crate::{
+    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedConfig, SchedError, SchedSnapshot,
+    StopReason, Topology, WakeDecision,
+};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// One registered entity.
+#[derive(Debug)]
+struct Entity {
+    acct: EntityAccount,
+    affinity: CpuSet,
+}
+
+/// A slot of the entity table.
+#[derive(Debug)]
+enum Slot {
+    /// Unused (its index is on the free list).
+    Free,
+    /// A registered entity.
+    Live(Box<Entity>),
+    /// Removed while running: the slot is freed when its CPU calls
+    /// `schedule`, so the id cannot be reused while a CPU still runs it.
+    Zombie,
+}
+
+/// Everything, under the one lock.
+#[derive(Debug)]
+struct State {
+    entities: Vec<Slot>,
+    free: Vec<u32>,
+    ready: ClassFifo,
+    cpus: Vec<CpuAccount>,
+    cores: Vec<CoreCorun>,
+}
+
+impl State {
+    fn live(&self, id: EntityId) -> Result<&Entity, SchedError> {
+        match self.entities.get(id.0 as usize) {
+            Some(Slot::Live(e)) => Ok(e),
+            _ => Err(SchedError::UnknownEntity(id)),
+        }
+    }
+
+    fn live_mut(&mut self, id: EntityId) -> Result<&mut Entity, SchedError> {
+        match self.entities.get_mut(id.0 as usize) {
+            Some(Slot::Live(e)) => Ok(e),
+            _ => Err(SchedError::UnknownEntity(id)),
+        }
+    }
+
+    fn release(&mut self, id: EntityId) {
+        if let Some(slot) = self.entities.get_mut(id.0 as usize) {
+            *slot = Slot::Free;
+            self.free.push(id.0);
+        }
     }
 }
+
+/// The global round-robin policy (see the module documentation).
+pub struct GlobalRoundRobin {
+    topology: Topology,
+    quantum: Nanos,
+    minimal_quantum: Nanos,
+    max_entities: usize,
+    idle_core_search: AtomicBool,
+    state: Mutex<State>,
+}
+
+impl GlobalRoundRobin {
+    /// A scheduler for `topology`. Uses `config.mode`'s base and minimal
+    /// quantum and `config.max_entities`; the other settings do not apply
+    /// to this policy. Errors if `max_entities` is 0 or the base quantum is 0.
+    pub fn new(topology: Topology, config: SchedConfig) -> Result<Self, SchedError> {
+        let table = *config.tunables.quantum_table(config.mode);
+        if config.max_entities == 0 {
+            return Err(SchedError::Config("max_entities must be at least 1".into()));
+        }
+        if table.base_quantum == 0 {
+            return Err(SchedError::Config("base_quantum must not be 0".into()));
+        }
+        if topology.cpus.is_empty() {
+            return Err(SchedError::Topology("no CPUs".into()));
+        }
+        let state = State {
+            entities: Vec::new(),
+            free: Vec::new(),
+            ready: ClassFifo::default(),
+            cpus: topology
+                .cpus
+                .iter()
+                .map(|c| CpuAccount::new(c.id))
+                .collect(),
+            cores: topology
+                .cores
+                .iter()
+                .map(|c| CoreCorun::new(c.cpus.len()))
+                .collect(),
+        };
+        Ok(GlobalRoundRobin {
+            quantum: table.base_quantum,
+            minimal_quantum: table.minimal_quantum,
+            max_entities: config.max_entities,
+            idle_core_search: AtomicBool::new(config.idle_core_search),
+            state: Mutex::new(state),
+            topology,
+        })
+    }
+
+    /// The slice to grant an entity about to run: what is left of its
+    /// quantum, or a fresh quantum if too little is left.
+    fn slice(&self, acct: &mut EntityAccount) -> Nanos {
+        let left = self.quantum.saturating_sub(acct.slice_used);
+        if left == 0 || left <= self.minimal_quantum / 2 {
+            acct.slice_used = 0;
+            self.quantum
+        } else {
+            left
+        }
+    }
+
+    /// Record on the SMT co-run accounts that `cpu` now runs `vm` (or nothing).
+    fn set_corun(&self, st: &mut State, cpu: CpuId, vm: Option<crate::VmId>, now: Nanos) {
+        if let Some(info) = self.topology.cpu(cpu) {
+            if let Some(core) = st.cores.get_mut(info.core.0 as usize) {
+                core.set(info.smt_index as usize, vm, now);
+            }
+        }
+    }
+
+    /// The CPU a wake of `id` (class `class`, last CPU `last`) must kick:
+    /// an idle CPU of its affinity (the last one, else the nearest in
+    /// cache-locality order), else a CPU running a lower class (the lowest
+    /// class, then the nearest). `None`: it just waits in the FIFO.
+    fn kick_target(
+        &self,
+        st: &State,
+        id: EntityId,
+        class: crate::SchedClass,
+        last: CpuId,
+    ) -> Option<CpuId> {
+        let affinity = &st.live(id).ok()?.affinity;
+        let idle = affinity
+            .iter()
+            .filter(|c| st.cpus[c.0 as usize].is_free_idle())
+            .min_by_key(|c| (self.topology.distance(last, *c), c.0));
+        if idle.is_some() {
+            return idle;
+        }
+        let rank = class_rank(class);
+        affinity
+            .iter()
+            .filter_map(|c| {
+                let cpu = &st.cpus[c.0 as usize];
+                if cpu.kick_pending {
+                    return None;
+                }
+                let running = cpu.current()?;
+                let running_rank = match st.entities.get(running.0 as usize) {
+                    Some(Slot::Live(r)) => class_rank(r.acct.class),
+                    // A removed entity: that CPU reschedules anyway.
+                    _ => return None,
+                };
+                (running_rank > rank).then_some((c, running_rank))
+            })
+            .min_by_key(|(c, r)| (std::cmp::Reverse(*r), self.topology.distance(last, *c), c.0))
+            .map(|(c, _)| c)
+    }
+
+    /// Check the internal invariants; returns a description of the first
+    /// violation. Used by the tests.
+    #[cfg(test)]
+    fn check(&self) -> Result<(), String> {
+        let st = self.state.lock();
+        let mut queued = std::collections::HashMap::new();
+        for id in st.ready.iter() {
+            *queued.entry(id).or_insert(0) += 1;
+        }
+        for (i, slot) in st.entities.iter().enumerate() {
+            let id = EntityId(i as u32);
+            let q = queued.get(&id).copied().unwrap_or(0);
+            let running_on: Vec<CpuId> = st
+                .cpus
+                .iter()
+                .filter(|c| c.current() == Some(id))
+                .map(|c| c.cpu)
+                .collect();
+            match slot {
+                Slot::Live(e) => match e.acct.state() {
+                    RunState::Ready if q != 1 || !running_on.is_empty() => {
+                        return Err(format!(
+                            "{id:?} ready: queued {q}x, running on {running_on:?}"
+                        ))
+                    }
+                    RunState::Running(c) if q != 0 || running_on != [c] => {
+                        return Err(format!(
+                            "{id:?} running on {c:?}: queued {q}x, CPUs {running_on:?}"
+                        ))
+                    }
+                    RunState::Running(c) if !e.affinity.contains(c) => {
+                        return Err(format!("{id:?} runs on {c:?} outside its affinity"))
+                    }
+                    RunState::Blocked if q != 0 || !running_on.is_empty() => {
+                        return Err(format!(
+                            "{id:?} blocked: queued {q}x, running on {running_on:?}"
+                        ))
+                    }
+                    _ => {}
+                },
+                Slot::Zombie if q != 0 || running_on.len() != 1 => {
+                    return Err(format!(
+                        "zombie {id:?}: queued {q}x, running on {running_on:?}"
+                    ))
+                }
+                Slot::Free if q != 0 || !running_on.is_empty() => {
+                    return Err(format!(
+                        "free {id:?}: queued {q}x, running on {running_on:?}"
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
 impl super::VcpuScheduler for GlobalRoundRobin {
-    fn name(&self) -> &'static str { todo!() }
-    fn topology(&self) -> &Topology { todo!() }
-    fn add_entity(&self, _: crate::EntitySpec, _: crate::Nanos) -> Result<crate::EntityId, SchedError> { todo!() }
-    fn remove_entity(&self, _: crate::EntityId, _: crate::Nanos) -> Result<(), SchedError> { todo!() }
-    fn wake(&self, _: crate::EntityId, _: crate::Nanos) -> Result<Option<crate::WakeDecision>, SchedError> { todo!() }
-    fn schedule(&self, _: crate::CpuId, _: crate::Nanos, _: crate::StopReason) -> Result<crate::Dispatch, SchedError> { todo!() }
-    fn set_priority(&self, _: crate::EntityId, _: u8, _: crate::Nanos) -> Result<(), SchedError> { todo!() }
-    fn set_idle_core_search(&self, _: bool) { todo!() }
-    fn snapshot(&self, _: crate::Nanos) -> crate::SchedSnapshot { todo!() }
+    fn name(&self) -> &'static str {
+        "global_rr"
+    }
+
+    fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    fn add_entity(&self, spec: EntitySpec, now: Nanos) -> Result<EntityId, SchedError> {
+        let _p = crate::profiler::scope("global_rr::add_entity");
+        let affinity = validate_spec(&spec, &self.topology)?;
+        let mut st = self.state.lock();
+        let id = match st.free.pop() {
+            Some(i) => EntityId(i),
+            None if st.entities.len() < self.max_entities => {
+                st.entities.push(Slot::Free);
+                EntityId(st.entities.len() as u32 - 1)
+            }
+            None => return Err(SchedError::TooManyEntities(self.max_entities)),
+        };
+        st.entities[id.0 as usize] = Slot::Live(Box::new(Entity {
+            acct: EntityAccount::new(id, &spec, now),
+            affinity,
+        }));
+        Ok(id)
+    }
+
+    fn remove_entity(&self, id: EntityId, _now: Nanos) -> Result<(), SchedError> {
+        let _p = crate::profiler::scope("global_rr::remove_entity");
+        let mut st = self.state.lock();
+        let (state, class) = {
+            let e = st.live(id)?;
+            (e.acct.state(), e.acct.class)
+        };
+        match state {
+            RunState::Running(_) => st.entities[id.0 as usize] = Slot::Zombie,
+            RunState::Ready => {
+                st.ready.remove(id, class);
+                st.release(id);
+            }
+            RunState::Blocked => st.release(id),
+        }
+        Ok(())
+    }
+
+    fn wake(&self, id: EntityId, now: Nanos) -> Result<Option<WakeDecision>, SchedError> {
+        let _p = crate::profiler::scope("global_rr::wake");
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let (class, last) = {
+            let e = st.live_mut(id)?;
+            if !e.acct.wake(now) {
+                return Ok(None);
+            }
+            let last = e
+                .acct
+                .last_cpu()
+                .filter(|c| e.affinity.contains(*c))
+                .or_else(|| e.affinity.first())
+                .unwrap_or(CpuId(0));
+            (e.acct.class, last)
+        };
+        st.ready.push_back(id, class);
+        let target = self.kick_target(st, id, class, last);
+        if let Some(cpu) = target {
+            st.cpus[cpu.0 as usize].kick_pending = true;
+            return Ok(Some(WakeDecision { cpu, kick: true }));
+        }
+        Ok(Some(WakeDecision {
+            cpu: last,
+            kick: false,
+        }))
+    }
+
+    fn schedule(&self, cpu: CpuId, now: Nanos, reason: StopReason) -> Result<Dispatch, SchedError> {
+        let _p = crate::profiler::scope("global_rr::schedule");
+        if self.topology.cpu(cpu).is_none() {
+            return Err(SchedError::UnknownCpu(cpu));
+        }
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let ci = cpu.0 as usize;
+        st.cpus[ci].kick_pending = false;
+
+        // Account the stop of whatever ran here.
+        if let Some(cur) = st.cpus[ci].current() {
+            match st.entities.get_mut(cur.0 as usize) {
+                Some(Slot::Zombie) => st.release(cur),
+                Some(Slot::Live(e)) if e.acct.state() == RunState::Running(cpu) => {
+                    if e.acct.stop(now, reason) {
+                        let class = e.acct.class;
+                        if matches!(reason, StopReason::Preempted | StopReason::Idle) {
+                            st.ready.push_front(cur, class);
+                        } else {
+                            e.acct.slice_used = 0;
+                            st.ready.push_back(cur, class);
+                        }
+                    } else {
+                        e.acct.slice_used = 0;
+                    }
+                }
+                _ => {}
+            }
+        }
+
+        // Pick the first queued entity allowed here.
+        let entities = &st.entities;
+        let pick = st.ready.pop_first(|id| match entities.get(id.0 as usize) {
+            Some(Slot::Live(e)) => e.affinity.contains(cpu),
+            _ => false,
+        });
+        match pick {
+            Some(id) => {
+                let Some(Slot::Live(e)) = st.entities.get_mut(id.0 as usize) else {
+                    // Unreachable by construction (only live entities are queued).
+                    st.cpus[ci].idle(now, false);
+                    self.set_corun(st, cpu, None, now);
+                    return Ok(Dispatch {
+                        entity: None,
+                        quantum: 0,
+                    });
+                };
+                e.acct.dispatch(cpu, now, &self.topology);
+                let quantum = self.slice(&mut e.acct);
+                let vm = e.acct.vm;
+                st.cpus[ci].run(id, now);
+                self.set_corun(st, cpu, Some(vm), now);
+                Ok(Dispatch {
+                    entity: Some(id),
+                    quantum,
+                })
+            }
+            None => {
+                // The scan above covered every queued entity and found none
+                // allowed here, so under the global lock this CPU never idles
+                // while an entity it may run waits (idle_while_waiting stays 0).
+                st.cpus[ci].idle(now, false);
+                self.set_corun(st, cpu, None, now);
+                Ok(Dispatch {
+                    entity: None,
+                    quantum: 0,
+                })
+            }
+        }
+    }
+
+    fn set_priority(&self, id: EntityId, priority: u8, _now: Nanos) -> Result<(), SchedError> {
+        let _p = crate::profiler::scope("global_rr::set_priority");
+        let mut st = self.state.lock();
+        let e = st.live_mut(id)?;
+        validate_priority(e.acct.class, priority)?;
+        e.acct.priority = priority;
+        Ok(())
+    }
+
+    /// Recorded but without effect: this policy has no idle-core search.
+    fn set_idle_core_search(&self, on: bool) {
+        self.idle_core_search.store(on, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self, now: Nanos) -> SchedSnapshot {
+        let _p = crate::profiler::scope("global_rr::snapshot");
+        let st = self.state.lock();
+        let entities = st
+            .entities
+            .iter()
+            .filter_map(|s| match s {
+                Slot::Live(e) => Some(e.acct.stats(now)),
+                _ => None,
+            })
+            .collect();
+        let cpus = self
+            .topology
+            .cpus
+            .iter()
+            .map(|info| {
+                let mut s = st.cpus[info.id.0 as usize].stats(now);
+                let core = &self.topology.cores[info.core.0 as usize];
+                s.smt_corun_foreign =
+                    st.cores[info.core.0 as usize].foreign(info.smt_index as usize, now);
+                s.core_load =
+                    utilisation(core.cpus.iter().map(|c| st.cpus[c.0 as usize].times(now)));
+                s
+            })
+            .collect();
+        SchedSnapshot {
+            now,
+            policy: "global_rr".into(),
+            entities,
+            cpus,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accounting::testkit;
+    use crate::{SchedClass, VcpuScheduler, VmId};
+    use proptest::prelude::*;
+
+    const US: Nanos = 1_000;
+
+    fn sched(spec: &str) -> GlobalRoundRobin {
+        GlobalRoundRobin::new(Topology::from_spec(spec).unwrap(), SchedConfig::default()).unwrap()
+    }
+
+    fn add(s: &GlobalRoundRobin, class: SchedClass, prio: u8, aff: &str) -> EntityId {
+        s.add_entity(
+            EntitySpec {
+                vm: VmId(0),
+                class,
+                priority: prio,
+                affinity: CpuSet::parse_list(aff).unwrap(),
+            },
+            0,
+        )
+        .unwrap()
+    }
+
+    fn ts(s: &GlobalRoundRobin, aff: &str) -> EntityId {
+        add(s, SchedClass::Timeshare, 10, aff)
+    }
+
+    #[test]
+    fn basic_wake_schedule_block_cycle() {
+        let s = sched("1x2x1");
+        let e = ts(&s, "0-1");
+        // Starts blocked: nothing to run.
+        assert_eq!(
+            s.schedule(CpuId(0), 0, StopReason::Idle).unwrap().entity,
+            None
+        );
+        let d = s.wake(e, 10 * US).unwrap().unwrap();
+        assert_eq!(
+            d,
+            WakeDecision {
+                cpu: CpuId(0),
+                kick: true
+            }
+        );
+        assert_eq!(s.wake(e, 11 * US).unwrap(), None);
+        let run = s
+            .schedule(CpuId(0), 15 * US, StopReason::Preempted)
+            .unwrap();
+        assert_eq!(
+            run,
+            Dispatch {
+                entity: Some(e),
+                quantum: 1000 * US
+            }
+        );
+        let idle = s.schedule(CpuId(0), 215 * US, StopReason::Blocked).unwrap();
+        assert_eq!(
+            idle,
+            Dispatch {
+                entity: None,
+                quantum: 0
+            }
+        );
+        let snap = s.snapshot(300 * US);
+        let es = &snap.entities[0];
+        assert_eq!((es.run_time, es.ready_wait), (200 * US, 5 * US));
+        assert_eq!((es.wakes, es.blocks), (1, 1));
+        assert_eq!(es.wake_latency.count, 1);
+        assert_eq!(es.wake_latency.max, 5 * US);
+        let c0 = &snap.cpus[0];
+        assert_eq!((c0.busy_time, c0.idle_time), (200 * US, 100 * US));
+        assert_eq!((c0.dispatches, c0.context_switches), (1, 1));
+        assert_eq!(snap.policy, "global_rr");
+        assert_eq!(s.name(), "global_rr");
+    }
+
+    #[test]
+    fn wake_prefers_last_then_other_idle_cpu_and_never_double_kicks() {
+        let s = sched("1x2x1");
+        let (a, b, c) = (ts(&s, "0-1"), ts(&s, "0-1"), ts(&s, "0-1"));
+        s.wake(a, 0).unwrap();
+        s.schedule(CpuId(0), 0, StopReason::Idle).unwrap();
+        // CPU 0 busy: b goes to idle CPU 1.
+        assert_eq!(
+            s.wake(b, 1).unwrap().unwrap(),
+            WakeDecision {
+                cpu: CpuId(1),
+                kick: true
+            }
+        );
+        // CPU 1 already kicked: c just waits (last CPU = first of its affinity).
+        assert_eq!(
+            s.wake(c, 2).unwrap().unwrap(),
+            WakeDecision {
+                cpu: CpuId(0),
+                kick: false
+            }
+        );
+        assert_eq!(
+            s.schedule(CpuId(1), 3, StopReason::Preempted)
+                .unwrap()
+                .entity,
+            Some(b)
+        );
+        // When b blocks, CPU 1 picks the waiting c right away.
+        assert_eq!(
+            s.schedule(CpuId(1), 10, StopReason::Blocked)
+                .unwrap()
+                .entity,
+            Some(c)
+        );
+        s.schedule(CpuId(1), 20, StopReason::Blocked).unwrap();
+        // CPU 0 still runs a; b goes back to its last CPU, 1, now idle.
+        assert_eq!(
+            s.wake(b, 30).unwrap().unwrap(),
+            WakeDecision {
+                cpu: CpuId(1),
+                kick: true
+            }
+        );
+    }
+
+    #[test]
+    fn affinity_is_never_violated() {
+        let s = sched("1x2x2");
+        let pinned = ts(&s, "3");
+        s.wake(pinned, 0).unwrap();
+        for cpu in 0..3 {
+            assert_eq!(
+                s.schedule(CpuId(cpu), 1, StopReason::Idle).unwrap().entity,
+                None
+            );
+        }
+        assert_eq!(
+            s.schedule(CpuId(3), 2, StopReason::Idle).unwrap().entity,
+            Some(pinned)
+        );
+        let snap = s.snapshot(3);
+        // The waiting entity was not allowed on CPUs 0-2.
+        assert_eq!(snap.total_idle_while_waiting(), 0);
+    }
+
+    #[test]
+    fn wake_pending_keeps_entity_runnable() {
+        let s = sched("1x1x1");
+        let e = ts(&s, "0");
+        s.wake(e, 0).unwrap();
+        assert_eq!(
+            s.schedule(CpuId(0), 0, StopReason::Idle).unwrap().entity,
+            Some(e)
+        );
+        // The guest executed HLT but an interrupt arrived before the block was reported.
+        assert_eq!(s.wake(e, 50).unwrap(), None);
+        assert_eq!(
+            s.schedule(CpuId(0), 60, StopReason::Blocked)
+                .unwrap()
+                .entity,
+            Some(e)
+        );
+        // Without a new wake, the next block sticks.
+        assert_eq!(
+            s.schedule(CpuId(0), 70, StopReason::Blocked)
+                .unwrap()
+                .entity,
+            None
+        );
+        let es = &s.snapshot(80).entities[0];
+        assert_eq!((es.wakes, es.blocks), (2, 1));
+    }
+
+    #[test]
+    fn round_robin_order_and_fixed_quantum() {
+        let s = sched("1x1x1");
+        let ids: Vec<EntityId> = (0..3).map(|_| ts(&s, "0")).collect();
+        for (i, id) in ids.iter().enumerate() {
+            s.wake(*id, i as u64).unwrap();
+        }
+        let mut order = Vec::new();
+        let mut reason = StopReason::Idle;
+        for k in 0..7u64 {
+            let d = s.schedule(CpuId(0), 10 + k * 1000 * US, reason).unwrap();
+            assert_eq!(d.quantum, 1000 * US);
+            order.push(d.entity.unwrap());
+            reason = StopReason::QuantumEnd;
+        }
+        let want: Vec<EntityId> = ids.iter().cycle().take(7).copied().collect();
+        assert_eq!(order, want);
+        let snap = s.snapshot(10 + 7 * 1000 * US);
+        assert_eq!(snap.entities[0].quantum_ends, 2);
+        assert_eq!(snap.entities[0].migrations.same_cpu, 2);
+        assert_eq!(snap.cpus[0].context_switches, 7);
+    }
+
+    #[test]
+    fn preempted_entity_keeps_remaining_quantum_and_its_turn() {
+        let s = sched("1x1x1");
+        let (a, b) = (ts(&s, "0"), ts(&s, "0"));
+        s.wake(a, 0).unwrap();
+        s.schedule(CpuId(0), 0, StopReason::Idle).unwrap();
+        s.wake(b, 10).unwrap();
+        // A spurious kick: a goes back to the head and continues.
+        let d = s
+            .schedule(CpuId(0), 300 * US, StopReason::Preempted)
+            .unwrap();
+        assert_eq!(
+            d,
+            Dispatch {
+                entity: Some(a),
+                quantum: 700 * US
+            }
+        );
+        let d = s
+            .schedule(CpuId(0), 1000 * US, StopReason::QuantumEnd)
+            .unwrap();
+        assert_eq!(
+            d,
+            Dispatch {
+                entity: Some(b),
+                quantum: 1000 * US
+            }
+        );
+        let snap = s.snapshot(1000 * US);
+        assert_eq!(snap.entities[0].preemptions, 1);
+        assert_eq!(snap.entities[0].quantum_ends, 1);
+        // Nearly used up: a fresh quantum instead of a sliver.
+        let d = s
+            .schedule(CpuId(0), 1990 * US, StopReason::Preempted)
+            .unwrap();
+        assert_eq!(
+            d,
+            Dispatch {
+                entity: Some(b),
+                quantum: 1000 * US
+            }
+        );
+    }
+
+    #[test]
+    fn realtime_runs_before_timeshare_before_idle_and_preempts() {
+        let s = sched("1x1x1");
+        let idle = add(&s, SchedClass::Idle, 0, "0");
+        let t = ts(&s, "0");
+        let rt = add(&s, SchedClass::Realtime, 110, "0");
+        s.wake(idle, 0).unwrap();
+        s.wake(t, 1).unwrap();
+        assert_eq!(
+            s.schedule(CpuId(0), 2, StopReason::Idle).unwrap().entity,
+            Some(t)
+        );
+        // A realtime wake kicks the CPU running timeshare.
+        assert_eq!(
+            s.wake(rt, 3).unwrap().unwrap(),
+            WakeDecision {
+                cpu: CpuId(0),
+                kick: true
+            }
+        );
+        assert_eq!(
+            s.schedule(CpuId(0), 4, StopReason::Preempted)
+                .unwrap()
+                .entity,
+            Some(rt)
+        );
+        assert_eq!(
+            s.schedule(CpuId(0), 5, StopReason::Blocked).unwrap().entity,
+            Some(t)
+        );
+        assert_eq!(
+            s.schedule(CpuId(0), 6, StopReason::Blocked).unwrap().entity,
+            Some(idle)
+        );
+        // A timeshare wake does not preempt timeshare, but does preempt idle class.
+        assert_eq!(
+            s.wake(t, 7).unwrap().unwrap(),
+            WakeDecision {
+                cpu: CpuId(0),
+                kick: true
+            }
+        );
+    }
+
+    #[test]
+    fn removal_of_running_entity_and_id_reuse() {
+        let s = sched("1x1x1");
+        let (a, b) = (ts(&s, "0"), ts(&s, "0"));
+        s.wake(a, 0).unwrap();
+        s.wake(b, 0).unwrap();
+        assert_eq!(
+            s.schedule(CpuId(0), 0, StopReason::Idle).unwrap().entity,
+            Some(a)
+        );
+        s.remove_entity(a, 5).unwrap();
+        assert_eq!(s.wake(a, 6), Err(SchedError::UnknownEntity(a)));
+        // The id is not reused while CPU 0 still runs it.
+        let c = ts(&s, "0");
+        assert_ne!(c, a);
+        assert_eq!(
+            s.schedule(CpuId(0), 10, StopReason::QuantumEnd)
+                .unwrap()
+                .entity,
+            Some(b)
+        );
+        let d = ts(&s, "0");
+        assert_eq!(d, a);
+        s.remove_entity(b, 11).unwrap(); // running again: zombie
+        s.remove_entity(c, 11).unwrap(); // blocked
+        assert_eq!(s.snapshot(12).entities.len(), 1);
+        assert_eq!(
+            s.schedule(CpuId(0), 12, StopReason::Blocked)
+                .unwrap()
+                .entity,
+            None
+        );
+        s.check().unwrap();
+    }
+
+    #[test]
+    fn errors_on_bad_input() {
+        let s = GlobalRoundRobin::new(
+            Topology::from_spec("1x2x1").unwrap(),
+            SchedConfig {
+                max_entities: 2,
+                ..SchedConfig::default()
+            },
+        )
+        .unwrap();
+        let e = ts(&s, "0-1");
+        let ghost = EntityId(7);
+        assert_eq!(s.wake(ghost, 0), Err(SchedError::UnknownEntity(ghost)));
+        assert_eq!(
+            s.remove_entity(ghost, 0),
+            Err(SchedError::UnknownEntity(ghost))
+        );
+        assert_eq!(
+            s.set_priority(ghost, 10, 0),
+            Err(SchedError::UnknownEntity(ghost))
+        );
+        assert_eq!(
+            s.schedule(CpuId(2), 0, StopReason::Idle),
+            Err(SchedError::UnknownCpu(CpuId(2)))
+        );
+        assert!(matches!(
+            s.set_priority(e, 100, 0),
+            Err(SchedError::BadPriority { .. })
+        ));
+        s.set_priority(e, 20, 0).unwrap();
+        assert_eq!(s.snapshot(0).entities[0].base_priority, 20);
+        let bad = |class, priority, aff: &str| {
+            s.add_entity(
+                EntitySpec {
+                    vm: VmId(0),
+                    class,
+                    priority,
+                    affinity: CpuSet::parse_list(aff).unwrap(),
+                },
+                0,
+            )
+        };
+        assert_eq!(
+            bad(SchedClass::Timeshare, 10, "5"),
+            Err(SchedError::EmptyAffinity)
+        );
+        assert_eq!(
+            bad(SchedClass::Timeshare, 10, ""),
+            Err(SchedError::EmptyAffinity)
+        );
+        assert!(matches!(
+            bad(SchedClass::Timeshare, 0, "0"),
+            Err(SchedError::BadPriority { .. })
+        ));
+        assert!(matches!(
+            bad(SchedClass::Realtime, 10, "0"),
+            Err(SchedError::BadPriority { .. })
+        ));
+        ts(&s, "0-1");
+        assert_eq!(
+            bad(SchedClass::Timeshare, 10, "0"),
+            Err(SchedError::TooManyEntities(2))
+        );
+        s.remove_entity(e, 0).unwrap();
+        assert_eq!(s.remove_entity(e, 0), Err(SchedError::UnknownEntity(e)));
+        ts(&s, "0-1");
+        s.set_idle_core_search(false);
+        assert!(GlobalRoundRobin::new(
+            Topology::from_spec("1x1x1").unwrap(),
+            SchedConfig {
+                max_entities: 0,
+                ..SchedConfig::default()
+            }
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn migrations_and_smt_corun_are_counted() {
+        let s = sched("1x2x2");
+        let a = ts(&s, "0-3");
+        let b = s
+            .add_entity(
+                EntitySpec {
+                    vm: VmId(1),
+                    class: SchedClass::Timeshare,
+                    priority: 10,
+                    affinity: CpuSet::first_n(4),
+                },
+                0,
+            )
+            .unwrap();
+        s.wake(a, 0).unwrap();
+        s.schedule(CpuId(0), 0, StopReason::Idle).unwrap();
+        s.schedule(CpuId(0), 10, StopReason::Yielded).unwrap(); // a again, same CPU
+        s.schedule(CpuId(0), 20, StopReason::Blocked).unwrap();
+        s.wake(a, 30).unwrap();
+        assert_eq!(
+            s.schedule(CpuId(1), 30, StopReason::Idle).unwrap().entity,
+            Some(a)
+        );
+        // b on the sibling CPU 0, a foreign VM: co-run time counts on both.
+        s.wake(b, 40).unwrap();
+        assert_eq!(
+            s.schedule(CpuId(0), 40, StopReason::Idle).unwrap().entity,
+            Some(b)
+        );
+        s.schedule(CpuId(1), 100, StopReason::Blocked).unwrap();
+        s.wake(a, 110).unwrap();
+        assert_eq!(
+            s.schedule(CpuId(2), 110, StopReason::Idle).unwrap().entity,
+            Some(a)
+        );
+        let snap = s.snapshot(200);
+        let m = snap.entities[0].migrations;
+        assert_eq!((m.same_cpu, m.smt_sibling, m.same_llc), (1, 1, 1));
+        assert_eq!(snap.cpus[0].smt_corun_foreign, 60);
+        assert_eq!(snap.cpus[1].smt_corun_foreign, 60);
+        assert_eq!(snap.cpus[2].smt_corun_foreign, 0);
+        assert!(snap.to_table().contains("global_rr"));
+    }
+
+    #[test]
+    fn concurrent_events_from_many_threads() {
+        let s = std::sync::Arc::new(sched("1x2x2"));
+        let ids: Vec<EntityId> = (0..6).map(|_| ts(&s, "0-3")).collect();
+        let handles: Vec<_> = (0..4u32)
+            .map(|cpu| {
+                let (s, ids) = (s.clone(), ids.clone());
+                std::thread::spawn(move || {
+                    let mut reason = StopReason::Idle;
+                    for k in 0..2000u64 {
+                        let _ = s.wake(ids[(k as usize * 5 + cpu as usize) % 6], k).unwrap();
+                        let d = s.schedule(CpuId(cpu), k, reason).unwrap();
+                        reason = match (d.entity, k % 3) {
+                            (None, _) => StopReason::Idle,
+                            (Some(_), 0) => StopReason::Blocked,
+                            (Some(_), 1) => StopReason::QuantumEnd,
+                            _ => StopReason::Preempted,
+                        };
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        s.check().unwrap();
+        assert_eq!(s.snapshot(10_000).total_idle_while_waiting(), 0);
+    }
+
+    #[test]
+    fn built_by_the_factory() {
+        let cfg = SchedConfig {
+            policy: crate::PolicyKind::GlobalRoundRobin,
+            ..SchedConfig::default()
+        };
+        let s = crate::build(Topology::from_spec("1x2x2").unwrap(), cfg).unwrap();
+        assert_eq!(s.name(), "global_rr");
+        let e = s
+            .add_entity(
+                EntitySpec {
+                    vm: VmId(3),
+                    class: SchedClass::Timeshare,
+                    priority: 10,
+                    affinity: CpuSet::first_n(4),
+                },
+                0,
+            )
+            .unwrap();
+        let d = s.wake(e, 0).unwrap().unwrap();
+        assert!(d.kick);
+        assert_eq!(
+            s.schedule(d.cpu, 1, StopReason::Preempted).unwrap().entity,
+            Some(e)
+        );
+        let snap = s.snapshot(2);
+        assert_eq!(snap.entities[0].vm, VmId(3));
+        assert_eq!(
+            SchedSnapshot::from_json(&snap.to_json().unwrap()).unwrap(),
+            snap
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn random_event_sequences_keep_invariants(
+            topo in testkit::topology(),
+            specs in testkit::specs(),
+            ops in testkit::ops(),
+        ) {
+            let s = GlobalRoundRobin::new(topo.clone(), SchedConfig::default()).unwrap();
+            testkit::drive(&s, &topo, &specs, &ops, &|| s.check())?;
+            // Under the global lock a CPU never idles while an allowed entity waits.
+            prop_assert_eq!(s.snapshot(u64::MAX / 2).total_idle_while_waiting(), 0);
+        }
+    }
 }

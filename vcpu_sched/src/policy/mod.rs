@@ -89,6 +89,15 @@ pub trait VcpuScheduler: Send + Sync {
     fn set_idle_core_search(&self, on: bool);
     /// Counters and histograms at `now`.
     fn snapshot(&self, now: Nanos) -> SchedSnapshot;
+    /// CPUs that the last `schedule(cpu, ..)` call asks the caller to kick
+    /// (as for a kicking `WakeDecision`): idle CPUs that can take entities
+    /// left waiting on `cpu`. Without it a runnable vCPU could wait behind
+    /// another while an idle CPU it may use is never told. Policies that
+    /// never need it keep this default (no kicks).
+    fn take_kicks(&self, cpu: CpuId) -> Vec<CpuId> {
+        let _ = cpu;
+        Vec::new()
+    }
 }
 
 /// Build a scheduler of the configured policy for a topology.

@@ -1,19 +1,821 @@
-//! TEMP(skeleton): replaced by the real policy.
-use crate::{SchedConfig, SchedError, Topology};
-pub struct StaticPinning;
+//! Static pinning: every entity gets one home CPU when it is added and only
+//! ever runs there (what users do with `taskset`, one vCPU per CPU).
+//!
+//! Rules:
+//! - `add_entity` assigns the home CPU among the entity's affinity: the
+//!   least-populated CPU, ties broken round robin (a cursor moves past the
+//!   last CPU chosen), so there is one entity per CPU while CPUs remain;
+//! - each CPU has its own ready queue (one FIFO per class: realtime, then
+//!   timeshare, then idle) and its own lock; an entity's state lives under
+//!   its home CPU's lock, so no event takes a global lock;
+//! - no balancing, no migration: a CPU idles while its own queue is empty,
+//!   even when other CPUs' entities wait (counted as idle-while-waiting when
+//!   their affinity allows this CPU);
+//! - the quantum is fixed: the mode's `base_quantum`; a preempted entity
+//!   keeps the unused part and goes back to the head of its queue;
+//! - a wake kicks the home CPU only when it is idle.
+
+use crate::accounting::{
+    utilisation, validate_priority, validate_spec, ClassFifo, CoreCorun, CpuAccount, EntityAccount,
+    RunState,
+};
+use crate::{
+    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedConfig, SchedError, SchedSnapshot,
+    StopReason, Topology, WakeDecision,
+};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+/// `homes` value of an unused entity slot.
+const NO_HOME: u32 = u32::MAX;
+
+/// Upper bound on `max_entities` (the home table is allocated up front).
+const MAX_ENTITY_TABLE: usize = 1 << 24;
+
+/// One entity, kept under its home CPU's lock.
+#[derive(Debug)]
+struct Entity {
+    acct: EntityAccount,
+    affinity: CpuSet,
+    /// Removed while running: dropped when the CPU next calls `schedule`.
+    removed: bool,
+}
+
+/// Per-CPU state, under that CPU's lock.
+#[derive(Debug)]
+struct PinCpu {
+    ready: ClassFifo,
+    /// Its entities (boxed: the latency histogram makes them ~2 KiB).
+    entities: HashMap<EntityId, Box<Entity>>,
+    acct: CpuAccount,
+}
+
+/// Entity id allocation and home assignment (add/remove only).
+#[derive(Debug)]
+struct Alloc {
+    free: Vec<u32>,
+    next: u32,
+    /// Entities assigned to each CPU.
+    assigned: Vec<u32>,
+    /// Round-robin cursor: the search for a home starts at this CPU.
+    cursor: u32,
+}
+
+/// The static pinning policy (see the module documentation).
+pub struct StaticPinning {
+    topology: Topology,
+    quantum: Nanos,
+    minimal_quantum: Nanos,
+    max_entities: usize,
+    idle_core_search: AtomicBool,
+    /// Home CPU of every entity slot (`NO_HOME` when unused).
+    homes: Vec<AtomicU32>,
+    alloc: Mutex<Alloc>,
+    cpus: Vec<Mutex<PinCpu>>,
+    /// SMT co-run accounting per core (locked after a CPU lock, never before).
+    cores: Vec<Mutex<CoreCorun>>,
+    /// Ready entities per CPU, read without locks by idle CPUs.
+    queued: Vec<AtomicU32>,
+    /// Idle-while-waiting events per CPU (observed after its lock is released).
+    idle_while_waiting: Vec<AtomicU64>,
+}
+
 impl StaticPinning {
-    pub fn new(_t: Topology, _c: SchedConfig) -> Result<Self, SchedError> {
-        Err(SchedError::Config("skeleton".into()))
+    /// A scheduler for `topology`. Uses `config.mode`'s base and minimal
+    /// quantum and `config.max_entities` (1..=2^24); the other settings do
+    /// not apply to this policy.
+    pub fn new(topology: Topology, config: SchedConfig) -> Result<Self, SchedError> {
+        let table = *config.tunables.quantum_table(config.mode);
+        if config.max_entities == 0 || config.max_entities > MAX_ENTITY_TABLE {
+            return Err(SchedError::Config(format!(
+                "max_entities must be in 1..={MAX_ENTITY_TABLE}, not {}",
+                config.max_entities
+            )));
+        }
+        if table.base_quantum == 0 {
+            return Err(SchedError::Config("base_quantum must not be 0".into()));
+        }
+        if topology.cpus.is_empty() {
+            return Err(SchedError::Topology("no CPUs".into()));
+        }
+        let n = topology.num_cpus();
+        Ok(StaticPinning {
+            quantum: table.base_quantum,
+            minimal_quantum: table.minimal_quantum,
+            max_entities: config.max_entities,
+            idle_core_search: AtomicBool::new(config.idle_core_search),
+            homes: (0..config.max_entities)
+                .map(|_| AtomicU32::new(NO_HOME))
+                .collect(),
+            alloc: Mutex::new(Alloc {
+                free: Vec::new(),
+                next: 0,
+                assigned: vec![0; n],
+                cursor: 0,
+            }),
+            cpus: topology
+                .cpus
+                .iter()
+                .map(|c| {
+                    Mutex::new(PinCpu {
+                        ready: ClassFifo::default(),
+                        entities: HashMap::new(),
+                        acct: CpuAccount::new(c.id),
+                    })
+                })
+                .collect(),
+            cores: topology
+                .cores
+                .iter()
+                .map(|c| Mutex::new(CoreCorun::new(c.cpus.len())))
+                .collect(),
+            queued: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            idle_while_waiting: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            topology,
+        })
+    }
+
+    /// The home CPU of an entity id, if the id is in use.
+    fn home(&self, id: EntityId) -> Result<usize, SchedError> {
+        match self
+            .homes
+            .get(id.0 as usize)
+            .map(|h| h.load(Ordering::Acquire))
+        {
+            Some(h) if h != NO_HOME => Ok(h as usize),
+            _ => Err(SchedError::UnknownEntity(id)),
+        }
+    }
+
+    /// Return an entity slot to the allocator.
+    fn release(&self, id: EntityId, home: usize) {
+        if let Some(h) = self.homes.get(id.0 as usize) {
+            h.store(NO_HOME, Ordering::Release);
+        }
+        let mut a = self.alloc.lock();
+        if let Some(n) = a.assigned.get_mut(home) {
+            *n = n.saturating_sub(1);
+        }
+        a.free.push(id.0);
+    }
+
+    /// The slice to grant: what is left of the quantum, or a fresh one.
+    fn slice(&self, acct: &mut EntityAccount) -> Nanos {
+        let left = self.quantum.saturating_sub(acct.slice_used);
+        if left == 0 || left <= self.minimal_quantum / 2 {
+            acct.slice_used = 0;
+            self.quantum
+        } else {
+            left
+        }
+    }
+
+    /// Whether an entity queued on another CPU could run on `cpu`.
+    fn someone_waits_for(&self, cpu: CpuId) -> bool {
+        (0..self.cpus.len()).any(|d| {
+            if d == cpu.0 as usize || self.queued[d].load(Ordering::Relaxed) == 0 {
+                return false;
+            }
+            let pc = self.cpus[d].lock();
+            let found = pc.ready.iter().any(|id| {
+                pc.entities
+                    .get(&id)
+                    .is_some_and(|e| e.affinity.contains(cpu))
+            });
+            found
+        })
+    }
+
+    /// Check the internal invariants; returns a description of the first
+    /// violation. Used by the tests.
+    #[cfg(test)]
+    fn check(&self) -> Result<(), String> {
+        for (ci, m) in self.cpus.iter().enumerate() {
+            let pc = m.lock();
+            let cpu = CpuId(ci as u32);
+            let queued: Vec<EntityId> = pc.ready.iter().collect();
+            if queued.len() != self.queued[ci].load(Ordering::Relaxed) as usize {
+                return Err(format!("{cpu:?}: queued counter is off"));
+            }
+            for (id, e) in &pc.entities {
+                if self.homes[id.0 as usize].load(Ordering::Relaxed) != ci as u32 {
+                    return Err(format!("{id:?} lives on {cpu:?} but its home differs"));
+                }
+                let q = queued.iter().filter(|x| *x == id).count();
+                let current = pc.acct.current() == Some(*id);
+                let ok = match e.acct.state() {
+                    RunState::Ready => q == 1 && !current && !e.removed,
+                    RunState::Running(c) => q == 0 && current && c == cpu && e.affinity.contains(c),
+                    RunState::Blocked => q == 0 && !current && !e.removed,
+                };
+                if !ok {
+                    return Err(format!(
+                        "{id:?} on {cpu:?}: {:?}, queued {q}x, current {current}",
+                        e.acct.state()
+                    ));
+                }
+            }
+            if queued.iter().any(|id| !pc.entities.contains_key(id)) {
+                return Err(format!("{cpu:?} queues an unknown entity"));
+            }
+        }
+        Ok(())
     }
 }
+
 impl super::VcpuScheduler for StaticPinning {
-    fn name(&self) -> &'static str { todo!() }
-    fn topology(&self) -> &Topology { todo!() }
-    fn add_entity(&self, _: crate::EntitySpec, _: crate::Nanos) -> Result<crate::EntityId, SchedError> { todo!() }
-    fn remove_entity(&self, _: crate::EntityId, _: crate::Nanos) -> Result<(), SchedError> { todo!() }
-    fn wake(&self, _: crate::EntityId, _: crate::Nanos) -> Result<Option<crate::WakeDecision>, SchedError> { todo!() }
-    fn schedule(&self, _: crate::CpuId, _: crate::Nanos, _: crate::StopReason) -> Result<crate::Dispatch, SchedError> { todo!() }
-    fn set_priority(&self, _: crate::EntityId, _: u8, _: crate::Nanos) -> Result<(), SchedError> { todo!() }
-    fn set_idle_core_search(&self, _: bool) { todo!() }
-    fn snapshot(&self, _: crate::Nanos) -> crate::SchedSnapshot { todo!() }
+    fn name(&self) -> &'static str {
+        "static_pin"
+    }
+
+    fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    fn add_entity(&self, spec: EntitySpec, now: Nanos) -> Result<EntityId, SchedError> {
+        let _p = crate::profiler::scope("static_pin::add_entity");
+        let affinity = validate_spec(&spec, &self.topology)?;
+        let (id, home) = {
+            let mut a = self.alloc.lock();
+            let id = match a.free.pop() {
+                Some(i) => i,
+                None if (a.next as usize) < self.max_entities => {
+                    a.next += 1;
+                    a.next - 1
+                }
+                None => return Err(SchedError::TooManyEntities(self.max_entities)),
+            };
+            // Least-populated CPU of the affinity, scanning from the cursor.
+            let n = self.cpus.len() as u32;
+            let cursor = a.cursor;
+            let home = affinity
+                .iter()
+                .min_by_key(|c| (a.assigned[c.0 as usize], (c.0 + n - cursor % n) % n))
+                .unwrap_or(CpuId(0));
+            a.assigned[home.0 as usize] += 1;
+            a.cursor = (home.0 + 1) % n;
+            (EntityId(id), home)
+        };
+        self.cpus[home.0 as usize].lock().entities.insert(
+            id,
+            Box::new(Entity {
+                acct: EntityAccount::new(id, &spec, now),
+                affinity,
+                removed: false,
+            }),
+        );
+        self.homes[id.0 as usize].store(home.0, Ordering::Release);
+        Ok(id)
+    }
+
+    fn remove_entity(&self, id: EntityId, _now: Nanos) -> Result<(), SchedError> {
+        let _p = crate::profiler::scope("static_pin::remove_entity");
+        let home = self.home(id)?;
+        {
+            let mut pc = self.cpus[home].lock();
+            let e = match pc.entities.get_mut(&id) {
+                Some(e) if !e.removed => e,
+                _ => return Err(SchedError::UnknownEntity(id)),
+            };
+            match e.acct.state() {
+                RunState::Running(_) => {
+                    // Its CPU frees the slot at its next `schedule`.
+                    e.removed = true;
+                    return Ok(());
+                }
+                RunState::Ready => {
+                    let class = e.acct.class;
+                    if pc.ready.remove(id, class) {
+                        self.queued[home].fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+                RunState::Blocked => {}
+            }
+            pc.entities.remove(&id);
+        }
+        self.release(id, home);
+        Ok(())
+    }
+
+    fn wake(&self, id: EntityId, now: Nanos) -> Result<Option<WakeDecision>, SchedError> {
+        let _p = crate::profiler::scope("static_pin::wake");
+        let home = self.home(id)?;
+        let mut guard = self.cpus[home].lock();
+        let pc = &mut *guard;
+        let e = match pc.entities.get_mut(&id) {
+            Some(e) if !e.removed => e,
+            _ => return Err(SchedError::UnknownEntity(id)),
+        };
+        if !e.acct.wake(now) {
+            return Ok(None);
+        }
+        pc.ready.push_back(id, e.acct.class);
+        self.queued[home].fetch_add(1, Ordering::Relaxed);
+        let kick = pc.acct.is_free_idle();
+        if kick {
+            pc.acct.kick_pending = true;
+        }
+        Ok(Some(WakeDecision {
+            cpu: CpuId(home as u32),
+            kick,
+        }))
+    }
+
+    fn schedule(&self, cpu: CpuId, now: Nanos, reason: StopReason) -> Result<Dispatch, SchedError> {
+        let _p = crate::profiler::scope("static_pin::schedule");
+        let ci = cpu.0 as usize;
+        let info = self.topology.cpu(cpu).ok_or(SchedError::UnknownCpu(cpu))?;
+        let mut freed = None;
+        let dispatch = {
+            let mut guard = self.cpus[ci].lock();
+            let pc = &mut *guard;
+            pc.acct.kick_pending = false;
+
+            // Account the stop of whatever ran here.
+            if let Some(cur) = pc.acct.current() {
+                match pc.entities.get_mut(&cur) {
+                    Some(e) if e.removed => {
+                        pc.entities.remove(&cur);
+                        freed = Some(cur);
+                    }
+                    Some(e) if e.acct.state() == RunState::Running(cpu) => {
+                        if e.acct.stop(now, reason) {
+                            let class = e.acct.class;
+                            if matches!(reason, StopReason::Preempted | StopReason::Idle) {
+                                pc.ready.push_front(cur, class);
+                            } else {
+                                e.acct.slice_used = 0;
+                                pc.ready.push_back(cur, class);
+                            }
+                            self.queued[ci].fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            e.acct.slice_used = 0;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+
+            // Pick from the own queue only.
+            let picked = pc.ready.pop_first(|_| true).and_then(|id| {
+                self.queued[ci].fetch_sub(1, Ordering::Relaxed);
+                let e = pc.entities.get_mut(&id)?;
+                e.acct.dispatch(cpu, now, &self.topology);
+                Some((id, self.slice(&mut e.acct), e.acct.vm))
+            });
+            let vm = picked.map(|(_, _, vm)| vm);
+            match picked {
+                Some((id, _, _)) => pc.acct.run(id, now),
+                // Whether another CPU's entity could run here is checked
+                // below, without holding this CPU's lock.
+                None => pc.acct.idle(now, false),
+            }
+            self.cores[info.core.0 as usize]
+                .lock()
+                .set(info.smt_index as usize, vm, now);
+            match picked {
+                Some((id, quantum, _)) => Dispatch {
+                    entity: Some(id),
+                    quantum,
+                },
+                None => Dispatch {
+                    entity: None,
+                    quantum: 0,
+                },
+            }
+        };
+        if dispatch.entity.is_none() && self.someone_waits_for(cpu) {
+            self.idle_while_waiting[ci].fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(id) = freed {
+            self.release(id, ci);
+        }
+        Ok(dispatch)
+    }
+
+    fn set_priority(&self, id: EntityId, priority: u8, _now: Nanos) -> Result<(), SchedError> {
+        let _p = crate::profiler::scope("static_pin::set_priority");
+        let home = self.home(id)?;
+        let mut pc = self.cpus[home].lock();
+        match pc.entities.get_mut(&id) {
+            Some(e) if !e.removed => {
+                validate_priority(e.acct.class, priority)?;
+                e.acct.priority = priority;
+                Ok(())
+            }
+            _ => Err(SchedError::UnknownEntity(id)),
+        }
+    }
+
+    /// Recorded but without effect: this policy never searches for CPUs.
+    fn set_idle_core_search(&self, on: bool) {
+        self.idle_core_search.store(on, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self, now: Nanos) -> SchedSnapshot {
+        let _p = crate::profiler::scope("static_pin::snapshot");
+        let mut entities = Vec::new();
+        let mut cpus = Vec::with_capacity(self.cpus.len());
+        let mut times = Vec::with_capacity(self.cpus.len());
+        for (ci, m) in self.cpus.iter().enumerate() {
+            let pc = m.lock();
+            entities.extend(
+                pc.entities
+                    .values()
+                    .filter(|e| !e.removed)
+                    .map(|e| e.acct.stats(now)),
+            );
+            let mut s = pc.acct.stats(now);
+            s.idle_while_waiting = self.idle_while_waiting[ci].load(Ordering::Relaxed);
+            times.push(pc.acct.times(now));
+            cpus.push(s);
+        }
+        for (s, info) in cpus.iter_mut().zip(&self.topology.cpus) {
+            let core = &self.topology.cores[info.core.0 as usize];
+            s.smt_corun_foreign = self.cores[info.core.0 as usize]
+                .lock()
+                .foreign(info.smt_index as usize, now);
+            s.core_load = utilisation(core.cpus.iter().map(|c| times[c.0 as usize]));
+        }
+        entities.sort_by_key(|e| e.id);
+        SchedSnapshot {
+            now,
+            policy: "static_pin".into(),
+            entities,
+            cpus,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accounting::testkit;
+    use crate::{SchedClass, VcpuScheduler, VmId};
+    use proptest::prelude::*;
+
+    const US: Nanos = 1_000;
+
+    fn sched(spec: &str) -> StaticPinning {
+        StaticPinning::new(Topology::from_spec(spec).unwrap(), SchedConfig::default()).unwrap()
+    }
+
+    fn add(s: &StaticPinning, class: SchedClass, prio: u8, aff: &str) -> EntityId {
+        s.add_entity(
+            EntitySpec {
+                vm: VmId(0),
+                class,
+                priority: prio,
+                affinity: CpuSet::parse_list(aff).unwrap(),
+            },
+            0,
+        )
+        .unwrap()
+    }
+
+    fn ts(s: &StaticPinning, aff: &str) -> EntityId {
+        add(s, SchedClass::Timeshare, 10, aff)
+    }
+
+    /// The home CPU assigned at `add_entity`.
+    fn home_of(s: &StaticPinning, id: EntityId) -> CpuId {
+        CpuId(s.home(id).unwrap() as u32)
+    }
+
+    #[test]
+    fn one_entity_per_cpu_then_round_robin_over_least_populated() {
+        let s = sched("1x2x2");
+        let ids: Vec<EntityId> = (0..6).map(|_| ts(&s, "0-3")).collect();
+        let homes: Vec<u32> = ids.iter().map(|id| home_of(&s, *id).0).collect();
+        assert_eq!(homes, vec![0, 1, 2, 3, 0, 1]);
+        // Affinity limits the choice; least populated of {2, 3} is 2.
+        assert_eq!(home_of(&s, ts(&s, "2-3")), CpuId(2));
+        assert_eq!(home_of(&s, ts(&s, "2-3")), CpuId(3));
+        // Removing frees the place: CPU 1 is now the least populated.
+        s.remove_entity(ids[1], 0).unwrap();
+        s.remove_entity(ids[5], 0).unwrap();
+        assert_eq!(home_of(&s, ts(&s, "0-3")), CpuId(1));
+    }
+
+    #[test]
+    fn basic_cycle_and_kick_only_when_idle() {
+        let s = sched("1x2x1");
+        let (a, b) = (ts(&s, "0-1"), ts(&s, "0-1"));
+        let c = ts(&s, "0-1"); // home 0, behind a
+        assert_eq!(
+            s.wake(a, 0).unwrap().unwrap(),
+            WakeDecision {
+                cpu: CpuId(0),
+                kick: true
+            }
+        );
+        // CPU 0 already kicked: no second kick.
+        assert_eq!(
+            s.wake(c, 1).unwrap().unwrap(),
+            WakeDecision {
+                cpu: CpuId(0),
+                kick: false
+            }
+        );
+        assert_eq!(
+            s.schedule(CpuId(0), 10, StopReason::Idle).unwrap(),
+            Dispatch {
+                entity: Some(a),
+                quantum: 1000 * US
+            }
+        );
+        assert_eq!(
+            s.wake(b, 20).unwrap().unwrap(),
+            WakeDecision {
+                cpu: CpuId(1),
+                kick: true
+            }
+        );
+        assert_eq!(
+            s.schedule(CpuId(0), 1010, StopReason::QuantumEnd)
+                .unwrap()
+                .entity,
+            Some(c)
+        );
+        assert_eq!(
+            s.schedule(CpuId(0), 1500, StopReason::Blocked)
+                .unwrap()
+                .entity,
+            Some(a)
+        );
+        assert_eq!(
+            s.schedule(CpuId(0), 1600, StopReason::Blocked)
+                .unwrap()
+                .entity,
+            None
+        );
+        let snap = s.snapshot(2000);
+        assert_eq!(snap.policy, "static_pin");
+        let ea = &snap.entities[0];
+        assert_eq!(
+            (ea.run_time, ea.wakes, ea.blocks, ea.quantum_ends),
+            (1000 + 100, 1, 1, 1)
+        );
+        assert_eq!(ea.ready_wait, 10 + 490);
+        assert_eq!(snap.cpus[0].dispatches, 3);
+        assert_eq!(snap.cpus[0].context_switches, 3);
+        assert_eq!(snap.cpus[0].busy_time, 1590);
+    }
+
+    #[test]
+    fn never_migrates_and_counts_idle_while_waiting() {
+        let s = sched("1x2x1");
+        let (a, b, c) = (ts(&s, "0-1"), ts(&s, "0-1"), ts(&s, "0-1"));
+        assert_eq!(
+            (home_of(&s, a), home_of(&s, b), home_of(&s, c)),
+            (CpuId(0), CpuId(1), CpuId(0))
+        );
+        s.wake(a, 0).unwrap();
+        s.wake(c, 0).unwrap();
+        assert_eq!(
+            s.schedule(CpuId(0), 0, StopReason::Idle).unwrap().entity,
+            Some(a)
+        );
+        // CPU 1 idles although c (allowed on CPU 1) waits on CPU 0.
+        for t in 1..4 {
+            assert_eq!(
+                s.schedule(CpuId(1), t, StopReason::Idle).unwrap().entity,
+                None
+            );
+        }
+        assert_eq!(s.snapshot(5).cpus[1].idle_while_waiting, 3);
+        assert_eq!(s.snapshot(5).total_idle_while_waiting(), 3);
+        for t in 0..10 {
+            let d = s
+                .schedule(CpuId(0), 10 + t, StopReason::QuantumEnd)
+                .unwrap();
+            assert!(d.entity == Some(a) || d.entity == Some(c));
+        }
+        let snap = s.snapshot(100);
+        for e in &snap.entities {
+            assert_eq!(e.migrations.total(), 0, "{:?} migrated", e.id);
+        }
+        // A CPU whose own entity waits is not "idle while waiting" for a pinned-away entity.
+        let pinned = ts(&s, "0");
+        s.wake(pinned, 100).unwrap();
+        s.schedule(CpuId(1), 101, StopReason::Idle).unwrap();
+        assert_eq!(s.snapshot(102).cpus[1].idle_while_waiting, 4); // c still waits on CPU 0
+    }
+
+    #[test]
+    fn wake_pending_keeps_entity_runnable() {
+        let s = sched("1x1x1");
+        let e = ts(&s, "0");
+        s.wake(e, 0).unwrap();
+        assert_eq!(
+            s.schedule(CpuId(0), 0, StopReason::Idle).unwrap().entity,
+            Some(e)
+        );
+        assert_eq!(s.wake(e, 5).unwrap(), None);
+        assert_eq!(
+            s.schedule(CpuId(0), 6, StopReason::Blocked).unwrap().entity,
+            Some(e)
+        );
+        assert_eq!(
+            s.schedule(CpuId(0), 7, StopReason::Blocked).unwrap().entity,
+            None
+        );
+    }
+
+    #[test]
+    fn preempted_keeps_quantum_and_classes_are_ordered() {
+        let s = sched("1x1x1");
+        let t = ts(&s, "0");
+        let i = add(&s, SchedClass::Idle, 0, "0");
+        let r = add(&s, SchedClass::Realtime, 120, "0");
+        s.wake(i, 0).unwrap();
+        s.wake(t, 0).unwrap();
+        assert_eq!(
+            s.schedule(CpuId(0), 0, StopReason::Idle).unwrap().entity,
+            Some(t)
+        );
+        // No kick while busy (static pinning never preempts on wake).
+        assert_eq!(
+            s.wake(r, 100 * US).unwrap().unwrap(),
+            WakeDecision {
+                cpu: CpuId(0),
+                kick: false
+            }
+        );
+        assert_eq!(
+            s.schedule(CpuId(0), 400 * US, StopReason::Preempted)
+                .unwrap()
+                .entity,
+            Some(r)
+        );
+        let d = s.schedule(CpuId(0), 500 * US, StopReason::Blocked).unwrap();
+        assert_eq!(
+            d,
+            Dispatch {
+                entity: Some(t),
+                quantum: 600 * US
+            }
+        );
+        assert_eq!(
+            s.schedule(CpuId(0), 600 * US, StopReason::Blocked)
+                .unwrap()
+                .entity,
+            Some(i)
+        );
+        assert_eq!(s.snapshot(700 * US).entities[0].preemptions, 1);
+    }
+
+    #[test]
+    fn removal_of_running_entity_frees_slot_at_schedule() {
+        let s = sched("1x1x1");
+        let a = ts(&s, "0");
+        s.wake(a, 0).unwrap();
+        s.schedule(CpuId(0), 0, StopReason::Idle).unwrap();
+        s.remove_entity(a, 1).unwrap();
+        assert_eq!(s.remove_entity(a, 1), Err(SchedError::UnknownEntity(a)));
+        assert_eq!(s.wake(a, 1), Err(SchedError::UnknownEntity(a)));
+        let b = ts(&s, "0");
+        assert_ne!(a, b);
+        assert!(s.snapshot(2).entities.iter().all(|e| e.id != a));
+        assert_eq!(
+            s.schedule(CpuId(0), 3, StopReason::QuantumEnd)
+                .unwrap()
+                .entity,
+            None
+        );
+        assert_eq!(ts(&s, "0"), a);
+        s.check().unwrap();
+    }
+
+    #[test]
+    fn errors_on_bad_input() {
+        let s = StaticPinning::new(
+            Topology::from_spec("1x2x1").unwrap(),
+            SchedConfig {
+                max_entities: 2,
+                ..SchedConfig::default()
+            },
+        )
+        .unwrap();
+        let e = ts(&s, "1");
+        let ghost = EntityId(1);
+        let far = EntityId(1 << 20);
+        for g in [ghost, far] {
+            assert_eq!(s.wake(g, 0), Err(SchedError::UnknownEntity(g)));
+            assert_eq!(s.remove_entity(g, 0), Err(SchedError::UnknownEntity(g)));
+            assert_eq!(s.set_priority(g, 10, 0), Err(SchedError::UnknownEntity(g)));
+        }
+        assert_eq!(
+            s.schedule(CpuId(9), 0, StopReason::Idle),
+            Err(SchedError::UnknownCpu(CpuId(9)))
+        );
+        assert!(matches!(
+            s.set_priority(e, 0, 0),
+            Err(SchedError::BadPriority { .. })
+        ));
+        s.set_priority(e, 30, 0).unwrap();
+        assert_eq!(s.snapshot(0).entities[0].base_priority, 30);
+        let spec = |aff: &str| EntitySpec {
+            vm: VmId(0),
+            class: SchedClass::Timeshare,
+            priority: 10,
+            affinity: CpuSet::parse_list(aff).unwrap(),
+        };
+        assert_eq!(s.add_entity(spec("4-5"), 0), Err(SchedError::EmptyAffinity));
+        ts(&s, "0");
+        assert_eq!(
+            s.add_entity(spec("0"), 0),
+            Err(SchedError::TooManyEntities(2))
+        );
+        s.set_idle_core_search(true);
+        assert_eq!(s.name(), "static_pin");
+        assert_eq!(s.topology().num_cpus(), 2);
+        for max in [0, usize::MAX] {
+            let cfg = SchedConfig {
+                max_entities: max,
+                ..SchedConfig::default()
+            };
+            assert!(StaticPinning::new(Topology::from_spec("1x1x1").unwrap(), cfg).is_err());
+        }
+    }
+
+    #[test]
+    fn concurrent_events_from_many_threads() {
+        let s = std::sync::Arc::new(sched("1x4x1"));
+        let ids: Vec<EntityId> = (0..8).map(|_| ts(&s, "0-3")).collect();
+        let handles: Vec<_> = (0..4u32)
+            .map(|cpu| {
+                let (s, ids) = (s.clone(), ids.clone());
+                std::thread::spawn(move || {
+                    let mut reason = StopReason::Idle;
+                    for k in 0..2000u64 {
+                        let _ = s.wake(ids[(k as usize * 7 + cpu as usize) % 8], k).unwrap();
+                        let d = s.schedule(CpuId(cpu), k, reason).unwrap();
+                        reason = match (d.entity, k % 3) {
+                            (None, _) => StopReason::Idle,
+                            (Some(_), 0) => StopReason::Blocked,
+                            (Some(_), 1) => StopReason::QuantumEnd,
+                            _ => StopReason::Preempted,
+                        };
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        s.check().unwrap();
+        let snap = s.snapshot(10_000);
+        assert!(snap.entities.iter().all(|e| e.migrations.total() == 0));
+    }
+
+    #[test]
+    fn built_by_the_factory() {
+        let cfg = SchedConfig {
+            policy: crate::PolicyKind::StaticPinning,
+            ..SchedConfig::default()
+        };
+        let s = crate::build(Topology::from_spec("1x2x2").unwrap(), cfg).unwrap();
+        assert_eq!(s.name(), "static_pin");
+        let e = s
+            .add_entity(
+                EntitySpec {
+                    vm: VmId(3),
+                    class: SchedClass::Timeshare,
+                    priority: 10,
+                    affinity: CpuSet::first_n(4),
+                },
+                0,
+            )
+            .unwrap();
+        let d = s.wake(e, 0).unwrap().unwrap();
+        assert!(d.kick);
+        assert_eq!(
+            s.schedule(d.cpu, 1, StopReason::Preempted).unwrap().entity,
+            Some(e)
+        );
+        let snap = s.snapshot(2);
+        assert_eq!(snap.entities[0].vm, VmId(3));
+        assert_eq!(
+            SchedSnapshot::from_json(&snap.to_json().unwrap()).unwrap(),
+            snap
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn random_event_sequences_keep_invariants(
+            topo in testkit::topology(),
+            specs in testkit::specs(),
+            ops in testkit::ops(),
+        ) {
+            let s = StaticPinning::new(topo.clone(), SchedConfig::default()).unwrap();
+            testkit::drive(&s, &topo, &specs, &ops, &|| s.check())?;
+            for e in s.snapshot(u64::MAX / 2).entities {
+                prop_assert_eq!(e.migrations.total(), 0);
+            }
+        }
+    }
 }

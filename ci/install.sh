@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Install what building and testing Pacer needs on a fresh machine of this
+# project's kind (Debian bookworm with the Rust toolchain preinstalled).
+set -euo pipefail
+
+need_apt=()
+command -v gcc >/dev/null || need_apt+=(gcc)
+command -v make >/dev/null || need_apt+=(make)
+command -v objdump >/dev/null || need_apt+=(binutils)
+command -v ld >/dev/null || need_apt+=(binutils)
+if ((${#need_apt[@]})); then
+    echo "ci/install.sh: installing ${need_apt[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${need_apt[@]}"
+fi
+
+if ! command -v cargo >/dev/null; then
+    if [ -x "$HOME/.cargo/bin/cargo" ]; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    else
+        echo "ci/install.sh: no Rust toolchain found (expected rustup's in ~/.cargo/bin)" >&2
+        exit 1
+    fi
+fi
+for component in rustfmt clippy; do
+    if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+        rustup component add "$component"
+    fi
+done
+cargo --version
+gcc --version | head -1

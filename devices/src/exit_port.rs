@@ -1,0 +1,57 @@
+//! The exit port (0x518): a 32-bit OUT asks the VMM to stop the VM with that
+//! status (0 = success).
+
+use crate::bus::{IoContext, PioDevice};
+use crate::{StopRequest, VmEventSink};
+use std::sync::Arc;
+
+pub const EXIT_PORT: u16 = 0x518;
+pub const EXIT_PORT_LEN: u16 = 4;
+
+pub struct ExitPort {
+    sink: Arc<dyn VmEventSink>,
+}
+
+impl ExitPort {
+    pub fn new(sink: Arc<dyn VmEventSink>) -> Self {
+        Self { sink }
+    }
+}
+
+impl PioDevice for ExitPort {
+    fn read(&mut self, _ctx: IoContext, _offset: u16, data: &mut [u8]) {
+        data.fill(0xff);
+    }
+
+    fn write(&mut self, ctx: IoContext, offset: u16, data: &[u8]) {
+        if offset != 0 || data.is_empty() {
+            return;
+        }
+        // Narrower writes are accepted and zero-extended.
+        let mut b = [0u8; 4];
+        let n = data.len().min(4);
+        b[..n].copy_from_slice(&data[..n]);
+        self.sink
+            .stop_request(ctx.vcpu, StopRequest::GuestExit(u32::from_le_bytes(b)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench_port::tests::Sink;
+
+    #[test]
+    fn exit_status() {
+        let sink = Arc::new(Sink::default());
+        let mut p = ExitPort::new(sink.clone());
+        let ctx = IoContext { vcpu: 0 };
+        p.write(ctx, 0, &3u32.to_le_bytes());
+        p.write(ctx, 0, &[0]);
+        p.write(ctx, 2, &[1]);
+        assert_eq!(
+            *sink.stops.lock().unwrap(),
+            vec![StopRequest::GuestExit(3), StopRequest::GuestExit(0)]
+        );
+    }
+}

@@ -1,0 +1,188 @@
+//! COM1: vm-superio's 16550 `Serial`, writing into a [`ConsoleWriter`] that
+//! copies guest output to the VM's log file and, optionally, to stdout with a
+//! `[vmname] ` prefix on every line (whole lines, so that the consoles of
+//! several VMs never interleave within a line).
+
+use crate::bus::{IoContext, PioDevice};
+use std::fs::File;
+use std::io::{self, Write};
+use vm_superio::serial::NoEvents;
+use vm_superio::{Serial, Trigger};
+use vmm_sys_util::eventfd::EventFd;
+
+pub const COM1_BASE: u16 = 0x3f8;
+pub const COM1_LEN: u16 = 8;
+/// ISA IRQ line of COM1.
+pub const COM1_IRQ: u32 = 4;
+/// A line longer than this is emitted in pieces.
+const MAX_LINE: usize = 4096;
+
+/// The serial interrupt line as an eventfd (wired to an irqfd when the VM has
+/// an in-kernel irqchip; otherwise nobody listens).
+pub struct EventFdTrigger(pub EventFd);
+
+impl Trigger for EventFdTrigger {
+    type E = io::Error;
+    fn trigger(&self) -> io::Result<()> {
+        self.0.write(1)
+    }
+}
+
+/// Where console output goes.
+pub struct ConsoleWriter {
+    prefix: String,
+    log: Option<File>,
+    stdout: bool,
+    line: Vec<u8>,
+}
+
+impl ConsoleWriter {
+    /// `vm` names the VM for the stdout prefix; `log` receives the raw
+    /// console stream; `stdout` echoes prefixed lines.
+    pub fn new(vm: &str, log: Option<File>, stdout: bool) -> Self {
+        Self {
+            prefix: format!("[{vm}] "),
+            log,
+            stdout,
+            line: Vec::new(),
+        }
+    }
+
+    fn emit_line(&mut self) -> io::Result<()> {
+        if self.line.is_empty() {
+            return Ok(());
+        }
+        if let Some(f) = self.log.as_mut() {
+            f.write_all(&self.line)?;
+        }
+        if self.stdout {
+            let mut out = Vec::with_capacity(self.prefix.len() + self.line.len() + 1);
+            out.extend_from_slice(self.prefix.as_bytes());
+            out.extend_from_slice(&self.line);
+            if out.last() != Some(&b'\n') {
+                out.push(b'\n');
+            }
+            // One write per line under the stdout lock. If stdout is gone
+            // (closed pipe), stop echoing; the log file keeps everything.
+            let stdout = io::stdout();
+            let mut lock = stdout.lock();
+            if let Err(e) = lock.write_all(&out).and_then(|_| lock.flush()) {
+                log::warn!("{}console echo to stdout stopped: {e}", self.prefix);
+                self.stdout = false;
+            }
+        }
+        self.line.clear();
+        Ok(())
+    }
+}
+
+impl Write for ConsoleWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        for &b in buf {
+            if b == b'\r' {
+                continue;
+            }
+            self.line.push(b);
+            if b == b'\n' || self.line.len() >= MAX_LINE {
+                self.emit_line()?;
+            }
+        }
+        Ok(buf.len())
+    }
+
+    /// vm-superio flushes after every byte; whole lines are what we emit,
+    /// so a flush does not cut the current line (see [`ConsoleWriter::finish`]).
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl ConsoleWriter {
+    /// Emit a pending partial line (when the VM stops).
+    pub fn finish(&mut self) -> io::Result<()> {
+        self.emit_line()?;
+        if let Some(f) = self.log.as_mut() {
+            f.flush()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ConsoleWriter {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+/// The COM1 device on the bus.
+pub struct SerialConsole {
+    inner: Serial<EventFdTrigger, NoEvents, ConsoleWriter>,
+}
+
+impl SerialConsole {
+    pub fn new(interrupt: EventFd, out: ConsoleWriter) -> Self {
+        Self {
+            inner: Serial::new(EventFdTrigger(interrupt), out),
+        }
+    }
+
+    /// Flush a partial last line (called when the VM stops).
+    pub fn flush(&mut self) {
+        let _ = self.inner.writer_mut().finish();
+    }
+}
+
+impl PioDevice for SerialConsole {
+    fn read(&mut self, _ctx: IoContext, offset: u16, data: &mut [u8]) {
+        data.fill(0);
+        if let Some(b) = data.first_mut() {
+            *b = self.inner.read(offset as u8);
+        }
+    }
+
+    fn write(&mut self, _ctx: IoContext, offset: u16, data: &[u8]) {
+        if let Some(&b) = data.first() {
+            if let Err(e) = self.inner.write(offset as u8, b) {
+                log::warn!("serial write failed: {e:?}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn console_to_log_file() {
+        let dir = std::env::temp_dir().join(format!("pacer-serial-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("vm.log");
+        let f = File::create(&path).unwrap();
+        let mut dev = SerialConsole::new(
+            EventFd::new(libc_nonblock()).unwrap(),
+            ConsoleWriter::new("vm", Some(f), false),
+        );
+        let ctx = IoContext { vcpu: 0 };
+        for &b in b"hello\r\nworld" {
+            dev.write(ctx, 0, &[b]);
+        }
+        let mut s = String::new();
+        File::open(&path).unwrap().read_to_string(&mut s).unwrap();
+        assert_eq!(s, "hello\n", "whole lines only");
+        dev.flush();
+        let mut s = String::new();
+        File::open(&path).unwrap().read_to_string(&mut s).unwrap();
+        assert_eq!(s, "hello\nworld");
+        // LSR reports the transmitter empty.
+        let mut lsr = [0u8];
+        dev.read(ctx, 5, &mut lsr);
+        assert_ne!(lsr[0] & 0x20, 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn libc_nonblock() -> i32 {
+        0o4000 // EFD_NONBLOCK == O_NONBLOCK on Linux
+    }
+}

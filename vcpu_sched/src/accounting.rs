@@ -1,0 +1,898 @@
+//! Policy-neutral bookkeeping shared by the scheduling policies.
+//!
+//! Every policy has to implement the same event protocol (see
+//! [`crate::policy`]) and fill the same [`crate::SchedSnapshot`]. This module holds
+//! the parts that do not depend on *how* a policy decides:
+//!
+//! - [`validate_spec`] / [`validate_priority`]: the checks of
+//!   [`crate::EntitySpec`] every `add_entity`/`set_priority` performs;
+//! - [`EntityAccount`]: the Blocked / Ready / Running state machine of one
+//!   entity with its timestamps and counters (run time, ready wait, wake
+//!   latency histogram, migrations by distance, preemptions, quantum ends,
+//!   blocks, wakes), including the wake-pending rule of the protocol;
+//! - [`CpuAccount`]: what one logical CPU runs, with busy/idle time,
+//!   dispatches, context switches, idle-while-waiting and its pending kick;
+//! - [`CoreCorun`]: SMT co-run accounting (time a CPU ran one VM while a
+//!   sibling ran another);
+//! - [`ClassFifo`]: a ready queue with one FIFO per class (realtime, then
+//!   timeshare, then idle), used by the baseline policies.
+//!
+//! None of these types locks anything: the owning policy keeps them under
+//! whatever lock protects the data they describe. Methods never panic on
+//! inconsistent input (times running backwards saturate to zero; an
+//! impossible transition is refused and reported through the return value).
+
+use crate::stats::{CpuStats, EntityStats, LatencyHistogram, MigrationCounts};
+use crate::tunables::{PRIORITY_IDLE, PRIORITY_LOWEST_ACTIVE, PRIORITY_MAX_TIMESHARE};
+use crate::tunables::{PRIORITY_REALTIME_MAX, PRIORITY_REALTIME_MIN};
+use crate::{
+    CpuId, CpuSet, EntityId, EntitySpec, Nanos, SchedClass, SchedError, StopReason, Topology, VmId,
+};
+use std::collections::VecDeque;
+
+/// Check that `priority` is valid for `class` (realtime 100..=120,
+/// timeshare 1..=99, idle 0).
+pub(crate) fn validate_priority(class: SchedClass, priority: u8) -> Result<(), SchedError> {
+    let ok = match class {
+        SchedClass::Realtime => (PRIORITY_REALTIME_MIN..=PRIORITY_REALTIME_MAX).contains(&priority),
+        SchedClass::Timeshare => {
+            (PRIORITY_LOWEST_ACTIVE..=PRIORITY_MAX_TIMESHARE).contains(&priority)
+        }
+        SchedClass::Idle => priority == PRIORITY_IDLE,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(SchedError::BadPriority { class, priority })
+    }
+}
+
+/// Validate an entity spec against a topology and return its effective
+/// hard affinity: the spec's affinity restricted to the CPUs of the
+/// topology (CPUs outside it are ignored; none left is an error).
+pub(crate) fn validate_spec(spec: &EntitySpec, topology: &Topology) -> Result<CpuSet, SchedError> {
+    validate_priority(spec.class, spec.priority)?;
+    let affinity = spec.affinity.intersection(&topology.all_cpus());
+    if affinity.is_empty() {
+        return Err(SchedError::EmptyAffinity);
+    }
+    Ok(affinity)
+}
+
+/// Order of the classes: 0 runs first (realtime), 2 last (idle).
+pub(crate) fn class_rank(class: SchedClass) -> usize {
+    match class {
+        SchedClass::Realtime => 0,
+        SchedClass::Timeshare => 1,
+        SchedClass::Idle => 2,
+    }
+}
+
+/// Where an entity is in the protocol's state machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunState {
+    /// Not runnable (the initial state, and after a `Blocked` stop).
+    Blocked,
+    /// Runnable and waiting in some queue of the policy.
+    Ready,
+    /// Running on this CPU.
+    Running(CpuId),
+}
+
+/// The accounting state of one entity: state machine, timestamps and the
+/// counters of [`EntityStats`].
+///
+/// Transitions (the policy moves the entity between its queues accordingly):
+/// - [`wake`](Self::wake): Blocked -> Ready (returns `true`); on a Running
+///   entity it sets the wake-pending flag (returns `false`), which stays set
+///   (across quantum ends, preemptions and yields) until the next `Blocked`
+///   stop consumes it, so a wake racing with a block is never lost;
+/// - [`dispatch`](Self::dispatch): Ready -> Running, records ready wait,
+///   wake latency and the migration distance from the previous CPU;
+/// - [`stop`](Self::stop): Running -> Ready or Blocked, records run time and
+///   the reason's counter; a `Blocked` stop with a pending wake stays Ready.
+#[derive(Debug, Clone)]
+pub(crate) struct EntityAccount {
+    /// The entity.
+    pub id: EntityId,
+    /// Its VM.
+    pub vm: VmId,
+    /// Its class (fixed for its lifetime).
+    pub class: SchedClass,
+    /// Its base priority.
+    pub priority: u8,
+    /// Time used of the current quantum: [`stop`](Self::stop) adds the run
+    /// time; the policy resets it when it grants a fresh quantum.
+    pub slice_used: Nanos,
+    state: RunState,
+    /// When the current state began.
+    since: Nanos,
+    /// Time of the wake whose latency is measured at the next dispatch.
+    wake_at: Option<Nanos>,
+    /// Woken while running: the next `Blocked` stop keeps it runnable.
+    wake_pending: bool,
+    last_cpu: Option<CpuId>,
+    run_time: Nanos,
+    ready_wait: Nanos,
+    sleep_time: Nanos,
+    wake_latency: LatencyHistogram,
+    migrations: MigrationCounts,
+    preemptions: u64,
+    quantum_ends: u64,
+    blocks: u64,
+    wakes: u64,
+}
+
+impl EntityAccount {
+    /// A new, blocked entity.
+    pub fn new(id: EntityId, spec: &EntitySpec, now: Nanos) -> Self {
+        EntityAccount {
+            id,
+            vm: spec.vm,
+            class: spec.class,
+            priority: spec.priority,
+            slice_used: 0,
+            state: RunState::Blocked,
+            since: now,
+            wake_at: None,
+            wake_pending: false,
+            last_cpu: None,
+            run_time: 0,
+            ready_wait: 0,
+            sleep_time: 0,
+            wake_latency: LatencyHistogram::new(),
+            migrations: MigrationCounts::default(),
+            preemptions: 0,
+            quantum_ends: 0,
+            blocks: 0,
+            wakes: 0,
+        }
+    }
+
+    /// Current state.
+    pub fn state(&self) -> RunState {
+        self.state
+    }
+
+    /// The CPU it last ran on (`None` before its first dispatch).
+    pub fn last_cpu(&self) -> Option<CpuId> {
+        self.last_cpu
+    }
+
+    /// Whether a wake arrived while it was running.
+    #[allow(dead_code)] // shared API (tests and policies that inspect it)
+    pub fn wake_pending(&self) -> bool {
+        self.wake_pending
+    }
+
+    /// The wake event. Returns `true` if the entity went Blocked -> Ready
+    /// (the policy must queue it), `false` if it already was runnable (a
+    /// running entity remembers the wake for its next `Blocked` stop).
+    pub fn wake(&mut self, now: Nanos) -> bool {
+        match self.state {
+            RunState::Blocked => {
+                self.sleep_time += now.saturating_sub(self.since);
+                self.enter(RunState::Ready, now);
+                self.wake_at = Some(now);
+                self.wakes += 1;
+                true
+            }
+            RunState::Running(_) => {
+                self.wake_pending = true;
+                false
+            }
+            RunState::Ready => false,
+        }
+    }
+
+    /// Ready -> Running on `cpu`. Returns `false` (and changes nothing) if
+    /// the entity was not Ready.
+    pub fn dispatch(&mut self, cpu: CpuId, now: Nanos, topology: &Topology) -> bool {
+        if self.state != RunState::Ready {
+            return false;
+        }
+        self.ready_wait += now.saturating_sub(self.since);
+        if let Some(w) = self.wake_at.take() {
+            self.wake_latency.record(now.saturating_sub(w));
+        }
+        if let Some(prev) = self.last_cpu {
+            self.migrations.record(topology.distance(prev, cpu));
+        }
+        self.last_cpu = Some(cpu);
+        self.enter(RunState::Running(cpu), now);
+        true
+    }
+
+    /// Running -> stopped for `reason`. Returns `true` if it stays runnable
+    /// (now Ready: the policy must queue it again), `false` if it is now
+    /// Blocked. Counters: `QuantumEnd` -> quantum_ends, `Preempted` ->
+    /// preemptions, `Blocked` -> blocks (unless a pending wake keeps it
+    /// runnable: that counts as a wake at `now`, and the wake latency is
+    /// measured from `now`). `Idle` for a running entity is a caller
+    /// inconsistency; it is treated as `Preempted` so nothing is lost. A
+    /// call on an entity that is not running changes nothing and returns
+    /// whether it is runnable.
+    pub fn stop(&mut self, now: Nanos, reason: StopReason) -> bool {
+        if !matches!(self.state, RunState::Running(_)) {
+            return self.state == RunState::Ready;
+        }
+        let ran = now.saturating_sub(self.since);
+        self.run_time += ran;
+        self.slice_used += ran;
+        match reason {
+            StopReason::QuantumEnd => self.quantum_ends += 1,
+            StopReason::Preempted | StopReason::Idle => self.preemptions += 1,
+            StopReason::Yielded => {}
+            StopReason::Blocked => {
+                if self.wake_pending {
+                    self.wake_pending = false;
+                    self.wakes += 1;
+                    self.wake_at = Some(now);
+                } else {
+                    self.blocks += 1;
+                    self.enter(RunState::Blocked, now);
+                    return false;
+                }
+            }
+        }
+        self.enter(RunState::Ready, now);
+        true
+    }
+
+    fn enter(&mut self, state: RunState, now: Nanos) {
+        self.state = state;
+        // Never move backwards: an event stamped a little earlier than the
+        // previous one (clocks read on different threads) adds nothing.
+        self.since = self.since.max(now);
+    }
+
+    /// Counters at `now`, including the time spent in the current state.
+    /// `load` is the lifetime "load if it ran alone": run time over run plus
+    /// blocked time, in 1/1000 (policies with a real estimate overwrite it).
+    pub fn stats(&self, now: Nanos) -> EntityStats {
+        let open = now.saturating_sub(self.since);
+        let (mut run, mut wait, mut sleep) = (self.run_time, self.ready_wait, self.sleep_time);
+        match self.state {
+            RunState::Running(_) => run += open,
+            RunState::Ready => wait += open,
+            RunState::Blocked => sleep += open,
+        }
+        let load = (u128::from(run) * 1000)
+            .checked_div(u128::from(run) + u128::from(sleep))
+            .unwrap_or(0) as u32;
+        EntityStats {
+            id: self.id,
+            vm: self.vm,
+            base_priority: self.priority,
+            run_time: run,
+            ready_wait: wait,
+            wake_latency: self.wake_latency.summary(),
+            migrations: self.migrations,
+            preemptions: self.preemptions,
+            quantum_ends: self.quantum_ends,
+            blocks: self.blocks,
+            wakes: self.wakes,
+            load,
+        }
+    }
+}
+
+/// The accounting state of one logical CPU.
+#[derive(Debug, Clone)]
+pub(crate) struct CpuAccount {
+    /// The CPU.
+    pub cpu: CpuId,
+    /// A wake kicked this CPU and it has not called `schedule` since (an
+    /// idle CPU with a pending kick is already claimed).
+    pub kick_pending: bool,
+    current: Option<EntityId>,
+    last_entity: Option<EntityId>,
+    /// Start of the current busy or idle interval (`None` before the first event).
+    since: Option<Nanos>,
+    busy_time: Nanos,
+    idle_time: Nanos,
+    dispatches: u64,
+    context_switches: u64,
+    idle_while_waiting: u64,
+}
+
+impl CpuAccount {
+    /// A new, idle CPU. Time is counted from its first event.
+    pub fn new(cpu: CpuId) -> Self {
+        CpuAccount {
+            cpu,
+            kick_pending: false,
+            current: None,
+            last_entity: None,
+            since: None,
+            busy_time: 0,
+            idle_time: 0,
+            dispatches: 0,
+            context_switches: 0,
+            idle_while_waiting: 0,
+        }
+    }
+
+    /// The entity the CPU runs (it stays set, even for a removed entity,
+    /// until the CPU calls `schedule`).
+    pub fn current(&self) -> Option<EntityId> {
+        self.current
+    }
+
+    /// Running nothing and not already claimed by a kick.
+    pub fn is_free_idle(&self) -> bool {
+        self.current.is_none() && !self.kick_pending
+    }
+
+    /// Close the current busy or idle interval at `now`.
+    fn advance(&mut self, now: Nanos) {
+        if let Some(s) = self.since {
+            let dt = now.saturating_sub(s);
+            if self.current.is_some() {
+                self.busy_time += dt;
+            } else {
+                self.idle_time += dt;
+            }
+        }
+        self.since = Some(self.since.map_or(now, |s| s.max(now)));
+    }
+
+    /// The CPU starts running `entity` at `now` (a dispatch; a context
+    /// switch if it differs from the entity that ran here last).
+    pub fn run(&mut self, entity: EntityId, now: Nanos) {
+        self.advance(now);
+        self.dispatches += 1;
+        if self.last_entity != Some(entity) {
+            self.context_switches += 1;
+        }
+        self.current = Some(entity);
+        self.last_entity = Some(entity);
+    }
+
+    /// The CPU goes idle at `now`; `waiting` says whether an entity allowed
+    /// on it was runnable and waiting at that moment.
+    pub fn idle(&mut self, now: Nanos, waiting: bool) {
+        self.advance(now);
+        self.current = None;
+        if waiting {
+            self.idle_while_waiting += 1;
+        }
+    }
+
+    /// Busy and idle time at `now`, including the open interval.
+    pub fn times(&self, now: Nanos) -> (Nanos, Nanos) {
+        let open = self.since.map_or(0, |s| now.saturating_sub(s));
+        if self.current.is_some() {
+            (self.busy_time + open, self.idle_time)
+        } else {
+            (self.busy_time, self.idle_time + open)
+        }
+    }
+
+    /// Counters at `now`; `smt_corun_foreign` and `core_load` are left 0
+    /// for the policy to fill.
+    pub fn stats(&self, now: Nanos) -> CpuStats {
+        let (busy, idle) = self.times(now);
+        CpuStats {
+            cpu: self.cpu,
+            busy_time: busy,
+            idle_time: idle,
+            dispatches: self.dispatches,
+            context_switches: self.context_switches,
+            smt_corun_foreign: 0,
+            idle_while_waiting: self.idle_while_waiting,
+            core_load: 0,
+        }
+    }
+}
+
+/// Mean utilisation of a group of CPUs in 1/1000 (busy / (busy + idle)),
+/// the `core_load` of policies that do not estimate load.
+pub(crate) fn utilisation(times: impl IntoIterator<Item = (Nanos, Nanos)>) -> u32 {
+    let (mut busy, mut total) = (0u128, 0u128);
+    for (b, i) in times {
+        busy += u128::from(b);
+        total += u128::from(b) + u128::from(i);
+    }
+    (busy * 1000).checked_div(total).unwrap_or(0) as u32
+}
+
+/// SMT co-run accounting of one core: for each SMT thread, the time it ran
+/// an entity of one VM while a sibling ran an entity of another VM.
+#[derive(Debug, Clone)]
+pub(crate) struct CoreCorun {
+    since: Option<Nanos>,
+    running: Vec<Option<VmId>>,
+    foreign: Vec<Nanos>,
+}
+
+impl CoreCorun {
+    /// A core with `threads` SMT threads, all idle.
+    pub fn new(threads: usize) -> Self {
+        CoreCorun {
+            since: None,
+            running: vec![None; threads],
+            foreign: vec![0; threads],
+        }
+    }
+
+    /// Whether thread `i` co-runs with a foreign VM right now.
+    fn is_foreign(&self, i: usize) -> bool {
+        match self.running.get(i).copied().flatten() {
+            Some(v) => self.running.iter().any(|w| w.is_some_and(|w| w != v)),
+            None => false,
+        }
+    }
+
+    fn close(&mut self, now: Nanos) {
+        if let Some(s) = self.since {
+            let dt = now.saturating_sub(s);
+            if dt > 0 {
+                for i in 0..self.running.len() {
+                    if self.is_foreign(i) {
+                        self.foreign[i] += dt;
+                    }
+                }
+            }
+        }
+        self.since = Some(self.since.map_or(now, |s| s.max(now)));
+    }
+
+    /// SMT thread `smt` now runs an entity of `vm` (or nothing).
+    pub fn set(&mut self, smt: usize, vm: Option<VmId>, now: Nanos) {
+        self.close(now);
+        if let Some(slot) = self.running.get_mut(smt) {
+            *slot = vm;
+        }
+    }
+
+    /// Foreign co-run time of thread `smt` at `now`, including the open interval.
+    pub fn foreign(&self, smt: usize, now: Nanos) -> Nanos {
+        let closed = self.foreign.get(smt).copied().unwrap_or(0);
+        let open = match self.since {
+            Some(s) if self.is_foreign(smt) => now.saturating_sub(s),
+            _ => 0,
+        };
+        closed + open
+    }
+}
+
+/// A ready queue with one FIFO per class: realtime entities come before
+/// timeshare ones, which come before idle-class ones. Used by the baseline
+/// policies; each entity must be queued at most once (the policy's state
+/// machine guarantees it).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ClassFifo {
+    queues: [VecDeque<EntityId>; 3],
+}
+
+impl ClassFifo {
+    /// Append `id` at the tail of its class.
+    pub fn push_back(&mut self, id: EntityId, class: SchedClass) {
+        self.queues[class_rank(class)].push_back(id);
+    }
+
+    /// Put `id` at the head of its class (a preempted entity resumes first).
+    pub fn push_front(&mut self, id: EntityId, class: SchedClass) {
+        self.queues[class_rank(class)].push_front(id);
+    }
+
+    /// Remove `id` from its class queue; `false` if it was not there.
+    pub fn remove(&mut self, id: EntityId, class: SchedClass) -> bool {
+        let q = &mut self.queues[class_rank(class)];
+        match q.iter().position(|e| *e == id) {
+            Some(i) => q.remove(i).is_some(),
+            None => false,
+        }
+    }
+
+    /// Remove and return the first entity, in class order then FIFO order,
+    /// that `allowed` accepts.
+    pub fn pop_first(&mut self, mut allowed: impl FnMut(EntityId) -> bool) -> Option<EntityId> {
+        for q in &mut self.queues {
+            if let Some(i) = q.iter().position(|e| allowed(*e)) {
+                return q.remove(i);
+            }
+        }
+        None
+    }
+
+    /// Number of queued entities.
+    #[allow(dead_code)] // shared API (tests and policies that inspect it)
+    pub fn len(&self) -> usize {
+        self.queues.iter().map(VecDeque::len).sum()
+    }
+
+    /// All queued entities, in pick order.
+    pub fn iter(&self) -> impl Iterator<Item = EntityId> + '_ {
+        self.queues.iter().flat_map(|q| q.iter().copied())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(vm: u32) -> EntitySpec {
+        EntitySpec {
+            vm: VmId(vm),
+            class: SchedClass::Timeshare,
+            priority: 10,
+            affinity: CpuSet::first_n(4),
+        }
+    }
+
+    #[test]
+    fn entity_state_machine_and_counters() {
+        let t = Topology::from_spec("1x2x2").unwrap();
+        let mut e = EntityAccount::new(EntityId(0), &spec(0), 0);
+        assert_eq!(e.state(), RunState::Blocked);
+        assert!(!e.dispatch(CpuId(0), 5, &t));
+        assert!(e.wake(100));
+        assert!(!e.wake(110));
+        assert!(e.dispatch(CpuId(0), 150, &t));
+        assert!(!e.wake(160)); // pending
+        assert!(e.wake_pending());
+        assert!(e.stop(400, StopReason::Blocked)); // stays runnable
+        assert_eq!(e.state(), RunState::Ready);
+        assert!(e.dispatch(CpuId(1), 450, &t));
+        assert!(e.stop(500, StopReason::Preempted));
+        assert!(e.dispatch(CpuId(2), 600, &t));
+        assert!(e.stop(700, StopReason::QuantumEnd));
+        assert!(e.dispatch(CpuId(2), 700, &t));
+        assert!(!e.stop(800, StopReason::Blocked));
+        assert_eq!(e.state(), RunState::Blocked);
+        let s = e.stats(1000);
+        assert_eq!(s.run_time, 250 + 50 + 100 + 100);
+        assert_eq!(s.ready_wait, 50 + 50 + 100);
+        assert_eq!(
+            (s.wakes, s.blocks, s.preemptions, s.quantum_ends),
+            (2, 1, 1, 1)
+        );
+        assert_eq!(s.wake_latency.count, 2);
+        assert_eq!(s.wake_latency.max, 50);
+        assert_eq!(s.migrations.smt_sibling, 1);
+        assert_eq!(s.migrations.same_llc, 1);
+        assert_eq!(s.migrations.same_cpu, 1);
+        // 500 run, 100 + 200 asleep.
+        assert_eq!(s.load, 500 * 1000 / 800);
+        assert_eq!(e.slice_used, 500);
+    }
+
+    #[test]
+    fn cpu_account_times_and_switches() {
+        let mut c = CpuAccount::new(CpuId(0));
+        c.idle(10, false);
+        c.run(EntityId(1), 30);
+        c.run(EntityId(1), 50);
+        c.run(EntityId(2), 60);
+        c.idle(100, true);
+        let s = c.stats(130);
+        assert_eq!((s.busy_time, s.idle_time), (70, 20 + 30));
+        assert_eq!(
+            (s.dispatches, s.context_switches, s.idle_while_waiting),
+            (3, 2, 1)
+        );
+        assert_eq!(utilisation([(70, 50), (0, 0)]), 583);
+    }
+
+    #[test]
+    fn corun_counts_foreign_siblings_only() {
+        let mut c = CoreCorun::new(2);
+        c.set(0, Some(VmId(1)), 0);
+        c.set(1, Some(VmId(1)), 10);
+        c.set(1, Some(VmId(2)), 20);
+        c.set(0, None, 50);
+        assert_eq!(c.foreign(0, 100), 30);
+        assert_eq!(c.foreign(1, 100), 30);
+    }
+
+    #[test]
+    fn class_fifo_orders_by_class() {
+        let mut q = ClassFifo::default();
+        q.push_back(EntityId(1), SchedClass::Idle);
+        q.push_back(EntityId(2), SchedClass::Timeshare);
+        q.push_back(EntityId(3), SchedClass::Timeshare);
+        q.push_front(EntityId(4), SchedClass::Timeshare);
+        q.push_back(EntityId(5), SchedClass::Realtime);
+        let order: Vec<u32> = q.iter().map(|e| e.0).collect();
+        assert_eq!(order, vec![5, 4, 2, 3, 1]);
+        assert!(q.remove(EntityId(4), SchedClass::Timeshare));
+        assert!(!q.remove(EntityId(4), SchedClass::Timeshare));
+        assert_eq!(q.pop_first(|e| e.0 != 5), Some(EntityId(2)));
+        assert_eq!(q.len(), 3);
+    }
+
+    #[test]
+    fn spec_validation() {
+        let t = Topology::from_spec("1x2x1").unwrap();
+        assert_eq!(validate_spec(&spec(0), &t).unwrap(), CpuSet::first_n(2));
+        let mut s = spec(0);
+        s.affinity = CpuSet::single(CpuId(7));
+        assert_eq!(validate_spec(&s, &t), Err(SchedError::EmptyAffinity));
+        s.affinity = CpuSet::first_n(2);
+        s.priority = 0;
+        assert!(matches!(
+            validate_spec(&s, &t),
+            Err(SchedError::BadPriority { .. })
+        ));
+        assert!(validate_priority(SchedClass::Realtime, 100).is_ok());
+        assert!(validate_priority(SchedClass::Realtime, 99).is_err());
+        assert!(validate_priority(SchedClass::Idle, 0).is_ok());
+        assert!(validate_priority(SchedClass::Idle, 1).is_err());
+    }
+}
+
+/// A protocol-level random test driver shared by the policies' property
+/// tests: it plays random event sequences against a scheduler while keeping
+/// a model of the protocol, and checks the decisions against it.
+#[cfg(test)]
+pub(crate) mod testkit {
+    use crate::{
+        CpuId, CpuSet, EntityId, EntitySpec, SchedClass, SchedError, StopReason, Topology,
+        VcpuScheduler, VmId,
+    };
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    /// One random event.
+    #[derive(Debug, Clone)]
+    pub enum Op {
+        /// Add entity `i` of the generated specs (if not present).
+        Add(usize),
+        /// Wake entity `i`.
+        Wake(usize),
+        /// CPU `i` (modulo the CPU count) calls `schedule`; the byte picks the reason.
+        Schedule(usize, u8),
+        /// Remove entity `i`.
+        Remove(usize),
+        /// Change the priority of entity `i`.
+        SetPriority(usize),
+        /// Take a snapshot and check its totals.
+        Snapshot,
+    }
+
+    /// A random small topology spec: 1-2 packages, 1-2 LLCs, 1-3 cores, 1-2 threads.
+    pub fn topology() -> impl Strategy<Value = Topology> {
+        (1u32..=2, 1u32..=2, 1u32..=3, 1u32..=2).prop_map(|(p, l, c, t)| {
+            Topology::from_spec(&format!("{p}x{l}x{c}x{t}")).expect("valid spec")
+        })
+    }
+
+    /// Random entity specs (affinity CPU ids are reduced modulo the real CPU
+    /// count by [`drive`]; an empty affinity becomes all CPUs).
+    pub fn specs() -> impl Strategy<Value = Vec<EntitySpec>> {
+        prop::collection::vec((0u32..3, 0u8..10, any::<u32>()), 1..10).prop_map(|v| {
+            v.into_iter()
+                .map(|(vm, c, mask)| {
+                    let (class, priority) = match c {
+                        0 => (SchedClass::Realtime, 100 + (mask % 21) as u8),
+                        1 => (SchedClass::Idle, 0),
+                        _ => (SchedClass::Timeshare, 1 + (mask % 30) as u8),
+                    };
+                    // The mask's low 32 bits as CPU ids 0..32.
+                    let affinity = (0..32)
+                        .filter(|b| mask & (1 << b) != 0)
+                        .map(CpuId)
+                        .collect();
+                    EntitySpec {
+                        vm: VmId(vm),
+                        class,
+                        priority,
+                        affinity,
+                    }
+                })
+                .collect()
+        })
+    }
+
+    /// Random event sequences.
+    pub fn ops() -> impl Strategy<Value = Vec<(Op, u16)>> {
+        let op = prop_oneof![
+            2 => (0usize..10).prop_map(Op::Add),
+            6 => (0usize..10).prop_map(Op::Wake),
+            8 => (0usize..8, any::<u8>()).prop_map(|(c, r)| Op::Schedule(c, r)),
+            1 => (0usize..10).prop_map(Op::Remove),
+            1 => (0usize..10).prop_map(Op::SetPriority),
+            1 => Just(Op::Snapshot),
+        ];
+        prop::collection::vec((op, 0u16..2000), 1..250)
+    }
+
+    /// The model's view of one entity.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum M {
+        Blocked,
+        /// Runnable, queued; the flag is a pending wake (kept until the next Blocked stop).
+        Waiting(bool),
+        /// Running; the flag is a pending wake.
+        Running(CpuId, bool),
+    }
+
+    /// Play `ops` against `sched` (built on `topo`), checking after every
+    /// event the policy's own invariants (`check`) and the model:
+    /// - `wake` answers `Some` exactly when the entity was blocked, and names
+    ///   a CPU of its affinity;
+    /// - `schedule` dispatches only runnable, not-running entities, inside
+    ///   their affinity, never one entity on two CPUs;
+    /// - a `Blocked` stop of an entity woken while running keeps it runnable;
+    /// - errors for unknown entities and CPUs.
+    pub fn drive(
+        sched: &dyn VcpuScheduler,
+        topo: &Topology,
+        specs: &[EntitySpec],
+        ops: &[(Op, u16)],
+        check: &dyn Fn() -> Result<(), String>,
+    ) -> Result<(), TestCaseError> {
+        let n = topo.num_cpus() as u32;
+        let specs: Vec<EntitySpec> = specs
+            .iter()
+            .map(|s| {
+                let mut s = s.clone();
+                let mut aff: CpuSet = s.affinity.iter().map(|c| CpuId(c.0 % n)).collect();
+                if aff.is_empty() {
+                    aff = topo.all_cpus();
+                }
+                s.affinity = aff;
+                s
+            })
+            .collect();
+        let mut ids: Vec<Option<EntityId>> = vec![None; specs.len()];
+        let mut model: HashMap<EntityId, (usize, M)> = HashMap::new();
+        let mut running: Vec<Option<EntityId>> = vec![None; n as usize];
+        let mut now = 1_000u64;
+        for (op, dt) in ops {
+            now += u64::from(*dt) * 1000;
+            match op {
+                Op::Add(i) => {
+                    let i = i % specs.len();
+                    if ids[i].is_none() {
+                        let id = sched
+                            .add_entity(specs[i].clone(), now)
+                            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                        prop_assert!(!model.contains_key(&id), "id {:?} reused while live", id);
+                        prop_assert!(
+                            !running.contains(&Some(id)),
+                            "id {:?} reused while a CPU runs it",
+                            id
+                        );
+                        ids[i] = Some(id);
+                        model.insert(id, (i, M::Blocked));
+                    }
+                }
+                Op::Wake(i) => {
+                    let Some(id) = ids[i % specs.len()] else {
+                        continue;
+                    };
+                    let (si, state) = model[&id];
+                    let d = sched
+                        .wake(id, now)
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    match state {
+                        M::Blocked => {
+                            let d = d.ok_or_else(|| {
+                                TestCaseError::fail("wake of a blocked entity returned None")
+                            })?;
+                            prop_assert!(
+                                specs[si].affinity.contains(d.cpu),
+                                "wake placed {:?} outside affinity",
+                                id
+                            );
+                            model.insert(id, (si, M::Waiting(false)));
+                        }
+                        M::Waiting(_) => {
+                            prop_assert!(d.is_none(), "wake of a waiting entity returned Some")
+                        }
+                        M::Running(c, _) => {
+                            prop_assert!(d.is_none(), "wake of a running entity returned Some");
+                            model.insert(id, (si, M::Running(c, true)));
+                        }
+                    }
+                }
+                Op::Schedule(c, r) => {
+                    let cpu = CpuId(*c as u32 % n);
+                    let cur = running[cpu.0 as usize];
+                    let reason = match (cur, r % 4) {
+                        (None, 0) => StopReason::Preempted,
+                        (None, _) => StopReason::Idle,
+                        (Some(_), 0) => StopReason::QuantumEnd,
+                        (Some(_), 1) => StopReason::Preempted,
+                        (Some(_), 2) => StopReason::Blocked,
+                        (Some(_), _) => StopReason::Yielded,
+                    };
+                    if let Some(e) = cur {
+                        if let Some((si, M::Running(_, pending))) = model.get(&e).copied() {
+                            let next = match (reason, pending) {
+                                (StopReason::Blocked, false) => M::Blocked,
+                                (StopReason::Blocked, true) => M::Waiting(false),
+                                _ => M::Waiting(pending),
+                            };
+                            model.insert(e, (si, next));
+                        }
+                    }
+                    let d = sched
+                        .schedule(cpu, now, reason)
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    running[cpu.0 as usize] = d.entity;
+                    match d.entity {
+                        Some(e) => {
+                            prop_assert!(d.quantum > 0, "zero quantum");
+                            let (si, state) = model.get(&e).copied().ok_or_else(|| {
+                                TestCaseError::fail(format!("dispatched unknown {e:?}"))
+                            })?;
+                            let M::Waiting(pending) = state else {
+                                return Err(TestCaseError::fail(format!(
+                                    "dispatched {e:?} in state {state:?}"
+                                )));
+                            };
+                            prop_assert!(
+                                specs[si].affinity.contains(cpu),
+                                "{:?} runs on {:?} outside its affinity",
+                                e,
+                                cpu
+                            );
+                            let elsewhere = running
+                                .iter()
+                                .enumerate()
+                                .any(|(k, r)| k != cpu.0 as usize && *r == Some(e));
+                            prop_assert!(!elsewhere, "{:?} runs on two CPUs", e);
+                            model.insert(e, (si, M::Running(cpu, pending)));
+                        }
+                        None => prop_assert_eq!(d.quantum, 0),
+                    }
+                }
+                Op::Remove(i) => {
+                    let i = i % specs.len();
+                    let Some(id) = ids[i] else { continue };
+                    sched
+                        .remove_entity(id, now)
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    prop_assert!(matches!(
+                        sched.remove_entity(id, now),
+                        Err(SchedError::UnknownEntity(_))
+                    ));
+                    prop_assert!(matches!(
+                        sched.wake(id, now),
+                        Err(SchedError::UnknownEntity(_))
+                    ));
+                    ids[i] = None;
+                    model.remove(&id);
+                }
+                Op::SetPriority(i) => {
+                    let i = i % specs.len();
+                    let Some(id) = ids[i] else { continue };
+                    let (lo, hi) = match specs[i].class {
+                        SchedClass::Realtime => (100, 120),
+                        SchedClass::Timeshare => (1, 99),
+                        SchedClass::Idle => (0, 0),
+                    };
+                    sched
+                        .set_priority(id, hi, now)
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    sched
+                        .set_priority(id, lo, now)
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    prop_assert!(sched.set_priority(id, 121, now).is_err());
+                }
+                Op::Snapshot => {
+                    let s = sched.snapshot(now);
+                    prop_assert_eq!(s.entities.len(), model.len());
+                    prop_assert_eq!(s.cpus.len(), n as usize);
+                    for e in &s.entities {
+                        prop_assert!(model.contains_key(&e.id));
+                    }
+                }
+            }
+            check().map_err(TestCaseError::fail)?;
+        }
+        prop_assert!(matches!(
+            sched.schedule(CpuId(n), now, StopReason::Idle),
+            Err(SchedError::UnknownCpu(_))
+        ));
+        prop_assert!(matches!(
+            sched.wake(EntityId(1 << 30), now),
+            Err(SchedError::UnknownEntity(_))
+        ));
+        Ok(())
+    }
+}

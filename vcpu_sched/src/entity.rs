@@ -1,0 +1,321 @@
+//! Schedulable entities (vCPUs): class, priority with cycling penalties,
+//! run state and per-entity accounting (Haiku's `ThreadData`).
+//!
+//! Penalty cycling: each quantum end raises `penalty` by one (up to
+//! P - minimal) and `additional` by one; each block before the quantum ends
+//! raises `additional`. E = P - penalty, then E -= additional % E, so E
+//! walks down from P - penalty to 1 and wraps: a CPU-bound entity keeps
+//! losing priority until it ends up below everyone and runs again only when
+//! others yield, yet every entity eventually passes through a high E (the
+//! starvation guard), and over a cycle the order of static priorities is
+//! kept. E and the base quantum are cached and recomputed only when the
+//! penalty or the base priority changes.
+
+use crate::load::EntityLoad;
+use crate::quantum::base_quantum;
+use crate::stats::MigrationCounts;
+use crate::tunables::{QuantumTable, Tunables};
+use crate::{CoreId, CpuId, CpuSet, LatencyHistogram, Nanos, SchedClass, VmId};
+use std::sync::Arc;
+
+
+/// Priority state of one entity with the cached effective priority and base quantum.
+#[derive(Debug, Clone)]
+pub(crate) struct Priority {
+    pub class: SchedClass,
+    pub base: u8,
+    pub penalty: u8,
+    pub additional: u32,
+    effective: u8,
+    base_quantum: Nanos,
+}
+
+impl Priority {
+    /// Fresh state (no penalty) with E and base quantum computed.
+    pub fn new(class: SchedClass, base: u8, t: &Tunables, table: &QuantumTable) -> Priority {
+        let mut p = Priority {
+            class,
+            base,
+            penalty: 0,
+            additional: 0,
+            effective: base,
+            base_quantum: 0,
+        };
+        p.recompute(t, table);
+        p
+    }
+
+    /// Cached effective priority E.
+    pub fn effective(&self) -> u8 {
+        self.effective
+    }
+
+    /// Cached base quantum for E.
+    pub fn base_quantum(&self) -> Nanos {
+        self.base_quantum
+    }
+
+    /// clamp(P / divisor, 1, cap), and never above P.
+    pub fn minimal(&self, t: &Tunables) -> u8 {
+        let m = self.base / t.minimal_priority_divisor.max(1);
+        m.clamp(1, t.minimal_priority_cap.max(1))
+            .min(self.base.max(1))
+    }
+
+    fn penalised(&self) -> bool {
+        self.class == SchedClass::Timeshare
+    }
+
+    /// Quantum ended: penalty +1 (capped at P - minimal), additional +1.
+    pub fn quantum_ended(&mut self, t: &Tunables, table: &QuantumTable) {
+        if !self.penalised() {
+            return;
+        }
+        if self.penalty < self.base - self.minimal(t) {
+            self.penalty += 1;
+        }
+        self.additional = self.additional.wrapping_add(1);
+        self.recompute(t, table);
+    }
+
+    /// Blocked before its quantum ended: additional +1.
+    pub fn blocked_early(&mut self, t: &Tunables, table: &QuantumTable) {
+        if !self.penalised() {
+            return;
+        }
+        self.additional = self.additional.wrapping_add(1);
+        self.recompute(t, table);
+    }
+
+    /// Cancel the penalty (long sleep, priority change). As in Haiku's
+    /// `CancelPenalty`, the additional penalty is kept: it only rotates E
+    /// inside 1..=P - penalty.
+    pub fn cancel_penalty(&mut self, t: &Tunables, table: &QuantumTable) {
+        if self.penalty == 0 {
+            return;
+        }
+        self.penalty = 0;
+        self.recompute(t, table);
+    }
+
+    /// New base priority (cancels the penalty, always recomputes).
+    pub fn set_base(&mut self, base: u8, t: &Tunables, table: &QuantumTable) {
+        self.base = base;
+        self.penalty = 0;
+        self.recompute(t, table);
+    }
+
+    /// The mode changed: the cached base quantum depends on its table.
+    pub fn recompute(&mut self, _t: &Tunables, table: &QuantumTable) {
+        self.effective = match self.class {
+            SchedClass::Realtime => self.base,
+            SchedClass::Idle => 0,
+            SchedClass::Timeshare => {
+                let e = self.base.saturating_sub(self.penalty);
+                if e > 0 {
+                    e - (self.additional % e as u32) as u8
+                } else {
+                    e
+                }
+            }
+        };
+        self.base_quantum = base_quantum(table, self.effective);
+    }
+}
+
+/// Which queue holds a queued entity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QueueRef {
+    /// The queue of a core (affinity covers all CPUs of the core).
+    Core(CoreId),
+    /// The pinned queue of one logical CPU.
+    Pinned(CpuId),
+}
+
+/// Where an entity is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunState {
+    Blocked,
+    /// In (or being popped from) a queue, pushed with sequence `seq`.
+    Queued {
+        queue: QueueRef,
+        seq: u64,
+        level: u8,
+    },
+    Running(CpuId),
+}
+
+/// Counters of one entity (reported in `EntityStats`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct EntityCounters {
+    pub run_time: Nanos,
+    pub ready_wait: Nanos,
+    pub wake_latency: LatencyHistogram,
+    pub migrations: MigrationCounts,
+    pub preemptions: u64,
+    pub quantum_ends: u64,
+    pub blocks: u64,
+    pub wakes: u64,
+}
+
+/// One vCPU.
+#[derive(Debug, Clone)]
+pub(crate) struct Entity {
+    pub vm: VmId,
+    pub affinity: Arc<CpuSet>,
+    pub prio: Priority,
+    pub state: RunState,
+    /// Woken while still running: its next `Blocked` stop keeps it runnable.
+    pub wake_pending: bool,
+    /// Removed while running or being popped: the CPU that holds it frees it.
+    pub removed: bool,
+    /// Time used of the current quantum.
+    pub used: Nanos,
+    /// The full quantum computed at the last dispatch (used is measured against it).
+    pub quantum_full: Nanos,
+    /// When it was dispatched (valid while running).
+    pub dispatched_at: Nanos,
+    /// When it entered its queue (ready-wait accounting).
+    pub queued_at: Nanos,
+    /// When it blocked (sleep length, load).
+    pub slept_at: Nanos,
+    /// When it was woken, until it runs (wake latency).
+    pub woken_at: Option<Nanos>,
+    /// The CPU it last ran on and the active time of that core then.
+    pub last_cpu: Option<CpuId>,
+    pub last_core_active: Nanos,
+    pub load: EntityLoad,
+    /// Core its load is charged to, the value charged, and whether it is
+    /// currently ready there (else blocked with the epoch it left in).
+    pub load_core: Option<CoreId>,
+    pub charged: u32,
+    pub load_ready: bool,
+    pub load_epoch: Option<u64>,
+    pub counters: EntityCounters,
+}
+
+impl Entity {
+    /// A new blocked entity.
+    pub fn new(vm: VmId, affinity: Arc<CpuSet>, prio: Priority, now: Nanos) -> Entity {
+        Entity {
+            vm,
+            affinity,
+            prio,
+            state: RunState::Blocked,
+            wake_pending: false,
+            removed: false,
+            used: 0,
+            quantum_full: 0,
+            dispatched_at: now,
+            queued_at: now,
+            slept_at: now,
+            woken_at: None,
+            last_cpu: None,
+            last_core_active: 0,
+            load: EntityLoad::default(),
+            load_core: None,
+            charged: 0,
+            load_ready: false,
+            load_epoch: None,
+            counters: EntityCounters::default(),
+        }
+    }
+
+    /// A timeshare entity whose measured load is at most `bursty_load`
+    /// ([`crate::tunables::BURSTY_LOAD`], ULE's interactive class):
+    /// penalties are not applied to it.
+    pub fn is_bursty(&self, bursty_load: u32) -> bool {
+        self.prio.class == SchedClass::Timeshare && self.load.load <= bursty_load
+    }
+
+    /// Single allowed CPU, if pinned.
+    pub fn pinned_cpu(&self) -> Option<CpuId> {
+        self.affinity.only()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prio(p: u8) -> Priority {
+        Priority::new(
+            SchedClass::Timeshare,
+            p,
+            &Tunables::default(),
+            &QuantumTable::LOW_LATENCY,
+        )
+    }
+
+    #[test]
+    fn penalty_bounds_and_wraparound() {
+        let (t, q) = (Tunables::default(), QuantumTable::LOW_LATENCY);
+        let mut p = prio(10);
+        assert_eq!(p.minimal(&t), 2);
+        let mut seen = Vec::new();
+        for _ in 0..40 {
+            p.quantum_ended(&t, &q);
+            assert!(p.penalty <= 10 - 2, "penalty capped at P - minimal");
+            let e = p.effective();
+            assert!((1..=10 - p.penalty).contains(&e), "E in 1..=P-penalty");
+            seen.push(e);
+        }
+        // Penalty saturated at 8: E = 2 - (additional % 2) cycles 2,1,2,1...
+        // (it counts down from P - penalty to 1 and wraps).
+        assert_eq!(p.penalty, 8);
+        let tail = &seen[30..];
+        assert!(tail.contains(&1) && tail.contains(&2));
+        assert!(tail.windows(2).all(|w| w[0] != w[1]), "cycles, wraps");
+        // With a higher P the cycle is longer and counts down to 1 and wraps.
+        let mut p = prio(50); // minimal 10, penalty cap 40
+        for _ in 0..40 {
+            p.quantum_ended(&t, &q);
+        }
+        assert_eq!(p.penalty, 40);
+        let mut es = Vec::new();
+        for _ in 0..20 {
+            es.push(p.effective());
+            p.quantum_ended(&t, &q);
+        }
+        // additional = 40.. : E = 10 - (additional % 10): 10,9,...,1,10,...
+        assert_eq!(&es[..11], &[10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 10]);
+    }
+
+    #[test]
+    fn penalty_keeps_order_of_static_priorities() {
+        let (t, q) = (Tunables::default(), QuantumTable::LOW_LATENCY);
+        let avg = |base: u8| {
+            let mut p = prio(base);
+            let mut sum = 0u64;
+            for _ in 0..1000 {
+                p.quantum_ended(&t, &q);
+                sum += p.effective() as u64;
+            }
+            sum
+        };
+        let (a5, a10, a20, a50) = (avg(5), avg(10), avg(20), avg(50));
+        assert!(a5 < a10 && a10 < a20 && a20 < a50, "{a5} {a10} {a20} {a50}");
+        // And the best E reachable after saturation keeps the order too.
+        assert!(prio(20).minimal(&t) > prio(10).minimal(&t));
+    }
+
+    #[test]
+    fn realtime_never_penalised_and_cancel_restores() {
+        let (t, q) = (Tunables::default(), QuantumTable::LOW_LATENCY);
+        let mut r = Priority::new(SchedClass::Realtime, 110, &t, &q);
+        for _ in 0..10 {
+            r.quantum_ended(&t, &q);
+            r.blocked_early(&t, &q);
+        }
+        assert_eq!(r.effective(), 110);
+        let mut p = prio(10);
+        p.quantum_ended(&t, &q);
+        p.blocked_early(&t, &q);
+        assert!(p.effective() < 10);
+        assert_eq!(p.base_quantum(), base_quantum(&q, p.effective()));
+        p.cancel_penalty(&t, &q);
+        // Penalty gone; the additional penalty (2) still rotates E: 10 - 2 % 10.
+        assert_eq!((p.penalty, p.effective()), (0, 8));
+        assert_eq!(p.base_quantum(), base_quantum(&q, 8));
+    }
+}

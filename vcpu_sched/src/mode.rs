@@ -1,0 +1,171 @@
+//! The two scheduler modes as one table of operations (Haiku's
+//! `scheduler_mode_operations`: low_latency.cpp and power_saving.cpp).
+//!
+//! A mode decides (1) which idle CPU a waking entity takes, (2) which core
+//! a cache-cold entity goes to when no CPU is idle, and (3) whether a
+//! cache-warm entity leaves its core (rebalance). The time-slice table of
+//! each mode lives in [`crate::tunables::QuantumTable`].
+
+use crate::placement::{Candidate, Machine};
+use crate::tunables::{Mode, Tunables};
+use crate::{CoreId, CpuId};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Operations that differ between the modes.
+pub(crate) trait ModeOps: Send + Sync + std::fmt::Debug {
+    /// Which mode this is.
+    fn mode(&self) -> Mode;
+    /// Claim an idle CPU for a waking entity, if the mode wants one.
+    fn find_idle(&self, m: &Machine, c: &Candidate, t: &Tunables) -> Option<CpuId>;
+    /// Core for a cache-cold entity when no idle CPU was taken.
+    fn choose_core(&self, m: &Machine, c: &Candidate, t: &Tunables) -> Option<CoreId>;
+    /// Core for a cache-warm entity currently on `core`.
+    fn rebalance(&self, m: &Machine, c: &Candidate, core: CoreId, t: &Tunables) -> CoreId;
+}
+
+/// Build the operations of a mode.
+pub(crate) fn ops_for(mode: Mode) -> Box<dyn ModeOps> {
+    match mode {
+        Mode::LowLatency => Box::new(LowLatency),
+        Mode::PowerSaving => Box::new(PowerSaving {
+            small_task_core: AtomicU32::new(NO_CORE),
+        }),
+    }
+}
+
+/// Rebalance rule shared by both modes: move from `core` to `other` only if
+/// load(core) - load(other) - load_difference >= load(entity) / CPUs.
+fn worth_moving(m: &Machine, c: &Candidate, core: CoreId, other: CoreId, t: &Tunables) -> bool {
+    if other == core {
+        return false;
+    }
+    let cpus = m.core_cpus(core).len().max(1) as i64;
+    let gap = m.core_load(core) as i64 - m.core_load(other) as i64 - t.load_difference as i64;
+    gap >= c.load as i64 / cpus
+}
+
+/// Spread: a fully idle package, then a fully idle core, then any idle
+/// CPU; without idle CPUs, the least loaded core.
+#[derive(Debug)]
+pub(crate) struct LowLatency;
+
+impl ModeOps for LowLatency {
+    fn mode(&self) -> Mode {
+        Mode::LowLatency
+    }
+
+    fn find_idle(&self, m: &Machine, c: &Candidate, _t: &Tunables) -> Option<CpuId> {
+        // Same CPU first in the locality order: a warm cache beats spreading.
+        if let Some(prev) = c.prev.filter(|p| c.warm && m.try_claim(*p, c)) {
+            return Some(prev);
+        }
+        if !c.warm {
+            if let Some(cpu) = m.find_idle_package(c) {
+                return Some(cpu);
+            }
+        }
+        m.find_idle_core(c).or_else(|| m.find_idle_cpu(c))
+    }
+
+    fn choose_core(&self, m: &Machine, c: &Candidate, _t: &Tunables) -> Option<CoreId> {
+        m.least_loaded_core(c)
+    }
+
+    fn rebalance(&self, m: &Machine, c: &Candidate, core: CoreId, t: &Tunables) -> CoreId {
+        match m.least_loaded_core(c) {
+            Some(other) if worth_moving(m, c, core, other, t) => other,
+            _ => core,
+        }
+    }
+}
+
+const NO_CORE: u32 = u32::MAX;
+
+/// Pack: small loads go to one "small task core" while it stays under the
+/// high threshold; other cores are used only when it is full (or when an
+/// entity would otherwise wait while a CPU it may use is idle).
+#[derive(Debug)]
+pub(crate) struct PowerSaving {
+    small_task_core: AtomicU32,
+}
+
+impl PowerSaving {
+    /// The small task core if it can take this entity without going high.
+    fn small_core_with_room(&self, m: &Machine, c: &Candidate, t: &Tunables) -> Option<CoreId> {
+        let core = self.small_task_core.load(Ordering::Relaxed);
+        if core == NO_CORE || core as usize >= m.cores.len() {
+            return None;
+        }
+        let core = CoreId(core);
+        let cpus = m.core_cpus(core).len().max(1) as u32;
+        let fits = m.core_load(core) + c.load / cpus < t.load_high;
+        (fits && m.eligible(core, c.affinity)).then_some(core)
+    }
+
+    /// The most loaded eligible core that still has room (packing), made
+    /// the small task core if there is none yet.
+    fn pack_target(&self, m: &Machine, c: &Candidate, t: &Tunables) -> Option<CoreId> {
+        if let Some(core) = self.small_core_with_room(m, c, t) {
+            return Some(core);
+        }
+        let origin_core = m.core_of(c.origin);
+        // Most loaded core with room; among equals the nearest (max_by_key
+        // keeps the last maximum, hence the reversed rank).
+        let best = m
+            .cores_near(origin_core)
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|(_, core)| m.eligible(*core, c.affinity))
+            .filter(|(_, core)| {
+                m.core_load(*core) + c.load / m.core_cpus(*core).len().max(1) as u32 <= t.load_high
+            })
+            .max_by_key(|(rank, core)| (m.core_load(*core), std::cmp::Reverse(*rank)))
+            .map(|(_, core)| core)?;
+        let _ = self.small_task_core.compare_exchange(
+            NO_CORE,
+            best.0,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        Some(best)
+    }
+}
+
+impl ModeOps for PowerSaving {
+    fn mode(&self) -> Mode {
+        Mode::PowerSaving
+    }
+
+    fn find_idle(&self, m: &Machine, c: &Candidate, t: &Tunables) -> Option<CpuId> {
+        if c.warm {
+            if let Some(cpu) = m.find_idle_in_core(m.core_of(c.origin), c) {
+                return Some(cpu);
+            }
+        }
+        if let Some(core) = self.pack_target(m, c, t) {
+            if let Some(cpu) = m.find_idle_in_core(core, c) {
+                return Some(cpu);
+            }
+        }
+        m.find_idle_cpu(c)
+    }
+
+    fn choose_core(&self, m: &Machine, c: &Candidate, t: &Tunables) -> Option<CoreId> {
+        self.pack_target(m, c, t).or_else(|| m.least_loaded_core(c))
+    }
+
+    fn rebalance(&self, m: &Machine, c: &Candidate, core: CoreId, t: &Tunables) -> CoreId {
+        if m.core_load(core) > t.load_very_high {
+            return match m.least_loaded_core(c) {
+                Some(other) if worth_moving(m, c, core, other, t) => other,
+                _ => core,
+            };
+        }
+        // A lightly loaded core drains into the small task core so others can sleep.
+        match self.small_core_with_room(m, c, t) {
+            Some(small) if small != core && m.core_load(core) < t.load_low => small,
+            _ => core,
+        }
+    }
+}

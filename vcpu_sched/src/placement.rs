@@ -1,0 +1,693 @@
+//! Where entities run: the lock-free view of every CPU and core, the idle
+//! bitmaps, the bounded idle search, core and CPU choice and stealing
+//! (Haiku's `scheduler_cpu`, `choose_core_and_cpu` and the CPU/core heaps,
+//! with Linux's bounded `select_idle_sibling` idea).
+//!
+//! CPU state (running entity, its effective priority, its VM) and core
+//! state (queued count, load, SMT-isolation occupancy) are atomics so that
+//! placement and preemption decisions never take a lock. Each LLC has a
+//! bitmap of *available* idle CPUs (idle and not yet claimed by a waker)
+//! and one of fully idle cores. A waker claims an idle CPU by clearing its
+//! bit, so two wakers never send two entities to the same idle CPU.
+//!
+//! The idle search visits LLCs in locality order from the origin CPU
+//! (previous CPU of the entity) and examines at most
+//! `idle_search_candidates_per_llc` bitmap words per LLC, starting at a
+//! per-CPU rotating cursor: its cost is flat as LLCs grow (one word covers
+//! 64 CPUs, so the default bound is exact for LLCs up to 1024 CPUs).
+
+use crate::entity::QueueRef;
+use crate::load::CoreLoad;
+use crate::run_queue::{QueueEntry, RunQueue};
+use crate::tunables::Tunables;
+use crate::{CoreId, CpuId, CpuSet, Distance, LlcId, SchedClass, Topology, VmId};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// `CpuSlot::running` when the CPU runs nothing.
+pub(crate) const NO_ENTITY: u32 = u32::MAX;
+/// `CpuSlot::prio` when the CPU runs nothing (below every class).
+pub(crate) const IDLE_PRIO: i32 = -1;
+
+/// Lock-free view of one logical CPU plus its pinned queue.
+#[derive(Debug)]
+pub(crate) struct CpuSlot {
+    /// Entity running, or `NO_ENTITY`.
+    pub running: AtomicU32,
+    /// Effective priority of the running entity, `IDLE_PRIO` if none.
+    pub prio: AtomicI32,
+    /// VM of the running entity (meaningful only while running).
+    pub vm: AtomicU32,
+    /// Rotating start of this CPU's idle searches (in bitmap words).
+    pub cursor: AtomicU32,
+    /// Pinned queue: entities that may run only here or on part of the core.
+    pub pinned: Mutex<RunQueue>,
+    /// Mirror of the pinned queue length, read without the lock.
+    pub pinned_len: AtomicUsize,
+}
+
+/// Lock-free view of one core plus its run queue.
+#[derive(Debug)]
+pub(crate) struct CoreState {
+    /// Queue of entities allowed on every CPU of the core.
+    pub queue: Mutex<RunQueue>,
+    /// Mirror of the queue length, read without the lock.
+    pub queued: AtomicUsize,
+    pub load: CoreLoad,
+    /// Sum of the busy time of the core's CPUs (Haiku's core active time,
+    /// the clock of cache warmth).
+    pub active_time: AtomicU64,
+    /// SMT isolation: VM (high 32 bits) and number of CPUs running it.
+    pub occupancy: AtomicU64,
+}
+
+/// Per-LLC bitmaps of available idle CPUs and fully idle cores.
+#[derive(Debug)]
+struct IdleMaps {
+    cpu_words: Vec<Vec<AtomicU64>>,
+    core_words: Vec<Vec<AtomicU64>>,
+    /// (LLC, index inside the LLC) of each CPU and each core.
+    cpu_pos: Vec<(usize, usize)>,
+    core_pos: Vec<(usize, usize)>,
+    /// Per package: number of CPUs that are not available-idle.
+    package_busy: Vec<AtomicU32>,
+}
+
+fn bit_words(n: usize, all_set: bool) -> Vec<AtomicU64> {
+    (0..n.div_ceil(64).max(1))
+        .map(|w| {
+            let bits = if !all_set {
+                0
+            } else if (w + 1) * 64 <= n {
+                u64::MAX
+            } else {
+                (1u64 << (n - w * 64)) - 1
+            };
+            AtomicU64::new(bits)
+        })
+        .collect()
+}
+
+fn test_bit(words: &[AtomicU64], i: usize) -> bool {
+    words[i / 64].load(Ordering::SeqCst) & (1 << (i % 64)) != 0
+}
+
+/// Everything placement needs: topology, CPU and core state, idle maps,
+/// precomputed locality orders.
+#[derive(Debug)]
+pub(crate) struct Machine {
+    pub topo: Topology,
+    pub cpus: Vec<CpuSlot>,
+    pub cores: Vec<CoreState>,
+    idle: IdleMaps,
+    /// For each LLC, all LLCs nearest first (same LLC, same package, remote).
+    llc_order: Vec<Vec<LlcId>>,
+    /// For each core, all cores nearest first (same, same LLC, package, remote).
+    core_order: Vec<Vec<CoreId>>,
+    pub smt_isolation: bool,
+    pub idle_core_search: AtomicBool,
+    /// Bitmap words examined per LLC by the idle search.
+    pub candidates_per_llc: usize,
+    /// Tunables (load epochs and thresholds).
+    pub tun: Tunables,
+    /// Latest time seen in any event: lets a core nobody schedules on roll
+    /// its load epoch when placement reads its load.
+    clock: AtomicU64,
+}
+
+/// The facts about an entity that placement uses.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Candidate<'a> {
+    pub affinity: &'a CpuSet,
+    pub vm: VmId,
+    pub class: SchedClass,
+    pub effective: u8,
+    /// Previous CPU, or the first allowed CPU for a new entity.
+    pub origin: CpuId,
+    pub prev: Option<CpuId>,
+    /// Ran on the previous core within cache_expire of its active time.
+    pub warm: bool,
+    /// Load estimate, 0..=1000.
+    pub load: u32,
+}
+
+impl Machine {
+    /// Build the state for a topology (every CPU starts idle and available).
+    pub fn new(
+        topo: Topology,
+        smt_isolation: bool,
+        idle_core_search: bool,
+        tun: Tunables,
+    ) -> Machine {
+        let cpus = topo
+            .cpus
+            .iter()
+            .map(|_| CpuSlot {
+                running: AtomicU32::new(NO_ENTITY),
+                prio: AtomicI32::new(IDLE_PRIO),
+                vm: AtomicU32::new(0),
+                cursor: AtomicU32::new(0),
+                pinned: Mutex::new(RunQueue::default()),
+                pinned_len: AtomicUsize::new(0),
+            })
+            .collect();
+        let cores = topo
+            .cores
+            .iter()
+            .map(|_| CoreState {
+                queue: Mutex::new(RunQueue::default()),
+                queued: AtomicUsize::new(0),
+                load: CoreLoad::default(),
+                active_time: AtomicU64::new(0),
+                occupancy: AtomicU64::new(0),
+            })
+            .collect();
+        let idle = IdleMaps::new(&topo);
+        let llc_order = topo
+            .llcs
+            .iter()
+            .map(|l| llc_order_from(&topo, l.id))
+            .collect();
+        let core_order = topo
+            .cores
+            .iter()
+            .map(|c| core_order_from(&topo, c.id))
+            .collect();
+        Machine {
+            topo,
+            cpus,
+            cores,
+            idle,
+            llc_order,
+            core_order,
+            smt_isolation,
+            idle_core_search: AtomicBool::new(idle_core_search),
+            candidates_per_llc: tun.idle_search_candidates_per_llc.max(1) as usize,
+            tun,
+            clock: AtomicU64::new(0),
+        }
+    }
+
+    /// Core of a (valid) CPU.
+    pub fn core_of(&self, cpu: CpuId) -> CoreId {
+        self.topo.cpus[cpu.0 as usize].core
+    }
+
+    /// CPUs of a core.
+    pub fn core_cpus(&self, core: CoreId) -> &[CpuId] {
+        &self.topo.cores[core.0 as usize].cpus
+    }
+
+    /// Whether the affinity covers every CPU of the core (may use its queue).
+    pub fn covers_core(&self, affinity: &CpuSet, core: CoreId) -> bool {
+        self.core_cpus(core).iter().all(|c| affinity.contains(*c))
+    }
+
+    /// The queue an entity placed on `cpu` goes to: the core queue if its
+    /// affinity covers the whole core, else the pinned queue of `cpu`.
+    pub fn queue_for(&self, affinity: &CpuSet, cpu: CpuId) -> QueueRef {
+        let core = self.core_of(cpu);
+        if self.covers_core(affinity, core) {
+            QueueRef::Core(core)
+        } else {
+            QueueRef::Pinned(cpu)
+        }
+    }
+
+    /// Cores nearest first from `core`.
+    pub fn cores_near(&self, core: CoreId) -> &[CoreId] {
+        &self.core_order[core.0 as usize]
+    }
+
+    /// Entities ready on a core: queued in its queue and pinned queues, plus running.
+    pub fn ready_on_core(&self, core: CoreId) -> usize {
+        let c = &self.cores[core.0 as usize];
+        let cpus = self.core_cpus(core);
+        let mut n = c.queued.load(Ordering::Relaxed);
+        for cpu in cpus {
+            let s = &self.cpus[cpu.0 as usize];
+            n += s.pinned_len.load(Ordering::Relaxed);
+            n += usize::from(s.running.load(Ordering::Relaxed) != NO_ENTITY);
+        }
+        n
+    }
+
+    /// Advance the clock seen by load epochs.
+    pub fn observe(&self, now: crate::Nanos) {
+        self.clock.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Core load per CPU (rolling the core's epoch first if it is over).
+    pub fn core_load(&self, core: CoreId) -> u32 {
+        let cpus = self.core_cpus(core).len();
+        let load = &self.cores[core.0 as usize].load;
+        load.maybe_roll(self.clock.load(Ordering::Relaxed), cpus, &self.tun);
+        load.per_cpu(cpus)
+    }
+
+    // ---- idle bitmaps ----
+
+    /// Whether `cpu` is idle and unclaimed.
+    pub fn is_available(&self, cpu: CpuId) -> bool {
+        let (l, i) = self.idle.cpu_pos[cpu.0 as usize];
+        test_bit(&self.idle.cpu_words[l], i)
+    }
+
+    /// The CPU is idle: publish it (SeqCst, paired with the waker's
+    /// enqueue-then-search; see `HaikuScheduler::pick_next`).
+    pub fn set_available(&self, cpu: CpuId) {
+        let (l, i) = self.idle.cpu_pos[cpu.0 as usize];
+        let old = self.idle.cpu_words[l][i / 64].fetch_or(1 << (i % 64), Ordering::SeqCst);
+        if old & (1 << (i % 64)) == 0 {
+            let pkg = self.topo.cpus[cpu.0 as usize].package.0 as usize;
+            self.idle.package_busy[pkg].fetch_sub(1, Ordering::SeqCst);
+        }
+        let core = self.core_of(cpu);
+        if self.core_cpus(core).iter().all(|c| self.is_available(*c)) {
+            let (cl, ci) = self.idle.core_pos[core.0 as usize];
+            self.idle.core_words[cl][ci / 64].fetch_or(1 << (ci % 64), Ordering::SeqCst);
+        }
+    }
+
+    /// Take `cpu` out of the available set; true if this call did it (the
+    /// caller then owns the duty to kick it, or is the CPU itself).
+    pub fn claim(&self, cpu: CpuId) -> bool {
+        let (l, i) = self.idle.cpu_pos[cpu.0 as usize];
+        let old = self.idle.cpu_words[l][i / 64].fetch_and(!(1 << (i % 64)), Ordering::SeqCst);
+        if old & (1 << (i % 64)) == 0 {
+            return false;
+        }
+        let core = self.core_of(cpu);
+        let (cl, ci) = self.idle.core_pos[core.0 as usize];
+        self.idle.core_words[cl][ci / 64].fetch_and(!(1 << (ci % 64)), Ordering::SeqCst);
+        let pkg = self.topo.cpus[cpu.0 as usize].package.0 as usize;
+        self.idle.package_busy[pkg].fetch_add(1, Ordering::SeqCst);
+        true
+    }
+
+    /// SMT isolation: may an entity of `vm` start on a CPU of `core` now?
+    pub fn compatible(&self, core: CoreId, vm: VmId) -> bool {
+        if !self.smt_isolation {
+            return true;
+        }
+        let occ = self.cores[core.0 as usize].occupancy.load(Ordering::SeqCst);
+        occ & 0xffff_ffff == 0 || (occ >> 32) as u32 == vm.0
+    }
+
+    /// SMT isolation: register a CPU of `core` as running `vm`; fails if a
+    /// sibling runs another VM.
+    pub fn occupy(&self, core: CoreId, vm: VmId) -> bool {
+        if !self.smt_isolation {
+            return true;
+        }
+        let occ = &self.cores[core.0 as usize].occupancy;
+        let mut cur = occ.load(Ordering::SeqCst);
+        loop {
+            let count = cur & 0xffff_ffff;
+            if count != 0 && (cur >> 32) as u32 != vm.0 {
+                return false;
+            }
+            let new = ((vm.0 as u64) << 32) | (count + 1);
+            match occ.compare_exchange(cur, new, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return true,
+                Err(v) => cur = v,
+            }
+        }
+    }
+
+    /// SMT isolation: a CPU of `core` stopped running an entity.
+    pub fn vacate(&self, core: CoreId) {
+        if self.smt_isolation {
+            let occ = &self.cores[core.0 as usize].occupancy;
+            let _ = occ.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                (v & 0xffff_ffff != 0).then(|| v - 1)
+            });
+        }
+    }
+
+    /// A CPU an entity may use right now if it is idle: allowed and (SMT
+    /// isolation) its siblings run nothing or the same VM.
+    fn usable(&self, cpu: CpuId, c: &Candidate) -> bool {
+        c.affinity.contains(cpu) && self.compatible(self.core_of(cpu), c.vm)
+    }
+
+    /// Claim `cpu` if it is available and usable.
+    pub fn try_claim(&self, cpu: CpuId, c: &Candidate) -> bool {
+        self.usable(cpu, c) && self.is_available(cpu) && self.claim(cpu)
+    }
+
+    /// Bounded search for an available idle CPU, locality order from the
+    /// origin: the origin itself, its SMT siblings, then LLC by LLC.
+    pub fn find_idle_cpu(&self, c: &Candidate) -> Option<CpuId> {
+        self.search_idle_cpu(c, |cpu| self.try_claim(cpu, c))
+    }
+
+    /// Same search without claiming, skipping `exclude` (advisory kicks
+    /// from `schedule`: the CPU stays available, so a wake can still claim
+    /// and kick it).
+    pub fn peek_idle_cpu(&self, c: &Candidate, exclude: &[CpuId]) -> Option<CpuId> {
+        self.search_idle_cpu(c, |cpu| {
+            !exclude.contains(&cpu) && self.usable(cpu, c) && self.is_available(cpu)
+        })
+    }
+
+    /// Whether any CPU at all is available-idle (O(packages)).
+    pub fn any_available(&self) -> bool {
+        self.topo.packages.iter().any(|p| {
+            (self.idle.package_busy[p.id.0 as usize].load(Ordering::SeqCst) as usize) < p.cpus.len()
+        })
+    }
+
+    fn search_idle_cpu(&self, c: &Candidate, take: impl Fn(CpuId) -> bool) -> Option<CpuId> {
+        if take(c.origin) {
+            return Some(c.origin);
+        }
+        let core = self.core_of(c.origin);
+        if let Some(s) = self.core_cpus(core).iter().copied().find(|s| take(*s)) {
+            return Some(s);
+        }
+        let origin_llc = self.topo.cpus[c.origin.0 as usize].llc;
+        let cursor = self.cpus[c.origin.0 as usize]
+            .cursor
+            .fetch_add(1, Ordering::Relaxed) as usize;
+        for &llc in &self.llc_order[origin_llc.0 as usize] {
+            if let Some(cpu) = self.scan_llc_cpus(llc, cursor, &take) {
+                return Some(cpu);
+            }
+        }
+        None
+    }
+
+    fn scan_llc_cpus(
+        &self,
+        llc: LlcId,
+        cursor: usize,
+        take: &impl Fn(CpuId) -> bool,
+    ) -> Option<CpuId> {
+        let words = &self.idle.cpu_words[llc.0 as usize];
+        let cpus = &self.topo.llcs[llc.0 as usize].cpus;
+        for k in 0..words.len().min(self.candidates_per_llc) {
+            let w = (cursor + k) % words.len();
+            let mut bits = words[w].load(Ordering::SeqCst);
+            while bits != 0 {
+                let b = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let cpu = cpus[w * 64 + b];
+                if take(cpu) {
+                    return Some(cpu);
+                }
+            }
+        }
+        None
+    }
+
+    /// Bounded search for a fully idle core (all SMT siblings idle) with a
+    /// CPU the entity may use; claims and returns that CPU. Skipped when the
+    /// idle-core search is switched off.
+    pub fn find_idle_core(&self, c: &Candidate) -> Option<CpuId> {
+        if !self.idle_core_search.load(Ordering::Relaxed) {
+            return None;
+        }
+        let origin_llc = self.topo.cpus[c.origin.0 as usize].llc;
+        let cursor = self.cpus[c.origin.0 as usize]
+            .cursor
+            .load(Ordering::Relaxed) as usize;
+        for &llc in &self.llc_order[origin_llc.0 as usize] {
+            if let Some(cpu) = self.scan_llc_cores(llc, cursor, c, |_| true) {
+                return Some(cpu);
+            }
+        }
+        None
+    }
+
+    fn scan_llc_cores(
+        &self,
+        llc: LlcId,
+        cursor: usize,
+        c: &Candidate,
+        accept: impl Fn(CoreId) -> bool,
+    ) -> Option<CpuId> {
+        let words = &self.idle.core_words[llc.0 as usize];
+        let cores = &self.topo.llcs[llc.0 as usize].cores;
+        for k in 0..words.len().min(self.candidates_per_llc) {
+            let w = (cursor + k) % words.len();
+            let mut bits = words[w].load(Ordering::SeqCst);
+            while bits != 0 {
+                let b = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let core = cores[w * 64 + b];
+                if !accept(core) || !self.core_fully_available(core) {
+                    continue;
+                }
+                if let Some(cpu) = self
+                    .core_cpus(core)
+                    .iter()
+                    .copied()
+                    .find(|s| self.try_claim(*s, c))
+                {
+                    return Some(cpu);
+                }
+            }
+        }
+        None
+    }
+
+    /// The idle-core bit is a hint; this checks the CPUs themselves.
+    fn core_fully_available(&self, core: CoreId) -> bool {
+        self.core_cpus(core).iter().all(|s| self.is_available(*s))
+    }
+
+    /// A fully idle package other than the origin's (Haiku's idle package
+    /// list: low latency wakes a new package before doubling up); claims a
+    /// CPU of an idle core in it.
+    pub fn find_idle_package(&self, c: &Candidate) -> Option<CpuId> {
+        let origin_pkg = self.topo.cpus[c.origin.0 as usize].package;
+        for pkg in &self.topo.packages {
+            if pkg.id == origin_pkg
+                || self.idle.package_busy[pkg.id.0 as usize].load(Ordering::SeqCst) != 0
+            {
+                continue;
+            }
+            for &llc in &pkg.llcs {
+                if let Some(cpu) = self.scan_llc_cores(llc, 0, c, |_| true) {
+                    return Some(cpu);
+                }
+            }
+        }
+        None
+    }
+
+    /// Claim an available idle CPU of one core, nearest to the origin first.
+    pub fn find_idle_in_core(&self, core: CoreId, c: &Candidate) -> Option<CpuId> {
+        let mut cpus: Vec<CpuId> = self.core_cpus(core).to_vec();
+        cpus.sort_by_key(|s| self.topo.distance(c.origin, *s));
+        cpus.into_iter().find(|s| self.try_claim(*s, c))
+    }
+
+    // ---- choosing without idle CPUs ----
+
+    /// Cores the entity may run on (at least one allowed CPU).
+    pub fn eligible(&self, core: CoreId, affinity: &CpuSet) -> bool {
+        self.core_cpus(core).iter().any(|c| affinity.contains(*c))
+    }
+
+    /// Least loaded eligible core, cores outside the high-load set first,
+    /// ties by locality from the origin (Haiku: gCoreLoadHeap minimum, then
+    /// gCoreHighLoadHeap minimum).
+    pub fn least_loaded_core(&self, c: &Candidate) -> Option<CoreId> {
+        let origin_core = self.core_of(c.origin);
+        self.cores_near(origin_core)
+            .iter()
+            .copied()
+            .filter(|core| self.eligible(*core, c.affinity))
+            .min_by_key(|core| {
+                (
+                    self.cores[core.0 as usize].load.is_high(),
+                    self.core_load(*core),
+                )
+            })
+    }
+
+    /// Inside a core: the previous CPU if it runs lower priority than the
+    /// entity, else the allowed CPU running the lowest priority, ties by
+    /// locality from the origin.
+    pub fn choose_cpu_in_core(&self, core: CoreId, c: &Candidate) -> Option<CpuId> {
+        if let Some(prev) = c
+            .prev
+            .filter(|p| self.core_of(*p) == core && c.affinity.contains(*p))
+        {
+            if self.cpus[prev.0 as usize].prio.load(Ordering::SeqCst) < c.effective as i32 {
+                return Some(prev);
+            }
+        }
+        self.core_cpus(core)
+            .iter()
+            .copied()
+            .filter(|s| c.affinity.contains(*s))
+            .min_by_key(|s| {
+                (
+                    self.cpus[s.0 as usize].prio.load(Ordering::SeqCst),
+                    self.topo.distance(c.origin, *s),
+                )
+            })
+    }
+
+    /// The allowed CPU running the lowest priority, nearest to the origin
+    /// among equals (realtime placement; O(allowed CPUs), lock-free).
+    pub fn lowest_priority_cpu(&self, c: &Candidate) -> Option<CpuId> {
+        c.affinity
+            .iter()
+            .filter(|s| (s.0 as usize) < self.cpus.len())
+            .min_by_key(|s| {
+                let prio = self.cpus[s.0 as usize].prio.load(Ordering::SeqCst);
+                (prio, self.topo.distance(c.origin, *s))
+            })
+    }
+
+    /// Whether a timeshare/realtime waker must preempt what runs on `cpu`:
+    /// realtime beats lower priorities (so every timeshare entity);
+    /// timeshare preempts idle-class runners, and a timeshare runner only
+    /// when its E is ahead by `delta` (limited preemption for bursty wakers).
+    pub fn must_preempt(&self, cpu: CpuId, class: SchedClass, effective: u8, delta: u8) -> bool {
+        let running = self.cpus[cpu.0 as usize].prio.load(Ordering::SeqCst);
+        if running == IDLE_PRIO {
+            // Idle but not available: already claimed (kicked) or inside
+            // `schedule`, which will look at the queues anyway.
+            return false;
+        }
+        match class {
+            SchedClass::Realtime => effective as i32 > running,
+            SchedClass::Timeshare => {
+                running == 0
+                    || (running < crate::tunables::PRIORITY_REALTIME_MIN as i32
+                        && effective as i32 >= running + delta as i32)
+            }
+            SchedClass::Idle => false,
+        }
+    }
+
+    // ---- queues ----
+
+    /// Push an entry to a queue (back or front), keeping the length mirror.
+    pub fn push(&self, q: QueueRef, entry: QueueEntry, front: bool) {
+        let (lock, len) = self.queue(q);
+        let mut g = lock.lock();
+        if front {
+            g.push_front(entry);
+        } else {
+            g.push_back(entry);
+        }
+        len.store(g.len(), Ordering::SeqCst);
+    }
+
+    /// Remove a specific entry; false if it is not there (being popped).
+    pub fn remove(&self, q: QueueRef, id: crate::EntityId, seq: u64, level: u8) -> bool {
+        let (lock, len) = self.queue(q);
+        let mut g = lock.lock();
+        let found = g.remove(id, seq, level);
+        len.store(g.len(), Ordering::SeqCst);
+        found
+    }
+
+    /// Lock and length mirror of a queue.
+    pub fn queue(&self, q: QueueRef) -> (&Mutex<RunQueue>, &AtomicUsize) {
+        match q {
+            QueueRef::Core(core) => {
+                let c = &self.cores[core.0 as usize];
+                (&c.queue, &c.queued)
+            }
+            QueueRef::Pinned(cpu) => {
+                let s = &self.cpus[cpu.0 as usize];
+                (&s.pinned, &s.pinned_len)
+            }
+        }
+    }
+
+    /// Take the first entry of a queue that `accept` takes.
+    pub fn take_from(
+        &self,
+        q: QueueRef,
+        accept: impl FnMut(&QueueEntry) -> bool,
+    ) -> Option<QueueEntry> {
+        let (lock, len) = self.queue(q);
+        if len.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let mut g = lock.lock();
+        let got = g.take_first(accept);
+        len.store(g.len(), Ordering::SeqCst);
+        got
+    }
+
+    /// The queues `cpu` may steal from, nearest first: pinned queues of its
+    /// siblings, then for every other core its queue and its pinned queues.
+    pub fn steal_order(&self, cpu: CpuId) -> impl Iterator<Item = QueueRef> + '_ {
+        let own = self.core_of(cpu);
+        self.cores_near(own).iter().flat_map(move |&core| {
+            let shared = (core != own).then_some(QueueRef::Core(core));
+            let pinned = self
+                .core_cpus(core)
+                .iter()
+                .filter(move |s| **s != cpu)
+                .map(|s| QueueRef::Pinned(*s));
+            shared.into_iter().chain(pinned)
+        })
+    }
+
+    /// Distance used for locality ordering and migration statistics.
+    pub fn distance(&self, a: CpuId, b: CpuId) -> Distance {
+        self.topo.distance(a, b)
+    }
+}
+
+impl IdleMaps {
+    fn new(topo: &Topology) -> IdleMaps {
+        let mut cpu_pos = vec![(0, 0); topo.cpus.len()];
+        let mut core_pos = vec![(0, 0); topo.cores.len()];
+        for llc in &topo.llcs {
+            for (i, cpu) in llc.cpus.iter().enumerate() {
+                cpu_pos[cpu.0 as usize] = (llc.id.0 as usize, i);
+            }
+            for (i, core) in llc.cores.iter().enumerate() {
+                core_pos[core.0 as usize] = (llc.id.0 as usize, i);
+            }
+        }
+        IdleMaps {
+            cpu_words: topo
+                .llcs
+                .iter()
+                .map(|l| bit_words(l.cpus.len(), true))
+                .collect(),
+            core_words: topo
+                .llcs
+                .iter()
+                .map(|l| bit_words(l.cores.len(), true))
+                .collect(),
+            cpu_pos,
+            core_pos,
+            package_busy: topo.packages.iter().map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+}
+
+/// LLCs nearest first: the LLC itself, the others of its package, the rest.
+fn llc_order_from(topo: &Topology, from: LlcId) -> Vec<LlcId> {
+    let pkg = topo.llcs[from.0 as usize].package;
+    let mut order: Vec<LlcId> = topo.llcs.iter().map(|l| l.id).collect();
+    order.sort_by_key(|l| (*l != from, topo.llcs[l.0 as usize].package != pkg, l.0));
+    order
+}
+
+/// Cores nearest first by the distance of their first CPUs.
+fn core_order_from(topo: &Topology, from: CoreId) -> Vec<CoreId> {
+    let a = topo.cores[from.0 as usize].cpus[0];
+    let mut order: Vec<CoreId> = topo.cores.iter().map(|c| c.id).collect();
+    order.sort_by_key(|c| {
+        (
+            *c != from,
+            topo.distance(a, topo.cores[c.0 as usize].cpus[0]),
+            c.0,
+        )
+    });
+    order
+}

@@ -1,0 +1,220 @@
+//! Priority run queue: one FIFO list per priority level (121 levels, Haiku's
+//! `RunQueue<ThreadData, THREAD_MAX_SET_PRIORITY>`) plus a bitmap of the
+//! non-empty levels.
+//!
+//! Haiku keeps a max-heap of non-empty levels; a 121-bit bitmap (two words)
+//! gives the same O(1) peek with an O(1) update (`leading_zeros`), so it is
+//! used instead. Entries carry the sequence number the entity had when it
+//! was queued, so a stale entry (the entity moved or its slot was reused)
+//! is recognised by whoever pops it.
+
+use crate::tunables::PRIORITY_LEVELS;
+use crate::{CpuSet, EntityId, VmId};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// One queued entity: its id, the queue sequence number it was pushed with,
+/// and the level (effective priority) it was pushed at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct QueueEntry {
+    pub id: EntityId,
+    pub seq: u64,
+    pub level: u8,
+    /// When it was queued: ties between a CPU's pinned queue and its core
+    /// queue go to the older entry (FIFO across the two queues).
+    pub since: u64,
+    /// VM of the entity (SMT isolation decides without the entity lock).
+    pub vm: VmId,
+    /// Affinity of the entity (stealing decides without the entity lock;
+    /// affinity never changes after `add_entity`).
+    pub affinity: Arc<CpuSet>,
+}
+
+/// FIFO lists per level and a bitmap of non-empty levels.
+#[derive(Debug)]
+pub(crate) struct RunQueue {
+    levels: Vec<VecDeque<QueueEntry>>,
+    nonempty: [u64; 2],
+    len: usize,
+}
+
+impl Default for RunQueue {
+    fn default() -> Self {
+        RunQueue {
+            levels: (0..PRIORITY_LEVELS).map(|_| VecDeque::new()).collect(),
+            nonempty: [0; 2],
+            len: 0,
+        }
+    }
+}
+
+/// Levels above the table are clamped so bad input cannot index out of bounds.
+fn clamp_level(level: u8) -> usize {
+    (level as usize).min(PRIORITY_LEVELS - 1)
+}
+
+impl RunQueue {
+    /// Number of queued entries.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    fn mark(&mut self, level: usize) {
+        self.nonempty[level / 64] |= 1 << (level % 64);
+    }
+
+    fn unmark_if_empty(&mut self, level: usize) {
+        if self.levels[level].is_empty() {
+            self.nonempty[level / 64] &= !(1 << (level % 64));
+        }
+    }
+
+    /// Queue at the tail of its level (quantum ended, new arrival).
+    pub fn push_back(&mut self, entry: QueueEntry) {
+        let level = clamp_level(entry.level);
+        self.levels[level].push_back(QueueEntry {
+            level: level as u8,
+            ..entry
+        });
+        self.mark(level);
+        self.len += 1;
+    }
+
+    /// Queue at the head of its level (preempted with quantum left).
+    pub fn push_front(&mut self, entry: QueueEntry) {
+        let level = clamp_level(entry.level);
+        self.levels[level].push_front(QueueEntry {
+            level: level as u8,
+            ..entry
+        });
+        self.mark(level);
+        self.len += 1;
+    }
+
+    /// Highest non-empty level, O(1).
+    pub fn top_level(&self) -> Option<u8> {
+        if self.nonempty[1] != 0 {
+            Some((127 - self.nonempty[1].leading_zeros()) as u8)
+        } else if self.nonempty[0] != 0 {
+            Some((63 - self.nonempty[0].leading_zeros()) as u8)
+        } else {
+            None
+        }
+    }
+
+    /// The entry that `pop` would return, O(1).
+    pub fn peek(&self) -> Option<QueueEntry> {
+        let level = self.top_level()?;
+        self.levels[level as usize].front().cloned()
+    }
+
+    /// Take the oldest entry of the highest level.
+    pub fn pop(&mut self) -> Option<QueueEntry> {
+        let level = self.top_level()? as usize;
+        let entry = self.levels[level].pop_front()?;
+        self.unmark_if_empty(level);
+        self.len -= 1;
+        Some(entry)
+    }
+
+    /// Remove a specific entry (priority change, removal, move). O(level length).
+    pub fn remove(&mut self, id: EntityId, seq: u64, level: u8) -> bool {
+        let level = clamp_level(level);
+        let list = &mut self.levels[level];
+        let Some(pos) = list.iter().position(|e| e.id == id && e.seq == seq) else {
+            return false;
+        };
+        list.remove(pos);
+        self.unmark_if_empty(level);
+        self.len -= 1;
+        true
+    }
+
+    /// Remove and return the first entry, highest level first and FIFO
+    /// within a level, that `accept` takes (steal, SMT-isolation pick).
+    pub fn take_first(
+        &mut self,
+        mut accept: impl FnMut(&QueueEntry) -> bool,
+    ) -> Option<QueueEntry> {
+        let mut bits = self.nonempty;
+        while let Some(level) = highest_bit(&bits) {
+            bits[level / 64] &= !(1 << (level % 64));
+            if let Some(pos) = self.levels[level].iter().position(&mut accept) {
+                let entry = self.levels[level].remove(pos)?;
+                self.unmark_if_empty(level);
+                self.len -= 1;
+                return Some(entry);
+            }
+        }
+        None
+    }
+
+    /// The first `n` entries in pick order (leftover kicks).
+    pub fn first_entries(&self, n: usize) -> Vec<QueueEntry> {
+        self.entries().take(n).cloned().collect()
+    }
+
+    /// Every queued entry, highest level first (snapshots, invariant checks).
+    pub fn entries(&self) -> impl Iterator<Item = &QueueEntry> + '_ {
+        self.levels.iter().rev().flat_map(|l| l.iter())
+    }
+}
+
+fn highest_bit(bits: &[u64; 2]) -> Option<usize> {
+    if bits[1] != 0 {
+        Some(127 - bits[1].leading_zeros() as usize)
+    } else if bits[0] != 0 {
+        Some(63 - bits[0].leading_zeros() as usize)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(id: u32, level: u8) -> QueueEntry {
+        QueueEntry {
+            id: EntityId(id),
+            seq: 0,
+            level,
+            since: 0,
+            vm: VmId(0),
+            affinity: Arc::new(CpuSet::new()),
+        }
+    }
+
+    #[test]
+    fn run_queue_fifo_within_level_and_max_level_first() {
+        let mut q = RunQueue::default();
+        q.push_back(e(1, 10));
+        q.push_back(e(2, 10));
+        q.push_back(e(3, 120));
+        q.push_back(e(4, 0));
+        q.push_back(e(5, 64));
+        q.push_front(e(6, 10));
+        assert_eq!(q.len(), 6);
+        assert_eq!(q.peek().map(|x| x.id.0), Some(3));
+        let order: Vec<u32> = std::iter::from_fn(|| q.pop()).map(|x| x.id.0).collect();
+        assert_eq!(order, vec![3, 5, 6, 1, 2, 4]);
+        assert_eq!(q.len(), 0);
+        assert_eq!(q.top_level(), None);
+    }
+
+    #[test]
+    fn run_queue_remove_and_take_first_keep_bitmap_exact() {
+        let mut q = RunQueue::default();
+        q.push_back(e(1, 63));
+        q.push_back(e(2, 64));
+        assert!(q.remove(EntityId(2), 0, 64));
+        assert!(!q.remove(EntityId(2), 0, 64));
+        assert_eq!(q.top_level(), Some(63));
+        q.push_back(e(3, 5));
+        let got = q.take_first(|x| x.id.0 == 3);
+        assert_eq!(got.map(|x| x.id.0), Some(3));
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.pop().map(|x| x.id.0), Some(1));
+        assert_eq!(q.top_level(), None);
+    }
+}

@@ -1,0 +1,495 @@
+//! Workload description: what the simulated machine and its vCPUs look like.
+//!
+//! A [`Workload`] is read from TOML (see `vcpu_sched/scenarios/*.toml`) or
+//! built in Rust with [`Workload::new`] and [`GroupSpec::new`]. Unknown keys
+//! are rejected so that a typo never silently changes a scenario.
+//!
+//! ```toml
+//! name = "overload_balance"
+//! topology = "1x2x1"        # Topology::from_spec syntax
+//! seed = 1
+//! duration_ms = 200         # simulated time
+//! warmup_ms = 20            # the simulator's own metrics ignore this prefix
+//! kick_latency_us = 2.0     # WakeDecision.kick -> target CPU calls schedule
+//!
+//! [sched]                   # a SchedConfig (policy, mode, smt_isolation, ...)
+//! policy = "haiku"
+//!
+//! [[group]]
+//! name = "hog"
+//! count = 4
+//! vm = 0
+//! priority = 10
+//! affinity = "0-1"                        # optional, default: every CPU
+//! burst = { dist = "fixed", us = 1000 }    # run burst
+//! sleep = "never"                         # CPU hog
+//! ```
+
+use super::dist::Dist;
+use crate::{CpuSet, SchedClass, SchedConfig};
+use serde::{Deserialize, Serialize};
+
+/// What a vCPU does after a run burst when it does not yield.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "SleepRepr", into = "SleepRepr")]
+pub enum Sleep {
+    /// Never sleeps: starts the next burst at once (a CPU hog). Also
+    /// written `{ dist = "fixed", us = 0 }`.
+    Never,
+    /// Blocks until another vCPU sends it a message (a pure receiver).
+    UntilMessage,
+    /// Blocks for a sampled time (a message ends the sleep early).
+    For(Dist),
+}
+
+/// Serialised form of [`Sleep`]: a word or a distribution table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SleepRepr {
+    /// `"never"` or `"until_message"`.
+    Word(String),
+    /// A distribution table such as `{ dist = "exponential", mean_us = 70 }`.
+    Dist(Dist),
+}
+
+impl TryFrom<SleepRepr> for Sleep {
+    type Error = String;
+    fn try_from(r: SleepRepr) -> Result<Sleep, String> {
+        match r {
+            SleepRepr::Word(w) => match w.as_str() {
+                "never" => Ok(Sleep::Never),
+                "until_message" => Ok(Sleep::UntilMessage),
+                other => Err(format!(
+                    "sleep must be \"never\", \"until_message\" or a distribution table, not {other:?}"
+                )),
+            },
+            SleepRepr::Dist(d) if d.is_zero() => Ok(Sleep::Never),
+            SleepRepr::Dist(d) => Ok(Sleep::For(d)),
+        }
+    }
+}
+
+impl From<Sleep> for SleepRepr {
+    fn from(s: Sleep) -> SleepRepr {
+        match s {
+            Sleep::Never => SleepRepr::Word("never".into()),
+            Sleep::UntilMessage => SleepRepr::Word("until_message".into()),
+            Sleep::For(d) => SleepRepr::Dist(d),
+        }
+    }
+}
+
+/// Message passing: after each completed burst the vCPU wakes other vCPUs
+/// (hackbench / chat-server style). A target that is running or already
+/// runnable gets the message as pending: its next burst end does not block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessageSpec {
+    /// Wake random members of the group with this name (never the sender itself).
+    #[serde(default)]
+    pub to_group: Option<String>,
+    /// Wake the vCPU with this global index (declaration order of groups, 0-based).
+    #[serde(default)]
+    pub to_vcpu: Option<u32>,
+    /// Messages sent per burst (default 1).
+    #[serde(default = "one")]
+    pub fanout: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A VM-wide spin lock taken for the last part of each burst. A vCPU that
+/// finds it held spins: it consumes CPU time without progress until the
+/// holder releases it, so preempting the holder shows as lost throughput.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockSpec {
+    /// Fraction of each burst spent holding the lock (0 < f <= 1).
+    pub hold_fraction: f64,
+}
+
+/// A group of identical vCPUs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupSpec {
+    /// Name used in reports and by [`MessageSpec::to_group`] (default `g<index>`).
+    #[serde(default)]
+    pub name: String,
+    /// Number of vCPUs in the group.
+    pub count: u32,
+    /// VM the vCPUs belong to (SMT isolation, per-VM throughput, the VM lock).
+    #[serde(default)]
+    pub vm: u32,
+    /// Scheduling class (default timeshare).
+    #[serde(default)]
+    pub class: SchedClass,
+    /// Base priority on Haiku's scale (default 10).
+    #[serde(default = "normal_priority")]
+    pub priority: u8,
+    /// Hard affinity as a CPU list ("0-3,8"); default every CPU of the topology.
+    #[serde(default)]
+    pub affinity: Option<CpuSet>,
+    /// Length of each run burst.
+    pub burst: Dist,
+    /// What happens after a burst (ignored when `yield` is set).
+    #[serde(default = "never")]
+    pub sleep: Sleep,
+    /// Yield (StopReason::Yielded) after each burst instead of sleeping: the
+    /// vCPU stays runnable (the loop_yield pattern).
+    #[serde(default, rename = "yield")]
+    pub yield_after_burst: bool,
+    /// Messages sent after each burst.
+    #[serde(default)]
+    pub message: Option<MessageSpec>,
+    /// VM-wide spin lock behaviour.
+    #[serde(default)]
+    pub lock: Option<LockSpec>,
+    /// Runnable at time 0 (default true); receivers usually start blocked.
+    #[serde(default = "yes")]
+    pub start_awake: bool,
+}
+
+fn normal_priority() -> u8 {
+    crate::tunables::PRIORITY_NORMAL
+}
+fn never() -> Sleep {
+    Sleep::Never
+}
+fn yes() -> bool {
+    true
+}
+
+impl GroupSpec {
+    /// A group of `count` CPU hogs with the given fixed burst length (us),
+    /// VM 0, priority 10, no affinity restriction. Adjust with the `with_*` methods.
+    pub fn new(name: &str, count: u32, burst: Dist) -> GroupSpec {
+        GroupSpec {
+            name: name.to_string(),
+            count,
+            vm: 0,
+            class: SchedClass::Timeshare,
+            priority: normal_priority(),
+            affinity: None,
+            burst,
+            sleep: Sleep::Never,
+            yield_after_burst: false,
+            message: None,
+            lock: None,
+            start_awake: true,
+        }
+    }
+    /// Set the VM id.
+    pub fn with_vm(mut self, vm: u32) -> Self {
+        self.vm = vm;
+        self
+    }
+    /// Set class and priority.
+    pub fn with_priority(mut self, class: SchedClass, priority: u8) -> Self {
+        self.class = class;
+        self.priority = priority;
+        self
+    }
+    /// Restrict to the given CPUs.
+    pub fn with_affinity(mut self, affinity: CpuSet) -> Self {
+        self.affinity = Some(affinity);
+        self
+    }
+    /// Set the sleep behaviour.
+    pub fn with_sleep(mut self, sleep: Sleep) -> Self {
+        self.sleep = sleep;
+        self
+    }
+    /// Yield after each burst instead of sleeping.
+    pub fn with_yield(mut self, on: bool) -> Self {
+        self.yield_after_burst = on;
+        self
+    }
+    /// Send messages after each burst.
+    pub fn with_message(mut self, message: MessageSpec) -> Self {
+        self.message = Some(message);
+        self
+    }
+    /// Hold the VM-wide lock for this fraction of each burst.
+    pub fn with_lock(mut self, hold_fraction: f64) -> Self {
+        self.lock = Some(LockSpec { hold_fraction });
+        self
+    }
+    /// Whether the group is runnable at time 0.
+    pub fn with_start_awake(mut self, on: bool) -> Self {
+        self.start_awake = on;
+        self
+    }
+}
+
+/// A whole simulation input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    /// Scenario name (reports).
+    #[serde(default)]
+    pub name: String,
+    /// Free text shown by the CLI.
+    #[serde(default)]
+    pub description: String,
+    /// Synthetic topology spec, e.g. "2x22x2" (see [`crate::Topology::from_spec`]).
+    pub topology: String,
+    /// Seed of the simulator's random stream (ChaCha8).
+    #[serde(default)]
+    pub seed: u64,
+    /// Simulated duration in milliseconds.
+    pub duration_ms: u64,
+    /// The simulator's own metrics (throughput, wake latency, per-CPU
+    /// shares) ignore the first `warmup_ms`; the policy snapshot does not.
+    #[serde(default)]
+    pub warmup_ms: u64,
+    /// Delay from a kicking wake decision until the target CPU calls
+    /// `schedule` (IPI + exit), in microseconds (default 2).
+    #[serde(default = "default_kick_latency")]
+    pub kick_latency_us: f64,
+    /// Scheduler configuration.
+    #[serde(default)]
+    pub sched: SchedConfig,
+    /// The vCPU groups.
+    #[serde(default, rename = "group")]
+    pub groups: Vec<GroupSpec>,
+}
+
+fn default_kick_latency() -> f64 {
+    2.0
+}
+
+/// Errors of reading or validating a workload, or of running it.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The TOML text did not parse or did not match the schema.
+    #[error("workload parse error: {0}")]
+    Parse(#[from] toml::de::Error),
+    /// A file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The workload is inconsistent (names, CPU lists, fractions, ...).
+    #[error("invalid workload: {0}")]
+    Invalid(String),
+    /// The scheduler refused an operation.
+    #[error("scheduler error: {0}")]
+    Sched(#[from] crate::SchedError),
+}
+
+impl Workload {
+    /// An empty workload on `topology` running for `duration_ms`.
+    pub fn new(name: &str, topology: &str, duration_ms: u64) -> Workload {
+        Workload {
+            name: name.to_string(),
+            description: String::new(),
+            topology: topology.to_string(),
+            seed: 0,
+            duration_ms,
+            warmup_ms: 0,
+            kick_latency_us: default_kick_latency(),
+            sched: SchedConfig::default(),
+            groups: Vec::new(),
+        }
+    }
+    /// Add a group.
+    pub fn group(mut self, g: GroupSpec) -> Self {
+        self.groups.push(g);
+        self
+    }
+    /// Set the seed.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+    /// Set the scheduler configuration.
+    pub fn with_sched(mut self, sched: SchedConfig) -> Self {
+        self.sched = sched;
+        self
+    }
+    /// Set the kick latency (us).
+    pub fn with_kick_latency_us(mut self, us: f64) -> Self {
+        self.kick_latency_us = us;
+        self
+    }
+    /// Set the warm-up prefix.
+    pub fn with_warmup_ms(mut self, warmup_ms: u64) -> Self {
+        self.warmup_ms = warmup_ms;
+        self
+    }
+
+    /// Parse TOML text and validate it.
+    pub fn from_toml(text: &str) -> Result<Workload, SimError> {
+        let mut w: Workload = toml::from_str(text)?;
+        w.normalise();
+        w.validate()?;
+        Ok(w)
+    }
+
+    /// Read and parse a TOML file.
+    pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Workload, SimError> {
+        let p = path.as_ref();
+        let text = std::fs::read_to_string(p).map_err(|source| SimError::Io {
+            path: p.display().to_string(),
+            source,
+        })?;
+        Workload::from_toml(&text)
+    }
+
+    /// Serialise to TOML.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_default()
+    }
+
+    /// Multiply every group's count by `factor` (used to grow a scenario
+    /// with the machine, e.g. hackbench groups per CPU).
+    pub fn scale_groups(mut self, factor: u32) -> Self {
+        for g in &mut self.groups {
+            g.count *= factor;
+        }
+        self
+    }
+
+    /// Total number of vCPUs.
+    pub fn num_vcpus(&self) -> usize {
+        self.groups.iter().map(|g| g.count as usize).sum()
+    }
+
+    fn normalise(&mut self) {
+        for (i, g) in self.groups.iter_mut().enumerate() {
+            if g.name.is_empty() {
+                g.name = format!("g{i}");
+            }
+        }
+    }
+
+    /// Check names, message targets, fractions and distributions.
+    pub fn validate(&self) -> Result<(), SimError> {
+        let bad = |m: String| Err(SimError::Invalid(m));
+        if self.duration_ms == 0 {
+            return bad("duration_ms must be > 0".into());
+        }
+        if self.warmup_ms >= self.duration_ms {
+            return bad("warmup_ms must be below duration_ms".into());
+        }
+        if !(self.kick_latency_us >= 0.0 && self.kick_latency_us.is_finite()) {
+            return bad("kick_latency_us must be a finite number >= 0".into());
+        }
+        let total = self.num_vcpus();
+        for (i, g) in self.groups.iter().enumerate() {
+            let name = if g.name.is_empty() {
+                format!("g{i}")
+            } else {
+                g.name.clone()
+            };
+            if self
+                .groups
+                .iter()
+                .enumerate()
+                .any(|(j, o)| j != i && !o.name.is_empty() && o.name == name)
+            {
+                return bad(format!("group name {name:?} is used twice"));
+            }
+            g.burst
+                .validate()
+                .map_err(|e| SimError::Invalid(format!("group {name}: burst: {e}")))?;
+            if let Sleep::For(d) = &g.sleep {
+                d.validate()
+                    .map_err(|e| SimError::Invalid(format!("group {name}: sleep: {e}")))?;
+            }
+            if let Some(l) = &g.lock {
+                if !(l.hold_fraction > 0.0 && l.hold_fraction <= 1.0) {
+                    return bad(format!(
+                        "group {name}: lock.hold_fraction must be in (0, 1]"
+                    ));
+                }
+            }
+            if let Some(a) = &g.affinity {
+                if a.is_empty() {
+                    return bad(format!("group {name}: empty affinity"));
+                }
+            }
+            if let Some(m) = &g.message {
+                match (&m.to_group, m.to_vcpu) {
+                    (Some(t), None) => {
+                        if !self.groups.iter().any(|o| &o.name == t) {
+                            return bad(format!("group {name}: message to unknown group {t:?}"));
+                        }
+                    }
+                    (None, Some(v)) => {
+                        if v as usize >= total {
+                            return bad(format!("group {name}: message to vCPU {v} of {total}"));
+                        }
+                    }
+                    _ => {
+                        return bad(format!(
+                            "group {name}: message needs exactly one of to_group / to_vcpu"
+                        ))
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_rejects_unknown_keys() {
+        let text = r#"
+            topology = "1x2x1"
+            duration_ms = 10
+            [sched]
+            policy = "global_round_robin"
+            [[group]]
+            name = "a"
+            count = 2
+            burst = { dist = "uniform", min_us = 30, max_us = 45 }
+            sleep = { dist = "exponential", mean_us = 70 }
+            message = { to_group = "b" }
+            [[group]]
+            name = "b"
+            count = 1
+            burst = { dist = "fixed", us = 5 }
+            sleep = "until_message"
+            start_awake = false
+        "#;
+        let w = Workload::from_toml(text).unwrap();
+        assert_eq!(w.groups.len(), 2);
+        assert_eq!(w.groups[1].sleep, Sleep::UntilMessage);
+        assert!(matches!(
+            w.groups[0].sleep,
+            Sleep::For(Dist::Exponential { .. })
+        ));
+        let back = Workload::from_toml(&w.to_toml()).unwrap();
+        assert_eq!(back, w);
+
+        let typo = text.replace("count = 1", "count = 1\nprio = 3");
+        assert!(Workload::from_toml(&typo).is_err());
+        let bad_target = text.replace("to_group = \"b\"", "to_group = \"zz\"");
+        assert!(Workload::from_toml(&bad_target).is_err());
+    }
+
+    #[test]
+    fn zero_sleep_is_a_hog() {
+        let text = r#"
+            topology = "1x1x1"
+            duration_ms = 1
+            [[group]]
+            count = 1
+            burst = { dist = "fixed", us = 5 }
+            sleep = { dist = "fixed", us = 0 }
+        "#;
+        let w = Workload::from_toml(text).unwrap();
+        assert_eq!(w.groups[0].sleep, Sleep::Never);
+        assert_eq!(w.groups[0].name, "g0");
+    }
+}

@@ -1,0 +1,371 @@
+//! Results of a run: the per-VM JSON-lines log written as events arrive
+//! (`<log_dir>/<vm>.results.jsonl`, one line per marker/record/stop, each
+//! written with a single `write` so nothing is lost if Pacer dies), the
+//! in-memory collection, the per-VM summary and the final JSON.
+
+use devices::{Marker, RecordError, RecordKind, ResultRecord};
+use serde::Serialize;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Errors of this module.
+#[derive(Debug, thiserror::Error)]
+pub enum ResultsError {
+    #[error("cannot create {path}: {source}")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// A marker with its host timestamps.
+#[derive(Debug, Clone, Serialize)]
+pub struct MarkerEntry {
+    pub vcpu: u32,
+    pub marker: String,
+    /// Milliseconds since the VM was started.
+    pub t_ms: f64,
+    /// Milliseconds since the `pacer run` process started.
+    pub t_run_ms: f64,
+}
+
+/// A result record with its host timestamps.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordEntry {
+    pub vcpu: u32,
+    pub t_ms: f64,
+    pub t_run_ms: f64,
+    #[serde(flatten)]
+    pub record: ResultRecord,
+    /// For WORK_SAMPLE/WORK_DONE: units per second recomputed by the VMM.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub units_per_s: Option<f64>,
+}
+
+/// Boot milestones of a VM (ms since VM start), from the first marker of
+/// each kind / the first record.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Milestones {
+    pub first_instruction_ms: Option<f64>,
+    pub kernel_ready_ms: Option<f64>,
+    pub workload_start_ms: Option<f64>,
+    pub workload_done_ms: Option<f64>,
+    pub first_result_ms: Option<f64>,
+    /// The same, relative to the start of the run.
+    pub first_instruction_run_ms: Option<f64>,
+    pub first_result_run_ms: Option<f64>,
+}
+
+/// Per-vCPU work totals from WORK_DONE (or the last WORK_SAMPLE).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct VcpuWork {
+    pub vcpu: u32,
+    pub units: u64,
+    pub ticks: u64,
+    pub units_per_s: Option<f64>,
+    pub done: bool,
+}
+
+/// Outcome of one VM.
+#[derive(Debug, Clone, Serialize)]
+pub struct VmResult {
+    pub name: String,
+    /// "success", "reset", "guest_exit", "triple_fault", "internal_error",
+    /// "fail_entry", "timeout", "error", ...
+    pub status: String,
+    pub ok: bool,
+    pub message: String,
+    pub wall_ms: f64,
+    pub tsc_khz: u32,
+    pub cmdline: String,
+    pub milestones: Milestones,
+    pub work: Vec<VcpuWork>,
+    /// Sum over vCPUs of units per second.
+    pub total_units_per_s: Option<f64>,
+    pub markers: Vec<MarkerEntry>,
+    pub records: Vec<RecordEntry>,
+    pub rejected_records: usize,
+    pub results_file: Option<PathBuf>,
+    pub console_log: Option<PathBuf>,
+    /// Per-vCPU exit counters, in vCPU order.
+    pub vcpu_stats: Vec<crate::vcpu::VcpuStats>,
+}
+
+/// The final JSON of `pacer run --json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResults {
+    pub config: PathBuf,
+    pub ok: bool,
+    pub vms: Vec<VmResult>,
+}
+
+/// Collects a VM's events and appends them to its JSON-lines file.
+pub struct ResultsLog {
+    vm: String,
+    tsc_khz: u32,
+    path: Option<PathBuf>,
+    file: Option<File>,
+    pub markers: Vec<MarkerEntry>,
+    pub records: Vec<RecordEntry>,
+    pub rejected: usize,
+    write_error_reported: bool,
+}
+
+impl ResultsLog {
+    /// `path`: the JSON-lines file (None: keep in memory only).
+    pub fn create(vm: &str, tsc_khz: u32, path: Option<&Path>) -> Result<ResultsLog, ResultsError> {
+        let file = match path {
+            Some(p) => Some(File::create(p).map_err(|source| ResultsError::Create {
+                path: p.to_path_buf(),
+                source,
+            })?),
+            None => None,
+        };
+        Ok(ResultsLog {
+            vm: vm.to_string(),
+            tsc_khz,
+            path: path.map(Path::to_path_buf),
+            file,
+            markers: Vec::new(),
+            records: Vec::new(),
+            rejected: 0,
+            write_error_reported: false,
+        })
+    }
+
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    fn append(&mut self, value: serde_json::Value) {
+        if let Some(f) = self.file.as_mut() {
+            let mut line = value.to_string();
+            line.push('\n');
+            // One write(2) per line: a crash loses at most the line in flight.
+            if let Err(e) = f.write_all(line.as_bytes()) {
+                if !self.write_error_reported {
+                    self.write_error_reported = true;
+                    log::error!(
+                        "[{}] cannot write results to {}: {e}",
+                        self.vm,
+                        self.path
+                            .as_ref()
+                            .map(|p| p.display().to_string())
+                            .unwrap_or_default()
+                    );
+                }
+            }
+        }
+    }
+
+    pub fn marker(&mut self, vcpu: u32, marker: Marker, t_ms: f64, t_run_ms: f64) {
+        let e = MarkerEntry {
+            vcpu,
+            marker: marker.name(),
+            t_ms,
+            t_run_ms,
+        };
+        self.append(serde_json::json!({
+            "type": "marker", "vm": self.vm, "vcpu": vcpu, "marker": e.marker,
+            "t_ms": t_ms, "t_run_ms": t_run_ms,
+        }));
+        self.markers.push(e);
+    }
+
+    pub fn record(&mut self, vcpu: u32, record: ResultRecord, t_ms: f64, t_run_ms: f64) {
+        let units_per_s = match record.kind {
+            RecordKind::WorkSample | RecordKind::WorkDone => devices::bench_port::units_per_second(
+                record.values[0],
+                record.values[1],
+                self.tsc_khz as u64,
+            ),
+            _ => None,
+        };
+        let e = RecordEntry {
+            vcpu,
+            t_ms,
+            t_run_ms,
+            record,
+            units_per_s,
+        };
+        let mut v = serde_json::to_value(&e).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("type".into(), "record".into());
+            o.insert("vm".into(), self.vm.clone().into());
+        }
+        self.append(v);
+        self.records.push(e);
+    }
+
+    pub fn rejected(&mut self, vcpu: u32, err: &RecordError, t_ms: f64) {
+        self.rejected += 1;
+        self.append(serde_json::json!({
+            "type": "rejected", "vm": self.vm, "vcpu": vcpu, "error": err.to_string(), "t_ms": t_ms,
+        }));
+    }
+
+    pub fn stopped(&mut self, status: &str, ok: bool, message: &str, t_ms: f64) {
+        self.append(serde_json::json!({
+            "type": "stop", "vm": self.vm, "status": status, "ok": ok, "message": message, "t_ms": t_ms,
+        }));
+    }
+
+    /// Boot milestones from what has arrived so far.
+    pub fn milestones(&self) -> Milestones {
+        let first = |name: &str| self.markers.iter().find(|m| m.marker == name);
+        let fi = first("first_instruction");
+        Milestones {
+            first_instruction_ms: fi.map(|m| m.t_ms),
+            kernel_ready_ms: first("kernel_ready").map(|m| m.t_ms),
+            workload_start_ms: first("workload_start").map(|m| m.t_ms),
+            workload_done_ms: first("workload_done").map(|m| m.t_ms),
+            first_result_ms: self.records.first().map(|r| r.t_ms),
+            first_instruction_run_ms: fi.map(|m| m.t_run_ms),
+            first_result_run_ms: self.records.first().map(|r| r.t_run_ms),
+        }
+    }
+
+    /// Per-vCPU work: WORK_DONE if present, else the last WORK_SAMPLE's
+    /// cumulative values.
+    pub fn work(&self) -> Vec<VcpuWork> {
+        let mut out: Vec<VcpuWork> = Vec::new();
+        for r in &self.records {
+            let (units, ticks, done) = match r.record.kind {
+                RecordKind::WorkDone => (r.record.values[0], r.record.values[1], true),
+                RecordKind::WorkSample => (r.record.values[2], r.record.values[3], false),
+                _ => continue,
+            };
+            let w = VcpuWork {
+                vcpu: r.vcpu,
+                units,
+                ticks,
+                units_per_s: devices::bench_port::units_per_second(
+                    units,
+                    ticks,
+                    self.tsc_khz as u64,
+                ),
+                done,
+            };
+            match out.iter_mut().find(|x| x.vcpu == r.vcpu) {
+                Some(x) if x.done && !done => {}
+                Some(x) => *x = w,
+                None => out.push(w),
+            }
+        }
+        out.sort_by_key(|w| w.vcpu);
+        out
+    }
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.1} ms"))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// The human-readable summary of one VM.
+pub fn format_summary(r: &VmResult) -> String {
+    let mut s = format!(
+        "[{}] {}: {}{}\n",
+        r.name,
+        if r.ok { "OK" } else { "FAILED" },
+        r.status,
+        if r.message.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", r.message)
+        }
+    );
+    let m = &r.milestones;
+    s += &format!(
+        "[{}]   first instruction {}, kernel ready {}, first result {}, wall {:.1} ms\n",
+        r.name,
+        ms(m.first_instruction_ms),
+        ms(m.kernel_ready_ms),
+        ms(m.first_result_ms),
+        r.wall_ms
+    );
+    for w in &r.work {
+        s += &format!(
+            "[{}]   vcpu{}: {} work units in {:.1} ms{} -> {} units/s\n",
+            r.name,
+            w.vcpu,
+            w.units,
+            if r.tsc_khz > 0 {
+                w.ticks as f64 / r.tsc_khz as f64
+            } else {
+                0.0
+            },
+            if w.done { "" } else { " (incomplete)" },
+            w.units_per_s
+                .map(|u| format!("{u:.0}"))
+                .unwrap_or_else(|| "-".into())
+        );
+    }
+    if r.rejected_records > 0 {
+        s += &format!(
+            "[{}]   {} result record(s) rejected\n",
+            r.name, r.rejected_records
+        );
+    }
+    if let Some(p) = &r.results_file {
+        s += &format!("[{}]   results: {}\n", r.name, p.display());
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(kind: RecordKind, vcpu: u32, values: [u64; 5]) -> ResultRecord {
+        ResultRecord {
+            kind,
+            vcpu,
+            seq: 0,
+            tsc: 0,
+            values,
+            text: None,
+        }
+    }
+
+    #[test]
+    fn jsonl_and_summary() {
+        let dir = std::env::temp_dir().join(format!("pacer-results-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("a.results.jsonl");
+        let mut log = ResultsLog::create("a", 1000, Some(&p)).unwrap();
+        log.marker(0, Marker::FirstInstruction, 5.0, 7.0);
+        log.record(
+            0,
+            rec(RecordKind::WorkSample, 0, [10, 1000, 10, 1000, 0]),
+            6.0,
+            8.0,
+        );
+        log.record(
+            0,
+            rec(RecordKind::WorkDone, 0, [50, 5000, 0, 0, 0]),
+            9.0,
+            11.0,
+        );
+        log.rejected(0, &RecordError::BadMagic(1), 10.0);
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(text.lines().count(), 4);
+        let first: serde_json::Value = serde_json::from_str(text.lines().nth(1).unwrap()).unwrap();
+        assert_eq!(first["kind"], "work_sample");
+        assert_eq!(first["units_per_s"], 10000.0);
+        let m = log.milestones();
+        assert_eq!(m.first_instruction_ms, Some(5.0));
+        assert_eq!(m.first_result_ms, Some(6.0));
+        let w = log.work();
+        assert_eq!(w.len(), 1);
+        assert!(w[0].done);
+        assert_eq!(w[0].units_per_s, Some(10000.0));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

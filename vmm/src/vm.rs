@@ -1,0 +1,821 @@
+//! One VM: KVM VM + memory + vCPUs + devices, its port-I/O bus, and its
+//! lifecycle (create -> start -> stop on guest request / fatal vCPU exit /
+//! timeout -> result). A failing VM stops only itself.
+
+use crate::boot;
+use crate::config::VmConfig;
+use crate::cpuid;
+use crate::memory::{self, DeviceMemory};
+use crate::msr;
+use crate::results::{ResultsLog, VmResult};
+use crate::vcpu::{Vcpu, VcpuError, VcpuExitHandler, VcpuExitReason, VcpuHandle, VcpuOutcome};
+use devices::bench_port::{BenchPort, BENCH_PORT_BASE, BENCH_PORT_LEN};
+use devices::bus::UnknownAccessLog;
+use devices::exit_port::{ExitPort, EXIT_PORT, EXIT_PORT_LEN};
+use devices::i8042::{I8042, I8042_BASE, I8042_LEN};
+use devices::serial::{ConsoleWriter, SerialConsole, COM1_BASE, COM1_IRQ, COM1_LEN};
+use devices::{IoContext, Marker, PioBus, RecordError, ResultRecord, StopRequest, VmEventSink};
+use kvm_bindings::kvm_userspace_memory_region;
+use kvm_ioctls::{Kvm, VmFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+use vcpu_sched::CpuSet;
+use vm_memory::{Address, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+/// TSS address for Intel VMX (3 pages just below the 4 GiB BIOS area).
+const KVM_TSS_ADDRESS: usize = 0xfffb_d000;
+
+/// Errors of this module.
+#[derive(Debug, thiserror::Error)]
+pub enum VmError {
+    #[error("cannot open /dev/kvm: {0}")]
+    Kvm(kvm_ioctls::Error),
+    #[error("KVM_CREATE_VM failed: {0}")]
+    CreateVm(kvm_ioctls::Error),
+    #[error("KVM_CREATE_IRQCHIP failed: {0}")]
+    Irqchip(kvm_ioctls::Error),
+    #[error("guest memory: {0}")]
+    Memory(#[from] memory::MemoryError),
+    #[error("KVM_SET_USER_MEMORY_REGION failed: {0}")]
+    Memslot(kvm_ioctls::Error),
+    #[error("KVM_CREATE_VCPU {index} failed: {source}")]
+    CreateVcpu {
+        index: u32,
+        source: kvm_ioctls::Error,
+    },
+    #[error("CPUID: {0}")]
+    Cpuid(#[from] cpuid::CpuidError),
+    #[error("KVM_SET_CPUID2 failed: {0}")]
+    SetCpuid(kvm_ioctls::Error),
+    #[error("MSRs: {0}")]
+    Msr(#[from] msr::MsrError),
+    #[error("KVM_GET_TSC_KHZ failed: {0}")]
+    TscKhz(kvm_ioctls::Error),
+    #[error("boot: {0}")]
+    Boot(#[from] boot::BootError),
+    #[error("setting vCPU registers ({what}) failed: {source}")]
+    Regs {
+        what: &'static str,
+        source: kvm_ioctls::Error,
+    },
+    #[error("device setup: {0}")]
+    Device(String),
+    #[error("cannot create {path}: {source}")]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("results: {0}")]
+    Results(#[from] crate::results::ResultsError),
+    #[error("vCPU: {0}")]
+    Vcpu(#[from] VcpuError),
+}
+
+/// How the VM is run.
+#[derive(Debug, Clone)]
+pub struct VmOptions {
+    /// Directory for `<vm>.console.log` and `<vm>.results.jsonl` (None: no
+    /// files, results kept in memory).
+    pub log_dir: Option<PathBuf>,
+    /// Create the in-kernel irqchip (local APIC timer, IPIs). Host mode uses
+    /// it; without it a guest HLT exits to the vCPU loop, which then blocks
+    /// until a command (the scheduled engine's block/wake).
+    pub irqchip: bool,
+    /// Pin vCPU threads to the VM's `cpus` (host mode).
+    pub pin: bool,
+    /// Reference instant of the whole run (for `t_run_ms`).
+    pub run_start: Instant,
+}
+
+impl Default for VmOptions {
+    fn default() -> Self {
+        VmOptions {
+            log_dir: None,
+            irqchip: true,
+            pin: true,
+            run_start: Instant::now(),
+        }
+    }
+}
+
+/// Why a VM stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopCause {
+    GuestExit(u32),
+    Reset,
+    VcpuFailed {
+        vcpu: u32,
+        reason: VcpuExitReason,
+    },
+    Timeout(Duration),
+    /// Stopped by its owner (API or signal).
+    Requested,
+}
+
+impl StopCause {
+    /// (status, ok, message)
+    pub fn describe(&self) -> (String, bool, String) {
+        match self {
+            StopCause::GuestExit(0) => ("success".into(), true, String::new()),
+            // The bench guest's exception path exits with 0x100 + vector.
+            StopCause::GuestExit(s) if (0x100..0x120).contains(s) => (
+                "guest_panic".into(),
+                false,
+                format!(
+                    "guest exception, vector {} (exit status {s:#x}); details on its console",
+                    s - 0x100
+                ),
+            ),
+            StopCause::GuestExit(s) => (
+                "guest_exit".into(),
+                false,
+                format!("guest exited with status {s}"),
+            ),
+            StopCause::Reset => ("reset".into(), true, "reset requested".into()),
+            StopCause::VcpuFailed { vcpu, reason } => {
+                let status = match reason {
+                    VcpuExitReason::TripleFault { .. } => "triple_fault",
+                    VcpuExitReason::InternalError { .. } => "internal_error",
+                    VcpuExitReason::FailEntry { .. } => "fail_entry",
+                    VcpuExitReason::SystemEvent { .. } => "system_event",
+                    VcpuExitReason::KvmError { .. } => "kvm_error",
+                    _ => "vcpu_error",
+                };
+                (status.into(), false, format!("vcpu{vcpu}: {reason}"))
+            }
+            StopCause::Timeout(t) => (
+                "timeout".into(),
+                false,
+                format!("timeout_s {:.1} exceeded", t.as_secs_f64()),
+            ),
+            StopCause::Requested => ("stopped".into(), false, "stopped by request".into()),
+        }
+    }
+}
+
+/// Events a VM publishes to subscribers (tests, embedding code).
+#[derive(Debug, Clone)]
+pub enum VmEvent {
+    Marker {
+        vcpu: u32,
+        marker: Marker,
+        t_ms: f64,
+    },
+    Record {
+        vcpu: u32,
+        record: ResultRecord,
+        t_ms: f64,
+    },
+    Rejected {
+        vcpu: u32,
+        error: RecordError,
+    },
+    Stopping(StopCause),
+}
+
+/// The VM-wide state shared by vCPU threads and devices.
+pub struct VmShared {
+    name: String,
+    start: Instant,
+    run_start: Instant,
+    stopping: AtomicBool,
+    cause: Mutex<Option<StopCause>>,
+    cond: Condvar,
+    results: Mutex<ResultsLog>,
+    subscribers: Mutex<Vec<Sender<VmEvent>>>,
+}
+
+impl VmShared {
+    fn t_ms(&self) -> (f64, f64) {
+        let now = Instant::now();
+        (
+            now.duration_since(self.start).as_secs_f64() * 1e3,
+            now.duration_since(self.run_start).as_secs_f64() * 1e3,
+        )
+    }
+
+    fn publish(&self, ev: VmEvent) {
+        let mut subs = self.subscribers.lock().unwrap_or_else(|p| p.into_inner());
+        subs.retain(|s| s.send(ev.clone()).is_ok());
+    }
+
+    /// Request the VM to stop; the first cause wins.
+    pub fn stop(&self, cause: StopCause) {
+        {
+            let mut c = self.cause.lock().unwrap_or_else(|p| p.into_inner());
+            if c.is_some() {
+                return;
+            }
+            let (status, ok, msg) = cause.describe();
+            if ok {
+                log::debug!("[{}] stopping: {status} {msg}", self.name);
+            } else {
+                log::error!("[{}] VM stopped: {status}: {msg}", self.name);
+            }
+            *c = Some(cause.clone());
+            self.stopping.store(true, Ordering::Release);
+        }
+        self.cond.notify_all();
+        self.publish(VmEvent::Stopping(cause));
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Wait until a stop cause exists or `timeout` passes.
+    fn wait(&self, timeout: Option<Duration>) -> Option<StopCause> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut c = self.cause.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(cause) = c.as_ref() {
+                return Some(cause.clone());
+            }
+            match deadline {
+                None => c = self.cond.wait(c).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    c = self
+                        .cond
+                        .wait_timeout(c, left)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+            }
+        }
+    }
+}
+
+impl VmEventSink for VmShared {
+    fn marker(&self, vcpu: u32, marker: Marker) {
+        let (t, tr) = self.t_ms();
+        if marker == Marker::Panic {
+            log::warn!("[{}] vcpu{vcpu}: guest PANIC marker", self.name);
+        }
+        self.results
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .marker(vcpu, marker, t, tr);
+        self.publish(VmEvent::Marker {
+            vcpu,
+            marker,
+            t_ms: t,
+        });
+    }
+
+    fn record(&self, vcpu: u32, record: Result<ResultRecord, RecordError>) {
+        let (t, tr) = self.t_ms();
+        match record {
+            Ok(r) => {
+                self.results
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .record(vcpu, r.clone(), t, tr);
+                self.publish(VmEvent::Record {
+                    vcpu,
+                    record: r,
+                    t_ms: t,
+                });
+            }
+            Err(e) => {
+                let mut res = self.results.lock().unwrap_or_else(|p| p.into_inner());
+                if res.rejected < 16 {
+                    log::warn!("[{}] vcpu{vcpu}: result record rejected: {e}", self.name);
+                }
+                res.rejected(vcpu, &e, t);
+                drop(res);
+                self.publish(VmEvent::Rejected { vcpu, error: e });
+            }
+        }
+    }
+
+    fn stop_request(&self, _vcpu: u32, request: StopRequest) {
+        self.stop(match request {
+            StopRequest::GuestExit(s) => StopCause::GuestExit(s),
+            StopRequest::Reset => StopCause::Reset,
+        });
+    }
+}
+
+/// A cloneable handle that stops a VM from anywhere (signal handling, UIs).
+#[derive(Clone)]
+pub struct StopHandle(Arc<VmShared>);
+
+impl StopHandle {
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+    /// Ask the VM to stop (its result says "stopped by request").
+    pub fn stop(&self) {
+        self.0.stop(StopCause::Requested);
+    }
+}
+
+/// vCPU exit dispatch of one VM.
+struct ExitHandler {
+    shared: Arc<VmShared>,
+    bus: PioBus,
+    unknown_pio: UnknownAccessLog,
+    unknown_mmio: UnknownAccessLog,
+}
+
+impl VcpuExitHandler for ExitHandler {
+    fn pio_in(&self, vcpu: u32, port: u16, data: &mut [u8]) {
+        if !self.bus.read(IoContext { vcpu }, port, data) {
+            if let Some(m) =
+                self.unknown_pio
+                    .note(&self.shared.name, port as u64, false, data.len())
+            {
+                log::warn!("{m}");
+            }
+        }
+    }
+
+    fn pio_out(&self, vcpu: u32, port: u16, data: &[u8]) {
+        if !self.bus.write(IoContext { vcpu }, port, data) {
+            if let Some(m) = self
+                .unknown_pio
+                .note(&self.shared.name, port as u64, true, data.len())
+            {
+                log::warn!("{m}");
+            }
+        }
+    }
+
+    fn mmio_read(&self, _vcpu: u32, addr: u64, data: &mut [u8]) {
+        data.fill(0xff);
+        if let Some(m) = self
+            .unknown_mmio
+            .note(&self.shared.name, addr, false, data.len())
+        {
+            log::warn!("{m}");
+        }
+    }
+
+    fn mmio_write(&self, _vcpu: u32, addr: u64, data: &[u8]) {
+        if let Some(m) = self
+            .unknown_mmio
+            .note(&self.shared.name, addr, true, data.len())
+        {
+            log::warn!("{m}");
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.shared.is_stopping()
+    }
+
+    fn vcpu_failed(&self, vcpu: u32, reason: &VcpuExitReason) {
+        self.shared.stop(StopCause::VcpuFailed {
+            vcpu,
+            reason: reason.clone(),
+        });
+    }
+}
+
+/// One VM.
+pub struct Vm {
+    config: VmConfig,
+    // Field order matters for drop: vCPU threads first, then the VM fd, then
+    // the memory the memslots point into.
+    vcpus: Vec<VcpuHandle>,
+    pending_vcpus: Vec<Vcpu>,
+    serial: Arc<Mutex<SerialConsole>>,
+    shared: Arc<VmShared>,
+    _vm_fd: VmFd,
+    mem: Arc<GuestMemoryMmap>,
+    handler: Arc<ExitHandler>,
+    tsc_khz: u32,
+    cmdline: String,
+    console_log: Option<PathBuf>,
+    options: VmOptions,
+    started: bool,
+}
+
+fn open_log(dir: &Path, file: String) -> Result<(PathBuf, std::fs::File), VmError> {
+    let path = dir.join(file);
+    let f = std::fs::File::create(&path).map_err(|source| VmError::File {
+        path: path.clone(),
+        source,
+    })?;
+    Ok((path, f))
+}
+
+impl Vm {
+    /// Build the VM (nothing runs until [`Vm::start`]).
+    pub fn create(kvm: &Kvm, config: &VmConfig, options: VmOptions) -> Result<Vm, VmError> {
+        let start = Instant::now();
+        let vm_fd = kvm.create_vm().map_err(VmError::CreateVm)?;
+        if let Err(e) = vm_fd.set_tss_address(KVM_TSS_ADDRESS) {
+            log::debug!("[{}] KVM_SET_TSS_ADDR: {e}", config.name);
+        }
+        if options.irqchip {
+            vm_fd.create_irq_chip().map_err(VmError::Irqchip)?;
+        }
+
+        // Memory.
+        let mem = Arc::new(memory::create_guest_memory(config.memory_mib)?);
+        for (slot, region) in mem.iter().enumerate() {
+            let r = kvm_userspace_memory_region {
+                slot: slot as u32,
+                flags: 0,
+                guest_phys_addr: region.start_addr().raw_value(),
+                memory_size: region.len(),
+                userspace_addr: region.as_ptr() as u64,
+            };
+            // SAFETY: the region is a live mmap owned by `mem`, which the Vm
+            // keeps alive (and drops after the VM fd) for as long as the
+            // memslot exists; slots do not overlap.
+            unsafe { vm_fd.set_user_memory_region(r) }.map_err(VmError::Memslot)?;
+        }
+
+        // vCPUs.
+        let base_cpuid = cpuid::supported(kvm)?;
+        let msrs = msr::supported_msrs(kvm)?;
+        let mut vcpus = Vec::with_capacity(config.vcpus as usize);
+        for index in 0..config.vcpus {
+            let fd = vm_fd
+                .create_vcpu(index as u64)
+                .map_err(|source| VmError::CreateVcpu { index, source })?;
+            fd.set_cpuid2(&cpuid::for_vcpu(&base_cpuid, index, config.vcpus)?)
+                .map_err(VmError::SetCpuid)?;
+            if let Err(e) = msr::setup_msrs(&fd, &msrs) {
+                log::warn!("[{}] vcpu{index}: {e}", config.name);
+            }
+            vcpus.push(Vcpu { index, fd });
+        }
+        let tsc_khz = vcpus[0].fd.get_tsc_khz().map_err(VmError::TscKhz)?;
+        let t_vcpus = start.elapsed();
+
+        // Kernel, command line, boot structures.
+        let loaded = boot::load_kernel(&mem, &config.kernel, config.initrd.as_deref())?;
+        let cmdline = boot::build_cmdline(&config.cmdline, tsc_khz, config.vcpus)?;
+        boot::write_boot_structures(&mem, &cmdline, &loaded)?;
+        let cmdline = cmdline
+            .as_cstring()
+            .map(|c| c.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // Every vCPU enters at e_entry in long mode with RDI = its index
+        // (PROTOCOL.md); with the in-kernel irqchip the APs must be made
+        // runnable explicitly (KVM parks them waiting for INIT/SIPI).
+        for v in &vcpus {
+            let fd = &v.fd;
+            fd.set_regs(&boot::boot_regs(loaded.entry, v.index))
+                .map_err(|source| VmError::Regs {
+                    what: "regs",
+                    source,
+                })?;
+            let mut sregs = fd.get_sregs().map_err(|source| VmError::Regs {
+                what: "sregs",
+                source,
+            })?;
+            boot::configure_sregs(&mut sregs);
+            fd.set_sregs(&sregs).map_err(|source| VmError::Regs {
+                what: "sregs",
+                source,
+            })?;
+            fd.set_fpu(&boot::boot_fpu())
+                .map_err(|source| VmError::Regs {
+                    what: "fpu",
+                    source,
+                })?;
+            if options.irqchip && v.index != 0 {
+                fd.set_mp_state(kvm_bindings::kvm_mp_state {
+                    mp_state: kvm_bindings::KVM_MP_STATE_RUNNABLE,
+                })
+                .map_err(|source| VmError::Regs {
+                    what: "mp_state",
+                    source,
+                })?;
+            }
+        }
+        let t_boot = start.elapsed();
+        // Files and devices.
+        let (results_path, console) = match &options.log_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|source| VmError::File {
+                    path: dir.clone(),
+                    source,
+                })?;
+                let console = if config.console.to_log() {
+                    Some(open_log(dir, format!("{}.console.log", config.name))?)
+                } else {
+                    None
+                };
+                (
+                    Some(dir.join(format!("{}.results.jsonl", config.name))),
+                    console,
+                )
+            }
+            None => (None, None),
+        };
+        let results = ResultsLog::create(&config.name, tsc_khz, results_path.as_deref())?;
+        let shared = Arc::new(VmShared {
+            name: config.name.clone(),
+            start,
+            run_start: options.run_start,
+            stopping: AtomicBool::new(false),
+            cause: Mutex::new(None),
+            cond: Condvar::new(),
+            results: Mutex::new(results),
+            subscribers: Mutex::new(Vec::new()),
+        });
+        let sink: Arc<dyn VmEventSink> = shared.clone();
+        let dev_err = |e: std::io::Error| VmError::Device(e.to_string());
+        let serial_evt = EventFd::new(EFD_NONBLOCK).map_err(dev_err)?;
+        if options.irqchip {
+            vm_fd
+                .register_irqfd(&serial_evt, COM1_IRQ)
+                .map_err(|e| VmError::Device(format!("serial irqfd: {e}")))?;
+        }
+        let console_log = console.as_ref().map(|(p, _)| p.clone());
+        let serial = Arc::new(Mutex::new(SerialConsole::new(
+            serial_evt,
+            ConsoleWriter::new(
+                &config.name,
+                console.map(|(_, f)| f),
+                config.console.to_stdout(),
+            ),
+        )));
+        let mut bus = PioBus::new();
+        let bus_err = |e: devices::bus::BusError| VmError::Device(e.to_string());
+        bus.insert(COM1_BASE, COM1_LEN, serial.clone())
+            .map_err(bus_err)?;
+        bus.insert(
+            I8042_BASE,
+            I8042_LEN,
+            Arc::new(Mutex::new(I8042::new(sink.clone()))),
+        )
+        .map_err(bus_err)?;
+        bus.insert(
+            BENCH_PORT_BASE,
+            BENCH_PORT_LEN,
+            Arc::new(Mutex::new(BenchPort::new(
+                Arc::new(DeviceMemory(mem.clone())),
+                sink.clone(),
+            ))),
+        )
+        .map_err(bus_err)?;
+        bus.insert(
+            EXIT_PORT,
+            EXIT_PORT_LEN,
+            Arc::new(Mutex::new(ExitPort::new(sink))),
+        )
+        .map_err(bus_err)?;
+        let handler = Arc::new(ExitHandler {
+            shared: shared.clone(),
+            bus,
+            unknown_pio: UnknownAccessLog::new("port", 64),
+            unknown_mmio: UnknownAccessLog::new("MMIO", 64),
+        });
+
+        log::debug!(
+            "[{}] created in {:.2} ms (KVM VM, memory and vCPUs {:.2} ms, kernel and boot structures {:.2} ms)",
+            config.name,
+            start.elapsed().as_secs_f64() * 1e3,
+            t_vcpus.as_secs_f64() * 1e3,
+            (t_boot - t_vcpus).as_secs_f64() * 1e3
+        );
+        Ok(Vm {
+            config: config.clone(),
+            vcpus: Vec::new(),
+            pending_vcpus: vcpus,
+            serial,
+            shared,
+            _vm_fd: vm_fd,
+            mem,
+            handler,
+            tsc_khz,
+            cmdline,
+            console_log,
+            options,
+            started: false,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub fn tsc_khz(&self) -> u32 {
+        self.tsc_khz
+    }
+
+    /// The full kernel command line given to the guest.
+    pub fn cmdline(&self) -> &str {
+        &self.cmdline
+    }
+
+    /// Guest RAM size in bytes.
+    pub fn memory_bytes(&self) -> u64 {
+        self.mem.iter().map(|r| r.len()).sum()
+    }
+
+    /// Receive this VM's events from now on.
+    pub fn subscribe(&self) -> Receiver<VmEvent> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.shared
+            .subscribers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(tx);
+        rx
+    }
+
+    /// Spawn the vCPU threads and let them run.
+    pub fn start(&mut self) -> Result<(), VmError> {
+        if self.started {
+            return Ok(());
+        }
+        self.started = true;
+        let affinity: Option<CpuSet> = self.options.pin.then(|| self.config.cpus.clone());
+        for vcpu in self.pending_vcpus.drain(..) {
+            let h = VcpuHandle::spawn(
+                &self.config.name,
+                vcpu,
+                self.handler.clone(),
+                affinity.clone(),
+            )?;
+            self.vcpus.push(h);
+        }
+        for h in self.vcpus.iter_mut() {
+            h.start()?;
+        }
+        log::debug!(
+            "[{}] vCPUs running {:.2} ms after VM start",
+            self.config.name,
+            self.shared.start.elapsed().as_secs_f64() * 1e3
+        );
+        Ok(())
+    }
+
+    /// Pause every running vCPU (returns once all are out of KVM_RUN).
+    pub fn pause(&mut self, timeout: Duration) -> Result<(), VmError> {
+        for h in self.vcpus.iter_mut() {
+            if h.state() == crate::vcpu::VcpuState::Running {
+                h.pause(timeout)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Resume every paused vCPU.
+    pub fn resume(&mut self, timeout: Duration) -> Result<(), VmError> {
+        for h in self.vcpus.iter_mut() {
+            if h.state() == crate::vcpu::VcpuState::Paused {
+                h.resume(timeout)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ask the VM to stop (from outside).
+    pub fn request_stop(&self) {
+        self.shared.stop(StopCause::Requested);
+    }
+
+    /// A handle for stopping this VM from another thread.
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(self.shared.clone())
+    }
+
+    /// Wait for the VM to stop (guest request, fatal exit, or the
+    /// configured timeout), stop all vCPUs and return the result.
+    pub fn wait(mut self) -> VmResult {
+        let cause = match self.shared.wait(self.config.timeout) {
+            Some(c) => c,
+            None => {
+                let t = self.config.timeout.unwrap_or_default();
+                self.shared.stop(StopCause::Timeout(t));
+                self.shared.wait(None).unwrap_or(StopCause::Timeout(t))
+            }
+        };
+        self.finish(cause)
+    }
+
+    fn finish(&mut self, cause: StopCause) -> VmResult {
+        for h in self.vcpus.iter_mut() {
+            h.request_exit();
+        }
+        let outcomes: Vec<VcpuOutcome> = self.vcpus.drain(..).map(|h| h.join()).collect();
+        self.serial
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .flush();
+        let (status, ok, message) = cause.describe();
+        let wall_ms = self.shared.start.elapsed().as_secs_f64() * 1e3;
+        let mut res = self
+            .shared
+            .results
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        res.stopped(&status, ok, &message, wall_ms);
+        let work = res.work();
+        let total = work
+            .iter()
+            .filter_map(|w| w.units_per_s)
+            .reduce(|a, b| a + b);
+        VmResult {
+            name: self.config.name.clone(),
+            status,
+            ok,
+            message,
+            wall_ms,
+            tsc_khz: self.tsc_khz,
+            cmdline: self.cmdline.clone(),
+            milestones: res.milestones(),
+            work,
+            total_units_per_s: total,
+            markers: res.markers.clone(),
+            records: res.records.clone(),
+            rejected_records: res.rejected,
+            results_file: res.path().map(Path::to_path_buf),
+            console_log: self.console_log.clone(),
+            vcpu_stats: outcomes.iter().map(|o| o.stats).collect(),
+        }
+    }
+
+    /// Create, run to completion, and report one VM; errors become a failed
+    /// result naming the VM.
+    pub fn run(kvm: &Kvm, config: &VmConfig, options: VmOptions) -> VmResult {
+        Self::run_with(kvm, config, options, |_| {})
+    }
+
+    /// [`Vm::run`], handing a [`StopHandle`] to `on_created` before the
+    /// vCPUs start.
+    pub fn run_with(
+        kvm: &Kvm,
+        config: &VmConfig,
+        options: VmOptions,
+        on_created: impl FnOnce(StopHandle),
+    ) -> VmResult {
+        let t0 = Instant::now();
+        let failed = |msg: String| {
+            log::error!("[{}] VM failed: {msg}", config.name);
+            VmResult {
+                name: config.name.clone(),
+                status: "error".into(),
+                ok: false,
+                message: msg,
+                wall_ms: t0.elapsed().as_secs_f64() * 1e3,
+                tsc_khz: 0,
+                cmdline: config.cmdline.clone(),
+                milestones: Default::default(),
+                work: Vec::new(),
+                total_units_per_s: None,
+                markers: Vec::new(),
+                records: Vec::new(),
+                rejected_records: 0,
+                results_file: None,
+                console_log: None,
+                vcpu_stats: Vec::new(),
+            }
+        };
+        let mut vm = match Vm::create(kvm, config, options) {
+            Ok(vm) => vm,
+            Err(e) => return failed(e.to_string()),
+        };
+        on_created(vm.stop_handle());
+        if let Err(e) = vm.start() {
+            vm.shared.stop(StopCause::Requested);
+            let mut r = vm.wait();
+            r.ok = false;
+            r.status = "error".into();
+            r.message = e.to_string();
+            return r;
+        }
+        vm.wait()
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        if !self.vcpus.is_empty() {
+            self.shared.stop(StopCause::Requested);
+            for h in self.vcpus.iter_mut() {
+                h.request_exit();
+            }
+            for h in self.vcpus.drain(..) {
+                h.join();
+            }
+        }
+    }
+}
+
+/// Open /dev/kvm.
+pub fn open_kvm() -> Result<Kvm, VmError> {
+    let kvm = Kvm::new().map_err(VmError::Kvm)?;
+    if !kvm.check_extension(kvm_ioctls::Cap::ImmediateExit) {
+        // Kicks still work through the signal alone, but a kick that lands
+        // just before KVM_RUN is then only seen at the next exit.
+        log::warn!("KVM_CAP_IMMEDIATE_EXIT missing: vCPU kicks may be delayed");
+    }
+    Ok(kvm)
+}

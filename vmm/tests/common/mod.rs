@@ -1,0 +1,124 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// True if /dev/kvm can be opened; otherwise prints the SKIPPED line.
+pub fn kvm_or_skip(test: &str) -> bool {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+    {
+        Ok(_) => true,
+        Err(e) => {
+            println!("SKIPPED: /dev/kvm not available ({e}); {test} not run");
+            false
+        }
+    }
+}
+
+/// A scratch directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("pacer-it-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    /// Write `pacer.toml` with `text` (`@KERNEL@` replaced by the bench guest).
+    pub fn config(&self, text: &str) -> PathBuf {
+        let p = self.0.join("pacer.toml");
+        let text = text.replace("@KERNEL@", &kernel().display().to_string());
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn kernel() -> PathBuf {
+    guests::bench_guest_elf().to_path_buf()
+}
+
+/// A `[[vm]]` table running the bench guest.
+pub fn vm_table(name: &str, workload: &str) -> String {
+    format!(
+        "[[vm]]\nname = \"{name}\"\nvcpus = 1\nmemory_mib = 32\nkernel = \"@KERNEL@\"\nworkload = \"{workload}\"\ntimeout_s = 60\n\n"
+    )
+}
+
+/// A minimal ELF64 executable: `code` loaded at 1 MiB physical, entry at its
+/// first byte (a hand-assembled test guest; no toolchain needed).
+pub fn tiny_elf(code: &[u8]) -> Vec<u8> {
+    const BASE: u64 = 0x10_0000;
+    let ehsize = 64u64;
+    let phsize = 56u64;
+    let off = ehsize + phsize;
+    let mut e = Vec::new();
+    e.extend_from_slice(b"\x7fELF");
+    e.extend_from_slice(&[2, 1, 1, 0]); // 64-bit, little endian, v1, SysV
+    e.extend_from_slice(&[0; 8]);
+    e.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+    e.extend_from_slice(&62u16.to_le_bytes()); // EM_X86_64
+    e.extend_from_slice(&1u32.to_le_bytes());
+    e.extend_from_slice(&BASE.to_le_bytes()); // e_entry
+    e.extend_from_slice(&ehsize.to_le_bytes()); // e_phoff
+    e.extend_from_slice(&0u64.to_le_bytes()); // e_shoff
+    e.extend_from_slice(&0u32.to_le_bytes()); // e_flags
+    e.extend_from_slice(&(ehsize as u16).to_le_bytes());
+    e.extend_from_slice(&(phsize as u16).to_le_bytes());
+    e.extend_from_slice(&1u16.to_le_bytes()); // e_phnum
+    e.extend_from_slice(&64u16.to_le_bytes()); // e_shentsize
+    e.extend_from_slice(&0u16.to_le_bytes()); // e_shnum
+    e.extend_from_slice(&0u16.to_le_bytes()); // e_shstrndx
+                                              // PT_LOAD, R+X
+    e.extend_from_slice(&1u32.to_le_bytes());
+    e.extend_from_slice(&5u32.to_le_bytes());
+    e.extend_from_slice(&off.to_le_bytes()); // p_offset
+    e.extend_from_slice(&BASE.to_le_bytes()); // p_vaddr
+    e.extend_from_slice(&BASE.to_le_bytes()); // p_paddr
+    e.extend_from_slice(&(code.len() as u64).to_le_bytes()); // p_filesz
+    e.extend_from_slice(&(code.len() as u64).to_le_bytes()); // p_memsz
+    e.extend_from_slice(&0x1000u64.to_le_bytes()); // p_align
+    e.extend_from_slice(code);
+    e
+}
+
+/// Machine code: marker 1, `n` OUTs to port 0x511 (claimed and ignored by
+/// the bench device), marker 4, a record address outside RAM on 0x514, an IN
+/// from unknown port 0x99, and that byte (0xff) as the exit status on 0x518.
+pub fn pio_loop_code(n: u32) -> Vec<u8> {
+    let mut c = vec![
+        0xb0, 0x01, // mov al, 1
+        0x66, 0xba, 0x10, 0x05, // mov dx, 0x510
+        0xee, // out dx, al
+        0xb9, // mov ecx, imm32
+    ];
+    c.extend_from_slice(&n.max(1).to_le_bytes());
+    c.extend_from_slice(&[
+        0x66, 0xba, 0x11, 0x05, // mov dx, 0x511
+        0xee, // loop: out dx, al
+        0xff, 0xc9, // dec ecx
+        0x75, 0xfb, // jnz loop
+        0xb0, 0x04, // mov al, 4
+        0x66, 0xba, 0x10, 0x05, // mov dx, 0x510
+        0xee, // out dx, al
+        0xb8, 0xf0, 0xff, 0xff, 0xff, // mov eax, 0xfffffff0
+        0x66, 0xba, 0x14, 0x05, // mov dx, 0x514
+        0xef, // out dx, eax
+        0x31, 0xc0, // xor eax, eax
+        0xe4, 0x99, // in al, 0x99
+        0x66, 0xba, 0x18, 0x05, // mov dx, 0x518
+        0xef, // out dx, eax
+        0xf4, // hlt
+    ]);
+    c
+}
