@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 export CARGO_TERM_COLOR=never
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -13,7 +15,17 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy -p vcpu_sched --all-targets --features profiler --locked -- -D warnings
 echo "== cargo doc -p vcpu_sched"
 RUSTDOCFLAGS="-D warnings" cargo doc -p vcpu_sched --no-deps --locked
+echo "== cargo test -p vcpu_sched --features profiler (profiler tests)"
+cargo test -p vcpu_sched --features profiler --locked --lib profiler 2>&1 | tee -a "$log"
 echo "== cargo test --workspace"
-cargo test --workspace --locked
-echo "== cargo test -p vcpu_sched --features profiler"
-cargo test -p vcpu_sched --features profiler --locked profiler
+cargo test --workspace --locked 2>&1 | tee -a "$log"
+
+# One closing line over every test binary (cargo prints one per binary).
+awk '/^test result:/ {
+        for (i = 1; i <= NF; i++) {
+            if ($(i+1) ~ /^passed/)  p += $i
+            if ($(i+1) ~ /^failed/)  f += $i
+            if ($(i+1) ~ /^ignored/) s += $i
+        }
+     }
+     END { printf "summary: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"

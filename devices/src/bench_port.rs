@@ -412,7 +412,7 @@ mod proptests {
                 let mut b = [0u8; RECORD_SIZE];
                 prop_assert!(ram.read_guest(gpa as u64, &mut b));
                 prop_assert_eq!(u32::from_le_bytes([b[0], b[1], b[2], b[3]]), RECORD_MAGIC);
-                prop_assert!(r.text.as_ref().map_or(true, |t| t.len() <= 4 * MAX_TEXT_LEN as usize));
+                prop_assert!(r.text.as_ref().is_none_or(|t| t.len() <= 4 * MAX_TEXT_LEN as usize));
             }
             let sink = Arc::new(Sink::default());
             let mut dev = BenchPort::new(ram, sink.clone());

@@ -96,7 +96,11 @@ fn drive(sched: &dyn VcpuScheduler, lane: &Lane, ops: u64) {
         } else {
             StopReason::QuantumEnd
         };
-        let blocked = if reason == StopReason::Blocked { running[slot] } else { None };
+        let blocked = if reason == StopReason::Blocked {
+            running[slot]
+        } else {
+            None
+        };
         let d = sched.schedule(cpu, now, reason).expect("schedule");
         running[slot] = d.entity;
         done += 1;
@@ -135,7 +139,10 @@ fn bench_contention(c: &mut Criterion) {
                                 })
                             })
                             .collect();
-                        handles.into_iter().map(|h| h.join().expect("thread")).collect()
+                        handles
+                            .into_iter()
+                            .map(|h| h.join().expect("thread"))
+                            .collect()
                     });
                     elapsed.into_iter().max().unwrap_or_default()
                 });

@@ -43,6 +43,8 @@ struct Bench {
     next_cpu: u32,
     /// The spec every entity is added with.
     spec: EntitySpec,
+    /// CPUs the scheduler asked to kick, delivered outside the timed part.
+    kicks: Vec<CpuId>,
 }
 
 impl Bench {
@@ -78,18 +80,41 @@ impl Bench {
             now,
             next_cpu: 0,
             spec,
+            kicks: Vec::new(),
         };
         for cpu in 0..ncpus {
             b.dispatch(cpu, StopReason::Idle);
         }
+        b.settle();
         b
     }
 
     fn dispatch(&mut self, cpu: u32, reason: StopReason) -> Option<EntityId> {
         self.now += TICK;
-        let d = self.sched.schedule(CpuId(cpu), self.now, reason).expect("schedule");
+        let d = self
+            .sched
+            .schedule(CpuId(cpu), self.now, reason)
+            .expect("schedule");
         self.running[cpu as usize] = d.entity;
+        self.kicks.extend(d.kicks);
         d.entity
+    }
+
+    /// Deliver the pending kicks as a VMM would (each kicked CPU calls
+    /// `schedule`), including kicks those calls ask for, so the state the
+    /// next batch sees is one a real caller would produce.
+    fn settle(&mut self) {
+        let mut rounds = 0;
+        while let Some(cpu) = self.kicks.pop() {
+            let reason = if self.running[cpu.0 as usize].is_some() {
+                StopReason::Preempted
+            } else {
+                StopReason::Idle
+            };
+            self.dispatch(cpu.0, reason);
+            rounds += 1;
+            assert!(rounds < 100_000, "kicks never settle");
+        }
     }
 
     /// Next CPU (round robin) that is running something.
@@ -103,7 +128,6 @@ impl Bench {
         }
         panic!("no busy CPU in the benchmark state");
     }
-
 }
 
 /// Run `iters` operations in batches; `op(k)` performs up to `k` and
@@ -126,9 +150,13 @@ fn quantum_end(b: &mut Bench, k: u64) -> (Duration, u64) {
     for cpu in cpus {
         b.now += TICK;
         let d = b.sched.schedule(CpuId(cpu), b.now, StopReason::QuantumEnd);
-        b.running[cpu as usize] = d.expect("schedule").entity;
+        let d = d.expect("schedule");
+        b.running[cpu as usize] = d.entity;
+        b.kicks.extend(d.kicks);
     }
-    (start.elapsed(), k)
+    let elapsed = start.elapsed();
+    b.settle();
+    (elapsed, k)
 }
 
 fn pick_next(b: &mut Bench, k: u64) -> (Duration, u64) {
@@ -139,14 +167,21 @@ fn pick_next(b: &mut Bench, k: u64) -> (Duration, u64) {
         let prev = b.running[cpu as usize];
         b.now += TICK;
         let d = b.sched.schedule(CpuId(cpu), b.now, StopReason::Blocked);
-        b.running[cpu as usize] = d.expect("schedule").entity;
+        let d = d.expect("schedule");
+        b.running[cpu as usize] = d.entity;
+        b.kicks.extend(d.kicks);
         left_cpu.push(prev);
     }
     let elapsed = start.elapsed();
     for id in left_cpu.into_iter().flatten() {
         b.now += TICK;
-        b.sched.wake(id, b.now).expect("wake");
+        if let Some(w) = b.sched.wake(id, b.now).expect("wake") {
+            if w.kick {
+                b.kicks.push(w.cpu);
+            }
+        }
     }
+    b.settle();
     (elapsed, k)
 }
 
@@ -156,10 +191,11 @@ fn pick_next(b: &mut Bench, k: u64) -> (Duration, u64) {
 fn wake(b: &mut Bench, k: u64) -> (Duration, u64) {
     let k = (k as usize).min(b.blocked.len());
     let ids: Vec<EntityId> = b.blocked.drain(..k).collect();
+    let mut decisions = Vec::with_capacity(ids.len());
     let start = Instant::now();
     for id in &ids {
         b.now += TICK;
-        b.sched.wake(*id, b.now).expect("wake");
+        decisions.push(b.sched.wake(*id, b.now).expect("wake"));
     }
     let elapsed = start.elapsed();
     for id in ids {
@@ -168,6 +204,15 @@ fn wake(b: &mut Bench, k: u64) -> (Duration, u64) {
         let again = b.sched.add_entity(b.spec.clone(), b.now).expect("re-add");
         b.blocked.push(again);
     }
+    // Kicked CPUs look again (and find the entity gone, or other work).
+    b.kicks.extend(
+        decisions
+            .into_iter()
+            .flatten()
+            .filter(|w| w.kick)
+            .map(|w| w.cpu),
+    );
+    b.settle();
     (elapsed, k as u64)
 }
 

@@ -147,7 +147,7 @@ impl Vmm {
                 }
             };
             // Idle CPUs the policy wants woken for work left queued here.
-            for k in self.sched.take_kicks(cpu) {
+            for &k in &d.kicks {
                 self.kick(k);
             }
             let Some(id) = d.entity else {

@@ -99,7 +99,12 @@ impl CpuSet {
     }
 
     pub fn intersection(&self, other: &CpuSet) -> CpuSet {
-        let words = self.words.iter().zip(&other.words).map(|(a, b)| a & b).collect();
+        let words = self
+            .words
+            .iter()
+            .zip(&other.words)
+            .map(|(a, b)| a & b)
+            .collect();
         CpuSet { words }
     }
 
@@ -127,7 +132,12 @@ impl CpuSet {
             reason,
         };
         let mut set = CpuSet::new();
-        for item in input.trim().split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        for item in input
+            .trim()
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
             let parse = |s: &str| -> Result<u32, CpuListError> {
                 let v: u32 = s
                     .trim()

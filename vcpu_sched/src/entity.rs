@@ -18,7 +18,6 @@ use crate::tunables::{QuantumTable, Tunables};
 use crate::{CoreId, CpuId, CpuSet, LatencyHistogram, Nanos, SchedClass, VmId};
 use std::sync::Arc;
 
-
 /// Priority state of one entity with the cached effective priority and base quantum.
 #[derive(Debug, Clone)]
 pub(crate) struct Priority {

@@ -47,13 +47,30 @@ pub enum StopReason {
     Idle,
 }
 
-/// What a CPU should run next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// What a CPU should run next, and which other CPUs must look again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Dispatch {
     /// The entity to run, or `None` to idle until kicked.
     pub entity: Option<EntityId>,
     /// Length of the time slice to arm the quantum timer with (0 when idle).
     pub quantum: Nanos,
+    /// CPUs the caller must kick, exactly as for a kicking
+    /// [`WakeDecision`]: idle CPUs that received work this call left
+    /// waiting (the stopped entity requeued behind a better one), and under
+    /// SMT isolation idle siblings that may now run the VM this core
+    /// switched to. Usually empty (no allocation then).
+    pub kicks: Vec<CpuId>,
+}
+
+impl Dispatch {
+    /// Idle until kicked.
+    pub fn idle() -> Dispatch {
+        Dispatch {
+            entity: None,
+            quantum: 0,
+            kicks: Vec::new(),
+        }
+    }
 }
 
 /// Where a woken entity was placed and whether that CPU must be kicked.

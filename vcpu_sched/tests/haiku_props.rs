@@ -10,7 +10,7 @@
 //!   runnable entities run, never outside the affinity;
 //! - no allowed CPU is idle while an entity waits. The bound on that window
 //!   is "until the kicked CPUs have rescheduled": wake decisions and
-//!   `take_kicks` name every CPU that must look again, and the check runs
+//!   `Dispatch::kicks` name every CPU that must look again, and the check runs
 //!   once they have. With SMT isolation a CPU may idle while only entities
 //!   of another VM than the one its siblings run wait (force idle), so
 //!   the check is skipped there and replaced by "siblings never co-run
@@ -165,7 +165,7 @@ impl Driver {
                 prop_assert!(d.quantum > 0);
                 self.note_ran(e);
             }
-            let ks = self.s.take_kicks(CpuId(c as u32));
+            let ks = d.kicks;
             self.trace.push(format!("    kicks {ks:?}"));
             for k in ks {
                 work.push((k.0 as usize, self.kick_reason(k.0 as usize)));

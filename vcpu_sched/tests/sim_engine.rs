@@ -138,6 +138,7 @@ impl VcpuScheduler for TestFifo {
         }
         g.running[c] = next;
         Ok(Dispatch {
+            kicks: Vec::new(),
             entity: next,
             quantum: if next.is_some() { 1_000_000 } else { 0 },
         })

@@ -62,8 +62,8 @@ fn same_workload_without_smt_isolation_is_clean() {
 /// pinned one and is requeued there at every quantum end, while CPUs 1
 /// (its SMT sibling) and 2 stay idle for the whole run and are never
 /// kicked (first at t = 9.402 ms for haiku, 1.002 ms for global_rr).
-/// Haiku fixed it with `VcpuScheduler::take_kicks`, which the simulator
-/// honours after every `schedule`; global_rr still shows it.
+/// Fixed by `Dispatch::kicks`, which the simulator honours after every
+/// `schedule`.
 const REQUEUE_PASSES_OVER_IDLE_CPU: &str = r#"
     name = "requeue_passes_over_idle_cpu"
     topology = "1x2x2"
@@ -92,19 +92,18 @@ fn haiku_requeue_never_passes_over_an_idle_cpu() {
     assert!(r.total.useful_cpus > 2.9, "{}", r.to_table());
 }
 
-/// The check itself: the requeue case is seen (and counted only as a
-/// violation in low-latency mode).
+/// global_rr had the same bug (first at t = 1.002 ms) until it too named
+/// the idle CPU in `Dispatch::kicks` when it requeues the stopped entity.
 #[test]
-fn requeue_with_idle_cpu_is_detected() {
+fn global_rr_requeue_never_passes_over_an_idle_cpu() {
     let mut w = Workload::from_toml(REQUEUE_PASSES_OVER_IDLE_CPU).unwrap();
     w.sched.policy = vcpu_sched::PolicyKind::GlobalRoundRobin;
     let r = sim::run(&w).unwrap();
-    if r.total.useful_cpus < 2.9 {
-        assert!(r.violations.idle_cpu_passed_over > 0, "{}", r.to_table());
-    }
-    w.sched.mode = vcpu_sched::Mode::PowerSaving;
-    let r = sim::run(&w).unwrap();
-    assert_eq!(r.violations.idle_cpu_passed_over, 0);
+    assert_eq!(r.violations.total(), 0, "{}", r.to_table());
+    // No throughput floor here: with synchronous quantum ends the FIFO
+    // head (the free hog) is taken by CPU 3 before the kicked CPU 1
+    // arrives, and the pinned vCPU left waiting cannot use CPU 1. That is
+    // the baseline's design (no affinity-aware placement), not a lost kick.
 }
 
 /// Scenario 7 with SMT isolation on: the latency VM (VM 1) and the batch
@@ -154,7 +153,7 @@ fn smt_isolation_never_co_runs_two_vms_on_a_core() {
 /// Found by `sim_props`. 2x2x2: two hogs sending messages, two 1 us hogs
 /// allowed on CPUs 1-2 (priority 1) and three vCPUs yielding every 1 us
 /// (priority 5). At t = 1.003 ms `schedule(cpu 2, Yielded)` dispatches a
-/// pinned hog and requeues the yielder without asking (`take_kicks`) for
+/// pinned hog and requeues the yielder without asking (`Dispatch::kicks`) for
 /// an idle CPU, although CPUs 5 and 7 are idle: it waits ~1 ms.
 const YIELD_REQUEUE_PASSES_OVER_IDLE_CPU: &str = r#"
     name = "yield_requeue_passes_over_idle_cpu"
@@ -194,7 +193,7 @@ fn haiku_yield_requeue_never_passes_over_an_idle_cpu() {
 /// VM-0 hog allowed on CPUs 1-2 and three VM-1 hogs. CPU 3 stays idle for
 /// the whole run although its sibling (CPU 2) runs VM 1; at t = 7.602 ms
 /// `schedule(cpu 1, QuantumEnd)` idles CPU 1 to hand core 0 over to VM 0
-/// and requeues a VM-1 hog without asking (`take_kicks`) for CPU 3.
+/// and requeues a VM-1 hog without asking (`Dispatch::kicks`) for CPU 3.
 const SMT_ISOLATION_IDLE_SIBLING_PASSED_OVER: &str = r#"
     name = "smt_isolation_idle_sibling_passed_over"
     topology = "1x2x2"

@@ -338,12 +338,14 @@ impl super::VcpuScheduler for GlobalRoundRobin {
         st.cpus[ci].kick_pending = false;
 
         // Account the stop of whatever ran here.
+        let mut requeued = None;
         if let Some(cur) = st.cpus[ci].current() {
             match st.entities.get_mut(cur.0 as usize) {
                 Some(Slot::Zombie) => st.release(cur),
                 Some(Slot::Live(e)) if e.acct.state() == RunState::Running(cpu) => {
                     if e.acct.stop(now, reason) {
                         let class = e.acct.class;
+                        requeued = Some((cur, class));
                         if matches!(reason, StopReason::Preempted | StopReason::Idle) {
                             st.ready.push_front(cur, class);
                         } else {
@@ -371,6 +373,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
                     st.cpus[ci].idle(now, false);
                     self.set_corun(st, cpu, None, now);
                     return Ok(Dispatch {
+                        kicks: Vec::new(),
                         entity: None,
                         quantum: 0,
                     });
@@ -380,7 +383,19 @@ impl super::VcpuScheduler for GlobalRoundRobin {
                 let vm = e.acct.vm;
                 st.cpus[ci].run(id, now);
                 self.set_corun(st, cpu, Some(vm), now);
+                // The stopped entity went back to the queue behind `id`: an
+                // idle CPU it may use must be told, or it waits needlessly.
+                let mut kicks = Vec::new();
+                if let Some((cur, class)) = requeued.filter(|(cur, _)| *cur != id) {
+                    if let Some(k) = self.kick_target(st, cur, class, cpu) {
+                        if st.cpus[k.0 as usize].is_free_idle() {
+                            st.cpus[k.0 as usize].kick_pending = true;
+                            kicks.push(k);
+                        }
+                    }
+                }
                 Ok(Dispatch {
+                    kicks,
                     entity: Some(id),
                     quantum,
                 })
@@ -392,6 +407,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
                 st.cpus[ci].idle(now, false);
                 self.set_corun(st, cpu, None, now);
                 Ok(Dispatch {
+                    kicks: Vec::new(),
                     entity: None,
                     quantum: 0,
                 })
@@ -501,6 +517,7 @@ mod tests {
         assert_eq!(
             run,
             Dispatch {
+                kicks: Vec::new(),
                 entity: Some(e),
                 quantum: 1000 * US
             }
@@ -509,6 +526,7 @@ mod tests {
         assert_eq!(
             idle,
             Dispatch {
+                kicks: Vec::new(),
                 entity: None,
                 quantum: 0
             }
@@ -657,6 +675,7 @@ mod tests {
         assert_eq!(
             d,
             Dispatch {
+                kicks: Vec::new(),
                 entity: Some(a),
                 quantum: 700 * US
             }
@@ -667,6 +686,7 @@ mod tests {
         assert_eq!(
             d,
             Dispatch {
+                kicks: Vec::new(),
                 entity: Some(b),
                 quantum: 1000 * US
             }
@@ -681,6 +701,7 @@ mod tests {
         assert_eq!(
             d,
             Dispatch {
+                kicks: Vec::new(),
                 entity: Some(b),
                 quantum: 1000 * US
             }

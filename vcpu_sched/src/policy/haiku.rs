@@ -7,16 +7,16 @@
 //! # Locks
 //! * one lock per entity slot (a fixed-capacity slab allocated at `new`);
 //! * one lock per core queue and one per logical CPU's pinned queue;
-//! * per CPU: an accounting lock and a kick mailbox, taken only by that
-//!   CPU's `schedule` (and `snapshot` / `take_kicks`);
+//! * per CPU: an accounting lock, taken only by that CPU's `schedule`
+//!   (and `snapshot`);
 //! * the free list of slots, taken only by `add_entity` / `remove_entity`
 //!   and when the CPU holding a removed entity frees it.
 //!
 //! There is no global lock on wake / schedule / quantum-end paths.
 //!
 //! Lock order (outer first): CPU accounting lock -> entity slot lock ->
-//! pinned queue of a CPU -> queue of that CPU's core -> free list / kick
-//! mailbox. At most one entity lock is held at a time, and no entity lock
+//! pinned queue of a CPU -> queue of that CPU's core -> free list.
+//! At most one entity lock is held at a time, and no entity lock
 //! is ever taken while a queue lock is held: a CPU pops an entry under the
 //! queue lock, drops it, then locks the entity and checks (by sequence
 //! number) that the entry is still current. While popped, the entity is
@@ -39,13 +39,12 @@
 //! moves the entity there and kicks it) or the idler sees the entity.
 //! When `schedule` leaves entities waiting (the entity it requeued behind a
 //! better one, possibly rebalanced to another core's queue, or several
-//! placed on this CPU at once) while an idle CPU could run them, it cannot
-//! kick through its return value: it moves each (up to `LEFTOVER_KICKS`)
-//! to such a CPU's queue and names the CPU in `take_kicks` (a provided
-//! method added to [`VcpuScheduler`]). Those CPUs stay available, so if a
-//! caller ignores `take_kicks` the next wake that finds them claims and
-//! kicks them. The bounded window is therefore: until the kicked CPUs
-//! (wake kicks and `take_kicks`) have called `schedule`; each of them
+//! placed on this CPU at once) while an idle CPU could run them, it moves
+//! each (up to `LEFTOVER_KICKS`) to such a CPU's queue and names the CPU in
+//! [`Dispatch::kicks`]. Those CPUs stay available, so if a caller drops a
+//! kick the next wake that finds them claims and kicks them. The bounded
+//! window is therefore: until the kicked CPUs (wake kicks and dispatch
+//! kicks) have called `schedule`; each of them
 //! repeats the hand-over for what it leaves behind. Exceptions: with SMT
 //! isolation a CPU may idle while only entities of a VM other than the one
 //! its siblings run wait (force idle, which also bounds their wait); and a
@@ -158,7 +157,6 @@ pub struct HaikuScheduler {
     slots: Vec<Mutex<Slot>>,
     free: Mutex<FreeList>,
     acct: Vec<Mutex<CpuAcct>>,
-    kicks: Vec<Mutex<Vec<CpuId>>>,
     max_entities: usize,
 }
 
@@ -185,7 +183,6 @@ impl HaikuScheduler {
                 .collect(),
             free: Mutex::new(FreeList::default()),
             acct: (0..ncpus).map(|_| Mutex::new(CpuAcct::default())).collect(),
-            kicks: (0..ncpus).map(|_| Mutex::new(Vec::new())).collect(),
             max_entities: config.max_entities,
         })
     }
@@ -661,6 +658,7 @@ impl HaikuScheduler {
             acct.idle_while_waiting += 1;
         }
         Dispatch {
+            kicks: Vec::new(),
             entity: None,
             quantum: 0,
         }
@@ -723,6 +721,7 @@ impl HaikuScheduler {
         acct.last = Some(entry.id);
         acct.foreign_at_dispatch = self.sibling_foreign(cpu, e.vm);
         Some(Dispatch {
+            kicks: Vec::new(),
             entity: Some(entry.id),
             quantum: slice,
         })
@@ -1127,7 +1126,7 @@ impl VcpuScheduler for HaikuScheduler {
         self.m.claim(cpu);
         acct.forced_idle = false;
         let requeued = self.stop_running(cpu, now, reason, &mut acct);
-        let d = self.pick_next(cpu, now, &mut acct);
+        let mut d = self.pick_next(cpu, now, &mut acct);
         if d.entity.is_none() {
             acct.idle_since = Some(now);
         }
@@ -1144,7 +1143,7 @@ impl VcpuScheduler for HaikuScheduler {
         if self.m.smt_isolation && d.entity.is_some() {
             kicks.extend(self.idle_siblings_with_work(cpu));
         }
-        *self.kicks[cpu.0 as usize].lock() = kicks;
+        d.kicks = kicks;
         Ok(d)
     }
 
@@ -1181,21 +1180,6 @@ impl VcpuScheduler for HaikuScheduler {
             RunState::Blocked => {}
         }
         Ok(())
-    }
-
-    /// CPUs that the last `schedule(cpu, ..)` call wants kicked (the caller
-    /// interrupts each so it calls `schedule(.., StopReason::Idle)`): idle
-    /// CPUs that received entries left waiting in `cpu`'s queues (the
-    /// entity just requeued behind a better one, or two entities placed on
-    /// `cpu` at once), and under SMT isolation idle siblings that may now run the VM the
-    /// core switched to. The list is replaced at every `schedule` on `cpu`.
-    /// These CPUs are not claimed, so ignoring the list is safe: the next
-    /// wake that finds them idle kicks them.
-    fn take_kicks(&self, cpu: CpuId) -> Vec<CpuId> {
-        self.kicks
-            .get(cpu.0 as usize)
-            .map(|k| std::mem::take(&mut *k.lock()))
-            .unwrap_or_default()
     }
 
     fn set_idle_core_search(&self, on: bool) {

@@ -8,7 +8,7 @@ const MS: Nanos = 1_000_000;
 const US: Nanos = 1_000;
 
 /// A minimal single-threaded VMM: remembers what each CPU runs, delivers
-/// kicks (wake decisions and `take_kicks`) at once, fires quantum timers.
+/// kicks (wake decisions and `Dispatch::kicks`) at once, fires quantum timers.
 struct Drv {
     s: HaikuScheduler,
     run: Vec<Option<EntityId>>,
@@ -69,7 +69,7 @@ impl Drv {
             let d = self.s.schedule(c, self.now, r).unwrap();
             self.run[c.0 as usize] = d.entity;
             self.slice_end[c.0 as usize] = self.now + d.quantum;
-            for k in self.s.take_kicks(c) {
+            for k in d.kicks {
                 work.push((k, self.kick_reason(k)));
             }
             self.s.check_invariants().unwrap();
@@ -674,7 +674,7 @@ fn stress(smt_isolation: bool) {
                     if kicked[mine[k].0 as usize].swap(false, Ordering::SeqCst) || step % 3 == 0 {
                         let d = s.schedule(mine[k], now, reason).unwrap();
                         running[k] = d.entity;
-                        for c in s.take_kicks(mine[k]) {
+                        for c in d.kicks {
                             kicked[c.0 as usize].store(true, Ordering::SeqCst);
                         }
                     }

@@ -8,7 +8,10 @@
 //!    (or `Idle` if it was idle).
 //! 3. A CPU calls `schedule(cpu, now, reason)` whenever the entity it runs
 //!    stops (quantum timer, kick, guest HLT, yield) or when it is idle and
-//!    was kicked. The answer is the next entity and its time slice.
+//!    was kicked. The answer is the next entity and its time slice, plus
+//!    the CPUs to kick (`Dispatch::kicks`): when the stopped entity goes
+//!    back to a queue while an allowed CPU is idle, that CPU must be told,
+//!    or a runnable vCPU would wait while a CPU it may use idles.
 //! 4. Waking an entity that is still running (its block has not been
 //!    reported yet) is remembered: its next `Blocked` stop keeps it
 //!    runnable instead, so a wake-up is never lost.
@@ -89,22 +92,18 @@ pub trait VcpuScheduler: Send + Sync {
     fn set_idle_core_search(&self, on: bool);
     /// Counters and histograms at `now`.
     fn snapshot(&self, now: Nanos) -> SchedSnapshot;
-    /// CPUs that the last `schedule(cpu, ..)` call asks the caller to kick
-    /// (as for a kicking `WakeDecision`): idle CPUs that can take entities
-    /// left waiting on `cpu`. Without it a runnable vCPU could wait behind
-    /// another while an idle CPU it may use is never told. Policies that
-    /// never need it keep this default (no kicks).
-    fn take_kicks(&self, cpu: CpuId) -> Vec<CpuId> {
-        let _ = cpu;
-        Vec::new()
-    }
 }
 
 /// Build a scheduler of the configured policy for a topology.
-pub fn build(topology: Topology, config: SchedConfig) -> Result<Box<dyn VcpuScheduler>, SchedError> {
+pub fn build(
+    topology: Topology,
+    config: SchedConfig,
+) -> Result<Box<dyn VcpuScheduler>, SchedError> {
     Ok(match config.policy {
         PolicyKind::Haiku => Box::new(haiku::HaikuScheduler::new(topology, config)?),
-        PolicyKind::GlobalRoundRobin => Box::new(global_rr::GlobalRoundRobin::new(topology, config)?),
+        PolicyKind::GlobalRoundRobin => {
+            Box::new(global_rr::GlobalRoundRobin::new(topology, config)?)
+        }
         PolicyKind::StaticPinning => Box::new(static_pin::StaticPinning::new(topology, config)?),
     })
 }

@@ -376,10 +376,12 @@ impl super::VcpuScheduler for StaticPinning {
                 .set(info.smt_index as usize, vm, now);
             match picked {
                 Some((id, quantum, _)) => Dispatch {
+                    kicks: Vec::new(),
                     entity: Some(id),
                     quantum,
                 },
                 None => Dispatch {
+                    kicks: Vec::new(),
                     entity: None,
                     quantum: 0,
                 },
@@ -521,6 +523,7 @@ mod tests {
         assert_eq!(
             s.schedule(CpuId(0), 10, StopReason::Idle).unwrap(),
             Dispatch {
+                kicks: Vec::new(),
                 entity: Some(a),
                 quantum: 1000 * US
             }
@@ -653,6 +656,7 @@ mod tests {
         assert_eq!(
             d,
             Dispatch {
+                kicks: Vec::new(),
                 entity: Some(t),
                 quantum: 600 * US
             }

@@ -826,7 +826,7 @@ impl Engine {
         if self.in_window(now) {
             self.cpus[c].sched_calls += 1;
         }
-        let d = self.sched.schedule(CpuId(c as u32), now, reason)?;
+        let mut d = self.sched.schedule(CpuId(c as u32), now, reason)?;
         if self.trace > 0 {
             self.trace -= 1;
             let prev_v = prev.map_or(-1, |p| p as i64);
@@ -840,7 +840,7 @@ impl Engine {
             );
         }
         // Kicks the policy asks for on behalf of entities left waiting.
-        let kicks = self.sched.take_kicks(CpuId(c as u32));
+        let kicks = std::mem::take(&mut d.kicks);
         for k in kicks {
             let k = k.0 as usize;
             if k >= self.cpus.len() {

@@ -5,7 +5,7 @@
 //! behaviour (run bursts, sleeps, messages, a VM-wide spin lock, yields),
 //! and calls `wake` / `schedule` exactly as a VMM's vCPU loop would,
 //! honouring every kick a policy asks for (a kicking `WakeDecision` and
-//! the CPUs returned by `take_kicks` after each `schedule`). The
+//! the CPUs in `Dispatch::kicks` after each `schedule`). The
 //! same workload and seed give the same [`SimReport`], bit for bit (apart
 //! from [`report::HostTiming`]).
 //!
