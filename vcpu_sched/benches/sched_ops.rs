@@ -45,6 +45,8 @@ struct Bench {
     spec: EntitySpec,
     /// CPUs the scheduler asked to kick, delivered outside the timed part.
     kicks: Vec<CpuId>,
+    /// Entities woken at setup (runnable).
+    ready: usize,
 }
 
 impl Bench {
@@ -81,6 +83,7 @@ impl Bench {
             next_cpu: 0,
             spec,
             kicks: Vec::new(),
+            ready,
         };
         for cpu in 0..ncpus {
             b.dispatch(cpu, StopReason::Idle);
@@ -160,6 +163,9 @@ fn quantum_end(b: &mut Bench, k: u64) -> (Duration, u64) {
 }
 
 fn pick_next(b: &mut Bench, k: u64) -> (Duration, u64) {
+    // Each block removes a runnable entity until the batch ends: never
+    // block more than are waiting, so every CPU keeps something to run.
+    let k = k.min(b.ready.saturating_sub(b.ncpus as usize).max(1) as u64);
     let mut left_cpu = Vec::with_capacity(k as usize);
     let start = Instant::now();
     for _ in 0..k {

@@ -35,3 +35,8 @@ pub use types::{
     CpuId, Dispatch, EntityId, EntitySpec, Nanos, SchedClass, SchedError, StopReason, VmId,
     WakeDecision,
 };
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -108,6 +108,8 @@ pub(crate) struct Machine {
     pub idle_core_search: AtomicBool,
     /// Bitmap words examined per LLC by the idle search.
     pub candidates_per_llc: usize,
+    /// Cores examined when choosing the least loaded core.
+    pub balance_candidates: usize,
     /// Tunables (load epochs and thresholds).
     pub tun: Tunables,
     /// Latest time seen in any event: lets a core nobody schedules on roll
@@ -183,6 +185,7 @@ impl Machine {
             smt_isolation,
             idle_core_search: AtomicBool::new(idle_core_search),
             candidates_per_llc: tun.idle_search_candidates_per_llc.max(1) as usize,
+            balance_candidates: tun.balance_candidates.max(2) as usize,
             tun,
             clock: AtomicU64::new(0),
         }
@@ -493,18 +496,51 @@ impl Machine {
 
     /// Least loaded eligible core, cores outside the high-load set first,
     /// ties by locality from the origin (Haiku: gCoreLoadHeap minimum, then
-    /// gCoreHighLoadHeap minimum).
+    /// gCoreHighLoadHeap minimum). Examines at most `balance_candidates`
+    /// cores: all of them on machines that small, else the origin core, a
+    /// rotating window over the rest of its LLC and one over the other
+    /// cores, so the cost stays flat as the machine grows. The rotation
+    /// (the origin CPU's search cursor) makes every core a candidate over
+    /// successive calls.
     pub fn least_loaded_core(&self, c: &Candidate) -> Option<CoreId> {
         let origin_core = self.core_of(c.origin);
-        self.cores_near(origin_core)
-            .iter()
-            .copied()
-            .filter(|core| self.eligible(*core, c.affinity))
-            .min_by_key(|core| {
-                (
-                    self.cores[core.0 as usize].load.is_high(),
-                    self.core_load(*core),
-                )
+        let near = self.cores_near(origin_core);
+        let key = |core: &CoreId| {
+            (
+                self.cores[core.0 as usize].load.is_high(),
+                self.core_load(*core),
+            )
+        };
+        let eligible = |core: &CoreId| self.eligible(*core, c.affinity);
+        if near.len() <= self.balance_candidates {
+            return near.iter().copied().filter(eligible).min_by_key(key);
+        }
+        // `near` is the origin, then the rest of its LLC, then the others.
+        let llc = self.topo.cores[origin_core.0 as usize].llc;
+        let in_llc = self.topo.llcs[llc.0 as usize]
+            .cores
+            .len()
+            .clamp(1, near.len());
+        let (local, remote) = (&near[1..in_llc], &near[in_llc..]);
+        let n_local = local.len().min(self.balance_candidates / 2);
+        let n_remote = remote.len().min(self.balance_candidates - 1 - n_local);
+        let cursor = self.cpus[c.origin.0 as usize]
+            .cursor
+            .fetch_add(1, Ordering::Relaxed) as usize;
+        let local = (0..n_local).map(|i| local[(cursor + i) % local.len()]);
+        let remote = (0..n_remote).map(|i| remote[(cursor + i) % remote.len()]);
+        std::iter::once(origin_core)
+            .chain(local)
+            .chain(remote)
+            .filter(eligible)
+            .min_by_key(key)
+            .or_else(|| {
+                // The affinity missed the sample: the cores of its CPUs.
+                c.affinity
+                    .iter()
+                    .filter(|s| (s.0 as usize) < self.cpus.len())
+                    .map(|s| self.core_of(s))
+                    .min_by_key(key)
             })
     }
 

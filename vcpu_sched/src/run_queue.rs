@@ -151,7 +151,22 @@ impl RunQueue {
 
     /// The first `n` entries in pick order (leftover kicks).
     pub fn first_entries(&self, n: usize) -> Vec<QueueEntry> {
-        self.entries().take(n).cloned().collect()
+        // Walk only the non-empty levels (the bitmap), not all 121: this
+        // runs on every `schedule` while some CPU is idle.
+        let mut out = Vec::new();
+        if self.len == 0 || n == 0 {
+            return out;
+        }
+        let mut bits = self.nonempty;
+        while out.len() < n {
+            let Some(level) = highest_bit(&bits) else {
+                break;
+            };
+            let want = n - out.len();
+            out.extend(self.levels[level].iter().take(want).cloned());
+            bits[level / 64] &= !(1 << (level % 64));
+        }
+        out
     }
 
     /// Every queued entry, highest level first (snapshots, invariant checks).
@@ -216,5 +231,20 @@ mod tests {
         assert_eq!(q.len(), 1);
         assert_eq!(q.pop().map(|x| x.id.0), Some(1));
         assert_eq!(q.top_level(), None);
+    }
+
+    #[test]
+    fn first_entries_follow_pick_order_across_levels() {
+        let mut q = RunQueue::default();
+        for (id, level) in [(1, 10), (2, 10), (3, 120), (4, 0), (5, 64), (6, 63)] {
+            q.push_back(e(id, level));
+        }
+        let all: Vec<u32> = q.entries().map(|x| x.id.0).collect();
+        assert_eq!(all, vec![3, 5, 6, 1, 2, 4]);
+        for n in 0..8 {
+            let first: Vec<u32> = q.first_entries(n).iter().map(|x| x.id.0).collect();
+            assert_eq!(first, all[..n.min(all.len())].to_vec(), "n = {n}");
+        }
+        assert_eq!(q.len(), 6, "peeking leaves the queue as it was");
     }
 }

@@ -61,6 +61,15 @@ pub const CACHE_EXPIRE: Nanos = 100 * MS;
 /// covers any LLC of up to 64 * this many CPUs exactly.
 pub const IDLE_SEARCH_CANDIDATES_PER_LLC: u32 = 16;
 
+/// Choosing the least loaded core (no idle CPU found) examines at most
+/// this many cores: the origin core, a rotating window over the rest of
+/// its LLC (half of them), and a rotating window over the other cores.
+/// Machines with no more cores than this get an exact full scan; larger
+/// ones a sample whose cost does not grow with the machine (Haiku keeps
+/// heaps of cores by load instead; a bounded sample needs no shared
+/// structure on the hot path).
+pub const BALANCE_CANDIDATES: u32 = 16;
+
 /// Limited preemption for bursty wakers (FreeBSD ULE): a timeshare entity
 /// that wakes with an effective priority at least this much above the
 /// running timeshare entity preempts it. Realtime always preempts timeshare.
@@ -143,6 +152,7 @@ pub struct Tunables {
     pub load_difference: u32,
     pub cache_expire: Nanos,
     pub idle_search_candidates_per_llc: u32,
+    pub balance_candidates: u32,
     pub wake_preempt_priority_delta: u8,
     pub bursty_load: u32,
 }
@@ -164,6 +174,7 @@ impl Default for Tunables {
             load_difference: LOAD_DIFFERENCE,
             cache_expire: CACHE_EXPIRE,
             idle_search_candidates_per_llc: IDLE_SEARCH_CANDIDATES_PER_LLC,
+            balance_candidates: BALANCE_CANDIDATES,
             wake_preempt_priority_delta: WAKE_PREEMPT_PRIORITY_DELTA,
             bursty_load: BURSTY_LOAD,
         }

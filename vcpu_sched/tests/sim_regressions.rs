@@ -194,6 +194,8 @@ fn haiku_yield_requeue_never_passes_over_an_idle_cpu() {
 /// the whole run although its sibling (CPU 2) runs VM 1; at t = 7.602 ms
 /// `schedule(cpu 1, QuantumEnd)` idles CPU 1 to hand core 0 over to VM 0
 /// and requeues a VM-1 hog without asking (`Dispatch::kicks`) for CPU 3.
+/// Fixed: a force-idled CPU still hands the entity it requeued to an idle
+/// CPU of another core whose siblings run the same VM.
 const SMT_ISOLATION_IDLE_SIBLING_PASSED_OVER: &str = r#"
     name = "smt_isolation_idle_sibling_passed_over"
     topology = "1x2x2"
@@ -217,7 +219,6 @@ const SMT_ISOLATION_IDLE_SIBLING_PASSED_OVER: &str = r#"
 "#;
 
 #[test]
-#[ignore = "haiku policy bug (SMT isolation: idle compatible sibling never kicked), reported to the policy owner"]
 fn haiku_smt_isolation_kicks_an_idle_compatible_sibling() {
     let w = Workload::from_toml(SMT_ISOLATION_IDLE_SIBLING_PASSED_OVER).unwrap();
     let r = sim::run(&w).unwrap();

@@ -762,7 +762,12 @@ impl HaikuScheduler {
     /// CPU that may run it and ask the caller to kick that CPU. At most
     /// `LEFTOVER_KICKS` per call; each kicked CPU does the same for what it
     /// leaves behind, so the chain covers every waiting entry.
-    fn kick_for_leftovers(&self, cpu: CpuId, requeued: Option<EntityId>) -> Vec<CpuId> {
+    fn kick_for_leftovers(
+        &self,
+        cpu: CpuId,
+        requeued: Option<EntityId>,
+        include_local: bool,
+    ) -> Vec<CpuId> {
         let _p = crate::profiler::scope("haiku::kick_for_leftovers");
         let mut kicked = Vec::new();
         if !self.m.any_available() {
@@ -773,17 +778,19 @@ impl HaikuScheduler {
         // in another core's queue.
         let mut leftovers: Vec<(EntityId, Option<u64>)> =
             requeued.map(|r| (r, None)).into_iter().collect();
-        let mut local = self.m.cpus[cpu.0 as usize]
-            .pinned
-            .lock()
-            .first_entries(LEFTOVER_KICKS);
-        local.extend(
-            self.m.cores[core.0 as usize]
-                .queue
+        if include_local {
+            let mut local = self.m.cpus[cpu.0 as usize]
+                .pinned
                 .lock()
-                .first_entries(LEFTOVER_KICKS),
-        );
-        leftovers.extend(local.into_iter().map(|en| (en.id, Some(en.seq))));
+                .first_entries(LEFTOVER_KICKS);
+            local.extend(
+                self.m.cores[core.0 as usize]
+                    .queue
+                    .lock()
+                    .first_entries(LEFTOVER_KICKS),
+            );
+            leftovers.extend(local.into_iter().map(|en| (en.id, Some(en.seq))));
+        }
         // Never this CPU (it just looked). Under SMT isolation not its
         // siblings either: they see the same core queue and may be idle on
         // purpose (force idle); `idle_siblings_with_work` handles them.
@@ -1132,14 +1139,13 @@ impl VcpuScheduler for HaikuScheduler {
         }
         let forced_idle = acct.forced_idle;
         drop(acct);
-        // A force-idled CPU hands nothing on: the entries it refused wait
-        // for its siblings to drain, and handing them around would only
-        // bounce them between force-idled CPUs.
-        let mut kicks = if forced_idle {
-            Vec::new()
-        } else {
-            self.kick_for_leftovers(cpu, requeued.filter(|r| d.entity != Some(*r)))
-        };
+        // A force-idled CPU hands on only the entity it requeued: the
+        // entries it refused wait for its siblings to drain. The requeued
+        // one may go to an idle CPU of another core whose siblings run its
+        // VM (the search checks that, and excludes this core), so it cannot
+        // bounce between force-idled CPUs.
+        let requeued = requeued.filter(|r| d.entity != Some(*r));
+        let mut kicks = self.kick_for_leftovers(cpu, requeued, !forced_idle);
         if self.m.smt_isolation && d.entity.is_some() {
             kicks.extend(self.idle_siblings_with_work(cpu));
         }
