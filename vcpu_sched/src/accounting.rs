@@ -635,6 +635,33 @@ pub(crate) mod testkit {
     use proptest::prelude::*;
     use std::collections::HashMap;
 
+    /// `build` makes the policy `kind` (reporting `name`): one entity is
+    /// woken onto an idle CPU with a kick, dispatched there, and the
+    /// snapshot survives a JSON round trip.
+    pub fn built_by_the_factory(kind: crate::PolicyKind, name: &str) {
+        let cfg = crate::SchedConfig {
+            policy: kind,
+            ..crate::SchedConfig::default()
+        };
+        let s = crate::build(Topology::from_spec("1x2x2").unwrap(), cfg).unwrap();
+        assert_eq!(s.name(), name);
+        let spec = EntitySpec {
+            vm: VmId(3),
+            class: SchedClass::Timeshare,
+            priority: 10,
+            affinity: CpuSet::first_n(4),
+        };
+        let e = s.add_entity(spec, 0).unwrap();
+        let d = s.wake(e, 0).unwrap().unwrap();
+        assert!(d.kick);
+        let next = s.schedule(d.cpu, 1, StopReason::Preempted).unwrap();
+        assert_eq!(next.entity, Some(e));
+        let snap = s.snapshot(2);
+        assert_eq!(snap.entities[0].vm, VmId(3));
+        let json = snap.to_json().unwrap();
+        assert_eq!(crate::SchedSnapshot::from_json(&json).unwrap(), snap);
+    }
+
     /// One random event.
     #[derive(Debug, Clone)]
     pub enum Op {

@@ -389,19 +389,9 @@ impl Machine {
     ) -> Option<CpuId> {
         let words = &self.idle.cpu_words[llc.0 as usize];
         let cpus = &self.topo.llcs[llc.0 as usize].cpus;
-        for k in 0..words.len().min(self.candidates_per_llc) {
-            let w = (cursor + k) % words.len();
-            let mut bits = words[w].load(Ordering::SeqCst);
-            while bits != 0 {
-                let b = bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let cpu = cpus[w * 64 + b];
-                if take(cpu) {
-                    return Some(cpu);
-                }
-            }
-        }
-        None
+        find_set_bit(words, cursor, self.candidates_per_llc, |i| {
+            Some(cpus[i]).filter(|cpu| take(*cpu))
+        })
     }
 
     /// Bounded search for a fully idle core (all SMT siblings idle) with a
@@ -432,27 +422,16 @@ impl Machine {
     ) -> Option<CpuId> {
         let words = &self.idle.core_words[llc.0 as usize];
         let cores = &self.topo.llcs[llc.0 as usize].cores;
-        for k in 0..words.len().min(self.candidates_per_llc) {
-            let w = (cursor + k) % words.len();
-            let mut bits = words[w].load(Ordering::SeqCst);
-            while bits != 0 {
-                let b = bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let core = cores[w * 64 + b];
-                if !accept(core) || !self.core_fully_available(core) {
-                    continue;
-                }
-                if let Some(cpu) = self
-                    .core_cpus(core)
-                    .iter()
-                    .copied()
-                    .find(|s| self.try_claim(*s, c))
-                {
-                    return Some(cpu);
-                }
+        find_set_bit(words, cursor, self.candidates_per_llc, |i| {
+            let core = cores[i];
+            if !accept(core) || !self.core_fully_available(core) {
+                return None;
             }
-        }
-        None
+            self.core_cpus(core)
+                .iter()
+                .copied()
+                .find(|s| self.try_claim(*s, c))
+        })
     }
 
     /// The idle-core bit is a hint; this checks the CPUs themselves.
@@ -707,6 +686,29 @@ impl IdleMaps {
 }
 
 /// LLCs nearest first: the LLC itself, the others of its package, the rest.
+/// The bounded, rotating part of every idle search: visit the set bits of
+/// at most `limit` words of `words`, starting at word `cursor` (mod len) and
+/// wrapping, until `f` returns something for a bit index.
+fn find_set_bit<T>(
+    words: &[AtomicU64],
+    cursor: usize,
+    limit: usize,
+    mut f: impl FnMut(usize) -> Option<T>,
+) -> Option<T> {
+    for k in 0..words.len().min(limit) {
+        let w = (cursor + k) % words.len();
+        let mut bits = words[w].load(Ordering::SeqCst);
+        while bits != 0 {
+            let b = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if let Some(found) = f(w * 64 + b) {
+                return Some(found);
+            }
+        }
+    }
+    None
+}
+
 fn llc_order_from(topo: &Topology, from: LlcId) -> Vec<LlcId> {
     let pkg = topo.llcs[from.0 as usize].package;
     let mut order: Vec<LlcId> = topo.llcs.iter().map(|l| l.id).collect();

@@ -63,6 +63,15 @@ pub struct Dispatch {
 }
 
 impl Dispatch {
+    /// Run `entity` for `quantum` ns, with no other CPU to kick.
+    pub fn run(entity: EntityId, quantum: Nanos) -> Dispatch {
+        Dispatch {
+            entity: Some(entity),
+            quantum,
+            kicks: Vec::new(),
+        }
+    }
+
     /// Idle until kicked.
     pub fn idle() -> Dispatch {
         Dispatch {

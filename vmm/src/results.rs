@@ -97,6 +97,31 @@ pub struct VmResult {
     pub vcpu_stats: Vec<crate::vcpu::VcpuStats>,
 }
 
+impl VmResult {
+    /// A VM that failed before it produced anything (setup error, lost
+    /// controller thread): status "error", no markers, records or work.
+    pub fn error(name: &str, message: String, wall_ms: f64, cmdline: &str) -> VmResult {
+        VmResult {
+            name: name.to_string(),
+            status: "error".into(),
+            ok: false,
+            message,
+            wall_ms,
+            tsc_khz: 0,
+            cmdline: cmdline.to_string(),
+            milestones: Default::default(),
+            work: Vec::new(),
+            total_units_per_s: None,
+            markers: Vec::new(),
+            records: Vec::new(),
+            rejected_records: 0,
+            results_file: None,
+            console_log: None,
+            vcpu_stats: Vec::new(),
+        }
+    }
+}
+
 /// The final JSON of `pacer run --json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunResults {

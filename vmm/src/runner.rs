@@ -205,22 +205,5 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunResults, RunError> {
 
 fn failed(name: &str, msg: &str) -> crate::results::VmResult {
     log::error!("[{name}] {msg}");
-    crate::results::VmResult {
-        name: name.to_string(),
-        status: "error".into(),
-        ok: false,
-        message: msg.to_string(),
-        wall_ms: 0.0,
-        tsc_khz: 0,
-        cmdline: String::new(),
-        milestones: Default::default(),
-        work: Vec::new(),
-        total_units_per_s: None,
-        markers: Vec::new(),
-        records: Vec::new(),
-        rejected_records: 0,
-        results_file: None,
-        console_log: None,
-        vcpu_stats: Vec::new(),
-    }
+    crate::results::VmResult::error(name, msg.to_string(), 0.0, "")
 }

@@ -759,24 +759,8 @@ impl Vm {
         let t0 = Instant::now();
         let failed = |msg: String| {
             log::error!("[{}] VM failed: {msg}", config.name);
-            VmResult {
-                name: config.name.clone(),
-                status: "error".into(),
-                ok: false,
-                message: msg,
-                wall_ms: t0.elapsed().as_secs_f64() * 1e3,
-                tsc_khz: 0,
-                cmdline: config.cmdline.clone(),
-                milestones: Default::default(),
-                work: Vec::new(),
-                total_units_per_s: None,
-                markers: Vec::new(),
-                records: Vec::new(),
-                rejected_records: 0,
-                results_file: None,
-                console_log: None,
-                vcpu_stats: Vec::new(),
-            }
+            let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
+            VmResult::error(&config.name, msg, wall_ms, &config.cmdline)
         };
         let mut vm = match Vm::create(kvm, config, options) {
             Ok(vm) => vm,

@@ -372,11 +372,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
                     // Unreachable by construction (only live entities are queued).
                     st.cpus[ci].idle(now, false);
                     self.set_corun(st, cpu, None, now);
-                    return Ok(Dispatch {
-                        kicks: Vec::new(),
-                        entity: None,
-                        quantum: 0,
-                    });
+                    return Ok(Dispatch::idle());
                 };
                 e.acct.dispatch(cpu, now, &self.topology);
                 let quantum = self.slice(&mut e.acct);
@@ -406,11 +402,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
                 // while an entity it may run waits (idle_while_waiting stays 0).
                 st.cpus[ci].idle(now, false);
                 self.set_corun(st, cpu, None, now);
-                Ok(Dispatch {
-                    kicks: Vec::new(),
-                    entity: None,
-                    quantum: 0,
-                })
+                Ok(Dispatch::idle())
             }
         }
     }
@@ -514,23 +506,9 @@ mod tests {
         let run = s
             .schedule(CpuId(0), 15 * US, StopReason::Preempted)
             .unwrap();
-        assert_eq!(
-            run,
-            Dispatch {
-                kicks: Vec::new(),
-                entity: Some(e),
-                quantum: 1000 * US
-            }
-        );
+        assert_eq!(run, Dispatch::run(e, 1000 * US));
         let idle = s.schedule(CpuId(0), 215 * US, StopReason::Blocked).unwrap();
-        assert_eq!(
-            idle,
-            Dispatch {
-                kicks: Vec::new(),
-                entity: None,
-                quantum: 0
-            }
-        );
+        assert_eq!(idle, Dispatch::idle());
         let snap = s.snapshot(300 * US);
         let es = &snap.entities[0];
         assert_eq!((es.run_time, es.ready_wait), (200 * US, 5 * US));
@@ -672,25 +650,11 @@ mod tests {
         let d = s
             .schedule(CpuId(0), 300 * US, StopReason::Preempted)
             .unwrap();
-        assert_eq!(
-            d,
-            Dispatch {
-                kicks: Vec::new(),
-                entity: Some(a),
-                quantum: 700 * US
-            }
-        );
+        assert_eq!(d, Dispatch::run(a, 700 * US));
         let d = s
             .schedule(CpuId(0), 1000 * US, StopReason::QuantumEnd)
             .unwrap();
-        assert_eq!(
-            d,
-            Dispatch {
-                kicks: Vec::new(),
-                entity: Some(b),
-                quantum: 1000 * US
-            }
-        );
+        assert_eq!(d, Dispatch::run(b, 1000 * US));
         let snap = s.snapshot(1000 * US);
         assert_eq!(snap.entities[0].preemptions, 1);
         assert_eq!(snap.entities[0].quantum_ends, 1);
@@ -698,14 +662,7 @@ mod tests {
         let d = s
             .schedule(CpuId(0), 1990 * US, StopReason::Preempted)
             .unwrap();
-        assert_eq!(
-            d,
-            Dispatch {
-                kicks: Vec::new(),
-                entity: Some(b),
-                quantum: 1000 * US
-            }
-        );
+        assert_eq!(d, Dispatch::run(b, 1000 * US));
     }
 
     #[test]
@@ -940,35 +897,7 @@ mod tests {
 
     #[test]
     fn built_by_the_factory() {
-        let cfg = SchedConfig {
-            policy: crate::PolicyKind::GlobalRoundRobin,
-            ..SchedConfig::default()
-        };
-        let s = crate::build(Topology::from_spec("1x2x2").unwrap(), cfg).unwrap();
-        assert_eq!(s.name(), "global_rr");
-        let e = s
-            .add_entity(
-                EntitySpec {
-                    vm: VmId(3),
-                    class: SchedClass::Timeshare,
-                    priority: 10,
-                    affinity: CpuSet::first_n(4),
-                },
-                0,
-            )
-            .unwrap();
-        let d = s.wake(e, 0).unwrap().unwrap();
-        assert!(d.kick);
-        assert_eq!(
-            s.schedule(d.cpu, 1, StopReason::Preempted).unwrap().entity,
-            Some(e)
-        );
-        let snap = s.snapshot(2);
-        assert_eq!(snap.entities[0].vm, VmId(3));
-        assert_eq!(
-            SchedSnapshot::from_json(&snap.to_json().unwrap()).unwrap(),
-            snap
-        );
+        testkit::built_by_the_factory(crate::PolicyKind::GlobalRoundRobin, "global_rr");
     }
 
     proptest! {

@@ -148,6 +148,14 @@ enum Local {
     ForcedIdle,
 }
 
+/// The entity of a slot, unless the slot is free or its entity was removed.
+fn live(entity: &mut Option<Box<Entity>>, id: EntityId) -> Result<&mut Entity, SchedError> {
+    entity
+        .as_deref_mut()
+        .filter(|e| !e.removed)
+        .ok_or(SchedError::UnknownEntity(id))
+}
+
 /// The Haiku-derived vCPU scheduler. See the module documentation.
 #[derive(Debug)]
 pub struct HaikuScheduler {
@@ -657,11 +665,7 @@ impl HaikuScheduler {
         if self.waiting_allowed(cpu) {
             acct.idle_while_waiting += 1;
         }
-        Dispatch {
-            kicks: Vec::new(),
-            entity: None,
-            quantum: 0,
-        }
+        Dispatch::idle()
     }
 
     /// Publish the CPU as idle, then look once more (the idler's half of
@@ -720,11 +724,7 @@ impl HaikuScheduler {
         }
         acct.last = Some(entry.id);
         acct.foreign_at_dispatch = self.sibling_foreign(cpu, e.vm);
-        Some(Dispatch {
-            kicks: Vec::new(),
-            entity: Some(entry.id),
-            quantum: slice,
-        })
+        Some(Dispatch::run(entry.id, slice))
     }
 
     /// Ready wait, wake latency, migration distance.
@@ -1067,11 +1067,7 @@ impl VcpuScheduler for HaikuScheduler {
         let _p = crate::profiler::scope("remove_entity");
         self.m.observe(now);
         let mut guard = self.slot(id)?.lock();
-        let e = guard
-            .entity
-            .as_mut()
-            .filter(|e| !e.removed)
-            .ok_or(SchedError::UnknownEntity(id))?;
+        let e = live(&mut guard.entity, id)?;
         let free_now = match e.state {
             RunState::Blocked => true,
             RunState::Queued { queue, seq, level } => self.m.remove(queue, id, seq, level),
@@ -1092,10 +1088,7 @@ impl VcpuScheduler for HaikuScheduler {
         self.m.observe(now);
         let mut guard = self.slot(id)?.lock();
         let Slot { seq, entity } = &mut *guard;
-        let e = entity
-            .as_mut()
-            .filter(|e| !e.removed)
-            .ok_or(SchedError::UnknownEntity(id))?;
+        let e = live(entity, id)?;
         match e.state {
             RunState::Running(_) => {
                 e.wake_pending = true;
@@ -1158,10 +1151,7 @@ impl VcpuScheduler for HaikuScheduler {
         self.m.observe(now);
         let mut guard = self.slot(id)?.lock();
         let Slot { seq, entity } = &mut *guard;
-        let e = entity
-            .as_mut()
-            .filter(|e| !e.removed)
-            .ok_or(SchedError::UnknownEntity(id))?;
+        let e = live(entity, id)?;
         check_priority(e.prio.class, priority)?;
         e.prio.set_base(priority, self.tun(), &self.table);
         match e.state {

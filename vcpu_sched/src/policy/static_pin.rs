@@ -375,16 +375,8 @@ impl super::VcpuScheduler for StaticPinning {
                 .lock()
                 .set(info.smt_index as usize, vm, now);
             match picked {
-                Some((id, quantum, _)) => Dispatch {
-                    kicks: Vec::new(),
-                    entity: Some(id),
-                    quantum,
-                },
-                None => Dispatch {
-                    kicks: Vec::new(),
-                    entity: None,
-                    quantum: 0,
-                },
+                Some((id, quantum, _)) => Dispatch::run(id, quantum),
+                None => Dispatch::idle(),
             }
         };
         if dispatch.entity.is_none() && self.someone_waits_for(cpu) {
@@ -522,11 +514,7 @@ mod tests {
         );
         assert_eq!(
             s.schedule(CpuId(0), 10, StopReason::Idle).unwrap(),
-            Dispatch {
-                kicks: Vec::new(),
-                entity: Some(a),
-                quantum: 1000 * US
-            }
+            Dispatch::run(a, 1000 * US)
         );
         assert_eq!(
             s.wake(b, 20).unwrap().unwrap(),
@@ -653,14 +641,7 @@ mod tests {
             Some(r)
         );
         let d = s.schedule(CpuId(0), 500 * US, StopReason::Blocked).unwrap();
-        assert_eq!(
-            d,
-            Dispatch {
-                kicks: Vec::new(),
-                entity: Some(t),
-                quantum: 600 * US
-            }
-        );
+        assert_eq!(d, Dispatch::run(t, 600 * US));
         assert_eq!(
             s.schedule(CpuId(0), 600 * US, StopReason::Blocked)
                 .unwrap()
@@ -776,35 +757,7 @@ mod tests {
 
     #[test]
     fn built_by_the_factory() {
-        let cfg = SchedConfig {
-            policy: crate::PolicyKind::StaticPinning,
-            ..SchedConfig::default()
-        };
-        let s = crate::build(Topology::from_spec("1x2x2").unwrap(), cfg).unwrap();
-        assert_eq!(s.name(), "static_pin");
-        let e = s
-            .add_entity(
-                EntitySpec {
-                    vm: VmId(3),
-                    class: SchedClass::Timeshare,
-                    priority: 10,
-                    affinity: CpuSet::first_n(4),
-                },
-                0,
-            )
-            .unwrap();
-        let d = s.wake(e, 0).unwrap().unwrap();
-        assert!(d.kick);
-        assert_eq!(
-            s.schedule(d.cpu, 1, StopReason::Preempted).unwrap().entity,
-            Some(e)
-        );
-        let snap = s.snapshot(2);
-        assert_eq!(snap.entities[0].vm, VmId(3));
-        assert_eq!(
-            SchedSnapshot::from_json(&snap.to_json().unwrap()).unwrap(),
-            snap
-        );
+        testkit::built_by_the_factory(crate::PolicyKind::StaticPinning, "static_pin");
     }
 
     proptest! {
