@@ -1,11 +1,11 @@
-//! The exit port (0x518): a 32-bit OUT asks the VMM to stop the VM with that
+//! The exit port (0xE08): a 32-bit OUT asks the VMM to stop the VM with that
 //! status (0 = success).
 
 use crate::bus::{IoContext, PioDevice};
 use crate::{StopRequest, VmEventSink};
 use std::sync::Arc;
 
-pub const EXIT_PORT: u16 = 0x518;
+pub const EXIT_PORT: u16 = 0xE08;
 pub const EXIT_PORT_LEN: u16 = 4;
 
 pub struct ExitPort {
@@ -39,7 +39,7 @@ impl PioDevice for ExitPort {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench_port::tests::Sink;
+    use crate::result_port::tests::Sink;
 
     #[test]
     fn exit_status() {

@@ -56,7 +56,7 @@ impl PioDevice for I8042 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench_port::tests::Sink;
+    use crate::result_port::tests::Sink;
 
     #[test]
     fn reset_request() {

@@ -1,19 +1,25 @@
 //! Pacer's emulated devices.
 //!
-//! Every device here is a port-I/O device plugged into a [`bus::PioBus`]. The
+//! Devices plug into the port-I/O bus ([`bus::PioBus`]) or the MMIO bus
+//! ([`mmio::MmioBus`]) and raise interrupts through an
+//! [`irq::InterruptLine`], whichever interrupt controller is behind it. The
 //! devices never touch KVM: they talk to the VM that owns them through the
 //! [`VmEventSink`] trait (markers, result records, stop requests) and read
 //! guest memory through [`GuestMemoryRead`], so they can be unit-tested
 //! without a VM.
 
-pub mod bench_port;
 pub mod bus;
 pub mod exit_port;
 pub mod i8042;
+pub mod irq;
+pub mod mmio;
+pub mod result_port;
 pub mod serial;
 
-pub use bench_port::{Marker, RecordError, RecordKind, ResultRecord};
 pub use bus::{IoContext, PioBus, PioDevice};
+pub use irq::InterruptLine;
+pub use mmio::{MmioBus, MmioDevice};
+pub use result_port::{Marker, RecordError, RecordKind, ResultRecord};
 
 /// Why a guest asked its VM to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,9 +34,9 @@ pub enum StopRequest {
 /// calls come from vCPU threads, so implementations must be cheap and must
 /// never block on the guest.
 pub trait VmEventSink: Send + Sync {
-    /// A progress marker was written to port 0x510 by vCPU `vcpu`.
+    /// A progress marker was written to port 0xE00 by vCPU `vcpu`.
     fn marker(&self, vcpu: u32, marker: Marker);
-    /// A result record address was written to port 0x514; this is the parsed
+    /// A result record address was written to port 0xE04; this is the parsed
     /// (or rejected) record.
     fn record(&self, vcpu: u32, record: Result<ResultRecord, RecordError>);
     /// The guest asked to stop the VM.

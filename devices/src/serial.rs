@@ -4,11 +4,12 @@
 //! several VMs never interleave within a line).
 
 use crate::bus::{IoContext, PioDevice};
+use crate::irq::InterruptLine;
 use std::fs::File;
 use std::io::{self, Write};
+use std::sync::Arc;
 use vm_superio::serial::NoEvents;
 use vm_superio::{Serial, Trigger};
-use vmm_sys_util::eventfd::EventFd;
 
 pub const COM1_BASE: u16 = 0x3f8;
 pub const COM1_LEN: u16 = 8;
@@ -17,14 +18,15 @@ pub const COM1_IRQ: u32 = 4;
 /// A line longer than this is emitted in pieces.
 const MAX_LINE: usize = 4096;
 
-/// The serial interrupt line as an eventfd (wired to an irqfd when the VM has
-/// an in-kernel irqchip; otherwise nobody listens).
-pub struct EventFdTrigger(pub EventFd);
+/// vm-superio's interrupt trigger over the UART's [`InterruptLine`]: each
+/// trigger is an edge on COM1's ISA line.
+pub struct LineTrigger(pub Arc<dyn InterruptLine>);
 
-impl Trigger for EventFdTrigger {
+impl Trigger for LineTrigger {
     type E = io::Error;
     fn trigger(&self) -> io::Result<()> {
-        self.0.write(1)
+        self.0.pulse();
+        Ok(())
     }
 }
 
@@ -116,13 +118,13 @@ impl Drop for ConsoleWriter {
 
 /// The COM1 device on the bus.
 pub struct SerialConsole {
-    inner: Serial<EventFdTrigger, NoEvents, ConsoleWriter>,
+    inner: Serial<LineTrigger, NoEvents, ConsoleWriter>,
 }
 
 impl SerialConsole {
-    pub fn new(interrupt: EventFd, out: ConsoleWriter) -> Self {
+    pub fn new(interrupt: Arc<dyn InterruptLine>, out: ConsoleWriter) -> Self {
         Self {
-            inner: Serial::new(EventFdTrigger(interrupt), out),
+            inner: Serial::new(LineTrigger(interrupt), out),
         }
     }
 
@@ -161,7 +163,7 @@ mod tests {
         let path = dir.join("vm.log");
         let f = File::create(&path).unwrap();
         let mut dev = SerialConsole::new(
-            EventFd::new(libc_nonblock()).unwrap(),
+            Arc::new(crate::irq::NoInterrupt),
             ConsoleWriter::new("vm", Some(f), false),
         );
         let ctx = IoContext { vcpu: 0 };
@@ -180,9 +182,5 @@ mod tests {
         dev.read(ctx, 5, &mut lsr);
         assert_ne!(lsr[0] & 0x20, 0);
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    fn libc_nonblock() -> i32 {
-        0o4000 // EFD_NONBLOCK == O_NONBLOCK on Linux
     }
 }

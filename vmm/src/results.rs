@@ -205,11 +205,13 @@ impl ResultsLog {
 
     pub fn record(&mut self, vcpu: u32, record: ResultRecord, t_ms: f64, t_run_ms: f64) {
         let units_per_s = match record.kind {
-            RecordKind::WorkSample | RecordKind::WorkDone => devices::bench_port::units_per_second(
-                record.values[0],
-                record.values[1],
-                self.tsc_khz as u64,
-            ),
+            RecordKind::WorkSample | RecordKind::WorkDone => {
+                devices::result_port::units_per_second(
+                    record.values[0],
+                    record.values[1],
+                    self.tsc_khz as u64,
+                )
+            }
             _ => None,
         };
         let e = RecordEntry {
@@ -270,7 +272,7 @@ impl ResultsLog {
                 vcpu: r.vcpu,
                 units,
                 ticks,
-                units_per_s: devices::bench_port::units_per_second(
+                units_per_s: devices::result_port::units_per_second(
                     units,
                     ticks,
                     self.tsc_khz as u64,

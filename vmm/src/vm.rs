@@ -9,10 +9,11 @@ use crate::memory::{self, DeviceMemory};
 use crate::msr;
 use crate::results::{ResultsLog, VmResult};
 use crate::vcpu::{Vcpu, VcpuError, VcpuExitHandler, VcpuExitReason, VcpuHandle, VcpuOutcome};
-use devices::bench_port::{BenchPort, BENCH_PORT_BASE, BENCH_PORT_LEN};
 use devices::bus::UnknownAccessLog;
 use devices::exit_port::{ExitPort, EXIT_PORT, EXIT_PORT_LEN};
 use devices::i8042::{I8042, I8042_BASE, I8042_LEN};
+use devices::irq::{EventFdLine, InterruptLine, NoInterrupt};
+use devices::result_port::{ResultPort, RESULT_PORT_BASE, RESULT_PORT_LEN};
 use devices::serial::{ConsoleWriter, SerialConsole, COM1_BASE, COM1_IRQ, COM1_LEN};
 use devices::{IoContext, Marker, PioBus, RecordError, ResultRecord, StopRequest, VmEventSink};
 use kvm_bindings::kvm_userspace_memory_region;
@@ -24,7 +25,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use vcpu_sched::CpuSet;
 use vm_memory::{Address, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
-use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 /// TSS address for Intel VMX (3 pages just below the 4 GiB BIOS area).
 const KVM_TSS_ADDRESS: usize = 0xfffb_d000;
@@ -462,9 +462,10 @@ impl Vm {
             .as_cstring()
             .map(|c| c.to_string_lossy().into_owned())
             .unwrap_or_default();
-        // Every vCPU enters at e_entry in long mode with RDI = its index
-        // (PROTOCOL.md); with the in-kernel irqchip the APs must be made
-        // runnable explicitly (KVM parks them waiting for INIT/SIPI).
+        // The boot vCPU enters at e_entry in long mode (PROTOCOL.md). With
+        // the in-kernel irqchip KVM keeps the other vCPUs waiting for
+        // INIT/SIPI from the guest, as on hardware; without it they also
+        // enter at e_entry, with RDI = their index (and park themselves).
         for v in &vcpus {
             let fd = &v.fd;
             fd.set_regs(&boot::boot_regs(loaded.entry, v.index))
@@ -486,15 +487,6 @@ impl Vm {
                     what: "fpu",
                     source,
                 })?;
-            if options.irqchip && v.index != 0 {
-                fd.set_mp_state(kvm_bindings::kvm_mp_state {
-                    mp_state: kvm_bindings::KVM_MP_STATE_RUNNABLE,
-                })
-                .map_err(|source| VmError::Regs {
-                    what: "mp_state",
-                    source,
-                })?;
-            }
         }
         let t_boot = start.elapsed();
         // Files and devices.
@@ -529,15 +521,18 @@ impl Vm {
         });
         let sink: Arc<dyn VmEventSink> = shared.clone();
         let dev_err = |e: std::io::Error| VmError::Device(e.to_string());
-        let serial_evt = EventFd::new(EFD_NONBLOCK).map_err(dev_err)?;
-        if options.irqchip {
+        let serial_irq: Arc<dyn InterruptLine> = if options.irqchip {
+            let line = EventFdLine::new().map_err(dev_err)?;
             vm_fd
-                .register_irqfd(&serial_evt, COM1_IRQ)
+                .register_irqfd(&line.0, COM1_IRQ)
                 .map_err(|e| VmError::Device(format!("serial irqfd: {e}")))?;
-        }
+            Arc::new(line)
+        } else {
+            Arc::new(NoInterrupt)
+        };
         let console_log = console.as_ref().map(|(p, _)| p.clone());
         let serial = Arc::new(Mutex::new(SerialConsole::new(
-            serial_evt,
+            serial_irq,
             ConsoleWriter::new(
                 &config.name,
                 console.map(|(_, f)| f),
@@ -555,9 +550,9 @@ impl Vm {
         )
         .map_err(bus_err)?;
         bus.insert(
-            BENCH_PORT_BASE,
-            BENCH_PORT_LEN,
-            Arc::new(Mutex::new(BenchPort::new(
+            RESULT_PORT_BASE,
+            RESULT_PORT_LEN,
+            Arc::new(Mutex::new(ResultPort::new(
                 Arc::new(DeviceMemory(mem.clone())),
                 sink.clone(),
             ))),

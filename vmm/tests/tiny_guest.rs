@@ -45,9 +45,9 @@ fn raw_kvm_round_trip(kernel: &std::path::Path, n: u32) -> f64 {
     let (mut t1, mut t4) = (None, None);
     loop {
         match vcpu.run().unwrap() {
-            VcpuExit::IoOut(0x510, d) if d[0] == 1 => t1 = Some(Instant::now()),
-            VcpuExit::IoOut(0x510, d) if d[0] == 4 => t4 = Some(Instant::now()),
-            VcpuExit::IoOut(0x518, _) => break,
+            VcpuExit::IoOut(0xE00, d) if d[0] == 1 => t1 = Some(Instant::now()),
+            VcpuExit::IoOut(0xE00, d) if d[0] == 4 => t4 = Some(Instant::now()),
+            VcpuExit::IoOut(0xE08, _) => break,
             VcpuExit::IoIn(_, d) => d.fill(0xff),
             _ => {}
         }

@@ -15,9 +15,9 @@
 
 /* ports */
 #define PACER_PORT_COM1     0x3F8
-#define PACER_PORT_MARKER   0x510   /* out, 8 bit */
-#define PACER_PORT_RECORD   0x514   /* out, 32 bit: guest-physical addr of a record */
-#define PACER_PORT_EXIT     0x518   /* out, 32 bit: exit status */
+#define PACER_PORT_MARKER   0xE00   /* out, 8 bit */
+#define PACER_PORT_RECORD   0xE04   /* out, 32 bit: guest-physical addr of a record */
+#define PACER_PORT_EXIT     0xE08   /* out, 32 bit: exit status */
 
 /* markers */
 #define PACER_MARKER_FIRST_INSTRUCTION 1

@@ -23,9 +23,9 @@
  * RAX. RCX, R11, RDI, RSI, RDX, R8, R9, R10 are clobbered. (SYSCALL stays
  * at CPL 3 on the PVM KVM, so it is configured but not used.) */
 #define SYS_WRITE        0   /* (buf, len) -> COM1 */
-#define SYS_MARKER       1   /* (value) -> port 0x510 */
-#define SYS_RECORD       2   /* (struct pacer_record *) -> copied, addr -> port 0x514 */
-#define SYS_EXIT         3   /* (status) -> port 0x518; never returns */
+#define SYS_MARKER       1   /* (value) -> port 0xE00 */
+#define SYS_RECORD       2   /* (struct pacer_record *) -> copied, addr -> port 0xE04 */
+#define SYS_EXIT         3   /* (status) -> port 0xE08; never returns */
 #define SYS_INFO         4   /* () -> struct boot_info * */
 #define SYS_TRIPLE_FAULT 5   /* () -> triple fault (KVM_EXIT_SHUTDOWN) */
 #define SYS_IDLE         6   /* () -> cli; hlt forever */

@@ -1,5 +1,6 @@
-//! The bench/result port (guests/PROTOCOL.md): progress markers on 0x510 and
-//! 64-byte result records whose guest-physical address is written to 0x514.
+//! The result port (guests/PROTOCOL.md): progress markers on 0xE00 and
+//! 64-byte result records whose guest-physical address is written to 0xE04.
+//! (Not QEMU's fw_cfg ports 0x510-0x51B, so the same guest runs under QEMU.)
 //! Parsing is done by pure functions so that it can be tested without a VM;
 //! nothing here trusts guest data.
 
@@ -9,13 +10,13 @@ use std::fmt;
 use std::sync::Arc;
 
 /// Port of the progress marker (8-bit OUT).
-pub const MARKER_PORT: u16 = 0x510;
+pub const MARKER_PORT: u16 = 0xE00;
 /// Port taking the guest-physical address of a result record (32-bit OUT).
-pub const RECORD_PORT: u16 = 0x514;
-/// Base of the bench device on the bus; it covers 0x510..0x518.
-pub const BENCH_PORT_BASE: u16 = MARKER_PORT;
+pub const RECORD_PORT: u16 = 0xE04;
+/// Base of the bench device on the bus; it covers 0xE00..0xE08.
+pub const RESULT_PORT_BASE: u16 = MARKER_PORT;
 /// Length of the bench device's port range.
-pub const BENCH_PORT_LEN: u16 = 8;
+pub const RESULT_PORT_LEN: u16 = 8;
 
 /// "PACR" little endian.
 pub const RECORD_MAGIC: u32 = 0x5243_4150;
@@ -201,25 +202,25 @@ pub fn units_per_second(units: u64, ticks: u64, tsc_khz: u64) -> Option<f64> {
     Some(units as f64 * tsc_khz as f64 * 1000.0 / ticks as f64)
 }
 
-/// The bench device on ports 0x510..0x518.
-pub struct BenchPort {
+/// The result port device on ports 0xE00..0xE08.
+pub struct ResultPort {
     mem: Arc<dyn GuestMemoryRead>,
     sink: Arc<dyn VmEventSink>,
 }
 
-impl fmt::Debug for BenchPort {
+impl fmt::Debug for ResultPort {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("BenchPort")
+        f.write_str("ResultPort")
     }
 }
 
-impl BenchPort {
+impl ResultPort {
     pub fn new(mem: Arc<dyn GuestMemoryRead>, sink: Arc<dyn VmEventSink>) -> Self {
         Self { mem, sink }
     }
 }
 
-impl PioDevice for BenchPort {
+impl PioDevice for ResultPort {
     fn read(&mut self, _ctx: IoContext, _offset: u16, data: &mut [u8]) {
         // Write-only ports.
         data.fill(0xff);
@@ -242,7 +243,7 @@ impl PioDevice for BenchPort {
                 self.sink.record(ctx.vcpu, rec);
             }
             _ => {
-                // 0x511-0x513, 0x515-0x517: reserved, ignored.
+                // 0xE01-0xE03, 0xE05-0xE07: reserved, ignored.
             }
         }
     }
@@ -366,7 +367,7 @@ pub(crate) mod tests {
         let b = encode_record(2, 0, 0, 0, [5, 10, 0, 0, 0]);
         let ram = Arc::new(ram_with(0x800, &b));
         let sink = Arc::new(Sink::default());
-        let mut dev = BenchPort::new(ram, sink.clone());
+        let mut dev = ResultPort::new(ram, sink.clone());
         let ctx = IoContext { vcpu: 1 };
         dev.write(ctx, 0, &[1]);
         dev.write(ctx, 0, &[0xEE]);
@@ -415,7 +416,7 @@ mod proptests {
                 prop_assert!(r.text.as_ref().is_none_or(|t| t.len() <= 4 * MAX_TEXT_LEN as usize));
             }
             let sink = Arc::new(Sink::default());
-            let mut dev = BenchPort::new(ram, sink.clone());
+            let mut dev = ResultPort::new(ram, sink.clone());
             let bytes = gpa.to_le_bytes();
             dev.write(IoContext { vcpu: 0 }, offset, &bytes[..width]);
             let mut out = [0u8; 4];
