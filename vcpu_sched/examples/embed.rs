@@ -220,15 +220,17 @@ fn main() {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--policy" => {
-                policy = match args.next().as_deref() {
-                    Some("global_rr") => PolicyKind::GlobalRoundRobin,
-                    Some("static_pin") => PolicyKind::StaticPinning,
-                    _ => PolicyKind::Haiku,
+                policy = match args.next().unwrap_or_default().parse() {
+                    Ok(p) => p,
+                    Err(e) => {
+                        eprintln!("embed: {e}");
+                        std::process::exit(2);
+                    }
                 }
             }
             "--ms" => ms = args.next().and_then(|s| s.parse().ok()).unwrap_or(ms),
             _ => {
-                eprintln!("usage: embed [--policy haiku|global_rr|static_pin] [--ms N]");
+                eprintln!("usage: embed [--policy haiku|global-rr|pinned] [--ms N]");
                 std::process::exit(2);
             }
         }

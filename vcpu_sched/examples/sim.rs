@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p vcpu_sched --example sim -- vcpu_sched/scenarios/01_overload_balance.toml \
-//!     [--policy haiku|global_rr|static_pin] [--compare] [--json out.json] [--seed N]
+//!     [--policy haiku|global-rr|pinned] [--compare] [--json out.json] [--seed N]
 //!     [--duration-ms N] [--topology SPEC] [--scale N] [--quiet] [--trace N] [--snapshot]
 //! ```
 //!
@@ -16,17 +16,6 @@
 use std::process::ExitCode;
 use vcpu_sched::sim::{self, SimReport, Workload};
 use vcpu_sched::PolicyKind;
-
-fn parse_policy(s: &str) -> Result<PolicyKind, String> {
-    match s {
-        "haiku" => Ok(PolicyKind::Haiku),
-        "global_rr" | "global_round_robin" | "rr" => Ok(PolicyKind::GlobalRoundRobin),
-        "static_pin" | "static_pinning" | "pin" => Ok(PolicyKind::StaticPinning),
-        _ => Err(format!(
-            "unknown policy {s:?} (haiku, global_rr, static_pin)"
-        )),
-    }
-}
 
 struct Args {
     file: String,
@@ -42,7 +31,7 @@ struct Args {
 }
 
 fn usage() -> String {
-    "usage: sim SCENARIO.toml [--policy haiku|global_rr|static_pin] [--compare] [--json OUT] \
+    "usage: sim SCENARIO.toml [--policy haiku|global-rr|pinned] [--compare] [--json OUT] \
      [--seed N] [--duration-ms N] [--topology SPEC] [--scale N] [--quiet] [--trace N] [--snapshot]"
         .to_string()
 }
@@ -70,14 +59,8 @@ fn parse_args() -> Result<Args, String> {
         match arg.as_str() {
             "--policy" => a
                 .policies
-                .push(parse_policy(&it.next().ok_or("--policy needs a value")?)?),
-            "--compare" => {
-                a.policies = vec![
-                    PolicyKind::Haiku,
-                    PolicyKind::GlobalRoundRobin,
-                    PolicyKind::StaticPinning,
-                ]
-            }
+                .push(it.next().ok_or("--policy needs a value")?.parse()?),
+            "--compare" => a.policies = PolicyKind::ALL.to_vec(),
             "--json" => a.json = Some(it.next().ok_or("--json needs a path")?),
             "--seed" => a.seed = Some(num(it.next(), "--seed")?),
             "--duration-ms" => a.duration_ms = Some(num(it.next(), "--duration-ms")?),

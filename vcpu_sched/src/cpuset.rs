@@ -127,60 +127,72 @@ impl CpuSet {
     /// Parse the Linux CPU list syntax: "0-3,8,10-11". Whitespace around
     /// items is allowed; an empty string is an empty set.
     pub fn parse_list(input: &str) -> Result<CpuSet, CpuListError> {
-        let err = |reason: String| CpuListError {
-            input: input.to_string(),
-            reason,
-        };
-        let mut set = CpuSet::new();
-        for item in input
-            .trim()
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-        {
-            let parse = |s: &str| -> Result<u32, CpuListError> {
-                let v: u32 = s
-                    .trim()
-                    .parse()
-                    .map_err(|_| err(format!("{s:?} is not a CPU number")))?;
-                if v > MAX_CPU_ID {
-                    return Err(err(format!("CPU {v} is above the limit {MAX_CPU_ID}")));
-                }
-                Ok(v)
-            };
-            match item.split_once('-') {
-                Some((lo, hi)) => {
-                    let (lo, hi) = (parse(lo)?, parse(hi)?);
-                    if lo > hi {
-                        return Err(err(format!("range {item:?} runs backwards")));
-                    }
-                    for c in lo..=hi {
-                        set.insert(CpuId(c));
-                    }
-                }
-                None => set.insert(CpuId(parse(item)?)),
-            }
-        }
-        Ok(set)
+        Ok(parse_cpu_list(input)?.into_iter().map(CpuId).collect())
     }
 
     /// Format in the list syntax accepted by [`CpuSet::parse_list`].
     pub fn to_list(&self) -> String {
-        let mut out = Vec::new();
-        let mut iter = self.iter().peekable();
-        while let Some(start) = iter.next() {
-            let mut end = start;
-            while iter.peek().is_some_and(|n| n.0 == end.0 + 1) {
-                end = iter.next().unwrap_or(end);
-            }
-            if start == end {
-                out.push(format!("{}", start.0));
-            } else {
-                out.push(format!("{}-{}", start.0, end.0));
-            }
-        }
-        out.join(",")
+        format_cpu_list(self.iter().map(|c| c.0))
     }
+}
+
+/// Parse the Linux CPU list syntax ("0-3,8,10-11") into ascending numbers
+/// without duplicates. Shared by [`CpuSet`] and by callers that keep CPU
+/// numbers of another kind (a VMM's host CPU numbers).
+pub fn parse_cpu_list(input: &str) -> Result<Vec<u32>, CpuListError> {
+    let err = |reason: String| CpuListError {
+        input: input.to_string(),
+        reason,
+    };
+    let parse = |s: &str| -> Result<u32, CpuListError> {
+        let v: u32 = s
+            .trim()
+            .parse()
+            .map_err(|_| err(format!("{s:?} is not a CPU number")))?;
+        if v > MAX_CPU_ID {
+            return Err(err(format!("CPU {v} is above the limit {MAX_CPU_ID}")));
+        }
+        Ok(v)
+    };
+    let mut ids = Vec::new();
+    for item in input
+        .trim()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        match item.split_once('-') {
+            Some((lo, hi)) => {
+                let (lo, hi) = (parse(lo)?, parse(hi)?);
+                if lo > hi {
+                    return Err(err(format!("range {item:?} runs backwards")));
+                }
+                ids.extend(lo..=hi);
+            }
+            None => ids.push(parse(item)?),
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// Format ascending CPU numbers in the list syntax of [`parse_cpu_list`].
+pub fn format_cpu_list(ids: impl IntoIterator<Item = u32>) -> String {
+    let mut out = Vec::new();
+    let mut iter = ids.into_iter().peekable();
+    while let Some(start) = iter.next() {
+        let mut end = start;
+        while iter.peek().is_some_and(|&n| n == end + 1) {
+            end = iter.next().unwrap_or(end);
+        }
+        if start == end {
+            out.push(format!("{start}"));
+        } else {
+            out.push(format!("{start}-{end}"));
+        }
+    }
+    out.join(",")
 }
 
 impl FromIterator<CpuId> for CpuSet {

@@ -24,7 +24,7 @@ pub mod topology;
 pub mod tunables;
 mod types;
 
-pub use cpuset::{CpuListError, CpuSet};
+pub use cpuset::{format_cpu_list, parse_cpu_list, CpuListError, CpuSet};
 pub use policy::{build, PolicyKind, SchedConfig, VcpuScheduler};
 pub use stats::{
     CpuStats, EntityStats, LatencyHistogram, LatencySummary, MigrationCounts, SchedSnapshot,

@@ -498,23 +498,25 @@ impl Topology {
         self.cpus.iter().find(|c| c.os_id == os_id).map(|c| c.id)
     }
 
-    /// The sub-topology made of the given OS CPU numbers (Pacer's `[host] cpus`),
-    /// re-indexed densely; `os_id` keeps the OS number. Cores, LLCs and
-    /// packages left without CPUs disappear. Errors on an empty set or an OS
-    /// CPU number that is not in this topology.
-    pub fn restrict(&self, os_cpus: &CpuSet) -> Result<Topology, SchedError> {
-        if os_cpus.is_empty() {
+    /// The sub-topology made of the given OS CPU numbers (a VMM's host CPU
+    /// set), re-indexed densely; `os_id` keeps the OS number. Cores, LLCs
+    /// and packages left without CPUs disappear. Errors on an empty set or
+    /// an OS CPU number that is not in this topology.
+    pub fn restrict(&self, os_cpus: impl IntoIterator<Item = u32>) -> Result<Topology, SchedError> {
+        let mut os: Vec<u32> = os_cpus.into_iter().collect();
+        os.sort_unstable();
+        os.dedup();
+        if os.is_empty() {
             return Err(SchedError::Topology(
                 "the CPU set to restrict to is empty".into(),
             ));
         }
-        let mut raw = Vec::with_capacity(os_cpus.len());
-        for os in os_cpus.iter() {
-            let Some(id) = self.cpu_by_os_id(os.0) else {
-                let known: CpuSet = self.cpus.iter().map(|c| CpuId(c.os_id)).collect();
+        let mut raw = Vec::with_capacity(os.len());
+        for os_id in os {
+            let Some(id) = self.cpu_by_os_id(os_id) else {
+                let known = crate::format_cpu_list(self.cpus.iter().map(|c| c.os_id));
                 return Err(SchedError::Topology(format!(
-                    "CPU {} is not in the topology (its CPUs are {known})",
-                    os.0
+                    "CPU {os_id} is not in the topology (its CPUs are {known})"
                 )));
             };
             let c = &self.cpus[id.0 as usize];
@@ -727,9 +729,7 @@ mod tests {
     fn restrict_reindexes_and_drops_empty_units() {
         let t = Topology::from_spec("2x2x2x2").unwrap();
         // CPUs 0,1 (core 0, llc 0, pkg 0), 5 (core 2, llc 1, pkg 0), 14 (core 7, llc 3, pkg 1).
-        let r = t
-            .restrict(&CpuSet::parse_list("0,1,5,14").unwrap())
-            .unwrap();
+        let r = t.restrict([0, 1, 5, 14]).unwrap();
         check_invariants(&r);
         assert_eq!(r.num_cpus(), 4);
         assert_eq!(r.cores.len(), 3);
@@ -743,11 +743,8 @@ mod tests {
         assert_eq!(r.cpu_by_os_id(14), Some(CpuId(3)));
         assert_eq!(r.cpu(CpuId(3)).unwrap().smt_index, 0);
 
-        assert!(matches!(
-            t.restrict(&CpuSet::new()),
-            Err(SchedError::Topology(_))
-        ));
-        match t.restrict(&CpuSet::parse_list("0,99").unwrap()) {
+        assert!(matches!(t.restrict([]), Err(SchedError::Topology(_))));
+        match t.restrict([0, 99]) {
             Err(SchedError::Topology(msg)) => assert!(msg.contains("99"), "{msg}"),
             other => panic!("unknown CPU accepted: {other:?}"),
         }
@@ -860,7 +857,7 @@ mod tests {
                 "1 package, 2 LLCs, 4 cores, 8 CPUs (2 threads per core)"
             );
 
-            let r = t.restrict(&CpuSet::parse_list("0,8,2").unwrap()).unwrap();
+            let r = t.restrict([0, 8, 2]).unwrap();
             check_invariants(&r);
             assert_eq!((r.cores.len(), r.llcs.len(), r.num_cpus()), (2, 2, 3));
         }

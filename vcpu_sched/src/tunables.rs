@@ -87,15 +87,44 @@ pub const BURSTY_LOAD: u32 = 375;
 /// Entity table capacity when the caller does not say.
 pub const DEFAULT_MAX_ENTITIES: usize = 65_536;
 
-/// The two scheduler modes of Haiku.
+/// The two scheduler modes of Haiku, spelled `low-latency` and
+/// `power-saving` everywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
 pub enum Mode {
     /// Spread load, short slices (Haiku scheduler_mode low_latency).
     #[default]
     LowLatency,
     /// Pack small loads onto one core, longer slices (Haiku power_saving).
     PowerSaving,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 2] = [Mode::LowLatency, Mode::PowerSaving];
+
+    /// The one spelling of the mode's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::LowLatency => "low-latency",
+            Mode::PowerSaving => "power-saving",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| format!("unknown mode {s:?} (expected low-latency or power-saving)"))
+    }
 }
 
 /// Time-slice constants of one mode (Haiku's `scheduler_mode_operations`

@@ -1,14 +1,16 @@
 //! The `pacer` command line.
 //!
 //! ```text
-//! pacer run FILE [--json results.json]   run the VMs of FILE
-//! pacer validate FILE                    check FILE without starting anything
+//! pacer run FILE [--policy P] [--json results.json]   run the VMs of FILE
+//! pacer validate FILE [--policy P]                    check FILE without starting anything
 //! pacer topology [--spec 2x22x2]         print the host (or a synthetic) topology
 //! ```
 //! Exit codes: 0 ok, 1 a VM failed, 2 bad input.
 
-use crate::config::Config;
-use crate::runner::{self, RunOptions};
+use crate::config::{Config, Overrides};
+use crate::engine::policy::Policy;
+use crate::results::format_summary;
+use crate::runner::{self, RunEvent, RunOptions};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -44,12 +46,20 @@ pub enum Command {
     Run {
         /// The config file (TOML).
         file: PathBuf,
+        /// Use this policy instead of the file's: haiku, global-rr, pinned, host.
+        #[arg(long)]
+        policy: Option<Policy>,
         /// Also write all results as one JSON document here.
         #[arg(long)]
         json: Option<PathBuf>,
     },
     /// Check a config file (fields, paths, CPU sets) without starting anything.
-    Validate { file: PathBuf },
+    Validate {
+        file: PathBuf,
+        /// Check against this policy instead of the file's.
+        #[arg(long)]
+        policy: Option<Policy>,
+    },
     /// Print the host CPU topology as vcpu_sched sees it.
     Topology {
         /// A synthetic topology instead of the host's, e.g. 2x22x2.
@@ -68,16 +78,18 @@ pub fn out(text: &str) {
 /// Run the CLI; returns the process exit code.
 pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
     match cli.command {
-        Command::Validate { file } => match Config::load(&file) {
-            Ok(c) => {
-                out(&format!("{}: OK\n{c}", file.display()));
-                EXIT_OK
+        Command::Validate { file, policy } => {
+            match Config::load_overridden(&file, Overrides { policy }) {
+                Ok(c) => {
+                    out(&format!("{}: OK\n{c}", file.display()));
+                    EXIT_OK
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    EXIT_BAD_INPUT
+                }
             }
-            Err(e) => {
-                eprintln!("{e}");
-                EXIT_BAD_INPUT
-            }
-        },
+        }
         Command::Topology { spec } => {
             let t = match &spec {
                 Some(s) => vcpu_sched::Topology::from_spec(s),
@@ -94,19 +106,20 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 }
             }
         }
-        Command::Run { file, json } => {
-            let config = match Config::load(&file) {
+        Command::Run { file, policy, json } => {
+            let config = match Config::load_overridden(&file, Overrides { policy }) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("{e}");
                     return EXIT_BAD_INPUT;
                 }
             };
-            let opts = RunOptions {
-                run_start,
-                print_summaries: true,
+            let opts = RunOptions { run_start };
+            let on_event = |ev: RunEvent<'_>| match ev {
+                RunEvent::VmFinished(r) => out(&format_summary(r)),
+                RunEvent::Stopping(sig) => eprintln!("pacer: {sig} received, stopping all VMs"),
             };
-            let results = match runner::run(&config, &opts) {
+            let results = match runner::run(&config, &opts, &on_event) {
                 Ok(r) => r,
                 Err(e) => {
                     eprintln!("pacer run: {e}");

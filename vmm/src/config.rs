@@ -3,9 +3,13 @@
 //! ```toml
 //! [host]
 //! cpus = "0-1"            # or [0, 1]; default: all online CPUs
-//! policy = "host"         # host | haiku | global_rr | static_pin
-//! mode = "low_latency"    # low_latency | power_saving
+//! policy = "haiku"        # haiku | global-rr | pinned | host
+//! mode = "low-latency"    # low-latency | power-saving
+//! smt_isolation = false   # SMT siblings only co-run one VM (haiku)
+//! dispatch = "threads"    # threads | workers: how the engine runs vCPUs
 //! log_dir = "logs"        # relative to this file; default "pacer-logs"
+//!
+//! [host.tunables]         # vcpu_sched tunables, e.g. bursty_load = 375
 //!
 //! [[vm]]
 //! name = "a"              # unique, [A-Za-z0-9_-]
@@ -15,7 +19,8 @@
 //! initrd = "initrd.img"   # optional
 //! cmdline = "foo=1"       # optional
 //! cpus = "0"              # core set, within [host] cpus; default: all of them
-//! priority = 10           # 1..=99
+//! class = "timeshare"     # timeshare | realtime
+//! priority = 10           # timeshare 1..=99 (default 10); realtime 100..=120 (default 100)
 //! workload = { name = "cpu", duration_ms = 500, report_ms = 100 }
 //! console = "stdout"      # log | stdout | both
 //! timeout_s = 30          # runaway guard
@@ -25,6 +30,9 @@
 //! that keep the spans of the fields that semantic checks need, then
 //! validation. Every error names the field and the `line:column` in the file.
 
+use crate::engine::policy::Policy;
+use crate::engine::DispatchKind;
+use crate::host_cpus::{HostCpu, HostCpuSet};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::fmt;
@@ -32,7 +40,8 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
-use vcpu_sched::{CpuId, CpuSet, Mode};
+use vcpu_sched::tunables::{PRIORITY_NORMAL, PRIORITY_REALTIME_MAX, PRIORITY_REALTIME_MIN};
+use vcpu_sched::{Mode, SchedClass, Tunables};
 
 /// Highest vCPU count per VM (APIC ids 0..=253; 0xff is broadcast).
 pub const MAX_VCPUS: u32 = 254;
@@ -89,29 +98,6 @@ fn format_diagnostics(path: &Path, diags: &[Diagnostic]) -> String {
         .join("\n")
 }
 
-/// Scheduling policy of the whole process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Policy {
-    /// No Pacer scheduling: vCPU threads are left to the host kernel.
-    #[default]
-    Host,
-    Haiku,
-    GlobalRr,
-    StaticPin,
-}
-
-impl Policy {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Policy::Host => "host",
-            Policy::Haiku => "haiku",
-            Policy::GlobalRr => "global_rr",
-            Policy::StaticPin => "static_pin",
-        }
-    }
-}
-
 /// Where a VM's serial console goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -161,6 +147,9 @@ struct RawHost {
     cpus: Option<Spanned<RawCpus>>,
     policy: Option<Spanned<Policy>>,
     mode: Option<Mode>,
+    smt_isolation: Option<Spanned<bool>>,
+    dispatch: Option<DispatchKind>,
+    tunables: Option<Tunables>,
     log_dir: Option<Spanned<String>>,
 }
 
@@ -174,6 +163,7 @@ struct RawVm {
     initrd: Option<Spanned<String>>,
     cmdline: Option<Spanned<String>>,
     cpus: Option<Spanned<RawCpus>>,
+    class: Option<Spanned<SchedClass>>,
     priority: Option<Spanned<i64>>,
     workload: Option<Spanned<RawWorkload>>,
     console: Option<Console>,
@@ -191,33 +181,38 @@ struct RawConfig {
 /// Facts about the host that validation checks against.
 #[derive(Debug, Clone)]
 pub struct HostInfo {
-    /// OS numbers of the online CPUs.
-    pub online: CpuSet,
+    /// The online CPUs.
+    pub online: HostCpuSet,
 }
 
 impl HostInfo {
     /// Read `/sys/devices/system/cpu/online`.
     pub fn detect() -> Result<HostInfo, ConfigError> {
-        let path = PathBuf::from("/sys/devices/system/cpu/online");
-        let text = std::fs::read_to_string(&path).map_err(|e| ConfigError::HostCpus {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
-        let online = CpuSet::parse_list(text.trim()).map_err(|e| ConfigError::HostCpus {
-            path,
-            reason: e.to_string(),
+        let online = crate::host_cpus::online_cpus().map_err(|reason| ConfigError::HostCpus {
+            path: PathBuf::from("/sys/devices/system/cpu/online"),
+            reason,
         })?;
         Ok(HostInfo { online })
     }
 }
 
+/// Settings given on the command line that override the file's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--policy NAME`.
+    pub policy: Option<Policy>,
+}
+
 /// The validated `[host]` table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostConfig {
-    /// OS CPU numbers Pacer may use.
-    pub cpus: CpuSet,
+    /// Host CPUs Pacer may use.
+    pub cpus: HostCpuSet,
     pub policy: Policy,
     pub mode: Mode,
+    pub smt_isolation: bool,
+    pub dispatch: DispatchKind,
+    pub tunables: Tunables,
     /// Absolute or relative to the current directory (already resolved
     /// against the config file's directory).
     pub log_dir: PathBuf,
@@ -234,8 +229,9 @@ pub struct VmConfig {
     /// The config's `cmdline` followed by the workload arguments (the VMM
     /// appends `tsc_khz=` and `vcpus=` at boot).
     pub cmdline: String,
-    /// OS CPU numbers the VM's vCPUs may run on.
-    pub cpus: CpuSet,
+    /// Host CPUs the VM's vCPUs may run on (its core set).
+    pub cpus: HostCpuSet,
+    pub class: SchedClass,
     pub priority: u8,
     pub console: Console,
     pub timeout: Option<Duration>,
@@ -278,10 +274,10 @@ impl Checker<'_> {
         });
     }
 
-    fn cpus(&mut self, raw: &Spanned<RawCpus>, field: &str) -> Option<CpuSet> {
+    fn cpus(&mut self, raw: &Spanned<RawCpus>, field: &str) -> Option<HostCpuSet> {
         let span = raw.span();
         match raw.get_ref() {
-            RawCpus::List(s) => match CpuSet::parse_list(s) {
+            RawCpus::List(s) => match HostCpuSet::parse_list(s) {
                 Ok(set) => Some(set),
                 Err(e) => {
                     self.err(span, field, e.to_string());
@@ -289,13 +285,13 @@ impl Checker<'_> {
                 }
             },
             RawCpus::Ids(ids) => {
-                let mut set = CpuSet::new();
+                let mut set = HostCpuSet::new();
                 for &id in ids {
                     if !(0..=vcpu_sched::cpuset::MAX_CPU_ID as i64).contains(&id) {
                         self.err(span, field, format!("{id} is not a valid CPU number"));
                         return None;
                     }
-                    set.insert(CpuId(id as u32));
+                    set.insert(HostCpu(id as u32));
                 }
                 Some(set)
             }
@@ -420,22 +416,41 @@ fn workload_args(c: &mut Checker<'_>, raw: &Spanned<RawWorkload>, field: &str) -
 impl Config {
     /// Read and validate a config file against the running host.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Self::load_overridden(path, Overrides::default())
+    }
+
+    /// [`Config::load`] with command-line overrides.
+    pub fn load_overridden(path: &Path, overrides: Overrides) -> Result<Config, ConfigError> {
         let host = HostInfo::detect()?;
-        Self::load_with(path, &host)
+        Self::load_with(path, &host, overrides)
     }
 
     /// Read and validate a config file against the given host facts.
-    pub fn load_with(path: &Path, host: &HostInfo) -> Result<Config, ConfigError> {
+    pub fn load_with(
+        path: &Path,
+        host: &HostInfo,
+        overrides: Overrides,
+    ) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::parse(&text, path, host)
+        Self::parse_overridden(&text, path, host, overrides)
     }
 
     /// Validate `text` as if read from `path` (relative paths inside are
     /// resolved against `path`'s directory).
     pub fn parse(text: &str, path: &Path, host: &HostInfo) -> Result<Config, ConfigError> {
+        Self::parse_overridden(text, path, host, Overrides::default())
+    }
+
+    /// [`Config::parse`] with command-line overrides.
+    pub fn parse_overridden(
+        text: &str,
+        path: &Path,
+        host: &HostInfo,
+        overrides: Overrides,
+    ) -> Result<Config, ConfigError> {
         let invalid = |diagnostics| ConfigError::Invalid {
             path: path.to_path_buf(),
             diagnostics,
@@ -473,7 +488,7 @@ impl Config {
         let host_cpus = match &rh.cpus {
             Some(s) => {
                 let set = c.cpus(s, "host.cpus").unwrap_or_default();
-                let outside: CpuSet = set.iter().filter(|id| !host.online.contains(*id)).collect();
+                let outside = set.difference(&host.online);
                 if !outside.is_empty() {
                     c.err(
                         s.span(),
@@ -491,22 +506,23 @@ impl Config {
             }
             None => host.online.clone(),
         };
-        let policy = match &rh.policy {
-            Some(p) => {
-                if *p.get_ref() != Policy::Host {
-                    c.err(
-                        p.span(),
-                        "host.policy",
-                        format!(
-                            "policy \"{}\" is not available until the scheduled vCPU engine lands; use \"host\"",
-                            p.get_ref().name()
-                        ),
-                    );
-                }
-                *p.get_ref()
-            }
-            None => Policy::Host,
+        // Where a policy refusal points: the `policy` field, or the top of
+        // the file when `--policy` chose it.
+        let (policy, policy_origin) = match (overrides.policy, &rh.policy) {
+            (Some(p), _) => (p, "--policy".to_string()),
+            (None, Some(p)) => (*p.get_ref(), "host.policy".to_string()),
+            (None, None) => (Policy::default(), "the default policy".to_string()),
         };
+        let smt_isolation = rh.smt_isolation.as_ref().is_some_and(|s| *s.get_ref());
+        if let Some(s) = &rh.smt_isolation {
+            if *s.get_ref() && !policy.honours_smt_isolation() {
+                c.err(
+                    s.span(),
+                    "host.smt_isolation",
+                    format!("policy \"{policy}\" ({policy_origin}) cannot keep SMT siblings to one VM; only \"haiku\" can"),
+                );
+            }
+        }
         let log_dir = match &rh.log_dir {
             Some(d) if d.get_ref().trim().is_empty() => {
                 c.err(d.span(), "host.log_dir", "empty path");
@@ -587,8 +603,7 @@ impl Config {
             let cpus = match &v.cpus {
                 Some(s) => {
                     let set = c.cpus(s, &f("cpus")).unwrap_or_default();
-                    let outside: CpuSet =
-                        set.iter().filter(|id| !host_cpus.contains(*id)).collect();
+                    let outside = set.difference(&host_cpus);
                     if !outside.is_empty() {
                         c.err(
                             s.span(),
@@ -606,20 +621,56 @@ impl Config {
                 }
                 None => host_cpus.clone(),
             };
+            let class = v.class.as_ref().map(|c| *c.get_ref()).unwrap_or_default();
+            let range = match class {
+                SchedClass::Realtime => PRIORITY_REALTIME_MIN..=PRIORITY_REALTIME_MAX,
+                SchedClass::Timeshare => 1..=vcpu_sched::tunables::PRIORITY_MAX_TIMESHARE,
+                SchedClass::Idle => 0..=0,
+            };
             let priority = match &v.priority {
                 Some(p) => {
                     let val = *p.get_ref();
-                    if !(1..=99).contains(&val) {
+                    if !(i64::from(*range.start())..=i64::from(*range.end())).contains(&val) {
                         c.err(
                             p.span(),
                             f("priority"),
-                            format!("{val}: must be between 1 and 99"),
+                            format!(
+                                "{val}: a {} VM's priority must be between {} and {}",
+                                class_name(class),
+                                range.start(),
+                                range.end()
+                            ),
                         );
                     }
-                    val.clamp(1, 99) as u8
+                    val.clamp(i64::from(*range.start()), i64::from(*range.end())) as u8
                 }
-                None => 10,
+                None if class == SchedClass::Timeshare => PRIORITY_NORMAL,
+                None => *range.start(),
             };
+            if class == SchedClass::Idle {
+                let span = v.class.as_ref().map(|c| c.span()).unwrap_or(0..0);
+                c.err(
+                    span,
+                    f("class"),
+                    "a VM's class is \"timeshare\" or \"realtime\"",
+                );
+            } else if let Some(refusal) = policy.refuses_vm(class, priority) {
+                let span = match (refusal, &v.priority, &v.class) {
+                    (crate::engine::policy::Refusal::Priority, Some(p), _) => p.span(),
+                    (_, _, Some(c)) => c.span(),
+                    (_, Some(p), None) => p.span(),
+                    (_, None, None) => v.name.span(),
+                };
+                let field = match refusal {
+                    crate::engine::policy::Refusal::Priority => f("priority"),
+                    crate::engine::policy::Refusal::Class => f("class"),
+                };
+                c.err(
+                    span,
+                    field,
+                    format!("{} ({policy_origin})", refusal.explain(policy)),
+                );
+            }
             let mut cmdline: Vec<String> = Vec::new();
             if let Some(cl) = &v.cmdline {
                 if cl.get_ref().chars().any(|ch| ch.is_control()) {
@@ -667,6 +718,7 @@ impl Config {
                 initrd,
                 cmdline: cmdline.join(" "),
                 cpus,
+                class,
                 priority,
                 console: v.console.unwrap_or_default(),
                 timeout,
@@ -682,6 +734,9 @@ impl Config {
                 cpus: host_cpus,
                 policy,
                 mode: rh.mode.unwrap_or_default(),
+                smt_isolation,
+                dispatch: rh.dispatch.unwrap_or_default(),
+                tunables: rh.tunables.unwrap_or_default(),
                 log_dir,
             },
             vms,
@@ -689,24 +744,40 @@ impl Config {
     }
 }
 
+/// The config spelling of a VM class.
+fn class_name(class: SchedClass) -> &'static str {
+    match class {
+        SchedClass::Realtime => "realtime",
+        SchedClass::Timeshare => "timeshare",
+        SchedClass::Idle => "idle",
+    }
+}
+
 impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "host: cpus {} policy {} mode {:?} log_dir {}",
+            "host: cpus {} policy {} mode {} dispatch {}{} log_dir {}",
             self.host.cpus.to_list(),
-            self.host.policy.name(),
+            self.host.policy,
             self.host.mode,
+            self.host.dispatch,
+            if self.host.smt_isolation {
+                " smt_isolation"
+            } else {
+                ""
+            },
             self.host.log_dir.display()
         )?;
         for v in &self.vms {
             writeln!(
                 f,
-                "vm {}: {} vCPU(s), {} MiB, cpus {}, priority {}, kernel {}, cmdline {:?}{}",
+                "vm {}: {} vCPU(s), {} MiB, cpus {}, {} priority {}, kernel {}, cmdline {:?}{}",
                 v.name,
                 v.vcpus,
                 v.memory_mib,
                 v.cpus.to_list(),
+                class_name(v.class),
                 v.priority,
                 v.kernel.display(),
                 v.cmdline,
@@ -745,10 +816,13 @@ mod tests {
             Fixture { dir }
         }
         fn parse(&self, text: &str) -> Result<Config, ConfigError> {
+            self.parse_with(text, Overrides::default())
+        }
+        fn parse_with(&self, text: &str, o: Overrides) -> Result<Config, ConfigError> {
             let host = HostInfo {
-                online: CpuSet::parse_list("0-3").unwrap(),
+                online: HostCpuSet::parse_list("0-3").unwrap(),
             };
-            Config::parse(text, &self.dir.join("pacer.toml"), &host)
+            Config::parse_overridden(text, &self.dir.join("pacer.toml"), &host, o)
         }
         fn errors(&self, text: &str) -> String {
             match self.parse(text) {
@@ -767,8 +841,8 @@ mod tests {
     const GOOD: &str = r#"
 [host]
 cpus = "0-1"
-policy = "host"
-mode = "power_saving"
+policy = "haiku"
+mode = "power-saving"
 log_dir = "logs"
 
 [[vm]]
@@ -796,8 +870,10 @@ workload = "cpu report_ms=50"
         let fx = Fixture::new("good");
         let c = fx.parse(GOOD).unwrap();
         assert_eq!(c.host.cpus.to_list(), "0-1");
-        assert_eq!(c.host.policy, Policy::Host);
+        assert_eq!(c.host.policy.as_str(), "haiku");
         assert_eq!(c.host.mode, Mode::PowerSaving);
+        assert_eq!(c.host.dispatch, DispatchKind::default());
+        assert!(!c.host.smt_isolation);
         assert_eq!(c.host.log_dir, fx.dir.join("logs"));
         assert_eq!(c.vms.len(), 2);
         let a = &c.vms[0];
@@ -809,6 +885,7 @@ workload = "cpu report_ms=50"
         let b = &c.vms[1];
         assert_eq!(b.cpus.to_list(), "0-1");
         assert_eq!(b.priority, 10);
+        assert_eq!(b.class, SchedClass::Timeshare);
         assert_eq!(b.cmdline, "debug=1 workload=cpu report_ms=50");
         assert_eq!(b.console, Console::Log);
         assert_eq!(b.timeout, None);
@@ -895,14 +972,84 @@ workload = "cpu report_ms=50"
     #[test]
     fn bad_policy() {
         let fx = Fixture::new("policy");
-        let e = fx.errors(&GOOD.replace("policy = \"host\"", "policy = \"haiku\""));
+        let e = fx.errors(&GOOD.replace("policy = \"haiku\"", "policy = \"fifo\""));
+        assert!(e.contains("fifo") && e.contains(":4:10:"), "{e}");
+        // One spelling: the snake_case names of old are refused.
+        let e = fx.errors(&GOOD.replace("policy = \"haiku\"", "policy = \"global_rr\""));
+        assert!(e.contains("global-rr"), "{e}");
+        let e = fx.errors(&GOOD.replace("mode = \"power-saving\"", "mode = \"power_saving\""));
+        assert!(e.contains("power_saving"), "{e}");
+    }
+
+    #[test]
+    fn policy_refuses_what_it_cannot_honour() {
+        let fx = Fixture::new("honour");
+        // vm[0] has priority 20: only haiku honours timeshare priorities.
+        let e = fx.errors(&GOOD.replace("policy = \"haiku\"", "policy = \"global-rr\""));
         assert!(
-            e.contains("host.policy") && e.contains("not available until"),
+            e.contains("vm[0].priority") && e.contains("ignores timeshare priorities"),
             "{e}"
         );
-        assert!(e.contains(":4:10:"), "{e}");
-        let e = fx.errors(&GOOD.replace("policy = \"host\"", "policy = \"fifo\""));
-        assert!(e.contains("fifo") && e.contains(":4:10:"), "{e}");
+        assert!(e.contains(":14:12:") && e.contains("(host.policy)"), "{e}");
+        // The same refusal when --policy chose it.
+        let o = Overrides {
+            policy: Some("host".parse().unwrap()),
+        };
+        let e = match fx.parse_with(GOOD, o) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("host cannot honour priority 20"),
+        };
+        assert!(
+            e.contains("vm[0].priority") && e.contains("(--policy)"),
+            "{e}"
+        );
+        let no_prio = GOOD.replace("priority = 20\n", "");
+        assert_eq!(
+            fx.parse_with(&no_prio, o).unwrap().host.policy.as_str(),
+            "host"
+        );
+        // Realtime: a class of its own range; host refuses it.
+        let rt = no_prio.replace("cpus = [0, 1]", "cpus = [0, 1]\nclass = \"realtime\"");
+        let c = fx.parse(&rt).unwrap();
+        assert_eq!(
+            (c.vms[0].class, c.vms[0].priority),
+            (SchedClass::Realtime, 100)
+        );
+        let e = fx.errors(&rt.replace(
+            "class = \"realtime\"",
+            "class = \"realtime\"\npriority = 20",
+        ));
+        assert!(e.contains("between 100 and 120"), "{e}");
+        let e = match fx.parse_with(&rt, o) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("host cannot honour realtime"),
+        };
+        assert!(e.contains("vm[0].class") && e.contains("realtime"), "{e}");
+        // SMT isolation: haiku only.
+        let smt = no_prio.replace(
+            "log_dir = \"logs\"",
+            "log_dir = \"logs\"\nsmt_isolation = true",
+        );
+        assert!(fx.parse(&smt).unwrap().host.smt_isolation);
+        let e = fx.errors(&smt.replace("policy = \"haiku\"", "policy = \"pinned\""));
+        assert!(
+            e.contains("host.smt_isolation") && e.contains("pinned"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn dispatch_and_tunables() {
+        let fx = Fixture::new("tunables");
+        let text = GOOD.replace(
+            "log_dir = \"logs\"",
+            "log_dir = \"logs\"\ndispatch = \"workers\"\n\n[host.tunables]\nbursty_load = 300",
+        );
+        let c = fx.parse(&text).unwrap();
+        assert_eq!(c.host.dispatch, DispatchKind::Workers);
+        assert_eq!(c.host.tunables.bursty_load, 300);
+        let e = fx.errors(&text.replace("bursty_load", "burst_load"));
+        assert!(e.contains("burst_load"), "{e}");
     }
 
     #[test]

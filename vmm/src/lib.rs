@@ -3,17 +3,21 @@
 //!
 //! Module map: [`config`] (TOML), [`memory`] (layout + guest RAM), [`boot`]
 //! (ELF + boot_params + GDT + page tables + registers), [`cpuid`], [`msr`],
-//! [`vcpu`] (thread, state machine, kick, pause), [`vm`] (one VM),
-//! [`runner`] (many VMs), [`results`], [`cli`].
+//! [`vcpu`] (the vCPU runner, its gate, host-mode thread), [`vm`] (one
+//! VM), [`engine`] (Pacer's own vCPU scheduling), [`host_cpus`] (OS CPU
+//! numbers), [`signals`], [`runner`] (many VMs), [`results`], [`cli`].
 
 pub mod boot;
 pub mod cli;
 pub mod config;
 pub mod cpuid;
+pub mod engine;
+pub mod host_cpus;
 pub mod memory;
 pub mod msr;
 pub mod results;
 pub mod runner;
+pub mod signals;
 pub mod vcpu;
 pub mod vm;
 

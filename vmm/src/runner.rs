@@ -1,10 +1,13 @@
 //! Runs many VMs in one process: one controller thread per VM (named
 //! `<vm>/ctl`) creates it, runs it to completion and returns its result; a
-//! failing VM never stops the others.
+//! failing VM never stops the others. The runner prints nothing: it
+//! reports through [`RunEvent`]s to its caller (the CLI prints them).
 
-use crate::config::{Config, Policy};
-use crate::results::{format_summary, RunResults};
-use crate::vm::{open_kvm, StopHandle, Vm, VmOptions};
+use crate::config::Config;
+use crate::engine::policy::Policy;
+use crate::results::{RunResults, VmResult};
+use crate::signals::{ProcessSignal, SignalGuard};
+use crate::vm::{open_kvm, StopHandle, VcpuScheduling, Vm, VmOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -13,7 +16,7 @@ use std::time::Instant;
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error("policy \"{0}\" is not available until the scheduled vCPU engine lands")]
-    PolicyUnavailable(&'static str),
+    PolicyUnavailable(Policy),
     #[error("{0}")]
     Kvm(#[from] crate::vm::VmError),
     #[error("cannot create log directory {path}: {source}")]
@@ -28,8 +31,15 @@ pub enum RunError {
 pub struct RunOptions {
     /// When the run started (process start for `pacer run`).
     pub run_start: Instant,
-    /// Print each VM's summary to stdout as it finishes.
-    pub print_summaries: bool,
+}
+
+/// What the runner reports while it runs.
+#[derive(Debug)]
+pub enum RunEvent<'a> {
+    /// A VM finished (successfully or not).
+    VmFinished(&'a VmResult),
+    /// SIGINT/SIGTERM arrived; every VM is being stopped.
+    Stopping(&'static str),
 }
 
 /// The VMs of a run, so that all of them can be stopped at once (SIGINT,
@@ -57,92 +67,15 @@ impl StopRegistry {
     }
 }
 
-/// While alive, SIGINT and SIGTERM are blocked in the calling thread (and
-/// so in every thread it spawns) and a watcher thread turns them into
-/// `stop_all`: the VMs stop cleanly and their results are still reported.
-struct SignalGuard {
-    old_mask: libc::sigset_t,
-}
-
-impl SignalGuard {
-    fn signal_set() -> libc::sigset_t {
-        // SAFETY: sigset_t is plain data; sigemptyset initialises it.
-        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid pointer to a local sigset; the signals are valid.
-        unsafe {
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGINT);
-            libc::sigaddset(&mut set, libc::SIGTERM);
-            libc::sigaddset(&mut set, wake_signal());
-        }
-        set
-    }
-
-    fn install() -> Option<SignalGuard> {
-        let set = Self::signal_set();
-        // SAFETY: sigset_t is plain data; pthread_sigmask writes `old`.
-        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: valid pointers to sigsets; the return value is checked.
-        let ok = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) == 0 };
-        ok.then_some(SignalGuard { old_mask: old })
-    }
-
-    /// Wait for SIGINT/SIGTERM and stop all VMs on one; return once `done`
-    /// is set (the run's end wakes this thread with [`wake_signal`]).
-    fn watch(registry: &StopRegistry, done: &AtomicBool, me: &std::sync::atomic::AtomicU64) {
-        // SAFETY: pthread_self has no preconditions.
-        me.store(unsafe { libc::pthread_self() } as u64, Ordering::Release);
-        let set = Self::signal_set();
-        // A safety net only; the wake signal ends the wait at once.
-        let timeout = libc::timespec {
-            tv_sec: 1,
-            tv_nsec: 0,
-        };
-        while !done.load(Ordering::Acquire) {
-            // SAFETY: valid sigset and timespec; siginfo may be null.
-            let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &timeout) };
-            if sig == libc::SIGINT || sig == libc::SIGTERM {
-                log::warn!(
-                    "{} received: stopping all VMs",
-                    if sig == libc::SIGINT {
-                        "SIGINT"
-                    } else {
-                        "SIGTERM"
-                    }
-                );
-                registry.stop_all();
-            }
-        }
-    }
-
-    /// Wake the watcher thread (after `done` is set).
-    fn wake(me: &std::sync::atomic::AtomicU64) {
-        let t = me.load(Ordering::Acquire);
-        if t != 0 {
-            // SAFETY: `t` is the pthread_t of the watcher, which is still
-            // alive (it is joined only after this call, at the scope's end);
-            // the signal is blocked there, so it only ends sigtimedwait.
-            unsafe { libc::pthread_kill(t as libc::pthread_t, wake_signal()) };
-        }
-    }
-}
-
-/// Signal that ends the signal watcher's wait (vCPU kicks use SIGRTMIN+0).
-pub fn wake_signal() -> i32 {
-    vmm_sys_util::signal::SIGRTMIN() + 1
-}
-
-impl Drop for SignalGuard {
-    fn drop(&mut self) {
-        // SAFETY: restores the mask saved in `install`.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old_mask, std::ptr::null_mut()) };
-    }
-}
-
-/// Run every VM of `config` to completion.
-pub fn run(config: &Config, opts: &RunOptions) -> Result<RunResults, RunError> {
+/// Run every VM of `config` to completion; `on_event` hears about each VM
+/// as it finishes (from the VM's controller thread).
+pub fn run(
+    config: &Config,
+    opts: &RunOptions,
+    on_event: &(dyn Fn(RunEvent<'_>) + Sync),
+) -> Result<RunResults, RunError> {
     if config.host.policy != Policy::Host {
-        return Err(RunError::PolicyUnavailable(config.host.policy.name()));
+        return Err(RunError::PolicyUnavailable(config.host.policy));
     }
     std::fs::create_dir_all(&config.host.log_dir).map_err(|source| RunError::LogDir {
         path: config.host.log_dir.clone(),
@@ -152,13 +85,24 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunResults, RunError> {
     let kvm = &kvm;
     let registry = &StopRegistry::default();
     let done = &AtomicBool::new(false);
-    let watcher = &std::sync::atomic::AtomicU64::new(0);
     let guard = SignalGuard::install();
+    let guard = &guard;
     let results = std::thread::scope(|s| {
-        if guard.is_some() {
+        if let Some(g) = guard {
             let _ = std::thread::Builder::new()
                 .name("pacer/signals".into())
-                .spawn_scoped(s, move || SignalGuard::watch(registry, done, watcher));
+                .spawn_scoped(s, move || {
+                    g.watch(
+                        || done.load(Ordering::Acquire),
+                        |sig| match sig {
+                            ProcessSignal::Stop(name) => {
+                                on_event(RunEvent::Stopping(name));
+                                registry.stop_all();
+                            }
+                            ProcessSignal::Snapshot => {}
+                        },
+                    )
+                });
         }
         let handles: Vec<_> = config
             .vms
@@ -166,18 +110,14 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunResults, RunError> {
             .map(|vm| {
                 let options = VmOptions {
                     log_dir: Some(config.host.log_dir.clone()),
-                    irqchip: true,
-                    pin: true,
+                    scheduling: VcpuScheduling::Host { pin: true },
                     run_start: opts.run_start,
                 };
-                let print = opts.print_summaries;
                 std::thread::Builder::new()
                     .name(format!("{}/ctl", vm.name))
                     .spawn_scoped(s, move || {
                         let r = Vm::run_with(kvm, vm, options, |h| registry.register(h));
-                        if print {
-                            crate::cli::out(&format_summary(&r));
-                        }
+                        on_event(RunEvent::VmFinished(&r));
                         r
                     })
             })
@@ -192,10 +132,11 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunResults, RunError> {
             })
             .collect::<Vec<_>>();
         done.store(true, Ordering::Release);
-        SignalGuard::wake(watcher);
+        if let Some(g) = guard {
+            g.wake();
+        }
         results
     });
-    drop(guard);
     Ok(RunResults {
         config: config.path.clone(),
         ok: results.iter().all(|r| r.ok),
@@ -203,7 +144,7 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunResults, RunError> {
     })
 }
 
-fn failed(name: &str, msg: &str) -> crate::results::VmResult {
+fn failed(name: &str, msg: &str) -> VmResult {
     log::error!("[{name}] {msg}");
-    crate::results::VmResult::error(name, msg.to_string(), 0.0, "")
+    VmResult::error(name, msg.to_string(), 0.0, "")
 }

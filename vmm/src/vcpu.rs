@@ -1,4 +1,17 @@
-//! One vCPU = one host thread, driven by an explicit state machine:
+//! A vCPU, and the loop that runs it.
+//!
+//! [`VcpuRunner`] owns the KVM vCPU: one `KVM_RUN` and the dispatch of its
+//! exit to the VM's devices is one [`VcpuRunner::run_once`], which answers
+//! with a typed [`VcpuStep`]. *Who* decides when the vCPU may run is the
+//! [`VcpuGate`]: the loop asks the gate before every `KVM_RUN`, handing it
+//! the previous step. Under `policy = "host"` the gate is a command channel
+//! (run, pause, exit) and the host kernel schedules the thread; under
+//! Pacer's engine the gate parks the thread until the scheduler dispatches
+//! the vCPU on a CPU, injects its interrupts and hands the CPU on when the
+//! vCPU halts, yields or is preempted (`engine::dispatch`). The engine's
+//! per-CPU workers run the same [`VcpuRunner`] without a thread of its own.
+//!
+//! Host mode's vCPU thread is an explicit state machine:
 //!
 //! ```text
 //!   Created --Run--> Running <--Pause/Run--> Paused
@@ -7,25 +20,19 @@
 //! ```
 //!
 //! Commands arrive on a channel. To get a vCPU out of KVM_RUN the owner
-//! *kicks* it: the command is queued, a pending flag is raised, and a
-//! real-time signal is sent to the thread. The signal handler sets
-//! `kvm_run.immediate_exit`, so KVM_RUN returns EINTR whether the signal
-//! arrives while the guest runs or just before the thread enters KVM_RUN;
-//! the loop then clears `immediate_exit` and only then looks at the pending
-//! flag, so no kick is ever lost. A scheduler gate (the scheduled engine)
-//! plugs in at the same point: before each KVM_RUN the loop asks the gate
-//! whether it may run.
+//! *kicks* it: the command is queued, a pending flag is raised, and the
+//! kick signal is sent to the thread (`crate::signals`).
 
-use kvm_bindings::kvm_run;
+use crate::host_cpus::{pin_current_thread, HostCpuSet};
+use crate::signals::{self, kick_signal};
+use kvm_bindings::{kvm_interrupt, kvm_regs, kvm_run, kvm_segment, kvm_sregs};
 use kvm_ioctls::{VcpuExit, VcpuFd};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use vcpu_sched::CpuSet;
-use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
+use vmm_sys_util::signal::Killable;
 
 /// Errors of this module.
 #[derive(Debug, thiserror::Error)]
@@ -52,76 +59,7 @@ pub enum VcpuError {
     },
 }
 
-/// Offset from SIGRTMIN of the kick signal.
-pub const KICK_SIGNAL_OFFSET: i32 = 0;
-
-/// The real-time signal used to kick vCPU threads.
-pub fn kick_signal() -> i32 {
-    SIGRTMIN() + KICK_SIGNAL_OFFSET
-}
-
-thread_local! {
-    /// The `kvm_run` of the vCPU owned by this thread (null elsewhere).
-    static KVM_RUN_PTR: Cell<*mut kvm_run> = const { Cell::new(std::ptr::null_mut()) };
-}
-
-extern "C" fn handle_kick(_num: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    // A const-initialised, destructor-free thread local: no allocation or
-    // lazy registration happens here, so this is async-signal-safe.
-    let p = KVM_RUN_PTR.with(|c| c.get());
-    if !p.is_null() {
-        // SAFETY: `p` points to the kvm_run mmap of the VcpuFd owned by this
-        // very thread; it is set right after the thread takes ownership and
-        // cleared before the VcpuFd is dropped. A volatile byte store is what
-        // KVM expects for `immediate_exit`.
-        unsafe { std::ptr::addr_of_mut!((*p).immediate_exit).write_volatile(1) };
-    }
-}
-
-/// Install the (process-wide) kick signal handler. Idempotent.
-pub fn register_kick_handler() -> Result<(), VcpuError> {
-    static RESULT: OnceLock<Option<i32>> = OnceLock::new();
-    let errno = RESULT.get_or_init(|| {
-        register_signal_handler(kick_signal(), handle_kick)
-            .err()
-            .map(|e| e.errno())
-    });
-    match errno {
-        None => Ok(()),
-        Some(errno) => Err(VcpuError::Signal(vmm_sys_util::errno::Error::new(*errno))),
-    }
-}
-
-/// States of the vCPU state machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VcpuState {
-    Created,
-    Running,
-    Paused,
-    Exited,
-}
-
-/// Commands to a vCPU thread.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VcpuCommand {
-    /// Start (from Created), resume (from Paused), or wake (from a halt).
-    Run,
-    /// Leave KVM_RUN and wait for Run or Exit.
-    Pause,
-    /// Stop for good.
-    Exit,
-}
-
-/// Answers from a vCPU thread.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VcpuEvent {
-    Started,
-    Paused,
-    Resumed,
-    Exited(VcpuExitReason),
-}
-
-/// Why a vCPU thread ended.
+/// Why a vCPU stopped for good.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VcpuExitReason {
     /// Told to exit (VM shutdown, guest exit request, another vCPU failed).
@@ -136,7 +74,7 @@ pub enum VcpuExitReason {
     SystemEvent { kind: u32 },
     /// An exit this VMM does not handle.
     Unhandled { exit: String },
-    /// KVM_RUN itself failed.
+    /// KVM_RUN or another vCPU ioctl failed.
     KvmError { errno: i32 },
 }
 
@@ -166,12 +104,17 @@ impl std::fmt::Display for VcpuExitReason {
             VcpuExitReason::Unhandled { exit } => write!(f, "unhandled exit {exit}"),
             VcpuExitReason::KvmError { errno } => write!(
                 f,
-                "KVM_RUN failed: {}",
+                "KVM vCPU ioctl failed: {}",
                 std::io::Error::from_raw_os_error(*errno)
             ),
         }
     }
 }
+
+/// An MSR access the VMM refuses: the guest gets a general-protection fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("MSR access refused (#GP)")]
+pub struct MsrFault;
 
 /// What the VM provides to its vCPUs: device dispatch and the VM-wide stop.
 pub trait VcpuExitHandler: Send + Sync {
@@ -179,39 +122,469 @@ pub trait VcpuExitHandler: Send + Sync {
     fn pio_out(&self, vcpu: u32, port: u16, data: &[u8]);
     fn mmio_read(&self, vcpu: u32, addr: u64, data: &mut [u8]);
     fn mmio_write(&self, vcpu: u32, addr: u64, data: &[u8]);
-    /// True once the VM is stopping (checked after every exit).
+    /// An MSR access KVM handed to user space; an error makes KVM inject
+    /// a #GP into the guest.
+    fn msr_read(&self, _vcpu: u32, _msr: u32) -> Result<u64, MsrFault> {
+        Err(MsrFault)
+    }
+    fn msr_write(&self, _vcpu: u32, _msr: u32, _value: u64) -> Result<(), MsrFault> {
+        Err(MsrFault)
+    }
+    /// True once the VM is stopping (checked before every entry).
     fn stopping(&self) -> bool;
     /// A vCPU ended for a reason other than a command (fatal guest state).
     fn vcpu_failed(&self, vcpu: u32, reason: &VcpuExitReason);
 }
 
-/// A vCPU before its thread starts.
-pub struct Vcpu {
-    pub index: u32,
-    pub fd: VcpuFd,
-}
-
-/// Statistics a vCPU thread keeps.
+/// Statistics a vCPU keeps of its own exits.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct VcpuStats {
     /// KVM_RUN returns (including EINTR).
     pub exits: u64,
     pub pio_exits: u64,
     pub mmio_exits: u64,
+    pub msr_exits: u64,
     /// HLT exits (only without the in-kernel irqchip).
     pub halts: u64,
     /// KVM_RUN returns with EINTR (kicks and other signals).
     pub kicks: u64,
+    /// Interrupts injected by Pacer (only without the in-kernel irqchip).
+    pub injections: u64,
 }
 
-/// What the thread returns when joined.
+/// What one `KVM_RUN` ended with, after its exit was handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VcpuStep {
+    /// Nothing yet (before the first entry).
+    Start,
+    /// An exit handled in full (port I/O, MMIO, MSR, interrupt window).
+    Handled,
+    /// The guest executed HLT (only without the in-kernel irqchip).
+    Halted,
+    /// KVM_RUN returned EINTR: a kick or another signal.
+    Interrupted,
+    /// The guest wrote the yield port: it gives up the CPU voluntarily.
+    Yielded,
+    /// The vCPU cannot continue.
+    Fatal(VcpuExitReason),
+}
+
+/// The guest's yield port (guests/PROTOCOL.md): an OUT here asks the
+/// scheduler to run something else for a while.
+pub const YIELD_PORT: u16 = 0xE0C;
+
+vmm_sys_util::ioctl_iow_nr!(KVM_INTERRUPT, kvm_bindings::KVMIO, 0x86, kvm_interrupt);
+
+/// One KVM vCPU with its exit dispatch.
+pub struct VcpuRunner {
+    pub index: u32,
+    fd: VcpuFd,
+    handler: Arc<dyn VcpuExitHandler>,
+    pub stats: VcpuStats,
+}
+
+impl VcpuRunner {
+    pub fn new(index: u32, fd: VcpuFd, handler: Arc<dyn VcpuExitHandler>) -> VcpuRunner {
+        VcpuRunner {
+            index,
+            fd,
+            handler,
+            stats: VcpuStats::default(),
+        }
+    }
+
+    pub fn handler(&self) -> &Arc<dyn VcpuExitHandler> {
+        &self.handler
+    }
+
+    /// The `kvm_run` mapping, for the kick handler ([`signals::set_current_kvm_run`]).
+    pub fn kvm_run_ptr(&mut self) -> *mut kvm_run {
+        self.fd.get_kvm_run() as *mut kvm_run
+    }
+
+    /// Whether KVM says an interrupt can be injected now (from the last
+    /// exit), and the guest's IF flag.
+    pub fn interrupt_window(&mut self) -> (bool, bool) {
+        let run = self.fd.get_kvm_run();
+        (run.ready_for_interrupt_injection != 0, run.if_flag != 0)
+    }
+
+    /// Ask KVM to exit as soon as the guest can take an interrupt.
+    pub fn request_interrupt_window(&mut self, on: bool) {
+        self.fd.get_kvm_run().request_interrupt_window = on as u8;
+    }
+
+    /// Queue external interrupt `vector` for the next entry (KVM_INTERRUPT).
+    pub fn inject_interrupt(&mut self, vector: u8) -> Result<(), VcpuExitReason> {
+        let irq = kvm_interrupt { irq: vector as u32 };
+        // SAFETY: KVM_INTERRUPT reads one kvm_interrupt from the pointer,
+        // which is valid for the duration of the call; the fd is our vCPU.
+        let r = unsafe { vmm_sys_util::ioctl::ioctl_with_ref(&self.fd, KVM_INTERRUPT(), &irq) };
+        if r < 0 {
+            return Err(VcpuExitReason::KvmError {
+                errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+            });
+        }
+        self.stats.injections += 1;
+        Ok(())
+    }
+
+    /// Queue an NMI (KVM_NMI).
+    pub fn inject_nmi(&mut self) -> Result<(), VcpuExitReason> {
+        self.fd
+            .nmi()
+            .map_err(|e| VcpuExitReason::KvmError { errno: e.errno() })
+    }
+
+    /// The guest's current privilege level (CS.DPL), one KVM_GET_SREGS.
+    pub fn cpl(&self) -> Result<u8, VcpuExitReason> {
+        self.fd
+            .get_sregs()
+            .map(|s| s.cs.dpl)
+            .map_err(|e| VcpuExitReason::KvmError { errno: e.errno() })
+    }
+
+    /// Put the vCPU in the state a start-up IPI with `vector` leaves a
+    /// processor in (Intel SDM vol. 3, "MP initialization"): real mode,
+    /// CS = vector << 8, IP = 0, the rest as after INIT.
+    pub fn start_up(&mut self, vector: u8) -> Result<(), VcpuExitReason> {
+        let err = |e: kvm_ioctls::Error| VcpuExitReason::KvmError { errno: e.errno() };
+        let mut sregs = self.fd.get_sregs().map_err(err)?;
+        init_state_sregs(&mut sregs, vector);
+        self.fd.set_sregs(&sregs).map_err(err)?;
+        self.fd
+            .set_regs(&kvm_regs {
+                rflags: 0x2,
+                rip: 0,
+                ..Default::default()
+            })
+            .map_err(err)?;
+        Ok(())
+    }
+
+    fn rip(&self) -> u64 {
+        self.fd.get_regs().map(|r| r.rip).unwrap_or(0)
+    }
+
+    /// One KVM_RUN and the handling of its exit.
+    pub fn run_once(&mut self) -> VcpuStep {
+        let idx = self.index;
+        let exit = self.fd.run();
+        self.stats.exits += 1;
+        match exit {
+            Ok(VcpuExit::IoIn(port, data)) => {
+                self.stats.pio_exits += 1;
+                self.handler.pio_in(idx, port, data);
+                VcpuStep::Handled
+            }
+            Ok(VcpuExit::IoOut(port, data)) => {
+                self.stats.pio_exits += 1;
+                self.handler.pio_out(idx, port, data);
+                if port == YIELD_PORT {
+                    VcpuStep::Yielded
+                } else {
+                    VcpuStep::Handled
+                }
+            }
+            Ok(VcpuExit::MmioRead(addr, data)) => {
+                self.stats.mmio_exits += 1;
+                self.handler.mmio_read(idx, addr, data);
+                VcpuStep::Handled
+            }
+            Ok(VcpuExit::MmioWrite(addr, data)) => {
+                self.stats.mmio_exits += 1;
+                self.handler.mmio_write(idx, addr, data);
+                VcpuStep::Handled
+            }
+            Ok(VcpuExit::X86Rdmsr(m)) => {
+                self.stats.msr_exits += 1;
+                match self.handler.msr_read(idx, m.index) {
+                    Ok(v) => {
+                        *m.data = v;
+                        *m.error = 0;
+                    }
+                    Err(MsrFault) => *m.error = 1,
+                }
+                VcpuStep::Handled
+            }
+            Ok(VcpuExit::X86Wrmsr(m)) => {
+                self.stats.msr_exits += 1;
+                *m.error = self.handler.msr_write(idx, m.index, m.data).is_err() as u8;
+                VcpuStep::Handled
+            }
+            Ok(VcpuExit::Hlt) => {
+                self.stats.halts += 1;
+                VcpuStep::Halted
+            }
+            Ok(VcpuExit::IrqWindowOpen) | Ok(VcpuExit::Intr) => VcpuStep::Handled,
+            Ok(VcpuExit::Shutdown) => {
+                VcpuStep::Fatal(VcpuExitReason::TripleFault { rip: self.rip() })
+            }
+            Ok(VcpuExit::InternalError) => {
+                // SAFETY: for KVM_EXIT_INTERNAL_ERROR the `internal` member of
+                // the exit union is the valid one.
+                let suberror = unsafe { self.fd.get_kvm_run().__bindgen_anon_1.internal.suberror };
+                VcpuStep::Fatal(VcpuExitReason::InternalError {
+                    suberror,
+                    rip: self.rip(),
+                })
+            }
+            Ok(VcpuExit::FailEntry(reason, _cpu)) => {
+                VcpuStep::Fatal(VcpuExitReason::FailEntry { reason })
+            }
+            Ok(VcpuExit::SystemEvent(kind, _)) => {
+                VcpuStep::Fatal(VcpuExitReason::SystemEvent { kind })
+            }
+            Ok(other) => VcpuStep::Fatal(VcpuExitReason::Unhandled {
+                exit: format!("{other:?}"),
+            }),
+            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
+                self.stats.kicks += 1;
+                // Clear before the gate looks at why it was kicked (see the
+                // module documentation of `signals`).
+                self.fd.set_kvm_immediate_exit(0);
+                VcpuStep::Interrupted
+            }
+            Err(e) => VcpuStep::Fatal(VcpuExitReason::KvmError { errno: e.errno() }),
+        }
+    }
+}
+
+/// The architectural state after INIT, with CS set for a start-up vector.
+pub fn init_state_sregs(sregs: &mut kvm_sregs, sipi_vector: u8) {
+    let seg = |type_: u8, base: u64, selector: u16| kvm_segment {
+        base,
+        limit: 0xffff,
+        selector,
+        type_,
+        present: 1,
+        dpl: 0,
+        db: 0,
+        s: 1,
+        l: 0,
+        g: 0,
+        avl: 0,
+        unusable: 0,
+        padding: 0,
+    };
+    let v = u64::from(sipi_vector);
+    sregs.cs = seg(0xb, v << 12, (v << 8) as u16);
+    let data = seg(0x3, 0, 0);
+    sregs.ds = data;
+    sregs.es = data;
+    sregs.fs = data;
+    sregs.gs = data;
+    sregs.ss = data;
+    let mut tr = seg(0xb, 0, 0);
+    tr.s = 0;
+    sregs.tr = tr;
+    let mut ldt = seg(0x2, 0, 0);
+    ldt.s = 0;
+    sregs.ldt = ldt;
+    sregs.gdt.base = 0;
+    sregs.gdt.limit = 0xffff;
+    sregs.idt.base = 0;
+    sregs.idt.limit = 0xffff;
+    // CD | NW | ET, as after reset; paging and protection off.
+    sregs.cr0 = 0x6000_0010;
+    sregs.cr2 = 0;
+    sregs.cr3 = 0;
+    sregs.cr4 = 0;
+    sregs.efer = 0;
+}
+
+/// The decision of a [`VcpuGate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateDecision {
+    /// Enter the guest now.
+    Run,
+    /// Leave the loop: the vCPU is done.
+    Exit(VcpuExitReason),
+}
+
+/// The seam between the vCPU loop and whoever decides when a vCPU runs.
+pub trait VcpuGate: Send {
+    /// Called before every KVM_RUN with what the previous one ended with.
+    /// May block (a paused or undispatched vCPU waits here, parked, never
+    /// spinning). Fatal steps are handed here too, so the gate can give
+    /// the CPU back before the loop ends.
+    fn next(&mut self, runner: &mut VcpuRunner, last: VcpuStep) -> GateDecision;
+}
+
+/// What a vCPU thread returns when joined.
 #[derive(Debug, Clone)]
 pub struct VcpuOutcome {
     pub reason: VcpuExitReason,
     pub stats: VcpuStats,
 }
 
-/// The owner's side of a vCPU thread.
+/// The vCPU loop: ask the gate, run once, repeat. Reports a fatal reason to
+/// the VM's handler.
+pub fn run_vcpu_loop(runner: &mut VcpuRunner, gate: &mut dyn VcpuGate) -> VcpuExitReason {
+    let mut last = VcpuStep::Start;
+    let reason = loop {
+        match gate.next(runner, last) {
+            GateDecision::Run => last = runner.run_once(),
+            GateDecision::Exit(r) => break r,
+        }
+    };
+    if reason != VcpuExitReason::Stopped {
+        runner.handler.vcpu_failed(runner.index, &reason);
+    }
+    reason
+}
+
+/// Spawn the thread `<vm>/vcpu<N>` running `runner` through `gate`.
+pub fn spawn_vcpu_thread<G: VcpuGate + 'static>(
+    vm_name: &str,
+    mut runner: VcpuRunner,
+    mut gate: G,
+    on_exit: impl FnOnce(&VcpuExitReason) + Send + 'static,
+) -> Result<JoinHandle<VcpuOutcome>, VcpuError> {
+    signals::register_kick_handler().map_err(VcpuError::Signal)?;
+    let name = format!("{vm_name}/vcpu{}", runner.index);
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || {
+            signals::set_current_kvm_run(runner.kvm_run_ptr());
+            let reason = run_vcpu_loop(&mut runner, &mut gate);
+            signals::set_current_kvm_run(std::ptr::null_mut());
+            on_exit(&reason);
+            VcpuOutcome {
+                reason,
+                stats: runner.stats,
+            }
+        })
+        .map_err(|source| VcpuError::Spawn { name, source })
+}
+
+// ---------------------------------------------------------------------------
+// Host mode: a command-driven gate; the host kernel schedules the thread.
+
+/// States of the host-mode vCPU state machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VcpuState {
+    Created,
+    Running,
+    Paused,
+    Exited,
+}
+
+/// Commands to a host-mode vCPU thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VcpuCommand {
+    /// Start (from Created), resume (from Paused), or wake (from a halt).
+    Run,
+    /// Leave KVM_RUN and wait for Run or Exit.
+    Pause,
+    /// Stop for good.
+    Exit,
+}
+
+/// Answers from a host-mode vCPU thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VcpuEvent {
+    Started,
+    Paused,
+    Resumed,
+    Exited(VcpuExitReason),
+}
+
+/// The gate of host mode: commands on a channel, a pending flag raised with
+/// every kick.
+struct CommandGate {
+    state: VcpuState,
+    cmd_rx: Receiver<VcpuCommand>,
+    event_tx: Sender<VcpuEvent>,
+    pending: Arc<AtomicBool>,
+    affinity: Option<HostCpuSet>,
+    name: String,
+}
+
+impl CommandGate {
+    /// Block until a command arrives; returns the state to go to.
+    fn wait_command(&mut self) -> VcpuState {
+        loop {
+            match self.cmd_rx.recv() {
+                Ok(VcpuCommand::Run) => {
+                    let ev = if self.state == VcpuState::Created {
+                        VcpuEvent::Started
+                    } else {
+                        VcpuEvent::Resumed
+                    };
+                    let _ = self.event_tx.send(ev);
+                    return VcpuState::Running;
+                }
+                Ok(VcpuCommand::Pause) => {
+                    let _ = self.event_tx.send(VcpuEvent::Paused);
+                }
+                Ok(VcpuCommand::Exit) | Err(_) => return VcpuState::Exited,
+            }
+        }
+    }
+
+    /// Handle queued commands while Running; Some(new state) on a change.
+    fn drain_commands(&mut self) -> Option<VcpuState> {
+        let mut next = None;
+        while let Ok(cmd) = self.cmd_rx.try_recv() {
+            match cmd {
+                VcpuCommand::Exit => return Some(VcpuState::Exited),
+                VcpuCommand::Pause => {
+                    let _ = self.event_tx.send(VcpuEvent::Paused);
+                    next = Some(VcpuState::Paused);
+                }
+                VcpuCommand::Run => {
+                    if next == Some(VcpuState::Paused) {
+                        let _ = self.event_tx.send(VcpuEvent::Resumed);
+                    }
+                    next = None;
+                }
+            }
+        }
+        next
+    }
+}
+
+impl VcpuGate for CommandGate {
+    fn next(&mut self, runner: &mut VcpuRunner, last: VcpuStep) -> GateDecision {
+        match last {
+            VcpuStep::Start => {
+                if let Some(cpus) = self.affinity.take() {
+                    if let Err(e) = pin_current_thread(&cpus) {
+                        log::warn!("{}: cannot pin to CPUs {cpus}: {e}", self.name);
+                    }
+                }
+            }
+            VcpuStep::Fatal(r) => return GateDecision::Exit(r),
+            // With the in-kernel irqchip KVM handles HLT itself; a halt seen
+            // here blocks until a command (no spinning).
+            VcpuStep::Halted => {
+                self.state = VcpuState::Paused;
+            }
+            _ => {}
+        }
+        loop {
+            self.state = match self.state {
+                VcpuState::Created | VcpuState::Paused => self.wait_command(),
+                VcpuState::Exited => return GateDecision::Exit(VcpuExitReason::Stopped),
+                VcpuState::Running => {
+                    if self.pending.swap(false, Ordering::AcqRel) {
+                        if let Some(s) = self.drain_commands() {
+                            self.state = s;
+                            continue;
+                        }
+                    }
+                    if runner.handler.stopping() {
+                        return GateDecision::Exit(VcpuExitReason::Stopped);
+                    }
+                    return GateDecision::Run;
+                }
+            }
+        }
+    }
+}
+
+/// The owner's side of a host-mode vCPU thread.
 pub struct VcpuHandle {
     pub index: u32,
     pub name: String,
@@ -223,75 +596,31 @@ pub struct VcpuHandle {
     exit_reason: Option<VcpuExitReason>,
 }
 
-struct VcpuThread {
-    index: u32,
-    fd: VcpuFd,
-    handler: Arc<dyn VcpuExitHandler>,
-    cmd_rx: Receiver<VcpuCommand>,
-    event_tx: Sender<VcpuEvent>,
-    pending: Arc<AtomicBool>,
-    stats: VcpuStats,
-}
-
-/// Pin the calling thread to `cpus` (OS CPU numbers).
-pub fn set_current_affinity(cpus: &CpuSet) -> std::io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for c in cpus.iter() {
-        if (c.0 as usize) < libc::CPU_SETSIZE as usize {
-            // SAFETY: the index is below CPU_SETSIZE, checked above.
-            unsafe { libc::CPU_SET(c.0 as usize, &mut set) };
-        }
-    }
-    // SAFETY: `set` is a valid cpu_set_t and its size is passed; pid 0 is
-    // the calling thread.
-    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
 impl VcpuHandle {
     /// Spawn the thread `<vm>/vcpu<N>` in state Created; it runs the guest
-    /// after [`VcpuHandle::start`]. `affinity`: pin the thread (host mode).
+    /// after [`VcpuHandle::start`]. `affinity`: bind the thread to these
+    /// host CPUs.
     pub fn spawn(
         vm_name: &str,
-        vcpu: Vcpu,
-        handler: Arc<dyn VcpuExitHandler>,
-        affinity: Option<CpuSet>,
+        runner: VcpuRunner,
+        affinity: Option<HostCpuSet>,
     ) -> Result<VcpuHandle, VcpuError> {
-        register_kick_handler()?;
-        let index = vcpu.index;
+        let index = runner.index;
         let name = format!("{vm_name}/vcpu{index}");
         let (cmd_tx, cmd_rx) = channel();
         let (event_tx, event_rx) = channel();
         let pending = Arc::new(AtomicBool::new(false));
-        let mut t = VcpuThread {
-            index,
-            fd: vcpu.fd,
-            handler,
+        let gate = CommandGate {
+            state: VcpuState::Created,
             cmd_rx,
-            event_tx,
+            event_tx: event_tx.clone(),
             pending: pending.clone(),
-            stats: VcpuStats::default(),
+            affinity,
+            name: name.clone(),
         };
-        let tname = name.clone();
-        let thread = std::thread::Builder::new()
-            .name(name.clone())
-            .spawn(move || {
-                if let Some(cpus) = affinity {
-                    if let Err(e) = set_current_affinity(&cpus) {
-                        log::warn!("{tname}: cannot pin to CPUs {}: {e}", cpus.to_list());
-                    }
-                }
-                t.run()
-            })
-            .map_err(|source| VcpuError::Spawn {
-                name: name.clone(),
-                source,
-            })?;
+        let thread = spawn_vcpu_thread(vm_name, runner, gate, move |reason| {
+            let _ = event_tx.send(VcpuEvent::Exited(reason.clone()));
+        })?;
         Ok(VcpuHandle {
             index,
             name,
@@ -434,160 +763,6 @@ impl Drop for VcpuHandle {
                 let _ = t.kill(kick_signal());
             }
             let _ = t.join();
-        }
-    }
-}
-
-enum Step {
-    Continue,
-    Exit(VcpuExitReason),
-}
-
-impl VcpuThread {
-    fn run(&mut self) -> VcpuOutcome {
-        KVM_RUN_PTR.with(|c| c.set(self.fd.get_kvm_run() as *mut kvm_run));
-        let reason = self.state_machine();
-        KVM_RUN_PTR.with(|c| c.set(std::ptr::null_mut()));
-        if reason != VcpuExitReason::Stopped {
-            self.handler.vcpu_failed(self.index, &reason);
-        }
-        let _ = self.event_tx.send(VcpuEvent::Exited(reason.clone()));
-        VcpuOutcome {
-            reason,
-            stats: self.stats,
-        }
-    }
-
-    /// Block until a command arrives; returns the state to go to.
-    fn wait_command(&mut self, from: VcpuState) -> VcpuState {
-        loop {
-            match self.cmd_rx.recv() {
-                Ok(VcpuCommand::Run) => {
-                    let ev = if from == VcpuState::Created {
-                        VcpuEvent::Started
-                    } else {
-                        VcpuEvent::Resumed
-                    };
-                    let _ = self.event_tx.send(ev);
-                    return VcpuState::Running;
-                }
-                Ok(VcpuCommand::Pause) => {
-                    let _ = self.event_tx.send(VcpuEvent::Paused);
-                }
-                Ok(VcpuCommand::Exit) | Err(_) => return VcpuState::Exited,
-            }
-        }
-    }
-
-    fn state_machine(&mut self) -> VcpuExitReason {
-        let mut state = VcpuState::Created;
-        loop {
-            state = match state {
-                VcpuState::Created | VcpuState::Paused => self.wait_command(state),
-                VcpuState::Exited => return VcpuExitReason::Stopped,
-                VcpuState::Running => {
-                    if self.pending.swap(false, Ordering::AcqRel) {
-                        if let Some(s) = self.drain_commands() {
-                            state = s;
-                            continue;
-                        }
-                    }
-                    if self.handler.stopping() {
-                        return VcpuExitReason::Stopped;
-                    }
-                    match self.run_once() {
-                        Step::Continue => VcpuState::Running,
-                        Step::Exit(r) => return r,
-                    }
-                }
-            }
-        }
-    }
-
-    /// Handle queued commands while Running; Some(new state) on a change.
-    fn drain_commands(&mut self) -> Option<VcpuState> {
-        let mut next = None;
-        while let Ok(cmd) = self.cmd_rx.try_recv() {
-            match cmd {
-                VcpuCommand::Exit => return Some(VcpuState::Exited),
-                VcpuCommand::Pause => {
-                    let _ = self.event_tx.send(VcpuEvent::Paused);
-                    next = Some(VcpuState::Paused);
-                }
-                VcpuCommand::Run => {
-                    if next == Some(VcpuState::Paused) {
-                        let _ = self.event_tx.send(VcpuEvent::Resumed);
-                    }
-                    next = None;
-                }
-            }
-        }
-        next
-    }
-
-    fn rip(&self) -> u64 {
-        self.fd.get_regs().map(|r| r.rip).unwrap_or(0)
-    }
-
-    fn run_once(&mut self) -> Step {
-        let idx = self.index;
-        let exit = self.fd.run();
-        self.stats.exits += 1;
-        match exit {
-            Ok(VcpuExit::IoIn(port, data)) => {
-                self.stats.pio_exits += 1;
-                self.handler.pio_in(idx, port, data);
-                Step::Continue
-            }
-            Ok(VcpuExit::IoOut(port, data)) => {
-                self.stats.pio_exits += 1;
-                self.handler.pio_out(idx, port, data);
-                Step::Continue
-            }
-            Ok(VcpuExit::MmioRead(addr, data)) => {
-                self.stats.mmio_exits += 1;
-                self.handler.mmio_read(idx, addr, data);
-                Step::Continue
-            }
-            Ok(VcpuExit::MmioWrite(addr, data)) => {
-                self.stats.mmio_exits += 1;
-                self.handler.mmio_write(idx, addr, data);
-                Step::Continue
-            }
-            Ok(VcpuExit::Hlt) => {
-                self.stats.halts += 1;
-                // Only without an in-kernel irqchip: the vCPU blocks until a
-                // command wakes it (the scheduled engine's block event).
-                match self.wait_command(VcpuState::Running) {
-                    VcpuState::Exited => Step::Exit(VcpuExitReason::Stopped),
-                    _ => Step::Continue,
-                }
-            }
-            Ok(VcpuExit::Shutdown) => Step::Exit(VcpuExitReason::TripleFault { rip: self.rip() }),
-            Ok(VcpuExit::InternalError) => {
-                // SAFETY: for KVM_EXIT_INTERNAL_ERROR the `internal` member of
-                // the exit union is the valid one.
-                let suberror = unsafe { self.fd.get_kvm_run().__bindgen_anon_1.internal.suberror };
-                Step::Exit(VcpuExitReason::InternalError {
-                    suberror,
-                    rip: self.rip(),
-                })
-            }
-            Ok(VcpuExit::FailEntry(reason, _cpu)) => {
-                Step::Exit(VcpuExitReason::FailEntry { reason })
-            }
-            Ok(VcpuExit::SystemEvent(kind, _)) => Step::Exit(VcpuExitReason::SystemEvent { kind }),
-            Ok(VcpuExit::IrqWindowOpen) | Ok(VcpuExit::Intr) => Step::Continue,
-            Ok(other) => Step::Exit(VcpuExitReason::Unhandled {
-                exit: format!("{other:?}"),
-            }),
-            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
-                self.stats.kicks += 1;
-                // Clear before looking at the pending flag (see module docs).
-                self.fd.set_kvm_immediate_exit(0);
-                Step::Continue
-            }
-            Err(e) => Step::Exit(VcpuExitReason::KvmError { errno: e.errno() }),
         }
     }
 }

@@ -8,7 +8,9 @@ use crate::cpuid;
 use crate::memory::{self, DeviceMemory};
 use crate::msr;
 use crate::results::{ResultsLog, VmResult};
-use crate::vcpu::{Vcpu, VcpuError, VcpuExitHandler, VcpuExitReason, VcpuHandle, VcpuOutcome};
+use crate::vcpu::{
+    VcpuError, VcpuExitHandler, VcpuExitReason, VcpuHandle, VcpuOutcome, VcpuRunner,
+};
 use devices::bus::UnknownAccessLog;
 use devices::exit_port::{ExitPort, EXIT_PORT, EXIT_PORT_LEN};
 use devices::i8042::{I8042, I8042_BASE, I8042_LEN};
@@ -23,7 +25,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-use vcpu_sched::CpuSet;
 use vm_memory::{Address, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
 /// TSS address for Intel VMX (3 pages just below the 4 GiB BIOS area).
@@ -75,18 +76,22 @@ pub enum VmError {
     Vcpu(#[from] VcpuError),
 }
 
+/// Who schedules the VM's vCPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VcpuScheduling {
+    /// One thread per vCPU left to the host kernel, with KVM's in-kernel
+    /// irqchip (`policy = "host"`). `pin`: bind the threads to the VM's
+    /// core set.
+    Host { pin: bool },
+}
+
 /// How the VM is run.
 #[derive(Debug, Clone)]
 pub struct VmOptions {
     /// Directory for `<vm>.console.log` and `<vm>.results.jsonl` (None: no
     /// files, results kept in memory).
     pub log_dir: Option<PathBuf>,
-    /// Create the in-kernel irqchip (local APIC timer, IPIs). Host mode uses
-    /// it; without it a guest HLT exits to the vCPU loop, which then blocks
-    /// until a command (the scheduled engine's block/wake).
-    pub irqchip: bool,
-    /// Pin vCPU threads to the VM's `cpus` (host mode).
-    pub pin: bool,
+    pub scheduling: VcpuScheduling,
     /// Reference instant of the whole run (for `t_run_ms`).
     pub run_start: Instant,
 }
@@ -95,10 +100,16 @@ impl Default for VmOptions {
     fn default() -> Self {
         VmOptions {
             log_dir: None,
-            irqchip: true,
-            pin: true,
+            scheduling: VcpuScheduling::Host { pin: true },
             run_start: Instant::now(),
         }
+    }
+}
+
+impl VmOptions {
+    /// Whether KVM's in-kernel irqchip serves this VM.
+    fn in_kernel_irqchip(&self) -> bool {
+        matches!(self.scheduling, VcpuScheduling::Host { .. })
     }
 }
 
@@ -386,7 +397,7 @@ pub struct Vm {
     // Field order matters for drop: vCPU threads first, then the VM fd, then
     // the memory the memslots point into.
     vcpus: Vec<VcpuHandle>,
-    pending_vcpus: Vec<Vcpu>,
+    pending_vcpus: Vec<(u32, kvm_ioctls::VcpuFd)>,
     serial: Arc<Mutex<SerialConsole>>,
     shared: Arc<VmShared>,
     _vm_fd: VmFd,
@@ -416,7 +427,7 @@ impl Vm {
         if let Err(e) = vm_fd.set_tss_address(KVM_TSS_ADDRESS) {
             log::debug!("[{}] KVM_SET_TSS_ADDR: {e}", config.name);
         }
-        if options.irqchip {
+        if options.in_kernel_irqchip() {
             vm_fd.create_irq_chip().map_err(VmError::Irqchip)?;
         }
 
@@ -449,9 +460,9 @@ impl Vm {
             if let Err(e) = msr::setup_msrs(&fd, &msrs) {
                 log::warn!("[{}] vcpu{index}: {e}", config.name);
             }
-            vcpus.push(Vcpu { index, fd });
+            vcpus.push((index, fd));
         }
-        let tsc_khz = vcpus[0].fd.get_tsc_khz().map_err(VmError::TscKhz)?;
+        let tsc_khz = vcpus[0].1.get_tsc_khz().map_err(VmError::TscKhz)?;
         let t_vcpus = start.elapsed();
 
         // Kernel, command line, boot structures.
@@ -466,9 +477,8 @@ impl Vm {
         // the in-kernel irqchip KVM keeps the other vCPUs waiting for
         // INIT/SIPI from the guest, as on hardware; without it they also
         // enter at e_entry, with RDI = their index (and park themselves).
-        for v in &vcpus {
-            let fd = &v.fd;
-            fd.set_regs(&boot::boot_regs(loaded.entry, v.index))
+        for (index, fd) in &vcpus {
+            fd.set_regs(&boot::boot_regs(loaded.entry, *index))
                 .map_err(|source| VmError::Regs {
                     what: "regs",
                     source,
@@ -521,7 +531,7 @@ impl Vm {
         });
         let sink: Arc<dyn VmEventSink> = shared.clone();
         let dev_err = |e: std::io::Error| VmError::Device(e.to_string());
-        let serial_irq: Arc<dyn InterruptLine> = if options.irqchip {
+        let serial_irq: Arc<dyn InterruptLine> = if options.in_kernel_irqchip() {
             let line = EventFdLine::new().map_err(dev_err)?;
             vm_fd
                 .register_irqfd(&line.0, COM1_IRQ)
@@ -630,14 +640,11 @@ impl Vm {
             return Ok(());
         }
         self.started = true;
-        let affinity: Option<CpuSet> = self.options.pin.then(|| self.config.cpus.clone());
-        for vcpu in self.pending_vcpus.drain(..) {
-            let h = VcpuHandle::spawn(
-                &self.config.name,
-                vcpu,
-                self.handler.clone(),
-                affinity.clone(),
-            )?;
+        let VcpuScheduling::Host { pin } = self.options.scheduling;
+        let affinity = pin.then(|| self.config.cpus.clone());
+        for (index, fd) in self.pending_vcpus.drain(..) {
+            let runner = VcpuRunner::new(index, fd, self.handler.clone());
+            let h = VcpuHandle::spawn(&self.config.name, runner, affinity.clone())?;
             self.vcpus.push(h);
         }
         for h in self.vcpus.iter_mut() {

@@ -37,12 +37,16 @@ fn bad_configs_exit_2_naming_field_and_line() {
         ),
         (
             "bad policy",
-            format!("[host]\npolicy = \"haiku\"\n\n{}", vm_table("a", "cpu")),
-            &[
-                "host.policy",
-                ":2:10:",
-                "not available until the scheduled vCPU engine lands",
-            ],
+            format!("[host]\npolicy = \"global_rr\"\n\n{}", vm_table("a", "cpu")),
+            &[":2:10:", "expected one of: haiku, global-rr, pinned, host"],
+        ),
+        (
+            "priority the policy ignores",
+            format!(
+                "[host]\npolicy = \"pinned\"\n\n{}",
+                vm_table("a", "cpu").replace("vcpus = 1", "vcpus = 1\npriority = 20")
+            ),
+            &["vm[0].priority", ":7:12:", "policy \"pinned\""],
         ),
         (
             "zero vcpus",

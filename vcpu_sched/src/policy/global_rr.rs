@@ -254,7 +254,7 @@ impl GlobalRoundRobin {
 
 impl super::VcpuScheduler for GlobalRoundRobin {
     fn name(&self) -> &'static str {
-        "global_rr"
+        "global-rr"
     }
 
     fn topology(&self) -> &Topology {
@@ -448,7 +448,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
             .collect();
         SchedSnapshot {
             now,
-            policy: "global_rr".into(),
+            policy: "global-rr".into(),
             entities,
             cpus,
         }
@@ -518,8 +518,8 @@ mod tests {
         let c0 = &snap.cpus[0];
         assert_eq!((c0.busy_time, c0.idle_time), (200 * US, 100 * US));
         assert_eq!((c0.dispatches, c0.context_switches), (1, 1));
-        assert_eq!(snap.policy, "global_rr");
-        assert_eq!(s.name(), "global_rr");
+        assert_eq!(snap.policy, "global-rr");
+        assert_eq!(s.name(), "global-rr");
     }
 
     #[test]
@@ -863,7 +863,7 @@ mod tests {
         assert_eq!(snap.cpus[0].smt_corun_foreign, 60);
         assert_eq!(snap.cpus[1].smt_corun_foreign, 60);
         assert_eq!(snap.cpus[2].smt_corun_foreign, 0);
-        assert!(snap.to_table().contains("global_rr"));
+        assert!(snap.to_table().contains("global-rr"));
     }
 
     #[test]
@@ -897,7 +897,7 @@ mod tests {
 
     #[test]
     fn built_by_the_factory() {
-        testkit::built_by_the_factory(crate::PolicyKind::GlobalRoundRobin, "global_rr");
+        testkit::built_by_the_factory(crate::PolicyKind::GlobalRoundRobin, "global-rr");
     }
 
     proptest! {

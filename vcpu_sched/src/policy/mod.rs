@@ -29,17 +29,60 @@ use crate::{
 };
 use serde::{Deserialize, Serialize};
 
-/// Which policy to build.
+/// Which policy to build. Spelled `haiku`, `global-rr` and `pinned`
+/// everywhere: config files, scenario files, command lines, snapshots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
 pub enum PolicyKind {
     /// The Haiku-derived default policy.
     #[default]
+    #[serde(rename = "haiku")]
     Haiku,
     /// One global FIFO queue under one lock (the design O(1)/Haiku replaced).
+    #[serde(rename = "global-rr")]
     GlobalRoundRobin,
     /// One entity per CPU, no balancing (what `taskset` users do).
+    #[serde(rename = "pinned")]
     StaticPinning,
+}
+
+impl PolicyKind {
+    /// Every policy, default first.
+    pub const ALL: [PolicyKind; 3] = [
+        PolicyKind::Haiku,
+        PolicyKind::GlobalRoundRobin,
+        PolicyKind::StaticPinning,
+    ];
+
+    /// The one spelling of the policy's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyKind::Haiku => "haiku",
+            PolicyKind::GlobalRoundRobin => "global-rr",
+            PolicyKind::StaticPinning => "pinned",
+        }
+    }
+}
+
+impl std::fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for PolicyKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PolicyKind::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = PolicyKind::ALL.iter().map(|p| p.as_str()).collect();
+                format!(
+                    "unknown policy {s:?} (expected one of: {})",
+                    names.join(", ")
+                )
+            })
+    }
 }
 
 /// Configuration of a scheduler instance.
@@ -74,7 +117,7 @@ impl Default for SchedConfig {
 /// The event-driven scheduler API. See the module documentation for the
 /// protocol between the caller and the scheduler.
 pub trait VcpuScheduler: Send + Sync {
-    /// Short policy name ("haiku", "global_rr", "static_pin").
+    /// The policy's name, as [`PolicyKind::as_str`] spells it.
     fn name(&self) -> &'static str;
     fn topology(&self) -> &Topology;
     /// Register an entity. It starts blocked.

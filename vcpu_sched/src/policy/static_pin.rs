@@ -226,7 +226,7 @@ impl StaticPinning {
 
 impl super::VcpuScheduler for StaticPinning {
     fn name(&self) -> &'static str {
-        "static_pin"
+        "pinned"
     }
 
     fn topology(&self) -> &Topology {
@@ -435,7 +435,7 @@ impl super::VcpuScheduler for StaticPinning {
         entities.sort_by_key(|e| e.id);
         SchedSnapshot {
             now,
-            policy: "static_pin".into(),
+            policy: "pinned".into(),
             entities,
             cpus,
         }
@@ -542,7 +542,7 @@ mod tests {
             None
         );
         let snap = s.snapshot(2000);
-        assert_eq!(snap.policy, "static_pin");
+        assert_eq!(snap.policy, "pinned");
         let ea = &snap.entities[0];
         assert_eq!(
             (ea.run_time, ea.wakes, ea.blocks, ea.quantum_ends),
@@ -714,7 +714,7 @@ mod tests {
             Err(SchedError::TooManyEntities(2))
         );
         s.set_idle_core_search(true);
-        assert_eq!(s.name(), "static_pin");
+        assert_eq!(s.name(), "pinned");
         assert_eq!(s.topology().num_cpus(), 2);
         for max in [0, usize::MAX] {
             let cfg = SchedConfig {
@@ -757,7 +757,7 @@ mod tests {
 
     #[test]
     fn built_by_the_factory() {
-        testkit::built_by_the_factory(crate::PolicyKind::StaticPinning, "static_pin");
+        testkit::built_by_the_factory(crate::PolicyKind::StaticPinning, "pinned");
     }
 
     proptest! {

@@ -448,7 +448,7 @@ mod tests {
             topology = "1x2x1"
             duration_ms = 10
             [sched]
-            policy = "global_round_robin"
+            policy = "global-rr"
             [[group]]
             name = "a"
             count = 2

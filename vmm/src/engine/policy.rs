@@ -1,0 +1,178 @@
+//! Which scheduler runs the vCPUs, spelled the same everywhere (config
+//! files, `--policy`, results): `haiku`, `global-rr`, `pinned` — the
+//! policies of `vcpu_sched` — and `host`, where Pacer schedules nothing.
+//!
+//! What each policy can honour is decided here, once, so that `pacer
+//! validate` rejects a config the chosen policy would silently ignore.
+
+use serde::{Serialize, Serializer};
+use std::fmt;
+use std::str::FromStr;
+use vcpu_sched::{PolicyKind, SchedClass};
+
+/// How the vCPUs of a run are scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// vCPU threads left to the host kernel, with KVM's in-kernel irqchip:
+    /// how QEMU, Firecracker and Cloud Hypervisor run (the baseline).
+    Host,
+    /// Pacer's engine dispatches every vCPU, with Pacer's own interrupt
+    /// controller, under this `vcpu_sched` policy.
+    Scheduled(PolicyKind),
+}
+
+impl Default for Policy {
+    /// `host` until the scheduled engine runs real vCPUs.
+    fn default() -> Self {
+        Policy::Host
+    }
+}
+
+impl Policy {
+    /// Every policy: the scheduled ones (default first), then `host`.
+    pub const ALL: [Policy; 4] = [
+        Policy::Scheduled(PolicyKind::Haiku),
+        Policy::Scheduled(PolicyKind::GlobalRoundRobin),
+        Policy::Scheduled(PolicyKind::StaticPinning),
+        Policy::Host,
+    ];
+
+    /// The one spelling of the policy's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Host => "host",
+            Policy::Scheduled(k) => k.as_str(),
+        }
+    }
+
+    /// The `vcpu_sched` policy, if Pacer schedules.
+    pub fn scheduler(self) -> Option<PolicyKind> {
+        match self {
+            Policy::Host => None,
+            Policy::Scheduled(k) => Some(k),
+        }
+    }
+
+    /// Why this policy cannot honour a VM's scheduling request, if it
+    /// cannot: `None` means it is honoured.
+    pub fn refuses_vm(self, class: SchedClass, priority: u8) -> Option<Refusal> {
+        match (self, class) {
+            (_, SchedClass::Timeshare) if priority == vcpu_sched::tunables::PRIORITY_NORMAL => None,
+            (Policy::Host, SchedClass::Realtime) => Some(Refusal::Class),
+            (Policy::Host, _) => Some(Refusal::Priority),
+            (Policy::Scheduled(PolicyKind::Haiku), _) => None,
+            // The baselines order by class only (realtime before timeshare).
+            (Policy::Scheduled(_), SchedClass::Timeshare) => Some(Refusal::Priority),
+            (Policy::Scheduled(_), _) => None,
+        }
+    }
+
+    /// Whether SMT isolation (siblings only co-run one VM) is honoured.
+    pub fn honours_smt_isolation(self) -> bool {
+        self == Policy::Scheduled(PolicyKind::Haiku)
+    }
+
+    /// Whether `[host] mode` changes anything (the Haiku mode tables; the
+    /// baselines take their fixed quantum from the mode too).
+    pub fn uses_mode(self) -> bool {
+        self != Policy::Host
+    }
+}
+
+/// What a policy cannot honour (see [`Policy::refuses_vm`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Priorities between timeshare VMs.
+    Priority,
+    /// The realtime class.
+    Class,
+}
+
+impl Refusal {
+    /// The error text for `policy`, in the user's terms.
+    pub fn explain(self, policy: Policy) -> String {
+        match (self, policy) {
+            (Refusal::Priority, Policy::Host) => "policy \"host\" leaves vCPU threads to the host \
+                kernel, which knows nothing of VM priorities; remove `priority` or use \"haiku\""
+                .into(),
+            (Refusal::Class, Policy::Host) => "policy \"host\" cannot give a VM the realtime \
+                class; use \"haiku\", \"global-rr\" or \"pinned\""
+                .into(),
+            (Refusal::Priority, p) => format!(
+                "policy \"{p}\" orders vCPUs by class only and ignores timeshare priorities; \
+                 remove `priority` or use \"haiku\""
+            ),
+            (Refusal::Class, p) => format!("policy \"{p}\" cannot honour the VM's class"),
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Policy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Policy::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Policy::ALL.iter().map(|p| p.as_str()).collect();
+                format!(
+                    "unknown policy {s:?} (expected one of: {})",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+impl Serialize for Policy {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Policy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_spelling_round_trips() {
+        for p in Policy::ALL {
+            assert_eq!(p.as_str().parse::<Policy>().unwrap(), p);
+        }
+        let e = "global_rr".parse::<Policy>().unwrap_err();
+        assert!(e.contains("haiku, global-rr, pinned, host"), "{e}");
+    }
+
+    #[test]
+    fn what_each_policy_honours() {
+        let haiku = Policy::Scheduled(PolicyKind::Haiku);
+        let rr = Policy::Scheduled(PolicyKind::GlobalRoundRobin);
+        assert_eq!(haiku.refuses_vm(SchedClass::Timeshare, 30), None);
+        assert_eq!(haiku.refuses_vm(SchedClass::Realtime, 100), None);
+        assert_eq!(rr.refuses_vm(SchedClass::Timeshare, 10), None);
+        assert_eq!(
+            rr.refuses_vm(SchedClass::Timeshare, 30),
+            Some(Refusal::Priority)
+        );
+        assert_eq!(rr.refuses_vm(SchedClass::Realtime, 110), None);
+        assert_eq!(Policy::Host.refuses_vm(SchedClass::Timeshare, 10), None);
+        assert_eq!(
+            Policy::Host.refuses_vm(SchedClass::Realtime, 100),
+            Some(Refusal::Class)
+        );
+        assert!(haiku.honours_smt_isolation() && !rr.honours_smt_isolation());
+        assert!(Refusal::Priority.explain(rr).contains("global-rr"));
+    }
+}
