@@ -95,6 +95,9 @@ pub struct VmResult {
     pub console_log: Option<PathBuf>,
     /// Per-vCPU exit counters, in vCPU order.
     pub vcpu_stats: Vec<crate::vcpu::VcpuStats>,
+    /// Per-vCPU scheduling statistics, in vCPU order (the same fields under
+    /// every policy; see `engine::stats`).
+    pub vcpu_sched: Vec<crate::engine::stats::VcpuSchedStats>,
 }
 
 impl VmResult {
@@ -118,6 +121,7 @@ impl VmResult {
             results_file: None,
             console_log: None,
             vcpu_stats: Vec::new(),
+            vcpu_sched: Vec::new(),
         }
     }
 }

@@ -4,7 +4,9 @@
 //! reports through [`RunEvent`]s to its caller (the CLI prints them).
 
 use crate::config::Config;
+use crate::engine::cpu_map::CpuMap;
 use crate::engine::policy::Policy;
+use crate::engine::{Engine, EngineConfig, EngineError};
 use crate::results::{RunResults, VmResult};
 use crate::signals::{ProcessSignal, SignalGuard};
 use crate::vm::{open_kvm, StopHandle, VcpuScheduling, Vm, VmOptions};
@@ -15,8 +17,10 @@ use std::time::Instant;
 /// Errors of this module.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("policy \"{0}\" is not available until the scheduled vCPU engine lands")]
-    PolicyUnavailable(Policy),
+    #[error("cannot start the scheduled engine: {0}")]
+    Engine(#[from] EngineError),
+    #[error("host topology: {0}")]
+    Topology(#[from] vcpu_sched::SchedError),
     #[error("{0}")]
     Kvm(#[from] crate::vm::VmError),
     #[error("cannot create log directory {path}: {source}")]
@@ -74,9 +78,24 @@ pub fn run(
     opts: &RunOptions,
     on_event: &(dyn Fn(RunEvent<'_>) + Sync),
 ) -> Result<RunResults, RunError> {
-    if config.host.policy != Policy::Host {
-        return Err(RunError::PolicyUnavailable(config.host.policy));
-    }
+    let engine = match config.host.policy {
+        Policy::Host => None,
+        Policy::Scheduled(policy) => Some(Engine::new(
+            EngineConfig {
+                policy,
+                mode: config.host.mode,
+                smt_isolation: config.host.smt_isolation,
+                tunables: config.host.tunables.clone(),
+                dispatch: config.host.dispatch,
+            },
+            CpuMap::from_host(&config.host.cpus)?,
+        )?),
+    };
+    let scheduling = match &engine {
+        None => VcpuScheduling::Host { pin: true },
+        Some(e) => VcpuScheduling::Scheduled(e.clone()),
+    };
+    let scheduling = &scheduling;
     std::fs::create_dir_all(&config.host.log_dir).map_err(|source| RunError::LogDir {
         path: config.host.log_dir.clone(),
         source,
@@ -110,7 +129,7 @@ pub fn run(
             .map(|vm| {
                 let options = VmOptions {
                     log_dir: Some(config.host.log_dir.clone()),
-                    scheduling: VcpuScheduling::Host { pin: true },
+                    scheduling: scheduling.clone(),
                     run_start: opts.run_start,
                 };
                 std::thread::Builder::new()
@@ -137,6 +156,9 @@ pub fn run(
         }
         results
     });
+    if let Some(e) = &engine {
+        e.shutdown();
+    }
     Ok(RunResults {
         config: config.path.clone(),
         ok: results.iter().all(|r| r.ok),

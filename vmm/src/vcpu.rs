@@ -493,6 +493,7 @@ pub enum VcpuEvent {
 /// The gate of host mode: commands on a channel, a pending flag raised with
 /// every kick.
 struct CommandGate {
+    tid: Arc<std::sync::atomic::AtomicI32>,
     state: VcpuState,
     cmd_rx: Receiver<VcpuCommand>,
     event_tx: Sender<VcpuEvent>,
@@ -549,6 +550,7 @@ impl VcpuGate for CommandGate {
     fn next(&mut self, runner: &mut VcpuRunner, last: VcpuStep) -> GateDecision {
         match last {
             VcpuStep::Start => {
+                self.tid.store(signals::current_tid(), Ordering::Release);
                 if let Some(cpus) = self.affinity.take() {
                     if let Err(e) = pin_current_thread(&cpus) {
                         log::warn!("{}: cannot pin to CPUs {cpus}: {e}", self.name);
@@ -594,9 +596,15 @@ pub struct VcpuHandle {
     pending: Arc<AtomicBool>,
     thread: Option<JoinHandle<VcpuOutcome>>,
     exit_reason: Option<VcpuExitReason>,
+    tid: Arc<std::sync::atomic::AtomicI32>,
 }
 
 impl VcpuHandle {
+    /// The kernel thread id of the vCPU thread, once it has started.
+    pub fn thread_id(&self) -> Option<i32> {
+        Some(self.tid.load(Ordering::Acquire)).filter(|&t| t != 0)
+    }
+
     /// Spawn the thread `<vm>/vcpu<N>` in state Created; it runs the guest
     /// after [`VcpuHandle::start`]. `affinity`: bind the thread to these
     /// host CPUs.
@@ -610,7 +618,9 @@ impl VcpuHandle {
         let (cmd_tx, cmd_rx) = channel();
         let (event_tx, event_rx) = channel();
         let pending = Arc::new(AtomicBool::new(false));
+        let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
         let gate = CommandGate {
+            tid: tid.clone(),
             state: VcpuState::Created,
             cmd_rx,
             event_tx: event_tx.clone(),
@@ -630,6 +640,7 @@ impl VcpuHandle {
             pending,
             thread: Some(thread),
             exit_reason: None,
+            tid,
         })
     }
 

@@ -5,6 +5,9 @@
 use crate::boot;
 use crate::config::VmConfig;
 use crate::cpuid;
+use crate::engine::irq::NoInterrupts;
+use crate::engine::stats::VcpuSchedStats;
+use crate::engine::{Engine, EngineError, VmSchedSpec, VmSlot};
 use crate::memory::{self, DeviceMemory};
 use crate::msr;
 use crate::results::{ResultsLog, VmResult};
@@ -26,6 +29,9 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use vm_memory::{Address, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+
+/// How long a stopping VM waits for its vCPUs to leave their CPUs.
+const VCPU_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// TSS address for Intel VMX (3 pages just below the 4 GiB BIOS area).
 const KVM_TSS_ADDRESS: usize = 0xfffb_d000;
@@ -74,15 +80,42 @@ pub enum VmError {
     Results(#[from] crate::results::ResultsError),
     #[error("vCPU: {0}")]
     Vcpu(#[from] VcpuError),
+    #[error("engine: {0}")]
+    Engine(#[from] EngineError),
 }
 
 /// Who schedules the VM's vCPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone)]
 pub enum VcpuScheduling {
     /// One thread per vCPU left to the host kernel, with KVM's in-kernel
     /// irqchip (`policy = "host"`). `pin`: bind the threads to the VM's
     /// core set.
     Host { pin: bool },
+    /// Pacer's engine dispatches the vCPUs; no in-kernel irqchip (a guest
+    /// HLT exits to Pacer), Pacer's own interrupt controller.
+    Scheduled(Arc<Engine>),
+}
+
+impl std::fmt::Debug for VcpuScheduling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VcpuScheduling::Host { pin } => write!(f, "Host {{ pin: {pin} }}"),
+            VcpuScheduling::Scheduled(e) => write!(
+                f,
+                "Scheduled({}, {} dispatch)",
+                e.policy_name(),
+                e.dispatch_kind()
+            ),
+        }
+    }
+}
+
+/// The VM's vCPUs once started.
+enum RunningVcpus {
+    /// Host-mode threads.
+    Host(Vec<VcpuHandle>),
+    /// Registered with the engine.
+    Scheduled(Arc<Engine>, VmSlot),
 }
 
 /// How the VM is run.
@@ -396,7 +429,7 @@ pub struct Vm {
     config: VmConfig,
     // Field order matters for drop: vCPU threads first, then the VM fd, then
     // the memory the memslots point into.
-    vcpus: Vec<VcpuHandle>,
+    vcpus: Option<RunningVcpus>,
     pending_vcpus: Vec<(u32, kvm_ioctls::VcpuFd)>,
     serial: Arc<Mutex<SerialConsole>>,
     shared: Arc<VmShared>,
@@ -590,7 +623,7 @@ impl Vm {
         );
         Ok(Vm {
             config: config.clone(),
-            vcpus: Vec::new(),
+            vcpus: None,
             pending_vcpus: vcpus,
             serial,
             shared,
@@ -640,15 +673,41 @@ impl Vm {
             return Ok(());
         }
         self.started = true;
-        let VcpuScheduling::Host { pin } = self.options.scheduling;
-        let affinity = pin.then(|| self.config.cpus.clone());
-        for (index, fd) in self.pending_vcpus.drain(..) {
-            let runner = VcpuRunner::new(index, fd, self.handler.clone());
-            let h = VcpuHandle::spawn(&self.config.name, runner, affinity.clone())?;
-            self.vcpus.push(h);
-        }
-        for h in self.vcpus.iter_mut() {
-            h.start()?;
+        let runners: Vec<VcpuRunner> = self
+            .pending_vcpus
+            .drain(..)
+            .map(|(index, fd)| VcpuRunner::new(index, fd, self.handler.clone()))
+            .collect();
+        match self.options.scheduling.clone() {
+            VcpuScheduling::Host { pin } => {
+                let affinity = pin.then(|| self.config.cpus.clone());
+                let mut handles = Vec::with_capacity(runners.len());
+                for runner in runners {
+                    handles.push(VcpuHandle::spawn(
+                        &self.config.name,
+                        runner,
+                        affinity.clone(),
+                    )?);
+                }
+                let handles = self.vcpus.insert(RunningVcpus::Host(handles));
+                if let RunningVcpus::Host(handles) = handles {
+                    for h in handles.iter_mut() {
+                        h.start()?;
+                    }
+                }
+            }
+            VcpuScheduling::Scheduled(engine) => {
+                let spec = VmSchedSpec {
+                    name: self.config.name.clone(),
+                    class: self.config.class,
+                    priority: self.config.priority,
+                    cpus: self.config.cpus.clone(),
+                };
+                let handler: Arc<dyn VcpuExitHandler> = self.handler.clone();
+                let slot = engine.add_vm(&spec, runners, Arc::new(NoInterrupts), handler)?;
+                engine.start_vm(slot);
+                self.vcpus = Some(RunningVcpus::Scheduled(engine, slot));
+            }
         }
         log::debug!(
             "[{}] vCPUs running {:.2} ms after VM start",
@@ -660,20 +719,32 @@ impl Vm {
 
     /// Pause every running vCPU (returns once all are out of KVM_RUN).
     pub fn pause(&mut self, timeout: Duration) -> Result<(), VmError> {
-        for h in self.vcpus.iter_mut() {
-            if h.state() == crate::vcpu::VcpuState::Running {
-                h.pause(timeout)?;
+        match &mut self.vcpus {
+            Some(RunningVcpus::Host(handles)) => {
+                for h in handles.iter_mut() {
+                    if h.state() == crate::vcpu::VcpuState::Running {
+                        h.pause(timeout)?;
+                    }
+                }
             }
+            Some(RunningVcpus::Scheduled(engine, slot)) => engine.pause_vm(*slot, timeout)?,
+            None => {}
         }
         Ok(())
     }
 
     /// Resume every paused vCPU.
     pub fn resume(&mut self, timeout: Duration) -> Result<(), VmError> {
-        for h in self.vcpus.iter_mut() {
-            if h.state() == crate::vcpu::VcpuState::Paused {
-                h.resume(timeout)?;
+        match &mut self.vcpus {
+            Some(RunningVcpus::Host(handles)) => {
+                for h in handles.iter_mut() {
+                    if h.state() == crate::vcpu::VcpuState::Paused {
+                        h.resume(timeout)?;
+                    }
+                }
             }
+            Some(RunningVcpus::Scheduled(engine, slot)) => engine.resume_vm(*slot),
+            None => {}
         }
         Ok(())
     }
@@ -702,11 +773,35 @@ impl Vm {
         self.finish(cause)
     }
 
-    fn finish(&mut self, cause: StopCause) -> VmResult {
-        for h in self.vcpus.iter_mut() {
-            h.request_exit();
+    /// Stop every vCPU; their outcomes and scheduling statistics.
+    fn stop_vcpus(&mut self) -> (Vec<VcpuOutcome>, Vec<VcpuSchedStats>) {
+        match self.vcpus.take() {
+            Some(RunningVcpus::Host(mut handles)) => {
+                // Read the kernel's counters while the threads still exist.
+                let sched = handles
+                    .iter()
+                    .map(|h| {
+                        h.thread_id()
+                            .map(VcpuSchedStats::from_host_thread)
+                            .unwrap_or_default()
+                    })
+                    .collect();
+                for h in handles.iter_mut() {
+                    h.request_exit();
+                }
+                (handles.into_iter().map(|h| h.join()).collect(), sched)
+            }
+            Some(RunningVcpus::Scheduled(engine, slot)) => engine
+                .finish_vm(slot, VCPU_STOP_TIMEOUT)
+                .into_iter()
+                .map(|f| (f.outcome, f.sched))
+                .unzip(),
+            None => (Vec::new(), Vec::new()),
         }
-        let outcomes: Vec<VcpuOutcome> = self.vcpus.drain(..).map(|h| h.join()).collect();
+    }
+
+    fn finish(&mut self, cause: StopCause) -> VmResult {
+        let (outcomes, vcpu_sched) = self.stop_vcpus();
         self.serial
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -741,6 +836,7 @@ impl Vm {
             results_file: res.path().map(Path::to_path_buf),
             console_log: self.console_log.clone(),
             vcpu_stats: outcomes.iter().map(|o| o.stats).collect(),
+            vcpu_sched,
         }
     }
 
@@ -783,14 +879,9 @@ impl Vm {
 
 impl Drop for Vm {
     fn drop(&mut self) {
-        if !self.vcpus.is_empty() {
+        if self.vcpus.is_some() {
             self.shared.stop(StopCause::Requested);
-            for h in self.vcpus.iter_mut() {
-                h.request_exit();
-            }
-            for h in self.vcpus.drain(..) {
-                h.join();
-            }
+            self.stop_vcpus();
         }
     }
 }

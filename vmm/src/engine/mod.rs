@@ -1,12 +1,78 @@
 //! Pacer's scheduled vCPU engine: `vcpu_sched` decides which vCPU runs on
-//! which host CPU. (Being built: the policy names and the CPU map live
-//! here; dispatch, timers and Pacer's interrupt controller follow.)
+//! which host CPU, for how long, and when it moves; the engine carries the
+//! decisions out on real KVM vCPUs.
+//!
+//! # How it works
+//!
+//! Every vCPU of every VM of the run is an entity of one scheduler
+//! (`vcpu_sched`, built for the configured policy over the topology of
+//! `[host] cpus`; [`cpu_map`] keeps the one mapping between the OS's CPU
+//! numbers and the scheduler's). Each scheduled host CPU ([`cpu::CpuSlot`])
+//! runs at most one vCPU at a time; every other vCPU is parked (a condition
+//! variable, never spinning) or halted.
+//!
+//! A dispatched vCPU runs until one of these makes it give the CPU back
+//! ([`dispatch`]):
+//! - its time slice ends: a POSIX timer of the thread that runs it sends
+//!   the kick signal ([`clock::QuantumTimer`]), KVM_RUN returns EINTR, and
+//!   the CPU calls `schedule(QuantumEnd)`;
+//! - the scheduler kicks its CPU (a wake that may preempt it): the same
+//!   signal, `schedule(Preempted)`;
+//! - the guest halts with nothing to take: `schedule(Blocked)` — exact,
+//!   because without KVM's in-kernel irqchip a HLT exits to Pacer;
+//! - the guest writes the yield port: `schedule(Yielded)`;
+//! - its VM pauses or stops.
+//!
+//! Interrupts come from Pacer's own interrupt controller (one per VM, the
+//! [`irq::InterruptSource`] trait). When one becomes pending for a vCPU
+//! the controller calls [`Engine::notify`]: a halted vCPU is woken through
+//! `vcpu_sched`'s wake path (its placement and kick rules); a running one
+//! is kicked out of KVM_RUN so that the interrupt is injected at once. Guest
+//! timers live in one timer thread ([`timers`]) and fire whatever their
+//! vCPU is doing. INIT and start-up IPIs move application processors in
+//! and out of [`vcpu_state::RunState::WaitForSipi`].
+//!
+//! Two mechanisms put a dispatched vCPU on its CPU ([`DispatchKind`]): a
+//! thread per vCPU that is bound to the CPU and handed the CPU by the
+//! previous owner ([`threads`]), or a worker thread per CPU that runs
+//! whichever vCPU it is handed ([`workers`]). Both share every decision
+//! above; they differ only in who executes KVM_RUN.
+//!
+//! Lock order: a CPU's `owner` before a vCPU's `ctl`; the scheduler's own
+//! locks are never held across a call out of it; no lock is held while
+//! signalling a thread or calling the interrupt controller.
 
+pub mod clock;
+pub mod cpu;
 pub mod cpu_map;
+pub mod dispatch;
+pub mod irq;
 pub mod policy;
+pub mod stats;
+pub mod threads;
+pub mod timers;
+pub mod vcpu_state;
+pub mod workers;
 
+use self::clock::now_ns;
+use self::cpu::CpuSlot;
+use self::cpu_map::CpuMap;
+use self::irq::InterruptSource;
+use self::stats::VcpuSchedStats;
+use self::timers::{TimerKey, Timers};
+use self::vcpu_state::{EngineVcpu, RunState};
+use crate::host_cpus::HostCpuSet;
+use crate::vcpu::{VcpuExitHandler, VcpuExitReason, VcpuOutcome, VcpuRunner};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use vcpu_sched::{
+    EntityId, EntitySpec, Mode, PolicyKind, SchedClass, SchedConfig, SchedError, SchedSnapshot,
+    Tunables, VcpuScheduler, VmId,
+};
 
 /// How the engine puts a dispatched vCPU on its host CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -32,5 +98,479 @@ impl DispatchKind {
 impl fmt::Display for DispatchKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// Errors of the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("scheduler: {0}")]
+    Sched(#[from] SchedError),
+    #[error("cannot start an engine thread: {0}")]
+    Thread(std::io::Error),
+    #[error("vCPU: {0}")]
+    Vcpu(#[from] crate::vcpu::VcpuError),
+    #[error("{what} did not finish within {timeout:?}")]
+    Timeout { what: String, timeout: Duration },
+}
+
+/// What the engine is built with.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub policy: PolicyKind,
+    pub mode: Mode,
+    pub smt_isolation: bool,
+    pub tunables: Tunables,
+    pub dispatch: DispatchKind,
+}
+
+/// How a VM's vCPUs are to be scheduled.
+#[derive(Debug, Clone)]
+pub struct VmSchedSpec {
+    pub name: String,
+    pub class: SchedClass,
+    pub priority: u8,
+    /// The VM's core set.
+    pub cpus: HostCpuSet,
+}
+
+/// One VM of the engine.
+pub struct EngineVm {
+    pub id: VmId,
+    pub name: String,
+    pub vcpus: Vec<Arc<EngineVcpu>>,
+    pub irq: Arc<dyn InterruptSource>,
+    pub handler: Arc<dyn VcpuExitHandler>,
+    paused: AtomicBool,
+    threads: Mutex<Vec<JoinHandle<VcpuOutcome>>>,
+}
+
+impl EngineVm {
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Acquire)
+    }
+}
+
+/// A handle on a VM added to the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VmSlot(pub usize);
+
+/// What a VM's vCPUs leave behind when the VM is finished.
+#[derive(Debug, Clone)]
+pub struct FinishedVcpu {
+    pub outcome: VcpuOutcome,
+    pub sched: VcpuSchedStats,
+}
+
+/// The engine. One per run; shared by every VM of the run.
+pub struct Engine {
+    sched: Box<dyn VcpuScheduler>,
+    cpus: CpuMap,
+    slots: Vec<CpuSlot>,
+    dispatch: DispatchKind,
+    vms: RwLock<Vec<Option<Arc<EngineVm>>>>,
+    /// vCPU of each live scheduler entity (`EntityId.0` indexes it).
+    entities: RwLock<Vec<Option<Arc<EngineVcpu>>>>,
+    timers: Timers,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+    shutdown: AtomicBool,
+    me: Weak<Engine>,
+}
+
+/// Timer keys: VM slot in the high half, vCPU index in the low half.
+fn timer_key(vm: usize, vcpu: u32) -> TimerKey {
+    ((vm as u64) << 32) | u64::from(vcpu)
+}
+
+impl Engine {
+    /// Build the scheduler over `cpus` and start the engine's threads.
+    pub fn new(config: EngineConfig, cpus: CpuMap) -> Result<Arc<Engine>, EngineError> {
+        crate::signals::register_kick_handler()
+            .map_err(|e| EngineError::Thread(std::io::Error::from_raw_os_error(e.errno())))?;
+        let sched = vcpu_sched::build(
+            cpus.topology().clone(),
+            SchedConfig {
+                policy: config.policy,
+                mode: config.mode,
+                tunables: config.tunables,
+                smt_isolation: config.smt_isolation,
+                ..SchedConfig::default()
+            },
+        )?;
+        let slots = cpus
+            .topology()
+            .cpus
+            .iter()
+            .map(|c| CpuSlot::new(c.id, crate::host_cpus::HostCpu(c.os_id)))
+            .collect();
+        let engine = Arc::new_cyclic(|me: &Weak<Engine>| {
+            let weak = me.clone();
+            let timers = Timers::start(Box::new(move |key| {
+                if let Some(e) = weak.upgrade() {
+                    e.timer_fired(key);
+                }
+            }));
+            Engine {
+                sched,
+                cpus,
+                slots,
+                dispatch: config.dispatch,
+                vms: RwLock::new(Vec::new()),
+                entities: RwLock::new(Vec::new()),
+                timers: timers.unwrap_or_else(|e| panic!("cannot start the timer thread: {e}")),
+                workers: Mutex::new(Vec::new()),
+                shutdown: AtomicBool::new(false),
+                me: me.clone(),
+            }
+        });
+        if engine.dispatch == DispatchKind::Workers {
+            workers::start(&engine)?;
+        }
+        Ok(engine)
+    }
+
+    pub fn policy_name(&self) -> &'static str {
+        self.sched.name()
+    }
+
+    pub fn dispatch_kind(&self) -> DispatchKind {
+        self.dispatch
+    }
+
+    pub fn cpu_map(&self) -> &CpuMap {
+        &self.cpus
+    }
+
+    fn arc(&self) -> Arc<Engine> {
+        self.me
+            .upgrade()
+            .unwrap_or_else(|| unreachable!("the engine is used through its Arc"))
+    }
+
+    pub(crate) fn slot(&self, cpu: vcpu_sched::CpuId) -> Option<&CpuSlot> {
+        self.slots.get(cpu.0 as usize)
+    }
+
+    pub(crate) fn slots(&self) -> &[CpuSlot] {
+        &self.slots
+    }
+
+    pub(crate) fn vm(&self, vm: usize) -> Option<Arc<EngineVm>> {
+        self.vms
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(vm)
+            .cloned()
+            .flatten()
+    }
+
+    pub(crate) fn vcpu_of(&self, e: EntityId) -> Option<Arc<EngineVcpu>> {
+        self.entities
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(e.0 as usize)
+            .cloned()
+            .flatten()
+    }
+
+    pub(crate) fn scheduler(&self) -> &dyn VcpuScheduler {
+        self.sched.as_ref()
+    }
+
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutdown.load(Ordering::Acquire)
+    }
+
+    /// Register a VM's vCPUs (all blocked: the boot vCPU until
+    /// [`Engine::start_vm`], the others until their start-up IPI) and, with
+    /// threads dispatch, spawn their threads.
+    pub fn add_vm(
+        &self,
+        spec: &VmSchedSpec,
+        runners: Vec<VcpuRunner>,
+        irq: Arc<dyn InterruptSource>,
+        handler: Arc<dyn VcpuExitHandler>,
+    ) -> Result<VmSlot, EngineError> {
+        let affinity = self.cpus.affinity(&spec.cpus);
+        let now = now_ns();
+        let mut vms = self.vms.write().unwrap_or_else(|p| p.into_inner());
+        let slot = vms.iter().position(Option::is_none).unwrap_or(vms.len());
+        let vm_id = VmId(slot as u32);
+        let mut vcpus = Vec::with_capacity(runners.len());
+        for runner in &runners {
+            let entity = match self.sched.add_entity(
+                EntitySpec {
+                    vm: vm_id,
+                    class: spec.class,
+                    priority: spec.priority,
+                    affinity: affinity.clone(),
+                },
+                now,
+            ) {
+                Ok(e) => e,
+                Err(e) => {
+                    for v in &vcpus {
+                        let v: &Arc<EngineVcpu> = v;
+                        let _ = self.sched.remove_entity(v.entity, now);
+                    }
+                    return Err(e.into());
+                }
+            };
+            let initial = if runner.index == 0 {
+                RunState::Halted {
+                    interruptible: false,
+                }
+            } else {
+                RunState::WaitForSipi
+            };
+            let v = Arc::new(EngineVcpu::new(
+                slot,
+                runner.index,
+                entity,
+                format!("{}/vcpu{}", spec.name, runner.index),
+                initial,
+            ));
+            v.ctl().awaiting_sipi = runner.index != 0;
+            vcpus.push(v);
+        }
+        {
+            let mut ents = self.entities.write().unwrap_or_else(|p| p.into_inner());
+            for v in &vcpus {
+                let i = v.entity.0 as usize;
+                if ents.len() <= i {
+                    ents.resize(i + 1, None);
+                }
+                ents[i] = Some(v.clone());
+            }
+        }
+        let vm = Arc::new(EngineVm {
+            id: vm_id,
+            name: spec.name.clone(),
+            vcpus,
+            irq,
+            handler,
+            paused: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
+        });
+        if slot == vms.len() {
+            vms.push(Some(vm.clone()));
+        } else {
+            vms[slot] = Some(vm.clone());
+        }
+        drop(vms);
+        match self.dispatch {
+            DispatchKind::Threads => {
+                let mut handles = Vec::new();
+                for (runner, v) in runners.into_iter().zip(&vm.vcpus) {
+                    handles.push(threads::spawn(&self.arc(), &vm, v, runner)?);
+                }
+                *vm.threads.lock().unwrap_or_else(|p| p.into_inner()) = handles;
+            }
+            DispatchKind::Workers => {
+                for (runner, v) in runners.into_iter().zip(&vm.vcpus) {
+                    *v.runner.lock().unwrap_or_else(|p| p.into_inner()) = Some(runner);
+                }
+            }
+        }
+        Ok(VmSlot(slot))
+    }
+
+    /// Let the VM's boot vCPU run.
+    pub fn start_vm(&self, vm: VmSlot) {
+        if let Some(vm) = self.vm(vm.0) {
+            if let Some(bsp) = vm.vcpus.first() {
+                let mut ctl = bsp.ctl();
+                if ctl.state.is_blocked() {
+                    bsp.set_state(&mut ctl, RunState::Ready);
+                    drop(ctl);
+                    self.wake(bsp);
+                }
+            }
+        }
+    }
+
+    /// The VM's interrupt controller has something new for `vcpu`.
+    pub fn notify(&self, vm: VmSlot, vcpu: u32) {
+        let Some(vm) = self.vm(vm.0) else { return };
+        let Some(v) = vm.vcpus.get(vcpu as usize) else {
+            return;
+        };
+        self.notify_vcpu(&vm, v);
+    }
+
+    /// Arm (or cancel) the host timer of `vcpu`'s local timer.
+    pub fn set_guest_timer(&self, vm: VmSlot, vcpu: u32, deadline_ns: Option<u64>) {
+        let key = timer_key(vm.0, vcpu);
+        match deadline_ns {
+            Some(d) => self.timers.arm(key, d),
+            None => self.timers.cancel(key),
+        }
+    }
+
+    fn timer_fired(&self, key: TimerKey) {
+        let (vm, vcpu) = ((key >> 32) as usize, key as u32);
+        if let Some(vm) = self.vm(vm) {
+            vm.irq.timer_expired(vcpu);
+        }
+    }
+
+    /// Pause every vCPU of the VM; returns once none runs.
+    pub fn pause_vm(&self, vm: VmSlot, timeout: Duration) -> Result<(), EngineError> {
+        let Some(vm) = self.vm(vm.0) else {
+            return Ok(());
+        };
+        vm.paused.store(true, Ordering::Release);
+        self.kick_running(&vm);
+        self.wait_not_running(&vm, timeout, "pause")
+    }
+
+    /// Resume a paused VM.
+    pub fn resume_vm(&self, vm: VmSlot) {
+        let Some(vm) = self.vm(vm.0) else { return };
+        vm.paused.store(false, Ordering::Release);
+        for v in &vm.vcpus {
+            let mut ctl = v.ctl();
+            if ctl.state == RunState::Paused {
+                v.set_state(&mut ctl, RunState::Ready);
+                drop(ctl);
+                self.wake(v);
+            }
+        }
+    }
+
+    /// Kick the executor of every running vCPU of `vm` (it sees the VM's
+    /// pause or stop at its next check).
+    fn kick_running(&self, vm: &EngineVm) {
+        for v in &vm.vcpus {
+            if let RunState::Running { cpu } = v.state() {
+                if let Some(s) = self.slot(cpu) {
+                    s.signal_executor();
+                }
+            }
+        }
+    }
+
+    fn wait_not_running(
+        &self,
+        vm: &EngineVm,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<(), EngineError> {
+        let deadline = Instant::now() + timeout;
+        for v in &vm.vcpus {
+            loop {
+                if !matches!(v.state(), RunState::Running { .. }) {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return Err(EngineError::Timeout {
+                        what: format!("{what} of {}", v.name),
+                        timeout,
+                    });
+                }
+                // Kicked already; a running vCPU leaves within one exit.
+                if let RunState::Running { cpu } = v.state() {
+                    if let Some(s) = self.slot(cpu) {
+                        s.signal_executor();
+                    }
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        Ok(())
+    }
+
+    /// Take a stopping VM out of the engine: every vCPU leaves its CPU and
+    /// the scheduler; returns each vCPU's outcome and scheduling statistics.
+    /// The VM's exit handler must already report `stopping()`.
+    pub fn finish_vm(&self, slot: VmSlot, timeout: Duration) -> Vec<FinishedVcpu> {
+        let Some(vm) = self.vm(slot.0) else {
+            return Vec::new();
+        };
+        self.kick_running(&vm);
+        if let Err(e) = self.wait_not_running(&vm, timeout, "stop") {
+            log::error!("[{}] {e}", vm.name);
+        }
+        let now = now_ns();
+        let snapshot = self.sched.snapshot(now);
+        let mut stats: Vec<VcpuSchedStats> = vm
+            .vcpus
+            .iter()
+            .map(|v| VcpuSchedStats::from_snapshot(&snapshot, v.entity, &self.cpus))
+            .collect();
+        for v in &vm.vcpus {
+            self.timers.cancel(timer_key(slot.0, v.index));
+            if let Err(e) = self.sched.remove_entity(v.entity, now) {
+                log::debug!("[{}] removing {}: {e}", vm.name, v.name);
+            }
+            let mut ctl = v.ctl();
+            if ctl.state != RunState::Exited {
+                v.set_state(&mut ctl, RunState::Exited);
+            }
+        }
+        // A vCPU dispatched again between the wait and its removal leaves
+        // at its next check (the VM is stopping); wait for that too.
+        if let Err(e) = self.wait_not_running(&vm, timeout, "stop") {
+            log::error!("[{}] {e}", vm.name);
+        }
+        let outcomes: Vec<VcpuOutcome> = match self.dispatch {
+            DispatchKind::Threads => {
+                let handles =
+                    std::mem::take(&mut *vm.threads.lock().unwrap_or_else(|p| p.into_inner()));
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| VcpuOutcome {
+                            reason: VcpuExitReason::Unhandled {
+                                exit: "vCPU thread panicked".into(),
+                            },
+                            stats: Default::default(),
+                        })
+                    })
+                    .collect()
+            }
+            DispatchKind::Workers => vm
+                .vcpus
+                .iter()
+                .map(|v| workers::take_outcome(v, timeout))
+                .collect(),
+        };
+        for (s, v) in stats.iter_mut().zip(&vm.vcpus) {
+            s.host_cpus = v.ctl().ran_on.to_list();
+        }
+        {
+            let mut ents = self.entities.write().unwrap_or_else(|p| p.into_inner());
+            for v in &vm.vcpus {
+                if let Some(e) = ents.get_mut(v.entity.0 as usize) {
+                    *e = None;
+                }
+            }
+        }
+        self.vms.write().unwrap_or_else(|p| p.into_inner())[slot.0] = None;
+        outcomes
+            .into_iter()
+            .zip(stats)
+            .map(|(outcome, sched)| FinishedVcpu { outcome, sched })
+            .collect()
+    }
+
+    /// The scheduler's counters now.
+    pub fn snapshot(&self) -> SchedSnapshot {
+        self.sched.snapshot(now_ns())
+    }
+}
+
+impl Engine {
+    /// Stop the engine's worker threads (workers dispatch). Call once every
+    /// VM is finished; the engine runs no vCPU afterwards.
+    pub fn shutdown(&self) {
+        self.shutdown.store(true, Ordering::Release);
+        for s in &self.slots {
+            let _owner = s.lock_owner();
+            s.wake_idle();
+        }
+        for w in std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner())) {
+            let _ = w.join();
+        }
     }
 }

@@ -1,0 +1,285 @@
+//! The decisions both dispatch mechanisms share: before every entry, may
+//! the dispatched vCPU go on or must it give its CPU back ([`Engine::next_entry`]);
+//! giving it back and picking the next ([`Engine::end_turn`],
+//! [`Engine::reschedule_locked`]); waking a vCPU and kicking a CPU.
+
+use super::clock::now_ns;
+use super::cpu::CpuSlot;
+use super::irq::{self, CpuEvents};
+use super::vcpu_state::{EngineVcpu, RunState};
+use super::{DispatchKind, Engine, EngineVm};
+use crate::host_cpus::{pin_thread, HostCpuSet};
+use crate::vcpu::{VcpuExitReason, VcpuRunner, VcpuStep};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use vcpu_sched::{CpuId, Dispatch, StopReason};
+
+/// Why a dispatched vCPU gives its CPU back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    /// Its time slice ended.
+    Quantum,
+    /// The scheduler kicked its CPU.
+    Preempted,
+    /// The guest wrote the yield port.
+    Yielded,
+    /// It halted, waits for a start-up IPI, or its VM paused (the state
+    /// was set when this was decided).
+    Blocked,
+    /// It never runs again (its VM stops, or a fatal exit).
+    Exit(VcpuExitReason),
+}
+
+/// What a dispatched vCPU does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Enter the guest.
+    Enter,
+    /// Give the CPU back.
+    Stop(Stop),
+}
+
+impl Engine {
+    /// Before the next KVM_RUN of `v`, dispatched on `slot` until
+    /// `quantum_end`, whose previous KVM_RUN ended with `last`
+    /// ([`VcpuStep::Start`] at the start of a turn). Injects what is
+    /// pending when the vCPU goes on.
+    pub(crate) fn next_entry(
+        &self,
+        vm: &EngineVm,
+        v: &EngineVcpu,
+        slot: &CpuSlot,
+        runner: &mut VcpuRunner,
+        quantum_end: u64,
+        last: &VcpuStep,
+    ) -> Next {
+        match last {
+            VcpuStep::Fatal(r) => return Next::Stop(Stop::Exit(r.clone())),
+            VcpuStep::Yielded => return Next::Stop(Stop::Yielded),
+            VcpuStep::Halted => {
+                let (_, interruptible) = runner.interrupt_window();
+                let mut ctl = v.ctl();
+                let taken = vm.irq.take_events(v.index);
+                ctl.events.merge(taken);
+                // Decided under `ctl`: a notify either sees Halted (and
+                // wakes it) or ran before (and this sees what it posted).
+                if !irq::halt_is_over(vm.irq.as_ref(), v.index, &ctl.events, interruptible) {
+                    v.set_state(&mut ctl, RunState::Halted { interruptible });
+                    return Next::Stop(Stop::Blocked);
+                }
+            }
+            _ => {}
+        }
+        if vm.handler.stopping() {
+            return Next::Stop(Stop::Exit(VcpuExitReason::Stopped));
+        }
+        if vm.is_paused() {
+            let mut ctl = v.ctl();
+            // Checked again under `ctl`, which `resume_vm` takes after
+            // clearing the flag: a pause never outlives its resume.
+            if vm.is_paused() {
+                v.set_state(&mut ctl, RunState::Paused);
+                return Next::Stop(Stop::Blocked);
+            }
+        }
+        if slot.kick_pending.load(Ordering::Acquire) {
+            return Next::Stop(Stop::Preempted);
+        }
+        if now_ns() >= quantum_end {
+            return Next::Stop(Stop::Quantum);
+        }
+        if *last == VcpuStep::Start || vm.irq.has_pending_hint(v.index) {
+            if let Some(stop) = self.take_cpu_events(vm, v, runner) {
+                return Next::Stop(stop);
+            }
+            if let Err(r) = irq::deliver_interrupt(vm.irq.as_ref(), runner, last) {
+                return Next::Stop(Stop::Exit(r));
+            }
+        }
+        Next::Enter
+    }
+
+    /// Act on INIT, start-up IPIs and NMIs for a dispatched vCPU.
+    fn take_cpu_events(
+        &self,
+        vm: &EngineVm,
+        v: &EngineVcpu,
+        runner: &mut VcpuRunner,
+    ) -> Option<Stop> {
+        let mut ctl = v.ctl();
+        let taken = vm.irq.take_events(v.index);
+        ctl.events.merge(taken);
+        if ctl.events.init {
+            // INIT: the processor waits for a start-up IPI (the interrupt
+            // controller reset its local APIC already).
+            ctl.events = CpuEvents::default();
+            ctl.awaiting_sipi = true;
+            v.set_state(&mut ctl, RunState::WaitForSipi);
+            return Some(Stop::Blocked);
+        }
+        if ctl.awaiting_sipi {
+            let Some(vector) = ctl.events.sipi.take() else {
+                v.set_state(&mut ctl, RunState::WaitForSipi);
+                return Some(Stop::Blocked);
+            };
+            if let Err(r) = runner.start_up(vector) {
+                return Some(Stop::Exit(r));
+            }
+            ctl.awaiting_sipi = false;
+        }
+        // A start-up IPI to a running processor is ignored (SDM).
+        ctl.events.sipi = None;
+        if std::mem::take(&mut ctl.events.nmi) {
+            if let Err(r) = runner.inject_nmi() {
+                return Some(Stop::Exit(r));
+            }
+        }
+        None
+    }
+
+    /// The executor of `v` gives its CPU back for `stop`: record the new
+    /// state and return what to tell the scheduler.
+    pub(crate) fn end_turn(&self, v: &EngineVcpu, stop: Stop) -> StopReason {
+        let mut ctl = v.ctl();
+        match stop {
+            Stop::Quantum => {
+                v.set_state(&mut ctl, RunState::Ready);
+                StopReason::QuantumEnd
+            }
+            Stop::Preempted => {
+                v.set_state(&mut ctl, RunState::Ready);
+                StopReason::Preempted
+            }
+            Stop::Yielded => {
+                v.set_state(&mut ctl, RunState::Ready);
+                StopReason::Yielded
+            }
+            // The blocked state is already set.
+            Stop::Blocked => StopReason::Blocked,
+            Stop::Exit(r) => {
+                if r != VcpuExitReason::Stopped {
+                    ctl.exit_reason = Some(r);
+                }
+                v.set_state(&mut ctl, RunState::Exited);
+                StopReason::Blocked
+            }
+        }
+    }
+
+    /// `slot` stopped running what it ran, for `reason`: ask the scheduler
+    /// for the next vCPU and make it the owner (Running). Call with the
+    /// slot's `owner` lock held; kick the returned CPUs after releasing it.
+    pub(crate) fn reschedule_locked(
+        &self,
+        slot: &CpuSlot,
+        owner: &mut Option<Arc<EngineVcpu>>,
+        reason: StopReason,
+    ) -> (Option<Arc<EngineVcpu>>, Vec<CpuId>) {
+        slot.kick_pending.store(false, Ordering::Release);
+        let now = now_ns();
+        let d = self
+            .scheduler()
+            .schedule(slot.id, now, reason)
+            .unwrap_or_else(|e| {
+                log::error!("schedule(CPU {}): {e}", slot.host);
+                Dispatch::idle()
+            });
+        let next = d.entity.and_then(|e| {
+            let v = self.vcpu_of(e);
+            if v.is_none() {
+                log::error!(
+                    "the scheduler dispatched unknown entity {e:?} on CPU {}",
+                    slot.host
+                );
+            }
+            v
+        });
+        if let Some(n) = &next {
+            let mut ctl = n.ctl();
+            ctl.quantum_end = now.saturating_add(d.quantum);
+            ctl.ran_on.insert(slot.host);
+            if self.dispatch_kind() == DispatchKind::Threads {
+                let tid = n.thread_id();
+                if tid != 0 && ctl.pinned_to != Some(slot.host) {
+                    let one: HostCpuSet = [slot.host].into_iter().collect();
+                    match pin_thread(tid, &one) {
+                        Ok(()) => ctl.pinned_to = Some(slot.host),
+                        Err(e) => log::warn!("{}: cannot bind to CPU {}: {e}", n.name, slot.host),
+                    }
+                }
+                slot.executor.store(tid, Ordering::Release);
+            }
+            n.set_state(&mut ctl, RunState::Running { cpu: slot.id });
+        } else if self.dispatch_kind() == DispatchKind::Threads {
+            slot.executor.store(0, Ordering::Release);
+        }
+        *owner = next.clone();
+        (next, d.kicks)
+    }
+
+    /// Make `v` runnable in the scheduler (its state is already Ready) and
+    /// carry out the placement's kick.
+    pub(crate) fn wake(&self, v: &EngineVcpu) {
+        match self.scheduler().wake(v.entity, now_ns()) {
+            Ok(Some(d)) if d.kick => self.kick_cpu(d.cpu),
+            Ok(_) => {}
+            Err(e) => log::debug!("wake {}: {e}", v.name),
+        }
+    }
+
+    /// The scheduler says `cpu` must call `schedule`: interrupt the vCPU it
+    /// runs, or, if it is idle, give it work (threads: dispatch here, on
+    /// the caller's thread; workers: wake its worker).
+    pub(crate) fn kick_cpu(&self, cpu: CpuId) {
+        let Some(slot) = self.slot(cpu) else { return };
+        slot.kick_pending.store(true, Ordering::Release);
+        let mut owner = slot.lock_owner();
+        if owner.is_some() {
+            drop(owner);
+            slot.signal_executor();
+            return;
+        }
+        match self.dispatch_kind() {
+            DispatchKind::Workers => slot.wake_idle(),
+            DispatchKind::Threads => {
+                let (_next, kicks) = self.reschedule_locked(slot, &mut owner, StopReason::Idle);
+                drop(owner);
+                for k in kicks {
+                    self.kick_cpu(k);
+                }
+            }
+        }
+    }
+
+    /// The interrupt controller posted something for `v`.
+    pub(crate) fn notify_vcpu(&self, vm: &EngineVm, v: &EngineVcpu) {
+        let mut ctl = v.ctl();
+        let taken = vm.irq.take_events(v.index);
+        ctl.events.merge(taken);
+        match ctl.state {
+            RunState::Running { cpu } => {
+                drop(ctl);
+                // Out of KVM_RUN, so the interrupt is injected at once.
+                if let Some(s) = self.slot(cpu) {
+                    s.signal_executor();
+                }
+            }
+            RunState::Halted { interruptible }
+                if irq::halt_is_over(vm.irq.as_ref(), v.index, &ctl.events, interruptible) =>
+            {
+                v.set_state(&mut ctl, RunState::Ready);
+                drop(ctl);
+                self.wake(v);
+            }
+            RunState::WaitForSipi => {
+                ctl.events.init = false; // already waiting
+                if ctl.events.sipi.is_some() {
+                    v.set_state(&mut ctl, RunState::Ready);
+                    drop(ctl);
+                    self.wake(v);
+                }
+            }
+            _ => {}
+        }
+    }
+}

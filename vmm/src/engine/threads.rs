@@ -1,0 +1,171 @@
+//! Dispatch by gated threads: one thread per vCPU, parked until the
+//! scheduler dispatches its vCPU, then bound to that CPU.
+//!
+//! The CPU travels from thread to thread: the thread whose vCPU stops calls
+//! `schedule` for its CPU itself, marks the next vCPU Running (binding that
+//! vCPU's thread to the CPU if it moved) and parks; the next thread wakes on
+//! the CPU and enters the guest. When the scheduler picks the same vCPU
+//! again, its thread goes straight back into the guest: no switch at all.
+//! An idle CPU has no thread; a wake that kicks it dispatches onto it from
+//! the waker's thread ([`Engine::kick_cpu`]).
+
+use super::clock::QuantumTimer;
+use super::dispatch::{Next, Stop};
+use super::vcpu_state::{EngineVcpu, RunState};
+use super::{Engine, EngineError, EngineVm};
+use crate::host_cpus::{pin_current_thread, HostCpuSet};
+use crate::signals::current_tid;
+use crate::vcpu::{
+    spawn_vcpu_thread, GateDecision, VcpuExitReason, VcpuGate, VcpuOutcome, VcpuRunner, VcpuStep,
+};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use vcpu_sched::CpuId;
+
+/// The current turn of a dispatched vCPU.
+#[derive(Debug, Clone, Copy)]
+struct Turn {
+    cpu: CpuId,
+    quantum_end: u64,
+}
+
+struct ThreadGate {
+    engine: Arc<Engine>,
+    vm: Arc<EngineVm>,
+    vcpu: Arc<EngineVcpu>,
+    turn: Option<Turn>,
+    timer: Option<QuantumTimer>,
+}
+
+/// Spawn the thread of `v`.
+pub fn spawn(
+    engine: &Arc<Engine>,
+    vm: &Arc<EngineVm>,
+    v: &Arc<EngineVcpu>,
+    runner: VcpuRunner,
+) -> Result<JoinHandle<VcpuOutcome>, EngineError> {
+    let gate = ThreadGate {
+        engine: engine.clone(),
+        vm: vm.clone(),
+        vcpu: v.clone(),
+        turn: None,
+        timer: None,
+    };
+    Ok(spawn_vcpu_thread(&vm.name, runner, gate, |_| {})?)
+}
+
+impl ThreadGate {
+    /// Park until dispatched (Some) or the VM is gone (None).
+    fn wait_dispatch(&mut self) -> Option<Turn> {
+        let v = &self.vcpu;
+        let ctl = v.wait_until(v.ctl(), |c| {
+            matches!(c.state, RunState::Running { .. } | RunState::Exited)
+        });
+        let RunState::Running { cpu } = ctl.state else {
+            return None;
+        };
+        let quantum_end = ctl.quantum_end;
+        let pinned = ctl.pinned_to;
+        drop(ctl);
+        let slot = self.engine.slot(cpu)?;
+        if pinned != Some(slot.host) {
+            // Dispatched before this thread announced itself: bind here.
+            let one: HostCpuSet = [slot.host].into_iter().collect();
+            match pin_current_thread(&one) {
+                Ok(()) => v.ctl().pinned_to = Some(slot.host),
+                Err(e) => log::warn!("{}: cannot bind to CPU {}: {e}", v.name, slot.host),
+            }
+        }
+        slot.executor.store(current_tid(), Ordering::Release);
+        Some(Turn { cpu, quantum_end })
+    }
+
+    fn arm(&self, t: &Turn) {
+        if let Some(timer) = &self.timer {
+            timer.arm(t.quantum_end);
+        }
+    }
+
+    fn disarm(&self) {
+        if let Some(timer) = &self.timer {
+            timer.disarm();
+        }
+    }
+}
+
+impl VcpuGate for ThreadGate {
+    fn next(&mut self, runner: &mut VcpuRunner, last: VcpuStep) -> GateDecision {
+        if last == VcpuStep::Start {
+            self.vcpu.tid.store(current_tid(), Ordering::Release);
+            match QuantumTimer::for_current_thread() {
+                Ok(t) => self.timer = Some(t),
+                Err(e) => {
+                    // Without it a vCPU would keep its CPU for ever.
+                    log::error!("{}: {e}", self.vcpu.name);
+                    return GateDecision::Exit(VcpuExitReason::Unhandled {
+                        exit: e.to_string(),
+                    });
+                }
+            }
+        }
+        let mut last = last;
+        loop {
+            let Some(turn) = self.turn else {
+                match self.wait_dispatch() {
+                    Some(t) => {
+                        self.arm(&t);
+                        self.turn = Some(t);
+                        last = VcpuStep::Start;
+                        continue;
+                    }
+                    None => {
+                        let reason = self.vcpu.ctl().exit_reason.clone();
+                        return GateDecision::Exit(reason.unwrap_or(VcpuExitReason::Stopped));
+                    }
+                }
+            };
+            let Some(slot) = self.engine.slot(turn.cpu) else {
+                return GateDecision::Exit(VcpuExitReason::Stopped);
+            };
+            let stop = match self.engine.next_entry(
+                &self.vm,
+                &self.vcpu,
+                slot,
+                runner,
+                turn.quantum_end,
+                &last,
+            ) {
+                Next::Enter => return GateDecision::Run,
+                Next::Stop(stop) => stop,
+            };
+            self.disarm();
+            let exit = match &stop {
+                Stop::Exit(r) => Some(r.clone()),
+                _ => None,
+            };
+            let reason = self.engine.end_turn(&self.vcpu, stop);
+            let mut owner = slot.lock_owner();
+            let (next, kicks) = self.engine.reschedule_locked(slot, &mut owner, reason);
+            drop(owner);
+            for k in kicks {
+                self.engine.kick_cpu(k);
+            }
+            self.turn = None;
+            if let Some(n) = next.filter(|n| Arc::ptr_eq(n, &self.vcpu)) {
+                // Picked again: straight back into the guest.
+                let t = Turn {
+                    cpu: turn.cpu,
+                    quantum_end: n.ctl().quantum_end,
+                };
+                self.arm(&t);
+                self.turn = Some(t);
+                last = VcpuStep::Start;
+                continue;
+            }
+            if let Some(r) = exit {
+                return GateDecision::Exit(r);
+            }
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! One vCPU as the engine sees it: its scheduler entity, where it is in its
+//! life (the run state below), and how its executor is found and woken.
+//!
+//! ```text
+//!            wake (interrupt, SIPI, resume)          dispatch (schedule)
+//!   Halted --------------------------------> Ready ------------------> Running{cpu}
+//!   WaitForSipi                                ^                          |
+//!   Paused                                     +--- quantum end, kick, ---+
+//!      ^                                            yield                 |
+//!      +------------- HLT, INIT, pause ---------------------------------- +
+//!                                 any state --VM stops--> Exited
+//! ```
+//!
+//! Every transition happens under the vCPU's `ctl` mutex. A wake that races
+//! with a halt is never lost: the state says Ready before the scheduler is
+//! told, and `vcpu_sched` remembers a wake of an entity it still sees
+//! running, so the halting CPU's `schedule(.., Blocked)` keeps it runnable.
+
+use super::irq::CpuEvents;
+use crate::host_cpus::{HostCpu, HostCpuSet};
+use crate::vcpu::{VcpuExitReason, VcpuRunner};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use vcpu_sched::{CpuId, EntityId};
+
+/// Where a vCPU is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunState {
+    /// Runnable and queued in the scheduler.
+    Ready,
+    /// Dispatched on a CPU; that CPU's executor runs it.
+    Running { cpu: CpuId },
+    /// The guest halted. `interruptible`: it halted with IF set, so a fixed
+    /// interrupt wakes it; otherwise only NMI, INIT or SIPI do.
+    Halted { interruptible: bool },
+    /// An application processor before its start-up IPI (after INIT).
+    WaitForSipi,
+    /// Runnable, but its VM is paused: blocked until resumed.
+    Paused,
+    /// Its VM stopped; it never runs again.
+    Exited,
+}
+
+impl RunState {
+    /// Blocked in the scheduler (not queued, not running).
+    pub fn is_blocked(self) -> bool {
+        matches!(
+            self,
+            RunState::Halted { .. } | RunState::WaitForSipi | RunState::Paused
+        )
+    }
+}
+
+/// The mutable part of a vCPU, under its `ctl` mutex.
+#[derive(Debug)]
+pub struct VcpuCtl {
+    pub state: RunState,
+    /// End of the current time slice (CLOCK_MONOTONIC ns), while Running.
+    pub quantum_end: u64,
+    /// The host CPU its own thread is bound to (threads dispatch), so a
+    /// thread is re-bound only when the vCPU migrates.
+    pub pinned_to: Option<HostCpu>,
+    /// Every host CPU it ran on.
+    pub ran_on: HostCpuSet,
+    /// Start-up, INIT and NMI events taken from the interrupt controller
+    /// and not yet acted upon.
+    pub events: CpuEvents,
+    /// An application processor that has not been started (or was sent
+    /// INIT): only a start-up IPI lets it run.
+    pub awaiting_sipi: bool,
+    /// Why it stopped for good (a fatal exit), once it has.
+    pub exit_reason: Option<VcpuExitReason>,
+}
+
+/// One vCPU of the engine.
+pub struct EngineVcpu {
+    /// Index of its VM in the engine.
+    pub vm: usize,
+    /// Its index in the VM (and APIC id).
+    pub index: u32,
+    pub entity: EntityId,
+    /// `<vm>/vcpu<N>`.
+    pub name: String,
+    ctl: Mutex<VcpuCtl>,
+    /// Signalled on every state change (a parked vCPU thread waits here).
+    changed: Condvar,
+    /// Kernel thread id of its own thread (threads dispatch), 0 before it
+    /// starts.
+    pub tid: AtomicI32,
+    /// The KVM vCPU while no executor holds it (workers dispatch).
+    pub runner: Mutex<Option<VcpuRunner>>,
+}
+
+impl EngineVcpu {
+    pub fn new(vm: usize, index: u32, entity: EntityId, name: String, state: RunState) -> Self {
+        EngineVcpu {
+            vm,
+            index,
+            entity,
+            name,
+            ctl: Mutex::new(VcpuCtl {
+                state,
+                quantum_end: 0,
+                pinned_to: None,
+                ran_on: HostCpuSet::new(),
+                events: CpuEvents::default(),
+                awaiting_sipi: false,
+                exit_reason: None,
+            }),
+            changed: Condvar::new(),
+            tid: AtomicI32::new(0),
+            runner: Mutex::new(None),
+        }
+    }
+
+    pub fn ctl(&self) -> MutexGuard<'_, VcpuCtl> {
+        self.ctl.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn state(&self) -> RunState {
+        self.ctl().state
+    }
+
+    /// Set the state and wake whoever waits for a change.
+    pub fn set_state(&self, ctl: &mut VcpuCtl, state: RunState) {
+        ctl.state = state;
+        self.changed.notify_all();
+    }
+
+    /// Wait (parked, not spinning) until `done` holds for the state.
+    pub fn wait_until<'a>(
+        &'a self,
+        mut ctl: MutexGuard<'a, VcpuCtl>,
+        done: impl Fn(&VcpuCtl) -> bool,
+    ) -> MutexGuard<'a, VcpuCtl> {
+        while !done(&ctl) {
+            ctl = self.changed.wait(ctl).unwrap_or_else(|p| p.into_inner());
+        }
+        ctl
+    }
+
+    pub fn thread_id(&self) -> i32 {
+        self.tid.load(Ordering::Acquire)
+    }
+}

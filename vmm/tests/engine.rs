@@ -1,0 +1,202 @@
+//! The scheduled engine on real KVM vCPUs (skipped without /dev/kvm):
+//! every policy and both dispatch mechanisms run overcommitted VMs to
+//! completion, core sets are never left, a faulting VM stops alone, pause
+//! and resume work, and a halted vCPU blocks instead of spinning.
+
+mod common;
+
+use common::{kvm_or_skip, vm_table, TempDir};
+use devices::RecordKind;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vmm::config::Config;
+use vmm::engine::cpu_map::CpuMap;
+use vmm::engine::{DispatchKind, Engine, EngineConfig};
+use vmm::host_cpus::HostCpuSet;
+use vmm::runner::{run, RunOptions};
+use vmm::vm::{open_kvm, VcpuScheduling, VmEvent};
+use vmm::{Vm, VmOptions};
+
+fn run_config(dir: &TempDir, text: &str) -> vmm::results::RunResults {
+    let path = dir.config(text);
+    let config = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let opts = RunOptions {
+        run_start: Instant::now(),
+    };
+    run(&config, &opts, &|_| {}).unwrap()
+}
+
+fn host(policy: &str, dispatch: DispatchKind) -> String {
+    format!("[host]\npolicy = \"{policy}\"\ndispatch = \"{dispatch}\"\nlog_dir = \"logs\"\n\n")
+}
+
+#[test]
+fn every_policy_and_dispatch_runs_overcommitted_vms() {
+    if !kvm_or_skip("every_policy_and_dispatch_runs_overcommitted_vms") {
+        return;
+    }
+    let dir = TempDir::new("engine-all");
+    let online = vmm::host_cpus::online_cpus().unwrap();
+    for policy in ["haiku", "global-rr", "pinned"] {
+        for dispatch in [DispatchKind::Threads, DispatchKind::Workers] {
+            // More vCPUs than host CPUs: the scheduler must share them.
+            let n = online.len() + 1;
+            let mut text = host(policy, dispatch);
+            for i in 0..n {
+                text += &vm_table(&format!("v{i}"), "cpu duration_ms=300 report_ms=100");
+            }
+            let res = run_config(&dir, &text);
+            for vm in &res.vms {
+                assert_eq!(vm.status, "success", "{policy}/{dispatch}: {vm:?}");
+                assert!(
+                    vm.work[0].done && vm.work[0].units > 0,
+                    "{policy}/{dispatch}: {vm:?}"
+                );
+                let s = &vm.vcpu_sched[0];
+                assert!(s.run_ns > 0, "{policy}/{dispatch}: {s:?}");
+                let ran_on = HostCpuSet::parse_list(&s.host_cpus).unwrap();
+                assert!(
+                    !ran_on.is_empty() && ran_on.is_subset(&online),
+                    "{policy}/{dispatch}: {s:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn core_sets_are_never_left() {
+    if !kvm_or_skip("core_sets_are_never_left") {
+        return;
+    }
+    let online = vmm::host_cpus::online_cpus().unwrap();
+    let cpus: Vec<u32> = online.iter().map(|c| c.0).collect();
+    let (first, last) = (cpus[0], cpus[cpus.len() - 1]);
+    let dir = TempDir::new("engine-affinity");
+    for dispatch in [DispatchKind::Threads, DispatchKind::Workers] {
+        let mut text = host("haiku", dispatch);
+        for (i, cpu) in [first, last, first].iter().enumerate() {
+            text += &vm_table(&format!("p{i}"), "cpu duration_ms=300 report_ms=100")
+                .replace("vcpus = 1", &format!("vcpus = 1\ncpus = \"{cpu}\""));
+        }
+        let res = run_config(&dir, &text);
+        for (vm, cpu) in res.vms.iter().zip([first, last, first]) {
+            assert_eq!(vm.status, "success", "{vm:?}");
+            assert_eq!(
+                vm.vcpu_sched[0].host_cpus,
+                cpu.to_string(),
+                "{dispatch}: {vm:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_faulting_vm_stops_alone() {
+    if !kvm_or_skip("a_faulting_vm_stops_alone") {
+        return;
+    }
+    let dir = TempDir::new("engine-fault");
+    for dispatch in [DispatchKind::Threads, DispatchKind::Workers] {
+        let text = format!(
+            "{}{}{}",
+            host("haiku", dispatch),
+            vm_table("faulty", "triple_fault"),
+            vm_table("healthy", "cpu duration_ms=400 report_ms=100")
+        );
+        let res = run_config(&dir, &text);
+        assert_eq!(res.vms[0].status, "triple_fault", "{:?}", res.vms[0]);
+        assert_eq!(res.vms[1].status, "success", "{:?}", res.vms[1]);
+        assert!(res.vms[1].work[0].done);
+    }
+}
+
+#[test]
+fn a_halted_vcpu_blocks_instead_of_spinning() {
+    if !kvm_or_skip("a_halted_vcpu_blocks_instead_of_spinning") {
+        return;
+    }
+    // `idle` halts with interrupts off for ever: one HLT exit, then the vCPU
+    // is blocked in the scheduler until its VM times out.
+    let dir = TempDir::new("engine-idle");
+    let text = format!(
+        "{}{}",
+        host("haiku", DispatchKind::Threads),
+        vm_table("idle", "idle").replace("timeout_s = 60", "timeout_s = 0.5")
+    );
+    let res = run_config(&dir, &text);
+    let vm = &res.vms[0];
+    assert_eq!(vm.status, "timeout", "{vm:?}");
+    let st = vm.vcpu_stats[0];
+    assert_eq!(st.halts, 1, "{vm:?}");
+    // Port I/O of its console output, the halt, and at most the stop's kick.
+    assert!(st.exits - st.pio_exits <= 3, "{vm:?}");
+}
+
+#[test]
+fn pause_and_resume_under_the_engine() {
+    if !kvm_or_skip("pause_and_resume_under_the_engine") {
+        return;
+    }
+    let dir = TempDir::new("engine-pause");
+    let path = dir.config(&vm_table("pz", "cpu duration_ms=800 report_ms=50"));
+    let config = Config::load(&path).unwrap();
+    let online = vmm::host_cpus::online_cpus().unwrap();
+    for dispatch in [DispatchKind::Threads, DispatchKind::Workers] {
+        let engine: Arc<Engine> = Engine::new(
+            EngineConfig {
+                policy: vcpu_sched::PolicyKind::Haiku,
+                mode: vcpu_sched::Mode::LowLatency,
+                smt_isolation: false,
+                tunables: Default::default(),
+                dispatch,
+            },
+            CpuMap::from_host(&online).unwrap(),
+        )
+        .unwrap();
+        let kvm = open_kvm().unwrap();
+        let mut vm = Vm::create(
+            &kvm,
+            &config.vms[0],
+            VmOptions {
+                log_dir: None,
+                scheduling: VcpuScheduling::Scheduled(engine.clone()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let events = vm.subscribe();
+        vm.start().unwrap();
+        let samples = |timeout: Duration| -> usize {
+            let deadline = Instant::now() + timeout;
+            let mut n = 0;
+            while let Ok(ev) =
+                events.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                if let VmEvent::Record { record, .. } = ev {
+                    n += (record.kind == RecordKind::WorkSample) as usize;
+                }
+            }
+            n
+        };
+        assert!(
+            samples(Duration::from_millis(400)) > 0,
+            "no progress before pause"
+        );
+        vm.pause(Duration::from_secs(5)).unwrap();
+        let _ = samples(Duration::from_millis(30));
+        assert_eq!(
+            samples(Duration::from_millis(300)),
+            0,
+            "{dispatch}: progress while paused"
+        );
+        vm.resume(Duration::from_secs(5)).unwrap();
+        assert!(
+            samples(Duration::from_millis(300)) > 0,
+            "{dispatch}: no progress after resume"
+        );
+        let res = vm.wait();
+        assert_eq!(res.status, "success", "{res:?}");
+        engine.shutdown();
+    }
+}
