@@ -1,7 +1,7 @@
 //! The `pacer` command line.
 //!
 //! ```text
-//! pacer run FILE [--policy P] [--json results.json]   run the VMs of FILE
+//! pacer run FILE [--policy P] [--json results.json] [--status]   run the VMs of FILE
 //! pacer validate FILE [--policy P]                    check FILE without starting anything
 //! pacer topology [--spec 2x22x2]         print the host (or a synthetic) topology
 //! ```
@@ -52,6 +52,10 @@ pub enum Command {
         /// Also write all results as one JSON document here.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Print a one-line status every second (SIGUSR1 writes the
+        /// scheduler's snapshot to the log directory at any time).
+        #[arg(long)]
+        status: bool,
     },
     /// Check a config file (fields, paths, CPU sets) without starting anything.
     Validate {
@@ -106,7 +110,12 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 }
             }
         }
-        Command::Run { file, policy, json } => {
+        Command::Run {
+            file,
+            policy,
+            json,
+            status,
+        } => {
             let config = match Config::load_overridden(&file, Overrides { policy }) {
                 Ok(c) => c,
                 Err(e) => {
@@ -114,10 +123,15 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                     return EXIT_BAD_INPUT;
                 }
             };
-            let opts = RunOptions { run_start };
+            let opts = RunOptions { run_start, status };
             let on_event = |ev: RunEvent<'_>| match ev {
                 RunEvent::VmFinished(r) => out(&format_summary(r)),
                 RunEvent::Stopping(sig) => eprintln!("pacer: {sig} received, stopping all VMs"),
+                RunEvent::Status(line) => out(&format!("{line}\n")),
+                RunEvent::Snapshot(Ok(path)) => {
+                    eprintln!("pacer: scheduler snapshot written to {}", path.display())
+                }
+                RunEvent::Snapshot(Err(why)) => eprintln!("pacer: no snapshot: {why}"),
             };
             let results = match runner::run(&config, &opts, &on_event) {
                 Ok(r) => r,

@@ -35,6 +35,8 @@ pub enum RunError {
 pub struct RunOptions {
     /// When the run started (process start for `pacer run`).
     pub run_start: Instant,
+    /// Report a one-line status every second ([`RunEvent::Status`]).
+    pub status: bool,
 }
 
 /// What the runner reports while it runs.
@@ -44,6 +46,63 @@ pub enum RunEvent<'a> {
     VmFinished(&'a VmResult),
     /// SIGINT/SIGTERM arrived; every VM is being stopped.
     Stopping(&'static str),
+    /// The once-a-second status line (with `RunOptions::status`).
+    Status(String),
+    /// SIGUSR1: the scheduler's snapshot was written here (or why not).
+    Snapshot(Result<std::path::PathBuf, String>),
+}
+
+/// Successive status lines from the engine's counters.
+struct StatusLine {
+    start: Instant,
+    last: Option<(u64, u64, u64, u64)>,
+}
+
+impl StatusLine {
+    fn next(&mut self, engine: Option<&Engine>, policy: Policy, vms_left: usize) -> String {
+        let t = self.start.elapsed().as_secs_f64();
+        let Some(engine) = engine else {
+            return format!("t={t:.1}s policy host: {vms_left} VM(s) running");
+        };
+        let snap = engine.snapshot();
+        let busy: u64 = snap.cpus.iter().map(|c| c.busy_time).sum();
+        let switches: u64 = snap.cpus.iter().map(|c| c.context_switches).sum();
+        let wakes: u64 = snap.entities.iter().map(|e| e.wakes).sum();
+        let now = snap.now;
+        let c = engine.census();
+        let rates = match self.last.replace((now, busy, switches, wakes)) {
+            Some((t0, b0, s0, w0)) if now > t0 => {
+                let dt = (now - t0) as f64 / 1e9;
+                format!(
+                    " | CPUs busy {:.0}% | {:.0} switches/s | {:.0} wakeups/s",
+                    100.0 * (busy - b0) as f64 / 1e9 / dt / snap.cpus.len().max(1) as f64,
+                    (switches - s0) as f64 / dt,
+                    (wakes - w0) as f64 / dt
+                )
+            }
+            _ => String::new(),
+        };
+        format!(
+            "t={t:.1}s policy {policy}: {} VM(s) | vCPUs running {} ready {} halted {} other {}{rates}",
+            c.vms, c.running, c.ready, c.halted, c.other
+        )
+    }
+}
+
+/// Write the scheduler's snapshot to `<log_dir>/sched-snapshot-<ms>.json`.
+fn write_snapshot(
+    engine: Option<&Engine>,
+    log_dir: &std::path::Path,
+    start: Instant,
+) -> Result<std::path::PathBuf, String> {
+    let engine = engine.ok_or("policy host has no scheduler snapshot")?;
+    let json = engine.snapshot().to_json().map_err(|e| e.to_string())?;
+    let path = log_dir.join(format!(
+        "sched-snapshot-{}.json",
+        start.elapsed().as_millis()
+    ));
+    std::fs::write(&path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
 }
 
 /// The VMs of a run, so that all of them can be stopped at once (SIGINT,
@@ -78,6 +137,9 @@ pub fn run(
     opts: &RunOptions,
     on_event: &(dyn Fn(RunEvent<'_>) + Sync),
 ) -> Result<RunResults, RunError> {
+    // Before any thread starts: every thread inherits the blocked mask.
+    let guard = SignalGuard::install();
+    let guard = &guard;
     let engine = match config.host.policy {
         Policy::Host => None,
         Policy::Scheduled(policy) => Some(Engine::new(
@@ -104,8 +166,9 @@ pub fn run(
     let kvm = &kvm;
     let registry = &StopRegistry::default();
     let done = &AtomicBool::new(false);
-    let guard = SignalGuard::install();
-    let guard = &guard;
+    let vms_left = &std::sync::atomic::AtomicUsize::new(config.vms.len());
+    let engine_ref = engine.as_deref();
+    let log_dir = &config.host.log_dir;
     let results = std::thread::scope(|s| {
         if let Some(g) = guard {
             let _ = std::thread::Builder::new()
@@ -118,11 +181,32 @@ pub fn run(
                                 on_event(RunEvent::Stopping(name));
                                 registry.stop_all();
                             }
-                            ProcessSignal::Snapshot => {}
+                            ProcessSignal::Snapshot => on_event(RunEvent::Snapshot(
+                                write_snapshot(engine_ref, log_dir, opts.run_start),
+                            )),
                         },
                     )
                 });
         }
+        let status = opts.status.then(|| {
+            std::thread::Builder::new()
+                .name("pacer/status".into())
+                .spawn_scoped(s, move || {
+                    let mut line = StatusLine {
+                        start: opts.run_start,
+                        last: None,
+                    };
+                    let policy = config.host.policy;
+                    while !done.load(Ordering::Acquire) {
+                        std::thread::park_timeout(std::time::Duration::from_secs(1));
+                        if done.load(Ordering::Acquire) {
+                            break;
+                        }
+                        let left = vms_left.load(Ordering::Acquire);
+                        on_event(RunEvent::Status(line.next(engine_ref, policy, left)));
+                    }
+                })
+        });
         let handles: Vec<_> = config
             .vms
             .iter()
@@ -136,6 +220,7 @@ pub fn run(
                     .name(format!("{}/ctl", vm.name))
                     .spawn_scoped(s, move || {
                         let r = Vm::run_with(kvm, vm, options, |h| registry.register(h));
+                        vms_left.fetch_sub(1, Ordering::AcqRel);
                         on_event(RunEvent::VmFinished(&r));
                         r
                     })
@@ -153,6 +238,9 @@ pub fn run(
         done.store(true, Ordering::Release);
         if let Some(g) = guard {
             g.wake();
+        }
+        if let Some(Ok(t)) = status {
+            t.thread().unpark();
         }
         results
     });

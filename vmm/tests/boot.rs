@@ -15,6 +15,7 @@ fn run_config(dir: &TempDir, text: &str) -> vmm::results::RunResults {
     let config = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
     let opts = RunOptions {
         run_start: Instant::now(),
+        status: false,
     };
     run(&config, &opts, &|_| {}).unwrap()
 }

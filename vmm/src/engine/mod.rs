@@ -558,6 +558,40 @@ impl Engine {
     pub fn snapshot(&self) -> SchedSnapshot {
         self.sched.snapshot(now_ns())
     }
+
+    /// How many vCPUs are in each run state now.
+    pub fn census(&self) -> Census {
+        let mut c = Census::default();
+        for vm in self
+            .vms
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .flatten()
+        {
+            c.vms += 1;
+            for v in &vm.vcpus {
+                match v.state() {
+                    RunState::Running { .. } => c.running += 1,
+                    RunState::Ready => c.ready += 1,
+                    RunState::Halted { .. } => c.halted += 1,
+                    RunState::WaitForSipi | RunState::Paused | RunState::Exited => c.other += 1,
+                }
+            }
+        }
+        c
+    }
+}
+
+/// vCPUs by run state (see [`Engine::census`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Census {
+    pub vms: usize,
+    pub running: usize,
+    pub ready: usize,
+    pub halted: usize,
+    /// Waiting for a start-up IPI, paused, or leaving.
+    pub other: usize,
 }
 
 impl Engine {
