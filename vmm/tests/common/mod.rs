@@ -122,3 +122,41 @@ pub fn pio_loop_code(n: u32) -> Vec<u8> {
     ]);
     c
 }
+
+/// Machine code: marker 1, `n` OUTs to the yield port 0xE0C (each one a
+/// voluntary yield under Pacer's engine), marker 4, exit status 0.
+pub fn yield_loop_code(n: u32) -> Vec<u8> {
+    let mut c = vec![
+        0xb0, 0x01, // mov al, 1
+        0x66, 0xba, 0x00, 0x0e, // mov dx, 0xE00
+        0xee, // out dx, al
+        0xb9, // mov ecx, imm32
+    ];
+    c.extend_from_slice(&n.max(1).to_le_bytes());
+    c.extend_from_slice(&[
+        0x66, 0xba, 0x0c, 0x0e, // mov dx, 0xE0C
+        0xee, // loop: out dx, al
+        0xff, 0xc9, // dec ecx
+        0x75, 0xfb, // jnz loop
+        0xb0, 0x04, // mov al, 4
+        0x66, 0xba, 0x00, 0x0e, // mov dx, 0xE00
+        0xee, // out dx, al
+        0x31, 0xc0, // xor eax, eax
+        0x66, 0xba, 0x08, 0x0e, // mov dx, 0xE08
+        0xef, // out dx, eax
+        0xf4, // hlt
+    ]);
+    c
+}
+
+/// Host milliseconds between marker 1 and marker 4 of a VM result.
+pub fn marker_span_ms(r: &vmm::results::VmResult) -> (f64, f64) {
+    let t = |name: &str| {
+        r.markers
+            .iter()
+            .find(|m| m.marker == name)
+            .unwrap_or_else(|| panic!("{name} missing: {r:?}"))
+            .t_run_ms
+    };
+    (t("first_instruction"), t("workload_done"))
+}
