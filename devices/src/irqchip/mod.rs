@@ -1,0 +1,391 @@
+//! Pacer's own interrupt controller: one local APIC per vCPU, in user
+//! space, for VMs that run without KVM's in-kernel irqchip
+//! (so that a guest HLT exits to the VMM as a block event and every
+//! interrupt for a halted vCPU is a wake event for the scheduler).
+//!
+//! # What is modelled (Intel SDM vol. 3, "Advanced Programmable Interrupt
+//! Controller"; 82093AA datasheet)
+//!
+//! - Local APIC (`lapic.rs`, `lapic/access.rs`, `lapic/timer.rs`;
+//!   constants in `regs.rs`): xAPIC page (per-vCPU base from
+//!   IA32_APIC_BASE) and x2APIC MSRs 0x800-0x8FF with their #GP rules;
+//!   IA32_APIC_BASE mode transitions; ID (writable in xAPIC), version 0x14
+//!   with 6 LVT entries and no directed EOI, TPR/APR/PPR, EOI, LDR/DFR, SVR
+//!   (software enable, focus check, spurious vector), ISR/TMR/IRR, ESR
+//!   (errors latch on write; illegal-vector errors; LVT error interrupt),
+//!   ICR, SELF IPI, six LVT entries, the timer (one-shot, periodic,
+//!   TSC-deadline; 1 ns per count before division) and CR8 as TPR bits 7:4.
+//! - IPIs: fixed, lowest priority, NMI, INIT (level de-assert ignored),
+//!   start-up; shorthands; physical (with broadcast) and logical (xAPIC flat
+//!   and cluster, x2APIC cluster) destinations. Delivery is instantaneous,
+//!   so delivery status always reads idle.
+//! - Lowest priority picks one destination deterministically: among the
+//!   matching software-enabled APICs, the first (by vCPU index) that has
+//!   the vector requested or in service with focus checking enabled (SVR
+//!   bit 9 clear); otherwise the lowest arbitration priority (APR), ties
+//!   split by vector: the (vector mod n)-th of the n tied APICs.
+//! - EOI of a level-triggered vector (TMR bit set) is an EOI broadcast;
+//!   there is no I/O APIC to receive it yet.
+//!
+//! # What is not
+//!
+//! No 8259 PIC: ExtINT messages are dropped.
+//! SMI and remote read are ignored. Nothing drives LINT0/LINT1, the thermal
+//! or the performance-counter LVT entries (their registers work). No CMCI
+//! entry, no directed EOI / EOI-broadcast suppression, no ESR bit 7
+//! (illegal register address: reserved xAPIC offsets read 0, writes are
+//! ignored, as KVM). A hardware-disabled APIC (IA32_APIC_BASE.EN = 0) takes
+//! no messages at all, INIT included, and its registers return to the
+//! power-up state. Mixed xAPIC/x2APIC VMs: each APIC compares a message's
+//! destination in its own mode; an 8-bit destination 0xFF (xAPIC senders)
+//! is broadcast to x2APIC-mode APICs too.
+//!
+//! # Concurrency and lock order
+//!
+//! Every vCPU thread and timer thread calls into one `IrqChip`. Each local
+//! APIC sits behind its own mutex; at most one is held at a time. An IPI
+//! produced under an APIC's lock is routed after it is released (the
+//! target APICs are then locked one after the other).
+//! [`IrqChipHost::notify`] is called with no chip lock held;
+//! [`IrqChipHost::set_timer`] and the clock functions are called with that
+//! vCPU's local-APIC lock held (so one vCPU's `set_timer` calls arrive in
+//! order) and must not call back into the chip.
+//!
+//! `has_pending_hint` is an atomic per vCPU, rewritten under the APIC's
+//! lock after every operation on it, from the APIC's state (a deliverable
+//! interrupt or a pending NMI/INIT/SIPI): it is set before `notify` is
+//! called and cleared only when nothing is pending.
+//!
+//! # How a vCPU loop uses it
+//!
+//! Before KVM_RUN: `kvm_run.cr8 = cr8(v)`; if `has_pending_hint(v)`:
+//! `take_events(v)` (INIT: reset and wait for SIPI; SIPI: start if waiting;
+//! NMI: KVM_NMI), then `pending_interrupt(v)`: if the guest can take it
+//! now, `acknowledge(v)` and KVM_INTERRUPT, else request an interrupt
+//! window. After an exit: `set_cr8(v, kvm_run.cr8)`; MMIO exits go to
+//! `lapic_mmio_*` first; MSR exits for which `handles_msr` is true go to
+//! `msr_*` (#GP on `Err`). A HLT blocks the vCPU unless `pending_interrupt`
+//! or events say otherwise; `notify` wakes it.
+
+mod lapic;
+mod message;
+pub mod regs;
+
+#[cfg(test)]
+mod tests;
+
+pub use lapic::{ApicMode, LapicState};
+
+use lapic::{Effects, Lapic};
+use message::{DeliveryMode, Destination, Message};
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// What the interrupt controller needs from the VMM (implemented in vmm).
+pub trait IrqChipHost: Send + Sync {
+    /// The chip's monotonic clock, ns (the LAPIC timer's time base).
+    fn now_ns(&self) -> u64;
+    /// Convert between the guest's TSC and the chip clock (TSC-deadline mode).
+    fn guest_tsc_to_ns(&self, vcpu: u32, tsc: u64) -> u64;
+    fn ns_to_guest_tsc(&self, vcpu: u32, ns: u64) -> u64;
+    /// Arm (Some(absolute deadline ns)) or cancel (None) vCPU `vcpu`'s LAPIC
+    /// timer. When it fires the VMM calls `IrqChip::timer_expired(vcpu)`.
+    /// A later call replaces an earlier one. Called with that vCPU's
+    /// local-APIC lock held (so one vCPU's calls arrive in order): must not
+    /// call into the chip. The clock and TSC
+    /// functions are called the same way.
+    fn set_timer(&self, vcpu: u32, deadline_ns: Option<u64>);
+    /// vCPU `vcpu` has something new to take (a fixed interrupt that may now
+    /// be deliverable, an NMI, INIT or SIPI): the VMM wakes it if halted or
+    /// kicks it out of KVM_RUN. Always called with no chip lock held; may
+    /// name the calling vCPU itself.
+    fn notify(&self, vcpu: u32);
+    /// The guest's MAXPHYADDR (CPUID 0x80000008 EAX bits 7:0): IA32_APIC_BASE
+    /// bits at and above it are reserved.
+    fn guest_phys_addr_bits(&self) -> u8;
+}
+
+/// Why an MSR access faults: the guest gets #GP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MsrFault {
+    #[error("MSR {0:#x} is not an interrupt-controller MSR")]
+    NotHandled(u32),
+    #[error("no vCPU {0}")]
+    NoSuchVcpu(u32),
+    #[error("x2APIC MSR {0:#x} accessed while the APIC is not in x2APIC mode")]
+    NotX2Apic(u32),
+    #[error("x2APIC MSR {0:#x} is not a register")]
+    NoSuchRegister(u32),
+    #[error("x2APIC register MSR {0:#x} is read-only")]
+    ReadOnly(u32),
+    #[error("x2APIC register MSR {0:#x} is write-only")]
+    WriteOnly(u32),
+    #[error("write of {value:#x} to MSR {msr:#x} sets reserved bits")]
+    ReservedBits { msr: u32, value: u64 },
+    #[error("IA32_APIC_BASE write {value:#x} is an illegal mode transition")]
+    IllegalTransition { value: u64 },
+}
+
+/// Events for the vCPU itself, collected by [`IrqChip::take_events`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CpuEvents {
+    /// NMIs received (each one a KVM_NMI for the VMM).
+    pub nmis: u32,
+    /// An INIT was received: the LAPIC is already in its INIT state; the
+    /// VMM resets the vCPU and makes it wait for SIPI.
+    pub init: bool,
+    /// The vector of the last start-up IPI received since the last INIT
+    /// (an INIT drops earlier ones). Whether it is honoured (vCPU waiting
+    /// for SIPI) is the VMM's business.
+    pub sipi: Option<u8>,
+}
+
+impl CpuEvents {
+    pub fn is_empty(&self) -> bool {
+        *self == CpuEvents::default()
+    }
+}
+
+/// One local APIC and its pending-work hint.
+struct LapicSlot {
+    lapic: Mutex<Lapic>,
+    hint: AtomicBool,
+}
+
+/// vCPUs to notify once every lock is released.
+#[derive(Default)]
+struct Notify(Vec<u32>);
+
+impl Notify {
+    fn add(&mut self, vcpu: u32) {
+        if !self.0.contains(&vcpu) {
+            self.0.push(vcpu);
+        }
+    }
+    fn send(self, host: &dyn IrqChipHost) {
+        for vcpu in self.0 {
+            host.notify(vcpu);
+        }
+    }
+}
+
+/// The VM-wide interrupt controller.
+pub struct IrqChip {
+    host: Arc<dyn IrqChipHost>,
+    phys_addr_bits: u8,
+    lapics: Box<[LapicSlot]>,
+}
+
+fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere must not take the VM's interrupts down with it.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl IrqChip {
+    /// A chip for `vcpus` vCPUs in their power-up state. APIC id = vCPU
+    /// index; vCPU 0 is the BSP.
+    pub fn new(vcpus: u32, host: Arc<dyn IrqChipHost>) -> Arc<IrqChip> {
+        let lapics = (0..vcpus)
+            .map(|v| LapicSlot {
+                lapic: Mutex::new(Lapic::new(v)),
+                hint: AtomicBool::new(false),
+            })
+            .collect();
+        Arc::new(IrqChip {
+            phys_addr_bits: host.guest_phys_addr_bits(),
+            host,
+            lapics,
+        })
+    }
+
+    pub fn vcpus(&self) -> u32 {
+        self.lapics.len() as u32
+    }
+
+    /// Run `f` on vCPU `vcpu`'s APIC under its lock and refresh the hint.
+    fn with_lapic<R>(
+        &self,
+        vcpu: u32,
+        f: impl FnOnce(&mut Lapic, &dyn IrqChipHost) -> R,
+    ) -> Option<R> {
+        let slot = self.lapics.get(vcpu as usize)?;
+        let mut lapic = lock(&slot.lapic);
+        let result = f(&mut lapic, &*self.host);
+        // SeqCst: pairs with the VMM's "in guest" flag (store, then load
+        // the other) so that either the VMM sees the hint or we see it in
+        // guest and kick it.
+        slot.hint.store(lapic.has_work(), Ordering::SeqCst);
+        Some(result)
+    }
+
+    /// Route what a register access sent out, then notify.
+    fn finish(&self, vcpu: u32, effects: Effects) {
+        let mut notify = Notify::default();
+        if effects.notify_self {
+            notify.add(vcpu);
+        }
+        if let Some(msg) = effects.ipi {
+            self.route(&msg, &mut notify);
+        }
+        if let Some(vector) = effects.eoi_broadcast {
+            log::trace!("vcpu{vcpu}: EOI broadcast of {vector:#x}: no I/O APIC");
+        }
+        notify.send(&*self.host);
+    }
+
+    /// Deliver a message to every APIC it is for (lowest priority: to one).
+    /// Takes each APIC's lock in turn. Returns whether any accepted it.
+    fn route(&self, msg: &Message, notify: &mut Notify) -> bool {
+        if msg.mode == DeliveryMode::LowestPriority {
+            return match self.lowest_priority_target(msg) {
+                Some(target) => self.deliver_to(target, msg, notify),
+                None => false,
+            };
+        }
+        let targets: Vec<u32> = match msg.dest {
+            Destination::SelfOnly => msg.source.into_iter().collect(),
+            _ => (0..self.vcpus()).collect(),
+        };
+        let mut accepted = false;
+        for target in targets {
+            accepted |= self.deliver_to(target, msg, notify);
+        }
+        accepted
+    }
+
+    fn deliver_to(&self, target: u32, msg: &Message, notify: &mut Notify) -> bool {
+        let acceptance = self
+            .with_lapic(target, |l, host| {
+                l.matches(&msg.dest, msg.source)
+                    .then(|| l.accept(msg, host))
+            })
+            .flatten()
+            .unwrap_or_default();
+        if acceptance.notify {
+            notify.add(target);
+        }
+        acceptance.accepted
+    }
+
+    /// The one destination of a lowest-priority message (see the module
+    /// comment for the rule).
+    fn lowest_priority_target(&self, msg: &Message) -> Option<u32> {
+        let mut candidates = Vec::new();
+        for vcpu in 0..self.vcpus() {
+            let bid = self.with_lapic(vcpu, |l, _| {
+                (l.matches(&msg.dest, msg.source) && l.sw_enabled())
+                    .then(|| (l.is_focus_for(msg.vector), l.apr()))
+            });
+            if let Some(Some((focus, apr))) = bid {
+                if focus {
+                    return Some(vcpu);
+                }
+                candidates.push((vcpu, apr));
+            }
+        }
+        let lowest = candidates.iter().map(|&(_, apr)| apr).min()?;
+        let tied: Vec<u32> = candidates
+            .iter()
+            .filter(|&&(_, apr)| apr == lowest)
+            .map(|&(v, _)| v)
+            .collect();
+        tied.get(usize::from(msg.vector) % tied.len()).copied()
+    }
+
+    /// xAPIC MMIO read of vCPU `vcpu`'s APIC page. False (data untouched)
+    /// if `gpa` is not in that page or the APIC is not in xAPIC mode. Sizes:
+    /// each byte reads from its lane of the 32-bit register (bytes 4-15 of a
+    /// register slot read 0); an access must lie within the page.
+    pub fn lapic_mmio_read(&self, vcpu: u32, gpa: u64, data: &mut [u8]) -> bool {
+        self.with_lapic(vcpu, |l, host| l.mmio_read(gpa, data, host))
+            .unwrap_or(false)
+    }
+
+    /// xAPIC MMIO write; false if not claimed (as for reads). Only aligned
+    /// 4-byte writes reach a register; other sizes are claimed and ignored.
+    pub fn lapic_mmio_write(&self, vcpu: u32, gpa: u64, data: &[u8]) -> bool {
+        match self.with_lapic(vcpu, |l, host| l.mmio_write(gpa, data, host)) {
+            Some(Some(effects)) => {
+                self.finish(vcpu, effects);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// IA32_APIC_BASE, IA32_TSC_DEADLINE and the x2APIC range 0x800-0x8FF.
+    pub fn handles_msr(msr: u32) -> bool {
+        matches!(
+            msr,
+            regs::MSR_IA32_APIC_BASE | regs::MSR_IA32_TSC_DEADLINE | regs::X2APIC_MSR_FIRST
+                ..=regs::X2APIC_MSR_LAST
+        )
+    }
+
+    pub fn msr_read(&self, vcpu: u32, msr: u32) -> Result<u64, MsrFault> {
+        self.with_lapic(vcpu, |l, host| l.msr_read(msr, host))
+            .unwrap_or(Err(MsrFault::NoSuchVcpu(vcpu)))
+    }
+
+    pub fn msr_write(&self, vcpu: u32, msr: u32, value: u64) -> Result<(), MsrFault> {
+        let bits = self.phys_addr_bits;
+        let effects = self
+            .with_lapic(vcpu, |l, host| l.msr_write(msr, value, bits, host))
+            .unwrap_or(Err(MsrFault::NoSuchVcpu(vcpu)))?;
+        self.finish(vcpu, effects);
+        Ok(())
+    }
+
+    /// The host timer armed by `set_timer` for `vcpu` fired (early or stale
+    /// calls are harmless: the chip re-arms).
+    pub fn timer_expired(&self, vcpu: u32) {
+        if self.with_lapic(vcpu, |l, host| l.timer_expired(host)) == Some(true) {
+            self.host.notify(vcpu);
+        }
+    }
+
+    /// Cheap (one atomic load): might vcpu have something to take? Checked
+    /// before every KVM_RUN.
+    pub fn has_pending_hint(&self, vcpu: u32) -> bool {
+        self.lapics
+            .get(vcpu as usize)
+            .is_some_and(|s| s.hint.load(Ordering::SeqCst))
+    }
+
+    /// Highest-priority fixed interrupt deliverable now (IRR above PPR),
+    /// without taking it.
+    pub fn pending_interrupt(&self, vcpu: u32) -> Option<u8> {
+        self.with_lapic(vcpu, |l, _| l.deliverable()).flatten()
+    }
+
+    /// INTA: move that vector from IRR to ISR and return it (when the VMM
+    /// injects it). None if nothing is deliverable any more (then nothing
+    /// is injected; no spurious vector is produced).
+    pub fn acknowledge(&self, vcpu: u32) -> Option<u8> {
+        self.with_lapic(vcpu, |l, _| l.acknowledge()).flatten()
+    }
+
+    /// NMI / INIT / SIPI(vector) delivered to vcpu since the last call.
+    pub fn take_events(&self, vcpu: u32) -> CpuEvents {
+        self.with_lapic(vcpu, |l, _| l.take_events())
+            .unwrap_or_default()
+    }
+
+    /// TPR bits 7:4, for the VMM to put in `kvm_run.cr8` before KVM_RUN
+    /// (without an in-kernel irqchip KVM keeps CR8 from that field).
+    pub fn cr8(&self, vcpu: u32) -> u64 {
+        self.with_lapic(vcpu, |l, _| l.cr8()).unwrap_or(0)
+    }
+
+    /// The guest's CR8 after an exit (`kvm_run.cr8`): TPR = CR8 << 4. A
+    /// lower TPR may make an interrupt deliverable (see the hint).
+    pub fn set_cr8(&self, vcpu: u32, cr8: u64) {
+        self.with_lapic(vcpu, |l, _| l.set_cr8(cr8));
+    }
+
+    /// Per-vCPU register dump for debugging/tests; None for no such vCPU.
+    pub fn lapic_state(&self, vcpu: u32) -> Option<LapicState> {
+        self.with_lapic(vcpu, |l, host| l.state(host))
+    }
+}
