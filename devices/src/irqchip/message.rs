@@ -1,6 +1,6 @@
-//! Messages on the (virtual) APIC bus: what a local APIC's ICR sends, and
-//! to whom. Shared by the sender side (`lapic/access.rs`), the router
-//! (`IrqChip`) and the receiver (`Lapic`).
+//! Messages on the (virtual) APIC bus: what a local APIC's ICR or the I/O
+//! APIC's redirection entries send, and to whom. Shared by the sender side
+//! (`lapic`, `ioapic`), the router (`IrqChip`) and the receiver (`Lapic`).
 
 use super::regs::*;
 

@@ -1,5 +1,5 @@
-//! Pacer's own interrupt controller: one local APIC per vCPU, in user
-//! space, for VMs that run without KVM's in-kernel irqchip
+//! Pacer's own interrupt controller: one local APIC per vCPU and one I/O
+//! APIC, in user space, for VMs that run without KVM's in-kernel irqchip
 //! (so that a guest HLT exits to the VMM as a block event and every
 //! interrupt for a halted vCPU is a wake event for the scheduler).
 //!
@@ -24,12 +24,13 @@
 //!   the vector requested or in service with focus checking enabled (SVR
 //!   bit 9 clear); otherwise the lowest arbitration priority (APR), ties
 //!   split by vector: the (vector mod n)-th of the n tied APICs.
-//! - EOI of a level-triggered vector (TMR bit set) is an EOI broadcast;
-//!   there is no I/O APIC to receive it yet.
+//! - I/O APIC (`ioapic.rs`): 24 pins, edge and level, polarity, mask,
+//!   remote IRR and EOI broadcast (the local APIC sends the EOI of a vector
+//!   whose TMR bit is set).
 //!
 //! # What is not
 //!
-//! No 8259 PIC: ExtINT messages are dropped.
+//! No 8259 PIC: ExtINT messages (I/O APIC entries, LVT LINT0) are dropped.
 //! SMI and remote read are ignored. Nothing drives LINT0/LINT1, the thermal
 //! or the performance-counter LVT entries (their registers work). No CMCI
 //! entry, no directed EOI / EOI-broadcast suppression, no ESR bit 7
@@ -37,19 +38,23 @@
 //! ignored, as KVM). A hardware-disabled APIC (IA32_APIC_BASE.EN = 0) takes
 //! no messages at all, INIT included, and its registers return to the
 //! power-up state. Mixed xAPIC/x2APIC VMs: each APIC compares a message's
-//! destination in its own mode; an 8-bit destination 0xFF (xAPIC senders)
-//! is broadcast to x2APIC-mode APICs too.
+//! destination in its own mode; an 8-bit destination 0xFF (I/O APIC, xAPIC
+//! senders) is broadcast to x2APIC-mode APICs too.
 //!
 //! # Concurrency and lock order
 //!
-//! Every vCPU thread and timer thread calls into one `IrqChip`. Each local
-//! APIC sits behind its own mutex; at most one is held at a time. An IPI
-//! produced under an APIC's lock is routed after it is released (the
-//! target APICs are then locked one after the other).
+//! Every vCPU thread, timer thread and device calls into one `IrqChip`.
+//! Each local APIC sits behind its own mutex, the I/O APIC behind another.
+//! Lock order: **I/O APIC, then at most one local APIC at a time.** A local
+//! APIC's lock is never held while taking another lock; an IPI or EOI
+//! broadcast produced under it is routed after it is released (the target
+//! APICs are then locked one after the other).
 //! [`IrqChipHost::notify`] is called with no chip lock held;
 //! [`IrqChipHost::set_timer`] and the clock functions are called with that
 //! vCPU's local-APIC lock held (so one vCPU's `set_timer` calls arrive in
-//! order) and must not call back into the chip.
+//! order; an INIT from an I/O APIC pin also holds the I/O APIC's) and must
+//! not call back into the chip. The I/O APIC's MMIO device sits behind the
+//! MMIO bus's own mutex, taken before all of these.
 //!
 //! `has_pending_hint` is an atomic per vCPU, rewritten under the APIC's
 //! lock after every operation on it, from the APIC's state (a deliverable
@@ -67,6 +72,7 @@
 //! `msr_*` (#GP on `Err`). A HLT blocks the vCPU unless `pending_interrupt`
 //! or events say otherwise; `notify` wakes it.
 
+mod ioapic;
 mod lapic;
 mod message;
 pub mod regs;
@@ -76,11 +82,15 @@ mod tests;
 
 pub use lapic::{ApicMode, LapicState};
 
+use crate::bus::IoContext;
+use crate::irq::InterruptLine;
+use crate::mmio::MmioDevice;
+use ioapic::IoApic;
 use lapic::{Effects, Lapic};
 use message::{DeliveryMode, Destination, Message};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// What the interrupt controller needs from the VMM (implemented in vmm).
 pub trait IrqChipHost: Send + Sync {
@@ -92,8 +102,8 @@ pub trait IrqChipHost: Send + Sync {
     /// Arm (Some(absolute deadline ns)) or cancel (None) vCPU `vcpu`'s LAPIC
     /// timer. When it fires the VMM calls `IrqChip::timer_expired(vcpu)`.
     /// A later call replaces an earlier one. Called with that vCPU's
-    /// local-APIC lock held (so one vCPU's calls arrive in order): must not
-    /// call into the chip. The clock and TSC
+    /// local-APIC lock held (so one vCPU's calls arrive in order), maybe the
+    /// I/O APIC's too: must not call into the chip. The clock and TSC
     /// functions are called the same way.
     fn set_timer(&self, vcpu: u32, deadline_ns: Option<u64>);
     /// vCPU `vcpu` has something new to take (a fixed interrupt that may now
@@ -175,6 +185,7 @@ pub struct IrqChip {
     host: Arc<dyn IrqChipHost>,
     phys_addr_bits: u8,
     lapics: Box<[LapicSlot]>,
+    ioapic: Mutex<IoApic>,
 }
 
 fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -196,6 +207,7 @@ impl IrqChip {
             phys_addr_bits: host.guest_phys_addr_bits(),
             host,
             lapics,
+            ioapic: Mutex::new(IoApic::new()),
         })
     }
 
@@ -229,7 +241,7 @@ impl IrqChip {
             self.route(&msg, &mut notify);
         }
         if let Some(vector) = effects.eoi_broadcast {
-            log::trace!("vcpu{vcpu}: EOI broadcast of {vector:#x}: no I/O APIC");
+            lock(&self.ioapic).eoi(vector, &mut |m| self.route(m, &mut notify));
         }
         notify.send(&*self.host);
     }
@@ -384,8 +396,81 @@ impl IrqChip {
         self.with_lapic(vcpu, |l, _| l.set_cr8(cr8));
     }
 
+    /// I/O APIC pin level (device interrupts); pins past 23 are ignored.
+    pub fn set_irq(&self, pin: u32, high: bool) {
+        let mut notify = Notify::default();
+        lock(&self.ioapic).set_input(pin, high, &mut |m| self.route(m, &mut notify));
+        notify.send(&*self.host);
+    }
+
+    /// An InterruptLine for a pin, for devices (serial is ISA IRQ 4 -> pin 4).
+    pub fn irq_line(self: &Arc<Self>, pin: u32) -> Arc<dyn InterruptLine> {
+        Arc::new(IoApicPin {
+            chip: Arc::downgrade(self),
+            pin,
+        })
+    }
+
+    /// The I/O APIC's registers as an MMIO device at 0xFEC0_0000 (len
+    /// 0x1000), for an MmioBus. Sizes: see `ioapic.rs`.
+    pub fn ioapic_mmio(self: &Arc<Self>) -> Arc<Mutex<dyn MmioDevice>> {
+        Arc::new(Mutex::new(IoApicMmio {
+            chip: Arc::downgrade(self),
+        }))
+    }
+
+    fn ioapic_mmio_read(&self, offset: u64, data: &mut [u8]) {
+        lock(&self.ioapic).mmio_read(offset, data);
+    }
+
+    fn ioapic_mmio_write(&self, offset: u64, data: &[u8]) {
+        let mut notify = Notify::default();
+        lock(&self.ioapic).mmio_write(offset, data, &mut |m| self.route(m, &mut notify));
+        notify.send(&*self.host);
+    }
+
     /// Per-vCPU register dump for debugging/tests; None for no such vCPU.
     pub fn lapic_state(&self, vcpu: u32) -> Option<LapicState> {
         self.with_lapic(vcpu, |l, host| l.state(host))
+    }
+
+    /// Redirection entry of an I/O APIC pin (debugging/tests).
+    pub fn ioapic_entry(&self, pin: u32) -> Option<u64> {
+        lock(&self.ioapic).entry(pin as usize)
+    }
+}
+
+/// A device's interrupt line into an I/O APIC pin. Holds the chip weakly:
+/// devices may be owned (through the host) by the chip's owner.
+struct IoApicPin {
+    chip: Weak<IrqChip>,
+    pin: u32,
+}
+
+impl InterruptLine for IoApicPin {
+    fn set_level(&self, high: bool) {
+        if let Some(chip) = self.chip.upgrade() {
+            chip.set_irq(self.pin, high);
+        }
+    }
+}
+
+/// The I/O APIC's MMIO face.
+struct IoApicMmio {
+    chip: Weak<IrqChip>,
+}
+
+impl MmioDevice for IoApicMmio {
+    fn read(&mut self, _ctx: IoContext, offset: u64, data: &mut [u8]) {
+        match self.chip.upgrade() {
+            Some(chip) => chip.ioapic_mmio_read(offset, data),
+            None => data.fill(0xFF),
+        }
+    }
+
+    fn write(&mut self, _ctx: IoContext, offset: u64, data: &[u8]) {
+        if let Some(chip) = self.chip.upgrade() {
+            chip.ioapic_mmio_write(offset, data);
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! manual clock, a 2 GHz guest TSC, and a record of every `set_timer` and
 //! `notify` call.
 
+mod ioapic;
 mod ipi;
 mod priority;
 mod registers;
