@@ -2,9 +2,11 @@
 //! manual clock, a 2 GHz guest TSC, and a record of every `set_timer` and
 //! `notify` call.
 
+mod concurrency;
 mod ioapic;
 mod ipi;
 mod priority;
+mod props;
 mod registers;
 mod timer;
 
