@@ -13,7 +13,7 @@
 mod access;
 mod timer;
 
-use super::message::{DeliveryMode, Destination, Message};
+use super::message::{DeliveryMode, Destination, Message, RouteKey};
 use super::regs::*;
 use super::{CpuEvents, IrqChipHost, MsrFault};
 use serde::Serialize;
@@ -258,47 +258,23 @@ impl Lapic {
     // ------------------------------------------------------------------
     // Receiving.
 
+    /// What routing needs to know of this APIC (see [`RouteKey`]).
+    pub(crate) fn route_key(&self) -> RouteKey {
+        let mode = self.mode();
+        RouteKey {
+            mode,
+            id: match mode {
+                ApicMode::X2Apic => self.id,
+                _ => self.id & 0xFF,
+            },
+            logical_id: (self.ldr >> LDR_XAPIC_SHIFT) as u8,
+            dfr_model: (self.dfr >> DFR_MODEL_SHIFT) as u8,
+        }
+    }
+
     /// Is `dest` this APIC? A hardware-disabled APIC matches nothing.
     pub(crate) fn matches(&self, dest: &Destination, source: Option<u32>) -> bool {
-        let mode = self.mode();
-        if mode == ApicMode::Disabled {
-            return false;
-        }
-        match *dest {
-            Destination::SelfOnly => source == Some(self.vcpu),
-            Destination::All => true,
-            Destination::AllButSelf => source != Some(self.vcpu),
-            Destination::Physical { id, format } => {
-                if id == format.broadcast() {
-                    return true;
-                }
-                match mode {
-                    ApicMode::X2Apic => id == self.id,
-                    _ => id == self.id & 0xFF,
-                }
-            }
-            Destination::Logical { mda, format } => {
-                if mda == format.broadcast() {
-                    return true;
-                }
-                match mode {
-                    ApicMode::X2Apic => mda >> 16 == self.ldr >> 16 && self.ldr & mda & 0xFFFF != 0,
-                    _ => {
-                        if mda > 0xFF {
-                            return false;
-                        }
-                        let logical = self.ldr >> LDR_XAPIC_SHIFT;
-                        match self.dfr >> DFR_MODEL_SHIFT {
-                            DFR_MODEL_FLAT => logical & mda != 0,
-                            DFR_MODEL_CLUSTER => {
-                                logical >> 4 == mda >> 4 && logical & mda & 0xF != 0
-                            }
-                            _ => false,
-                        }
-                    }
-                }
-            }
-        }
+        self.route_key().matches(self.vcpu, dest, source)
     }
 
     /// Take a message addressed to this APIC.
@@ -468,10 +444,7 @@ impl Lapic {
             vcpu: self.vcpu,
             mode: self.mode(),
             apic_base: self.apic_base,
-            id: match self.mode() {
-                ApicMode::X2Apic => self.id,
-                _ => self.id & 0xFF,
-            },
+            id: self.route_key().id,
             version: APIC_VERSION_VALUE,
             tpr: self.tpr,
             apr: self.apr(),

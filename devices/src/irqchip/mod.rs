@@ -87,9 +87,9 @@ use crate::irq::InterruptLine;
 use crate::mmio::MmioDevice;
 use ioapic::IoApic;
 use lapic::{Effects, Lapic};
-use message::{DeliveryMode, Destination, Message};
+use message::{DeliveryMode, Destination, Message, RouteKey};
 use serde::Serialize;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// What the interrupt controller needs from the VMM (implemented in vmm).
@@ -157,24 +157,35 @@ impl CpuEvents {
     }
 }
 
-/// One local APIC and its pending-work hint.
+/// One local APIC, its pending-work hint and its routing key, the last
+/// two rewritten under the lock after every operation on it.
 struct LapicSlot {
     lapic: Mutex<Lapic>,
     hint: AtomicBool,
+    /// [`RouteKey`] packed: lets the router skip APICs without locking them.
+    route: AtomicU64,
 }
 
-/// vCPUs to notify once every lock is released.
+/// vCPUs to notify once every lock is released (the first one without
+/// allocating: most messages have one destination).
 #[derive(Default)]
-struct Notify(Vec<u32>);
+struct Notify {
+    first: Option<u32>,
+    rest: Vec<u32>,
+}
 
 impl Notify {
     fn add(&mut self, vcpu: u32) {
-        if !self.0.contains(&vcpu) {
-            self.0.push(vcpu);
+        if self.first == Some(vcpu) || self.rest.contains(&vcpu) {
+            return;
+        }
+        match self.first {
+            None => self.first = Some(vcpu),
+            Some(_) => self.rest.push(vcpu),
         }
     }
     fn send(self, host: &dyn IrqChipHost) {
-        for vcpu in self.0 {
+        for vcpu in self.first.into_iter().chain(self.rest) {
             host.notify(vcpu);
         }
     }
@@ -198,9 +209,13 @@ impl IrqChip {
     /// index; vCPU 0 is the BSP.
     pub fn new(vcpus: u32, host: Arc<dyn IrqChipHost>) -> Arc<IrqChip> {
         let lapics = (0..vcpus)
-            .map(|v| LapicSlot {
-                lapic: Mutex::new(Lapic::new(v)),
-                hint: AtomicBool::new(false),
+            .map(|v| {
+                let lapic = Lapic::new(v);
+                LapicSlot {
+                    route: AtomicU64::new(lapic.route_key().pack()),
+                    lapic: Mutex::new(lapic),
+                    hint: AtomicBool::new(false),
+                }
             })
             .collect();
         Arc::new(IrqChip {
@@ -228,6 +243,8 @@ impl IrqChip {
         // the other) so that either the VMM sees the hint or we see it in
         // guest and kick it.
         slot.hint.store(lapic.has_work(), Ordering::SeqCst);
+        slot.route
+            .store(lapic.route_key().pack(), Ordering::Release);
         Some(result)
     }
 
@@ -255,18 +272,42 @@ impl IrqChip {
                 None => false,
             };
         }
-        let targets: Vec<u32> = match msg.dest {
-            Destination::SelfOnly => msg.source.into_iter().collect(),
-            _ => (0..self.vcpus()).collect(),
-        };
         let mut accepted = false;
-        for target in targets {
-            accepted |= self.deliver_to(target, msg, notify);
+        match msg.dest {
+            Destination::SelfOnly => {
+                return msg.source.is_some_and(|s| self.deliver_to(s, msg, notify));
+            }
+            // Unicast (the common case): compare the published ids only.
+            Destination::Physical { id, format } if id != format.broadcast() => {
+                for (target, slot) in self.lapics.iter().enumerate() {
+                    if RouteKey::physical_id(slot.route.load(Ordering::Acquire)) == Some(id) {
+                        accepted |= self.deliver_to(target as u32, msg, notify);
+                    }
+                }
+            }
+            _ => {
+                for target in 0..self.vcpus() {
+                    accepted |= self.deliver_to(target, msg, notify);
+                }
+            }
         }
         accepted
     }
 
+    /// Could `msg` be for `target`, by its published routing key? (Checked
+    /// again under its lock: an APIC changing its id or mode concurrently
+    /// sees the message as sent before or after the change.)
+    fn may_match(&self, target: u32, msg: &Message) -> bool {
+        self.lapics.get(target as usize).is_some_and(|slot| {
+            RouteKey::unpack(slot.route.load(Ordering::Acquire))
+                .matches(target, &msg.dest, msg.source)
+        })
+    }
+
     fn deliver_to(&self, target: u32, msg: &Message, notify: &mut Notify) -> bool {
+        if !self.may_match(target, msg) {
+            return false;
+        }
         let acceptance = self
             .with_lapic(target, |l, host| {
                 l.matches(&msg.dest, msg.source)
@@ -284,7 +325,7 @@ impl IrqChip {
     /// comment for the rule).
     fn lowest_priority_target(&self, msg: &Message) -> Option<u32> {
         let mut candidates = Vec::new();
-        for vcpu in 0..self.vcpus() {
+        for vcpu in (0..self.vcpus()).filter(|&v| self.may_match(v, msg)) {
             let bid = self.with_lapic(vcpu, |l, _| {
                 (l.matches(&msg.dest, msg.source) && l.sw_enabled())
                     .then(|| (l.is_focus_for(msg.vector), l.apr()))
