@@ -48,7 +48,9 @@
 //! Lock order: **I/O APIC, then at most one local APIC at a time.** A local
 //! APIC's lock is never held while taking another lock; an IPI or EOI
 //! broadcast produced under it is routed after it is released (the target
-//! APICs are then locked one after the other).
+//! APICs are then locked one after the other). Each APIC also publishes
+//! what matching a destination needs in an atomic (`RouteKey`), so the
+//! router locks only the APICs a message is for.
 //! [`IrqChipHost::notify`] is called with no chip lock held;
 //! [`IrqChipHost::set_timer`] and the clock functions are called with that
 //! vCPU's local-APIC lock held (so one vCPU's `set_timer` calls arrive in
@@ -97,6 +99,10 @@ pub trait IrqChipHost: Send + Sync {
     /// The chip's monotonic clock, ns (the LAPIC timer's time base).
     fn now_ns(&self) -> u64;
     /// Convert between the guest's TSC and the chip clock (TSC-deadline mode).
+    /// A deadline fires once `ns_to_guest_tsc(now_ns())` reaches it, so that
+    /// conversion must not lag the guest's real TSC: a deadline the guest
+    /// has already passed (e.g. `wrmsr(TSC_DEADLINE, rdtsc())`) is then
+    /// raised during the WRMSR itself.
     fn guest_tsc_to_ns(&self, vcpu: u32, tsc: u64) -> u64;
     fn ns_to_guest_tsc(&self, vcpu: u32, ns: u64) -> u64;
     /// Arm (Some(absolute deadline ns)) or cancel (None) vCPU `vcpu`'s LAPIC
