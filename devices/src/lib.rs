@@ -2,7 +2,8 @@
 //!
 //! Devices plug into the port-I/O bus ([`bus::PioBus`]) or the MMIO bus
 //! ([`mmio::MmioBus`]) and raise interrupts through an
-//! [`irq::InterruptLine`], whichever interrupt controller is behind it. The
+//! [`irq::InterruptLine`], whichever interrupt controller is behind it
+//! (KVM's, or Pacer's own local and I/O APICs in [`irqchip`]). The
 //! devices never touch KVM: they talk to the VM that owns them through the
 //! [`VmEventSink`] trait (markers, result records, stop requests) and read
 //! guest memory through [`GuestMemoryRead`], so they can be unit-tested
@@ -12,12 +13,14 @@ pub mod bus;
 pub mod exit_port;
 pub mod i8042;
 pub mod irq;
+pub mod irqchip;
 pub mod mmio;
 pub mod result_port;
 pub mod serial;
 
 pub use bus::{IoContext, PioBus, PioDevice};
 pub use irq::InterruptLine;
+pub use irqchip::{IrqChip, IrqChipHost};
 pub use mmio::{MmioBus, MmioDevice};
 pub use result_port::{Marker, RecordError, RecordKind, ResultRecord};
 
