@@ -27,6 +27,22 @@ const LEVEL_CORE: u32 = 2;
 const ECX_HYPERVISOR: u32 = 1 << 31;
 /// Leaf 1 EDX: HTT (more than one logical processor per package).
 const EDX_HTT: u32 = 1 << 28;
+/// Leaf 1 ECX: x2APIC.
+const ECX_X2APIC: u32 = 1 << 21;
+/// Leaf 1 ECX: TSC-deadline mode of the LAPIC timer.
+const ECX_TSC_DEADLINE: u32 = 1 << 24;
+
+/// The guest's physical address width (CPUID 0x80000008 EAX[7:0]; 36 if
+/// the table does not say).
+pub fn phys_addr_bits(table: &CpuId) -> u8 {
+    table
+        .as_slice()
+        .iter()
+        .find(|e| e.function == 0x8000_0008)
+        .map(|e| (e.eax & 0xff) as u8)
+        .filter(|&b| b >= 32)
+        .unwrap_or(36)
+}
 
 /// KVM's supported CPUID table.
 pub fn supported(kvm: &Kvm) -> Result<CpuId, CpuidError> {
@@ -77,7 +93,9 @@ pub fn for_vcpu(base: &CpuId, vcpu: u32, nvcpus: u32) -> Result<CpuId, CpuidErro
                 // EBX[31:24] initial APIC id, EBX[23:16] logical processors
                 // per package, EBX[15:8] CLFLUSH size (kept).
                 e.ebx = (e.ebx & 0x0000_ffff) | (vcpu << 24) | ((nvcpus.min(255)) << 16);
-                e.ecx |= ECX_HYPERVISOR;
+                // x2APIC and TSC-deadline: both interrupt controllers
+                // (KVM's in-kernel one and Pacer's) implement them.
+                e.ecx |= ECX_HYPERVISOR | ECX_X2APIC | ECX_TSC_DEADLINE;
                 if nvcpus > 1 {
                     e.edx |= EDX_HTT;
                 } else {

@@ -88,6 +88,7 @@ impl Engine {
         if now_ns() >= quantum_end {
             return Next::Stop(Stop::Quantum);
         }
+        irq::sync_cr8(vm.irq.as_ref(), runner);
         if *last == VcpuStep::Start || vm.irq.has_pending_hint(v.index) {
             if let Some(stop) = self.take_cpu_events(vm, v, runner) {
                 return Next::Stop(stop);
@@ -259,9 +260,13 @@ impl Engine {
         match ctl.state {
             RunState::Running { cpu } => {
                 drop(ctl);
-                // Out of KVM_RUN, so the interrupt is injected at once.
+                // Out of KVM_RUN, so the interrupt is injected at once —
+                // unless this is its own executor (a self-IPI, an EOI),
+                // which looks at the controller before the next entry.
                 if let Some(s) = self.slot(cpu) {
-                    s.signal_executor();
+                    if s.executor.load(Ordering::Acquire) != crate::signals::current_tid() {
+                        s.signal_executor();
+                    }
                 }
             }
             RunState::Halted { interruptible }
