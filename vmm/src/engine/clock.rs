@@ -227,7 +227,10 @@ mod poll_tests {
         for _ in 0..10 {
             p.adapt(150_000);
         }
-        assert_eq!(p.window_ns, 200_000);
+        // Doubling stops once blocks end within the window.
+        assert_eq!(p.window_ns, 160_000);
+        p.adapt(190_000);
+        assert_eq!(p.window_ns, 200_000, "clamped at the maximum");
         p.adapt(5_000); // within the window: unchanged
         assert_eq!(p.window_ns, 200_000);
         p.adapt(10_000_000);
