@@ -13,8 +13,10 @@ pub mod exit_port;
 pub mod i8042;
 pub mod irq;
 pub mod mmio;
+pub mod result_payload;
 pub mod result_port;
 pub mod serial;
+pub mod yield_port;
 
 pub use bus::{IoContext, PioBus, PioDevice};
 pub use irq::InterruptLine;
