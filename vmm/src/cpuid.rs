@@ -25,6 +25,8 @@ const LEVEL_SMT: u32 = 1;
 const LEVEL_CORE: u32 = 2;
 /// Leaf 1 ECX: hypervisor present.
 const ECX_HYPERVISOR: u32 = 1 << 31;
+/// Leaf 1 ECX: the local APIC's TSC-deadline timer mode.
+const ECX_TSC_DEADLINE: u32 = 1 << 24;
 /// Leaf 1 EDX: HTT (more than one logical processor per package).
 const EDX_HTT: u32 = 1 << 28;
 
@@ -32,6 +34,17 @@ const EDX_HTT: u32 = 1 << 28;
 pub fn supported(kvm: &Kvm) -> Result<CpuId, CpuidError> {
     kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
         .map_err(CpuidError::Supported)
+}
+
+/// Advertise the LAPIC's TSC-deadline timer (leaf 1 ECX bit 24). KVM's
+/// in-kernel LAPIC accepts TSC-deadline mode only when the guest's CPUID
+/// has the bit, and KVM_GET_SUPPORTED_CPUID does not always set it.
+pub fn set_tsc_deadline(cpuid: &mut CpuId) {
+    for e in cpuid.as_mut_slice() {
+        if e.function == 0x1 {
+            e.ecx |= ECX_TSC_DEADLINE;
+        }
+    }
 }
 
 /// Bits needed to number `n` cores (the x2APIC id shift of the core level).
@@ -184,6 +197,19 @@ mod tests {
                 .filter(|e| e.function == 0xb && e.index == 0)
                 .count(),
             1
+        );
+    }
+
+    #[test]
+    fn tsc_deadline_bit() {
+        let mut c = base();
+        assert_eq!(find(&c, 1, 0).ecx & ECX_TSC_DEADLINE, 0);
+        set_tsc_deadline(&mut c);
+        assert_ne!(find(&c, 1, 0).ecx & ECX_TSC_DEADLINE, 0);
+        // Carried into every vCPU's table.
+        assert_ne!(
+            find(&for_vcpu(&c, 1, 2).unwrap(), 1, 0).ecx & ECX_TSC_DEADLINE,
+            0
         );
     }
 

@@ -4,12 +4,14 @@
 //! Module map: [`config`] (TOML), [`memory`] (layout + guest RAM), [`boot`]
 //! (ELF + boot_params + GDT + page tables + registers), [`cpuid`], [`msr`],
 //! [`vcpu`] (thread, state machine, kick, pause), [`vm`] (one VM),
-//! [`runner`] (many VMs), [`results`], [`cli`].
+//! [`runner`] (many VMs), [`results`], [`guest_metrics`] (per-vCPU
+//! workload metrics from the guest's records), [`cli`].
 
 pub mod boot;
 pub mod cli;
 pub mod config;
 pub mod cpuid;
+pub mod guest_metrics;
 pub mod memory;
 pub mod msr;
 pub mod results;

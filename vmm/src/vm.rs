@@ -15,6 +15,7 @@ use devices::i8042::{I8042, I8042_BASE, I8042_LEN};
 use devices::irq::{EventFdLine, InterruptLine, NoInterrupt};
 use devices::result_port::{ResultPort, RESULT_PORT_BASE, RESULT_PORT_LEN};
 use devices::serial::{ConsoleWriter, SerialConsole, COM1_BASE, COM1_IRQ, COM1_LEN};
+use devices::yield_port::{YieldPort, YIELD_PORT, YIELD_PORT_LEN};
 use devices::{IoContext, Marker, PioBus, RecordError, ResultRecord, StopRequest, VmEventSink};
 use kvm_bindings::kvm_userspace_memory_region;
 use kvm_ioctls::{Kvm, VmFd};
@@ -437,7 +438,12 @@ impl Vm {
         }
 
         // vCPUs.
-        let base_cpuid = cpuid::supported(kvm)?;
+        let mut base_cpuid = cpuid::supported(kvm)?;
+        if options.irqchip && kvm.check_extension(kvm_ioctls::Cap::TscDeadlineTimer) {
+            // KVM's in-kernel LAPIC has the TSC-deadline timer mode, but
+            // older kernels leave the CPUID bit to the VMM.
+            cpuid::set_tsc_deadline(&mut base_cpuid);
+        }
         let msrs = msr::supported_msrs(kvm)?;
         let mut vcpus = Vec::with_capacity(config.vcpus as usize);
         for index in 0..config.vcpus {
@@ -564,6 +570,8 @@ impl Vm {
             Arc::new(Mutex::new(ExitPort::new(sink))),
         )
         .map_err(bus_err)?;
+        bus.insert(YIELD_PORT, YIELD_PORT_LEN, Arc::new(Mutex::new(YieldPort)))
+            .map_err(bus_err)?;
         let handler = Arc::new(ExitHandler {
             shared: shared.clone(),
             bus,
@@ -728,6 +736,8 @@ impl Vm {
             milestones: res.milestones(),
             work,
             total_units_per_s: total,
+            vcpu_metrics: res.vcpu_metrics(),
+            guest_errors: res.guest_errors(),
             markers: res.markers.clone(),
             records: res.records.clone(),
             rejected_records: res.rejected,
