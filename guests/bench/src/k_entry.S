@@ -17,6 +17,30 @@
 #define APIC_MODE_XAPIC  1      /* values of apic_mode (k_smp.c) */
 #define APIC_MODE_X2APIC 2
 
+/* From flat 32-bit protected mode (our GDT loaded): PAE paging on the
+ * guest's own tables, EFER.LME, then a far jump to 64-bit code at `target`.
+ * Clobbers EAX, ECX, EDX. */
+        .macro PM32_TO_LONG_MODE target
+        mov     $SEL_KDATA, %eax
+        mov     %eax, %ds
+        mov     %eax, %es
+        mov     %eax, %ss
+        xor     %eax, %eax
+        mov     %eax, %fs
+        mov     %eax, %gs
+        mov     $0x620, %eax            /* PAE, OSFXSR, OSXMMEXCPT (as the BSP) */
+        mov     %eax, %cr4
+        mov     $pml4, %eax
+        mov     %eax, %cr3
+        mov     $MSR_EFER, %ecx
+        mov     $0x100, %eax            /* LME */
+        xor     %edx, %edx
+        wrmsr
+        mov     $0x80050033, %eax       /* PG, AM, WP, NE, ET, MP, PE (as the BSP) */
+        mov     %eax, %cr0
+        ljmp    $SEL_KCODE, $\target
+        .endm
+
         .code64
 
 /* ---- 256 interrupt stubs, 16 bytes each, at KERNEL_BASE ---------------- */
@@ -114,7 +138,8 @@ _start:
         lea     BI_E820(%r10), %rdi
         rep movsq
 
-        /* descriptor tables */
+        /* descriptor tables (R10 = &boot_info, RSP = CPU 0's stack) */
+bsp_tables:
         lgdt    gdt_ptr(%rip)
         lidt    idt_ptr(%rip)
         pushq   $SEL_KCODE
@@ -142,29 +167,107 @@ _start:
         outb    %al, %dx
         mov     %r10, %rdi              /* user_start(&boot_info) */
         mov     $user_start, %r11
+        /* IF=0 until SYS_APIC_INIT has masked LINT0: firmware may have left
+         * the 8259 and a timer running, with LINT0 in ExtINT mode. */
+        mov     $0x2, %eax
         jmp     enter_user
+
+/* ---- PVH entry (Xen PVH boot protocol: QEMU -kernel, for one) -----------
+ * 32-bit protected mode, paging off, flat CS/DS/ES/SS, IF=0, no stack,
+ * EBX = physical address of struct hvm_start_info. Only the boot CPU comes
+ * here. It copies the command line (NUL-terminated) and the memory map
+ * (24-byte entries) into boot_info and joins the direct entry's path. */
+#define HVM_START_MAGIC   0x336ec578
+#define HVM_SI_VERSION    4
+#define HVM_SI_CMDLINE    24
+#define HVM_SI_MEMMAP     40
+#define HVM_SI_MEMMAP_N   48
+#define HVM_MEMMAP_ENTRY  24
+        .code32
+        .globl pvh_start32
+pvh_start32:
+        cli
+        lgdt    ap_tramp_gdtr           /* our GDT, 32-bit base */
+        ljmp    $SEL_KCODE32, $1f
+1:      PM32_TO_LONG_MODE pvh_lm64
+
+        .code64
+pvh_lm64:
+        rdtsc
+        mov     %eax, %r8d
+        mov     %edx, %r9d
+        mov     $PACER_MARKER_FIRST_INSTRUCTION, %al
+        mov     $PACER_PORT_MARKER, %dx
+        outb    %al, %dx
+        mov     $(PERCPU_BASE + PC_STACK_TOP), %esp
+        shl     $32, %r9
+        or      %r8, %r9
+        lea     boot_info(%rip), %r10
+        mov     %r9, BI_TSC_FIRST(%r10)
+        mov     %ebx, %ebx
+        mov     %rbx, BI_BOOT_PARAMS(%r10)
+        /* everything it points to must be inside our 1 GiB identity map */
+        mov     $(MAP_LIMIT - 0x1000), %r11
+        cmp     %r11, %rbx
+        jae     bsp_tables
+        cmpl    $HVM_START_MAGIC, (%rbx)
+        jne     bsp_tables
+        mov     HVM_SI_CMDLINE(%rbx), %rsi
+        test    %rsi, %rsi
+        jz      2f
+        cmp     %r11, %rsi
+        jae     2f
+        lea     BI_CMDLINE(%r10), %rdi
+        xor     %ecx, %ecx
+3:      movzbl  (%rsi, %rcx), %eax      /* bytewise: its length is not given */
+        test    %al, %al
+        jz      4f
+        mov     %al, (%rdi, %rcx)
+        inc     %ecx
+        cmp     $BI_CMDLINE_MAX - 1, %ecx
+        jb      3b
+4:      mov     %ecx, BI_CMDLINE_LEN(%r10)
+2:      cmpl    $1, HVM_SI_VERSION(%rbx)   /* the memory map came with version 1 */
+        jb      bsp_tables
+        mov     HVM_SI_MEMMAP(%rbx), %rsi
+        cmp     %r11, %rsi
+        jae     bsp_tables
+        mov     HVM_SI_MEMMAP_N(%rbx), %ecx
+        mov     $BP_E820_MAX, %eax
+        cmp     %eax, %ecx
+        cmova   %eax, %ecx
+        mov     %ecx, BI_E820_N(%r10)
+        lea     BI_E820(%r10), %rdi
+        test    %ecx, %ecx
+        jz      bsp_tables
+5:      mov     (%rsi), %rax            /* addr */
+        mov     %rax, (%rdi)
+        mov     8(%rsi), %rax           /* size */
+        mov     %rax, 8(%rdi)
+        mov     16(%rsi), %eax          /* type: the e820 numbering */
+        mov     %eax, 16(%rdi)
+        add     $HVM_MEMMAP_ENTRY, %rsi
+        add     $E820_ENTRY_SIZE, %rdi
+        dec     %ecx
+        jnz     5b
+        jmp     bsp_tables
+
+/* The Xen ELF note that names the PVH entry (XEN_ELFNOTE_PHYS32_ENTRY). */
+        .section .note.Xen, "a", @note
+        .balign 4
+        .long   4                       /* name size ("Xen\0") */
+        .long   4                       /* descriptor size */
+        .long   18                      /* XEN_ELFNOTE_PHYS32_ENTRY */
+        .asciz  "Xen"
+        .balign 4
+        .long   pvh_start32
+        .balign 4
+        .text
 
 /* ---- AP entry: from the trampoline, 32-bit protected mode, flat ---------- */
         .code32
 ap_pm32:
-        mov     $SEL_KDATA, %eax
-        mov     %eax, %ds
-        mov     %eax, %es
-        mov     %eax, %ss
-        xor     %eax, %eax
-        mov     %eax, %fs
-        mov     %eax, %gs
-        mov     $0x620, %eax            /* PAE, OSFXSR, OSXMMEXCPT (as the BSP) */
-        mov     %eax, %cr4
-        mov     $pml4, %eax
-        mov     %eax, %cr3
-        mov     $MSR_EFER, %ecx
-        mov     $0x100, %eax            /* LME */
-        xor     %edx, %edx
-        wrmsr
-        mov     $0x80050033, %eax       /* PG, AM, WP, NE, ET, MP, PE (as the BSP) */
-        mov     %eax, %cr0
-        ljmp    $SEL_KCODE, $ap_lm64
+        PM32_TO_LONG_MODE ap_lm64
 
         .code64
 ap_lm64:
@@ -196,16 +299,18 @@ ap_lm64:
         outb    %al, %dx
         mov     %ebx, %edi              /* user_ap_start(index) */
         mov     $user_ap_start, %r11
+        mov     $0x202, %eax            /* IF=1: LINT0 is masked */
         /* fall through */
 
-/* Enter ring 3 at R11 with RDI as argument, on CPU RBX's user stack. */
+/* Enter ring 3 at R11 with RDI as argument and RFLAGS = RAX, on CPU RBX's
+ * user stack. */
 enter_user:
-        lea     1(%rbx), %rax
-        shl     $14, %rax               /* USTACK_SIZE */
-        add     $user_stacks, %rax
+        lea     1(%rbx), %rcx
+        shl     $14, %rcx               /* USTACK_SIZE */
+        add     $user_stacks, %rcx
         pushq   $SEL_UDATA
+        pushq   %rcx
         pushq   %rax
-        pushq   $0x202                  /* IF=1 in ring 3 */
         pushq   $SEL_UCODE
         pushq   %r11
         iretq
@@ -241,7 +346,8 @@ ud_entry:
         addq    $2, (%rsp)              /* resume after the ud2 */
         sub     $8, %rsp                /* 16-byte alignment for the call */
         mov     %rax, %rcx
-        call    k_syscall               /* (a0, a1, a2, nr) */
+        lea     8(%rsp), %r8            /* the IRET frame */
+        call    k_syscall               /* (a0, a1, a2, nr, frame) */
         add     $8, %rsp
         iretq
 5:      pushq   $0                      /* a real #UD: panic */

@@ -64,7 +64,12 @@ static uint64_t irq_count(uint64_t which)
     }
 }
 
-long k_syscall(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t nr)
+/* The IRET frame a system call returns through. */
+struct iret_frame {
+    uint64_t rip, cs, rflags, rsp, ss;
+};
+
+long k_syscall(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t nr, struct iret_frame *frame)
 {
     switch (nr) {
     case SYS_WRITE:
@@ -93,8 +98,13 @@ long k_syscall(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t nr)
         halt_forever();
     case SYS_IRQ_COUNT:
         return (long)irq_count(a0);
-    case SYS_APIC_INIT:
-        return k_apic_init(a0, a1, a2);
+    case SYS_APIC_INIT: {
+        long r = k_apic_init(a0, a1, a2);
+        /* The boot CPU's ring 3 ran with IF=0 so far (k_entry.S); LINT0 is
+         * masked now, or there is no LAPIC to deliver anything through. */
+        frame->rflags |= 0x200;
+        return r;
+    }
     case SYS_AP_START:
         return k_ap_start(a0);
     case SYS_CPU_ID:
