@@ -96,17 +96,20 @@ fn every_vcpu_of_four_reports_in_x2apic_and_xapic_mode() {
 }
 
 #[test]
-fn one_two_and_eight_vcpus_boot() {
-    if !kvm_or_skip("one_two_and_eight_vcpus_boot") {
+fn one_two_eight_and_sixty_four_vcpus_boot() {
+    if !kvm_or_skip("one_two_eight_and_sixty_four_vcpus_boot") {
         return;
     }
     let _one = serial();
     let dir = TempDir::new("smp-boot");
     let res = run_config(
         &dir,
-        &(vm("one", 1, "boot") + &vm("two", 2, "boot") + &vm("eight", 8, "boot")),
+        &(vm("one", 1, "boot")
+            + &vm("two", 2, "boot")
+            + &vm("eight", 8, "boot")
+            + &vm("sixtyfour", 64, "boot")),
     );
-    for (r, n) in res.vms.iter().zip([1u32, 2, 8]) {
+    for (r, n) in res.vms.iter().zip([1u32, 2, 8, 64]) {
         assert_eq!(r.status, "success", "{r:?}");
         let (aps, smp_ms) = aps_online(r);
         assert_eq!(aps, (1..n).collect::<Vec<_>>(), "{:?}", r.markers);
@@ -355,4 +358,37 @@ fn an_ap_that_does_not_start_is_reported_and_the_others_run() {
     let vcpus: Vec<u32> = r.vcpu_metrics.iter().map(|m| m.vcpu).collect();
     assert_eq!(vcpus, [0, 2]);
     assert!(console(&dir, "skip").contains("vCPU 1 did not start"));
+}
+
+#[test]
+fn more_vcpus_than_the_guest_supports_is_an_error() {
+    if !kvm_or_skip("more_vcpus_than_the_guest_supports_is_an_error") {
+        return;
+    }
+    let _one = serial();
+    // The config stops at the guest's maximum (254); past the config, the
+    // guest itself refuses: ERROR TOO_MANY_VCPUS and exit status 2.
+    let dir = TempDir::new("smp-toomany");
+    let path = dir.config(&vm("many", 2, "cpu duration_ms=100"));
+    let mut config = Config::load(&path).unwrap();
+    config.vms[0].vcpus = 255;
+    let kvm = open_kvm().unwrap();
+    let r = Vm::run(
+        &kvm,
+        &config.vms[0],
+        VmOptions {
+            log_dir: None,
+            ..Default::default()
+        },
+    );
+    assert_eq!(r.status, "guest_exit", "{r:?}");
+    assert!(r.message.contains("status 2"), "{}", r.message);
+    let e = &r.guest_errors;
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(e[0].error.code, GuestErrorCode::TooManyVcpus);
+    assert_eq!(
+        (e[0].error.name.as_str(), e[0].error.detail),
+        ("vcpus", 254)
+    );
+    assert!(r.cmdline.contains("vcpus=255"));
 }

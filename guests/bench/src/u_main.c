@@ -99,8 +99,8 @@ static void parse_cmdline(const char *s, unsigned len)
         else if (keyis(k, kl, "vcpus")) {
             uint64_t x = 0;
             num("vcpus", v, vl, 1, ~0ull, "1..254", &x);
-            if (x > MAX_CPUS) vcpus_too_many = 1;
-            else if (x) cfg.vcpus = x;
+            vcpus_too_many = x > MAX_CPUS;     /* the last vcpus= counts */
+            if (x && x <= MAX_CPUS) cfg.vcpus = x;
         }
         else if (keyis(k, kl, "interval_us")) num("interval_us", v, vl, 1, MAX_US, "1..10000000", &cfg.interval_us);
         else if (keyis(k, kl, "period_us")) num("period_us", v, vl, 1, MAX_US, "1..10000000", &cfg.period_us);
