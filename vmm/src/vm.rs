@@ -23,6 +23,7 @@ use devices::irqchip::regs::{IOAPIC_DEFAULT_BASE, IOAPIC_MMIO_LEN};
 use devices::irqchip::IrqChip;
 use devices::result_port::{ResultPort, RESULT_PORT_BASE, RESULT_PORT_LEN};
 use devices::serial::{ConsoleWriter, SerialConsole, COM1_BASE, COM1_IRQ, COM1_LEN};
+use devices::yield_port::{YieldPort, YIELD_PORT, YIELD_PORT_LEN};
 use devices::MmioBus;
 use devices::{IoContext, Marker, PioBus, RecordError, ResultRecord, StopRequest, VmEventSink};
 use kvm_bindings::kvm_userspace_memory_region;
@@ -527,7 +528,13 @@ impl Vm {
         }
 
         // vCPUs.
-        let base_cpuid = cpuid::supported(kvm)?;
+        let mut base_cpuid = cpuid::supported(kvm)?;
+        if !options.in_kernel_irqchip() || kvm.check_extension(kvm_ioctls::Cap::TscDeadlineTimer) {
+            // Pacer's LAPIC and KVM's in-kernel one (with the capability)
+            // have the TSC-deadline timer mode; older kernels leave the
+            // CPUID bit to the VMM.
+            cpuid::set_tsc_deadline(&mut base_cpuid);
+        }
         let msrs = msr::supported_msrs(kvm)?;
         let mut vcpus = Vec::with_capacity(config.vcpus as usize);
         for index in 0..config.vcpus {
@@ -669,6 +676,8 @@ impl Vm {
             Arc::new(Mutex::new(ExitPort::new(sink))),
         )
         .map_err(bus_err)?;
+        bus.insert(YIELD_PORT, YIELD_PORT_LEN, Arc::new(Mutex::new(YieldPort)))
+            .map_err(bus_err)?;
         let mut mmio = MmioBus::new();
         if let Some((_, chip)) = &irqchip {
             mmio.insert(IOAPIC_DEFAULT_BASE, IOAPIC_MMIO_LEN, chip.ioapic_mmio())
@@ -907,6 +916,8 @@ impl Vm {
             milestones: res.milestones(),
             work,
             total_units_per_s: total,
+            vcpu_metrics: res.vcpu_metrics(),
+            guest_errors: res.guest_errors(),
             markers: res.markers.clone(),
             records: res.records.clone(),
             rejected_records: res.rejected,

@@ -547,10 +547,14 @@ impl Engine {
             s.host_cpus = v.ctl().ran_on.to_list();
         }
         {
+            // The scheduler may already have handed a removed entity's id
+            // to a vCPU of another VM: forget only our own mapping.
             let mut ents = self.entities.write().unwrap_or_else(|p| p.into_inner());
             for v in &vm.vcpus {
                 if let Some(e) = ents.get_mut(v.entity.0 as usize) {
-                    *e = None;
+                    if e.as_ref().is_some_and(|mine| Arc::ptr_eq(mine, v)) {
+                        *e = None;
+                    }
                 }
             }
         }
