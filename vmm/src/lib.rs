@@ -4,7 +4,8 @@
 //! Module map: [`config`] (TOML), [`memory`] (layout + guest RAM), [`boot`]
 //! (ELF + boot_params + GDT + page tables + registers), [`cpuid`], [`msr`],
 //! [`vcpu`] (thread, state machine, kick, pause), [`vm`] (one VM),
-//! [`runner`] (many VMs), [`results`], [`cli`].
+//! [`runner`] (many VMs), [`results`], [`unixbench`] (the UnixBench-style
+//! suite's scoring and host reference), [`cli`].
 
 pub mod boot;
 pub mod cli;
@@ -14,6 +15,7 @@ pub mod memory;
 pub mod msr;
 pub mod results;
 pub mod runner;
+pub mod unixbench;
 pub mod vcpu;
 pub mod vm;
 
