@@ -59,4 +59,41 @@ mod tests {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("units_per_s="), "{text}");
     }
+
+    #[test]
+    fn ubench_cmdline_reads_kernel_parameters() {
+        let dir = std::env::temp_dir().join(format!("pacer-cmdline-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("cmdline");
+        std::fs::write(
+            &file,
+            "console=ttyS0 ub.passes=3 ub.user_cmd=\"./Run -c 2 dhry2reg\" ub.flag ub.passes=1,1\n",
+        )
+        .unwrap();
+        let get = |key: &str| {
+            let out = std::process::Command::new(ubench())
+                .args(["cmdline", key])
+                .arg(&file)
+                .output()
+                .expect("run ubench");
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+            )
+        };
+        assert_eq!(
+            get("ub.user_cmd"),
+            (Some(0), "./Run -c 2 dhry2reg\n".into())
+        );
+        assert_eq!(
+            get("ub.passes"),
+            (Some(0), "1,1\n".into()),
+            "the last one wins"
+        );
+        assert_eq!(get("ub.flag"), (Some(0), "\n".into()));
+        assert_eq!(get("console"), (Some(0), "ttyS0\n".into()));
+        assert_eq!(get("ub.pass"), (Some(1), String::new()), "no prefix match");
+        assert_eq!(get("ub.tests"), (Some(1), String::new()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
