@@ -355,6 +355,36 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
     }
 
+    /// The image guests/linux/build.sh made, if there is one: /init is the
+    /// script of this checkout, the suite and busybox are there, /bin/sh
+    /// is an applet link, the console node exists.
+    #[test]
+    fn built_image_if_present_is_complete() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let image = root.join("out/linux/initramfs.cpio.gz");
+        let Ok(gz) = std::fs::read(&image) else {
+            println!(
+                "SKIPPED: no {} (bash guests/linux/build.sh)",
+                image.display()
+            );
+            return;
+        };
+        let mut cpio = Vec::new();
+        GzDecoder::new(&gz[..]).read_to_end(&mut cpio).unwrap();
+        let entries = read_newc(&cpio).unwrap();
+        let init = by_name(&entries, "init");
+        assert_eq!(init.perm(), 0o755);
+        assert_eq!(
+            init.data,
+            std::fs::read(root.join("linux/init")).unwrap(),
+            "image older than guests/linux/init: rebuild it"
+        );
+        assert_eq!(&by_name(&entries, "usr/bin/ubench").data[..4], b"\x7fELF");
+        assert_eq!(&by_name(&entries, "bin/busybox").data[..4], b"\x7fELF");
+        assert_eq!(by_name(&entries, "bin/sh").data, b"/bin/busybox");
+        assert_eq!(by_name(&entries, "dev/console").file_type(), S_IFCHR);
+    }
+
     #[test]
     fn applets_do_not_shadow_our_files() {
         let d = tmpdir("shadow");

@@ -56,16 +56,38 @@ pub struct UnixbenchArgs {
     pub json: Option<PathBuf>,
 }
 
-fn read_log(path: &Path) -> Result<Log, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+/// Errors of this module (file access; the suite's own errors are
+/// [`host::HostRunError`]).
+#[derive(Debug, thiserror::Error)]
+pub enum UnixbenchCliError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn read_log(path: &Path) -> Result<Log, UnixbenchCliError> {
+    let bytes = std::fs::read(path).map_err(|source| UnixbenchCliError::Read {
+        path: path.into(),
+        source,
+    })?;
     Ok(parse_log(&String::from_utf8_lossy(&bytes)))
 }
 
-fn write_file(path: &Path, text: &str) -> Result<(), String> {
+fn write_file(path: &Path, text: &str) -> Result<(), UnixbenchCliError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         let _ = std::fs::create_dir_all(dir);
     }
-    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    std::fs::write(path, text).map_err(|source| UnixbenchCliError::Write {
+        path: path.into(),
+        source,
+    })
 }
 
 fn finish(log: &Log, reference: Option<&Log>, what: &str, a: &UnixbenchArgs) -> i32 {
@@ -156,4 +178,71 @@ pub fn run(a: &UnixbenchArgs) -> i32 {
         }
     }
     finish(&log, reference.as_ref(), "guest", a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(report: &Path) -> UnixbenchArgs {
+        UnixbenchArgs {
+            host: false,
+            report: Some(report.into()),
+            host_ref: None,
+            user_out: None,
+            copies: None,
+            passes: None,
+            tests: None,
+            seconds: None,
+            suite_dir: None,
+            save: None,
+            json: None,
+        }
+    }
+
+    #[test]
+    fn report_exit_codes_and_outputs() {
+        let dir = std::env::temp_dir().join(format!("pacer-ubcli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = dir.join("ok.log");
+        std::fs::write(
+            &ok,
+            "UB begin copies=1 cpus=2\n\
+             UB test=syscall copies=1 pass=1 score=30000 unit=lps\n\
+             UB end copies=1 status=ok\n\
+             UB user begin\nhello\nUB user end status=0\n",
+        )
+        .unwrap();
+        let mut a = args(&ok);
+        a.user_out = Some(dir.join("user.txt"));
+        a.json = Some(dir.join("out.json"));
+        a.host_ref = Some(ok.clone());
+        assert_eq!(run(&a), EXIT_OK);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("user.txt")).unwrap(),
+            "hello\n"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("out.json")).unwrap()).unwrap();
+        // syscall index 30000 / 15000 x 10 = 20, host ref the same log
+        for side in ["result", "reference"] {
+            let index = json[0][side]["index"].as_f64().unwrap();
+            assert!((index - 20.0).abs() < 1e-9, "{side} index {index}");
+        }
+
+        let failed = dir.join("failed.log");
+        std::fs::write(
+            &failed,
+            "UB test=syscall copies=1 pass=1 score=30000 unit=lps\n\
+             UB error test=spawn copies=1 pass=1 msg=timeout\n",
+        )
+        .unwrap();
+        assert_eq!(run(&args(&failed)), EXIT_VM_FAILED);
+
+        let empty = dir.join("empty.log");
+        std::fs::write(&empty, "[ 0.0] Linux version 6.1\nUB garbage\n").unwrap();
+        assert_eq!(run(&args(&empty)), EXIT_BAD_INPUT);
+        assert_eq!(run(&args(&dir.join("missing.log"))), EXIT_BAD_INPUT);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
