@@ -8,6 +8,8 @@ command -v gcc >/dev/null || need_apt+=(gcc)
 command -v make >/dev/null || need_apt+=(make)
 command -v objdump >/dev/null || need_apt+=(binutils)
 command -v ld >/dev/null || need_apt+=(binutils)
+# the Linux guest's suite (guests/linux/suite) links statically
+[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need_apt+=(libc6-dev)
 if ((${#need_apt[@]})); then
     echo "ci/install.sh: installing ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive

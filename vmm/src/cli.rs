@@ -4,6 +4,7 @@
 //! pacer run FILE [--policy P | --compare P1,P2] [--json results.json] [--status]   run the VMs of FILE
 //! pacer validate FILE [--policy P]                    check FILE without starting anything
 //! pacer topology [--spec 2x22x2]         print the host (or a synthetic) topology
+//! pacer unixbench --host | --report LOG  UnixBench-style suite (unixbench::cli)
 //! ```
 //! Exit codes: 0 ok, 1 a VM failed, 2 bad input.
 
@@ -74,6 +75,8 @@ pub enum Command {
         #[arg(long)]
         spec: Option<String>,
     },
+    /// UnixBench-style suite: run it on the host, or score a guest's console log.
+    Unixbench(crate::unixbench::cli::UnixbenchArgs),
 }
 
 /// Write to stdout, ignoring errors (a closed pipe must not turn into a
@@ -86,6 +89,7 @@ pub fn out(text: &str) {
 /// Run the CLI; returns the process exit code.
 pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
     match cli.command {
+        Command::Unixbench(args) => crate::unixbench::cli::run(&args),
         Command::Validate { file, policy } => {
             match Config::load_overridden(&file, Overrides { policy }) {
                 Ok(c) => {

@@ -6,7 +6,8 @@
 //! [`vcpu`] (the vCPU runner, its gate, host-mode thread), [`vm`] (one
 //! VM), [`engine`] (Pacer's own vCPU scheduling), [`host_cpus`] (OS CPU
 //! numbers), [`signals`], [`runner`] (many VMs), [`results`], [`guest_metrics`] (per-vCPU
-//! workload metrics from the guest's records), [`cli`].
+//! workload metrics from the guest's records), [`unixbench`] (the
+//! UnixBench-style suite's scoring and host reference), [`cli`].
 
 pub mod boot;
 pub mod cli;
@@ -20,6 +21,7 @@ pub mod msr;
 pub mod results;
 pub mod runner;
 pub mod signals;
+pub mod unixbench;
 pub mod vcpu;
 pub mod vm;
 
