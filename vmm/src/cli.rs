@@ -4,6 +4,8 @@
 //! pacer run FILE [--policy P] [--json results.json] [--status]   run the VMs of FILE
 //! pacer validate FILE [--policy P]                    check FILE without starting anything
 //! pacer topology [--spec 2x22x2]         print the host (or a synthetic) topology
+//! pacer bench MATRIX --out DIR [--resume] run a benchmark matrix (vmm::bench)
+//! pacer sim SCENARIO [--compare ...]     run a scheduler simulation scenario
 //! ```
 //! Exit codes: 0 ok, 1 a VM failed, 2 bad input.
 
@@ -64,6 +66,10 @@ pub enum Command {
         #[arg(long)]
         policy: Option<Policy>,
     },
+    /// Run a benchmark matrix: policies x VM layouts x workloads x repetitions.
+    Bench(crate::bench::command::BenchArgs),
+    /// Run a scheduler simulation scenario (deterministic, no KVM).
+    Sim(crate::sim_command::SimArgs),
     /// Print the host CPU topology as vcpu_sched sees it.
     Topology {
         /// A synthetic topology instead of the host's, e.g. 2x22x2.
@@ -82,6 +88,8 @@ pub fn out(text: &str) {
 /// Run the CLI; returns the process exit code.
 pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
     match cli.command {
+        Command::Bench(args) => crate::bench::command::main(args),
+        Command::Sim(args) => crate::sim_command::main(args),
         Command::Validate { file, policy } => {
             match Config::load_overridden(&file, Overrides { policy }) {
                 Ok(c) => {

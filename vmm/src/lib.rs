@@ -1,12 +1,13 @@
 //! Pacer's VMM: KVM VMs (memory, direct ELF boot, vCPUs, devices), the
 //! configuration file, the run loop for many VMs, and the `pacer` CLI.
 //!
-//! Module map: [`config`] (TOML), [`memory`] (layout + guest RAM), [`boot`]
+//! Module map: [`bench`] (benchmark matrices), [`config`] (TOML), [`memory`] (layout + guest RAM), [`boot`]
 //! (ELF + boot_params + GDT + page tables + registers), [`cpuid`], [`msr`],
 //! [`vcpu`] (the vCPU runner, its gate, host-mode thread), [`vm`] (one
 //! VM), [`engine`] (Pacer's own vCPU scheduling), [`host_cpus`] (OS CPU
 //! numbers), [`signals`], [`runner`] (many VMs), [`results`], [`cli`].
 
+pub mod bench;
 pub mod boot;
 pub mod cli;
 pub mod config;
@@ -18,6 +19,7 @@ pub mod msr;
 pub mod results;
 pub mod runner;
 pub mod signals;
+pub mod sim_command;
 pub mod vcpu;
 pub mod vm;
 
