@@ -156,7 +156,7 @@ impl Layout {
                     s += " rt";
                 }
                 if v.priority != PRIORITY_NORMAL {
-                    s += &format!(" p{}", v.priority);
+                    s += &format!(" prio {}", v.priority);
                 }
                 s
             })

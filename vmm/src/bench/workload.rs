@@ -98,7 +98,7 @@ impl WorkloadKind {
     pub fn unavailable(self) -> Option<&'static str> {
         match self {
             WorkloadKind::UnixBench => Some(
-                "Linux guests do not boot in Pacer yet (the unixbench adapter comes with the Linux boot)",
+                "Linux guests do not boot in Pacer yet; the unixbench adapter comes with the Linux boot",
             ),
             _ => None,
         }
