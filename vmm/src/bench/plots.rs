@@ -115,7 +115,7 @@ fn draw_bars<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, b: &Bars<'_>) -> 
         .flat_map(|(_, v)| v.iter().flatten().map(|x| x.2.max(x.0)))
         .chain(b.reference)
         .fold(0.0f64, f64::max)
-        * 1.15;
+        * 1.4;
     let y_max = if y_max > 0.0 { y_max } else { 1.0 };
     let n = categories.len().max(1) as f64;
     let mut chart = ChartBuilder::on(&root)

@@ -113,12 +113,19 @@ pub fn find_qemu() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// CPU models tried in order: the host's, then a portable model with what
+/// the bench guest needs (x2APIC, TSC deadline) for KVMs where QEMU cannot
+/// set up `host` (this project's software KVM refuses an MSR it sets).
+pub const CPU_MODELS: [&str; 2] = ["host", "qemu64,+x2apic,+tsc-deadline"];
+
 /// A usable QEMU peer for one guest image.
 #[derive(Debug, Clone)]
 pub struct QemuPeer {
     pub binary: PathBuf,
-    /// `qemu-system-x86_64 --version`'s first line.
+    /// `qemu-system-x86_64 --version`'s first line, and the CPU model.
     pub version: String,
+    /// `-cpu` (one of [`CPU_MODELS`]).
+    pub cpu: String,
     pub kernel: PathBuf,
     /// Passed on the command line as Pacer does (KVM_GET_TSC_KHZ).
     pub tsc_khz: Option<u32>,
@@ -171,9 +178,26 @@ impl QemuPeer {
                     .to_string()
             })
             .map_err(|e| format!("{}: {e}", binary.display()))?;
+        let mut refused = Vec::new();
+        let cpu = CPU_MODELS
+            .iter()
+            .find(|m| match probe_cpu(&binary, m) {
+                Ok(()) => true,
+                Err(why) => {
+                    refused.push(format!("-cpu {m}: {why}"));
+                    false
+                }
+            })
+            .ok_or_else(|| format!("QEMU cannot start a KVM vCPU here ({})", refused.join("; ")))?;
+        let version = if refused.is_empty() {
+            format!("{version}, -cpu {cpu}")
+        } else {
+            format!("{version}, -cpu {cpu} ({})", refused.join("; "))
+        };
         Ok(QemuPeer {
             binary,
             version,
+            cpu: cpu.to_string(),
             kernel: kernel.to_path_buf(),
             tsc_khz: kvm_tsc_khz(),
         })
@@ -195,7 +219,7 @@ impl QemuPeer {
             "-accel",
             "kvm",
             "-cpu",
-            "host",
+            &self.cpu,
             "-machine",
             "q35",
             "-nodefaults",
@@ -347,6 +371,47 @@ impl QemuPeer {
     }
 }
 
+/// Start QEMU with this CPU model, paused (`-S`): an error setting up the
+/// vCPU shows within a fraction of a second; one still running after
+/// [`PROBE_WAIT`] is taken as working.
+fn probe_cpu(binary: &Path, model: &str) -> Result<(), String> {
+    let mut child = Command::new(binary)
+        .args([
+            "-accel",
+            "kvm",
+            "-cpu",
+            model,
+            "-machine",
+            "q35",
+            "-nodefaults",
+        ])
+        .args(["-display", "none", "-monitor", "none", "-S", "-m", "16"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    while start.elapsed() < PROBE_WAIT {
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                use std::io::Read;
+                let _ = e.read_to_string(&mut err);
+            }
+            let first = err.lines().next().unwrap_or("").trim().to_string();
+            return Err(format!("exited ({status}) {first}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(())
+}
+
+/// How long a paused QEMU must survive to count as working.
+const PROBE_WAIT: Duration = Duration::from_millis(1500);
+
 /// The guest's console says it does not know the workload.
 fn guest_refused(console: &str) -> bool {
     console.contains("unknown workload")
@@ -433,6 +498,7 @@ mod tests {
         let peer = QemuPeer {
             binary: "qemu".into(),
             version: String::new(),
+            cpu: "host".into(),
             kernel: "/g.elf".into(),
             tsc_khz: Some(2000),
         };

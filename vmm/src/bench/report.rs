@@ -42,19 +42,69 @@ pub fn esc(s: &str) -> String {
     o
 }
 
-/// Index of the best row of column `ci` (by the metric's direction).
-fn best_row(g: &GroupSummary, ci: usize) -> Option<usize> {
-    let better = metrics::info(&g.columns[ci].metric).better;
-    let vals = g
-        .rows
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| Some((i, r.values[ci]?.median)));
-    match better {
-        Better::Higher => vals.max_by(|a, b| a.1.total_cmp(&b.1)).map(|x| x.0),
-        Better::Lower => vals.min_by(|a, b| a.1.total_cmp(&b.1)).map(|x| x.0),
+/// The best median of column `ci` (by the metric's direction).
+fn best_value(g: &GroupSummary, ci: usize) -> Option<f64> {
+    let vals = g.rows.iter().filter_map(|r| Some(r.values[ci]?.median));
+    match metrics::info(&g.columns[ci].metric).better {
+        Better::Higher => vals.reduce(f64::max),
+        Better::Lower => vals.reduce(f64::min),
         Better::Neither => None,
     }
+}
+
+/// "policy (ratio)" of every row whose median is the best of column `ci`.
+fn winners(g: &GroupSummary, ci: usize) -> Vec<&str> {
+    let Some(best) = best_value(g, ci) else {
+        return Vec::new();
+    };
+    g.rows
+        .iter()
+        .filter(|r| r.values[ci].is_some_and(|s| s.median == best))
+        .map(|r| r.policy.as_str())
+        .collect()
+}
+
+/// One line per group: the best policy of each column.
+fn at_a_glance(out: &mut String, summary: &Summary) {
+    out.push_str("<h2>At a glance</h2>\n<table><tr><th>layout / workload</th><th>best policy per metric</th></tr>\n");
+    for g in &summary.groups {
+        let items: Vec<String> = (0..g.columns.len())
+            .filter_map(|ci| {
+                let w = winners(g, ci);
+                (!w.is_empty() && w.len() < g.rows.iter().filter(|r| r.ok > 0).count()).then(|| {
+                    let ratio = summary
+                        .baselines
+                        .first()
+                        .and_then(|b| {
+                            let r = g.row(w[0])?.ratios[ci].first().copied().flatten()?;
+                            (w[0] != b).then(|| format!(", {r:.2}&times; {}", esc(b)))
+                        })
+                        .unwrap_or_default();
+                    format!(
+                        "{}: <b>{}</b>{ratio}",
+                        esc(&g.columns[ci].title()),
+                        esc(&w.join(", "))
+                    )
+                })
+            })
+            .collect();
+        let text = if items.is_empty() {
+            g.rows
+                .iter()
+                .find_map(|r| r.not_applicable.first().or(r.failures.first()))
+                .map(|w| format!("<span class=\"na\">no results: {}</span>", esc(w)))
+                .unwrap_or_else(|| "no results".into())
+        } else {
+            items.join(" &middot; ")
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td>{} / {}</td><td style=\"text-align:left\">{text}</td></tr>",
+            esc(&g.layout),
+            esc(&g.workload)
+        );
+    }
+    out.push_str("</table>\n");
 }
 
 fn group_table(out: &mut String, g: &GroupSummary, baselines: &[String]) {
@@ -68,8 +118,8 @@ fn group_table(out: &mut String, g: &GroupSummary, baselines: &[String]) {
         let _ = write!(out, "<th>{}{arrow}</th>", esc(&c.title()));
     }
     out.push_str("</tr>\n");
-    let best: Vec<Option<usize>> = (0..g.columns.len()).map(|ci| best_row(g, ci)).collect();
-    for (ri, row) in g.rows.iter().enumerate() {
+    let best: Vec<Option<f64>> = (0..g.columns.len()).map(|ci| best_value(g, ci)).collect();
+    for row in &g.rows {
         let _ = write!(
             out,
             "<tr><td><b>{}</b></td><td>{}/{}</td>",
@@ -104,7 +154,7 @@ fn group_table(out: &mut String, g: &GroupSummary, baselines: &[String]) {
                 .filter(|(b, _)| **b != row.policy)
                 .filter_map(|(b, r)| r.map(|r| format!("{r:.2}&times; {}", esc(b))))
                 .collect();
-            let class = if best[ci] == Some(ri) {
+            let class = if best[ci] == Some(st.median) {
                 " class=\"best\""
             } else {
                 ""
@@ -220,6 +270,7 @@ pub fn write(
         if summary.baselines.len() > 1 { "s" } else { "" },
         esc(&summary.baselines.join(", "))
     );
+    at_a_glance(&mut h, summary);
     h.push_str("<h2>Results</h2>\n");
     for g in &summary.groups {
         let desc = m

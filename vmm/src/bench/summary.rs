@@ -311,6 +311,7 @@ impl Summary {
                 .rows
                 .iter()
                 .map(|r| r.policy.len())
+                .chain(g.columns.iter().map(|c| c.title().len().saturating_sub(2)))
                 .max()
                 .unwrap_or(6)
                 .max(6);
