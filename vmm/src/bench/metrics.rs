@@ -10,7 +10,9 @@
 //! objects give dotted names (`sleep_latency_ns.p99_ns`); histograms (arrays
 //! of `{lo_ns, hi_ns, count}`) give `NAME.bucket.HI` counts. The QEMU peer's
 //! `pacer-result` console lines map onto the same names
-//! ([`console_samples`]), so both columns line up.
+//! ([`console_samples`]), so both columns line up; a Pacer VM's console
+//! fills in per-vCPU metrics its result lacks (a guest newer than the
+//! VMM's record decoder), the result's own values taking precedence.
 //!
 //! Derived here too, because they need the whole cell: Jain's fairness
 //! index over equal-priority vCPUs (`jain.sched.run_ns`, and
@@ -278,6 +280,23 @@ pub fn vm_samples(r: &VmResult, group: &str) -> Vec<Sample> {
             slot.insert("sched.migrations_per_s".into(), migrations / wall_s);
         }
     }
+    // What the guest printed on its console fills in what the VM result
+    // lacks (a VMM that does not decode a newer guest's records yet).
+    if let Some(text) = r
+        .console_log
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+    {
+        for s in console_samples(&text, &r.name, group).0 {
+            if let Some(vcpu) = s.vcpu {
+                per_vcpu
+                    .entry(vcpu)
+                    .or_default()
+                    .entry(s.metric)
+                    .or_insert(s.value);
+            }
+        }
+    }
     per_vcpu
         .into_iter()
         .flat_map(|(vcpu, metrics)| {
@@ -344,7 +363,6 @@ fn console_name(workload: &str, key: &str) -> Option<String> {
         "units_per_s",
         "units",
         "roundtrips_per_s",
-        "roundtrips",
         "acquisitions_per_s",
     ];
     if same.contains(&key) {
@@ -362,6 +380,7 @@ fn console_name(workload: &str, key: &str) -> Option<String> {
         }
         ("spinlock", "acquisitions") => "spinlock.acquisitions".into(),
         ("burst", "bursts" | "missed") => format!("burst.{key}"),
+        ("pingpong", "roundtrips") => "pingpong.roundtrips".into(),
         ("pingpong" | "sleep", "interval_us" | "role") => return None,
         (w, k) => format!("{w}.{k}"),
     };
@@ -479,6 +498,26 @@ mod tests {
         assert_eq!(get(&s, 0, "sched.ready_wait_frac"), Some(0.5));
         assert_eq!(get(&s, 0, "ticks"), None, "bookkeeping keys skipped");
         assert!(s.iter().all(|x| x.vm == "a" && x.group == "a"));
+    }
+
+    #[test]
+    fn console_fills_in_what_the_result_lacks() {
+        let dir = std::env::temp_dir().join(format!("pacer-metrics-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("a.console.log");
+        std::fs::write(
+            &log,
+            "pacer-result vcpu=0 workload=cpu units=1 ticks=2 units_per_s=999\n\
+             pacer-result vcpu=1 workload=sleep count=5 missed=0 interval_us=1000 p50_ns=10 p99_ns=20 max_ns=30\n",
+        )
+        .unwrap();
+        let mut r = vm("a", &[100.0]);
+        r.console_log = Some(log);
+        let s = vm_samples(&r, "a");
+        // The VM result's own value wins; the console adds the rest.
+        assert_eq!(get(&s, 0, "units_per_s"), Some(100.0));
+        assert_eq!(get(&s, 1, "sleep_latency_ns.p99_ns"), Some(20.0));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

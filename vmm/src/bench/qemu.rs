@@ -252,14 +252,19 @@ impl QemuPeer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        // SAFETY: sched_setaffinity on the child itself between fork and
-        // exec is async-signal-safe (a single system call on a stack-built
-        // mask); every thread QEMU creates inherits the mask.
+        // SAFETY: between fork and exec the child makes two system calls
+        // (async-signal-safe) on data built before the fork: it binds
+        // itself to the VM's core set (every thread QEMU creates inherits
+        // the mask), and asks to be killed if this thread dies, so a killed
+        // `pacer bench` leaves no QEMU behind.
         let mask = cpu_mask(cpus);
         unsafe {
             use std::os::unix::process::CommandExt;
             cmd.pre_exec(move || {
                 if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mask) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
