@@ -318,3 +318,44 @@ fn shipped_matrices_validate() {
         assert_eq!(vmm::bench::cells::expand(&m).len(), cells, "{name}");
     }
 }
+
+#[test]
+fn sigint_stops_the_run_without_recording_the_cell_in_progress() {
+    if !kvm_or_skip("sigint_stops_the_run_without_recording_the_cell_in_progress") {
+        return;
+    }
+    let dir = TempDir::new("bench-int");
+    // Long cells under a Pacer policy, so the signal lands inside one.
+    let m = matrix(
+        &dir.0,
+        &RESUMABLE
+            .replace("policies = [\"host\", \"haiku\"]", "policies = [\"haiku\"]")
+            .replace("duration_ms = 400", "duration_ms = 3000"),
+    );
+    let out = dir.0.join("out");
+    let child = pacer()
+        .arg("bench")
+        .arg(&m)
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: sending SIGINT to our own child process.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let done = child.wait_with_output().unwrap();
+    assert_eq!(done.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert!(err.contains("--resume"), "{err}");
+    let (recs, _) = read_jsonl(&out.join("results.jsonl")).unwrap();
+    assert!(
+        recs.is_empty(),
+        "the interrupted cell is not recorded: {recs:?}"
+    );
+    assert!(
+        out.join("report.html").exists(),
+        "the report is written on the way out"
+    );
+}

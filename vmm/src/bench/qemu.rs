@@ -37,6 +37,8 @@ pub enum QemuError {
     Spawn(std::io::Error),
     #[error("{0}")]
     Io(std::io::Error),
+    #[error("stopped by a signal")]
+    Stopped,
 }
 
 fn u16_at(b: &[u8], o: usize) -> Option<u16> {
@@ -280,6 +282,7 @@ impl QemuPeer {
         vms: &[(String, String, u32, u64, String, HostCpuSet)],
         dir: &Path,
         limit: Duration,
+        should_stop: &dyn Fn() -> bool,
     ) -> Result<Vec<QemuVmOutcome>, QemuError> {
         std::fs::create_dir_all(dir).map_err(QemuError::Io)?;
         let start = Instant::now();
@@ -329,13 +332,17 @@ impl QemuPeer {
             if all_done {
                 break;
             }
-            if start.elapsed() >= limit {
+            let stop = should_stop();
+            if stop || start.elapsed() >= limit {
                 timed_out = true;
                 for (child, _) in running.iter_mut() {
                     if let Some(c) = child.as_mut() {
                         let _ = c.kill();
                         let _ = c.wait();
                     }
+                }
+                if stop {
+                    return Err(QemuError::Stopped);
                 }
                 break;
             }

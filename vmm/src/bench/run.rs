@@ -78,6 +78,35 @@ pub struct BenchOutcome {
     pub plots_skipped: Option<String>,
 }
 
+/// The signals that stop a bench run.
+fn stop_set() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a local sigset; the signals are valid.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+    }
+    set
+}
+
+/// A SIGINT or SIGTERM that arrived while no cell was listening (they are
+/// blocked for the whole run, see [`run_matrix`]), taken without waiting.
+fn take_stop_signal() -> Option<&'static str> {
+    let set = stop_set();
+    let zero = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid sigset and timespec; siginfo may be null.
+    match unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &zero) } {
+        libc::SIGINT => Some("SIGINT"),
+        libc::SIGTERM => Some("SIGTERM"),
+        _ => None,
+    }
+}
+
 fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -177,11 +206,10 @@ impl Ctx<'_> {
         let config = cells::pacer_config(self.m, cell, &log_dir)?;
         let mut rec = self.record(cell, CellStatus::Ok, String::new());
         let start = Instant::now();
-        let stop_signal: std::sync::Mutex<Option<&'static str>> = std::sync::Mutex::new(None);
+        // SIGINT/SIGTERM: the runner stops the VMs; the cell is abandoned.
         let on_event = |ev: RunEvent<'_>| {
-            if let RunEvent::Stopping(sig) = ev {
+            if let RunEvent::Stopping(_) = ev {
                 interrupted.store(true, Ordering::Release);
-                *stop_signal.lock().unwrap_or_else(|p| p.into_inner()) = Some(sig);
             }
         };
         let opts = RunOptions {
@@ -232,13 +260,14 @@ impl Ctx<'_> {
         Some(rec)
     }
 
-    /// Run one QEMU cell (the peer is known to be usable).
-    fn run_qemu(&mut self, cell: &Cell) -> CellRecord {
+    /// Run one QEMU cell (the peer is known to be usable); None if a stop
+    /// signal ended it.
+    fn run_qemu(&mut self, cell: &Cell, interrupted: &AtomicBool) -> Option<CellRecord> {
         let mut rec = self.record(cell, CellStatus::Ok, String::new());
         let Some(Ok(peer)) = self.qemu.clone() else {
             rec.status = CellStatus::NotApplicable;
             rec.error = "QEMU peer unavailable".into();
-            return rec;
+            return Some(rec);
         };
         let layout = &self.m.layouts[cell.layout];
         let vms: Vec<_> = layout
@@ -258,8 +287,17 @@ impl Ctx<'_> {
             .collect();
         let dir = self.out.join("logs").join(cell.dir_name(self.m));
         let start = Instant::now();
-        let outcome = peer.run_vms(&vms, &dir, self.m.cell_timeout);
+        let stop = || {
+            if take_stop_signal().is_some() {
+                interrupted.store(true, Ordering::Release);
+            }
+            interrupted.load(Ordering::Acquire)
+        };
+        let outcome = peer.run_vms(&vms, &dir, self.m.cell_timeout, &stop);
         rec.wall_s = start.elapsed().as_secs_f64();
+        if interrupted.load(Ordering::Acquire) {
+            return None;
+        }
         match outcome {
             Err(e) => {
                 rec.status = CellStatus::Failed;
@@ -293,7 +331,7 @@ impl Ctx<'_> {
                 }
             }
         }
-        rec
+        Some(rec)
     }
 }
 
@@ -321,6 +359,10 @@ pub fn run_matrix(
     opts: &BenchOptions,
     on_event: &mut dyn FnMut(BenchEvent<'_>),
 ) -> Result<BenchOutcome, RunMatrixError> {
+    // SIGINT and SIGTERM stay blocked for the whole run (in every thread it
+    // starts): a Pacer cell's runner takes them while it runs, a QEMU cell
+    // polls for them, and between cells they are looked for after each one.
+    let _signals = crate::signals::SignalGuard::install();
     let mut store = Store::open(&opts.out, opts.resume)?;
     std::fs::write(
         opts.out.join("matrix.toml"),
@@ -351,7 +393,7 @@ pub fn run_matrix(
         let rec = match ctx.not_applicable(cell) {
             Some(why) => Some(ctx.record(cell, CellStatus::NotApplicable, why)),
             None => match m.policies[cell.policy].runner {
-                Runner::Qemu => Some(ctx.run_qemu(cell)),
+                Runner::Qemu => ctx.run_qemu(cell, &interrupted),
                 Runner::Pacer { .. } => ctx.run_pacer(cell, &interrupted),
             },
         };
@@ -365,6 +407,13 @@ pub fn run_matrix(
         store.append(rec)?;
         if let Some(last) = store.records().last() {
             on_event(BenchEvent::CellDone(last));
+        }
+        if let Some(sig) = take_stop_signal() {
+            on_event(BenchEvent::Stopping(sig));
+            finish(m, &store, &ctx)?;
+            return Err(RunMatrixError::Interrupted(
+                "a stop signal (SIGINT/SIGTERM)",
+            ));
         }
     }
     finish(m, &store, &ctx)
