@@ -272,7 +272,14 @@ pub fn vm_samples(r: &VmResult, group: &str) -> Vec<Sample> {
         }
         let run = s["run_ns"].as_f64().unwrap_or(0.0);
         let wait = s["ready_wait_ns"].as_f64().unwrap_or(0.0);
-        if run + wait > 0.0 {
+        let worked = slot
+            .iter()
+            .any(|(k, v)| k.ends_with("_per_s") && !k.starts_with("sched.") && *v > 0.0);
+        if run == 0.0 && worked {
+            // The guest did work, so a zero run time means the counters
+            // could not be read (a host thread that had already exited).
+            slot.remove("sched.run_ns");
+        } else if run + wait > 0.0 {
             slot.insert("sched.ready_wait_frac".into(), wait / (run + wait));
         }
         if wall_s > 0.0 {
@@ -326,6 +333,14 @@ pub fn jain(values: &[f64]) -> Option<f64> {
 /// time and for every per-vCPU rate the guest reported.
 pub fn cell_samples(samples: &[Sample], meta: &BTreeMap<String, VmMeta>) -> Vec<Sample> {
     let mut by: BTreeMap<(&str, u8), Vec<f64>> = BTreeMap::new();
+    // vCPUs per priority: an index over only some of them would mislead.
+    let mut vcpus: BTreeMap<u8, std::collections::BTreeSet<(&str, u32)>> = BTreeMap::new();
+    for s in samples {
+        if let Some(v) = s.vcpu {
+            let prio = meta.get(&s.vm).map_or(0, |m| m.priority);
+            vcpus.entry(prio).or_default().insert((&s.vm, v));
+        }
+    }
     for s in samples.iter().filter(|s| s.vcpu.is_some()) {
         let rate = s.metric.ends_with("_per_s") && !s.metric.starts_with("sched.");
         if s.metric != "sched.run_ns" && !rate {
@@ -337,7 +352,10 @@ pub fn cell_samples(samples: &[Sample], meta: &BTreeMap<String, VmMeta>) -> Vec<
             .push(s.value);
     }
     let mut lowest: BTreeMap<&str, f64> = BTreeMap::new();
-    for ((metric, _), values) in &by {
+    for ((metric, prio), values) in &by {
+        if values.len() < vcpus.get(prio).map_or(0, |v| v.len()) {
+            continue;
+        }
         if let Some(j) = jain(values) {
             let e = lowest.entry(metric).or_insert(j);
             *e = e.min(j);
@@ -518,6 +536,30 @@ mod tests {
         assert_eq!(get(&s, 0, "units_per_s"), Some(100.0));
         assert_eq!(get(&s, 1, "sleep_latency_ns.p99_ns"), Some(20.0));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn unreadable_run_time_is_unknown_not_zero() {
+        let mut r = vm("h", &[100.0, 100.0]);
+        r.vcpu_sched[1].run_ns = 0;
+        let s = vm_samples(&r, "h");
+        assert_eq!(get(&s, 0, "sched.run_ns"), Some(1_000_000.0));
+        assert_eq!(get(&s, 1, "sched.run_ns"), None);
+        let meta: BTreeMap<String, VmMeta> = [(
+            "h".to_string(),
+            VmMeta {
+                group: "h".into(),
+                priority: 10,
+            },
+        )]
+        .into();
+        let cell = cell_samples(&s, &meta);
+        // No index over one of the two vCPUs; the guest's rates still have one.
+        assert!(
+            cell.iter().all(|x| x.metric != "jain.sched.run_ns"),
+            "{cell:?}"
+        );
+        assert!(cell.iter().any(|x| x.metric == "jain.units_per_s"));
     }
 
     #[test]
