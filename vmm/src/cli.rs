@@ -5,6 +5,8 @@
 //! pacer validate FILE [--policy P]                    check FILE without starting anything
 //! pacer topology [--spec 2x22x2]         print the host (or a synthetic) topology
 //! pacer unixbench --host | --report LOG  UnixBench-style suite (unixbench::cli)
+//! pacer bench MATRIX --out DIR [--resume] run a benchmark matrix (vmm::bench)
+//! pacer sim SCENARIO [--compare ...]     run a scheduler simulation scenario
 //! ```
 //! Exit codes: 0 ok, 1 a VM failed, 2 bad input.
 
@@ -69,6 +71,10 @@ pub enum Command {
         #[arg(long)]
         policy: Option<Policy>,
     },
+    /// Run a benchmark matrix: policies x VM layouts x workloads x repetitions.
+    Bench(crate::bench::command::BenchArgs),
+    /// Run a scheduler simulation scenario (deterministic, no KVM).
+    Sim(crate::sim_command::SimArgs),
     /// Print the host CPU topology as vcpu_sched sees it.
     Topology {
         /// A synthetic topology instead of the host's, e.g. 2x22x2.
@@ -90,6 +96,8 @@ pub fn out(text: &str) {
 pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
     match cli.command {
         Command::Unixbench(args) => crate::unixbench::cli::run(&args),
+        Command::Bench(args) => crate::bench::command::main(args),
+        Command::Sim(args) => crate::sim_command::main(args),
         Command::Validate { file, policy } => {
             match Config::load_overridden(&file, Overrides { policy }) {
                 Ok(c) => {
