@@ -129,6 +129,7 @@ pub fn take_outcome(v: &EngineVcpu, timeout: Duration) -> VcpuOutcome {
                     .clone()
                     .unwrap_or(VcpuExitReason::Stopped),
                 stats: runner.stats,
+                thread_sched: Default::default(),
             };
         }
         if Instant::now() >= deadline {
@@ -138,6 +139,7 @@ pub fn take_outcome(v: &EngineVcpu, timeout: Duration) -> VcpuOutcome {
                     exit: "vCPU still running at VM stop".into(),
                 },
                 stats: Default::default(),
+                thread_sched: Default::default(),
             };
         }
         std::thread::sleep(Duration::from_micros(200));
