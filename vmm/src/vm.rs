@@ -2,17 +2,22 @@
 //! lifecycle (create -> start -> stop on guest request / fatal vCPU exit /
 //! timeout -> result). A failing VM stops only itself.
 
-use crate::boot;
+use crate::boot::{self, vcpu::VcpuBoot, GuestKind};
 use crate::config::VmConfig;
 use crate::cpuid;
+use crate::irq::KvmIrqLine;
 use crate::memory::{self, DeviceMemory};
 use crate::msr;
 use crate::results::{ResultsLog, VmResult};
 use crate::vcpu::{Vcpu, VcpuError, VcpuExitHandler, VcpuExitReason, VcpuHandle, VcpuOutcome};
 use devices::bus::UnknownAccessLog;
+use devices::debug_exit::{debug_exit_status, DebugExit, DEBUG_EXIT_LEN, DEBUG_EXIT_PORT};
 use devices::exit_port::{ExitPort, EXIT_PORT, EXIT_PORT_LEN};
+use devices::fw_cfg::{FwCfg, FW_CFG_LEN, FW_CFG_PORT};
 use devices::i8042::{I8042, I8042_BASE, I8042_LEN};
 use devices::irq::{EventFdLine, InterruptLine, NoInterrupt};
+use devices::pc_testdev::{PcTestDev, PC_TESTDEV_IRQ_BASE, PC_TESTDEV_IRQ_LINES};
+use devices::pm_timer::{PmTimer, PM_TIMER_LEN, PM_TIMER_PORT};
 use devices::result_port::{ResultPort, RESULT_PORT_BASE, RESULT_PORT_LEN};
 use devices::serial::{ConsoleWriter, SerialConsole, COM1_BASE, COM1_IRQ, COM1_LEN};
 use devices::{IoContext, Marker, PioBus, RecordError, ResultRecord, StopRequest, VmEventSink};
@@ -49,19 +54,14 @@ pub enum VmError {
     },
     #[error("CPUID: {0}")]
     Cpuid(#[from] cpuid::CpuidError),
-    #[error("KVM_SET_CPUID2 failed: {0}")]
-    SetCpuid(kvm_ioctls::Error),
     #[error("MSRs: {0}")]
     Msr(#[from] msr::MsrError),
     #[error("KVM_GET_TSC_KHZ failed: {0}")]
     TscKhz(kvm_ioctls::Error),
     #[error("boot: {0}")]
     Boot(#[from] boot::BootError),
-    #[error("setting vCPU registers ({what}) failed: {source}")]
-    Regs {
-        what: &'static str,
-        source: kvm_ioctls::Error,
-    },
+    #[error("vcpu{index}: {source}")]
+    ConfigureVcpu { index: u32, source: boot::BootError },
     #[error("device setup: {0}")]
     Device(String),
     #[error("cannot create {path}: {source}")]
@@ -106,6 +106,8 @@ impl Default for VmOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StopCause {
     GuestExit(u32),
+    /// The guest wrote this value to isa-debug-exit (QEMU's convention).
+    DebugExit(u32),
     Reset,
     VcpuFailed {
         vcpu: u32,
@@ -135,6 +137,14 @@ impl StopCause {
                 false,
                 format!("guest exited with status {s}"),
             ),
+            StopCause::DebugExit(v) => (
+                "debug_exit".into(),
+                *v == 0,
+                format!(
+                    "guest wrote {v} to isa-debug-exit (exit status {})",
+                    debug_exit_status(*v)
+                ),
+            ),
             StopCause::Reset => ("reset".into(), true, "reset requested".into()),
             StopCause::VcpuFailed { vcpu, reason } => {
                 let status = match reason {
@@ -153,6 +163,16 @@ impl StopCause {
                 format!("timeout_s {:.1} exceeded", t.as_secs_f64()),
             ),
             StopCause::Requested => ("stopped".into(), false, "stopped by request".into()),
+        }
+    }
+
+    /// The exit status the guest asked for, if it asked: the exit port's
+    /// value, or `(v << 1) | 1` for a write of `v` to isa-debug-exit.
+    pub fn guest_exit_status(&self) -> Option<u64> {
+        match self {
+            StopCause::GuestExit(s) => Some(u64::from(*s)),
+            StopCause::DebugExit(v) => Some(debug_exit_status(*v)),
+            _ => None,
         }
     }
 }
@@ -299,6 +319,7 @@ impl VmEventSink for VmShared {
     fn stop_request(&self, _vcpu: u32, request: StopRequest) {
         self.stop(match request {
             StopRequest::GuestExit(s) => StopCause::GuestExit(s),
+            StopRequest::DebugExit(v) => StopCause::DebugExit(v),
             StopRequest::Reset => StopCause::Reset,
         });
     }
@@ -389,9 +410,10 @@ pub struct Vm {
     pending_vcpus: Vec<Vcpu>,
     serial: Arc<Mutex<SerialConsole>>,
     shared: Arc<VmShared>,
-    _vm_fd: VmFd,
-    mem: Arc<GuestMemoryMmap>,
+    // Devices may hold the VM fd (interrupt lines); both go before memory.
     handler: Arc<ExitHandler>,
+    _vm_fd: Arc<VmFd>,
+    mem: Arc<GuestMemoryMmap>,
     tsc_khz: u32,
     cmdline: String,
     console_log: Option<PathBuf>,
@@ -412,7 +434,7 @@ impl Vm {
     /// Build the VM (nothing runs until [`Vm::start`]).
     pub fn create(kvm: &Kvm, config: &VmConfig, options: VmOptions) -> Result<Vm, VmError> {
         let start = Instant::now();
-        let vm_fd = kvm.create_vm().map_err(VmError::CreateVm)?;
+        let vm_fd = Arc::new(kvm.create_vm().map_err(VmError::CreateVm)?);
         if let Err(e) = vm_fd.set_tss_address(KVM_TSS_ADDRESS) {
             log::debug!("[{}] KVM_SET_TSS_ADDR: {e}", config.name);
         }
@@ -436,57 +458,35 @@ impl Vm {
             unsafe { vm_fd.set_user_memory_region(r) }.map_err(VmError::Memslot)?;
         }
 
-        // vCPUs.
-        let base_cpuid = cpuid::supported(kvm)?;
-        let msrs = msr::supported_msrs(kvm)?;
+        // vCPUs, kernel, command line, boot structures.
         let mut vcpus = Vec::with_capacity(config.vcpus as usize);
         for index in 0..config.vcpus {
             let fd = vm_fd
                 .create_vcpu(index as u64)
                 .map_err(|source| VmError::CreateVcpu { index, source })?;
-            fd.set_cpuid2(&cpuid::for_vcpu(&base_cpuid, index, config.vcpus)?)
-                .map_err(VmError::SetCpuid)?;
-            if let Err(e) = msr::setup_msrs(&fd, &msrs) {
-                log::warn!("[{}] vcpu{index}: {e}", config.name);
-            }
             vcpus.push(Vcpu { index, fd });
         }
         let tsc_khz = vcpus[0].fd.get_tsc_khz().map_err(VmError::TscKhz)?;
         let t_vcpus = start.elapsed();
-
-        // Kernel, command line, boot structures.
-        let loaded = boot::load_kernel(&mem, &config.kernel, config.initrd.as_deref())?;
-        let cmdline = boot::build_cmdline(&config.cmdline, tsc_khz, config.vcpus)?;
-        boot::write_boot_structures(&mem, &cmdline, &loaded)?;
-        let cmdline = cmdline
-            .as_cstring()
-            .map(|c| c.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        // The boot vCPU enters at e_entry in long mode (PROTOCOL.md). With
-        // the in-kernel irqchip KVM keeps the other vCPUs waiting for
-        // INIT/SIPI from the guest, as on hardware; without it they also
-        // enter at e_entry, with RDI = their index (and park themselves).
+        let booted = boot::load(&mem, config, tsc_khz)?;
+        let cmdline = booted.cmdline;
+        let supported_cpuid = cpuid::supported(kvm)?;
+        let supported_msrs = msr::supported_msrs(kvm)?;
+        let vcpu_boot = VcpuBoot {
+            supported_cpuid: &supported_cpuid,
+            supported_msrs: &supported_msrs,
+            vcpus: config.vcpus,
+            cpuid: &config.cpuid,
+            entry: booted.entry,
+            vm_name: &config.name,
+        };
         for v in &vcpus {
-            let fd = &v.fd;
-            fd.set_regs(&boot::boot_regs(loaded.entry, v.index))
-                .map_err(|source| VmError::Regs {
-                    what: "regs",
+            boot::vcpu::configure_vcpu(&v.fd, v.index, &vcpu_boot).map_err(|source| {
+                VmError::ConfigureVcpu {
+                    index: v.index,
                     source,
-                })?;
-            let mut sregs = fd.get_sregs().map_err(|source| VmError::Regs {
-                what: "sregs",
-                source,
+                }
             })?;
-            boot::configure_sregs(&mut sregs);
-            fd.set_sregs(&sregs).map_err(|source| VmError::Regs {
-                what: "sregs",
-                source,
-            })?;
-            fd.set_fpu(&boot::boot_fpu())
-                .map_err(|source| VmError::Regs {
-                    what: "fpu",
-                    source,
-                })?;
         }
         let t_boot = start.elapsed();
         // Files and devices.
@@ -561,9 +561,46 @@ impl Vm {
         bus.insert(
             EXIT_PORT,
             EXIT_PORT_LEN,
-            Arc::new(Mutex::new(ExitPort::new(sink))),
+            Arc::new(Mutex::new(ExitPort::new(sink.clone()))),
         )
         .map_err(bus_err)?;
+        if config.guest == GuestKind::Multiboot {
+            let lines: Vec<Arc<dyn InterruptLine>> = (0..u32::from(PC_TESTDEV_IRQ_LINES))
+                .map(|gsi| -> Arc<dyn InterruptLine> {
+                    if options.irqchip {
+                        Arc::new(KvmIrqLine::new(vm_fd.clone(), gsi))
+                    } else {
+                        Arc::new(NoInterrupt)
+                    }
+                })
+                .collect();
+            let ram = memory::ram_size(&mem);
+            let qemu_devices: [(u16, u16, devices::bus::SharedDevice); 4] = [
+                (
+                    DEBUG_EXIT_PORT,
+                    DEBUG_EXIT_LEN,
+                    Arc::new(Mutex::new(DebugExit::new(sink.clone()))),
+                ),
+                (
+                    FW_CFG_PORT,
+                    FW_CFG_LEN,
+                    Arc::new(Mutex::new(FwCfg::new(ram, config.vcpus as u16))),
+                ),
+                (
+                    PC_TESTDEV_IRQ_BASE,
+                    PC_TESTDEV_IRQ_LINES,
+                    Arc::new(Mutex::new(PcTestDev::new(lines))),
+                ),
+                (
+                    PM_TIMER_PORT,
+                    PM_TIMER_LEN,
+                    Arc::new(Mutex::new(PmTimer::new())),
+                ),
+            ];
+            for (base, len, dev) in qemu_devices {
+                bus.insert(base, len, dev).map_err(bus_err)?;
+            }
+        }
         let handler = Arc::new(ExitHandler {
             shared: shared.clone(),
             bus,
@@ -584,9 +621,9 @@ impl Vm {
             pending_vcpus: vcpus,
             serial,
             shared,
+            handler,
             _vm_fd: vm_fd,
             mem,
-            handler,
             tsc_khz,
             cmdline,
             console_log,
@@ -722,6 +759,7 @@ impl Vm {
             status,
             ok,
             message,
+            exit_status: cause.guest_exit_status(),
             wall_ms,
             tsc_khz: self.tsc_khz,
             cmdline: self.cmdline.clone(),
