@@ -308,7 +308,7 @@ fn plan_elf32(image: &[u8]) -> Result<ImagePlan, MultibootError> {
             return Err(bad(format!("segment {i} extends past the end of the file")));
         }
         if (vaddr..vaddr.saturating_add(memsz)).contains(&entry) {
-            entry_phys = Some(entry - vaddr + paddr);
+            entry_phys = Some((entry - vaddr).wrapping_add(paddr));
         }
         segments.push(Segment {
             addr: u64::from(paddr),
@@ -455,8 +455,13 @@ pub fn load_image(
         write(mem, "the image", s.addr, data)?;
         // Guest RAM starts zeroed; clear the bss anyway, the image's
         // promise does not depend on how the VMM got its memory.
-        let zeroes = vec![0u8; (s.mem_len - s.file_len as u64) as usize];
-        write(mem, "the image's bss", s.addr + s.file_len as u64, &zeroes)?;
+        let zeroes = [0u8; 4096];
+        let mut at = s.addr + s.file_len as u64;
+        while at < end {
+            let n = (end - at).min(zeroes.len() as u64) as usize;
+            write(mem, "the image's bss", at, &zeroes[..n])?;
+            at += n as u64;
+        }
         image_end = image_end.max(end);
     }
 
