@@ -672,7 +672,7 @@ impl Config {
                     .filter_map(|p| std::fs::metadata(p).ok())
                     .map(|m| m.len())
                     .sum();
-                if is(GuestKind::Multiboot) && total > mib << 20 {
+                if is(GuestKind::Multiboot) && total > mib.saturating_mul(1 << 20) {
                     c.err(
                         v.memory_mib.span(),
                         f("memory_mib"),
