@@ -3,7 +3,8 @@
 //! Besides the bench guest's own ports, the QEMU-compatible test devices
 //! that test suites written for QEMU expect (kvm-unit-tests): isa-debug-exit
 //! ([`debug_exit`]), fw_cfg ([`fw_cfg`]), pc-testdev's interrupt lines
-//! ([`pc_testdev`]) and the ACPI PM timer ([`pm_timer`]).
+//! ([`pc_testdev`]) and the ACPI PM timer ([`pm_timer`]), installed together
+//! by [`qemu_test::insert_qemu_test_devices`].
 //!
 //! Devices plug into the port-I/O bus ([`bus::PioBus`]) or the MMIO bus
 //! ([`mmio::MmioBus`]) and raise interrupts through an
@@ -22,6 +23,7 @@ pub mod irq;
 pub mod mmio;
 pub mod pc_testdev;
 pub mod pm_timer;
+pub mod qemu_test;
 pub mod result_port;
 pub mod serial;
 

@@ -11,13 +11,12 @@ use crate::msr;
 use crate::results::{ResultsLog, VmResult};
 use crate::vcpu::{Vcpu, VcpuError, VcpuExitHandler, VcpuExitReason, VcpuHandle, VcpuOutcome};
 use devices::bus::UnknownAccessLog;
-use devices::debug_exit::{debug_exit_status, DebugExit, DEBUG_EXIT_LEN, DEBUG_EXIT_PORT};
+use devices::debug_exit::debug_exit_status;
 use devices::exit_port::{ExitPort, EXIT_PORT, EXIT_PORT_LEN};
-use devices::fw_cfg::{FwCfg, FW_CFG_LEN, FW_CFG_PORT};
 use devices::i8042::{I8042, I8042_BASE, I8042_LEN};
 use devices::irq::{EventFdLine, InterruptLine, NoInterrupt};
-use devices::pc_testdev::{PcTestDev, PC_TESTDEV_IRQ_BASE, PC_TESTDEV_IRQ_LINES};
-use devices::pm_timer::{PmTimer, PM_TIMER_LEN, PM_TIMER_PORT};
+use devices::pc_testdev::PC_TESTDEV_IRQ_LINES;
+use devices::qemu_test::insert_qemu_test_devices;
 use devices::result_port::{ResultPort, RESULT_PORT_BASE, RESULT_PORT_LEN};
 use devices::serial::{ConsoleWriter, SerialConsole, COM1_BASE, COM1_IRQ, COM1_LEN};
 use devices::{IoContext, Marker, PioBus, RecordError, ResultRecord, StopRequest, VmEventSink};
@@ -574,32 +573,14 @@ impl Vm {
                     }
                 })
                 .collect();
-            let ram = memory::ram_size(&mem);
-            let qemu_devices: [(u16, u16, devices::bus::SharedDevice); 4] = [
-                (
-                    DEBUG_EXIT_PORT,
-                    DEBUG_EXIT_LEN,
-                    Arc::new(Mutex::new(DebugExit::new(sink.clone()))),
-                ),
-                (
-                    FW_CFG_PORT,
-                    FW_CFG_LEN,
-                    Arc::new(Mutex::new(FwCfg::new(ram, config.vcpus as u16))),
-                ),
-                (
-                    PC_TESTDEV_IRQ_BASE,
-                    PC_TESTDEV_IRQ_LINES,
-                    Arc::new(Mutex::new(PcTestDev::new(lines))),
-                ),
-                (
-                    PM_TIMER_PORT,
-                    PM_TIMER_LEN,
-                    Arc::new(Mutex::new(PmTimer::new())),
-                ),
-            ];
-            for (base, len, dev) in qemu_devices {
-                bus.insert(base, len, dev).map_err(bus_err)?;
-            }
+            insert_qemu_test_devices(
+                &mut bus,
+                sink.clone(),
+                lines,
+                memory::ram_size(&mem),
+                config.vcpus as u16,
+            )
+            .map_err(bus_err)?;
         }
         let handler = Arc::new(ExitHandler {
             shared: shared.clone(),
