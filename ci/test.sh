@@ -33,8 +33,20 @@ else
     echo "SKIPPED: /dev/kvm not available; smoke matrix not run"
 fi
 
-# One closing line over every test binary (cargo prints one per binary).
-awk '/^test result:/ {
+# kvm-unit-tests (an external suite, see README): the quick subset under
+# Pacer, beside QEMU if it is installed. Needs the suite's prebuilt images
+# ($KVM_UNIT_TESTS_DIR, default ../shared/kvm-unit-tests).
+echo "== kvm-unit-tests --quick"
+if [ -d "${KVM_UNIT_TESTS_DIR:-../shared/kvm-unit-tests}" ]; then
+    bash ci/kvm-unit-tests.sh --quick --no-install --profile dev 2>&1 | tee -a "$log"
+else
+    echo "kvm-unit-tests: SKIPPED (no images in ${KVM_UNIT_TESTS_DIR:-../shared/kvm-unit-tests})"
+fi
+
+# One closing line over every test binary (cargo prints one per binary)
+# and the kvm-unit-tests run.
+awk '/^kvm-unit-tests: [0-9]+ passed/ { p += $2; f += $4 }
+     /^test result:/ {
         for (i = 1; i <= NF; i++) {
             if ($(i+1) ~ /^passed/)  p += $i
             if ($(i+1) ~ /^failed/)  f += $i

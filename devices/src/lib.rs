@@ -1,5 +1,11 @@
 //! Pacer's emulated devices.
 //!
+//! Besides the bench guest's own ports, the QEMU-compatible test devices
+//! that test suites written for QEMU expect (kvm-unit-tests): isa-debug-exit
+//! ([`debug_exit`]), fw_cfg ([`fw_cfg`]), pc-testdev's interrupt lines
+//! ([`pc_testdev`]) and the ACPI PM timer ([`pm_timer`]), installed together
+//! by [`qemu_test::insert_qemu_test_devices`].
+//!
 //! Devices plug into the port-I/O bus ([`bus::PioBus`]) or the MMIO bus
 //! ([`mmio::MmioBus`]) and raise interrupts through an
 //! [`irq::InterruptLine`], whichever interrupt controller is behind it
@@ -10,11 +16,16 @@
 //! without a VM.
 
 pub mod bus;
+pub mod debug_exit;
 pub mod exit_port;
+pub mod fw_cfg;
 pub mod i8042;
 pub mod irq;
 pub mod irqchip;
 pub mod mmio;
+pub mod pc_testdev;
+pub mod pm_timer;
+pub mod qemu_test;
 pub mod result_payload;
 pub mod result_port;
 pub mod serial;
@@ -31,6 +42,10 @@ pub use result_port::{Marker, RecordError, RecordKind, ResultRecord};
 pub enum StopRequest {
     /// The guest wrote this status to the exit port (0 = success).
     GuestExit(u32),
+    /// The guest wrote this value to QEMU's isa-debug-exit port (0xF4); the
+    /// VM's exit status is `(value << 1) | 1`
+    /// ([`debug_exit::debug_exit_status`]).
+    DebugExit(u32),
     /// The guest asked for a CPU reset through the i8042 (0xFE to port 0x64).
     Reset,
 }

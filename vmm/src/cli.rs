@@ -1,14 +1,22 @@
 //! The `pacer` command line.
 //!
 //! ```text
-//! pacer run FILE [--policy P | --compare P1,P2] [--json results.json] [--status]   run the VMs of FILE
-//! pacer validate FILE [--policy P]                    check FILE without starting anything
+//! pacer run FILE [--policy P | --compare P1,P2] [--json results.json] [--status]
+//!                [--exit-status-from-guest]     run the VMs of FILE
+//! pacer validate FILE [--policy P]              check FILE without starting anything
 //! pacer topology [--spec 2x22x2]         print the host (or a synthetic) topology
 //! pacer unixbench --host | --report LOG  UnixBench-style suite (unixbench::cli)
 //! pacer bench MATRIX --out DIR [--resume] run a benchmark matrix (vmm::bench)
 //! pacer sim SCENARIO [--compare ...]     run a scheduler simulation scenario
 //! ```
-//! Exit codes: 0 ok, 1 a VM failed, 2 bad input.
+//! Exit codes: 0 ok, 1 a VM failed, 2 bad input. With
+//! `--exit-status-from-guest` (one VM only) `pacer run` exits instead with
+//! the status the guest asked for, as QEMU does with isa-debug-exit: the
+//! low 8 bits of `(v << 1) | 1` for a write of `v` to port 0xF4 (so 1 means
+//! a kvm-unit-tests pass), or of the bench exit port's value; and with 2
+//! when there is no such status (bad input, or the VM stopped otherwise:
+//! timeout, fault, signal). isa-debug-exit statuses are odd, so 2 never
+//! collides with them. The results JSON has the full value (`exit_status`).
 
 use crate::config::{Config, Overrides};
 use crate::engine::policy::Policy;
@@ -21,6 +29,8 @@ use std::time::Instant;
 pub const EXIT_OK: i32 = 0;
 pub const EXIT_VM_FAILED: i32 = 1;
 pub const EXIT_BAD_INPUT: i32 = 2;
+/// With `--exit-status-from-guest`: the VM stopped without a guest status.
+pub const EXIT_NO_GUEST_STATUS: i32 = 2;
 
 /// Errors of this module.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +73,11 @@ pub enum Command {
         /// a side-by-side per-vCPU table, e.g. `--compare haiku,host`.
         #[arg(long, value_delimiter = ',', conflicts_with = "policy")]
         compare: Vec<Policy>,
+        /// Exit with the guest's own exit status (isa-debug-exit:
+        /// `(v << 1) | 1`; bench exit port: its value), low 8 bits; 2 if it
+        /// set none. Needs a config with exactly one VM.
+        #[arg(long)]
+        exit_status_from_guest: bool,
     },
     /// Check a config file (fields, paths, CPU sets) without starting anything.
     Validate {
@@ -132,6 +147,7 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
             json,
             status,
             compare,
+            exit_status_from_guest,
         } => {
             if !compare.is_empty() {
                 return run_compare(&file, &compare, json, status, run_start);
@@ -143,6 +159,14 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                     return EXIT_BAD_INPUT;
                 }
             };
+            if exit_status_from_guest && config.vms.len() != 1 {
+                eprintln!(
+                    "pacer run: --exit-status-from-guest needs exactly one [[vm]] ({} has {})",
+                    file.display(),
+                    config.vms.len()
+                );
+                return EXIT_BAD_INPUT;
+            }
             let opts = RunOptions { run_start, status };
             let results = match runner::run(&config, &opts, &print_event) {
                 Ok(r) => r,
@@ -160,6 +184,9 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                     eprintln!("{}", CliError::WriteJson { path, source });
                     return EXIT_VM_FAILED;
                 }
+            }
+            if exit_status_from_guest {
+                return guest_exit_code(results.vms.first().and_then(|v| v.exit_status));
             }
             let failed: Vec<&str> = results
                 .vms
@@ -245,5 +272,30 @@ fn run_compare(
         EXIT_OK
     } else {
         EXIT_VM_FAILED
+    }
+}
+
+/// The process exit code for a guest exit status under
+/// `--exit-status-from-guest` (a process status has 8 bits).
+pub fn guest_exit_code(status: Option<u64>) -> i32 {
+    match status {
+        Some(s) => (s & 0xff) as i32,
+        None => EXIT_NO_GUEST_STATUS,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use devices::debug_exit::debug_exit_status;
+
+    #[test]
+    fn guest_exit_codes() {
+        // kvm-unit-tests: exit(0) -> 1 (pass), exit(1) -> 3 (failures).
+        assert_eq!(guest_exit_code(Some(debug_exit_status(0))), 1);
+        assert_eq!(guest_exit_code(Some(debug_exit_status(1))), 3);
+        assert_eq!(guest_exit_code(Some(debug_exit_status(0x80))), 1);
+        assert_eq!(guest_exit_code(Some(0)), 0);
+        assert_eq!(guest_exit_code(None), 2);
     }
 }

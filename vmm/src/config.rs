@@ -19,10 +19,13 @@
 //! kernel = "../guests/out/bench-guest.elf"
 //! initrd = "initrd.img"   # optional
 //! cmdline = "foo=1"       # optional
+//! guest = "bench"         # bench | multiboot | linux; default: from the kernel's format
+//! modules = ["env.txt", { path = "m.bin", cmdline = "x=1" }]   # multiboot only
+//! cpuid = { x2apic = false }                                 # optional CPUID overrides
 //! cpus = "0"              # core set, within [host] cpus; default: all of them
 //! class = "timeshare"     # timeshare | realtime
 //! priority = 10           # timeshare 1..=99 (default 10); realtime 100..=120 (default 100)
-//! workload = { name = "cpu", duration_ms = 500, report_ms = 100 }
+//! workload = { name = "cpu", duration_ms = 500, report_ms = 100 }   # bench only
 //! console = "stdout"      # log | stdout | both
 //! timeout_s = 30          # runaway guard
 //! ```
@@ -31,6 +34,9 @@
 //! that keep the spans of the fields that semantic checks need, then
 //! validation. Every error names the field and the `line:column` in the file.
 
+use crate::boot::multiboot::Module;
+use crate::boot::{self, GuestKind};
+use crate::cpuid::CpuidOverrides;
 use crate::engine::policy::Policy;
 use crate::engine::DispatchKind;
 use crate::host_cpus::{HostCpu, HostCpuSet};
@@ -166,8 +172,11 @@ struct RawVm {
     vcpus: Spanned<i64>,
     memory_mib: Spanned<i64>,
     kernel: Spanned<String>,
+    guest: Option<Spanned<GuestKind>>,
     initrd: Option<Spanned<String>>,
     cmdline: Option<Spanned<String>>,
+    modules: Option<Vec<Spanned<toml::Value>>>,
+    cpuid: Option<CpuidOverrides>,
     cpus: Option<Spanned<RawCpus>>,
     class: Option<Spanned<SchedClass>>,
     priority: Option<Spanned<i64>>,
@@ -233,10 +242,17 @@ pub struct VmConfig {
     pub vcpus: u32,
     pub memory_mib: u64,
     pub kernel: PathBuf,
+    /// How the kernel boots (from `guest`, or the kernel's format).
+    pub guest: GuestKind,
     pub initrd: Option<PathBuf>,
-    /// The config's `cmdline` followed by the workload arguments (the VMM
-    /// appends `tsc_khz=` and `vcpus=` at boot).
+    /// Bench guest: the config's `cmdline` followed by the workload
+    /// arguments (the VMM appends `tsc_khz=` and `vcpus=` at boot). Other
+    /// guests: the config's `cmdline`, unchanged.
     pub cmdline: String,
+    /// Multiboot modules, in order.
+    pub modules: Vec<Module>,
+    /// CPUID bits switched off or insisted on.
+    pub cpuid: CpuidOverrides,
     /// Host CPUs the VM's vCPUs may run on (its core set).
     pub cpus: HostCpuSet,
     pub class: SchedClass,
@@ -327,23 +343,67 @@ impl Checker<'_> {
     }
 }
 
-/// The kernel must be an ELF64 x86-64 executable (direct 64-bit boot).
-fn check_elf64_x86(path: &Path) -> Result<(), String> {
-    use std::io::Read;
-    let mut hdr = [0u8; 20];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut hdr))
-        .map_err(|e| format!("cannot read the ELF header: {e}"))?;
-    if &hdr[0..4] != b"\x7fELF" {
-        return Err("not an ELF file (only ELF64 kernels boot directly)".into());
+impl Checker<'_> {
+    /// The guest kind of `kernel`: the config's `guest` if it can boot the
+    /// kernel, else the kernel format's default (errors name the field).
+    fn guest_kind(
+        &mut self,
+        kernel: &Path,
+        raw_kernel: &Spanned<String>,
+        guest: Option<&Spanned<GuestKind>>,
+        prefix: &str,
+    ) -> Option<GuestKind> {
+        let info = match boot::inspect(kernel) {
+            Ok(i) => i,
+            Err(e) => {
+                self.err(raw_kernel.span(), format!("{prefix}kernel"), e.to_string());
+                return None;
+            }
+        };
+        match guest {
+            Some(g) => match info.check_guest(*g.get_ref()) {
+                Ok(()) => Some(*g.get_ref()),
+                Err(why) => {
+                    self.err(
+                        g.span(),
+                        format!("{prefix}guest"),
+                        format!("{}: {why}", kernel.display()),
+                    );
+                    None
+                }
+            },
+            None => match info.default_guest() {
+                Ok(g) => Some(g),
+                Err(why) => {
+                    self.err(
+                        raw_kernel.span(),
+                        format!("{prefix}kernel"),
+                        format!("{}: {why}", kernel.display()),
+                    );
+                    None
+                }
+            },
+        }
     }
-    if hdr[4] != 2 || hdr[5] != 1 {
-        return Err("not a little-endian ELF64 file".into());
+}
+
+/// A `modules` entry: "path" or { path = "...", cmdline = "..." }.
+fn module_entry(v: &toml::Value) -> Option<(String, String)> {
+    match v {
+        toml::Value::String(p) => Some((p.clone(), String::new())),
+        toml::Value::Table(t) => {
+            if t.keys().any(|k| k != "path" && k != "cmdline") {
+                return None;
+            }
+            let path = t.get("path")?.as_str()?.to_string();
+            let cmdline = match t.get("cmdline") {
+                Some(c) => c.as_str()?.to_string(),
+                None => String::new(),
+            };
+            Some((path, cmdline))
+        }
+        _ => None,
     }
-    if u16::from_le_bytes([hdr[18], hdr[19]]) != 62 {
-        return Err("not an x86-64 ELF (e_machine != EM_X86_64)".into());
-    }
-    Ok(())
 }
 
 fn valid_arg_token(s: &str) -> bool {
@@ -607,12 +667,52 @@ impl Config {
                 );
             }
             let kernel = c.path(&base, &v.kernel, &f("kernel"));
-            if let Some(k) = &kernel {
-                if let Err(why) = check_elf64_x86(k) {
+            let guest = kernel
+                .as_ref()
+                .and_then(|k| c.guest_kind(k, &v.kernel, v.guest.as_ref(), &f("")));
+            let is = |kind| guest == Some(kind);
+            if let (Some(i), false) = (&v.initrd, guest.is_none() || is(GuestKind::Bench)) {
+                c.err(
+                    i.span(),
+                    f("initrd"),
+                    "only the bench guest takes an initrd; give a multiboot guest `modules`",
+                );
+            }
+            let mut modules = Vec::new();
+            for (j, m) in v.modules.iter().flatten().enumerate() {
+                let field = format!("vm[{i}].modules[{j}]");
+                if guest.is_some() && !is(GuestKind::Multiboot) {
+                    c.err(m.span(), &field, "only multiboot guests take modules");
+                    continue;
+                }
+                let Some((path, cmdline)) = module_entry(m.get_ref()) else {
                     c.err(
-                        v.kernel.span(),
-                        f("kernel"),
-                        format!("{}: {why}", k.display()),
+                        m.span(),
+                        &field,
+                        "a module is a path or { path = \"...\", cmdline = \"...\" }",
+                    );
+                    continue;
+                };
+                if cmdline.chars().any(|ch| ch.is_control()) {
+                    c.err(m.span(), &field, "control characters are not allowed");
+                }
+                let spanned = Spanned::new(m.span(), path);
+                if let Some(p) = c.path(&base, &spanned, &field) {
+                    modules.push(Module { path: p, cmdline });
+                }
+            }
+            if let Some(k) = &kernel {
+                let mib = v.memory_mib.get_ref().max(&0).unsigned_abs();
+                let total: u64 = std::iter::once(k.as_path())
+                    .chain(modules.iter().map(|m| m.path.as_path()))
+                    .filter_map(|p| std::fs::metadata(p).ok())
+                    .map(|m| m.len())
+                    .sum();
+                if is(GuestKind::Multiboot) && total > mib.saturating_mul(1 << 20) {
+                    c.err(
+                        v.memory_mib.span(),
+                        f("memory_mib"),
+                        format!("{mib} MiB cannot hold the kernel and its modules ({total} bytes)"),
                     );
                 }
             }
@@ -703,9 +803,22 @@ impl Config {
                 cmdline.extend(cl.get_ref().split_whitespace().map(str::to_string));
             }
             if let Some(w) = &v.workload {
-                cmdline.extend(workload_args(&mut c, w, &f("workload")));
+                if guest.is_some() && !is(GuestKind::Bench) {
+                    c.err(
+                        w.span(),
+                        f("workload"),
+                        "only the bench guest runs workloads; give other guests their `cmdline`",
+                    );
+                } else {
+                    cmdline.extend(workload_args(&mut c, w, &f("workload")));
+                }
             }
-            for reserved in ["tsc_khz=", "vcpus="] {
+            let reserved: &[&str] = if is(GuestKind::Bench) {
+                &["tsc_khz=", "vcpus="]
+            } else {
+                &[]
+            };
+            for reserved in reserved {
                 if cmdline.iter().any(|a| a.starts_with(reserved)) {
                     let span = v.cmdline.as_ref().map(|s| s.span()).unwrap_or(0..0);
                     c.err(
@@ -735,8 +848,18 @@ impl Config {
                 vcpus: vcpus.clamp(1, MAX_VCPUS as i64) as u32,
                 memory_mib: mem.clamp(MIN_MEMORY_MIB as i64, MAX_MEMORY_MIB as i64) as u64,
                 kernel: kernel.unwrap_or_default(),
+                guest: guest.unwrap_or(GuestKind::Bench),
                 initrd,
-                cmdline: cmdline.join(" "),
+                cmdline: match guest {
+                    Some(GuestKind::Bench) => cmdline.join(" "),
+                    _ => v
+                        .cmdline
+                        .as_ref()
+                        .map(|s| s.get_ref().clone())
+                        .unwrap_or_default(),
+                },
+                modules,
+                cpuid: v.cpuid.unwrap_or_default(),
                 cpus,
                 class,
                 priority,
@@ -793,8 +916,9 @@ impl fmt::Display for Config {
         for v in &self.vms {
             writeln!(
                 f,
-                "vm {}: {} vCPU(s), {} MiB, cpus {}, {} priority {}, kernel {}, cmdline {:?}{}",
+                "vm {}: {} guest, {} vCPU(s), {} MiB, cpus {}, {} priority {}, kernel {}, cmdline {:?}{}{}",
                 v.name,
+                v.guest.name(),
                 v.vcpus,
                 v.memory_mib,
                 v.cpus.to_list(),
@@ -802,6 +926,10 @@ impl fmt::Display for Config {
                 v.priority,
                 v.kernel.display(),
                 v.cmdline,
+                v.modules
+                    .iter()
+                    .map(|m| format!(", module {:?}", m.string()))
+                    .collect::<String>(),
                 v.timeout
                     .map(|t| format!(", timeout {:.1} s", t.as_secs_f64()))
                     .unwrap_or_default()
@@ -834,6 +962,16 @@ mod tests {
             elf[18] = 62;
             std::fs::write(dir.join("kernel.elf"), elf).unwrap();
             std::fs::write(dir.join("not-elf.bin"), b"MZ not an elf file....").unwrap();
+            let mut mb = boot::multiboot::tests::header(0);
+            mb.extend([0xf4u8; 16]);
+            let mb = boot::multiboot::tests::elf32(0x40_0000, &mb, 0);
+            std::fs::write(dir.join("mb.flat"), mb).unwrap();
+            let mut bz = vec![0u8; 0x400];
+            bz[0x1fe] = 0x55;
+            bz[0x1ff] = 0xaa;
+            bz[0x202..0x206].copy_from_slice(b"HdrS");
+            std::fs::write(dir.join("bzImage"), bz).unwrap();
+            std::fs::write(dir.join("env"), b"TEST_DEVICE=0\n").unwrap();
             Fixture { dir }
         }
         fn parse(&self, text: &str) -> Result<Config, ConfigError> {
@@ -972,12 +1110,114 @@ workload = "cpu report_ms=50"
             "kernel = \"not-elf.bin\"\ncmdline",
         ));
         assert!(
-            e.contains("vm[1].kernel") && e.contains("not an ELF"),
+            e.contains("vm[1].kernel") && e.contains("not a kernel Pacer can boot"),
             "{e}"
         );
         // A missing `kernel` key altogether.
         let e = fx.errors("[[vm]]\nname=\"x\"\nvcpus=1\nmemory_mib=16\n");
         assert!(e.contains("missing field `kernel`"), "{e}");
+    }
+
+    const MB: &str = "[[vm]]\nname = \"kut\"\nvcpus = 2\nmemory_mib = 16\nkernel = \"mb.flat\"\n";
+
+    #[test]
+    fn multiboot_guest_from_the_kernel_format() {
+        let fx = Fixture::new("mb");
+        let text = format!(
+            "{MB}cmdline = \"cpuid  x\"\nmodules = [\"env\", {{ path = \"env\", cmdline = \"a=1\" }}]\ncpuid = {{ x2apic = false }}\n"
+        );
+        let c = fx.parse(&text).unwrap();
+        let v = &c.vms[0];
+        assert_eq!(v.guest, GuestKind::Multiboot);
+        // The user's command line, unchanged: no workload or VMM keys.
+        assert_eq!(v.cmdline, "cpuid  x");
+        assert_eq!(v.modules.len(), 2);
+        assert_eq!(v.modules[0].path, fx.dir.join("env"));
+        assert_eq!(v.modules[1].cmdline, "a=1");
+        assert_eq!(v.cpuid.x2apic, Some(false));
+        assert_eq!(v.cpuid.tsc_deadline, None);
+        // The bench guest's reserved keys are the user's business here.
+        assert!(fx.parse(&format!("{MB}cmdline = \"vcpus=3\"\n")).is_ok());
+        // The bench guest defaults to "bench".
+        let c = fx.parse(GOOD).unwrap();
+        assert_eq!(c.vms[0].guest, GuestKind::Bench);
+        assert!(c.vms[0].modules.is_empty());
+    }
+
+    #[test]
+    fn guest_kind_mismatches_name_the_field() {
+        let fx = Fixture::new("kinds");
+        let e = fx.errors(&format!("{MB}workload = \"cpu\"\n"));
+        assert!(
+            e.contains("vm[0].workload") && e.contains("only the bench guest"),
+            "{e}"
+        );
+        assert!(e.contains(":6:12:"), "{e}");
+        let e = fx.errors(&format!("{MB}guest = \"bench\"\n"));
+        assert!(e.contains("vm[0].guest") && e.contains("ELF64"), "{e}");
+        let e = fx.errors(&GOOD.replace("console = \"both\"", "guest = \"multiboot\""));
+        assert!(
+            e.contains("vm[0].guest") && e.contains("no multiboot header"),
+            "{e}"
+        );
+        let e = fx.errors(&GOOD.replace("console = \"both\"", "modules = [\"env\"]"));
+        assert!(
+            e.contains("vm[0].modules[0]") && e.contains("only multiboot"),
+            "{e}"
+        );
+        let e = fx.errors(&format!("{MB}initrd = \"env\"\n"));
+        assert!(e.contains("vm[0].initrd") && e.contains("modules"), "{e}");
+        let e = fx.errors(&format!("{MB}modules = [\"nope\"]\n"));
+        assert!(e.contains("vm[0].modules[0]") && e.contains("nope"), "{e}");
+        let e = fx.errors(&format!("{MB}modules = [{{ path = \"env\", size = 3 }}]\n"));
+        assert!(
+            e.contains("vm[0].modules[0]") && e.contains("a module is a path"),
+            "{e}"
+        );
+        let e = fx.errors(&format!("{MB}modules = [\"env\", 7]\n"));
+        assert!(
+            e.contains("vm[0].modules[1]") && e.contains(":6:19:"),
+            "{e}"
+        );
+        let e = fx.errors(&format!("{MB}cpuid = {{ x2apic = 1 }}\n"));
+        assert!(
+            e.contains(":6:20:") && e.contains("expected a boolean"),
+            "{e}"
+        );
+        let e = fx.errors(&format!("{MB}cpuid = {{ avx = false }}\n"));
+        assert!(e.contains("avx"), "{e}");
+    }
+
+    #[test]
+    fn bzimage_recognised_but_not_built() {
+        let fx = Fixture::new("bz");
+        let e = fx.errors(&MB.replace("mb.flat", "bzImage"));
+        assert!(
+            e.contains("vm[0].kernel") && e.contains("bzImage support is not built yet"),
+            "{e}"
+        );
+        let e = fx.errors(&format!(
+            "{}guest = \"linux\"\n",
+            MB.replace("mb.flat", "bzImage")
+        ));
+        assert!(
+            e.contains("vm[0].guest") && e.contains("not built yet"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn modules_must_fit_in_memory() {
+        let fx = Fixture::new("mbsize");
+        std::fs::write(fx.dir.join("big"), vec![0u8; 3 << 20]).unwrap();
+        let e = fx.errors(&format!(
+            "{}modules = [\"big\"]\n",
+            MB.replace("memory_mib = 16", "memory_mib = 2")
+        ));
+        assert!(
+            e.contains("vm[0].memory_mib") && e.contains("cannot hold"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -18,6 +18,53 @@ pub enum CpuidError {
     Supported(kvm_ioctls::Error),
     #[error("building the CPUID table failed: {0:?}")]
     Fam(vmm_sys_util::fam::Error),
+    #[error("cpuid.{0} = true, but this host's KVM does not offer it")]
+    Unsupported(&'static str),
+}
+
+/// CPUID feature bits a VM's config may switch off (`false`) or insist on
+/// (`true`: the VM fails to start if KVM cannot offer it). Unset keeps
+/// what KVM offers. Pacer has no CPU models; these are the bits whose
+/// absence guests test (kvm-unit-tests' xAPIC variant of `apic` needs a
+/// CPU without x2APIC).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpuidOverrides {
+    /// Leaf 1 ECX bit 21.
+    pub x2apic: Option<bool>,
+    /// Leaf 1 ECX bit 24 (TSC-deadline mode of the LAPIC timer).
+    pub tsc_deadline: Option<bool>,
+}
+
+/// Leaf 1 ECX: x2APIC.
+pub const ECX_X2APIC: u32 = 1 << 21;
+/// Leaf 1 ECX: TSC deadline timer.
+pub const ECX_TSC_DEADLINE: u32 = 1 << 24;
+
+impl CpuidOverrides {
+    fn bits(&self) -> [(&'static str, u32, Option<bool>); 2] {
+        [
+            ("x2apic", ECX_X2APIC, self.x2apic),
+            ("tsc_deadline", ECX_TSC_DEADLINE, self.tsc_deadline),
+        ]
+    }
+
+    /// Apply to a vCPU's table (after [`for_vcpu`]).
+    pub fn apply(&self, cpuid: &mut CpuId) -> Result<(), CpuidError> {
+        for e in cpuid.as_mut_slice() {
+            if e.function != 0x1 {
+                continue;
+            }
+            for (name, bit, want) in self.bits() {
+                match want {
+                    Some(false) => e.ecx &= !bit,
+                    Some(true) if e.ecx & bit == 0 => return Err(CpuidError::Unsupported(name)),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Leaf 0xB/0x1F level types.
@@ -25,12 +72,8 @@ const LEVEL_SMT: u32 = 1;
 const LEVEL_CORE: u32 = 2;
 /// Leaf 1 ECX: hypervisor present.
 const ECX_HYPERVISOR: u32 = 1 << 31;
-/// Leaf 1 ECX: the local APIC's TSC-deadline timer mode.
-const ECX_TSC_DEADLINE: u32 = 1 << 24;
 /// Leaf 1 EDX: HTT (more than one logical processor per package).
 const EDX_HTT: u32 = 1 << 28;
-/// Leaf 1 ECX: x2APIC.
-const ECX_X2APIC: u32 = 1 << 21;
 
 /// The guest's physical address width (CPUID 0x80000008 EAX[7:0]; 36 if
 /// the table does not say).
@@ -227,6 +270,34 @@ mod tests {
             find(&for_vcpu(&c, 1, 2).unwrap(), 1, 0).ecx & ECX_TSC_DEADLINE,
             0
         );
+    }
+
+    #[test]
+    fn overrides_clear_and_insist() {
+        let mut leaf1 = kvm_cpuid_entry2 {
+            function: 1,
+            ecx: ECX_X2APIC | ECX_TSC_DEADLINE | 1,
+            ..Default::default()
+        };
+        let mut c = CpuId::from_entries(&[leaf1]).unwrap();
+        let off = CpuidOverrides {
+            x2apic: Some(false),
+            tsc_deadline: None,
+        };
+        off.apply(&mut c).unwrap();
+        assert_eq!(find(&c, 1, 0).ecx, ECX_TSC_DEADLINE | 1);
+        CpuidOverrides::default().apply(&mut c).unwrap();
+        assert_eq!(find(&c, 1, 0).ecx, ECX_TSC_DEADLINE | 1);
+        let on = CpuidOverrides {
+            x2apic: Some(true),
+            tsc_deadline: Some(true),
+        };
+        let e = on.apply(&mut c).unwrap_err();
+        assert!(e.to_string().contains("cpuid.x2apic"), "{e}");
+        leaf1.ecx = ECX_X2APIC;
+        let mut c = CpuId::from_entries(&[leaf1]).unwrap();
+        let e = on.apply(&mut c).unwrap_err();
+        assert!(e.to_string().contains("cpuid.tsc_deadline"), "{e}");
     }
 
     #[test]

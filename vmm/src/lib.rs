@@ -1,13 +1,16 @@
 //! Pacer's VMM: KVM VMs (memory, direct ELF boot, vCPUs, devices), the
 //! configuration file, the run loop for many VMs, and the `pacer` CLI.
 //!
-//! Module map: [`bench`] (benchmark matrices), [`config`] (TOML), [`memory`] (layout + guest RAM), [`boot`]
-//! (ELF + boot_params + GDT + page tables + registers), [`cpuid`], [`msr`],
-//! [`vcpu`] (the vCPU runner, its gate, host-mode thread), [`vm`] (one
-//! VM), [`engine`] (Pacer's own vCPU scheduling), [`host_cpus`] (OS CPU
-//! numbers), [`signals`], [`runner`] (many VMs), [`results`], [`guest_metrics`] (per-vCPU
-//! workload metrics from the guest's records), [`unixbench`] (the
-//! UnixBench-style suite's scoring and host reference), [`cli`].
+//! Module map: [`bench`] (benchmark matrices), [`config`] (TOML),
+//! [`memory`] (layout + guest RAM), [`boot`] (kernel formats: direct ELF64
+//! and multiboot; boot structures, ACPI for multiboot guests, per-vCPU
+//! CPUID/MSRs/registers), [`cpuid`], [`msr`], [`irq`] (KVM interrupt lines),
+//! [`vcpu`] (the vCPU runner, its gate, host-mode thread), [`vm`] (one VM),
+//! [`engine`] (Pacer's own vCPU scheduling), [`host_cpus`] (OS CPU
+//! numbers), [`signals`], [`runner`] (many VMs), [`results`],
+//! [`guest_metrics`] (per-vCPU workload metrics from the guest's records),
+//! [`unixbench`] (the UnixBench-style suite's scoring and host reference),
+//! [`cli`].
 
 pub mod bench;
 pub mod boot;
@@ -17,6 +20,7 @@ pub mod cpuid;
 pub mod engine;
 pub mod guest_metrics;
 pub mod host_cpus;
+pub mod irq;
 pub mod memory;
 pub mod msr;
 pub mod results;

@@ -105,6 +105,11 @@ pub fn ram_end(mem: &GuestMemoryMmap) -> u64 {
         .unwrap_or(0)
 }
 
+/// Total guest RAM in bytes.
+pub fn ram_size(mem: &GuestMemoryMmap) -> u64 {
+    mem.iter().map(|r| r.len()).sum()
+}
+
 /// Guest RAM seen by the devices (reads only; never panics on bad input).
 pub struct DeviceMemory(pub Arc<GuestMemoryMmap>);
 

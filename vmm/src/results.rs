@@ -85,6 +85,11 @@ pub struct VmResult {
     pub status: String,
     pub ok: bool,
     pub message: String,
+    /// The exit status the guest asked for: the bench exit port's value,
+    /// or `(v << 1) | 1` for a write of `v` to isa-debug-exit (QEMU's
+    /// convention; kvm-unit-tests' 1 means every test passed). None when
+    /// the VM stopped for another reason.
+    pub exit_status: Option<u64>,
     pub wall_ms: f64,
     pub tsc_khz: u32,
     pub cmdline: String,
@@ -118,6 +123,7 @@ impl VmResult {
             status: "error".into(),
             ok: false,
             message,
+            exit_status: None,
             wall_ms,
             tsc_khz: 0,
             cmdline: cmdline.to_string(),

@@ -2,13 +2,14 @@
 //! lifecycle (create -> start -> stop on guest request / fatal vCPU exit /
 //! timeout -> result). A failing VM stops only itself.
 
-use crate::boot;
+use crate::boot::{self, vcpu::VcpuBoot, GuestKind};
 use crate::config::VmConfig;
 use crate::cpuid;
 use crate::engine::irq::NoInterrupts;
 use crate::engine::irq::{ChipHost, InterruptSource, TscClock};
 use crate::engine::stats::VcpuSchedStats;
 use crate::engine::{Engine, EngineError, VmSchedSpec, VmSlot};
+use crate::irq::KvmIrqLine;
 use crate::memory::{self, DeviceMemory};
 use crate::msr;
 use crate::results::{ResultsLog, VmResult};
@@ -16,11 +17,14 @@ use crate::vcpu::{
     MsrFault, VcpuError, VcpuExitHandler, VcpuExitReason, VcpuHandle, VcpuOutcome, VcpuRunner,
 };
 use devices::bus::UnknownAccessLog;
+use devices::debug_exit::debug_exit_status;
 use devices::exit_port::{ExitPort, EXIT_PORT, EXIT_PORT_LEN};
 use devices::i8042::{I8042, I8042_BASE, I8042_LEN};
 use devices::irq::{EventFdLine, InterruptLine};
 use devices::irqchip::regs::{IOAPIC_DEFAULT_BASE, IOAPIC_MMIO_LEN};
 use devices::irqchip::IrqChip;
+use devices::pc_testdev::PC_TESTDEV_IRQ_LINES;
+use devices::qemu_test::insert_qemu_test_devices;
 use devices::result_port::{ResultPort, RESULT_PORT_BASE, RESULT_PORT_LEN};
 use devices::serial::{ConsoleWriter, SerialConsole, COM1_BASE, COM1_IRQ, COM1_LEN};
 use devices::yield_port::{YieldPort, YIELD_PORT, YIELD_PORT_LEN};
@@ -61,19 +65,14 @@ pub enum VmError {
     },
     #[error("CPUID: {0}")]
     Cpuid(#[from] cpuid::CpuidError),
-    #[error("KVM_SET_CPUID2 failed: {0}")]
-    SetCpuid(kvm_ioctls::Error),
     #[error("MSRs: {0}")]
     Msr(#[from] msr::MsrError),
     #[error("KVM_GET_TSC_KHZ failed: {0}")]
     TscKhz(kvm_ioctls::Error),
     #[error("boot: {0}")]
     Boot(#[from] boot::BootError),
-    #[error("setting vCPU registers ({what}) failed: {source}")]
-    Regs {
-        what: &'static str,
-        source: kvm_ioctls::Error,
-    },
+    #[error("vcpu{index}: {source}")]
+    ConfigureVcpu { index: u32, source: boot::BootError },
     #[error("device setup: {0}")]
     Device(String),
     #[error("cannot create {path}: {source}")]
@@ -155,6 +154,8 @@ impl VmOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StopCause {
     GuestExit(u32),
+    /// The guest wrote this value to isa-debug-exit (QEMU's convention).
+    DebugExit(u32),
     Reset,
     VcpuFailed {
         vcpu: u32,
@@ -184,6 +185,14 @@ impl StopCause {
                 false,
                 format!("guest exited with status {s}"),
             ),
+            StopCause::DebugExit(v) => (
+                "debug_exit".into(),
+                *v == 0,
+                format!(
+                    "guest wrote {v} to isa-debug-exit (exit status {})",
+                    debug_exit_status(*v)
+                ),
+            ),
             StopCause::Reset => ("reset".into(), true, "reset requested".into()),
             StopCause::VcpuFailed { vcpu, reason } => {
                 let status = match reason {
@@ -202,6 +211,16 @@ impl StopCause {
                 format!("timeout_s {:.1} exceeded", t.as_secs_f64()),
             ),
             StopCause::Requested => ("stopped".into(), false, "stopped by request".into()),
+        }
+    }
+
+    /// The exit status the guest asked for, if it asked: the exit port's
+    /// value, or `(v << 1) | 1` for a write of `v` to isa-debug-exit.
+    pub fn guest_exit_status(&self) -> Option<u64> {
+        match self {
+            StopCause::GuestExit(s) => Some(u64::from(*s)),
+            StopCause::DebugExit(v) => Some(debug_exit_status(*v)),
+            _ => None,
         }
     }
 }
@@ -348,6 +367,7 @@ impl VmEventSink for VmShared {
     fn stop_request(&self, _vcpu: u32, request: StopRequest) {
         self.stop(match request {
             StopRequest::GuestExit(s) => StopCause::GuestExit(s),
+            StopRequest::DebugExit(v) => StopCause::DebugExit(v),
             StopRequest::Reset => StopCause::Reset,
         });
     }
@@ -478,11 +498,12 @@ pub struct Vm {
     pending_vcpus: Vec<(u32, kvm_ioctls::VcpuFd)>,
     serial: Arc<Mutex<SerialConsole>>,
     shared: Arc<VmShared>,
-    _vm_fd: VmFd,
-    mem: Arc<GuestMemoryMmap>,
+    // Devices may hold the VM fd (interrupt lines); both go before memory.
     handler: Arc<ExitHandler>,
     /// Pacer's interrupt controller and its host side (scheduled policies).
     irqchip: Option<(Arc<ChipHost>, Arc<IrqChip>)>,
+    _vm_fd: Arc<VmFd>,
+    mem: Arc<GuestMemoryMmap>,
     tsc_khz: u32,
     cmdline: String,
     console_log: Option<PathBuf>,
@@ -503,7 +524,7 @@ impl Vm {
     /// Build the VM (nothing runs until [`Vm::start`]).
     pub fn create(kvm: &Kvm, config: &VmConfig, options: VmOptions) -> Result<Vm, VmError> {
         let start = Instant::now();
-        let vm_fd = kvm.create_vm().map_err(VmError::CreateVm)?;
+        let vm_fd = Arc::new(kvm.create_vm().map_err(VmError::CreateVm)?);
         if let Err(e) = vm_fd.set_tss_address(KVM_TSS_ADDRESS) {
             log::debug!("[{}] KVM_SET_TSS_ADDR: {e}", config.name);
         }
@@ -528,24 +549,18 @@ impl Vm {
         }
 
         // vCPUs.
-        let mut base_cpuid = cpuid::supported(kvm)?;
+        let mut supported_cpuid = cpuid::supported(kvm)?;
         if !options.in_kernel_irqchip() || kvm.check_extension(kvm_ioctls::Cap::TscDeadlineTimer) {
             // Pacer's LAPIC and KVM's in-kernel one (with the capability)
             // have the TSC-deadline timer mode; older kernels leave the
             // CPUID bit to the VMM.
-            cpuid::set_tsc_deadline(&mut base_cpuid);
+            cpuid::set_tsc_deadline(&mut supported_cpuid);
         }
-        let msrs = msr::supported_msrs(kvm)?;
         let mut vcpus = Vec::with_capacity(config.vcpus as usize);
         for index in 0..config.vcpus {
             let fd = vm_fd
                 .create_vcpu(index as u64)
                 .map_err(|source| VmError::CreateVcpu { index, source })?;
-            fd.set_cpuid2(&cpuid::for_vcpu(&base_cpuid, index, config.vcpus)?)
-                .map_err(VmError::SetCpuid)?;
-            if let Err(e) = msr::setup_msrs(&fd, &msrs) {
-                log::warn!("[{}] vcpu{index}: {e}", config.name);
-            }
             vcpus.push((index, fd));
         }
         let tsc_khz = vcpus[0].1.get_tsc_khz().map_err(VmError::TscKhz)?;
@@ -558,7 +573,7 @@ impl Vm {
                 let host = Arc::new(ChipHost::new(
                     engine,
                     tsc,
-                    cpuid::phys_addr_bits(&base_cpuid),
+                    cpuid::phys_addr_bits(&supported_cpuid),
                 ));
                 let chip = IrqChip::new(config.vcpus, host.clone());
                 Some((host, chip))
@@ -566,38 +581,29 @@ impl Vm {
         };
         let t_vcpus = start.elapsed();
 
-        // Kernel, command line, boot structures.
-        let loaded = boot::load_kernel(&mem, &config.kernel, config.initrd.as_deref())?;
-        let cmdline = boot::build_cmdline(&config.cmdline, tsc_khz, config.vcpus)?;
-        boot::write_boot_structures(&mem, &cmdline, &loaded)?;
-        let cmdline = cmdline
-            .as_cstring()
-            .map(|c| c.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        // The boot vCPU enters at e_entry in long mode (PROTOCOL.md). With
-        // the in-kernel irqchip KVM keeps the other vCPUs waiting for
-        // INIT/SIPI from the guest, as on hardware; without it they also
-        // enter at e_entry, with RDI = their index (and park themselves).
+        // Kernel, command line, boot structures, per-vCPU state. Under both
+        // interrupt controllers only the boot vCPU starts from the entry
+        // state: the others wait for INIT/SIPI from the guest, as on
+        // hardware (KVM's in-kernel LAPIC holds them; Pacer's engine keeps
+        // them in WaitForSipi).
+        let booted = boot::load(&mem, config, tsc_khz)?;
+        let cmdline = booted.cmdline;
+        let supported_msrs = msr::supported_msrs(kvm)?;
+        let vcpu_boot = VcpuBoot {
+            supported_cpuid: &supported_cpuid,
+            supported_msrs: &supported_msrs,
+            vcpus: config.vcpus,
+            cpuid: &config.cpuid,
+            entry: booted.entry,
+            vm_name: &config.name,
+        };
         for (index, fd) in &vcpus {
-            fd.set_regs(&boot::boot_regs(loaded.entry, *index))
-                .map_err(|source| VmError::Regs {
-                    what: "regs",
+            boot::vcpu::configure_vcpu(fd, *index, &vcpu_boot).map_err(|source| {
+                VmError::ConfigureVcpu {
+                    index: *index,
                     source,
-                })?;
-            let mut sregs = fd.get_sregs().map_err(|source| VmError::Regs {
-                what: "sregs",
-                source,
+                }
             })?;
-            boot::configure_sregs(&mut sregs);
-            fd.set_sregs(&sregs).map_err(|source| VmError::Regs {
-                what: "sregs",
-                source,
-            })?;
-            fd.set_fpu(&boot::boot_fpu())
-                .map_err(|source| VmError::Regs {
-                    what: "fpu",
-                    source,
-                })?;
         }
         let t_boot = start.elapsed();
         // Files and devices.
@@ -673,7 +679,7 @@ impl Vm {
         bus.insert(
             EXIT_PORT,
             EXIT_PORT_LEN,
-            Arc::new(Mutex::new(ExitPort::new(sink))),
+            Arc::new(Mutex::new(ExitPort::new(sink.clone()))),
         )
         .map_err(bus_err)?;
         bus.insert(YIELD_PORT, YIELD_PORT_LEN, Arc::new(Mutex::new(YieldPort)))
@@ -682,6 +688,26 @@ impl Vm {
         if let Some((_, chip)) = &irqchip {
             mmio.insert(IOAPIC_DEFAULT_BASE, IOAPIC_MMIO_LEN, chip.ioapic_mmio())
                 .map_err(|e| VmError::Device(e.to_string()))?;
+        }
+        if config.guest == GuestKind::Multiboot {
+            // pc-testdev's lines are I/O APIC pins: KVM's in-kernel one
+            // under `host`, Pacer's under the scheduled policies.
+            let lines: Vec<Arc<dyn InterruptLine>> = (0..u32::from(PC_TESTDEV_IRQ_LINES))
+                .map(|gsi| -> Arc<dyn InterruptLine> {
+                    match &irqchip {
+                        Some((_, chip)) => chip.irq_line(gsi),
+                        None => Arc::new(KvmIrqLine::new(vm_fd.clone(), gsi)),
+                    }
+                })
+                .collect();
+            insert_qemu_test_devices(
+                &mut bus,
+                sink.clone(),
+                lines,
+                memory::ram_size(&mem),
+                config.vcpus as u16,
+            )
+            .map_err(bus_err)?;
         }
         let handler = Arc::new(ExitHandler {
             shared: shared.clone(),
@@ -705,9 +731,9 @@ impl Vm {
             pending_vcpus: vcpus,
             serial,
             shared,
+            handler,
             _vm_fd: vm_fd,
             mem,
-            handler,
             irqchip,
             tsc_khz,
             cmdline,
@@ -904,6 +930,7 @@ impl Vm {
             status,
             ok,
             message,
+            exit_status: cause.guest_exit_status(),
             wall_ms,
             tsc_khz: self.tsc_khz,
             cmdline: self.cmdline.clone(),
@@ -1020,10 +1047,8 @@ fn tsc_clock(vcpu: &kvm_ioctls::VcpuFd, tsc_khz: u32) -> Result<TscClock, VmErro
     }])
     .map_err(|e| VmError::Device(format!("IA32_TSC: {e:?}")))?;
     let base_ns = crate::engine::clock::now_ns();
-    vcpu.get_msrs(&mut msrs).map_err(|source| VmError::Regs {
-        what: "IA32_TSC",
-        source,
-    })?;
+    vcpu.get_msrs(&mut msrs)
+        .map_err(|e| VmError::Device(format!("reading IA32_TSC: {e}")))?;
     Ok(TscClock {
         base_ns,
         base_tsc: msrs.as_slice()[0].data,

@@ -35,12 +35,13 @@ fn raw_kvm_round_trip(kernel: &std::path::Path, n: u32) -> f64 {
             .unwrap(),
     )
     .unwrap();
-    let k = boot::load_kernel(&mem, kernel, None).unwrap();
-    let cl = boot::build_cmdline("", 1, 1).unwrap();
-    boot::write_boot_structures(&mem, &cl, &k).unwrap();
-    vcpu.set_regs(&boot::boot_regs(k.entry, 0)).unwrap();
+    let k = boot::elf::load_kernel(&mem, kernel, None).unwrap();
+    let cl = boot::elf::build_cmdline("", 1, 1).unwrap();
+    boot::elf::write_boot_structures(&mem, &cl, &k).unwrap();
+    vcpu.set_regs(&boot::regs::long_mode_regs(k.entry, 0))
+        .unwrap();
     let mut sregs = vcpu.get_sregs().unwrap();
-    boot::configure_sregs(&mut sregs);
+    boot::regs::long_mode_sregs(&mut sregs);
     vcpu.set_sregs(&sregs).unwrap();
     let (mut t1, mut t4) = (None, None);
     loop {

@@ -141,10 +141,13 @@ pub fn pacer_config(m: &Matrix, cell: &Cell, log_dir: &Path) -> Option<Config> {
         .enumerate()
         .map(|(i, v)| VmConfig {
             name: v.name.clone(),
+            guest: crate::boot::GuestKind::Bench,
             vcpus: v.vcpus,
             memory_mib: v.memory_mib,
             kernel: m.kernel.clone(),
             initrd: None,
+            modules: Vec::new(),
+            cpuid: Default::default(),
             cmdline: vm_args(m, cell, i),
             cpus: v.cpus.clone(),
             class: v.class,

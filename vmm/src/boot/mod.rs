@@ -1,0 +1,318 @@
+//! Booting a guest: recognise the kernel's format, load it with what its
+//! boot protocol needs, and give each vCPU its entry state.
+//!
+//! | format | guest kind | loader | entry |
+//! |---|---|---|---|
+//! | ELF64 x86-64 | `bench` (default) | `elf.rs`: PT_LOADs, zero page, page tables | 64-bit long mode (`regs.rs`) |
+//! | ELF32 or raw binary with a multiboot v1 header | `multiboot` (default) | `multiboot.rs` (+ `acpi.rs`) | 32-bit protected mode |
+//! | bzImage | `linux` | not built yet: refused at validation | - |
+//!
+//! [`inspect`] reads the start of the file (config validation uses it, so
+//! a wrong kernel is a validation error, exit code 2); [`load`] puts
+//! everything in guest memory and returns the [`EntryState`];
+//! [`vcpu::configure_vcpu`] sets a vCPU's CPUID, MSRs and registers.
+//! Addresses of every boot structure: `layout.rs`.
+
+pub mod acpi;
+pub mod elf;
+pub mod layout;
+pub mod multiboot;
+pub mod regs;
+pub mod vcpu;
+
+use crate::config::VmConfig;
+use multiboot::{MultibootError, MultibootHeader};
+use std::io::Read;
+use std::path::Path;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+/// Errors of this module.
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    #[error("cannot open {path}: {source}")]
+    Open {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {reason}")]
+    Format { path: String, reason: String },
+    #[error("cannot load ELF kernel {path}: {source}")]
+    LoadKernel {
+        path: String,
+        source: linux_loader::loader::Error,
+    },
+    #[error("multiboot kernel {path}: {source}")]
+    Multiboot {
+        path: String,
+        source: MultibootError,
+    },
+    #[error("initrd {path} ({size} bytes) does not fit in guest RAM")]
+    InitrdTooBig { path: String, size: u64 },
+    #[error("cannot load initrd {path}: {reason}")]
+    LoadInitrd { path: String, reason: String },
+    #[error("kernel command line: {0}")]
+    Cmdline(#[from] linux_loader::cmdline::Error),
+    #[error("cannot write the command line: {0}")]
+    WriteCmdline(linux_loader::loader::Error),
+    #[error("cannot write boot_params: {0}")]
+    BootParams(linux_loader::configurator::Error),
+    #[error("cannot write {what} to guest memory: {source}")]
+    Write {
+        what: &'static str,
+        source: vm_memory::GuestMemoryError,
+    },
+    #[error("guest RAM too small for the boot structures ({0:#x} bytes)")]
+    TooSmall(u64),
+    #[error("CPUID: {0}")]
+    Cpuid(#[from] crate::cpuid::CpuidError),
+    #[error("setting vCPU state ({what}) failed: {source}")]
+    Regs {
+        what: &'static str,
+        source: kvm_ioctls::Error,
+    },
+}
+
+/// What kind of guest a VM runs: decides the boot protocol, the command
+/// line, and the devices the VM gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuestKind {
+    /// The bench guest (guests/PROTOCOL.md): direct 64-bit ELF entry, the
+    /// command line built from `workload` plus `tsc_khz=`/`vcpus=`.
+    Bench,
+    /// A multiboot v1 kernel (e.g. kvm-unit-tests): 32-bit entry, the
+    /// user's command line and modules, QEMU's test devices (isa-debug-exit,
+    /// fw_cfg, pc-testdev, ACPI PM timer).
+    Multiboot,
+    /// A Linux bzImage (not built yet).
+    Linux,
+}
+
+impl GuestKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            GuestKind::Bench => "bench",
+            GuestKind::Multiboot => "multiboot",
+            GuestKind::Linux => "linux",
+        }
+    }
+}
+
+/// The container format of a kernel file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelFormat {
+    Elf64X86_64,
+    /// Any other ELF (class, machine) pair.
+    OtherElf {
+        class: u8,
+        machine: u16,
+    },
+    BzImage,
+    /// Not ELF, not bzImage (a raw binary; bootable only with a multiboot
+    /// header carrying a.out-kludge addresses).
+    Raw,
+}
+
+/// What [`inspect`] learned about a kernel file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelInfo {
+    pub format: KernelFormat,
+    pub multiboot: Option<MultibootHeader>,
+}
+
+/// bzImage: 0xAA55 at 0x1FE and "HdrS" at 0x202 (Linux boot protocol).
+fn is_bzimage(b: &[u8]) -> bool {
+    b.get(0x1fe..0x200) == Some(&[0x55, 0xaa]) && b.get(0x202..0x206) == Some(b"HdrS")
+}
+
+/// Recognise the format of the kernel bytes `head` (at least the first
+/// 8 KiB of the file, or all of it).
+pub fn inspect_bytes(head: &[u8]) -> Result<KernelInfo, MultibootError> {
+    let format = if head.get(0..4) == Some(b"\x7fELF") && head.len() >= 20 {
+        let class = head[4];
+        let machine = u16::from_le_bytes([head[18], head[19]]);
+        if class == 2 && head[5] == 1 && machine == 62 {
+            KernelFormat::Elf64X86_64
+        } else {
+            KernelFormat::OtherElf { class, machine }
+        }
+    } else if is_bzimage(head) {
+        KernelFormat::BzImage
+    } else {
+        KernelFormat::Raw
+    };
+    Ok(KernelInfo {
+        format,
+        multiboot: multiboot::find_header(head)?,
+    })
+}
+
+/// Read the start of `path` and recognise its format.
+pub fn inspect(path: &Path) -> Result<KernelInfo, BootError> {
+    let name = path.display().to_string();
+    let mut head = Vec::with_capacity(multiboot::MULTIBOOT_SEARCH_LIMIT);
+    std::fs::File::open(path)
+        .and_then(|f| {
+            f.take(multiboot::MULTIBOOT_SEARCH_LIMIT as u64)
+                .read_to_end(&mut head)
+        })
+        .map_err(|source| BootError::Open {
+            path: name.clone(),
+            source,
+        })?;
+    inspect_bytes(&head).map_err(|source| BootError::Multiboot { path: name, source })
+}
+
+impl KernelInfo {
+    /// The guest kind this kernel boots as when the config names none.
+    pub fn default_guest(&self) -> Result<GuestKind, String> {
+        match (self.format, self.multiboot) {
+            (KernelFormat::Elf64X86_64, _) => Ok(GuestKind::Bench),
+            (KernelFormat::BzImage, _) => Err("a Linux bzImage: bzImage support is not built yet".into()),
+            (_, Some(_)) => Ok(GuestKind::Multiboot),
+            (KernelFormat::OtherElf { class, machine }, None) => Err(format!(
+                "an ELF file (class {class}, machine {machine}) that is neither ELF64 x86-64 nor multiboot"
+            )),
+            (KernelFormat::Raw, None) => Err(
+                "not a kernel Pacer can boot: not ELF64 x86-64, no multiboot header, not a bzImage".into(),
+            ),
+        }
+    }
+
+    /// Can this kernel boot as `guest`? (Err: why not.)
+    pub fn check_guest(&self, guest: GuestKind) -> Result<(), String> {
+        match guest {
+            GuestKind::Bench if self.format == KernelFormat::Elf64X86_64 => Ok(()),
+            GuestKind::Bench => Err("guest \"bench\" needs an ELF64 x86-64 kernel".into()),
+            GuestKind::Multiboot => match self.multiboot {
+                None => Err("guest \"multiboot\": no multiboot header in the first 8 KiB".into()),
+                Some(h) if h.aout.is_none() && self.format == KernelFormat::Elf64X86_64 => Err(
+                    "guest \"multiboot\": an ELF64 image needs a.out-kludge addresses in its multiboot header".into(),
+                ),
+                Some(_) => Ok(()),
+            },
+            GuestKind::Linux => Err("guest \"linux\": bzImage support is not built yet".into()),
+        }
+    }
+}
+
+/// The state vCPU 0 starts in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryState {
+    /// 64-bit long mode at `entry` (the bench guest's protocol).
+    LongMode { entry: u64 },
+    /// 32-bit protected mode at `entry`, EAX the multiboot magic, EBX
+    /// `info_addr`.
+    Multiboot { entry: u32, info_addr: u32 },
+}
+
+/// What [`load`] did.
+#[derive(Debug, Clone)]
+pub struct Booted {
+    pub entry: EntryState,
+    /// The command line the guest was given.
+    pub cmdline: String,
+}
+
+/// Write a GDT at [`layout::GDT_ADDR`] and a null IDT after it.
+pub(crate) fn write_gdt(mem: &GuestMemoryMmap, gdt: &[u64]) -> Result<(), BootError> {
+    for (i, e) in gdt.iter().enumerate() {
+        mem.write_obj(*e, GuestAddress(layout::GDT_ADDR + 8 * i as u64))
+            .map_err(|source| BootError::Write {
+                what: "GDT",
+                source,
+            })?;
+    }
+    mem.write_obj(0u64, GuestAddress(layout::IDT_ADDR))
+        .map_err(|source| BootError::Write {
+            what: "IDT",
+            source,
+        })?;
+    Ok(())
+}
+
+/// Load `config`'s kernel (and initrd or modules) into `mem` for its
+/// guest kind. `tsc_khz` goes on the bench guest's command line.
+pub fn load(mem: &GuestMemoryMmap, config: &VmConfig, tsc_khz: u32) -> Result<Booted, BootError> {
+    let path = config.kernel.display().to_string();
+    match config.guest {
+        GuestKind::Bench => {
+            let loaded = elf::load_kernel(mem, &config.kernel, config.initrd.as_deref())?;
+            let cmdline = elf::build_cmdline(&config.cmdline, tsc_khz, config.vcpus)?;
+            elf::write_boot_structures(mem, &cmdline, &loaded)?;
+            Ok(Booted {
+                entry: EntryState::LongMode {
+                    entry: loaded.entry,
+                },
+                cmdline: cmdline
+                    .as_cstring()
+                    .map(|c| c.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            })
+        }
+        GuestKind::Multiboot => {
+            let l = multiboot::load(mem, &config.kernel, &config.cmdline, &config.modules)
+                .map_err(|source| BootError::Multiboot { path, source })?;
+            write_gdt(mem, &regs::protected_mode_gdt())?;
+            acpi::write_tables(mem)?;
+            Ok(Booted {
+                entry: EntryState::Multiboot {
+                    entry: l.entry,
+                    info_addr: l.info_addr,
+                },
+                cmdline: l.cmdline,
+            })
+        }
+        GuestKind::Linux => Err(BootError::Format {
+            path,
+            reason: "bzImage support is not built yet".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::multiboot::tests::{elf32, header};
+    use super::*;
+
+    #[test]
+    fn formats_and_default_guests() {
+        let mut elf64 = vec![0u8; 64];
+        elf64[0..4].copy_from_slice(b"\x7fELF");
+        elf64[4] = 2;
+        elf64[5] = 1;
+        elf64[18] = 62;
+        let i = inspect_bytes(&elf64).unwrap();
+        assert_eq!(i.format, KernelFormat::Elf64X86_64);
+        assert_eq!(i.default_guest(), Ok(GuestKind::Bench));
+        assert!(i.check_guest(GuestKind::Multiboot).is_err());
+
+        let mb = elf32(0x40_0000, &header(0), 0);
+        let i = inspect_bytes(&mb).unwrap();
+        assert_eq!(
+            i.format,
+            KernelFormat::OtherElf {
+                class: 1,
+                machine: 3
+            }
+        );
+        assert_eq!(i.default_guest(), Ok(GuestKind::Multiboot));
+        assert!(i.check_guest(GuestKind::Multiboot).is_ok());
+        let e = i.check_guest(GuestKind::Bench).unwrap_err();
+        assert!(e.contains("ELF64"), "{e}");
+
+        let mut bz = vec![0u8; 0x400];
+        bz[0x1fe] = 0x55;
+        bz[0x1ff] = 0xaa;
+        bz[0x202..0x206].copy_from_slice(b"HdrS");
+        let i = inspect_bytes(&bz).unwrap();
+        assert_eq!(i.format, KernelFormat::BzImage);
+        let e = i.default_guest().unwrap_err();
+        assert!(e.contains("bzImage support is not built yet"), "{e}");
+        assert!(i.check_guest(GuestKind::Linux).is_err());
+
+        let i = inspect_bytes(b"MZ not a kernel").unwrap();
+        assert_eq!(i.format, KernelFormat::Raw);
+        assert!(i.default_guest().is_err());
+    }
+}
