@@ -1,56 +1,213 @@
-//! Steady-state cost of a quantum end with N entities, measured by a plain
-//! loop (no criterion). A cross-check for `benches/sched_ops.rs`: the
-//! criterion bench shows quantum_end at 65536 entities ~4x its 64-entity
-//! cost on 8 CPUs, this loop ~1.4x on the same API; the gap is not yet
-//! explained (the criterion harness between samples, or heap layout after
-//! earlier setups, are suspects).
+//! Steady-state cost of one scheduler operation with N vCPUs on a synthetic
+//! topology, by a plain loop (no criterion, no timing harness in the loop),
+//! so that `valgrind --tool=cachegrind` can count it: `ci/measure_ops.sh`
+//! runs this twice, with N and N + 200000 operations, and divides the
+//! difference of the instruction and L1-miss totals by 200000, which
+//! removes the setup and warm-up.
 //!
-//! Run: `cargo run --release -p vcpu_sched --example op_cost -- 1x4x2 65536 3000000`
+//! Each operation is a cycle that leaves the scheduler in the state it
+//! found it (the differential needs a steady state), made only of calls a
+//! VMM makes, kicks included (every kicked CPU calls `schedule`):
+//! - `quantum_end`: every vCPU runnable; the next busy CPU (round robin)
+//!   ends its runner's quantum (requeue, possibly rebalanced, and pick).
+//! - `pick`: a quarter of the vCPUs asleep; the runner of the next busy
+//!   CPU blocks and that CPU picks the next one, then the vCPU asleep the
+//!   longest wakes (an enqueue while every CPU is busy).
+//! - `wake`: half the CPUs (at most half the vCPUs) run, the rest of the
+//!   vCPUs sleep; the vCPU asleep the longest wakes (idle CPU selected,
+//!   claimed and kicked; the kicked CPU dispatches it), then the runner of
+//!   the next busy CPU blocks and that CPU idles.
+//!
+//! With as many CPUs as vCPUs or more, `pick` meets idle CPUs and is a wake
+//! on an idle machine too.
+//!
+//! The clock advances by 1 ms / CPUs per call, so each CPU sees about one
+//! event per millisecond on every machine size (a 1024-CPU host handles
+//! 128 times the events of an 8-CPU host in the same time).
+//!
+//! Run: `cargo run --release -p vcpu_sched --example op_cost -- 4x64x4 2048 300000 quantum_end`
+//! (arguments: topology spec, vCPUs, operations, operation).
 
-use vcpu_sched::{build, CpuId, EntitySpec, SchedClass, SchedConfig, StopReason, Topology, VmId};
+use std::collections::VecDeque;
+use vcpu_sched::{
+    build, CpuId, EntityId, EntitySpec, Nanos, SchedClass, SchedConfig, SchedError, StopReason,
+    Topology, VcpuScheduler, VmId,
+};
+
+/// Per-CPU event period: the clock advances by this / CPUs per call.
+const CPU_EVENT_PERIOD: Nanos = 1_000_000;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    QuantumEnd,
+    Pick,
+    Wake,
+}
+
+impl std::str::FromStr for Op {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Op, String> {
+        match s {
+            "quantum_end" => Ok(Op::QuantumEnd),
+            "pick" => Ok(Op::Pick),
+            "wake" => Ok(Op::Wake),
+            _ => Err(format!("unknown operation {s:?} (quantum_end, pick, wake)")),
+        }
+    }
+}
+
+/// The scheduler and what the caller (a VMM) knows: what each CPU runs,
+/// who sleeps (oldest first), the kicks it still has to deliver.
+struct Driver {
+    sched: Box<dyn VcpuScheduler>,
+    running: Vec<Option<EntityId>>,
+    asleep: VecDeque<EntityId>,
+    kicks: Vec<CpuId>,
+    now: Nanos,
+    tick: Nanos,
+    next_cpu: usize,
+}
+
+impl Driver {
+    fn new(spec: &str, vcpus: usize, op: Op) -> Result<Driver, Box<dyn std::error::Error>> {
+        let topo = Topology::from_spec(spec)?;
+        let ncpus = topo.num_cpus();
+        let affinity = topo.all_cpus();
+        let config = SchedConfig {
+            max_entities: vcpus.max(1),
+            ..SchedConfig::default()
+        };
+        let sched = build(topo, config)?;
+        let ready = match op {
+            Op::QuantumEnd => vcpus,
+            Op::Pick => vcpus - vcpus / 4,
+            Op::Wake => (ncpus / 2).min(vcpus / 2).max(1),
+        };
+        let mut d = Driver {
+            sched,
+            running: vec![None; ncpus],
+            asleep: VecDeque::new(),
+            kicks: Vec::new(),
+            now: 0,
+            tick: (CPU_EVENT_PERIOD / ncpus as Nanos).max(1),
+            next_cpu: 0,
+        };
+        for i in 0..vcpus {
+            let spec = EntitySpec {
+                vm: VmId(0),
+                class: SchedClass::Timeshare,
+                priority: 10,
+                affinity: affinity.clone(),
+            };
+            let id = d.sched.add_entity(spec, d.now)?;
+            if i < ready {
+                d.advance();
+                d.sched.wake(id, d.now)?;
+            } else {
+                d.asleep.push_back(id);
+            }
+        }
+        for cpu in 0..ncpus {
+            d.dispatch(cpu, StopReason::Idle)?;
+        }
+        d.deliver_kicks()?;
+        Ok(d)
+    }
+
+    fn advance(&mut self) {
+        self.now += self.tick;
+    }
+
+    fn dispatch(&mut self, cpu: usize, reason: StopReason) -> Result<Option<EntityId>, SchedError> {
+        self.advance();
+        let d = self.sched.schedule(CpuId(cpu as u32), self.now, reason)?;
+        let stopped = std::mem::replace(&mut self.running[cpu], d.entity);
+        self.kicks.extend(d.kicks);
+        Ok(stopped)
+    }
+
+    /// Every kicked CPU calls `schedule`, as a VMM's vCPU thread would.
+    fn deliver_kicks(&mut self) -> Result<(), SchedError> {
+        while let Some(cpu) = self.kicks.pop() {
+            let cpu = cpu.0 as usize;
+            let reason = if self.running[cpu].is_some() {
+                StopReason::Preempted
+            } else {
+                StopReason::Idle
+            };
+            self.dispatch(cpu, reason)?;
+        }
+        Ok(())
+    }
+
+    /// Next CPU (round robin) that runs something.
+    fn busy_cpu(&mut self) -> Option<usize> {
+        let n = self.running.len();
+        (0..n)
+            .map(|k| (self.next_cpu + k) % n)
+            .find(|c| self.running[*c].is_some())
+            .inspect(|c| self.next_cpu = (c + 1) % n)
+    }
+
+    fn wake_oldest(&mut self) -> Result<(), SchedError> {
+        if let Some(id) = self.asleep.pop_front() {
+            self.advance();
+            if let Some(w) = self.sched.wake(id, self.now)? {
+                if w.kick {
+                    self.kicks.push(w.cpu);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn block_next(&mut self) -> Result<(), SchedError> {
+        if let Some(cpu) = self.busy_cpu() {
+            if let Some(id) = self.dispatch(cpu, StopReason::Blocked)? {
+                self.asleep.push_back(id);
+            }
+        }
+        Ok(())
+    }
+
+    fn op(&mut self, op: Op) -> Result<(), SchedError> {
+        match op {
+            Op::QuantumEnd => {
+                if let Some(cpu) = self.busy_cpu() {
+                    self.dispatch(cpu, StopReason::QuantumEnd)?;
+                }
+            }
+            Op::Pick => {
+                self.block_next()?;
+                self.wake_oldest()?;
+            }
+            Op::Wake => {
+                self.wake_oldest()?;
+                self.deliver_kicks()?;
+                self.block_next()?;
+            }
+        }
+        self.deliver_kicks()
+    }
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let spec = args.next().unwrap_or_else(|| "1x4x2".into());
-    let entities: usize = args.next().map_or(Ok(65_536), |a| a.parse())?;
+    let vcpus: usize = args.next().map_or(Ok(65_536), |a| a.parse())?;
     let ops: u64 = args.next().map_or(Ok(3_000_000), |a| a.parse())?;
-    let topo = Topology::from_spec(&spec)?;
-    let ncpus = topo.num_cpus() as u32;
-    let affinity = topo.all_cpus();
-    let config = SchedConfig {
-        max_entities: entities.max(1),
-        ..SchedConfig::default()
-    };
-    let sched = build(topo, config)?;
-    let mut now = 0;
-    for _ in 0..entities {
-        let spec = EntitySpec {
-            vm: VmId(0),
-            class: SchedClass::Timeshare,
-            priority: 10,
-            affinity: affinity.clone(),
-        };
-        let id = sched.add_entity(spec, now)?;
-        now += 1_000;
-        sched.wake(id, now)?;
+    let op: Op = args.next().map_or(Ok(Op::QuantumEnd), |a| a.parse())?;
+    let mut d = Driver::new(&spec, vcpus, op)?;
+    // Warm up: every vCPU goes through the cycle at least once.
+    for _ in 0..vcpus + 1_000 {
+        d.op(op)?;
     }
-    for cpu in 0..ncpus {
-        sched.schedule(CpuId(cpu), now, StopReason::Idle)?;
-    }
-    let mut cpu = 0;
-    let mut quantum_ends = |count: u64, now: &mut u64| -> Result<(), vcpu_sched::SchedError> {
-        for _ in 0..count {
-            *now += 1_000;
-            std::hint::black_box(sched.schedule(CpuId(cpu), *now, StopReason::QuantumEnd)?);
-            cpu = (cpu + 1) % ncpus;
-        }
-        Ok(())
-    };
-    // Warm up: every queued entity runs once.
-    quantum_ends(entities as u64 + 1_000, &mut now)?;
     let start = std::time::Instant::now();
-    quantum_ends(ops, &mut now)?;
-    let per_op = start.elapsed().as_nanos() as f64 / ops as f64;
-    println!("{spec} {entities} entities: quantum_end {per_op:.0} ns/op over {ops} ops");
+    for _ in 0..ops {
+        std::hint::black_box(d.op(op))?;
+    }
+    let per_op = start.elapsed().as_nanos() as f64 / ops.max(1) as f64;
+    let name = ["quantum_end", "pick", "wake"][op as usize];
+    println!("{spec} {vcpus} vCPUs: {name} {per_op:.0} ns/op over {ops} ops");
     Ok(())
 }
