@@ -61,11 +61,18 @@ pub(crate) struct CoreState {
     pub occupancy: AtomicU64,
 }
 
-/// Per-LLC bitmaps of available idle CPUs and fully idle cores.
+/// Per-LLC bitmaps: available idle CPUs and fully idle cores (the idle
+/// search), cores whose queue and CPUs whose pinned queue hold entries
+/// (the steal search: an idle CPU looks only at non-empty queues).
 #[derive(Debug)]
 struct IdleMaps {
     cpu_words: Vec<Vec<AtomicU64>>,
     core_words: Vec<Vec<AtomicU64>>,
+    /// Cores with a non-empty core queue (bit set and cleared under that
+    /// queue's lock, so it is exact whenever the lock is free).
+    queued_core_words: Vec<Vec<AtomicU64>>,
+    /// CPUs with a non-empty pinned queue (same rule).
+    queued_pinned_words: Vec<Vec<AtomicU64>>,
     /// (LLC, index inside the LLC) of each CPU and each core.
     cpu_pos: Vec<(usize, usize)>,
     core_pos: Vec<(usize, usize)>,
@@ -592,7 +599,7 @@ impl Machine {
         } else {
             g.push_back(entry);
         }
-        len.store(g.len(), Ordering::SeqCst);
+        self.publish_len(q, len, g.len());
     }
 
     /// Remove a specific entry; false if it is not there (being popped).
@@ -600,7 +607,7 @@ impl Machine {
         let (lock, len) = self.queue(q);
         let mut g = lock.lock();
         let found = g.remove(id, seq, level);
-        len.store(g.len(), Ordering::SeqCst);
+        self.publish_len(q, len, g.len());
         found
     }
 
@@ -630,23 +637,92 @@ impl Machine {
         }
         let mut g = lock.lock();
         let got = g.take_first(accept);
-        len.store(g.len(), Ordering::SeqCst);
+        self.publish_len(q, len, g.len());
         got
     }
 
-    /// The queues `cpu` may steal from, nearest first: pinned queues of its
-    /// siblings, then for every other core its queue and its pinned queues.
-    pub fn steal_order(&self, cpu: CpuId) -> impl Iterator<Item = QueueRef> + '_ {
+    /// Whether the work bitmaps show the queue as non-empty (invariant checks).
+    pub fn marked_queued(&self, q: QueueRef) -> bool {
+        match q {
+            QueueRef::Core(core) => {
+                let (l, i) = self.idle.core_pos[core.0 as usize];
+                test_bit(&self.idle.queued_core_words[l], i)
+            }
+            QueueRef::Pinned(cpu) => {
+                let (l, i) = self.idle.cpu_pos[cpu.0 as usize];
+                test_bit(&self.idle.queued_pinned_words[l], i)
+            }
+        }
+    }
+
+    /// Update a queue's length mirror and its bit in the work bitmaps.
+    /// Call with the queue's lock held: its transitions between empty and
+    /// non-empty are then ordered, and so are the bit updates.
+    pub fn publish_len(&self, q: QueueRef, mirror: &AtomicUsize, len: usize) {
+        let old = mirror.load(Ordering::Relaxed);
+        mirror.store(len, Ordering::SeqCst);
+        if (old == 0) == (len == 0) {
+            return;
+        }
+        let (words, i) = match q {
+            QueueRef::Core(core) => {
+                let (l, i) = self.idle.core_pos[core.0 as usize];
+                (&self.idle.queued_core_words[l], i)
+            }
+            QueueRef::Pinned(cpu) => {
+                let (l, i) = self.idle.cpu_pos[cpu.0 as usize];
+                (&self.idle.queued_pinned_words[l], i)
+            }
+        };
+        if len == 0 {
+            words[i / 64].fetch_and(!(1 << (i % 64)), Ordering::SeqCst);
+        } else {
+            words[i / 64].fetch_or(1 << (i % 64), Ordering::SeqCst);
+        }
+    }
+
+    /// Visit the non-empty queues `cpu` may steal from, nearest first,
+    /// until `f` returns something: the pinned queues of its SMT siblings,
+    /// then LLC by LLC in locality order the non-empty core queues (not its
+    /// own) and the non-empty pinned queues, each in index order. Only
+    /// queues the work bitmaps show as non-empty are visited, so the cost
+    /// is O(LLCs x bitmap words + non-empty queues), not O(queues).
+    pub fn visit_queued<T>(
+        &self,
+        cpu: CpuId,
+        mut f: impl FnMut(QueueRef) -> Option<T>,
+    ) -> Option<T> {
         let own = self.core_of(cpu);
-        self.cores_near(own).iter().flat_map(move |&core| {
-            let shared = (core != own).then_some(QueueRef::Core(core));
-            let pinned = self
-                .core_cpus(core)
-                .iter()
-                .filter(move |s| **s != cpu)
-                .map(|s| QueueRef::Pinned(*s));
-            shared.into_iter().chain(pinned)
-        })
+        for s in self.core_cpus(own) {
+            if *s != cpu && self.cpus[s.0 as usize].pinned_len.load(Ordering::SeqCst) > 0 {
+                if let Some(found) = f(QueueRef::Pinned(*s)) {
+                    return Some(found);
+                }
+            }
+        }
+        let own_llc = self.topo.cpus[cpu.0 as usize].llc;
+        for &llc in &self.llc_order[own_llc.0 as usize] {
+            let info = &self.topo.llcs[llc.0 as usize];
+            let cores = &self.idle.queued_core_words[llc.0 as usize];
+            let found = find_set_bit(cores, 0, cores.len(), |i| {
+                let core = info.cores[i];
+                (core != own).then(|| f(QueueRef::Core(core))).flatten()
+            });
+            if found.is_some() {
+                return found;
+            }
+            let pinned = &self.idle.queued_pinned_words[llc.0 as usize];
+            let found = find_set_bit(pinned, 0, pinned.len(), |i| {
+                let s = info.cpus[i];
+                (self.core_of(s) != own)
+                    .then(|| f(QueueRef::Pinned(s)))
+                    .flatten()
+            });
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
     }
 
     /// Distance used for locality ordering and migration statistics.
@@ -677,6 +753,16 @@ impl IdleMaps {
                 .llcs
                 .iter()
                 .map(|l| bit_words(l.cores.len(), true))
+                .collect(),
+            queued_core_words: topo
+                .llcs
+                .iter()
+                .map(|l| bit_words(l.cores.len(), false))
+                .collect(),
+            queued_pinned_words: topo
+                .llcs
+                .iter()
+                .map(|l| bit_words(l.cpus.len(), false))
                 .collect(),
             cpu_pos,
             core_pos,

@@ -602,8 +602,10 @@ impl HaikuScheduler {
         } else {
             shared.pop()
         };
-        slot.pinned_len.store(pinned.len(), Ordering::SeqCst);
-        cs.queued.store(shared.len(), Ordering::SeqCst);
+        self.m
+            .publish_len(QueueRef::Pinned(cpu), &slot.pinned_len, pinned.len());
+        self.m
+            .publish_len(QueueRef::Core(core), &cs.queued, shared.len());
         got.map_or(Local::Empty, Local::Got)
     }
 
@@ -611,7 +613,7 @@ impl HaikuScheduler {
     fn steal(&self, cpu: CpuId) -> Option<QueueEntry> {
         let _p = crate::profiler::scope("haiku::steal");
         let core = self.m.core_of(cpu);
-        self.m.steal_order(cpu).find_map(|q| {
+        self.m.visit_queued(cpu, |q| {
             self.m.take_from(q, |en| {
                 en.affinity.contains(cpu) && self.m.compatible(core, en.vm)
             })
@@ -633,12 +635,17 @@ impl HaikuScheduler {
     /// Whether any queue holds an entry allowed on `cpu` (statistics of
     /// `idle_while_waiting`; only on the idle path).
     fn waiting_allowed(&self, cpu: CpuId) -> bool {
-        let own = [QueueRef::Pinned(cpu), QueueRef::Core(self.m.core_of(cpu))];
-        own.into_iter().chain(self.m.steal_order(cpu)).any(|q| {
+        let holds_allowed = |q: QueueRef| {
             let (lock, len) = self.m.queue(q);
             len.load(Ordering::SeqCst) > 0
                 && lock.lock().entries().any(|en| en.affinity.contains(cpu))
-        })
+        };
+        let own = [QueueRef::Pinned(cpu), QueueRef::Core(self.m.core_of(cpu))];
+        own.into_iter().any(holds_allowed)
+            || self
+                .m
+                .visit_queued(cpu, |q| holds_allowed(q).then_some(()))
+                .is_some()
     }
 
     /// Pick and dispatch the next entity for `cpu`, or idle.
@@ -910,6 +917,9 @@ impl HaikuScheduler {
             let g = lock.lock();
             if g.len() != len.load(Ordering::SeqCst) {
                 return Err(format!("{q:?}: length mirror out of date"));
+            }
+            if (g.len() > 0) != self.m.marked_queued(q) {
+                return Err(format!("{q:?}: work bitmap out of date"));
             }
             for en in g.entries() {
                 seen.entry(en.id.0).or_default().push((q, en.seq));
