@@ -20,7 +20,8 @@ use crate::entity::QueueRef;
 use crate::load::CoreLoad;
 use crate::run_queue::{QueueEntry, RunQueue};
 use crate::tunables::Tunables;
-use crate::{CoreId, CpuId, CpuSet, Distance, LlcId, SchedClass, Topology, VmId};
+use crate::{CoreId, CpuId, CpuSet, Distance, LlcId, Nanos, SchedClass, Topology, VmId};
+use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -38,8 +39,6 @@ pub(crate) struct CpuSlot {
     pub prio: AtomicI32,
     /// VM of the running entity (meaningful only while running).
     pub vm: AtomicU32,
-    /// Rotating start of this CPU's idle searches (in bitmap words).
-    pub cursor: AtomicU32,
     /// Pinned queue: entities that may run only here or on part of the core.
     pub pinned: Mutex<RunQueue>,
     /// Mirror of the pinned queue length, read without the lock.
@@ -66,21 +65,26 @@ pub(crate) struct CoreState {
 /// (the steal search: an idle CPU looks only at non-empty queues).
 #[derive(Debug)]
 struct IdleMaps {
-    cpu_words: Vec<Vec<AtomicU64>>,
-    core_words: Vec<Vec<AtomicU64>>,
+    cpu_words: Vec<Words>,
+    core_words: Vec<Words>,
     /// Cores with a non-empty core queue (bit set and cleared under that
     /// queue's lock, so it is exact whenever the lock is free).
-    queued_core_words: Vec<Vec<AtomicU64>>,
+    queued_core_words: Vec<Words>,
     /// CPUs with a non-empty pinned queue (same rule).
-    queued_pinned_words: Vec<Vec<AtomicU64>>,
+    queued_pinned_words: Vec<Words>,
     /// (LLC, index inside the LLC) of each CPU and each core.
     cpu_pos: Vec<(usize, usize)>,
     core_pos: Vec<(usize, usize)>,
     /// Per package: number of CPUs that are not available-idle.
-    package_busy: Vec<AtomicU32>,
+    package_busy: Vec<CachePadded<AtomicU32>>,
 }
 
-fn bit_words(n: usize, all_set: bool) -> Vec<AtomicU64> {
+/// A bitmap whose words each have a cache line of their own: a word is
+/// written by the CPUs it covers, and must not share a line with another
+/// LLC's word or with read-mostly data.
+type Words = Vec<CachePadded<AtomicU64>>;
+
+fn bit_words(n: usize, all_set: bool) -> Words {
     (0..n.div_ceil(64).max(1))
         .map(|w| {
             let bits = if !all_set {
@@ -90,12 +94,12 @@ fn bit_words(n: usize, all_set: bool) -> Vec<AtomicU64> {
             } else {
                 (1u64 << (n - w * 64)) - 1
             };
-            AtomicU64::new(bits)
+            CachePadded::new(AtomicU64::new(bits))
         })
         .collect()
 }
 
-fn test_bit(words: &[AtomicU64], i: usize) -> bool {
+fn test_bit(words: &[CachePadded<AtomicU64>], i: usize) -> bool {
     words[i / 64].load(Ordering::SeqCst) & (1 << (i % 64)) != 0
 }
 
@@ -104,8 +108,10 @@ fn test_bit(words: &[AtomicU64], i: usize) -> bool {
 #[derive(Debug)]
 pub(crate) struct Machine {
     pub topo: Topology,
-    pub cpus: Vec<CpuSlot>,
-    pub cores: Vec<CoreState>,
+    /// Per CPU and per core state, each on cache lines of its own (no
+    /// false sharing between CPUs that schedule at the same time).
+    pub cpus: Vec<CachePadded<CpuSlot>>,
+    pub cores: Vec<CachePadded<CoreState>>,
     idle: IdleMaps,
     /// For each LLC, all LLCs nearest first (same LLC, same package, remote).
     llc_order: Vec<Vec<LlcId>>,
@@ -119,15 +125,27 @@ pub(crate) struct Machine {
     pub balance_candidates: usize,
     /// Tunables (load epochs and thresholds).
     pub tun: Tunables,
-    /// Latest time seen in any event: lets a core nobody schedules on roll
-    /// its load epoch when placement reads its load.
-    clock: AtomicU64,
+}
+
+/// An entity's hard affinity as placement reads it. `all` (the set holds
+/// every CPU of the machine, the common case) answers without reading the
+/// set, which lives behind a pointer on cache lines of its own.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Allowed<'a> {
+    pub set: &'a CpuSet,
+    pub all: bool,
+}
+
+impl Allowed<'_> {
+    pub fn contains(&self, cpu: CpuId) -> bool {
+        self.all || self.set.contains(cpu)
+    }
 }
 
 /// The facts about an entity that placement uses.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Candidate<'a> {
-    pub affinity: &'a CpuSet,
+    pub affinity: Allowed<'a>,
     pub vm: VmId,
     pub class: SchedClass,
     pub effective: u8,
@@ -138,6 +156,11 @@ pub(crate) struct Candidate<'a> {
     pub warm: bool,
     /// Load estimate, 0..=1000.
     pub load: u32,
+    /// Time of the event being placed (load epochs of the cores read).
+    pub now: Nanos,
+    /// Rotating start of bounded searches, from the entity's own event
+    /// counts (no shared cursor is written).
+    pub rotor: usize,
 }
 
 impl Machine {
@@ -151,24 +174,27 @@ impl Machine {
         let cpus = topo
             .cpus
             .iter()
-            .map(|_| CpuSlot {
-                running: AtomicU32::new(NO_ENTITY),
-                prio: AtomicI32::new(IDLE_PRIO),
-                vm: AtomicU32::new(0),
-                cursor: AtomicU32::new(0),
-                pinned: Mutex::new(RunQueue::default()),
-                pinned_len: AtomicUsize::new(0),
+            .map(|_| {
+                CachePadded::new(CpuSlot {
+                    running: AtomicU32::new(NO_ENTITY),
+                    prio: AtomicI32::new(IDLE_PRIO),
+                    vm: AtomicU32::new(0),
+                    pinned: Mutex::new(RunQueue::default()),
+                    pinned_len: AtomicUsize::new(0),
+                })
             })
             .collect();
         let cores = topo
             .cores
             .iter()
-            .map(|_| CoreState {
-                queue: Mutex::new(RunQueue::default()),
-                queued: AtomicUsize::new(0),
-                load: CoreLoad::default(),
-                active_time: AtomicU64::new(0),
-                occupancy: AtomicU64::new(0),
+            .map(|_| {
+                CachePadded::new(CoreState {
+                    queue: Mutex::new(RunQueue::default()),
+                    queued: AtomicUsize::new(0),
+                    load: CoreLoad::default(),
+                    active_time: AtomicU64::new(0),
+                    occupancy: AtomicU64::new(0),
+                })
             })
             .collect();
         let idle = IdleMaps::new(&topo);
@@ -194,7 +220,6 @@ impl Machine {
             candidates_per_llc: tun.idle_search_candidates_per_llc.max(1) as usize,
             balance_candidates: tun.balance_candidates.max(2) as usize,
             tun,
-            clock: AtomicU64::new(0),
         }
     }
 
@@ -209,13 +234,13 @@ impl Machine {
     }
 
     /// Whether the affinity covers every CPU of the core (may use its queue).
-    pub fn covers_core(&self, affinity: &CpuSet, core: CoreId) -> bool {
-        self.core_cpus(core).iter().all(|c| affinity.contains(*c))
+    pub fn covers_core(&self, affinity: Allowed, core: CoreId) -> bool {
+        affinity.all || self.core_cpus(core).iter().all(|c| affinity.contains(*c))
     }
 
     /// The queue an entity placed on `cpu` goes to: the core queue if its
     /// affinity covers the whole core, else the pinned queue of `cpu`.
-    pub fn queue_for(&self, affinity: &CpuSet, cpu: CpuId) -> QueueRef {
+    pub fn queue_for(&self, affinity: Allowed, cpu: CpuId) -> QueueRef {
         let core = self.core_of(cpu);
         if self.covers_core(affinity, core) {
             QueueRef::Core(core)
@@ -242,16 +267,12 @@ impl Machine {
         n
     }
 
-    /// Advance the clock seen by load epochs.
-    pub fn observe(&self, now: crate::Nanos) {
-        self.clock.fetch_max(now, Ordering::Relaxed);
-    }
-
-    /// Core load per CPU (rolling the core's epoch first if it is over).
-    pub fn core_load(&self, core: CoreId) -> u32 {
+    /// Core load per CPU at `now` (rolling the core's epoch first if it is
+    /// over, so a core nobody schedules on does not keep stale sleepers).
+    pub fn core_load(&self, core: CoreId, now: Nanos) -> u32 {
         let cpus = self.core_cpus(core).len();
         let load = &self.cores[core.0 as usize].load;
-        load.maybe_roll(self.clock.load(Ordering::Relaxed), cpus, &self.tun);
+        load.maybe_roll(now, cpus, &self.tun);
         load.per_cpu(cpus)
     }
 
@@ -283,7 +304,13 @@ impl Machine {
     /// caller then owns the duty to kick it, or is the CPU itself).
     pub fn claim(&self, cpu: CpuId) -> bool {
         let (l, i) = self.idle.cpu_pos[cpu.0 as usize];
-        let old = self.idle.cpu_words[l][i / 64].fetch_and(!(1 << (i % 64)), Ordering::SeqCst);
+        let word = &self.idle.cpu_words[l][i / 64];
+        // Look before writing: a busy CPU's `schedule` must not write the
+        // word its LLC's CPUs share.
+        if word.load(Ordering::SeqCst) & (1 << (i % 64)) == 0 {
+            return false;
+        }
+        let old = word.fetch_and(!(1 << (i % 64)), Ordering::SeqCst);
         if old & (1 << (i % 64)) == 0 {
             return false;
         }
@@ -377,11 +404,8 @@ impl Machine {
             return Some(s);
         }
         let origin_llc = self.topo.cpus[c.origin.0 as usize].llc;
-        let cursor = self.cpus[c.origin.0 as usize]
-            .cursor
-            .fetch_add(1, Ordering::Relaxed) as usize;
         for &llc in &self.llc_order[origin_llc.0 as usize] {
-            if let Some(cpu) = self.scan_llc_cpus(llc, cursor, &take) {
+            if let Some(cpu) = self.scan_llc_cpus(llc, c.rotor, &take) {
                 return Some(cpu);
             }
         }
@@ -409,11 +433,8 @@ impl Machine {
             return None;
         }
         let origin_llc = self.topo.cpus[c.origin.0 as usize].llc;
-        let cursor = self.cpus[c.origin.0 as usize]
-            .cursor
-            .load(Ordering::Relaxed) as usize;
         for &llc in &self.llc_order[origin_llc.0 as usize] {
-            if let Some(cpu) = self.scan_llc_cores(llc, cursor, c, |_| true) {
+            if let Some(cpu) = self.scan_llc_cores(llc, c.rotor, c, |_| true) {
                 return Some(cpu);
             }
         }
@@ -476,8 +497,8 @@ impl Machine {
     // ---- choosing without idle CPUs ----
 
     /// Cores the entity may run on (at least one allowed CPU).
-    pub fn eligible(&self, core: CoreId, affinity: &CpuSet) -> bool {
-        self.core_cpus(core).iter().any(|c| affinity.contains(*c))
+    pub fn eligible(&self, core: CoreId, affinity: Allowed) -> bool {
+        affinity.all || self.core_cpus(core).iter().any(|c| affinity.contains(*c))
     }
 
     /// Least loaded eligible core, cores outside the high-load set first,
@@ -494,7 +515,7 @@ impl Machine {
         let key = |core: &CoreId| {
             (
                 self.cores[core.0 as usize].load.is_high(),
-                self.core_load(*core),
+                self.core_load(*core, c.now),
             )
         };
         let eligible = |core: &CoreId| self.eligible(*core, c.affinity);
@@ -510,9 +531,7 @@ impl Machine {
         let (local, remote) = (&near[1..in_llc], &near[in_llc..]);
         let n_local = local.len().min(self.balance_candidates / 2);
         let n_remote = remote.len().min(self.balance_candidates - 1 - n_local);
-        let cursor = self.cpus[c.origin.0 as usize]
-            .cursor
-            .fetch_add(1, Ordering::Relaxed) as usize;
+        let cursor = c.rotor;
         let local = (0..n_local).map(|i| local[(cursor + i) % local.len()]);
         let remote = (0..n_remote).map(|i| remote[(cursor + i) % remote.len()]);
         std::iter::once(origin_core)
@@ -523,6 +542,7 @@ impl Machine {
             .or_else(|| {
                 // The affinity missed the sample: the cores of its CPUs.
                 c.affinity
+                    .set
                     .iter()
                     .filter(|s| (s.0 as usize) < self.cpus.len())
                     .map(|s| self.core_of(s))
@@ -558,6 +578,7 @@ impl Machine {
     /// among equals (realtime placement; O(allowed CPUs), lock-free).
     pub fn lowest_priority_cpu(&self, c: &Candidate) -> Option<CpuId> {
         c.affinity
+            .set
             .iter()
             .filter(|s| (s.0 as usize) < self.cpus.len())
             .min_by_key(|s| {
@@ -766,7 +787,11 @@ impl IdleMaps {
                 .collect(),
             cpu_pos,
             core_pos,
-            package_busy: topo.packages.iter().map(|_| AtomicU32::new(0)).collect(),
+            package_busy: topo
+                .packages
+                .iter()
+                .map(|_| CachePadded::new(AtomicU32::new(0)))
+                .collect(),
         }
     }
 }
@@ -776,7 +801,7 @@ impl IdleMaps {
 /// at most `limit` words of `words`, starting at word `cursor` (mod len) and
 /// wrapping, until `f` returns something for a bit index.
 fn find_set_bit<T>(
-    words: &[AtomicU64],
+    words: &[CachePadded<AtomicU64>],
     cursor: usize,
     limit: usize,
     mut f: impl FnMut(usize) -> Option<T>,

@@ -9,7 +9,7 @@
 //! is recognised by whoever pops it.
 
 use crate::tunables::PRIORITY_LEVELS;
-use crate::{CpuSet, EntityId, VmId};
+use crate::{CpuId, CpuSet, EntityId, VmId};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -26,8 +26,9 @@ pub(crate) struct QueueEntry {
     /// VM of the entity (SMT isolation decides without the entity lock).
     pub vm: VmId,
     /// Affinity of the entity (stealing decides without the entity lock;
-    /// affinity never changes after `add_entity`).
-    pub affinity: Arc<CpuSet>,
+    /// affinity never changes after `add_entity`); `None` when it holds
+    /// every CPU (no reference count to touch, no set to read).
+    pub affinity: Option<Arc<CpuSet>>,
 }
 
 /// FIFO lists per level and a bitmap of non-empty levels.
@@ -51,6 +52,13 @@ impl Default for RunQueue {
 /// Levels above the table are clamped so bad input cannot index out of bounds.
 fn clamp_level(level: u8) -> usize {
     (level as usize).min(PRIORITY_LEVELS - 1)
+}
+
+impl QueueEntry {
+    /// Whether the entity may run on `cpu`.
+    pub fn allows(&self, cpu: CpuId) -> bool {
+        self.affinity.as_ref().is_none_or(|a| a.contains(cpu))
+    }
 }
 
 impl RunQueue {
@@ -196,7 +204,7 @@ mod tests {
             level,
             since: 0,
             vm: VmId(0),
-            affinity: Arc::new(CpuSet::new()),
+            affinity: None,
         }
     }
 

@@ -88,6 +88,7 @@ use crate::{
     CoreId, CpuId, Dispatch, EntityId, EntitySpec, Nanos, SchedClass, SchedError, StopReason,
     Topology, WakeDecision,
 };
+use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -164,7 +165,8 @@ pub struct HaikuScheduler {
     ops: Box<dyn ModeOps>,
     slots: Vec<Mutex<Slot>>,
     free: Mutex<FreeList>,
-    acct: Vec<Mutex<CpuAcct>>,
+    /// Per CPU, each on its own cache lines.
+    acct: Vec<CachePadded<Mutex<CpuAcct>>>,
     max_entities: usize,
 }
 
@@ -190,7 +192,9 @@ impl HaikuScheduler {
                 .map(|_| Mutex::new(Slot::default()))
                 .collect(),
             free: Mutex::new(FreeList::default()),
-            acct: (0..ncpus).map(|_| Mutex::new(CpuAcct::default())).collect(),
+            acct: (0..ncpus)
+                .map(|_| CachePadded::new(Mutex::new(CpuAcct::default())))
+                .collect(),
             max_entities: config.max_entities,
         })
     }
@@ -287,8 +291,15 @@ impl HaikuScheduler {
 
     // ---- placement ----
 
-    /// Placement facts of an entity; `origin` overrides the previous CPU.
-    fn candidate<'a>(&self, e: &'a Entity, origin: Option<CpuId>) -> Candidate<'a> {
+    /// Placement facts of an entity at `now`; `origin` overrides the
+    /// previous CPU.
+    fn candidate<'a>(
+        &self,
+        e: &'a Entity,
+        id: EntityId,
+        origin: Option<CpuId>,
+        now: Nanos,
+    ) -> Candidate<'a> {
         let prev = e.last_cpu;
         let first = e.affinity.first().unwrap_or(CpuId(0));
         let warm = prev.is_some_and(|p| {
@@ -298,7 +309,7 @@ impl HaikuScheduler {
             active.saturating_sub(e.last_core_active) < self.tun().cache_expire
         });
         Candidate {
-            affinity: &e.affinity,
+            affinity: e.allowed(),
             vm: e.vm,
             class: e.prio.class,
             effective: e.prio.effective(),
@@ -306,13 +317,17 @@ impl HaikuScheduler {
             prev,
             warm,
             load: e.load.load,
+            now,
+            rotor: (id.0 as usize)
+                .wrapping_mul(7)
+                .wrapping_add((e.counters.wakes + e.counters.quantum_ends) as usize),
         }
     }
 
     /// Target CPU of a waking entity and whether it must be kicked.
-    fn choose_target(&self, e: &Entity) -> (CpuId, bool) {
+    fn choose_target(&self, e: &Entity, id: EntityId, now: Nanos) -> (CpuId, bool) {
         let _p = crate::profiler::scope("haiku::choose_target");
-        let c = self.candidate(e, None);
+        let c = self.candidate(e, id, None, now);
         let delta = self.tun().wake_preempt_priority_delta;
         if let Some(p) = e.pinned_cpu() {
             let kick =
@@ -355,7 +370,7 @@ impl HaikuScheduler {
             level,
             since: e.queued_at,
             vm: e.vm,
-            affinity: Arc::clone(&e.affinity),
+            affinity: e.entry_affinity(),
         };
         self.charge_ready(e, self.core_of_queue(q));
         e.state = RunState::Queued {
@@ -380,7 +395,7 @@ impl HaikuScheduler {
         if !self.m.remove(queue, id, s, level) {
             return false;
         }
-        let q = self.m.queue_for(&e.affinity, cpu);
+        let q = self.m.queue_for(e.allowed(), cpu);
         self.enqueue(e, id, seq, q, false);
         true
     }
@@ -390,8 +405,8 @@ impl HaikuScheduler {
     /// lost-wake-up protocol, see the module docs).
     fn place_woken(&self, e: &mut Entity, id: EntityId, seq: &mut u64, now: Nanos) -> WakeDecision {
         let _p = crate::profiler::scope("haiku::place_woken");
-        let (cpu, kick) = self.choose_target(e);
-        let q = self.m.queue_for(&e.affinity, cpu);
+        let (cpu, kick) = self.choose_target(e, id, now);
+        let q = self.m.queue_for(e.allowed(), cpu);
         self.core_load(self.core_of_queue(q)).maybe_roll(
             now,
             self.m.core_cpus(self.core_of_queue(q)).len(),
@@ -403,7 +418,7 @@ impl HaikuScheduler {
             return WakeDecision { cpu, kick };
         }
         fence(Ordering::SeqCst);
-        let idle = self.m.find_idle_cpu(&self.candidate(e, Some(cpu)));
+        let idle = self.m.find_idle_cpu(&self.candidate(e, id, Some(cpu), now));
         match idle {
             Some(y) if self.move_queued(e, id, seq, y) => WakeDecision { cpu: y, kick: true },
             Some(y) => {
@@ -418,15 +433,15 @@ impl HaikuScheduler {
     /// Queue for a runnable entity that stopped on `cpu` at quantum end or
     /// yield: pinned queues stay; others may rebalance to a less loaded
     /// core (never to one with an idle CPU, which nobody would kick).
-    fn requeue_target(&self, e: &Entity, cpu: CpuId) -> QueueRef {
+    fn requeue_target(&self, e: &Entity, id: EntityId, cpu: CpuId, now: Nanos) -> QueueRef {
         if let Some(p) = e.pinned_cpu() {
             return QueueRef::Pinned(p);
         }
         let core = self.m.core_of(cpu);
-        if !self.m.covers_core(&e.affinity, core) {
+        if !self.m.covers_core(e.allowed(), core) {
             return QueueRef::Pinned(cpu);
         }
-        let c = self.candidate(e, Some(cpu));
+        let c = self.candidate(e, id, Some(cpu), now);
         let target = self.ops.rebalance(&self.m, &c, core, self.tun());
         // Never away from an idle sibling, never onto a core with an idle
         // CPU: nobody would kick those CPUs for it.
@@ -437,7 +452,7 @@ impl HaikuScheduler {
                 .any(|s| *s != cpu && self.m.is_available(*s))
         };
         if target != core
-            && self.m.covers_core(&e.affinity, target)
+            && self.m.covers_core(e.allowed(), target)
             && !has_idle(target)
             && !has_idle(core)
         {
@@ -562,13 +577,13 @@ impl HaikuScheduler {
             }
             After::Front => {
                 e.queued_at = now;
-                let q = self.m.queue_for(&e.affinity, cpu);
+                let q = self.m.queue_for(e.allowed(), cpu);
                 self.enqueue(e, id, seq, q, true);
                 Some(id)
             }
             After::Back => {
                 e.queued_at = now;
-                let q = self.requeue_target(e, cpu);
+                let q = self.requeue_target(e, id, cpu, now);
                 self.enqueue(e, id, seq, q, false);
                 Some(id)
             }
@@ -614,9 +629,8 @@ impl HaikuScheduler {
         let _p = crate::profiler::scope("haiku::steal");
         let core = self.m.core_of(cpu);
         self.m.visit_queued(cpu, |q| {
-            self.m.take_from(q, |en| {
-                en.affinity.contains(cpu) && self.m.compatible(core, en.vm)
-            })
+            self.m
+                .take_from(q, |en| en.allows(cpu) && self.m.compatible(core, en.vm))
         })
     }
 
@@ -637,8 +651,7 @@ impl HaikuScheduler {
     fn waiting_allowed(&self, cpu: CpuId) -> bool {
         let holds_allowed = |q: QueueRef| {
             let (lock, len) = self.m.queue(q);
-            len.load(Ordering::SeqCst) > 0
-                && lock.lock().entries().any(|en| en.affinity.contains(cpu))
+            len.load(Ordering::SeqCst) > 0 && lock.lock().entries().any(|en| en.allows(cpu))
         };
         let own = [QueueRef::Pinned(cpu), QueueRef::Core(self.m.core_of(cpu))];
         own.into_iter().any(holds_allowed)
@@ -772,6 +785,7 @@ impl HaikuScheduler {
     fn kick_for_leftovers(
         &self,
         cpu: CpuId,
+        now: Nanos,
         requeued: Option<EntityId>,
         include_local: bool,
     ) -> Vec<CpuId> {
@@ -809,7 +823,7 @@ impl HaikuScheduler {
             if kicked.len() >= LEFTOVER_KICKS {
                 break;
             }
-            if let Some(y) = self.move_to_idle(cpu, id, seq, &exclude) {
+            if let Some(y) = self.move_to_idle(cpu, now, id, seq, &exclude) {
                 kicked.push(y);
                 exclude.push(y);
             }
@@ -823,6 +837,7 @@ impl HaikuScheduler {
     fn move_to_idle(
         &self,
         cpu: CpuId,
+        now: Nanos,
         id: EntityId,
         expect: Option<u64>,
         exclude: &[CpuId],
@@ -838,7 +853,7 @@ impl HaikuScheduler {
         }
         let y = self
             .m
-            .peek_idle_cpu(&self.candidate(e, Some(cpu)), exclude)?;
+            .peek_idle_cpu(&self.candidate(e, id, Some(cpu), now), exclude)?;
         self.move_queued(e, id, seq, y).then_some(y)
     }
 
@@ -896,7 +911,7 @@ impl HaikuScheduler {
             context_switches: a.switches,
             smt_corun_foreign: a.foreign,
             idle_while_waiting: a.idle_while_waiting,
-            core_load: self.m.core_load(self.m.core_of(cpu)),
+            core_load: self.m.core_load(self.m.core_of(cpu), now),
         }
     }
 
@@ -956,7 +971,7 @@ impl HaikuScheduler {
                     ));
                 }
                 let allowed = match queue {
-                    QueueRef::Core(core) => self.m.covers_core(&e.affinity, core),
+                    QueueRef::Core(core) => self.m.covers_core(e.allowed(), core),
                     QueueRef::Pinned(cpu) => e.affinity.contains(cpu),
                 };
                 if !allowed {
@@ -1066,16 +1081,15 @@ impl VcpuScheduler for HaikuScheduler {
                 None => return Err(SchedError::TooManyEntities(self.max_entities)),
             }
         };
-        self.m.observe(now);
         let prio = Priority::new(spec.class, spec.priority, self.tun(), &self.table);
-        let e = Entity::new(spec.vm, Arc::new(affinity), prio, now);
+        let all_cpus = affinity.len() == self.m.cpus.len();
+        let e = Entity::new(spec.vm, Arc::new(affinity), all_cpus, prio, now);
         self.slots[index as usize].lock().entity = Some(Box::new(e));
         Ok(EntityId(index))
     }
 
-    fn remove_entity(&self, id: EntityId, now: Nanos) -> Result<(), SchedError> {
+    fn remove_entity(&self, id: EntityId, _now: Nanos) -> Result<(), SchedError> {
         let _p = crate::profiler::scope("remove_entity");
-        self.m.observe(now);
         let mut guard = self.slot(id)?.lock();
         let e = live(&mut guard.entity, id)?;
         let free_now = match e.state {
@@ -1095,7 +1109,6 @@ impl VcpuScheduler for HaikuScheduler {
 
     fn wake(&self, id: EntityId, now: Nanos) -> Result<Option<WakeDecision>, SchedError> {
         let _p = crate::profiler::scope("wake");
-        self.m.observe(now);
         let mut guard = self.slot(id)?.lock();
         let Slot { seq, entity } = &mut *guard;
         let e = live(entity, id)?;
@@ -1124,7 +1137,6 @@ impl VcpuScheduler for HaikuScheduler {
     fn schedule(&self, cpu: CpuId, now: Nanos, reason: StopReason) -> Result<Dispatch, SchedError> {
         let _p = crate::profiler::scope("schedule");
         self.check_cpu(cpu)?;
-        self.m.observe(now);
         let core = self.m.core_of(cpu);
         self.core_load(core)
             .maybe_roll(now, self.m.core_cpus(core).len(), self.tun());
@@ -1148,7 +1160,7 @@ impl VcpuScheduler for HaikuScheduler {
         // VM (the search checks that, and excludes this core), so it cannot
         // bounce between force-idled CPUs.
         let requeued = requeued.filter(|r| d.entity != Some(*r));
-        let mut kicks = self.kick_for_leftovers(cpu, requeued, !forced_idle);
+        let mut kicks = self.kick_for_leftovers(cpu, now, requeued, !forced_idle);
         if self.m.smt_isolation && d.entity.is_some() {
             kicks.extend(self.idle_siblings_with_work(cpu));
         }
@@ -1156,9 +1168,8 @@ impl VcpuScheduler for HaikuScheduler {
         Ok(d)
     }
 
-    fn set_priority(&self, id: EntityId, priority: u8, now: Nanos) -> Result<(), SchedError> {
+    fn set_priority(&self, id: EntityId, priority: u8, _now: Nanos) -> Result<(), SchedError> {
         let _p = crate::profiler::scope("set_priority");
-        self.m.observe(now);
         let mut guard = self.slot(id)?.lock();
         let Slot { seq, entity } = &mut *guard;
         let e = live(entity, id)?;
