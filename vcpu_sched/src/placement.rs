@@ -72,6 +72,10 @@ struct IdleMaps {
     queued_core_words: Vec<Words>,
     /// CPUs with a non-empty pinned queue (same rule).
     queued_pinned_words: Vec<Words>,
+    /// Per LLC: how many of its core queues (low 32 bits) and pinned
+    /// queues (high 32 bits) are non-empty, updated with the bits, so a
+    /// search skips an LLC with nothing queued in one read.
+    queued_counts: Vec<CachePadded<AtomicU64>>,
     /// (LLC, index inside the LLC) of each CPU and each core.
     cpu_pos: Vec<(usize, usize)>,
     core_pos: Vec<(usize, usize)>,
@@ -125,6 +129,13 @@ pub(crate) struct Machine {
     pub balance_candidates: usize,
     /// Tunables (load epochs and thresholds).
     pub tun: Tunables,
+    /// Per LLC, its light core: a core of the LLC whose load was the lowest
+    /// seen when it last rolled its epoch (Linux keeps per-LLC shared
+    /// state; Haiku a heap of cores by load). Each core, when its epoch
+    /// rolls, takes the place if its load is below the current holder's,
+    /// so the slot is written at most once per core and epoch, never per
+    /// operation. A hint: `least_loaded_core` compares live loads.
+    llc_light: Vec<CachePadded<AtomicU32>>,
 }
 
 /// An entity's hard affinity as placement reads it. `all` (the set holds
@@ -198,6 +209,7 @@ impl Machine {
             })
             .collect();
         let idle = IdleMaps::new(&topo);
+        let n_llcs = topo.llcs.len();
         let llc_order = topo
             .llcs
             .iter()
@@ -220,6 +232,9 @@ impl Machine {
             candidates_per_llc: tun.idle_search_candidates_per_llc.max(1) as usize,
             balance_candidates: tun.balance_candidates.max(2) as usize,
             tun,
+            llc_light: (0..n_llcs)
+                .map(|_| CachePadded::new(AtomicU32::new(u32::MAX)))
+                .collect(),
         }
     }
 
@@ -270,10 +285,36 @@ impl Machine {
     /// Core load per CPU at `now` (rolling the core's epoch first if it is
     /// over, so a core nobody schedules on does not keep stale sleepers).
     pub fn core_load(&self, core: CoreId, now: Nanos) -> u32 {
+        self.roll(core, now);
+        self.cores[core.0 as usize]
+            .load
+            .per_cpu(self.core_cpus(core).len())
+    }
+
+    /// Roll the core's load epoch if it is over; a core whose epoch rolls
+    /// offers itself as its LLC's light core.
+    pub fn roll(&self, core: CoreId, now: Nanos) {
         let cpus = self.core_cpus(core).len();
         let load = &self.cores[core.0 as usize].load;
-        load.maybe_roll(now, cpus, &self.tun);
-        load.per_cpu(cpus)
+        if !load.maybe_roll(now, cpus, &self.tun) {
+            return;
+        }
+        let llc = self.topo.cores[core.0 as usize].llc;
+        let light = &self.llc_light[llc.0 as usize];
+        let current = light.load(Ordering::Relaxed);
+        if current == core.0 {
+            return;
+        }
+        let lighter = match self.cores.get(current as usize) {
+            Some(other) => {
+                let other_cpus = self.core_cpus(CoreId(current)).len();
+                load.per_cpu(cpus) < other.load.per_cpu(other_cpus)
+            }
+            None => true,
+        };
+        if lighter {
+            light.store(core.0, Ordering::Relaxed);
+        }
     }
 
     // ---- idle bitmaps ----
@@ -388,6 +429,14 @@ impl Machine {
         })
     }
 
+    /// Whether the LLC's package has an available-idle CPU (else its
+    /// bitmaps need no look).
+    fn llc_may_have_available(&self, llc: LlcId) -> bool {
+        let pkg = self.topo.llcs[llc.0 as usize].package;
+        let busy = self.idle.package_busy[pkg.0 as usize].load(Ordering::SeqCst) as usize;
+        busy < self.topo.packages[pkg.0 as usize].cpus.len()
+    }
+
     /// Whether any CPU at all is available-idle (O(packages)).
     pub fn any_available(&self) -> bool {
         self.topo.packages.iter().any(|p| {
@@ -396,6 +445,12 @@ impl Machine {
     }
 
     fn search_idle_cpu(&self, c: &Candidate, take: impl Fn(CpuId) -> bool) -> Option<CpuId> {
+        // Nothing available anywhere (a busy machine): O(packages), no
+        // bitmap read. Exact for the lost-wake-up protocol: an idler makes
+        // itself available, package count included, before its fence.
+        if !self.any_available() {
+            return None;
+        }
         if take(c.origin) {
             return Some(c.origin);
         }
@@ -405,6 +460,9 @@ impl Machine {
         }
         let origin_llc = self.topo.cpus[c.origin.0 as usize].llc;
         for &llc in &self.llc_order[origin_llc.0 as usize] {
+            if !self.llc_may_have_available(llc) {
+                continue;
+            }
             if let Some(cpu) = self.scan_llc_cpus(llc, c.rotor, &take) {
                 return Some(cpu);
             }
@@ -429,11 +487,14 @@ impl Machine {
     /// CPU the entity may use; claims and returns that CPU. Skipped when the
     /// idle-core search is switched off.
     pub fn find_idle_core(&self, c: &Candidate) -> Option<CpuId> {
-        if !self.idle_core_search.load(Ordering::Relaxed) {
+        if !self.idle_core_search.load(Ordering::Relaxed) || !self.any_available() {
             return None;
         }
         let origin_llc = self.topo.cpus[c.origin.0 as usize].llc;
         for &llc in &self.llc_order[origin_llc.0 as usize] {
+            if !self.llc_may_have_available(llc) {
+                continue;
+            }
             if let Some(cpu) = self.scan_llc_cores(llc, c.rotor, c, |_| true) {
                 return Some(cpu);
             }
@@ -504,11 +565,12 @@ impl Machine {
     /// Least loaded eligible core, cores outside the high-load set first,
     /// ties by locality from the origin (Haiku: gCoreLoadHeap minimum, then
     /// gCoreHighLoadHeap minimum). Examines at most `balance_candidates`
-    /// cores: all of them on machines that small, else the origin core, a
-    /// rotating window over the rest of its LLC and one over the other
-    /// cores, so the cost stays flat as the machine grows. The rotation
-    /// (the origin CPU's search cursor) makes every core a candidate over
-    /// successive calls.
+    /// cores: all of them on machines that small, else the origin core,
+    /// the light core of its LLC and of one other LLC (`llc_light`), and
+    /// rotating windows over the rest of its LLC and over the other cores
+    /// for what the budget leaves, so the cost stays flat as the machine
+    /// grows. The rotation (the entity's own counts) makes every core a
+    /// candidate over successive calls.
     pub fn least_loaded_core(&self, c: &Candidate) -> Option<CoreId> {
         let origin_core = self.core_of(c.origin);
         let near = self.cores_near(origin_core);
@@ -529,12 +591,23 @@ impl Machine {
             .len()
             .clamp(1, near.len());
         let (local, remote) = (&near[1..in_llc], &near[in_llc..]);
-        let n_local = local.len().min(self.balance_candidates / 2);
-        let n_remote = remote.len().min(self.balance_candidates - 1 - n_local);
         let cursor = c.rotor;
+        let order = &self.llc_order[llc.0 as usize];
+        let light = |l: LlcId| {
+            let core = self.llc_light[l.0 as usize].load(Ordering::Relaxed);
+            ((core as usize) < self.cores.len() && core != origin_core.0).then_some(CoreId(core))
+        };
+        let other_llc = (order.len() > 1).then(|| order[1 + cursor % (order.len() - 1)]);
+        let hints = [light(llc), other_llc.and_then(light)];
+        let budget = self
+            .balance_candidates
+            .saturating_sub(1 + hints.iter().flatten().count());
+        let n_remote = remote.len().min(budget / 2);
+        let n_local = local.len().min(budget - n_remote);
         let local = (0..n_local).map(|i| local[(cursor + i) % local.len()]);
         let remote = (0..n_remote).map(|i| remote[(cursor + i) % remote.len()]);
         std::iter::once(origin_core)
+            .chain(hints.into_iter().flatten())
             .chain(local)
             .chain(remote)
             .filter(eligible)
@@ -685,20 +758,23 @@ impl Machine {
         if (old == 0) == (len == 0) {
             return;
         }
-        let (words, i) = match q {
+        let (words, l, i, one) = match q {
             QueueRef::Core(core) => {
                 let (l, i) = self.idle.core_pos[core.0 as usize];
-                (&self.idle.queued_core_words[l], i)
+                (&self.idle.queued_core_words[l], l, i, 1)
             }
             QueueRef::Pinned(cpu) => {
                 let (l, i) = self.idle.cpu_pos[cpu.0 as usize];
-                (&self.idle.queued_pinned_words[l], i)
+                (&self.idle.queued_pinned_words[l], l, i, 1 << 32)
             }
         };
+        let count = &self.idle.queued_counts[l];
         if len == 0 {
             words[i / 64].fetch_and(!(1 << (i % 64)), Ordering::SeqCst);
+            count.fetch_sub(one, Ordering::SeqCst);
         } else {
             words[i / 64].fetch_or(1 << (i % 64), Ordering::SeqCst);
+            count.fetch_add(one, Ordering::SeqCst);
         }
     }
 
@@ -723,14 +799,20 @@ impl Machine {
         }
         let own_llc = self.topo.cpus[cpu.0 as usize].llc;
         for &llc in &self.llc_order[own_llc.0 as usize] {
+            let counts = self.idle.queued_counts[llc.0 as usize].load(Ordering::SeqCst);
             let info = &self.topo.llcs[llc.0 as usize];
-            let cores = &self.idle.queued_core_words[llc.0 as usize];
-            let found = find_set_bit(cores, 0, cores.len(), |i| {
-                let core = info.cores[i];
-                (core != own).then(|| f(QueueRef::Core(core))).flatten()
-            });
-            if found.is_some() {
-                return found;
+            if counts & 0xffff_ffff != 0 {
+                let cores = &self.idle.queued_core_words[llc.0 as usize];
+                let found = find_set_bit(cores, 0, cores.len(), |i| {
+                    let core = info.cores[i];
+                    (core != own).then(|| f(QueueRef::Core(core))).flatten()
+                });
+                if found.is_some() {
+                    return found;
+                }
+            }
+            if counts >> 32 == 0 {
+                continue;
             }
             let pinned = &self.idle.queued_pinned_words[llc.0 as usize];
             let found = find_set_bit(pinned, 0, pinned.len(), |i| {
@@ -784,6 +866,11 @@ impl IdleMaps {
                 .llcs
                 .iter()
                 .map(|l| bit_words(l.cpus.len(), false))
+                .collect(),
+            queued_counts: topo
+                .llcs
+                .iter()
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
             cpu_pos,
             core_pos,

@@ -111,9 +111,9 @@ impl RunQueue {
     }
 
     /// The entry that `pop` would return, O(1).
-    pub fn peek(&self) -> Option<QueueEntry> {
+    pub fn head(&self) -> Option<&QueueEntry> {
         let level = self.top_level()?;
-        self.levels[level as usize].front().cloned()
+        self.levels[level as usize].front()
     }
 
     /// Take the oldest entry of the highest level.
@@ -218,7 +218,7 @@ mod tests {
         q.push_back(e(5, 64));
         q.push_front(e(6, 10));
         assert_eq!(q.len(), 6);
-        assert_eq!(q.peek().map(|x| x.id.0), Some(3));
+        assert_eq!(q.head().map(|x| x.id.0), Some(3));
         let order: Vec<u32> = std::iter::from_fn(|| q.pop()).map(|x| x.id.0).collect();
         assert_eq!(order, vec![3, 5, 6, 1, 2, 4]);
         assert_eq!(q.len(), 0);

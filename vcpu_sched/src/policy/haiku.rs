@@ -407,11 +407,7 @@ impl HaikuScheduler {
         let _p = crate::profiler::scope("haiku::place_woken");
         let (cpu, kick) = self.choose_target(e, id, now);
         let q = self.m.queue_for(e.allowed(), cpu);
-        self.core_load(self.core_of_queue(q)).maybe_roll(
-            now,
-            self.m.core_cpus(self.core_of_queue(q)).len(),
-            self.tun(),
-        );
+        self.m.roll(self.core_of_queue(q), now);
         e.queued_at = now;
         self.enqueue(e, id, seq, q, false);
         if kick {
@@ -597,30 +593,36 @@ impl HaikuScheduler {
         let core = self.m.core_of(cpu);
         let slot = &self.m.cpus[cpu.0 as usize];
         let cs = &self.m.cores[core.0 as usize];
-        let mut pinned = slot.pinned.lock();
+        // The pinned queue is locked only when its mirror shows entries: a
+        // push that races with this look is one that came after it.
+        let mut pinned = (slot.pinned_len.load(Ordering::SeqCst) > 0).then(|| slot.pinned.lock());
         let mut shared = cs.queue.lock();
-        let (p, s) = (pinned.peek(), shared.peek());
-        let use_pinned = match (&p, &s) {
-            (Some(a), Some(b)) => {
-                (a.level, std::cmp::Reverse(a.since)) >= (b.level, std::cmp::Reverse(b.since))
-            }
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
+        let rank = |h: &QueueEntry| ((h.level, std::cmp::Reverse(h.since)), h.vm);
+        let p = pinned.as_ref().and_then(|g| g.head()).map(rank);
+        let s = shared.head().map(rank);
+        let (use_pinned, vm) = match (p, s) {
+            (Some(a), Some(b)) if a.0 >= b.0 => (true, a.1),
+            (Some(a), None) => (true, a.1),
+            (_, Some(b)) => (false, b.1),
             (None, None) => return Local::Empty,
         };
-        let head = if use_pinned { p } else { s };
-        if head.is_some_and(|h| !self.m.compatible(core, h.vm)) {
+        if !self.m.compatible(core, vm) {
             return Local::ForcedIdle;
         }
-        let got = if use_pinned {
-            pinned.pop()
-        } else {
-            shared.pop()
+        let got = match pinned.as_mut() {
+            Some(g) if use_pinned => {
+                let got = g.pop();
+                self.m
+                    .publish_len(QueueRef::Pinned(cpu), &slot.pinned_len, g.len());
+                got
+            }
+            _ => {
+                let got = shared.pop();
+                self.m
+                    .publish_len(QueueRef::Core(core), &cs.queued, shared.len());
+                got
+            }
         };
-        self.m
-            .publish_len(QueueRef::Pinned(cpu), &slot.pinned_len, pinned.len());
-        self.m
-            .publish_len(QueueRef::Core(core), &cs.queued, shared.len());
         got.map_or(Local::Empty, Local::Got)
     }
 
@@ -1138,8 +1140,7 @@ impl VcpuScheduler for HaikuScheduler {
         let _p = crate::profiler::scope("schedule");
         self.check_cpu(cpu)?;
         let core = self.m.core_of(cpu);
-        self.core_load(core)
-            .maybe_roll(now, self.m.core_cpus(core).len(), self.tun());
+        self.m.roll(core, now);
         let mut acct = self.acct[cpu.0 as usize].lock();
         if let Some(since) = acct.idle_since.take() {
             acct.idle = acct.idle.saturating_add(now.saturating_sub(since));
