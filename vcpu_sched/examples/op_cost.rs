@@ -26,12 +26,14 @@
 //! 128 times the events of an 8-CPU host in the same time).
 //!
 //! Run: `cargo run --release -p vcpu_sched --example op_cost -- 4x64x4 2048 300000 quantum_end`
-//! (arguments: topology spec, vCPUs, operations, operation).
+//! (arguments: topology spec, vCPUs, operations, operation, and optionally
+//! the policy, `haiku` or `global_rr`, to compare with the global-lock
+//! baseline).
 
 use std::collections::VecDeque;
 use vcpu_sched::{
-    build, CpuId, EntityId, EntitySpec, Nanos, SchedClass, SchedConfig, SchedError, StopReason,
-    Topology, VcpuScheduler, VmId,
+    build, CpuId, EntityId, EntitySpec, Nanos, PolicyKind, SchedClass, SchedConfig, SchedError,
+    StopReason, Topology, VcpuScheduler, VmId,
 };
 
 /// Per-CPU event period: the clock advances by this / CPUs per call.
@@ -69,11 +71,17 @@ struct Driver {
 }
 
 impl Driver {
-    fn new(spec: &str, vcpus: usize, op: Op) -> Result<Driver, Box<dyn std::error::Error>> {
+    fn new(
+        spec: &str,
+        vcpus: usize,
+        op: Op,
+        policy: PolicyKind,
+    ) -> Result<Driver, Box<dyn std::error::Error>> {
         let topo = Topology::from_spec(spec)?;
         let ncpus = topo.num_cpus();
         let affinity = topo.all_cpus();
         let config = SchedConfig {
+            policy,
             max_entities: vcpus.max(1),
             ..SchedConfig::default()
         };
@@ -197,7 +205,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let vcpus: usize = args.next().map_or(Ok(65_536), |a| a.parse())?;
     let ops: u64 = args.next().map_or(Ok(3_000_000), |a| a.parse())?;
     let op: Op = args.next().map_or(Ok(Op::QuantumEnd), |a| a.parse())?;
-    let mut d = Driver::new(&spec, vcpus, op)?;
+    let policy = match args.next().as_deref() {
+        None | Some("haiku") => PolicyKind::Haiku,
+        Some("global_rr") => PolicyKind::GlobalRoundRobin,
+        Some(other) => return Err(format!("unknown policy {other:?} (haiku, global_rr)").into()),
+    };
+    let mut d = Driver::new(&spec, vcpus, op, policy)?;
     // Warm up: every vCPU goes through the cycle at least once.
     for _ in 0..vcpus + 1_000 {
         d.op(op)?;

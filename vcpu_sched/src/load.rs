@@ -156,6 +156,11 @@ impl CoreLoad {
         (sum / cpus.max(1) as u64).min(u32::MAX as u64) as u32
     }
 
+    /// The current epoch's number.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Relaxed)
+    }
+
     /// Whether the core is in the high-load set.
     pub fn is_high(&self) -> bool {
         self.high.load(Ordering::Relaxed)

@@ -74,17 +74,29 @@ impl ModeOps for LowLatency {
     }
 
     fn rebalance(&self, m: &Machine, c: &Candidate, core: CoreId, t: &Tunables) -> CoreId {
-        // No core has a load below zero: if even that would not be worth
-        // the move, skip the search (exact; most quantum ends on a core
-        // that is not overloaded stop here).
         let cpus = m.core_cpus(core).len().max(1) as i64;
-        if (m.core_load(core, c.now) as i64) - (t.load_difference as i64) < c.load as i64 / cpus {
+        let need = c.load as i64 / cpus;
+        let above = m.core_load(core, c.now) as i64 - t.load_difference as i64;
+        // No core has a load below zero: if even that would not be worth
+        // the move, skip the search (exact; a core that is not overloaded
+        // stops here).
+        if above < need {
             return core;
         }
-        match m.least_loaded_core(c) {
-            Some(other) if worth_moving(m, c, core, other, t) => other,
-            _ => core,
+        // A search this epoch found no move worth it for an entity this
+        // heavy (ULE balances periodically, Haiku reads loads updated per
+        // interval; here at most one fruitless search per core and epoch
+        // for the heaviest entities).
+        if m.calm_gap(core).is_some_and(|gap| gap < need) {
+            return core;
         }
+        let other = m.least_loaded_core(c).filter(|o| *o != core);
+        let gap = other.map_or(i64::MIN, |o| above - m.core_load(o, c.now) as i64);
+        if gap >= need {
+            return other.unwrap_or(core);
+        }
+        m.remember_calm(core, gap);
+        core
     }
 }
 

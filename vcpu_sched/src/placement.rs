@@ -58,6 +58,10 @@ pub(crate) struct CoreState {
     pub active_time: AtomicU64,
     /// SMT isolation: VM (high 32 bits) and number of CPUs running it.
     pub occupancy: AtomicU64,
+    /// Rebalance memo: in load epoch (low 32 bits) a search from this core
+    /// found its best other core at a load gap (high 32 bits, signed) too
+    /// small for a move; see `calm_gap`.
+    pub calm: AtomicU64,
 }
 
 /// Per-LLC bitmaps: available idle CPUs and fully idle cores (the idle
@@ -205,6 +209,7 @@ impl Machine {
                     load: CoreLoad::default(),
                     active_time: AtomicU64::new(0),
                     occupancy: AtomicU64::new(0),
+                    calm: AtomicU64::new(u64::MAX),
                 })
             })
             .collect();
@@ -314,6 +319,27 @@ impl Machine {
         };
         if lighter {
             light.store(core.0, Ordering::Relaxed);
+        }
+    }
+
+    /// The gap (own load - best other's - load_difference) that the last
+    /// least-loaded search from `core` found in the core's current load
+    /// epoch, if one ran and found no move worth it. Core loads change by
+    /// epochs, so within one the answer stands for entities at least as
+    /// heavy; a new epoch forgets it.
+    pub fn calm_gap(&self, core: CoreId) -> Option<i64> {
+        let c = &self.cores[core.0 as usize];
+        let memo = c.calm.load(Ordering::Relaxed);
+        (memo as u32 == c.load.epoch() as u32).then_some((memo >> 32) as u32 as i32 as i64)
+    }
+
+    /// Remember a search from `core` that found no move (see `calm_gap`).
+    pub fn remember_calm(&self, core: CoreId, gap: i64) {
+        let c = &self.cores[core.0 as usize];
+        let gap = gap.clamp(i32::MIN as i64, i32::MAX as i64) as i32 as u32 as u64;
+        let memo = (gap << 32) | (c.load.epoch() as u32 as u64);
+        if c.calm.load(Ordering::Relaxed) != memo {
+            c.calm.store(memo, Ordering::Relaxed);
         }
     }
 
@@ -753,8 +779,10 @@ impl Machine {
     /// Call with the queue's lock held: its transitions between empty and
     /// non-empty are then ordered, and so are the bit updates.
     pub fn publish_len(&self, q: QueueRef, mirror: &AtomicUsize, len: usize) {
+        // A release store: the lost-wake-up protocol needs order only on
+        // the transitions, whose bit and count updates below are SeqCst.
         let old = mirror.load(Ordering::Relaxed);
-        mirror.store(len, Ordering::SeqCst);
+        mirror.store(len, Ordering::Release);
         if (old == 0) == (len == 0) {
             return;
         }

@@ -532,8 +532,12 @@ impl HaikuScheduler {
     ) -> Option<EntityId> {
         let _p = crate::profiler::scope("haiku::stop_running");
         let slot = &self.m.cpus[cpu.0 as usize];
-        let raw = slot.running.swap(NO_ENTITY, Ordering::SeqCst);
-        slot.prio.store(IDLE_PRIO, Ordering::SeqCst);
+        // Only this CPU writes its own slot's running entity (under its
+        // accounting lock); others read it as a hint (preemption, SMT
+        // statistics), so plain release stores: no locked instruction.
+        let raw = slot.running.load(Ordering::Acquire);
+        slot.running.store(NO_ENTITY, Ordering::Release);
+        slot.prio.store(IDLE_PRIO, Ordering::Release);
         if raw == NO_ENTITY {
             return None;
         }
@@ -682,7 +686,7 @@ impl HaikuScheduler {
         // priority after stop_running cleared it.
         self.m.cpus[cpu.0 as usize]
             .prio
-            .store(IDLE_PRIO, Ordering::SeqCst);
+            .store(IDLE_PRIO, Ordering::Release);
         self.m.set_available(cpu);
         if self.waiting_allowed(cpu) {
             acct.idle_while_waiting += 1;
@@ -737,9 +741,10 @@ impl HaikuScheduler {
         let slice = self.slice_for(e, core);
         e.dispatched_at = now;
         let slot = &self.m.cpus[cpu.0 as usize];
-        slot.prio.store(e.prio.effective() as i32, Ordering::SeqCst);
-        slot.vm.store(e.vm.0, Ordering::SeqCst);
-        slot.running.store(entry.id.0, Ordering::SeqCst);
+        slot.prio
+            .store(e.prio.effective() as i32, Ordering::Release);
+        slot.vm.store(e.vm.0, Ordering::Release);
+        slot.running.store(entry.id.0, Ordering::Release);
         acct.dispatches += 1;
         if acct.last != Some(entry.id) {
             acct.switches += 1;
