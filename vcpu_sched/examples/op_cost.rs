@@ -17,6 +17,10 @@
 //!   vCPUs sleep; the vCPU asleep the longest wakes (idle CPU selected,
 //!   claimed and kicked; the kicked CPU dispatches it), then the runner of
 //!   the next busy CPU blocks and that CPU idles.
+//! - `mix`: the loop of one thread of `benches/contention.rs`: every vCPU
+//!   runnable, the CPUs in turn; every fourth call the runner blocks and
+//!   is woken at once, the others are quantum ends (a call counts as one
+//!   operation, its wake as another).
 //!
 //! With as many CPUs as vCPUs or more, `pick` meets idle CPUs and is a wake
 //! on an idle machine too.
@@ -44,6 +48,7 @@ enum Op {
     QuantumEnd,
     Pick,
     Wake,
+    Mix,
 }
 
 impl std::str::FromStr for Op {
@@ -53,7 +58,10 @@ impl std::str::FromStr for Op {
             "quantum_end" => Ok(Op::QuantumEnd),
             "pick" => Ok(Op::Pick),
             "wake" => Ok(Op::Wake),
-            _ => Err(format!("unknown operation {s:?} (quantum_end, pick, wake)")),
+            "mix" => Ok(Op::Mix),
+            _ => Err(format!(
+                "unknown operation {s:?} (quantum_end, pick, wake, mix)"
+            )),
         }
     }
 }
@@ -68,6 +76,8 @@ struct Driver {
     now: Nanos,
     tick: Nanos,
     next_cpu: usize,
+    /// Calls made by `mix`.
+    calls: u64,
 }
 
 impl Driver {
@@ -87,7 +97,7 @@ impl Driver {
         };
         let sched = build(topo, config)?;
         let ready = match op {
-            Op::QuantumEnd => vcpus,
+            Op::QuantumEnd | Op::Mix => vcpus,
             Op::Pick => vcpus - vcpus / 4,
             Op::Wake => (ncpus / 2).min(vcpus / 2).max(1),
         };
@@ -99,6 +109,7 @@ impl Driver {
             now: 0,
             tick: (CPU_EVENT_PERIOD / ncpus as Nanos).max(1),
             next_cpu: 0,
+            calls: 0,
         };
         for i in 0..vcpus {
             let spec = EntitySpec {
@@ -194,6 +205,28 @@ impl Driver {
                 self.deliver_kicks()?;
                 self.block_next()?;
             }
+            Op::Mix => {
+                let cpu = (self.calls % self.running.len() as u64) as usize;
+                let block = self.calls % 4 == 3 && self.running[cpu].is_some();
+                self.calls += 1;
+                if block {
+                    if let Some(id) = self.dispatch(cpu, StopReason::Blocked)? {
+                        if let Some(w) = self.sched.wake(id, self.now)? {
+                            if w.kick {
+                                self.kicks.push(w.cpu);
+                            }
+                        }
+                        self.calls += 1;
+                    }
+                } else {
+                    let reason = if self.running[cpu].is_some() {
+                        StopReason::QuantumEnd
+                    } else {
+                        StopReason::Idle
+                    };
+                    self.dispatch(cpu, reason)?;
+                }
+            }
         }
         self.deliver_kicks()
     }
@@ -216,11 +249,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         d.op(op)?;
     }
     let start = std::time::Instant::now();
-    for _ in 0..ops {
+    // `mix` counts a block and its wake as two operations.
+    let first = d.calls;
+    let mut done = 0;
+    while done < ops {
         std::hint::black_box(d.op(op))?;
+        done = if op == Op::Mix {
+            d.calls - first
+        } else {
+            done + 1
+        };
     }
     let per_op = start.elapsed().as_nanos() as f64 / ops.max(1) as f64;
-    let name = ["quantum_end", "pick", "wake"][op as usize];
+    let name = ["quantum_end", "pick", "wake", "mix"][op as usize];
     println!("{spec} {vcpus} vCPUs: {name} {per_op:.0} ns/op over {ops} ops");
     Ok(())
 }
