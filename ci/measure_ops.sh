@@ -37,7 +37,7 @@ fi
 
 echo "== building examples/op_cost (release)" >&2
 cargo build -q --release --locked -p vcpu_sched --example op_cost
-bin=$PWD/target/release/examples/op_cost
+bin=${CARGO_TARGET_DIR:-$PWD/target}/release/examples/op_cost
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

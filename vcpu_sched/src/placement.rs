@@ -13,8 +13,19 @@
 //! The idle search visits LLCs in locality order from the origin CPU
 //! (previous CPU of the entity) and examines at most
 //! `idle_search_candidates_per_llc` bitmap words per LLC, starting at a
-//! per-CPU rotating cursor: its cost is flat as LLCs grow (one word covers
-//! 64 CPUs, so the default bound is exact for LLCs up to 1024 CPUs).
+//! word rotated by the entity's own counts: its cost is flat as LLCs grow
+//! (one word covers 64 CPUs, so the default bound is exact for LLCs up to
+//! 1024 CPUs). Per-package counts of CPUs that are not available let a
+//! search on a busy machine stop at once and skip full packages.
+//!
+//! Stealing is the mirror image: per-LLC bitmaps of non-empty core queues
+//! and pinned queues, with a count per LLC, kept exact under the queues'
+//! locks, so an idle CPU visits only queues that hold something.
+//!
+//! Nothing here is written per operation by every CPU: the bitmaps and
+//! counts change on idle/busy and empty/non-empty transitions only, the
+//! per-LLC light core (a balancing hint) at most once per core and load
+//! epoch, and each CPU's and core's state sits on cache lines of its own.
 
 use crate::entity::QueueRef;
 use crate::load::CoreLoad;

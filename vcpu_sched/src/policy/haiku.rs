@@ -56,8 +56,16 @@
 //!   (Haiku's `ShouldCancelPenalty`); it cancels the penalty, not the
 //!   additional penalty (Haiku's `CancelPenalty`).
 //! * A yield ends the quantum with its penalty (Haiku's `hasYielded`).
-//! * The least-loaded-core choice scans the eligible cores' atomics
-//!   (O(cores), lock-free); only the idle search is bounded per LLC.
+//! * The least-loaded-core choice reads at most `balance_candidates`
+//!   cores' atomics (all of them on machines that small; else the origin,
+//!   the LLCs' light cores and rotating windows), and a quantum end
+//!   searches at most once per core and load epoch when nothing is worth
+//!   a move (`mode::LowLatency::rebalance`).
+//! * Nothing shared between CPUs is written on the hot path of a busy
+//!   machine: no global counter or clock, per-CPU statistics summed by
+//!   `snapshot`, per-CPU and per-core state on cache lines of its own;
+//!   the shared bitmaps and counts change only when a CPU goes idle or
+//!   busy or a queue empties or fills.
 //! * `smt_corun_foreign` charges a whole run interval when a sibling ran
 //!   another VM at its dispatch or at its stop (an upper bound).
 
@@ -807,17 +815,21 @@ impl HaikuScheduler {
         let mut leftovers: Vec<(EntityId, Option<u64>)> =
             requeued.map(|r| (r, None)).into_iter().collect();
         if include_local {
-            let mut local = self.m.cpus[cpu.0 as usize]
-                .pinned
-                .lock()
-                .first_entries(LEFTOVER_KICKS);
-            local.extend(
-                self.m.cores[core.0 as usize]
-                    .queue
-                    .lock()
-                    .first_entries(LEFTOVER_KICKS),
-            );
+            // Queues whose mirrors show them empty are not locked: an entry
+            // pushed meanwhile is its pusher's to hand on.
+            let slot = &self.m.cpus[cpu.0 as usize];
+            let shared = &self.m.cores[core.0 as usize];
+            let mut local = Vec::new();
+            if slot.pinned_len.load(Ordering::Acquire) > 0 {
+                local = slot.pinned.lock().first_entries(LEFTOVER_KICKS);
+            }
+            if shared.queued.load(Ordering::Acquire) > 0 {
+                local.extend(shared.queue.lock().first_entries(LEFTOVER_KICKS));
+            }
             leftovers.extend(local.into_iter().map(|en| (en.id, Some(en.seq))));
+        }
+        if leftovers.is_empty() {
+            return kicked;
         }
         // Never this CPU (it just looked). Under SMT isolation not its
         // siblings either: they see the same core queue and may be idle on
