@@ -77,11 +77,14 @@ struct Lane {
     state: Mutex<(Vec<Option<EntityId>>, u64)>,
 }
 
-/// One thread's work: `ops` scheduler operations on its own CPUs.
+/// One thread's work: `ops` scheduler operations on its own CPUs. The
+/// lane's state is copied to this thread for the run (its stack and its
+/// allocations), so the threads write nothing shared but the scheduler.
 fn drive(sched: &dyn VcpuScheduler, lane: &Lane, ops: u64) {
-    let cpus = &lane.cpus;
+    let cpus = lane.cpus.clone();
     let mut guard = lane.state.lock().expect("lane");
-    let (running, now) = &mut *guard;
+    let (mut running, mut now) = (guard.0.clone(), guard.1);
+    let now = &mut now;
     let mut done = 0;
     let mut i = 0usize;
     while done < ops {
@@ -110,6 +113,7 @@ fn drive(sched: &dyn VcpuScheduler, lane: &Lane, ops: u64) {
         }
         i += 1;
     }
+    *guard = (running, *now);
 }
 
 fn bench_contention(c: &mut Criterion) {

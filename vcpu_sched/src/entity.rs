@@ -12,6 +12,7 @@
 //! penalty or the base priority changes.
 
 use crate::load::EntityLoad;
+use crate::placement::Allowed;
 use crate::quantum::base_quantum;
 use crate::stats::MigrationCounts;
 use crate::tunables::{QuantumTable, Tunables};
@@ -165,6 +166,10 @@ pub(crate) struct EntityCounters {
 pub(crate) struct Entity {
     pub vm: VmId,
     pub affinity: Arc<CpuSet>,
+    /// The affinity holds every CPU of the machine.
+    pub all_cpus: bool,
+    /// The single allowed CPU of a pinned entity.
+    pub pinned: Option<CpuId>,
     pub prio: Priority,
     pub state: RunState,
     /// Woken while still running: its next `Blocked` stop keeps it runnable.
@@ -197,10 +202,19 @@ pub(crate) struct Entity {
 }
 
 impl Entity {
-    /// A new blocked entity.
-    pub fn new(vm: VmId, affinity: Arc<CpuSet>, prio: Priority, now: Nanos) -> Entity {
+    /// A new blocked entity; `all_cpus` says whether `affinity` holds every
+    /// CPU of the machine.
+    pub fn new(
+        vm: VmId,
+        affinity: Arc<CpuSet>,
+        all_cpus: bool,
+        prio: Priority,
+        now: Nanos,
+    ) -> Entity {
         Entity {
             vm,
+            pinned: affinity.only(),
+            all_cpus,
             affinity,
             prio,
             state: RunState::Blocked,
@@ -232,7 +246,20 @@ impl Entity {
 
     /// Single allowed CPU, if pinned.
     pub fn pinned_cpu(&self) -> Option<CpuId> {
-        self.affinity.only()
+        self.pinned
+    }
+
+    /// The affinity as placement reads it.
+    pub fn allowed(&self) -> Allowed<'_> {
+        Allowed {
+            set: &self.affinity,
+            all: self.all_cpus,
+        }
+    }
+
+    /// The affinity as a queue entry carries it (`None`: every CPU).
+    pub fn entry_affinity(&self) -> Option<Arc<CpuSet>> {
+        (!self.all_cpus).then(|| Arc::clone(&self.affinity))
     }
 }
 

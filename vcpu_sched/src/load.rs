@@ -118,10 +118,11 @@ impl CoreLoad {
 
     /// Roll the epoch if it is over: the epoch sum restarts from the entities
     /// ready now. Updates the high-load hysteresis from the per-CPU load.
-    pub fn maybe_roll(&self, now: Nanos, cpus: usize, t: &Tunables) {
+    /// Returns whether this call rolled the epoch.
+    pub fn maybe_roll(&self, now: Nanos, cpus: usize, t: &Tunables) -> bool {
         let start = self.epoch_start.load(Ordering::Relaxed);
         if now < start.saturating_add(t.load_epoch) {
-            return;
+            return false;
         }
         let _w = self.roll.write();
         if now
@@ -130,13 +131,14 @@ impl CoreLoad {
                 .load(Ordering::Relaxed)
                 .saturating_add(t.load_epoch)
         {
-            return;
+            return false;
         }
         let cur = self.current.load(Ordering::Relaxed).max(0);
         self.epoch_load.store(cur, Ordering::Relaxed);
         self.epoch.fetch_add(1, Ordering::Relaxed);
         self.epoch_start.store(now, Ordering::Relaxed);
         self.update_high(self.per_cpu(cpus), t);
+        true
     }
 
     /// Haiku's two heaps as a flag with hysteresis.
@@ -152,6 +154,11 @@ impl CoreLoad {
     pub fn per_cpu(&self, cpus: usize) -> u32 {
         let sum = self.epoch_load.load(Ordering::Relaxed).max(0) as u64;
         (sum / cpus.max(1) as u64).min(u32::MAX as u64) as u32
+    }
+
+    /// The current epoch's number.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Relaxed)
     }
 
     /// Whether the core is in the high-load set.

@@ -40,7 +40,9 @@ fn worth_moving(m: &Machine, c: &Candidate, core: CoreId, other: CoreId, t: &Tun
         return false;
     }
     let cpus = m.core_cpus(core).len().max(1) as i64;
-    let gap = m.core_load(core) as i64 - m.core_load(other) as i64 - t.load_difference as i64;
+    let gap = m.core_load(core, c.now) as i64
+        - m.core_load(other, c.now) as i64
+        - t.load_difference as i64;
     gap >= c.load as i64 / cpus
 }
 
@@ -72,10 +74,29 @@ impl ModeOps for LowLatency {
     }
 
     fn rebalance(&self, m: &Machine, c: &Candidate, core: CoreId, t: &Tunables) -> CoreId {
-        match m.least_loaded_core(c) {
-            Some(other) if worth_moving(m, c, core, other, t) => other,
-            _ => core,
+        let cpus = m.core_cpus(core).len().max(1) as i64;
+        let need = c.load as i64 / cpus;
+        let above = m.core_load(core, c.now) as i64 - t.load_difference as i64;
+        // No core has a load below zero: if even that would not be worth
+        // the move, skip the search (exact; a core that is not overloaded
+        // stops here).
+        if above < need {
+            return core;
         }
+        // A search this epoch found no move worth it for an entity this
+        // heavy (ULE balances periodically, Haiku reads loads updated per
+        // interval; here at most one fruitless search per core and epoch
+        // for the heaviest entities).
+        if m.calm_gap(core).is_some_and(|gap| gap < need) {
+            return core;
+        }
+        let other = m.least_loaded_core(c).filter(|o| *o != core);
+        let gap = other.map_or(i64::MIN, |o| above - m.core_load(o, c.now) as i64);
+        if gap >= need {
+            return other.unwrap_or(core);
+        }
+        m.remember_calm(core, gap);
+        core
     }
 }
 
@@ -98,7 +119,7 @@ impl PowerSaving {
         }
         let core = CoreId(core);
         let cpus = m.core_cpus(core).len().max(1) as u32;
-        let fits = m.core_load(core) + c.load / cpus < t.load_high;
+        let fits = m.core_load(core, c.now) + c.load / cpus < t.load_high;
         (fits && m.eligible(core, c.affinity)).then_some(core)
     }
 
@@ -118,9 +139,10 @@ impl PowerSaving {
             .enumerate()
             .filter(|(_, core)| m.eligible(*core, c.affinity))
             .filter(|(_, core)| {
-                m.core_load(*core) + c.load / m.core_cpus(*core).len().max(1) as u32 <= t.load_high
+                m.core_load(*core, c.now) + c.load / m.core_cpus(*core).len().max(1) as u32
+                    <= t.load_high
             })
-            .max_by_key(|(rank, core)| (m.core_load(*core), std::cmp::Reverse(*rank)))
+            .max_by_key(|(rank, core)| (m.core_load(*core, c.now), std::cmp::Reverse(*rank)))
             .map(|(_, core)| core)?;
         let _ = self.small_task_core.compare_exchange(
             NO_CORE,
@@ -156,7 +178,7 @@ impl ModeOps for PowerSaving {
     }
 
     fn rebalance(&self, m: &Machine, c: &Candidate, core: CoreId, t: &Tunables) -> CoreId {
-        if m.core_load(core) > t.load_very_high {
+        if m.core_load(core, c.now) > t.load_very_high {
             return match m.least_loaded_core(c) {
                 Some(other) if worth_moving(m, c, core, other, t) => other,
                 _ => core,
@@ -164,7 +186,7 @@ impl ModeOps for PowerSaving {
         }
         // A lightly loaded core drains into the small task core so others can sleep.
         match self.small_core_with_room(m, c, t) {
-            Some(small) if small != core && m.core_load(core) < t.load_low => small,
+            Some(small) if small != core && m.core_load(core, c.now) < t.load_low => small,
             _ => core,
         }
     }

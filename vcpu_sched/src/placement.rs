@@ -13,14 +13,26 @@
 //! The idle search visits LLCs in locality order from the origin CPU
 //! (previous CPU of the entity) and examines at most
 //! `idle_search_candidates_per_llc` bitmap words per LLC, starting at a
-//! per-CPU rotating cursor: its cost is flat as LLCs grow (one word covers
-//! 64 CPUs, so the default bound is exact for LLCs up to 1024 CPUs).
+//! word rotated by the entity's own counts: its cost is flat as LLCs grow
+//! (one word covers 64 CPUs, so the default bound is exact for LLCs up to
+//! 1024 CPUs). Per-package counts of CPUs that are not available let a
+//! search on a busy machine stop at once and skip full packages.
+//!
+//! Stealing is the mirror image: per-LLC bitmaps of non-empty core queues
+//! and pinned queues, with a count per LLC, kept exact under the queues'
+//! locks, so an idle CPU visits only queues that hold something.
+//!
+//! Nothing here is written per operation by every CPU: the bitmaps and
+//! counts change on idle/busy and empty/non-empty transitions only, the
+//! per-LLC light core (a balancing hint) at most once per core and load
+//! epoch, and each CPU's and core's state sits on cache lines of its own.
 
 use crate::entity::QueueRef;
 use crate::load::CoreLoad;
 use crate::run_queue::{QueueEntry, RunQueue};
 use crate::tunables::Tunables;
-use crate::{CoreId, CpuId, CpuSet, Distance, LlcId, SchedClass, Topology, VmId};
+use crate::{CoreId, CpuId, CpuSet, Distance, LlcId, Nanos, SchedClass, Topology, VmId};
+use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -38,8 +50,6 @@ pub(crate) struct CpuSlot {
     pub prio: AtomicI32,
     /// VM of the running entity (meaningful only while running).
     pub vm: AtomicU32,
-    /// Rotating start of this CPU's idle searches (in bitmap words).
-    pub cursor: AtomicU32,
     /// Pinned queue: entities that may run only here or on part of the core.
     pub pinned: Mutex<RunQueue>,
     /// Mirror of the pinned queue length, read without the lock.
@@ -59,21 +69,41 @@ pub(crate) struct CoreState {
     pub active_time: AtomicU64,
     /// SMT isolation: VM (high 32 bits) and number of CPUs running it.
     pub occupancy: AtomicU64,
+    /// Rebalance memo: in load epoch (low 32 bits) a search from this core
+    /// found its best other core at a load gap (high 32 bits, signed) too
+    /// small for a move; see `calm_gap`.
+    pub calm: AtomicU64,
 }
 
-/// Per-LLC bitmaps of available idle CPUs and fully idle cores.
+/// Per-LLC bitmaps: available idle CPUs and fully idle cores (the idle
+/// search), cores whose queue and CPUs whose pinned queue hold entries
+/// (the steal search: an idle CPU looks only at non-empty queues).
 #[derive(Debug)]
 struct IdleMaps {
-    cpu_words: Vec<Vec<AtomicU64>>,
-    core_words: Vec<Vec<AtomicU64>>,
+    cpu_words: Vec<Words>,
+    core_words: Vec<Words>,
+    /// Cores with a non-empty core queue (bit set and cleared under that
+    /// queue's lock, so it is exact whenever the lock is free).
+    queued_core_words: Vec<Words>,
+    /// CPUs with a non-empty pinned queue (same rule).
+    queued_pinned_words: Vec<Words>,
+    /// Per LLC: how many of its core queues (low 32 bits) and pinned
+    /// queues (high 32 bits) are non-empty, updated with the bits, so a
+    /// search skips an LLC with nothing queued in one read.
+    queued_counts: Vec<CachePadded<AtomicU64>>,
     /// (LLC, index inside the LLC) of each CPU and each core.
     cpu_pos: Vec<(usize, usize)>,
     core_pos: Vec<(usize, usize)>,
     /// Per package: number of CPUs that are not available-idle.
-    package_busy: Vec<AtomicU32>,
+    package_busy: Vec<CachePadded<AtomicU32>>,
 }
 
-fn bit_words(n: usize, all_set: bool) -> Vec<AtomicU64> {
+/// A bitmap whose words each have a cache line of their own: a word is
+/// written by the CPUs it covers, and must not share a line with another
+/// LLC's word or with read-mostly data.
+type Words = Vec<CachePadded<AtomicU64>>;
+
+fn bit_words(n: usize, all_set: bool) -> Words {
     (0..n.div_ceil(64).max(1))
         .map(|w| {
             let bits = if !all_set {
@@ -83,12 +113,12 @@ fn bit_words(n: usize, all_set: bool) -> Vec<AtomicU64> {
             } else {
                 (1u64 << (n - w * 64)) - 1
             };
-            AtomicU64::new(bits)
+            CachePadded::new(AtomicU64::new(bits))
         })
         .collect()
 }
 
-fn test_bit(words: &[AtomicU64], i: usize) -> bool {
+fn test_bit(words: &[CachePadded<AtomicU64>], i: usize) -> bool {
     words[i / 64].load(Ordering::SeqCst) & (1 << (i % 64)) != 0
 }
 
@@ -97,8 +127,10 @@ fn test_bit(words: &[AtomicU64], i: usize) -> bool {
 #[derive(Debug)]
 pub(crate) struct Machine {
     pub topo: Topology,
-    pub cpus: Vec<CpuSlot>,
-    pub cores: Vec<CoreState>,
+    /// Per CPU and per core state, each on cache lines of its own (no
+    /// false sharing between CPUs that schedule at the same time).
+    pub cpus: Vec<CachePadded<CpuSlot>>,
+    pub cores: Vec<CachePadded<CoreState>>,
     idle: IdleMaps,
     /// For each LLC, all LLCs nearest first (same LLC, same package, remote).
     llc_order: Vec<Vec<LlcId>>,
@@ -112,15 +144,34 @@ pub(crate) struct Machine {
     pub balance_candidates: usize,
     /// Tunables (load epochs and thresholds).
     pub tun: Tunables,
-    /// Latest time seen in any event: lets a core nobody schedules on roll
-    /// its load epoch when placement reads its load.
-    clock: AtomicU64,
+    /// Per LLC, its light core: a core of the LLC whose load was the lowest
+    /// seen when it last rolled its epoch (Linux keeps per-LLC shared
+    /// state; Haiku a heap of cores by load). Each core, when its epoch
+    /// rolls, takes the place if its load is below the current holder's,
+    /// so the slot is written at most once per core and epoch, never per
+    /// operation. A hint: `least_loaded_core` compares live loads.
+    llc_light: Vec<CachePadded<AtomicU32>>,
+}
+
+/// An entity's hard affinity as placement reads it. `all` (the set holds
+/// every CPU of the machine, the common case) answers without reading the
+/// set, which lives behind a pointer on cache lines of its own.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Allowed<'a> {
+    pub set: &'a CpuSet,
+    pub all: bool,
+}
+
+impl Allowed<'_> {
+    pub fn contains(&self, cpu: CpuId) -> bool {
+        self.all || self.set.contains(cpu)
+    }
 }
 
 /// The facts about an entity that placement uses.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Candidate<'a> {
-    pub affinity: &'a CpuSet,
+    pub affinity: Allowed<'a>,
     pub vm: VmId,
     pub class: SchedClass,
     pub effective: u8,
@@ -131,6 +182,11 @@ pub(crate) struct Candidate<'a> {
     pub warm: bool,
     /// Load estimate, 0..=1000.
     pub load: u32,
+    /// Time of the event being placed (load epochs of the cores read).
+    pub now: Nanos,
+    /// Rotating start of bounded searches, from the entity's own event
+    /// counts (no shared cursor is written).
+    pub rotor: usize,
 }
 
 impl Machine {
@@ -144,27 +200,32 @@ impl Machine {
         let cpus = topo
             .cpus
             .iter()
-            .map(|_| CpuSlot {
-                running: AtomicU32::new(NO_ENTITY),
-                prio: AtomicI32::new(IDLE_PRIO),
-                vm: AtomicU32::new(0),
-                cursor: AtomicU32::new(0),
-                pinned: Mutex::new(RunQueue::default()),
-                pinned_len: AtomicUsize::new(0),
+            .map(|_| {
+                CachePadded::new(CpuSlot {
+                    running: AtomicU32::new(NO_ENTITY),
+                    prio: AtomicI32::new(IDLE_PRIO),
+                    vm: AtomicU32::new(0),
+                    pinned: Mutex::new(RunQueue::default()),
+                    pinned_len: AtomicUsize::new(0),
+                })
             })
             .collect();
         let cores = topo
             .cores
             .iter()
-            .map(|_| CoreState {
-                queue: Mutex::new(RunQueue::default()),
-                queued: AtomicUsize::new(0),
-                load: CoreLoad::default(),
-                active_time: AtomicU64::new(0),
-                occupancy: AtomicU64::new(0),
+            .map(|_| {
+                CachePadded::new(CoreState {
+                    queue: Mutex::new(RunQueue::default()),
+                    queued: AtomicUsize::new(0),
+                    load: CoreLoad::default(),
+                    active_time: AtomicU64::new(0),
+                    occupancy: AtomicU64::new(0),
+                    calm: AtomicU64::new(u64::MAX),
+                })
             })
             .collect();
         let idle = IdleMaps::new(&topo);
+        let n_llcs = topo.llcs.len();
         let llc_order = topo
             .llcs
             .iter()
@@ -187,7 +248,9 @@ impl Machine {
             candidates_per_llc: tun.idle_search_candidates_per_llc.max(1) as usize,
             balance_candidates: tun.balance_candidates.max(2) as usize,
             tun,
-            clock: AtomicU64::new(0),
+            llc_light: (0..n_llcs)
+                .map(|_| CachePadded::new(AtomicU32::new(u32::MAX)))
+                .collect(),
         }
     }
 
@@ -202,13 +265,13 @@ impl Machine {
     }
 
     /// Whether the affinity covers every CPU of the core (may use its queue).
-    pub fn covers_core(&self, affinity: &CpuSet, core: CoreId) -> bool {
-        self.core_cpus(core).iter().all(|c| affinity.contains(*c))
+    pub fn covers_core(&self, affinity: Allowed, core: CoreId) -> bool {
+        affinity.all || self.core_cpus(core).iter().all(|c| affinity.contains(*c))
     }
 
     /// The queue an entity placed on `cpu` goes to: the core queue if its
     /// affinity covers the whole core, else the pinned queue of `cpu`.
-    pub fn queue_for(&self, affinity: &CpuSet, cpu: CpuId) -> QueueRef {
+    pub fn queue_for(&self, affinity: Allowed, cpu: CpuId) -> QueueRef {
         let core = self.core_of(cpu);
         if self.covers_core(affinity, core) {
             QueueRef::Core(core)
@@ -235,17 +298,60 @@ impl Machine {
         n
     }
 
-    /// Advance the clock seen by load epochs.
-    pub fn observe(&self, now: crate::Nanos) {
-        self.clock.fetch_max(now, Ordering::Relaxed);
+    /// Core load per CPU at `now` (rolling the core's epoch first if it is
+    /// over, so a core nobody schedules on does not keep stale sleepers).
+    pub fn core_load(&self, core: CoreId, now: Nanos) -> u32 {
+        self.roll(core, now);
+        self.cores[core.0 as usize]
+            .load
+            .per_cpu(self.core_cpus(core).len())
     }
 
-    /// Core load per CPU (rolling the core's epoch first if it is over).
-    pub fn core_load(&self, core: CoreId) -> u32 {
+    /// Roll the core's load epoch if it is over; a core whose epoch rolls
+    /// offers itself as its LLC's light core.
+    pub fn roll(&self, core: CoreId, now: Nanos) {
         let cpus = self.core_cpus(core).len();
         let load = &self.cores[core.0 as usize].load;
-        load.maybe_roll(self.clock.load(Ordering::Relaxed), cpus, &self.tun);
-        load.per_cpu(cpus)
+        if !load.maybe_roll(now, cpus, &self.tun) {
+            return;
+        }
+        let llc = self.topo.cores[core.0 as usize].llc;
+        let light = &self.llc_light[llc.0 as usize];
+        let current = light.load(Ordering::Relaxed);
+        if current == core.0 {
+            return;
+        }
+        let lighter = match self.cores.get(current as usize) {
+            Some(other) => {
+                let other_cpus = self.core_cpus(CoreId(current)).len();
+                load.per_cpu(cpus) < other.load.per_cpu(other_cpus)
+            }
+            None => true,
+        };
+        if lighter {
+            light.store(core.0, Ordering::Relaxed);
+        }
+    }
+
+    /// The gap (own load - best other's - load_difference) that the last
+    /// least-loaded search from `core` found in the core's current load
+    /// epoch, if one ran and found no move worth it. Core loads change by
+    /// epochs, so within one the answer stands for entities at least as
+    /// heavy; a new epoch forgets it.
+    pub fn calm_gap(&self, core: CoreId) -> Option<i64> {
+        let c = &self.cores[core.0 as usize];
+        let memo = c.calm.load(Ordering::Relaxed);
+        (memo as u32 == c.load.epoch() as u32).then_some((memo >> 32) as u32 as i32 as i64)
+    }
+
+    /// Remember a search from `core` that found no move (see `calm_gap`).
+    pub fn remember_calm(&self, core: CoreId, gap: i64) {
+        let c = &self.cores[core.0 as usize];
+        let gap = gap.clamp(i32::MIN as i64, i32::MAX as i64) as i32 as u32 as u64;
+        let memo = (gap << 32) | (c.load.epoch() as u32 as u64);
+        if c.calm.load(Ordering::Relaxed) != memo {
+            c.calm.store(memo, Ordering::Relaxed);
+        }
     }
 
     // ---- idle bitmaps ----
@@ -276,7 +382,13 @@ impl Machine {
     /// caller then owns the duty to kick it, or is the CPU itself).
     pub fn claim(&self, cpu: CpuId) -> bool {
         let (l, i) = self.idle.cpu_pos[cpu.0 as usize];
-        let old = self.idle.cpu_words[l][i / 64].fetch_and(!(1 << (i % 64)), Ordering::SeqCst);
+        let word = &self.idle.cpu_words[l][i / 64];
+        // Look before writing: a busy CPU's `schedule` must not write the
+        // word its LLC's CPUs share.
+        if word.load(Ordering::SeqCst) & (1 << (i % 64)) == 0 {
+            return false;
+        }
+        let old = word.fetch_and(!(1 << (i % 64)), Ordering::SeqCst);
         if old & (1 << (i % 64)) == 0 {
             return false;
         }
@@ -354,6 +466,14 @@ impl Machine {
         })
     }
 
+    /// Whether the LLC's package has an available-idle CPU (else its
+    /// bitmaps need no look).
+    fn llc_may_have_available(&self, llc: LlcId) -> bool {
+        let pkg = self.topo.llcs[llc.0 as usize].package;
+        let busy = self.idle.package_busy[pkg.0 as usize].load(Ordering::SeqCst) as usize;
+        busy < self.topo.packages[pkg.0 as usize].cpus.len()
+    }
+
     /// Whether any CPU at all is available-idle (O(packages)).
     pub fn any_available(&self) -> bool {
         self.topo.packages.iter().any(|p| {
@@ -362,6 +482,12 @@ impl Machine {
     }
 
     fn search_idle_cpu(&self, c: &Candidate, take: impl Fn(CpuId) -> bool) -> Option<CpuId> {
+        // Nothing available anywhere (a busy machine): O(packages), no
+        // bitmap read. Exact for the lost-wake-up protocol: an idler makes
+        // itself available, package count included, before its fence.
+        if !self.any_available() {
+            return None;
+        }
         if take(c.origin) {
             return Some(c.origin);
         }
@@ -370,11 +496,11 @@ impl Machine {
             return Some(s);
         }
         let origin_llc = self.topo.cpus[c.origin.0 as usize].llc;
-        let cursor = self.cpus[c.origin.0 as usize]
-            .cursor
-            .fetch_add(1, Ordering::Relaxed) as usize;
         for &llc in &self.llc_order[origin_llc.0 as usize] {
-            if let Some(cpu) = self.scan_llc_cpus(llc, cursor, &take) {
+            if !self.llc_may_have_available(llc) {
+                continue;
+            }
+            if let Some(cpu) = self.scan_llc_cpus(llc, c.rotor, &take) {
                 return Some(cpu);
             }
         }
@@ -398,15 +524,15 @@ impl Machine {
     /// CPU the entity may use; claims and returns that CPU. Skipped when the
     /// idle-core search is switched off.
     pub fn find_idle_core(&self, c: &Candidate) -> Option<CpuId> {
-        if !self.idle_core_search.load(Ordering::Relaxed) {
+        if !self.idle_core_search.load(Ordering::Relaxed) || !self.any_available() {
             return None;
         }
         let origin_llc = self.topo.cpus[c.origin.0 as usize].llc;
-        let cursor = self.cpus[c.origin.0 as usize]
-            .cursor
-            .load(Ordering::Relaxed) as usize;
         for &llc in &self.llc_order[origin_llc.0 as usize] {
-            if let Some(cpu) = self.scan_llc_cores(llc, cursor, c, |_| true) {
+            if !self.llc_may_have_available(llc) {
+                continue;
+            }
+            if let Some(cpu) = self.scan_llc_cores(llc, c.rotor, c, |_| true) {
                 return Some(cpu);
             }
         }
@@ -469,25 +595,26 @@ impl Machine {
     // ---- choosing without idle CPUs ----
 
     /// Cores the entity may run on (at least one allowed CPU).
-    pub fn eligible(&self, core: CoreId, affinity: &CpuSet) -> bool {
-        self.core_cpus(core).iter().any(|c| affinity.contains(*c))
+    pub fn eligible(&self, core: CoreId, affinity: Allowed) -> bool {
+        affinity.all || self.core_cpus(core).iter().any(|c| affinity.contains(*c))
     }
 
     /// Least loaded eligible core, cores outside the high-load set first,
     /// ties by locality from the origin (Haiku: gCoreLoadHeap minimum, then
     /// gCoreHighLoadHeap minimum). Examines at most `balance_candidates`
-    /// cores: all of them on machines that small, else the origin core, a
-    /// rotating window over the rest of its LLC and one over the other
-    /// cores, so the cost stays flat as the machine grows. The rotation
-    /// (the origin CPU's search cursor) makes every core a candidate over
-    /// successive calls.
+    /// cores: all of them on machines that small, else the origin core,
+    /// the light core of its LLC and of one other LLC (`llc_light`), and
+    /// rotating windows over the rest of its LLC and over the other cores
+    /// for what the budget leaves, so the cost stays flat as the machine
+    /// grows. The rotation (the entity's own counts) makes every core a
+    /// candidate over successive calls.
     pub fn least_loaded_core(&self, c: &Candidate) -> Option<CoreId> {
         let origin_core = self.core_of(c.origin);
         let near = self.cores_near(origin_core);
         let key = |core: &CoreId| {
             (
                 self.cores[core.0 as usize].load.is_high(),
-                self.core_load(*core),
+                self.core_load(*core, c.now),
             )
         };
         let eligible = |core: &CoreId| self.eligible(*core, c.affinity);
@@ -501,14 +628,23 @@ impl Machine {
             .len()
             .clamp(1, near.len());
         let (local, remote) = (&near[1..in_llc], &near[in_llc..]);
-        let n_local = local.len().min(self.balance_candidates / 2);
-        let n_remote = remote.len().min(self.balance_candidates - 1 - n_local);
-        let cursor = self.cpus[c.origin.0 as usize]
-            .cursor
-            .fetch_add(1, Ordering::Relaxed) as usize;
+        let cursor = c.rotor;
+        let order = &self.llc_order[llc.0 as usize];
+        let light = |l: LlcId| {
+            let core = self.llc_light[l.0 as usize].load(Ordering::Relaxed);
+            ((core as usize) < self.cores.len() && core != origin_core.0).then_some(CoreId(core))
+        };
+        let other_llc = (order.len() > 1).then(|| order[1 + cursor % (order.len() - 1)]);
+        let hints = [light(llc), other_llc.and_then(light)];
+        let budget = self
+            .balance_candidates
+            .saturating_sub(1 + hints.iter().flatten().count());
+        let n_remote = remote.len().min(budget / 2);
+        let n_local = local.len().min(budget - n_remote);
         let local = (0..n_local).map(|i| local[(cursor + i) % local.len()]);
         let remote = (0..n_remote).map(|i| remote[(cursor + i) % remote.len()]);
         std::iter::once(origin_core)
+            .chain(hints.into_iter().flatten())
             .chain(local)
             .chain(remote)
             .filter(eligible)
@@ -516,6 +652,7 @@ impl Machine {
             .or_else(|| {
                 // The affinity missed the sample: the cores of its CPUs.
                 c.affinity
+                    .set
                     .iter()
                     .filter(|s| (s.0 as usize) < self.cpus.len())
                     .map(|s| self.core_of(s))
@@ -551,6 +688,7 @@ impl Machine {
     /// among equals (realtime placement; O(allowed CPUs), lock-free).
     pub fn lowest_priority_cpu(&self, c: &Candidate) -> Option<CpuId> {
         c.affinity
+            .set
             .iter()
             .filter(|s| (s.0 as usize) < self.cpus.len())
             .min_by_key(|s| {
@@ -592,7 +730,7 @@ impl Machine {
         } else {
             g.push_back(entry);
         }
-        len.store(g.len(), Ordering::SeqCst);
+        self.publish_len(q, len, g.len());
     }
 
     /// Remove a specific entry; false if it is not there (being popped).
@@ -600,7 +738,7 @@ impl Machine {
         let (lock, len) = self.queue(q);
         let mut g = lock.lock();
         let found = g.remove(id, seq, level);
-        len.store(g.len(), Ordering::SeqCst);
+        self.publish_len(q, len, g.len());
         found
     }
 
@@ -630,23 +768,103 @@ impl Machine {
         }
         let mut g = lock.lock();
         let got = g.take_first(accept);
-        len.store(g.len(), Ordering::SeqCst);
+        self.publish_len(q, len, g.len());
         got
     }
 
-    /// The queues `cpu` may steal from, nearest first: pinned queues of its
-    /// siblings, then for every other core its queue and its pinned queues.
-    pub fn steal_order(&self, cpu: CpuId) -> impl Iterator<Item = QueueRef> + '_ {
+    /// Whether the work bitmaps show the queue as non-empty (invariant checks).
+    pub fn marked_queued(&self, q: QueueRef) -> bool {
+        match q {
+            QueueRef::Core(core) => {
+                let (l, i) = self.idle.core_pos[core.0 as usize];
+                test_bit(&self.idle.queued_core_words[l], i)
+            }
+            QueueRef::Pinned(cpu) => {
+                let (l, i) = self.idle.cpu_pos[cpu.0 as usize];
+                test_bit(&self.idle.queued_pinned_words[l], i)
+            }
+        }
+    }
+
+    /// Update a queue's length mirror and its bit in the work bitmaps.
+    /// Call with the queue's lock held: its transitions between empty and
+    /// non-empty are then ordered, and so are the bit updates.
+    pub fn publish_len(&self, q: QueueRef, mirror: &AtomicUsize, len: usize) {
+        // A release store: the lost-wake-up protocol needs order only on
+        // the transitions, whose bit and count updates below are SeqCst.
+        let old = mirror.load(Ordering::Relaxed);
+        mirror.store(len, Ordering::Release);
+        if (old == 0) == (len == 0) {
+            return;
+        }
+        let (words, l, i, one) = match q {
+            QueueRef::Core(core) => {
+                let (l, i) = self.idle.core_pos[core.0 as usize];
+                (&self.idle.queued_core_words[l], l, i, 1)
+            }
+            QueueRef::Pinned(cpu) => {
+                let (l, i) = self.idle.cpu_pos[cpu.0 as usize];
+                (&self.idle.queued_pinned_words[l], l, i, 1 << 32)
+            }
+        };
+        let count = &self.idle.queued_counts[l];
+        if len == 0 {
+            words[i / 64].fetch_and(!(1 << (i % 64)), Ordering::SeqCst);
+            count.fetch_sub(one, Ordering::SeqCst);
+        } else {
+            words[i / 64].fetch_or(1 << (i % 64), Ordering::SeqCst);
+            count.fetch_add(one, Ordering::SeqCst);
+        }
+    }
+
+    /// Visit the non-empty queues `cpu` may steal from, nearest first,
+    /// until `f` returns something: the pinned queues of its SMT siblings,
+    /// then LLC by LLC in locality order the non-empty core queues (not its
+    /// own) and the non-empty pinned queues, each in index order. Only
+    /// queues the work bitmaps show as non-empty are visited, so the cost
+    /// is O(LLCs x bitmap words + non-empty queues), not O(queues).
+    pub fn visit_queued<T>(
+        &self,
+        cpu: CpuId,
+        mut f: impl FnMut(QueueRef) -> Option<T>,
+    ) -> Option<T> {
         let own = self.core_of(cpu);
-        self.cores_near(own).iter().flat_map(move |&core| {
-            let shared = (core != own).then_some(QueueRef::Core(core));
-            let pinned = self
-                .core_cpus(core)
-                .iter()
-                .filter(move |s| **s != cpu)
-                .map(|s| QueueRef::Pinned(*s));
-            shared.into_iter().chain(pinned)
-        })
+        for s in self.core_cpus(own) {
+            if *s != cpu && self.cpus[s.0 as usize].pinned_len.load(Ordering::SeqCst) > 0 {
+                if let Some(found) = f(QueueRef::Pinned(*s)) {
+                    return Some(found);
+                }
+            }
+        }
+        let own_llc = self.topo.cpus[cpu.0 as usize].llc;
+        for &llc in &self.llc_order[own_llc.0 as usize] {
+            let counts = self.idle.queued_counts[llc.0 as usize].load(Ordering::SeqCst);
+            let info = &self.topo.llcs[llc.0 as usize];
+            if counts & 0xffff_ffff != 0 {
+                let cores = &self.idle.queued_core_words[llc.0 as usize];
+                let found = find_set_bit(cores, 0, cores.len(), |i| {
+                    let core = info.cores[i];
+                    (core != own).then(|| f(QueueRef::Core(core))).flatten()
+                });
+                if found.is_some() {
+                    return found;
+                }
+            }
+            if counts >> 32 == 0 {
+                continue;
+            }
+            let pinned = &self.idle.queued_pinned_words[llc.0 as usize];
+            let found = find_set_bit(pinned, 0, pinned.len(), |i| {
+                let s = info.cpus[i];
+                (self.core_of(s) != own)
+                    .then(|| f(QueueRef::Pinned(s)))
+                    .flatten()
+            });
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
     }
 
     /// Distance used for locality ordering and migration statistics.
@@ -678,9 +896,28 @@ impl IdleMaps {
                 .iter()
                 .map(|l| bit_words(l.cores.len(), true))
                 .collect(),
+            queued_core_words: topo
+                .llcs
+                .iter()
+                .map(|l| bit_words(l.cores.len(), false))
+                .collect(),
+            queued_pinned_words: topo
+                .llcs
+                .iter()
+                .map(|l| bit_words(l.cpus.len(), false))
+                .collect(),
+            queued_counts: topo
+                .llcs
+                .iter()
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
             cpu_pos,
             core_pos,
-            package_busy: topo.packages.iter().map(|_| AtomicU32::new(0)).collect(),
+            package_busy: topo
+                .packages
+                .iter()
+                .map(|_| CachePadded::new(AtomicU32::new(0)))
+                .collect(),
         }
     }
 }
@@ -690,7 +927,7 @@ impl IdleMaps {
 /// at most `limit` words of `words`, starting at word `cursor` (mod len) and
 /// wrapping, until `f` returns something for a bit index.
 fn find_set_bit<T>(
-    words: &[AtomicU64],
+    words: &[CachePadded<AtomicU64>],
     cursor: usize,
     limit: usize,
     mut f: impl FnMut(usize) -> Option<T>,

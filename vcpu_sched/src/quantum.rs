@@ -29,8 +29,18 @@ pub(crate) fn base_quantum(table: &QuantumTable, e: u8) -> Nanos {
 
 /// `from + (to - from) * step / steps`, for either direction.
 fn interpolate(from: Nanos, to: Nanos, step: Nanos, steps: Nanos) -> Nanos {
+    let steps = steps.max(1);
+    let (lo, hi) = (from.min(to), from.max(to));
+    if let Some(scaled) = (hi - lo).checked_mul(step) {
+        // The usual case in u64 (a u128 division is a library call).
+        return if to >= from {
+            from + scaled / steps
+        } else {
+            from - scaled / steps
+        };
+    }
     // u128: tunables come from users; huge quanta must not overflow.
-    let (from, to, step, steps) = (from as u128, to as u128, step as u128, steps.max(1) as u128);
+    let (from, to, step, steps) = (from as u128, to as u128, step as u128, steps as u128);
     let v = if to >= from {
         from + (to - from) * step / steps
     } else {

@@ -9,7 +9,7 @@
 //! is recognised by whoever pops it.
 
 use crate::tunables::PRIORITY_LEVELS;
-use crate::{CpuSet, EntityId, VmId};
+use crate::{CpuId, CpuSet, EntityId, VmId};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -26,8 +26,9 @@ pub(crate) struct QueueEntry {
     /// VM of the entity (SMT isolation decides without the entity lock).
     pub vm: VmId,
     /// Affinity of the entity (stealing decides without the entity lock;
-    /// affinity never changes after `add_entity`).
-    pub affinity: Arc<CpuSet>,
+    /// affinity never changes after `add_entity`); `None` when it holds
+    /// every CPU (no reference count to touch, no set to read).
+    pub affinity: Option<Arc<CpuSet>>,
 }
 
 /// FIFO lists per level and a bitmap of non-empty levels.
@@ -51,6 +52,13 @@ impl Default for RunQueue {
 /// Levels above the table are clamped so bad input cannot index out of bounds.
 fn clamp_level(level: u8) -> usize {
     (level as usize).min(PRIORITY_LEVELS - 1)
+}
+
+impl QueueEntry {
+    /// Whether the entity may run on `cpu`.
+    pub fn allows(&self, cpu: CpuId) -> bool {
+        self.affinity.as_ref().is_none_or(|a| a.contains(cpu))
+    }
 }
 
 impl RunQueue {
@@ -103,9 +111,9 @@ impl RunQueue {
     }
 
     /// The entry that `pop` would return, O(1).
-    pub fn peek(&self) -> Option<QueueEntry> {
+    pub fn head(&self) -> Option<&QueueEntry> {
         let level = self.top_level()?;
-        self.levels[level as usize].front().cloned()
+        self.levels[level as usize].front()
     }
 
     /// Take the oldest entry of the highest level.
@@ -196,7 +204,7 @@ mod tests {
             level,
             since: 0,
             vm: VmId(0),
-            affinity: Arc::new(CpuSet::new()),
+            affinity: None,
         }
     }
 
@@ -210,7 +218,7 @@ mod tests {
         q.push_back(e(5, 64));
         q.push_front(e(6, 10));
         assert_eq!(q.len(), 6);
-        assert_eq!(q.peek().map(|x| x.id.0), Some(3));
+        assert_eq!(q.head().map(|x| x.id.0), Some(3));
         let order: Vec<u32> = std::iter::from_fn(|| q.pop()).map(|x| x.id.0).collect();
         assert_eq!(order, vec![3, 5, 6, 1, 2, 4]);
         assert_eq!(q.len(), 0);

@@ -56,8 +56,16 @@
 //!   (Haiku's `ShouldCancelPenalty`); it cancels the penalty, not the
 //!   additional penalty (Haiku's `CancelPenalty`).
 //! * A yield ends the quantum with its penalty (Haiku's `hasYielded`).
-//! * The least-loaded-core choice scans the eligible cores' atomics
-//!   (O(cores), lock-free); only the idle search is bounded per LLC.
+//! * The least-loaded-core choice reads at most `balance_candidates`
+//!   cores' atomics (all of them on machines that small; else the origin,
+//!   the LLCs' light cores and rotating windows), and a quantum end
+//!   searches at most once per core and load epoch when nothing is worth
+//!   a move (`mode::LowLatency::rebalance`).
+//! * Nothing shared between CPUs is written on the hot path of a busy
+//!   machine: no global counter or clock, per-CPU statistics summed by
+//!   `snapshot`, per-CPU and per-core state on cache lines of its own;
+//!   the shared bitmaps and counts change only when a CPU goes idle or
+//!   busy or a queue empties or fills.
 //! * `smt_corun_foreign` charges a whole run interval when a sibling ran
 //!   another VM at its dispatch or at its stop (an upper bound).
 
@@ -88,6 +96,7 @@ use crate::{
     CoreId, CpuId, Dispatch, EntityId, EntitySpec, Nanos, SchedClass, SchedError, StopReason,
     Topology, WakeDecision,
 };
+use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -164,7 +173,8 @@ pub struct HaikuScheduler {
     ops: Box<dyn ModeOps>,
     slots: Vec<Mutex<Slot>>,
     free: Mutex<FreeList>,
-    acct: Vec<Mutex<CpuAcct>>,
+    /// Per CPU, each on its own cache lines.
+    acct: Vec<CachePadded<Mutex<CpuAcct>>>,
     max_entities: usize,
 }
 
@@ -190,7 +200,9 @@ impl HaikuScheduler {
                 .map(|_| Mutex::new(Slot::default()))
                 .collect(),
             free: Mutex::new(FreeList::default()),
-            acct: (0..ncpus).map(|_| Mutex::new(CpuAcct::default())).collect(),
+            acct: (0..ncpus)
+                .map(|_| CachePadded::new(Mutex::new(CpuAcct::default())))
+                .collect(),
             max_entities: config.max_entities,
         })
     }
@@ -287,8 +299,15 @@ impl HaikuScheduler {
 
     // ---- placement ----
 
-    /// Placement facts of an entity; `origin` overrides the previous CPU.
-    fn candidate<'a>(&self, e: &'a Entity, origin: Option<CpuId>) -> Candidate<'a> {
+    /// Placement facts of an entity at `now`; `origin` overrides the
+    /// previous CPU.
+    fn candidate<'a>(
+        &self,
+        e: &'a Entity,
+        id: EntityId,
+        origin: Option<CpuId>,
+        now: Nanos,
+    ) -> Candidate<'a> {
         let prev = e.last_cpu;
         let first = e.affinity.first().unwrap_or(CpuId(0));
         let warm = prev.is_some_and(|p| {
@@ -298,7 +317,7 @@ impl HaikuScheduler {
             active.saturating_sub(e.last_core_active) < self.tun().cache_expire
         });
         Candidate {
-            affinity: &e.affinity,
+            affinity: e.allowed(),
             vm: e.vm,
             class: e.prio.class,
             effective: e.prio.effective(),
@@ -306,13 +325,17 @@ impl HaikuScheduler {
             prev,
             warm,
             load: e.load.load,
+            now,
+            rotor: (id.0 as usize)
+                .wrapping_mul(7)
+                .wrapping_add((e.counters.wakes + e.counters.quantum_ends) as usize),
         }
     }
 
     /// Target CPU of a waking entity and whether it must be kicked.
-    fn choose_target(&self, e: &Entity) -> (CpuId, bool) {
+    fn choose_target(&self, e: &Entity, id: EntityId, now: Nanos) -> (CpuId, bool) {
         let _p = crate::profiler::scope("haiku::choose_target");
-        let c = self.candidate(e, None);
+        let c = self.candidate(e, id, None, now);
         let delta = self.tun().wake_preempt_priority_delta;
         if let Some(p) = e.pinned_cpu() {
             let kick =
@@ -355,7 +378,7 @@ impl HaikuScheduler {
             level,
             since: e.queued_at,
             vm: e.vm,
-            affinity: Arc::clone(&e.affinity),
+            affinity: e.entry_affinity(),
         };
         self.charge_ready(e, self.core_of_queue(q));
         e.state = RunState::Queued {
@@ -380,7 +403,7 @@ impl HaikuScheduler {
         if !self.m.remove(queue, id, s, level) {
             return false;
         }
-        let q = self.m.queue_for(&e.affinity, cpu);
+        let q = self.m.queue_for(e.allowed(), cpu);
         self.enqueue(e, id, seq, q, false);
         true
     }
@@ -390,20 +413,16 @@ impl HaikuScheduler {
     /// lost-wake-up protocol, see the module docs).
     fn place_woken(&self, e: &mut Entity, id: EntityId, seq: &mut u64, now: Nanos) -> WakeDecision {
         let _p = crate::profiler::scope("haiku::place_woken");
-        let (cpu, kick) = self.choose_target(e);
-        let q = self.m.queue_for(&e.affinity, cpu);
-        self.core_load(self.core_of_queue(q)).maybe_roll(
-            now,
-            self.m.core_cpus(self.core_of_queue(q)).len(),
-            self.tun(),
-        );
+        let (cpu, kick) = self.choose_target(e, id, now);
+        let q = self.m.queue_for(e.allowed(), cpu);
+        self.m.roll(self.core_of_queue(q), now);
         e.queued_at = now;
         self.enqueue(e, id, seq, q, false);
         if kick {
             return WakeDecision { cpu, kick };
         }
         fence(Ordering::SeqCst);
-        let idle = self.m.find_idle_cpu(&self.candidate(e, Some(cpu)));
+        let idle = self.m.find_idle_cpu(&self.candidate(e, id, Some(cpu), now));
         match idle {
             Some(y) if self.move_queued(e, id, seq, y) => WakeDecision { cpu: y, kick: true },
             Some(y) => {
@@ -418,15 +437,15 @@ impl HaikuScheduler {
     /// Queue for a runnable entity that stopped on `cpu` at quantum end or
     /// yield: pinned queues stay; others may rebalance to a less loaded
     /// core (never to one with an idle CPU, which nobody would kick).
-    fn requeue_target(&self, e: &Entity, cpu: CpuId) -> QueueRef {
+    fn requeue_target(&self, e: &Entity, id: EntityId, cpu: CpuId, now: Nanos) -> QueueRef {
         if let Some(p) = e.pinned_cpu() {
             return QueueRef::Pinned(p);
         }
         let core = self.m.core_of(cpu);
-        if !self.m.covers_core(&e.affinity, core) {
+        if !self.m.covers_core(e.allowed(), core) {
             return QueueRef::Pinned(cpu);
         }
-        let c = self.candidate(e, Some(cpu));
+        let c = self.candidate(e, id, Some(cpu), now);
         let target = self.ops.rebalance(&self.m, &c, core, self.tun());
         // Never away from an idle sibling, never onto a core with an idle
         // CPU: nobody would kick those CPUs for it.
@@ -437,7 +456,7 @@ impl HaikuScheduler {
                 .any(|s| *s != cpu && self.m.is_available(*s))
         };
         if target != core
-            && self.m.covers_core(&e.affinity, target)
+            && self.m.covers_core(e.allowed(), target)
             && !has_idle(target)
             && !has_idle(core)
         {
@@ -521,8 +540,12 @@ impl HaikuScheduler {
     ) -> Option<EntityId> {
         let _p = crate::profiler::scope("haiku::stop_running");
         let slot = &self.m.cpus[cpu.0 as usize];
-        let raw = slot.running.swap(NO_ENTITY, Ordering::SeqCst);
-        slot.prio.store(IDLE_PRIO, Ordering::SeqCst);
+        // Only this CPU writes its own slot's running entity (under its
+        // accounting lock); others read it as a hint (preemption, SMT
+        // statistics), so plain release stores: no locked instruction.
+        let raw = slot.running.load(Ordering::Acquire);
+        slot.running.store(NO_ENTITY, Ordering::Release);
+        slot.prio.store(IDLE_PRIO, Ordering::Release);
         if raw == NO_ENTITY {
             return None;
         }
@@ -562,13 +585,13 @@ impl HaikuScheduler {
             }
             After::Front => {
                 e.queued_at = now;
-                let q = self.m.queue_for(&e.affinity, cpu);
+                let q = self.m.queue_for(e.allowed(), cpu);
                 self.enqueue(e, id, seq, q, true);
                 Some(id)
             }
             After::Back => {
                 e.queued_at = now;
-                let q = self.requeue_target(e, cpu);
+                let q = self.requeue_target(e, id, cpu, now);
                 self.enqueue(e, id, seq, q, false);
                 Some(id)
             }
@@ -582,28 +605,36 @@ impl HaikuScheduler {
         let core = self.m.core_of(cpu);
         let slot = &self.m.cpus[cpu.0 as usize];
         let cs = &self.m.cores[core.0 as usize];
-        let mut pinned = slot.pinned.lock();
+        // The pinned queue is locked only when its mirror shows entries: a
+        // push that races with this look is one that came after it.
+        let mut pinned = (slot.pinned_len.load(Ordering::SeqCst) > 0).then(|| slot.pinned.lock());
         let mut shared = cs.queue.lock();
-        let (p, s) = (pinned.peek(), shared.peek());
-        let use_pinned = match (&p, &s) {
-            (Some(a), Some(b)) => {
-                (a.level, std::cmp::Reverse(a.since)) >= (b.level, std::cmp::Reverse(b.since))
-            }
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
+        let rank = |h: &QueueEntry| ((h.level, std::cmp::Reverse(h.since)), h.vm);
+        let p = pinned.as_ref().and_then(|g| g.head()).map(rank);
+        let s = shared.head().map(rank);
+        let (use_pinned, vm) = match (p, s) {
+            (Some(a), Some(b)) if a.0 >= b.0 => (true, a.1),
+            (Some(a), None) => (true, a.1),
+            (_, Some(b)) => (false, b.1),
             (None, None) => return Local::Empty,
         };
-        let head = if use_pinned { p } else { s };
-        if head.is_some_and(|h| !self.m.compatible(core, h.vm)) {
+        if !self.m.compatible(core, vm) {
             return Local::ForcedIdle;
         }
-        let got = if use_pinned {
-            pinned.pop()
-        } else {
-            shared.pop()
+        let got = match pinned.as_mut() {
+            Some(g) if use_pinned => {
+                let got = g.pop();
+                self.m
+                    .publish_len(QueueRef::Pinned(cpu), &slot.pinned_len, g.len());
+                got
+            }
+            _ => {
+                let got = shared.pop();
+                self.m
+                    .publish_len(QueueRef::Core(core), &cs.queued, shared.len());
+                got
+            }
         };
-        slot.pinned_len.store(pinned.len(), Ordering::SeqCst);
-        cs.queued.store(shared.len(), Ordering::SeqCst);
         got.map_or(Local::Empty, Local::Got)
     }
 
@@ -611,10 +642,9 @@ impl HaikuScheduler {
     fn steal(&self, cpu: CpuId) -> Option<QueueEntry> {
         let _p = crate::profiler::scope("haiku::steal");
         let core = self.m.core_of(cpu);
-        self.m.steal_order(cpu).find_map(|q| {
-            self.m.take_from(q, |en| {
-                en.affinity.contains(cpu) && self.m.compatible(core, en.vm)
-            })
+        self.m.visit_queued(cpu, |q| {
+            self.m
+                .take_from(q, |en| en.allows(cpu) && self.m.compatible(core, en.vm))
         })
     }
 
@@ -633,12 +663,16 @@ impl HaikuScheduler {
     /// Whether any queue holds an entry allowed on `cpu` (statistics of
     /// `idle_while_waiting`; only on the idle path).
     fn waiting_allowed(&self, cpu: CpuId) -> bool {
-        let own = [QueueRef::Pinned(cpu), QueueRef::Core(self.m.core_of(cpu))];
-        own.into_iter().chain(self.m.steal_order(cpu)).any(|q| {
+        let holds_allowed = |q: QueueRef| {
             let (lock, len) = self.m.queue(q);
-            len.load(Ordering::SeqCst) > 0
-                && lock.lock().entries().any(|en| en.affinity.contains(cpu))
-        })
+            len.load(Ordering::SeqCst) > 0 && lock.lock().entries().any(|en| en.allows(cpu))
+        };
+        let own = [QueueRef::Pinned(cpu), QueueRef::Core(self.m.core_of(cpu))];
+        own.into_iter().any(holds_allowed)
+            || self
+                .m
+                .visit_queued(cpu, |q| holds_allowed(q).then_some(()))
+                .is_some()
     }
 
     /// Pick and dispatch the next entity for `cpu`, or idle.
@@ -660,7 +694,7 @@ impl HaikuScheduler {
         // priority after stop_running cleared it.
         self.m.cpus[cpu.0 as usize]
             .prio
-            .store(IDLE_PRIO, Ordering::SeqCst);
+            .store(IDLE_PRIO, Ordering::Release);
         self.m.set_available(cpu);
         if self.waiting_allowed(cpu) {
             acct.idle_while_waiting += 1;
@@ -715,9 +749,10 @@ impl HaikuScheduler {
         let slice = self.slice_for(e, core);
         e.dispatched_at = now;
         let slot = &self.m.cpus[cpu.0 as usize];
-        slot.prio.store(e.prio.effective() as i32, Ordering::SeqCst);
-        slot.vm.store(e.vm.0, Ordering::SeqCst);
-        slot.running.store(entry.id.0, Ordering::SeqCst);
+        slot.prio
+            .store(e.prio.effective() as i32, Ordering::Release);
+        slot.vm.store(e.vm.0, Ordering::Release);
+        slot.running.store(entry.id.0, Ordering::Release);
         acct.dispatches += 1;
         if acct.last != Some(entry.id) {
             acct.switches += 1;
@@ -765,6 +800,7 @@ impl HaikuScheduler {
     fn kick_for_leftovers(
         &self,
         cpu: CpuId,
+        now: Nanos,
         requeued: Option<EntityId>,
         include_local: bool,
     ) -> Vec<CpuId> {
@@ -779,17 +815,21 @@ impl HaikuScheduler {
         let mut leftovers: Vec<(EntityId, Option<u64>)> =
             requeued.map(|r| (r, None)).into_iter().collect();
         if include_local {
-            let mut local = self.m.cpus[cpu.0 as usize]
-                .pinned
-                .lock()
-                .first_entries(LEFTOVER_KICKS);
-            local.extend(
-                self.m.cores[core.0 as usize]
-                    .queue
-                    .lock()
-                    .first_entries(LEFTOVER_KICKS),
-            );
+            // Queues whose mirrors show them empty are not locked: an entry
+            // pushed meanwhile is its pusher's to hand on.
+            let slot = &self.m.cpus[cpu.0 as usize];
+            let shared = &self.m.cores[core.0 as usize];
+            let mut local = Vec::new();
+            if slot.pinned_len.load(Ordering::Acquire) > 0 {
+                local = slot.pinned.lock().first_entries(LEFTOVER_KICKS);
+            }
+            if shared.queued.load(Ordering::Acquire) > 0 {
+                local.extend(shared.queue.lock().first_entries(LEFTOVER_KICKS));
+            }
             leftovers.extend(local.into_iter().map(|en| (en.id, Some(en.seq))));
+        }
+        if leftovers.is_empty() {
+            return kicked;
         }
         // Never this CPU (it just looked). Under SMT isolation not its
         // siblings either: they see the same core queue and may be idle on
@@ -802,7 +842,7 @@ impl HaikuScheduler {
             if kicked.len() >= LEFTOVER_KICKS {
                 break;
             }
-            if let Some(y) = self.move_to_idle(cpu, id, seq, &exclude) {
+            if let Some(y) = self.move_to_idle(cpu, now, id, seq, &exclude) {
                 kicked.push(y);
                 exclude.push(y);
             }
@@ -816,6 +856,7 @@ impl HaikuScheduler {
     fn move_to_idle(
         &self,
         cpu: CpuId,
+        now: Nanos,
         id: EntityId,
         expect: Option<u64>,
         exclude: &[CpuId],
@@ -831,7 +872,7 @@ impl HaikuScheduler {
         }
         let y = self
             .m
-            .peek_idle_cpu(&self.candidate(e, Some(cpu)), exclude)?;
+            .peek_idle_cpu(&self.candidate(e, id, Some(cpu), now), exclude)?;
         self.move_queued(e, id, seq, y).then_some(y)
     }
 
@@ -889,7 +930,7 @@ impl HaikuScheduler {
             context_switches: a.switches,
             smt_corun_foreign: a.foreign,
             idle_while_waiting: a.idle_while_waiting,
-            core_load: self.m.core_load(self.m.core_of(cpu)),
+            core_load: self.m.core_load(self.m.core_of(cpu), now),
         }
     }
 
@@ -910,6 +951,9 @@ impl HaikuScheduler {
             let g = lock.lock();
             if g.len() != len.load(Ordering::SeqCst) {
                 return Err(format!("{q:?}: length mirror out of date"));
+            }
+            if (g.len() > 0) != self.m.marked_queued(q) {
+                return Err(format!("{q:?}: work bitmap out of date"));
             }
             for en in g.entries() {
                 seen.entry(en.id.0).or_default().push((q, en.seq));
@@ -946,7 +990,7 @@ impl HaikuScheduler {
                     ));
                 }
                 let allowed = match queue {
-                    QueueRef::Core(core) => self.m.covers_core(&e.affinity, core),
+                    QueueRef::Core(core) => self.m.covers_core(e.allowed(), core),
                     QueueRef::Pinned(cpu) => e.affinity.contains(cpu),
                 };
                 if !allowed {
@@ -1056,16 +1100,15 @@ impl VcpuScheduler for HaikuScheduler {
                 None => return Err(SchedError::TooManyEntities(self.max_entities)),
             }
         };
-        self.m.observe(now);
         let prio = Priority::new(spec.class, spec.priority, self.tun(), &self.table);
-        let e = Entity::new(spec.vm, Arc::new(affinity), prio, now);
+        let all_cpus = affinity.len() == self.m.cpus.len();
+        let e = Entity::new(spec.vm, Arc::new(affinity), all_cpus, prio, now);
         self.slots[index as usize].lock().entity = Some(Box::new(e));
         Ok(EntityId(index))
     }
 
-    fn remove_entity(&self, id: EntityId, now: Nanos) -> Result<(), SchedError> {
+    fn remove_entity(&self, id: EntityId, _now: Nanos) -> Result<(), SchedError> {
         let _p = crate::profiler::scope("remove_entity");
-        self.m.observe(now);
         let mut guard = self.slot(id)?.lock();
         let e = live(&mut guard.entity, id)?;
         let free_now = match e.state {
@@ -1085,7 +1128,6 @@ impl VcpuScheduler for HaikuScheduler {
 
     fn wake(&self, id: EntityId, now: Nanos) -> Result<Option<WakeDecision>, SchedError> {
         let _p = crate::profiler::scope("wake");
-        self.m.observe(now);
         let mut guard = self.slot(id)?.lock();
         let Slot { seq, entity } = &mut *guard;
         let e = live(entity, id)?;
@@ -1114,10 +1156,8 @@ impl VcpuScheduler for HaikuScheduler {
     fn schedule(&self, cpu: CpuId, now: Nanos, reason: StopReason) -> Result<Dispatch, SchedError> {
         let _p = crate::profiler::scope("schedule");
         self.check_cpu(cpu)?;
-        self.m.observe(now);
         let core = self.m.core_of(cpu);
-        self.core_load(core)
-            .maybe_roll(now, self.m.core_cpus(core).len(), self.tun());
+        self.m.roll(core, now);
         let mut acct = self.acct[cpu.0 as usize].lock();
         if let Some(since) = acct.idle_since.take() {
             acct.idle = acct.idle.saturating_add(now.saturating_sub(since));
@@ -1138,7 +1178,7 @@ impl VcpuScheduler for HaikuScheduler {
         // VM (the search checks that, and excludes this core), so it cannot
         // bounce between force-idled CPUs.
         let requeued = requeued.filter(|r| d.entity != Some(*r));
-        let mut kicks = self.kick_for_leftovers(cpu, requeued, !forced_idle);
+        let mut kicks = self.kick_for_leftovers(cpu, now, requeued, !forced_idle);
         if self.m.smt_isolation && d.entity.is_some() {
             kicks.extend(self.idle_siblings_with_work(cpu));
         }
@@ -1146,9 +1186,8 @@ impl VcpuScheduler for HaikuScheduler {
         Ok(d)
     }
 
-    fn set_priority(&self, id: EntityId, priority: u8, now: Nanos) -> Result<(), SchedError> {
+    fn set_priority(&self, id: EntityId, priority: u8, _now: Nanos) -> Result<(), SchedError> {
         let _p = crate::profiler::scope("set_priority");
-        self.m.observe(now);
         let mut guard = self.slot(id)?.lock();
         let Slot { seq, entity } = &mut *guard;
         let e = live(entity, id)?;

@@ -748,3 +748,77 @@ fn realtime_takes_the_lowest_priority_cpu_of_any_core() {
     assert_eq!(d.cpu_of(rt2), Some(hog_cpu));
     assert!(d.cpu_of(rt1).is_some());
 }
+
+#[test]
+fn idle_cpu_steals_a_pinned_entry_from_another_llc() {
+    // 1x2x2x2: LLC 0 holds CPUs 0-3, LLC 1 CPUs 4-7. Entities allowed on
+    // CPUs 0 and 4 only sit in a pinned queue (their affinity covers no
+    // whole core); the one left waiting must reach CPU 4 through the other
+    // LLC's bitmap of non-empty pinned queues when CPU 4's runner blocks.
+    let mut d = Drv::new("1x2x2x2", |_| {});
+    let ids: Vec<_> = (0..3).map(|_| d.ts(1, Some("0,4"))).collect();
+    for id in &ids {
+        d.wake(*id);
+    }
+    assert!(d.run[0].is_some() && d.run[4].is_some());
+    let waiting = ids
+        .iter()
+        .copied()
+        .find(|id| matches!(d.s.debug_state(*id), RunState::Queued { .. }))
+        .expect("one of three waits");
+    // Leave it only in CPU 0's pinned queue (LLC 0), whichever it was in.
+    let RunState::Queued { queue, .. } = d.s.debug_state(waiting) else {
+        unreachable!()
+    };
+    if queue != QueueRef::Pinned(CpuId(0)) {
+        let run0 = d.run[0].expect("CPU 0 runs");
+        d.now += 10 * US;
+        d.sched(CpuId(0), StopReason::Blocked);
+        d.now += 10 * US;
+        d.wake(run0);
+    }
+    let queued: Vec<_> = ids
+        .iter()
+        .filter_map(|id| match d.s.debug_state(*id) {
+            RunState::Queued { queue, .. } => Some((*id, queue)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(queued.len(), 1, "{queued:?}");
+    let (waiting, queue) = queued[0];
+    d.now += 10 * US;
+    let cpu = match queue {
+        QueueRef::Pinned(CpuId(0)) => CpuId(4),
+        _ => CpuId(0),
+    };
+    d.sched(cpu, StopReason::Blocked);
+    assert_eq!(
+        d.run[cpu.0 as usize],
+        Some(waiting),
+        "{cpu:?} steals the entry waiting in {queue:?}"
+    );
+}
+
+#[test]
+fn fruitless_balance_search_is_remembered_for_the_core_epoch() {
+    // 1x2x1, four hogs balanced two per core: a quantum end finds no core
+    // worth a move, remembers it for its core's load epoch, and forgets it
+    // when the epoch rolls.
+    let mut d = Drv::new("1x2x1", |_| {});
+    let ids: Vec<_> = (0..4).map(|_| d.ts(1, None)).collect();
+    for id in &ids {
+        d.wake(*id);
+    }
+    d.run_until(50 * MS);
+    let core = d.s.m.core_of(CpuId(0));
+    d.sched(CpuId(0), StopReason::QuantumEnd);
+    let gap =
+        d.s.m
+            .calm_gap(core)
+            .expect("a fruitless search is remembered");
+    let load = d.stats(d.run[0].unwrap()).load as i64;
+    assert!(gap < load, "gap {gap} too small for a move of load {load}");
+    d.now += 2 * MS;
+    d.s.m.roll(core, d.now);
+    assert_eq!(d.s.m.calm_gap(core), None, "a new epoch forgets it");
+}
