@@ -10,11 +10,16 @@
 pub mod boot;
 pub mod cli;
 pub mod config;
+pub mod config_errors;
 pub mod cpuid;
 pub mod engine;
+pub mod guest_params;
 pub mod host_cpus;
+pub mod host_resources;
+pub mod kernel_image;
 pub mod memory;
 pub mod msr;
+pub mod preflight;
 pub mod results;
 pub mod runner;
 pub mod signals;

@@ -38,7 +38,10 @@ fn bad_configs_exit_2_naming_field_and_line() {
         (
             "bad policy",
             format!("[host]\npolicy = \"global_rr\"\n\n{}", vm_table("a", "cpu")),
-            &[":2:10:", "expected one of: haiku, global-rr, pinned, host"],
+            &[
+                ":2:10:",
+                "host.policy: expected one of \"haiku\", \"global-rr\", \"pinned\", \"host\"",
+            ],
         ),
         (
             "priority the policy ignores",
