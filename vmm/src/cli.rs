@@ -123,6 +123,13 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                     return EXIT_BAD_INPUT;
                 }
             };
+            // Before any VM starts: a result that cannot be written is bad input.
+            if let Some(path) = &json {
+                if let Err(why) = crate::preflight::check_output_file(path) {
+                    eprintln!("pacer run: --json: {why}");
+                    return EXIT_BAD_INPUT;
+                }
+            }
             let opts = RunOptions { run_start, status };
             let on_event = |ev: RunEvent<'_>| match ev {
                 RunEvent::VmFinished(r) => out(&format_summary(r)),
@@ -135,11 +142,21 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
             };
             let results = match runner::run(&config, &opts, &on_event) {
                 Ok(r) => r,
+                Err(e @ runner::RunError::LogDir(_)) => {
+                    eprintln!("pacer run: {e}");
+                    return EXIT_BAD_INPUT;
+                }
                 Err(e) => {
                     eprintln!("pacer run: {e}");
                     return EXIT_VM_FAILED;
                 }
             };
+            if let Some(dir) = &results.run_dir {
+                out(&format!(
+                    "pacer: this run's logs and results: {}\n",
+                    dir.display()
+                ));
+            }
             if let Some(path) = json {
                 let text = serde_json::to_string_pretty(&results).unwrap_or_default();
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

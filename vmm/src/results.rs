@@ -130,6 +130,8 @@ impl VmResult {
 #[derive(Debug, Clone, Serialize)]
 pub struct RunResults {
     pub config: PathBuf,
+    /// This run's directory of consoles and results (`run_dir`).
+    pub run_dir: Option<PathBuf>,
     pub ok: bool,
     pub vms: Vec<VmResult>,
 }
