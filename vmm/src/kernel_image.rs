@@ -2,8 +2,17 @@
 //! program headers (never the segments) and compute the guest-physical
 //! range its PT_LOAD segments occupy, so that `pacer validate` can refuse a
 //! `memory_mib` too small for the image instead of the loader failing later
-//! with "Unable to read kernel image". Every field is bounds-checked; a
-//! hostile header gives an error, never a panic or a huge allocation.
+//! with "Unable to read kernel image".
+//!
+//! It applies the rules of the loader `pacer run` uses (linux-loader's ELF
+//! loader, called by `boot`) and a few of its own, so that an image it
+//! accepts also loads: the program header size is exactly 56 bytes and the
+//! table follows the file header; the entry point is at or above 1 MiB;
+//! every PT_LOAD segment lies at or above 1 MiB (below are the boot
+//! structures) and its bytes are inside the file (a truncated image is
+//! refused here, not half-loaded); a segment occupies the larger of its
+//! file and memory sizes. Every field is bounds-checked; a hostile header
+//! gives an error, never a panic or a huge allocation.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
@@ -17,6 +26,11 @@ const EHDR_SIZE: usize = 64;
 const PHDR_SIZE: usize = 56;
 /// Program headers read at most (the format allows 65535).
 const MAX_PHDRS: usize = 4096;
+/// ELF program header type of a note.
+const PT_NOTE: u32 = 4;
+/// Lowest address of the entry point and of any segment (the boot
+/// structures live below; `boot::HIMEM_START`).
+pub const MIN_LOAD_ADDR: u64 = 0x10_0000;
 
 /// Errors of this module.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -35,6 +49,12 @@ pub enum KernelImageError {
     NoLoad,
     #[error("segment at {addr:#x} + {size:#x} overflows the address space")]
     Overflow { addr: u64, size: u64 },
+    #[error("the entry point {0:#x} is below 1 MiB")]
+    LowEntry(u64),
+    #[error("a segment at {0:#x} lies below 1 MiB, where the boot structures are")]
+    LowSegment(u64),
+    #[error("a segment's {size} bytes at file offset {offset:#x} lie beyond the end of the file ({len} bytes): a truncated image?")]
+    Truncated { offset: u64, size: u64, len: u64 },
 }
 
 /// The memory an image needs.
@@ -45,6 +65,8 @@ pub struct ImageExtent {
     /// One past the highest byte of a PT_LOAD segment (p_paddr + p_memsz).
     pub load_end: u64,
     pub entry: u64,
+    /// PT_NOTE segments (the loader parses them for a PVH entry).
+    pub notes: usize,
 }
 
 impl ImageExtent {
@@ -95,10 +117,18 @@ pub fn parse_extent(read: &mut (impl Read + Seek)) -> Result<ImageExtent, Kernel
     if phnum == 0 {
         return Err(KernelImageError::NoLoad);
     }
-    if phentsize < PHDR_SIZE {
+    if phentsize != PHDR_SIZE {
         return Err(KernelImageError::BadPhdrs(format!(
-            "entry size {phentsize}, want at least {PHDR_SIZE}"
+            "entry size {phentsize}, want {PHDR_SIZE}"
         )));
+    }
+    if phoff < EHDR_SIZE as u64 {
+        return Err(KernelImageError::BadPhdrs(format!(
+            "table at offset {phoff:#x}, inside the file header"
+        )));
+    }
+    if entry < MIN_LOAD_ADDR {
+        return Err(KernelImageError::LowEntry(entry));
     }
     if phnum > MAX_PHDRS {
         return Err(KernelImageError::BadPhdrs(format!("{phnum} entries")));
@@ -108,17 +138,36 @@ pub fn parse_extent(read: &mut (impl Read + Seek)) -> Result<ImageExtent, Kernel
     read.read_exact(&mut table).map_err(|e| {
         KernelImageError::BadPhdrs(format!("{phnum} entries at offset {phoff:#x}: {e}"))
     })?;
+    let file_len = read.seek(SeekFrom::End(0)).map_err(io)?;
     let mut extent: Option<(u64, u64)> = None;
+    let mut notes = 0;
     for ph in table.chunks_exact(phentsize) {
-        if u32_at(ph, 0) != PT_LOAD {
-            continue;
+        match u32_at(ph, 0) {
+            PT_LOAD => {}
+            PT_NOTE => {
+                notes += 1;
+                continue;
+            }
+            _ => continue,
         }
+        let offset = u64_at(ph, 8);
         let paddr = u64_at(ph, 24);
+        let filesz = u64_at(ph, 32);
         let memsz = u64_at(ph, 40);
-        let end = paddr.checked_add(memsz).ok_or(KernelImageError::Overflow {
-            addr: paddr,
-            size: memsz,
-        })?;
+        if filesz > 0 && offset.checked_add(filesz).is_none_or(|end| end > file_len) {
+            return Err(KernelImageError::Truncated {
+                offset,
+                size: filesz,
+                len: file_len,
+            });
+        }
+        let size = filesz.max(memsz);
+        if paddr < MIN_LOAD_ADDR && size > 0 {
+            return Err(KernelImageError::LowSegment(paddr));
+        }
+        let end = paddr
+            .checked_add(size)
+            .ok_or(KernelImageError::Overflow { addr: paddr, size })?;
         extent = Some(match extent {
             None => (paddr, end),
             Some((s, e)) => (s.min(paddr), e.max(end)),
@@ -129,6 +178,7 @@ pub fn parse_extent(read: &mut (impl Read + Seek)) -> Result<ImageExtent, Kernel
         load_start,
         load_end,
         entry,
+        notes,
     })
 }
 
@@ -183,6 +233,23 @@ pub(crate) mod tests {
             parse_extent(&mut Cursor::new(img.clone())),
             Err(KernelImageError::Overflow { .. })
         ));
+        assert_eq!(
+            parse_extent(&mut Cursor::new(elf_with_loads(&[(0x8000, 0x1000)]))),
+            Err(KernelImageError::LowSegment(0x8000))
+        );
+        // File bytes beyond the end of the file.
+        let mut short = elf_with_loads(&[(0x10_0000, 0x1000)]);
+        short[64 + 32..64 + 40].copy_from_slice(&0x1000u64.to_le_bytes());
+        assert!(matches!(
+            parse_extent(&mut Cursor::new(short)),
+            Err(KernelImageError::Truncated { .. })
+        ));
+        let mut low_entry = elf_with_loads(&[(0x10_0000, 0x1000)]);
+        low_entry[24..32].copy_from_slice(&0x7c00u64.to_le_bytes());
+        assert_eq!(
+            parse_extent(&mut Cursor::new(low_entry)),
+            Err(KernelImageError::LowEntry(0x7c00))
+        );
         // Program headers past the end of the file.
         img[32..40].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(matches!(
