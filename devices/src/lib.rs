@@ -15,8 +15,10 @@ pub mod i8042;
 pub mod irq;
 pub mod irqchip;
 pub mod mmio;
+pub mod result_payload;
 pub mod result_port;
 pub mod serial;
+pub mod yield_port;
 
 pub use bus::{IoContext, PioBus, PioDevice};
 pub use irq::InterruptLine;

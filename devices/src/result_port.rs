@@ -33,6 +33,12 @@ pub enum Marker {
     KernelReady,
     WorkloadStart,
     WorkloadDone,
+    /// The boot vCPU is about to start the APs.
+    SmpStart,
+    /// An AP reached 64-bit mode with its local APIC enabled (sent by the AP).
+    ApOnline,
+    /// The boot vCPU has every AP online or given up on it.
+    SmpReady,
     Panic,
     /// A value the protocol does not define (kept, not fatal).
     Unknown(u8),
@@ -45,6 +51,9 @@ impl Marker {
             2 => Marker::KernelReady,
             3 => Marker::WorkloadStart,
             4 => Marker::WorkloadDone,
+            5 => Marker::SmpStart,
+            6 => Marker::ApOnline,
+            7 => Marker::SmpReady,
             0xEE => Marker::Panic,
             other => Marker::Unknown(other),
         }
@@ -56,6 +65,9 @@ impl Marker {
             Marker::KernelReady => "kernel_ready".into(),
             Marker::WorkloadStart => "workload_start".into(),
             Marker::WorkloadDone => "workload_done".into(),
+            Marker::SmpStart => "smp_start".into(),
+            Marker::ApOnline => "ap_online".into(),
+            Marker::SmpReady => "smp_ready".into(),
             Marker::Panic => "panic".into(),
             Marker::Unknown(b) => format!("unknown_{b:#04x}"),
         }
@@ -71,6 +83,14 @@ pub enum RecordKind {
     BootTimes = 3,
     Text = 4,
     Error = 5,
+    /// A latency summary (metric, count, p50, p99, max in ns).
+    Latency = 6,
+    /// Up to four (bucket, count) pairs of a latency histogram.
+    Histogram = 7,
+    SleepDone = 8,
+    PingpongDone = 9,
+    BurstDone = 10,
+    SpinlockDone = 11,
 }
 
 impl RecordKind {
@@ -81,6 +101,12 @@ impl RecordKind {
             3 => RecordKind::BootTimes,
             4 => RecordKind::Text,
             5 => RecordKind::Error,
+            6 => RecordKind::Latency,
+            7 => RecordKind::Histogram,
+            8 => RecordKind::SleepDone,
+            9 => RecordKind::PingpongDone,
+            10 => RecordKind::BurstDone,
+            11 => RecordKind::SpinlockDone,
             _ => return None,
         })
     }
@@ -114,6 +140,8 @@ pub enum RecordError {
     TextTooLong(u64),
     #[error("record port written with {0} bytes (want a 32-bit OUT)")]
     BadAccessSize(usize),
+    #[error("{kind:?} record: {reason}")]
+    BadPayload { kind: RecordKind, reason: String },
 }
 
 fn u16_at(b: &[u8; RECORD_SIZE], o: usize) -> u16 {
@@ -144,6 +172,8 @@ pub fn parse_record(b: &[u8; RECORD_SIZE]) -> Result<ResultRecord, RecordError> 
     for (i, v) in values.iter_mut().enumerate() {
         *v = u64_at(b, 24 + 8 * i);
     }
+    crate::result_payload::decode(kind, &values)
+        .map_err(|reason| RecordError::BadPayload { kind, reason })?;
     Ok(ResultRecord {
         kind,
         vcpu: u32_at(b, 8),
@@ -318,10 +348,28 @@ pub(crate) mod tests {
         let mut b = encode_record(2, 0, 0, 0, [0; 5]);
         b[4] = 2;
         assert_eq!(parse_record(&b), Err(RecordError::BadVersion(2)));
-        let b = encode_record(9, 0, 0, 0, [0; 5]);
-        assert_eq!(parse_record(&b), Err(RecordError::BadKind(9)));
+        let b = encode_record(12, 0, 0, 0, [0; 5]);
+        assert_eq!(parse_record(&b), Err(RecordError::BadKind(12)));
         let b = encode_record(0, 0, 0, 0, [0; 5]);
         assert_eq!(parse_record(&b), Err(RecordError::BadKind(0)));
+    }
+
+    #[test]
+    fn workload_records_and_bad_payloads() {
+        let b = encode_record(9, 1, 3, 0, [10, 1000, 5, 0, 1]);
+        let r = parse_record(&b).unwrap();
+        assert_eq!((r.kind, r.vcpu), (RecordKind::PingpongDone, 1));
+        let b = encode_record(6, 0, 0, 0, [1, 10, 100, 50, 200]);
+        assert!(matches!(
+            parse_record(&b),
+            Err(RecordError::BadPayload {
+                kind: RecordKind::Latency,
+                ..
+            })
+        ));
+        assert_eq!(Marker::from_byte(6), Marker::ApOnline);
+        assert_eq!(Marker::from_byte(5).name(), "smp_start");
+        assert_eq!(Marker::from_byte(7).name(), "smp_ready");
     }
 
     #[test]
@@ -422,6 +470,25 @@ mod proptests {
             let mut out = [0u8; 4];
             dev.read(IoContext { vcpu: 0 }, offset, &mut out[..width]);
             prop_assert!(sink.stops.lock().unwrap().is_empty());
+        }
+
+        /// A well-framed record of any kind with arbitrary values is
+        /// accepted exactly when its payload decodes.
+        #[test]
+        fn any_kind_any_values(kind in 0u16..16, vcpu in any::<u32>(), v in any::<[u64; 5]>()) {
+            let b = encode_record(kind, vcpu, 0, 0, v);
+            match (parse_record(&b), RecordKind::from_u16(kind)) {
+                (Ok(r), Some(k)) => {
+                    prop_assert_eq!(r.kind, k);
+                    prop_assert!(crate::result_payload::decode(k, &v).is_ok());
+                }
+                (Err(RecordError::BadPayload { kind: k2, .. }), Some(k)) => {
+                    prop_assert_eq!(k2, k);
+                    prop_assert!(crate::result_payload::decode(k, &v).is_err());
+                }
+                (Err(RecordError::BadKind(x)), None) => prop_assert_eq!(x, kind),
+                (other, _) => prop_assert!(false, "unexpected {:?}", other),
+            }
         }
     }
 }

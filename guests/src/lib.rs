@@ -35,6 +35,39 @@ mod tests {
     }
 
     #[test]
+    fn bench_guest_has_a_pvh_entry_note() {
+        // A PT_NOTE segment holding the Xen note XEN_ELFNOTE_PHYS32_ENTRY
+        // (18) whose 32-bit address lies in the kernel below 2 MiB: what
+        // QEMU's `-kernel` looks for to boot an ELF through the PVH entry.
+        let img = std::fs::read(bench_guest_elf()).expect("bench guest built");
+        let u16_at = |o: usize| u16::from_le_bytes(img[o..o + 2].try_into().unwrap()) as usize;
+        let u32_at = |o: usize| u32::from_le_bytes(img[o..o + 4].try_into().unwrap()) as usize;
+        let u64_at = |o: usize| u64::from_le_bytes(img[o..o + 8].try_into().unwrap()) as usize;
+        let (phoff, phentsize, phnum) = (u64_at(32), u16_at(54), u16_at(56));
+        let note = (0..phnum)
+            .map(|i| phoff + i * phentsize)
+            .find(|&ph| u32_at(ph) == 4) // PT_NOTE
+            .expect("a PT_NOTE segment");
+        let (off, size) = (u64_at(note + 8), u64_at(note + 32));
+        let mut n = off;
+        let mut entry = None;
+        while n + 12 <= off + size {
+            let (namesz, descsz, ty) = (u32_at(n), u32_at(n + 4), u32_at(n + 8));
+            let name = &img[n + 12..n + 12 + namesz];
+            let desc = n + 12 + namesz.div_ceil(4) * 4;
+            if name == b"Xen\0" && ty == 18 && descsz >= 4 {
+                entry = Some(u32_at(desc));
+            }
+            n = desc + descsz.div_ceil(4) * 4;
+        }
+        let entry = entry.expect("XEN_ELFNOTE_PHYS32_ENTRY");
+        assert!(
+            (0x10_0000..0x20_0000).contains(&entry),
+            "PVH entry {entry:#x}"
+        );
+    }
+
+    #[test]
     fn host_work_runs() {
         let out = std::process::Command::new(host_work())
             .arg("20")

@@ -7,6 +7,7 @@
 //! mode = "low-latency"    # low-latency | power-saving
 //! smt_isolation = false   # SMT siblings only co-run one VM (haiku)
 //! dispatch = "threads"    # threads | workers: how the engine runs vCPUs
+//! halt_poll_us = 200      # idle CPUs poll this long for a wake-up (0: off)
 //! log_dir = "logs"        # relative to this file; default "pacer-logs"
 //!
 //! [host.tunables]         # vcpu_sched tunables, e.g. bursty_load = 375
@@ -47,6 +48,10 @@ use vcpu_sched::{Mode, SchedClass, Tunables};
 
 /// Highest vCPU count per VM (APIC ids 0..=253; 0xff is broadcast).
 pub const MAX_VCPUS: u32 = 254;
+/// Default longest halt-polling window (KVM's default halt_poll_ns).
+pub const DEFAULT_HALT_POLL_US: u64 = 200;
+/// Largest halt-polling window accepted.
+pub const MAX_HALT_POLL_US: i64 = 10_000;
 /// Smallest guest RAM.
 pub const MIN_MEMORY_MIB: u64 = 2;
 /// Largest guest RAM accepted (1 TiB).
@@ -149,6 +154,7 @@ struct RawHost {
     mode: Option<Mode>,
     smt_isolation: Option<Spanned<bool>>,
     dispatch: Option<DispatchKind>,
+    halt_poll_us: Option<Spanned<i64>>,
     tunables: Option<Tunables>,
     log_dir: Option<Spanned<String>>,
 }
@@ -217,6 +223,8 @@ pub struct HostConfig {
     pub mode: Mode,
     pub smt_isolation: bool,
     pub dispatch: DispatchKind,
+    /// Longest halt-polling window of the engine, us (0: off).
+    pub halt_poll_us: u64,
     pub tunables: Tunables,
     /// Absolute or relative to the current directory (already resolved
     /// against the config file's directory).
@@ -605,6 +613,18 @@ impl Config {
             (None, None) => (Policy::default(), "the default policy".to_string()),
         };
         let smt_isolation = rh.smt_isolation.as_ref().is_some_and(|s| *s.get_ref());
+        let halt_poll_us = match &rh.halt_poll_us {
+            Some(h) if !(0..=MAX_HALT_POLL_US).contains(h.get_ref()) => {
+                c.err(
+                    h.span(),
+                    "host.halt_poll_us",
+                    format!("{}: must be between 0 and {MAX_HALT_POLL_US}", h.get_ref()),
+                );
+                0
+            }
+            Some(h) => *h.get_ref() as u64,
+            None => DEFAULT_HALT_POLL_US,
+        };
         if let Some(s) = &rh.smt_isolation {
             if *s.get_ref() && !policy.honours_smt_isolation() {
                 c.err(
@@ -946,6 +966,7 @@ impl Config {
                 mode: rh.mode.unwrap_or_default(),
                 smt_isolation,
                 dispatch: rh.dispatch.unwrap_or_default(),
+                halt_poll_us,
                 tunables: rh.tunables.unwrap_or_default(),
                 log_dir,
             },

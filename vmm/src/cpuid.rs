@@ -25,13 +25,40 @@ const LEVEL_SMT: u32 = 1;
 const LEVEL_CORE: u32 = 2;
 /// Leaf 1 ECX: hypervisor present.
 const ECX_HYPERVISOR: u32 = 1 << 31;
+/// Leaf 1 ECX: the local APIC's TSC-deadline timer mode.
+const ECX_TSC_DEADLINE: u32 = 1 << 24;
 /// Leaf 1 EDX: HTT (more than one logical processor per package).
 const EDX_HTT: u32 = 1 << 28;
+/// Leaf 1 ECX: x2APIC.
+const ECX_X2APIC: u32 = 1 << 21;
+
+/// The guest's physical address width (CPUID 0x80000008 EAX[7:0]; 36 if
+/// the table does not say).
+pub fn phys_addr_bits(table: &CpuId) -> u8 {
+    table
+        .as_slice()
+        .iter()
+        .find(|e| e.function == 0x8000_0008)
+        .map(|e| (e.eax & 0xff) as u8)
+        .filter(|&b| b >= 32)
+        .unwrap_or(36)
+}
 
 /// KVM's supported CPUID table.
 pub fn supported(kvm: &Kvm) -> Result<CpuId, CpuidError> {
     kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
         .map_err(CpuidError::Supported)
+}
+
+/// Advertise the LAPIC's TSC-deadline timer (leaf 1 ECX bit 24). KVM's
+/// in-kernel LAPIC accepts TSC-deadline mode only when the guest's CPUID
+/// has the bit, and KVM_GET_SUPPORTED_CPUID does not always set it.
+pub fn set_tsc_deadline(cpuid: &mut CpuId) {
+    for e in cpuid.as_mut_slice() {
+        if e.function == 0x1 {
+            e.ecx |= ECX_TSC_DEADLINE;
+        }
+    }
 }
 
 /// Bits needed to number `n` cores (the x2APIC id shift of the core level).
@@ -77,7 +104,9 @@ pub fn for_vcpu(base: &CpuId, vcpu: u32, nvcpus: u32) -> Result<CpuId, CpuidErro
                 // EBX[31:24] initial APIC id, EBX[23:16] logical processors
                 // per package, EBX[15:8] CLFLUSH size (kept).
                 e.ebx = (e.ebx & 0x0000_ffff) | (vcpu << 24) | ((nvcpus.min(255)) << 16);
-                e.ecx |= ECX_HYPERVISOR;
+                // x2APIC: both interrupt controllers (KVM's in-kernel one
+                // and Pacer's) implement it.
+                e.ecx |= ECX_HYPERVISOR | ECX_X2APIC;
                 if nvcpus > 1 {
                     e.edx |= EDX_HTT;
                 } else {
@@ -184,6 +213,19 @@ mod tests {
                 .filter(|e| e.function == 0xb && e.index == 0)
                 .count(),
             1
+        );
+    }
+
+    #[test]
+    fn tsc_deadline_bit() {
+        let mut c = base();
+        assert_eq!(find(&c, 1, 0).ecx & ECX_TSC_DEADLINE, 0);
+        set_tsc_deadline(&mut c);
+        assert_ne!(find(&c, 1, 0).ecx & ECX_TSC_DEADLINE, 0);
+        // Carried into every vCPU's table.
+        assert_ne!(
+            find(&for_vcpu(&c, 1, 2).unwrap(), 1, 0).ecx & ECX_TSC_DEADLINE,
+            0
         );
     }
 

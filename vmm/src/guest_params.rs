@@ -282,6 +282,67 @@ mod tests {
         run(line, vcpus).into_iter().map(|e| e.key).collect()
     }
 
+    /// The table here and the one in guests/PROTOCOL.md name the same
+    /// keys, workloads, choices and integer ranges.
+    #[test]
+    fn matches_the_protocol_table() {
+        let text = include_str!("../../guests/PROTOCOL.md");
+        let rows: Vec<(String, String)> = text
+            .lines()
+            .filter_map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                let key = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+                Some((key.to_string(), cells.get(2)?.to_string()))
+            })
+            .filter(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+            .collect();
+        let ticked = |cell: &str| -> Vec<String> {
+            cell.split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect()
+        };
+        let mut documented = Vec::new();
+        for (key, accepted) in &rows {
+            if RESERVED.contains(&key.as_str()) {
+                continue;
+            }
+            // Only the command-line table: its rows have a range or names.
+            let Some(p) = PARAMS.iter().find(|p| p.key == key) else {
+                panic!("PROTOCOL.md documents `{key}` ({accepted}); guest_params does not");
+            };
+            documented.push(p.key);
+            match p.kind {
+                ParamKind::Int { min, max, .. } => {
+                    let range: Vec<u64> = accepted
+                        .split(',')
+                        .next()
+                        .unwrap_or("")
+                        .split('-')
+                        .map(|n| n.trim().parse().unwrap_or(u64::MAX))
+                        .collect();
+                    assert_eq!(range, vec![min, max], "{key}: {accepted}");
+                }
+                ParamKind::Choice(list) => assert_eq!(ticked(accepted), list, "{key}"),
+                ParamKind::PerVcpuWorkloads => {
+                    let names: Vec<String> = ticked(accepted)
+                        .into_iter()
+                        .filter(|w| w != "vcpus")
+                        .collect();
+                    assert_eq!(names, MIXABLE, "{key}");
+                }
+            }
+        }
+        for p in PARAMS {
+            assert!(
+                documented.contains(&p.key),
+                "{} is not in PROTOCOL.md",
+                p.key
+            );
+        }
+    }
+
     #[test]
     fn good_workloads_pass() {
         for line in [

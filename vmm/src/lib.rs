@@ -5,7 +5,8 @@
 //! (ELF + boot_params + GDT + page tables + registers), [`cpuid`], [`msr`],
 //! [`vcpu`] (the vCPU runner, its gate, host-mode thread), [`vm`] (one
 //! VM), [`engine`] (Pacer's own vCPU scheduling), [`host_cpus`] (OS CPU
-//! numbers), [`signals`], [`runner`] (many VMs), [`results`], [`cli`].
+//! numbers), [`signals`], [`runner`] (many VMs), [`results`], [`guest_metrics`] (per-vCPU
+//! workload metrics from the guest's records), [`cli`].
 
 pub mod boot;
 pub mod cli;
@@ -13,6 +14,7 @@ pub mod config;
 pub mod config_errors;
 pub mod cpuid;
 pub mod engine;
+pub mod guest_metrics;
 pub mod guest_params;
 pub mod guest_report;
 pub mod host_cpus;

@@ -3,6 +3,7 @@
 //! written with a single `write` so nothing is lost if Pacer dies), the
 //! in-memory collection, the per-VM summary and the final JSON.
 
+use crate::guest_metrics::{self, GuestErrorEntry, LatencySummary, VcpuMetrics};
 use devices::{Marker, RecordError, RecordKind, ResultRecord};
 use serde::Serialize;
 use std::fs::File;
@@ -57,6 +58,9 @@ pub struct Milestones {
     pub workload_start_ms: Option<f64>,
     pub workload_done_ms: Option<f64>,
     pub first_result_ms: Option<f64>,
+    /// The boot vCPU started the APs / had them all online (SMP guests).
+    pub smp_start_ms: Option<f64>,
+    pub smp_ready_ms: Option<f64>,
     /// The same, relative to the start of the run.
     pub first_instruction_run_ms: Option<f64>,
     pub first_result_run_ms: Option<f64>,
@@ -88,6 +92,11 @@ pub struct VmResult {
     pub work: Vec<VcpuWork>,
     /// Sum over vCPUs of units per second.
     pub total_units_per_s: Option<f64>,
+    /// Per-vCPU metrics of the guest's workload (sleep latency, round
+    /// trips/s, acquisitions/s, burst run fraction, units/s), in vCPU order.
+    pub vcpu_metrics: Vec<VcpuMetrics>,
+    /// The guest's ERROR records (bad parameter, AP that did not start, ...).
+    pub guest_errors: Vec<GuestErrorEntry>,
     pub markers: Vec<MarkerEntry>,
     pub records: Vec<RecordEntry>,
     pub rejected_records: usize,
@@ -115,6 +124,8 @@ impl VmResult {
             milestones: Default::default(),
             work: Vec::new(),
             total_units_per_s: None,
+            vcpu_metrics: Vec::new(),
+            guest_errors: Vec::new(),
             markers: Vec::new(),
             records: Vec::new(),
             rejected_records: 0,
@@ -243,10 +254,26 @@ impl ResultsLog {
         }));
     }
 
+    /// The stop line, which also carries the per-vCPU metrics.
     pub fn stopped(&mut self, status: &str, ok: bool, message: &str, t_ms: f64) {
+        let metrics = self.vcpu_metrics();
         self.append(serde_json::json!({
             "type": "stop", "vm": self.vm, "status": status, "ok": ok, "message": message, "t_ms": t_ms,
+            "vcpu_metrics": metrics,
         }));
+    }
+
+    /// Per-vCPU workload metrics from the records so far.
+    pub fn vcpu_metrics(&self) -> Vec<VcpuMetrics> {
+        guest_metrics::vcpu_metrics(
+            self.records.iter().map(|r| (r.vcpu, &r.record)),
+            self.tsc_khz,
+        )
+    }
+
+    /// The guest's ERROR records so far.
+    pub fn guest_errors(&self) -> Vec<GuestErrorEntry> {
+        guest_metrics::guest_errors(self.records.iter().map(|r| (r.vcpu, &r.record)))
     }
 
     /// Boot milestones from what has arrived so far.
@@ -259,6 +286,8 @@ impl ResultsLog {
             workload_start_ms: first("workload_start").map(|m| m.t_ms),
             workload_done_ms: first("workload_done").map(|m| m.t_ms),
             first_result_ms: self.records.first().map(|r| r.t_ms),
+            smp_start_ms: first("smp_start").map(|m| m.t_ms),
+            smp_ready_ms: first("smp_ready").map(|m| m.t_ms),
             first_instruction_run_ms: fi.map(|m| m.t_run_ms),
             first_result_run_ms: self.records.first().map(|r| r.t_run_ms),
         }
@@ -340,6 +369,15 @@ pub fn format_summary(r: &VmResult) -> String {
                 .unwrap_or_else(|| "-".into())
         );
     }
+    for m in &r.vcpu_metrics {
+        s += &format_metrics(&r.name, m);
+    }
+    for e in &r.guest_errors {
+        s += &format!(
+            "[{}]   vcpu{}: guest error {:?} {:?} (detail {})\n",
+            r.name, e.vcpu, e.error.code, e.error.name, e.error.detail
+        );
+    }
     if r.rejected_records > 0 {
         s += &format!(
             "[{}]   {} result record(s) rejected\n",
@@ -348,6 +386,67 @@ pub fn format_summary(r: &VmResult) -> String {
     }
     if let Some(p) = &r.results_file {
         s += &format!("[{}]   results: {}\n", r.name, p.display());
+    }
+    s
+}
+
+fn latency(l: &LatencySummary) -> String {
+    let t = |ns: u64| {
+        if ns < 10_000 {
+            format!("{ns} ns")
+        } else {
+            format!("{:.1} us", ns as f64 / 1e3)
+        }
+    };
+    format!(
+        "p50 {}, p99 {}, max {} over {}",
+        t(l.p50_ns),
+        t(l.p99_ns),
+        t(l.max_ns),
+        l.count
+    )
+}
+
+/// Summary lines for one vCPU's non-`cpu` metrics (units/s has its own line).
+fn format_metrics(vm: &str, m: &VcpuMetrics) -> String {
+    let mut s = String::new();
+    if let Some(l) = &m.sleep_latency_ns {
+        let missed = m.sleep.as_ref().map(|x| x.missed).unwrap_or(0);
+        s += &format!(
+            "[{vm}]   vcpu{}: sleep wake latency {}, {missed} missed\n",
+            m.vcpu,
+            latency(l)
+        );
+    }
+    if let (Some(p), Some(rate)) = (&m.pingpong, m.roundtrips_per_s) {
+        s += &format!(
+            "[{vm}]   vcpu{}: pingpong with vcpu{}: {} round trips, {rate:.0}/s\n",
+            m.vcpu, p.partner, p.roundtrips
+        );
+    }
+    if let (Some(l), Some(rate)) = (&m.spinlock, m.acquisitions_per_s) {
+        s += &format!(
+            "[{vm}]   vcpu{}: spinlock {} acquisitions, {rate:.0}/s, wait {}\n",
+            m.vcpu,
+            l.acquisitions,
+            l.wait_ns
+                .as_ref()
+                .map(latency)
+                .unwrap_or_else(|| format!("max {} ns", l.max_wait_ns))
+        );
+    }
+    if let Some(b) = &m.burst {
+        s += &format!(
+            "[{vm}]   vcpu{}: burst run fraction {:.3}, {} bursts, {} missed{}\n",
+            m.vcpu,
+            b.run_fraction,
+            b.bursts,
+            b.missed,
+            b.wake_latency_ns
+                .as_ref()
+                .map(|l| format!(", wake latency {}", latency(l)))
+                .unwrap_or_default()
+        );
     }
     s
 }

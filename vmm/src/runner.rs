@@ -148,6 +148,7 @@ pub fn run(
                 smt_isolation: config.host.smt_isolation,
                 tunables: config.host.tunables.clone(),
                 dispatch: config.host.dispatch,
+                halt_poll_ns: config.host.halt_poll_us * 1000,
             },
             CpuMap::from_host(&config.host.cpus)?,
         )?),

@@ -181,6 +181,10 @@ pub struct VcpuRunner {
     fd: VcpuFd,
     handler: Arc<dyn VcpuExitHandler>,
     pub stats: VcpuStats,
+    /// CR8 as last exchanged with a user-space interrupt controller.
+    pub cr8_synced: u64,
+    /// `mmio_exits + msr_exits` when CR8 was last read from it.
+    pub apic_exits_synced: u64,
 }
 
 impl VcpuRunner {
@@ -190,7 +194,20 @@ impl VcpuRunner {
             fd,
             handler,
             stats: VcpuStats::default(),
+            cr8_synced: 0,
+            apic_exits_synced: 0,
         }
+    }
+
+    /// The guest's CR8 as KVM left it (only meaningful without an
+    /// in-kernel irqchip, where KVM keeps CR8 in `kvm_run`).
+    pub fn kvm_cr8(&mut self) -> u64 {
+        self.fd.get_kvm_run().cr8
+    }
+
+    /// The CR8 the guest sees at the next entry.
+    pub fn set_kvm_cr8(&mut self, cr8: u64) {
+        self.fd.get_kvm_run().cr8 = cr8;
     }
 
     pub fn handler(&self) -> &Arc<dyn VcpuExitHandler> {

@@ -6,20 +6,25 @@ use crate::boot;
 use crate::config::VmConfig;
 use crate::cpuid;
 use crate::engine::irq::NoInterrupts;
+use crate::engine::irq::{ChipHost, InterruptSource, TscClock};
 use crate::engine::stats::VcpuSchedStats;
 use crate::engine::{Engine, EngineError, VmSchedSpec, VmSlot};
 use crate::memory::{self, DeviceMemory};
 use crate::msr;
 use crate::results::{ResultsLog, VmResult};
 use crate::vcpu::{
-    VcpuError, VcpuExitHandler, VcpuExitReason, VcpuHandle, VcpuOutcome, VcpuRunner,
+    MsrFault, VcpuError, VcpuExitHandler, VcpuExitReason, VcpuHandle, VcpuOutcome, VcpuRunner,
 };
 use devices::bus::UnknownAccessLog;
 use devices::exit_port::{ExitPort, EXIT_PORT, EXIT_PORT_LEN};
 use devices::i8042::{I8042, I8042_BASE, I8042_LEN};
-use devices::irq::{EventFdLine, InterruptLine, NoInterrupt};
+use devices::irq::{EventFdLine, InterruptLine};
+use devices::irqchip::regs::{IOAPIC_DEFAULT_BASE, IOAPIC_MMIO_LEN};
+use devices::irqchip::IrqChip;
 use devices::result_port::{ResultPort, RESULT_PORT_BASE, RESULT_PORT_LEN};
 use devices::serial::{ConsoleWriter, SerialConsole, COM1_BASE, COM1_IRQ, COM1_LEN};
+use devices::yield_port::{YieldPort, YIELD_PORT, YIELD_PORT_LEN};
+use devices::MmioBus;
 use devices::{IoContext, Marker, PioBus, RecordError, ResultRecord, StopRequest, VmEventSink};
 use kvm_bindings::kvm_userspace_memory_region;
 use kvm_ioctls::{Kvm, VmFd};
@@ -366,6 +371,9 @@ impl StopHandle {
 struct ExitHandler {
     shared: Arc<VmShared>,
     bus: PioBus,
+    mmio: MmioBus,
+    /// Pacer's interrupt controller (scheduled policies).
+    irqchip: Option<Arc<IrqChip>>,
     unknown_pio: UnknownAccessLog,
     unknown_mmio: UnknownAccessLog,
 }
@@ -393,8 +401,15 @@ impl VcpuExitHandler for ExitHandler {
         }
     }
 
-    fn mmio_read(&self, _vcpu: u32, addr: u64, data: &mut [u8]) {
-        data.fill(0xff);
+    fn mmio_read(&self, vcpu: u32, addr: u64, data: &mut [u8]) {
+        if let Some(chip) = &self.irqchip {
+            if chip.lapic_mmio_read(vcpu, addr, data) {
+                return;
+            }
+        }
+        if self.mmio.read(IoContext { vcpu }, addr, data) {
+            return;
+        }
         if let Some(m) = self
             .unknown_mmio
             .note(&self.shared.name, addr, false, data.len())
@@ -403,12 +418,42 @@ impl VcpuExitHandler for ExitHandler {
         }
     }
 
-    fn mmio_write(&self, _vcpu: u32, addr: u64, data: &[u8]) {
+    fn mmio_write(&self, vcpu: u32, addr: u64, data: &[u8]) {
+        if let Some(chip) = &self.irqchip {
+            if chip.lapic_mmio_write(vcpu, addr, data) {
+                return;
+            }
+        }
+        if self.mmio.write(IoContext { vcpu }, addr, data) {
+            return;
+        }
         if let Some(m) = self
             .unknown_mmio
             .note(&self.shared.name, addr, true, data.len())
         {
             log::warn!("{m}");
+        }
+    }
+
+    fn msr_read(&self, vcpu: u32, msr: u32) -> Result<u64, MsrFault> {
+        match &self.irqchip {
+            Some(chip) if IrqChip::handles_msr(msr) => chip.msr_read(vcpu, msr).map_err(|e| {
+                log::debug!("[{}] vcpu{vcpu}: rdmsr {msr:#x}: {e}", self.shared.name);
+                MsrFault
+            }),
+            _ => Err(MsrFault),
+        }
+    }
+
+    fn msr_write(&self, vcpu: u32, msr: u32, value: u64) -> Result<(), MsrFault> {
+        match &self.irqchip {
+            Some(chip) if IrqChip::handles_msr(msr) => {
+                chip.msr_write(vcpu, msr, value).map_err(|e| {
+                    log::debug!("[{}] vcpu{vcpu}: wrmsr {msr:#x}: {e}", self.shared.name);
+                    MsrFault
+                })
+            }
+            _ => Err(MsrFault),
         }
     }
 
@@ -436,6 +481,8 @@ pub struct Vm {
     _vm_fd: VmFd,
     mem: Arc<GuestMemoryMmap>,
     handler: Arc<ExitHandler>,
+    /// Pacer's interrupt controller and its host side (scheduled policies).
+    irqchip: Option<(Arc<ChipHost>, Arc<IrqChip>)>,
     tsc_khz: u32,
     cmdline: String,
     console_log: Option<PathBuf>,
@@ -481,7 +528,13 @@ impl Vm {
         }
 
         // vCPUs.
-        let base_cpuid = cpuid::supported(kvm)?;
+        let mut base_cpuid = cpuid::supported(kvm)?;
+        if !options.in_kernel_irqchip() || kvm.check_extension(kvm_ioctls::Cap::TscDeadlineTimer) {
+            // Pacer's LAPIC and KVM's in-kernel one (with the capability)
+            // have the TSC-deadline timer mode; older kernels leave the
+            // CPUID bit to the VMM.
+            cpuid::set_tsc_deadline(&mut base_cpuid);
+        }
         let msrs = msr::supported_msrs(kvm)?;
         let mut vcpus = Vec::with_capacity(config.vcpus as usize);
         for index in 0..config.vcpus {
@@ -496,6 +549,21 @@ impl Vm {
             vcpus.push((index, fd));
         }
         let tsc_khz = vcpus[0].1.get_tsc_khz().map_err(VmError::TscKhz)?;
+        // Pacer's interrupt controller for the scheduled policies.
+        let irqchip = match &options.scheduling {
+            VcpuScheduling::Host { .. } => None,
+            VcpuScheduling::Scheduled(engine) => {
+                user_space_apic_msrs(&vm_fd)?;
+                let tsc = tsc_clock(&vcpus[0].1, tsc_khz)?;
+                let host = Arc::new(ChipHost::new(
+                    engine,
+                    tsc,
+                    cpuid::phys_addr_bits(&base_cpuid),
+                ));
+                let chip = IrqChip::new(config.vcpus, host.clone());
+                Some((host, chip))
+            }
+        };
         let t_vcpus = start.elapsed();
 
         // Kernel, command line, boot structures.
@@ -564,14 +632,15 @@ impl Vm {
         });
         let sink: Arc<dyn VmEventSink> = shared.clone();
         let dev_err = |e: std::io::Error| VmError::Device(e.to_string());
-        let serial_irq: Arc<dyn InterruptLine> = if options.in_kernel_irqchip() {
-            let line = EventFdLine::new().map_err(dev_err)?;
-            vm_fd
-                .register_irqfd(&line.0, COM1_IRQ)
-                .map_err(|e| VmError::Device(format!("serial irqfd: {e}")))?;
-            Arc::new(line)
-        } else {
-            Arc::new(NoInterrupt)
+        let serial_irq: Arc<dyn InterruptLine> = match &irqchip {
+            Some((_, chip)) => chip.irq_line(COM1_IRQ),
+            None => {
+                let line = EventFdLine::new().map_err(dev_err)?;
+                vm_fd
+                    .register_irqfd(&line.0, COM1_IRQ)
+                    .map_err(|e| VmError::Device(format!("serial irqfd: {e}")))?;
+                Arc::new(line)
+            }
         };
         let console_log = console.as_ref().map(|(p, _)| p.clone());
         let serial = Arc::new(Mutex::new(SerialConsole::new(
@@ -607,9 +676,18 @@ impl Vm {
             Arc::new(Mutex::new(ExitPort::new(sink))),
         )
         .map_err(bus_err)?;
+        bus.insert(YIELD_PORT, YIELD_PORT_LEN, Arc::new(Mutex::new(YieldPort)))
+            .map_err(bus_err)?;
+        let mut mmio = MmioBus::new();
+        if let Some((_, chip)) = &irqchip {
+            mmio.insert(IOAPIC_DEFAULT_BASE, IOAPIC_MMIO_LEN, chip.ioapic_mmio())
+                .map_err(|e| VmError::Device(e.to_string()))?;
+        }
         let handler = Arc::new(ExitHandler {
             shared: shared.clone(),
             bus,
+            mmio,
+            irqchip: irqchip.as_ref().map(|(_, chip)| chip.clone()),
             unknown_pio: UnknownAccessLog::new("port", 64),
             unknown_mmio: UnknownAccessLog::new("MMIO", 64),
         });
@@ -630,6 +708,7 @@ impl Vm {
             _vm_fd: vm_fd,
             mem,
             handler,
+            irqchip,
             tsc_khz,
             cmdline,
             console_log,
@@ -704,7 +783,14 @@ impl Vm {
                     cpus: self.config.cpus.clone(),
                 };
                 let handler: Arc<dyn VcpuExitHandler> = self.handler.clone();
-                let slot = engine.add_vm(&spec, runners, Arc::new(NoInterrupts), handler)?;
+                let irq: Arc<dyn InterruptSource> = match &self.irqchip {
+                    Some((_, chip)) => chip.clone(),
+                    None => Arc::new(NoInterrupts),
+                };
+                let slot = engine.add_vm(&spec, runners, irq, handler)?;
+                if let Some((host, _)) = &self.irqchip {
+                    host.attach(slot);
+                }
                 engine.start_vm(slot);
                 self.vcpus = Some(RunningVcpus::Scheduled(engine, slot));
             }
@@ -814,7 +900,8 @@ impl Vm {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         if !ok && cause != StopCause::Requested {
-            let why = crate::guest_report::guest_reason(&res.records, last_console_line.as_deref());
+            let errors = res.guest_errors();
+            let why = crate::guest_report::guest_reason(&errors, last_console_line.as_deref());
             if let Some(why) = why {
                 log::error!("[{}] {why}", self.config.name);
                 message = format!("{message}; {why}");
@@ -837,6 +924,8 @@ impl Vm {
             milestones: res.milestones(),
             work,
             total_units_per_s: total,
+            vcpu_metrics: res.vcpu_metrics(),
+            guest_errors: res.guest_errors(),
             markers: res.markers.clone(),
             records: res.records.clone(),
             rejected_records: res.rejected,
@@ -891,6 +980,69 @@ impl Drop for Vm {
             self.stop_vcpus();
         }
     }
+}
+
+/// Send the interrupt controller's MSRs (IA32_APIC_BASE, IA32_TSC_DEADLINE,
+/// the x2APIC range) to user space: without an in-kernel local APIC KVM
+/// would handle or refuse them itself.
+fn user_space_apic_msrs(vm_fd: &VmFd) -> Result<(), VmError> {
+    use kvm_bindings::{
+        kvm_enable_cap, kvm_msr_filter, kvm_msr_filter_range, KVM_CAP_X86_USER_SPACE_MSR,
+        KVM_MSR_EXIT_REASON_FILTER, KVM_MSR_EXIT_REASON_INVAL, KVM_MSR_EXIT_REASON_UNKNOWN,
+        KVM_MSR_FILTER_DEFAULT_ALLOW, KVM_MSR_FILTER_READ, KVM_MSR_FILTER_WRITE,
+    };
+    let mut cap = kvm_enable_cap {
+        cap: KVM_CAP_X86_USER_SPACE_MSR,
+        ..Default::default()
+    };
+    cap.args[0] = u64::from(
+        KVM_MSR_EXIT_REASON_INVAL | KVM_MSR_EXIT_REASON_UNKNOWN | KVM_MSR_EXIT_REASON_FILTER,
+    );
+    vm_fd
+        .enable_cap(&cap)
+        .map_err(|e| VmError::Device(format!("KVM_CAP_X86_USER_SPACE_MSR: {e}")))?;
+    // A clear bit denies the access in KVM, which then exits to user space.
+    let deny_x2apic = [0u8; 0x100 / 8];
+    let deny_one = [0u8; 1];
+    let range = |base: u32, nmsrs: u32, bitmap: &[u8]| kvm_msr_filter_range {
+        flags: KVM_MSR_FILTER_READ | KVM_MSR_FILTER_WRITE,
+        nmsrs,
+        base,
+        bitmap: bitmap.as_ptr() as *mut u8,
+    };
+    let mut filter = kvm_msr_filter {
+        flags: KVM_MSR_FILTER_DEFAULT_ALLOW,
+        ..Default::default()
+    };
+    filter.ranges[0] = range(0x800, 0x100, &deny_x2apic);
+    filter.ranges[1] = range(0x1b, 1, &deny_one);
+    filter.ranges[2] = range(0x6e0, 1, &deny_one);
+    // SAFETY: every range's bitmap points to a live local array of at
+    // least nmsrs bits, valid for the duration of the ioctl (KVM copies it).
+    unsafe { vm_fd.set_msr_filter_unchecked(&filter) }
+        .map_err(|e| VmError::Device(format!("KVM_X86_SET_MSR_FILTER: {e}")))
+}
+
+/// The guest TSC against the engine clock: the clock read first, then the
+/// guest's IA32_TSC, so the mapping never lags the guest's TSC (a deadline
+/// already passed fires at once).
+fn tsc_clock(vcpu: &kvm_ioctls::VcpuFd, tsc_khz: u32) -> Result<TscClock, VmError> {
+    use kvm_bindings::{kvm_msr_entry, Msrs};
+    let mut msrs = Msrs::from_entries(&[kvm_msr_entry {
+        index: 0x10,
+        ..Default::default()
+    }])
+    .map_err(|e| VmError::Device(format!("IA32_TSC: {e:?}")))?;
+    let base_ns = crate::engine::clock::now_ns();
+    vcpu.get_msrs(&mut msrs).map_err(|source| VmError::Regs {
+        what: "IA32_TSC",
+        source,
+    })?;
+    Ok(TscClock {
+        base_ns,
+        base_tsc: msrs.as_slice()[0].data,
+        khz: u64::from(tsc_khz),
+    })
 }
 
 /// Open /dev/kvm.

@@ -151,6 +151,7 @@ fn pause_and_resume_under_the_engine() {
                 smt_isolation: false,
                 tunables: Default::default(),
                 dispatch,
+                halt_poll_ns: 200_000,
             },
             CpuMap::from_host(&online).unwrap(),
         )

@@ -232,6 +232,17 @@ impl Lapic {
         Some(v)
     }
 
+    /// INTA for a vector the VMM already injected: IRR -> ISR if it is
+    /// still requested (false otherwise).
+    pub(crate) fn acknowledge_vector(&mut self, vector: u8) -> bool {
+        if !self.irr.test(vector) {
+            return false;
+        }
+        self.irr.clear(vector);
+        self.isr.set(vector);
+        true
+    }
+
     /// Anything for the vCPU to take: what `has_pending_hint` mirrors.
     pub(crate) fn has_work(&self) -> bool {
         self.deliverable().is_some() || !self.events.is_empty()

@@ -425,6 +425,16 @@ impl IrqChip {
         self.with_lapic(vcpu, |l, _| l.acknowledge()).flatten()
     }
 
+    /// INTA for `vector`, which the VMM injected after reading it from
+    /// [`IrqChip::pending_interrupt`]: IRR -> ISR. Acknowledging the very
+    /// vector injected keeps the chip exact when a higher one arrives
+    /// between the two calls (it stays requested). False if `vector` is no
+    /// longer requested.
+    pub fn acknowledge_vector(&self, vcpu: u32, vector: u8) -> bool {
+        self.with_lapic(vcpu, |l, _| l.acknowledge_vector(vector))
+            .unwrap_or(false)
+    }
+
     /// NMI / INIT / SIPI(vector) delivered to vcpu since the last call.
     pub fn take_events(&self, vcpu: u32) -> CpuEvents {
         self.with_lapic(vcpu, |l, _| l.take_events())

@@ -1,5 +1,5 @@
 /* Pacer guest protocol constants (see guests/PROTOCOL.md).
- * The VMM's side lives in devices/src/bench_port.rs; keep them in sync.
+ * The VMM's side lives in devices/src/result_port.rs; keep them in sync.
  * Usable from C and from assembly (.S). */
 #ifndef PACER_ABI_H
 #define PACER_ABI_H
@@ -18,12 +18,16 @@
 #define PACER_PORT_MARKER   0xE00   /* out, 8 bit */
 #define PACER_PORT_RECORD   0xE04   /* out, 32 bit: guest-physical addr of a record */
 #define PACER_PORT_EXIT     0xE08   /* out, 32 bit: exit status */
+#define PACER_PORT_YIELD    0xE0C   /* out, any width: voluntary yield hint (value ignored) */
 
 /* markers */
 #define PACER_MARKER_FIRST_INSTRUCTION 1
 #define PACER_MARKER_KERNEL_READY      2
 #define PACER_MARKER_WORKLOAD_START    3
 #define PACER_MARKER_WORKLOAD_DONE     4
+#define PACER_MARKER_SMP_START         5   /* BSP: about to start the APs */
+#define PACER_MARKER_AP_ONLINE         6   /* an AP: in 64-bit mode, LAPIC on */
+#define PACER_MARKER_SMP_READY         7   /* BSP: every AP online or timed out */
 #define PACER_MARKER_PANIC             0xEE
 
 /* result records */
@@ -36,6 +40,44 @@
 #define PACER_KIND_BOOT_TIMES  3
 #define PACER_KIND_TEXT        4
 #define PACER_KIND_ERROR       5
+#define PACER_KIND_LATENCY     6   /* v0 metric, v1 count, v2 p50 ns, v3 p99 ns, v4 max ns */
+#define PACER_KIND_HISTOGRAM   7   /* v0 metric | pairs << 16; v1..v4 bucket << 48 | count */
+#define PACER_KIND_SLEEP_DONE  8   /* v0 wakes, v1 missed periods, v2 interval ns, v3 ticks */
+#define PACER_KIND_PINGPONG_DONE 9 /* v0 round trips, v1 ticks, v2 per s, v3 partner, v4 role */
+#define PACER_KIND_BURST_DONE 10   /* v0 bursts, v1 missed, v2 ticks, v3 run ticks, v4 ppm */
+#define PACER_KIND_SPINLOCK_DONE 11 /* v0 acquisitions, v1 ticks, v2 per s, v3 max wait ns, v4 cs ns */
+
+/* LATENCY / HISTOGRAM metrics */
+#define PACER_METRIC_SLEEP_WAKE 1  /* sleep: wake TSC - programmed TSC */
+#define PACER_METRIC_BURST_WAKE 2  /* burst: the same, per period */
+#define PACER_METRIC_LOCK_WAIT  3  /* spinlock: time to acquire the lock */
+
+/* Histogram buckets (log-linear, 16 sub-buckets per power of two, in ns):
+ * v < 16 -> bucket v; else with e = floor(log2 v): bucket
+ * 16 * (e - 3) + ((v >> (e - 4)) & 15), covering
+ * [(16 + m) << (e - 4), (17 + m) << (e - 4)). */
+#define PACER_HIST_SUB     16
+#define PACER_HIST_BUCKETS 976
+#define PACER_HIST_PAIRS   4
+#define PACER_HIST_COUNT_BITS 48
+
+/* ERROR codes (v0); v1..v3 hold a NUL-padded ASCII name (24 bytes, the
+ * offending key or workload), v4 a detail value */
+#define PACER_ERR_UNKNOWN_WORKLOAD 1  /* name = the workload */
+#define PACER_ERR_BAD_PARAM        2  /* name = the key */
+#define PACER_ERR_TOO_MANY_VCPUS   3  /* name = "vcpus", detail = the maximum */
+#define PACER_ERR_AP_TIMEOUT       4  /* name = "ap", detail = the vCPU index */
+#define PACER_ERR_NO_LAPIC         5  /* name = the workload that needs one */
+#define PACER_ERR_LOCK_BROKEN      6  /* name = "spinlock", detail = lost updates */
+#define PACER_ERR_NO_TSC_DEADLINE  7  /* name = "timer": timer=deadline, the LAPIC lacks it */
+
+/* exit statuses the bench guest uses */
+#define PACER_EXIT_OK          0
+#define PACER_EXIT_BAD_INPUT   2  /* parameter, workload name, vcpus > max */
+#define PACER_EXIT_NO_LAPIC    3  /* the workload needs a local APIC (or its TSC-deadline
+                                     timer); none found */
+#define PACER_EXIT_AP_FAILED   4  /* an AP did not start; the others' results were reported */
+#define PACER_EXIT_BROKEN      5  /* a self-check failed (spinlock exclusion) */
 
 #define PACER_TEXT_MAX 4096
 

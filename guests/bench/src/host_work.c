@@ -26,15 +26,17 @@ int main(int argc, char **argv)
     double tsc_hz = (__rdtsc() - k0) / (now_s() - c0);
 
     uint64_t ticks = (uint64_t)(tsc_hz * ms / 1000.0);
-    uint64_t units = 0;
+    uint64_t units = 0, state = WORK_STATE_INIT;
+    volatile uint64_t sink;
     double t0 = now_s();
     uint64_t s = __rdtsc(), end = s + ticks, now;
     do {
-        work_unit();
+        sink = work_unit(&state);
         units++;
         now = __rdtsc();
     } while (now < end);
     double el = now_s() - t0;
+    (void)sink;
     printf("units=%llu seconds=%.6f units_per_s=%.0f tsc_khz=%.0f\n",
            (unsigned long long)units, el, units / el, tsc_hz / 1000.0);
     return 0;

@@ -1,10 +1,8 @@
-/* Bench guest kernel, C part: system calls, COM1 output, panic.
- * Ring 0: compiled with -mgeneral-regs-only (no SSE; emulated on PVM). */
-#include <stdint.h>
-#include "pacer_abi.h"
-#include "guest.h"
+/* Bench guest kernel, C part: system calls, polled COM1 output, panic.
+ * Ring 0: compiled with -mgeneral-regs-only (no SSE; emulated on PVM).
+ * Every call acts on the calling CPU (its block, found from RSP). */
+#include "k.h"
 
-extern uint64_t irq_count;
 extern char boot_info[];
 void k_triple_fault(void) __attribute__((noreturn));
 
@@ -14,10 +12,6 @@ struct regs {
     uint64_t vec, err, rip, cs, rflags, rsp, ss;
 };
 
-static inline void outb(uint16_t port, uint8_t v) { __asm__ volatile("outb %0, %1" :: "a"(v), "Nd"(port)); }
-static inline void outl(uint16_t port, uint32_t v) { __asm__ volatile("outl %0, %1" :: "a"(v), "Nd"(port)); }
-static inline uint8_t inb(uint16_t port) { uint8_t v; __asm__ volatile("inb %1, %0" : "=a"(v) : "Nd"(port)); return v; }
-
 static __attribute__((noreturn)) void halt_forever(void)
 {
     for (;;)
@@ -25,7 +19,7 @@ static __attribute__((noreturn)) void halt_forever(void)
 }
 
 static int fifo_on;
-static struct pacer_record krec __attribute__((aligned(64)));
+static volatile uint32_t serial_lock;
 
 /* Polled 16550 output. FIFOs are enabled once; THRE (LSR bit 5) then means
  * the 16-byte transmit FIFO is empty, so one LSR poll per 16 bytes. */
@@ -47,22 +41,50 @@ static void serial_write(const char *s, uint64_t n)
     }
 }
 
-long k_syscall(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t nr)
+/* One writer at a time, so that each SYS_WRITE (a whole line) stays whole.
+ * IF=0 in the kernel: the holder is never interrupted on its own CPU. */
+static void serial_write_locked(const char *s, uint64_t n)
 {
-    (void)a2;
+    while (__atomic_exchange_n(&serial_lock, 1, __ATOMIC_ACQUIRE))
+        while (serial_lock)
+            ;
+    serial_write(s, n);
+    __atomic_store_n(&serial_lock, 0, __ATOMIC_RELEASE);
+}
+
+static uint64_t irq_count(uint64_t which)
+{
+    struct percpu *pc = this_cpu();
+    switch (which) {
+    case IRQ_TIMER: return pc->timer;
+    case IRQ_IPI: return pc->ipi;
+    case IRQ_SPURIOUS: return pc->spurious;
+    case IRQ_OTHER: return pc->other;
+    default: return pc->timer + pc->ipi + pc->spurious + pc->other;
+    }
+}
+
+/* The IRET frame a system call returns through. */
+struct iret_frame {
+    uint64_t rip, cs, rflags, rsp, ss;
+};
+
+long k_syscall(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t nr, struct iret_frame *frame)
+{
     switch (nr) {
     case SYS_WRITE:
-        serial_write((const char *)a0, a1);
+        serial_write_locked((const char *)a0, a1);
         return (long)a1;
     case SYS_MARKER:
         outb(PACER_PORT_MARKER, (uint8_t)a0);
         return 0;
     case SYS_RECORD: {
         const uint64_t *src = (const uint64_t *)a0;
-        uint64_t *dst = (uint64_t *)&krec;
+        uint64_t *dst = (uint64_t *)&this_cpu()->record;
+        uint64_t *rec = dst;
         uint64_t cnt = 8;
         __asm__ volatile("rep movsq" : "+S"(src), "+D"(dst), "+c"(cnt) :: "memory");
-        outl(PACER_PORT_RECORD, (uint32_t)(uintptr_t)&krec);
+        outl(PACER_PORT_RECORD, (uint32_t)(uintptr_t)rec);
         return 0;
     }
     case SYS_EXIT:
@@ -75,7 +97,29 @@ long k_syscall(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t nr)
     case SYS_IDLE:
         halt_forever();
     case SYS_IRQ_COUNT:
-        return (long)irq_count;
+        return (long)irq_count(a0);
+    case SYS_APIC_INIT: {
+        long r = k_apic_init(a0, a1, a2);
+        /* The boot CPU's ring 3 ran with IF=0 so far (k_entry.S); LINT0 is
+         * masked now, or there is no LAPIC to deliver anything through. */
+        frame->rflags |= 0x200;
+        return r;
+    }
+    case SYS_AP_START:
+        return k_ap_start(a0);
+    case SYS_CPU_ID:
+        return this_cpu()->index;
+    case SYS_CPU_COUNT:
+        return cpu_limit;
+    case SYS_SLEEP_UNTIL:
+        return (long)k_sleep_until(a0);
+    case SYS_IPI:
+        return k_ipi(a0);
+    case SYS_WAIT_IPI:
+        return (long)k_wait_ipi(a0);
+    case SYS_YIELD:
+        outb(PACER_PORT_YIELD, 0);
+        return 0;
     default:
         return -1;
     }
@@ -105,13 +149,15 @@ static const char *const exc_names[32] = {
 
 void __attribute__((noreturn)) k_exception(struct regs *r)
 {
-    char buf[256], *p = buf;
+    char buf[320], *p = buf;
     uint64_t cr2;
     __asm__ volatile("mov %%cr2, %0" : "=r"(cr2));
     p = put_str(p, "\r\nPANIC: exception ");
     p = put_str(p, exc_names[r->vec & 31]);
     p = put_str(p, " vector=");
     p = put_hex(p, r->vec);
+    p = put_str(p, " cpu=");
+    p = put_hex(p, this_cpu()->index);
     p = put_str(p, " err=");
     p = put_hex(p, r->err);
     p = put_str(p, " rip=");
@@ -125,6 +171,7 @@ void __attribute__((noreturn)) k_exception(struct regs *r)
     p = put_str(p, " rflags=");
     p = put_hex(p, r->rflags);
     p = put_str(p, "\r\n");
+    /* no lock: the panicking CPU may hold it */
     serial_write(buf, (uint64_t)(p - buf));
     outb(PACER_PORT_MARKER, PACER_MARKER_PANIC);
     outl(PACER_PORT_EXIT, PACER_EXIT_PANIC_BASE + (uint32_t)r->vec);

@@ -1,93 +1,82 @@
-/* Bench guest workloads (ring 3, run natively). Parses the command line,
- * then runs the selected workload and reports through system calls. */
-#include <stdint.h>
-#include "pacer_abi.h"
-#include "guest.h"
+/* Bench guest ring-3 main: the boot CPU (umain) parses and validates the
+ * command line, enables the local APICs (SYS_APIC_INIT), starts the APs one
+ * by one (SYS_AP_START, then waits for the AP to check in, with a timeout),
+ * gives every CPU its workload, releases them together (`go` + an IPI each)
+ * and waits until all have finished (`done` + an IPI each) before it
+ * reports WORKLOAD_DONE and exits. APs enter at uap_main. */
+#include "u.h"
 #include "work.h"
 
-/* ---- system calls: `ud2` traps to the kernel (see k_entry.S ud_entry) ------ */
-static inline long sys3(long nr, long a0, long a1, long a2)
+struct cfg cfg;
+struct ucpu ucpus[MAX_CPUS];
+struct run run;
+
+/* AP check-in: the BSP sets BOOTING before it starts an AP; the AP moves
+ * it to ONLINE, or the BSP to ABANDONED on timeout, whichever comes first
+ * (compare-and-swap), so a late AP never joins a run that gave up on it. */
+enum { CPU_OFF, CPU_BOOTING, CPU_ONLINE, CPU_ABANDONED };
+static uint32_t cpu_state[MAX_CPUS];
+static uint32_t go;
+static uint32_t done;
+
+#define AP_TIMEOUT_MS 1000
+#define MAX_MS        86400000ull      /* one day */
+#define MAX_US        10000000ull      /* 10 s */
+#define MAX_NS        1000000000ull    /* 1 s */
+
+/* ---- command line ---------------------------------------------------------- */
+static int bad_input;
+
+static void param_error(const char *key, const char *v, unsigned vl, const char *want)
 {
-    long ret;
-    register long r10 __asm__("r10");
-    register long r8 __asm__("r8");
-    register long r9 __asm__("r9");
-    __asm__ volatile("ud2"
-                     : "=a"(ret), "+D"(a0), "+S"(a1), "+d"(a2), "=r"(r10), "=r"(r8), "=r"(r9)
-                     : "a"(nr)
-                     : "rcx", "r11", "memory");
-    return ret;
-}
-#define sys(nr, a0, a1) sys3(nr, (long)(a0), (long)(a1), 0)
-
-static uint64_t strlen_(const char *s) { uint64_t n = 0; while (s[n]) n++; return n; }
-static void con(const char *s) { sys(SYS_WRITE, s, strlen_(s)); }
-static void marker(int m) { sys(SYS_MARKER, m, 0); }
-static __attribute__((noreturn)) void sys_exit(int st) { sys(SYS_EXIT, st, 0); for (;;) ; }
-
-static inline uint64_t rdtsc(void)
-{
-    uint32_t lo, hi;
-    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
-    return ((uint64_t)hi << 32) | lo;
-}
-
-/* ---- gcc may emit calls to these --------------------------------------- */
-void *memset(void *d, int c, uint64_t n) { char *p = d; while (n--) *p++ = (char)c; return d; }
-void *memcpy(void *d, const void *s, uint64_t n) { char *p = d; const char *q = s; while (n--) *p++ = *q++; return d; }
-
-/* ---- tiny formatting ------------------------------------------------------ */
-struct buf { char b[512]; unsigned n; };
-static void bs(struct buf *b, const char *s) { while (*s && b->n < sizeof b->b - 1) b->b[b->n++] = *s++; }
-static void bn(struct buf *b, const char *s, unsigned len) { while (len-- && *s && b->n < sizeof b->b - 1) b->b[b->n++] = *s++; }
-static void bu(struct buf *b, uint64_t v)
-{
-    char t[24]; int i = 0;
-    do { t[i++] = (char)('0' + v % 10); v /= 10; } while (v);
-    while (i && b->n < sizeof b->b - 1) b->b[b->n++] = t[--i];
-}
-static void bflush(struct buf *b) { sys(SYS_WRITE, b->b, b->n); b->n = 0; }
-
-/* ---- records -------------------------------------------------------------- */
-static uint32_t seq;
-static void record(uint16_t kind, uint64_t v0, uint64_t v1, uint64_t v2, uint64_t v3, uint64_t v4)
-{
-    struct pacer_record r __attribute__((aligned(64)));
-    r.magic = PACER_RECORD_MAGIC;
-    r.version = PACER_RECORD_VERSION;
-    r.kind = kind;
-    r.vcpu = 0;
-    r.seq = seq++;
-    r.tsc = rdtsc();
-    r.v[0] = v0; r.v[1] = v1; r.v[2] = v2; r.v[3] = v3; r.v[4] = v4;
-    sys(SYS_RECORD, &r, 0);
+    struct buf b = { .n = 0 };
+    bs(&b, "pacer-bench: error: bad value for ");
+    bs(&b, key);
+    bs(&b, ": \"");
+    bn(&b, v, vl);
+    bs(&b, "\" (want ");
+    bs(&b, want);
+    bs(&b, ")\r\n");
+    bflush(&b);
+    unsigned kl = 0;
+    while (key[kl])
+        kl++;
+    record_error(&ucpus[0], PACER_ERR_BAD_PARAM, key, kl, 0);
+    bad_input = 1;
 }
 
-/* ---- command line --------------------------------------------------------- */
-static struct {
-    const char *workload; unsigned workload_len;
-    uint64_t duration_ms, report_ms, tsc_khz, vcpus;
-} cfg = { "cpu", 3, 1000, 100, 0, 1 };
-
-static int keyis(const char *k, unsigned kl, const char *want)
-{
-    unsigned i = 0;
-    for (; i < kl; i++)
-        if (want[i] != k[i])
-            return 0;
-    return want[i] == 0;
-}
-
-static uint64_t parse_u(const char *v, unsigned vl, int *ok)
+/* An unsigned decimal in [min, max]: digits only, no sign, no overflow. */
+static void num(const char *key, const char *v, unsigned vl, uint64_t min, uint64_t max,
+                const char *want, uint64_t *out)
 {
     uint64_t x = 0;
-    *ok = vl > 0;
-    for (unsigned i = 0; i < vl; i++) {
-        if (v[i] < '0' || v[i] > '9') { *ok = 0; return 0; }
-        x = x * 10 + (uint64_t)(v[i] - '0');
+    int ok = vl > 0 && vl <= 20;
+    for (unsigned i = 0; ok && i < vl; i++) {
+        if (v[i] < '0' || v[i] > '9' || x > (~0ull - 9) / 10)
+            ok = 0;
+        else
+            x = x * 10 + (uint64_t)(v[i] - '0');
     }
-    return x;
+    if (!ok || x < min || x > max)
+        param_error(key, v, vl, want);
+    else
+        *out = x;
 }
+
+static int role_of(const char *w, unsigned wl)
+{
+    if (keyis(w, wl, "cpu")) return ROLE_CPU;
+    if (keyis(w, wl, "sleep")) return ROLE_SLEEP;
+    if (keyis(w, wl, "pingpong")) return ROLE_PINGPONG;
+    if (keyis(w, wl, "burst")) return ROLE_BURST;
+    if (keyis(w, wl, "spinlock")) return ROLE_SPINLOCK;
+    return ROLE_NONE;
+}
+
+static uint64_t ap_skip;       /* test knob: never start this AP (0: none) */
+static const char *mixed_v;
+static unsigned mixed_vl;
+static int vcpus_too_many;
 
 static void parse_cmdline(const char *s, unsigned len)
 {
@@ -103,15 +92,34 @@ static void parse_cmdline(const char *s, unsigned len)
         unsigned kl = 0, vl = 0;
         while (t0 + kl < i && k[kl] != '=') kl++;
         if (t0 + kl < i) { v = k + kl + 1; vl = i - t0 - kl - 1; }
-        int ok = 1;
-        uint64_t x;
         if (keyis(k, kl, "workload")) { cfg.workload = v; cfg.workload_len = vl; }
-        else if (keyis(k, kl, "duration_ms")) { x = parse_u(v, vl, &ok); if (ok) cfg.duration_ms = x; }
-        else if (keyis(k, kl, "report_ms")) { x = parse_u(v, vl, &ok); if (ok && x) cfg.report_ms = x; }
-        else if (keyis(k, kl, "tsc_khz")) { x = parse_u(v, vl, &ok); if (ok) cfg.tsc_khz = x; }
-        else if (keyis(k, kl, "vcpus")) { x = parse_u(v, vl, &ok); if (ok && x) cfg.vcpus = x; }
+        else if (keyis(k, kl, "duration_ms")) num("duration_ms", v, vl, 1, MAX_MS, "1..86400000", &cfg.duration_ms);
+        else if (keyis(k, kl, "report_ms")) num("report_ms", v, vl, 1, MAX_MS, "1..86400000", &cfg.report_ms);
+        else if (keyis(k, kl, "tsc_khz")) num("tsc_khz", v, vl, 1, 100000000, "1..100000000", &cfg.tsc_khz);
+        else if (keyis(k, kl, "vcpus")) {
+            uint64_t x = 0;
+            num("vcpus", v, vl, 1, ~0ull, "1..254", &x);
+            vcpus_too_many = x > MAX_CPUS;     /* the last vcpus= counts */
+            if (x && x <= MAX_CPUS) cfg.vcpus = x;
+        }
+        else if (keyis(k, kl, "interval_us")) num("interval_us", v, vl, 1, MAX_US, "1..10000000", &cfg.interval_us);
+        else if (keyis(k, kl, "period_us")) num("period_us", v, vl, 1, MAX_US, "1..10000000", &cfg.period_us);
+        else if (keyis(k, kl, "run_us")) num("run_us", v, vl, 1, MAX_US, "1..10000000, at most period_us", &cfg.run_us);
+        else if (keyis(k, kl, "cs_ns")) num("cs_ns", v, vl, 0, MAX_NS, "0..1000000000", &cfg.cs_ns);
+        else if (keyis(k, kl, "gap_ns")) num("gap_ns", v, vl, 0, MAX_NS, "0..1000000000", &cfg.gap_ns);
+        else if (keyis(k, kl, "apic")) {
+            if (keyis(v, vl, "x2apic")) cfg.x2apic = 1;
+            else if (keyis(v, vl, "xapic")) cfg.x2apic = 0;
+            else param_error("apic", v, vl, "x2apic or xapic");
+        }
+        else if (keyis(k, kl, "timer")) {
+            if (keyis(v, vl, "deadline")) cfg.deadline = 1;
+            else if (keyis(v, vl, "oneshot")) cfg.deadline = 0;
+            else param_error("timer", v, vl, "deadline or oneshot");
+        }
+        else if (keyis(k, kl, "mixed")) { mixed_v = v; mixed_vl = vl; }
+        else if (keyis(k, kl, "ap_skip")) num("ap_skip", v, vl, 1, MAX_CPUS - 1, "1..253", &ap_skip);
         else { bs(&unk, " "); bn(&unk, k, i - t0); n_unk++; }
-        if (!ok) { bs(&unk, " (bad)"); bn(&unk, k, i - t0); n_unk++; }
     }
     if (n_unk) {
         struct buf b = { .n = 0 };
@@ -119,6 +127,43 @@ static void parse_cmdline(const char *s, unsigned len)
         bn(&b, unk.b, unk.n);
         bs(&b, "\r\n");
         bflush(&b);
+    }
+}
+
+/* Checks that need several keys; runs after parse_cmdline. */
+static void check_cmdline(void)
+{
+    if (vcpus_too_many) {
+        struct buf b = { .n = 0 };
+        bs(&b, "pacer-bench: error: vcpus exceeds the maximum of ");
+        bu(&b, MAX_CPUS);
+        bs(&b, "\r\n");
+        bflush(&b);
+        record_error(&ucpus[0], PACER_ERR_TOO_MANY_VCPUS, "vcpus", 5, MAX_CPUS);
+        bad_input = 1;
+    }
+    if (cfg.run_us > cfg.period_us) {
+        struct buf v = { .n = 0 };
+        bu(&v, cfg.run_us);
+        param_error("run_us", v.b, v.n, "at most period_us");
+    }
+    if (keyis(cfg.workload, cfg.workload_len, "mixed")) {
+        /* one entry per vCPU: cpu, sleep, pingpong, burst or spinlock */
+        unsigned n = 0, i = 0;
+        int ok = mixed_v != 0;
+        while (ok && i <= mixed_vl) {
+            unsigned t0 = i;
+            while (i < mixed_vl && mixed_v[i] != ',') i++;
+            int r = role_of(mixed_v + t0, i - t0);
+            if (r == ROLE_NONE || n >= cfg.vcpus)
+                ok = 0;
+            else
+                cfg.mixed[n++] = (uint8_t)r;
+            i++;
+        }
+        if (!ok || n != cfg.vcpus)
+            param_error("mixed", mixed_v ? mixed_v : "", mixed_v ? mixed_vl : 0,
+                        "one of cpu,sleep,pingpong,burst,spinlock per vCPU, comma-separated");
     }
 }
 
@@ -140,61 +185,141 @@ static uint64_t cpuid_tsc_khz(void)
     return 2000000;
 }
 
-/* a * b / c with a 128-bit intermediate (no libgcc: one MUL, one DIV) */
-static uint64_t muldiv(uint64_t a, uint64_t b, uint64_t c)
+/* ---- SMP ------------------------------------------------------------------------ */
+/* Halt (LAPIC timer) for a short while: lets a booting AP have the host
+ * CPU when vCPUs share one. */
+static void nap_us(uint64_t us)
 {
-    uint64_t hi, lo, q, r;
-    if (!c)
-        return 0;
-    __asm__("mulq %3" : "=a"(lo), "=d"(hi) : "a"(a), "rm"(b));
-    if (hi >= c)
-        return ~0ull;
-    __asm__("divq %4" : "=a"(q), "=d"(r) : "a"(lo), "d"(hi), "rm"(c));
-    return q;
+    sys(SYS_SLEEP_UNTIL, rdtsc() + ns_to_ticks(us * 1000), 0);
 }
 
-/* ---- workloads ------------------------------------------------------------ */
-static __attribute__((noreturn)) void wl_cpu(void)
+/* Start APs 1..vcpus-1 one after the other; returns how many failed. */
+static unsigned start_aps(struct ucpu *c)
 {
-    uint64_t khz = cfg.tsc_khz;
-    uint64_t report = cfg.report_ms * khz, dur = cfg.duration_ms * khz;
-    uint64_t units = 0, last_units = 0;
-    marker(PACER_MARKER_WORKLOAD_START);
-    uint64_t t0 = rdtsc(), last = t0, next = t0 + report, end = t0 + dur, now;
-    for (;;) {
-        work_unit();
-        units++;
-        now = rdtsc();
-        if (now >= next) {
-            record(PACER_KIND_WORK_SAMPLE, units - last_units, now - last, units, now - t0, 0);
-            last_units = units;
-            last = now;
-            next += report;
-            if (next <= now)
-                next = now + report;
+    unsigned failed = 0;
+    uint64_t timeout = ns_to_ticks(AP_TIMEOUT_MS * 1000000ull);
+    marker(PACER_MARKER_SMP_START);
+    for (uint32_t i = 1; i < cfg.vcpus; i++) {
+        __atomic_store_n(&cpu_state[i], CPU_BOOTING, __ATOMIC_SEQ_CST);
+        uint64_t t0 = rdtsc();
+        if (i != ap_skip)
+            sys(SYS_AP_START, i, 0);
+        while (__atomic_load_n(&cpu_state[i], __ATOMIC_ACQUIRE) == CPU_BOOTING &&
+               rdtsc() - t0 < timeout)
+            nap_us(20);
+        uint32_t want = CPU_BOOTING;
+        if (__atomic_compare_exchange_n(&cpu_state[i], &want, CPU_ABANDONED, 0,
+                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+            struct buf b = { .n = 0 };
+            bs(&b, "pacer-bench: error: vCPU "); bu(&b, i);
+            bs(&b, " did not start within "); bu(&b, AP_TIMEOUT_MS);
+            bs(&b, " ms; continuing without it\r\n");
+            bflush(&b);
+            record_error(c, PACER_ERR_AP_TIMEOUT, "ap", 2, i);
+            failed++;
         }
-        if (now >= end)
-            break;
     }
-    uint64_t ticks = now - t0;
-    uint64_t ups = muldiv(units, khz * 1000, ticks);
-    record(PACER_KIND_WORK_DONE, units, ticks, ups, 0, 0);
-    struct buf b = { .n = 0 };
-    bs(&b, "pacer-bench: cpu done units="); bu(&b, units);
-    bs(&b, " ticks="); bu(&b, ticks);
-    bs(&b, " units_per_s="); bu(&b, ups);
-    bs(&b, " irqs="); bu(&b, (uint64_t)sys(SYS_IRQ_COUNT, 0, 0));
-    bs(&b, "\r\n");
-    bflush(&b);
-    marker(PACER_MARKER_WORKLOAD_DONE);
-    sys_exit(0);
+    marker(PACER_MARKER_SMP_READY);
+    return failed;
 }
 
-static const char text_meta[] = "guest=pacer-bench abi=1 work_iters=2048";
+static int is_online(uint32_t i)
+{
+    return i == 0 || __atomic_load_n(&cpu_state[i], __ATOMIC_ACQUIRE) == CPU_ONLINE;
+}
+
+/* Every online CPU's role; pingpong pairs form in vCPU order among the
+ * online CPUs that want pingpong, an unpaired one runs cpu. */
+static void assign_roles(int role)
+{
+    int waiting = -1;
+    for (uint32_t i = 0; i < cfg.vcpus; i++) {
+        if (!is_online(i))
+            continue;
+        int r = role == ROLE_NONE && keyis(cfg.workload, cfg.workload_len, "mixed")
+                    ? cfg.mixed[i] : role;
+        run.role[i] = (uint8_t)r;
+        if (r != ROLE_PINGPONG)
+            continue;
+        if (waiting < 0) {
+            waiting = (int)i;
+        } else {
+            run.partner[waiting] = (uint8_t)i;
+            run.partner[i] = (uint8_t)waiting;
+            waiting = -1;
+        }
+    }
+    if (waiting >= 0)
+        run.role[waiting] = ROLE_CPU;
+}
+
+/* Wait for `go`, then for the common start time. */
+static void await_start(void)
+{
+    uint64_t seen = (uint64_t)sys(SYS_IRQ_COUNT, IRQ_IPI, 0);
+    while (!__atomic_load_n(&go, __ATOMIC_ACQUIRE))
+        seen = (uint64_t)sys(SYS_WAIT_IPI, seen, 0);
+    if (rdtsc() < run.t_start)
+        sys(SYS_SLEEP_UNTIL, run.t_start, 0);
+    while (rdtsc() < run.t_start)     /* no LAPIC: the sleep returned at once */
+        cpu_relax();
+}
+
+__attribute__((noreturn)) void uap_main(uint32_t id)
+{
+    struct ucpu *c = &ucpus[id];
+    c->id = id;
+    c->work_state = WORK_STATE_INIT + id;
+    uint32_t want = CPU_BOOTING;
+    if (!__atomic_compare_exchange_n(&cpu_state[id], &want, CPU_ONLINE, 0, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST))
+        sys(SYS_IDLE, 0, 0);    /* the BSP gave up on us: stay out */
+    await_start();
+    run_role(c);
+    __atomic_fetch_add(&done, 1, __ATOMIC_SEQ_CST);
+    sys(SYS_IPI, 0, 0);
+    sys(SYS_IDLE, 0, 0);
+    for (;;)
+        ;
+}
+
+static const char text_meta[] = "guest=pacer-bench abi=2 work_iters=2048 max_vcpus=254";
+
+static __attribute__((noreturn)) void single_cpu_workload(const char *w, unsigned wl)
+{
+    if (keyis(w, wl, "triple_fault")) {
+        con("pacer-bench: triple-faulting on purpose\r\n");
+        sys(SYS_TRIPLE_FAULT, 0, 0);
+    }
+    if (keyis(w, wl, "idle")) {
+        con("pacer-bench: idle (cli; hlt forever)\r\n");
+        marker(PACER_MARKER_WORKLOAD_START);
+        sys(SYS_IDLE, 0, 0);
+    }
+    con("pacer-bench: touching unmapped memory on purpose\r\n");
+    *(volatile uint64_t *)(uintptr_t)0x7f0000000000ull = 1;  /* #PF -> kernel panic */
+    for (;;)
+        ;
+}
 
 __attribute__((noreturn)) void umain(struct boot_info *bi)
 {
+    struct ucpu *c = &ucpus[0];
+    c->work_state = WORK_STATE_INIT;
+    cfg.workload = "cpu";
+    cfg.workload_len = 3;
+    cfg.duration_ms = 1000;
+    cfg.report_ms = 100;
+    cfg.vcpus = 1;
+    cfg.interval_us = 1000;
+    cfg.period_us = 1000;
+    cfg.run_us = 300;
+    cfg.cs_ns = 2000;
+    cfg.gap_ns = 2000;
+    cfg.x2apic = 1;
+    cfg.deadline = 1;
     parse_cmdline(bi->cmdline, bi->cmdline_len);
+    check_cmdline();
     if (!cfg.tsc_khz) {
         cfg.tsc_khz = cpuid_tsc_khz();
         con("pacer-bench: no tsc_khz= on the command line, using CPUID\r\n");
@@ -210,35 +335,98 @@ __attribute__((noreturn)) void umain(struct boot_info *bi)
     bs(&b, " report_ms="); bu(&b, cfg.report_ms);
     bs(&b, " tsc_khz="); bu(&b, cfg.tsc_khz);
     bs(&b, " vcpus="); bu(&b, cfg.vcpus);
+    bs(&b, cfg.x2apic ? " apic=x2apic" : " apic=xapic");
+    bs(&b, cfg.deadline ? " timer=deadline" : " timer=oneshot");
     bs(&b, " ram_mib="); bu(&b, ram >> 20);
     bs(&b, "\r\n");
     bflush(&b);
-    record(PACER_KIND_TEXT, (uint64_t)(uintptr_t)text_meta, sizeof text_meta - 1, 0, 0, 0);
+    record(c, PACER_KIND_TEXT, (uint64_t)(uintptr_t)text_meta, sizeof text_meta - 1, 0, 0, 0);
+    if (bad_input)
+        sys_exit(PACER_EXIT_BAD_INPUT);
 
     const char *w = cfg.workload;
     unsigned wl = cfg.workload_len;
-    if (keyis(w, wl, "cpu"))
-        wl_cpu();
-    if (keyis(w, wl, "boot")) {
-        marker(PACER_MARKER_WORKLOAD_START);
-        record(PACER_KIND_BOOT_TIMES, bi->tsc_first, bi->tsc_ready, 0, 0, 0);
-        marker(PACER_MARKER_WORKLOAD_DONE);
-        sys_exit(0);
+    if (keyis(w, wl, "triple_fault") || keyis(w, wl, "idle") || keyis(w, wl, "panic"))
+        single_cpu_workload(w, wl);
+    int role = role_of(w, wl);
+    int is_boot = keyis(w, wl, "boot"), is_mixed = keyis(w, wl, "mixed");
+    if (role == ROLE_NONE && !is_boot && !is_mixed) {
+        con("pacer-bench: unknown workload\r\n");
+        record_error(c, PACER_ERR_UNKNOWN_WORKLOAD, w, wl, 0);
+        sys_exit(PACER_EXIT_BAD_INPUT);
     }
-    if (keyis(w, wl, "triple_fault")) {
-        con("pacer-bench: triple-faulting on purpose\r\n");
-        sys(SYS_TRIPLE_FAULT, 0, 0);
+
+    /* Local APICs, then the APs. */
+    unsigned failed = 0;
+    uint64_t flags = (cfg.x2apic ? APIC_F_X2APIC : 0) | (cfg.deadline ? APIC_F_DEADLINE : 0);
+    long apic = sys3(SYS_APIC_INIT, (long)flags, (long)cfg.tsc_khz, (long)cfg.vcpus);
+    if (apic == -2) {
+        con("pacer-bench: error: timer=deadline: this local APIC has no TSC-deadline mode\r\n");
+        record_error(c, PACER_ERR_NO_TSC_DEADLINE, "timer", 5, 0);
+        sys_exit(PACER_EXIT_NO_LAPIC);
     }
-    if (keyis(w, wl, "idle")) {
-        con("pacer-bench: idle (cli; hlt forever)\r\n");
-        marker(PACER_MARKER_WORKLOAD_START);
-        sys(SYS_IDLE, 0, 0);
+    if (apic != 0) {
+        int needs = role == ROLE_SLEEP || role == ROLE_BURST || role == ROLE_PINGPONG || is_mixed;
+        if (needs) {
+            con("pacer-bench: error: this workload needs a local APIC and there is none\r\n");
+            record_error(c, PACER_ERR_NO_LAPIC, w, wl, 0);
+            sys_exit(PACER_EXIT_NO_LAPIC);
+        }
+        con("pacer-bench: no local APIC: running on vCPU 0 only\r\n");
+        cfg.vcpus = 1;
+    } else if (cfg.vcpus > 1) {
+        failed = start_aps(c);
     }
-    if (keyis(w, wl, "panic")) {
-        con("pacer-bench: touching unmapped memory on purpose\r\n");
-        *(volatile uint64_t *)(uintptr_t)0x7f0000000000ull = 1;  /* #PF -> kernel panic */
+    uint64_t tsc_smp = rdtsc();
+    uint32_t online = 0;
+    for (uint32_t i = 0; i < cfg.vcpus; i++)
+        online += (uint32_t)is_online(i);
+
+    assign_roles(role);
+    /* Release everyone together: 2 ms from now plus 0.1 ms per CPU to
+     * deliver the `go` IPIs. */
+    run.t_start = rdtsc() + ns_to_ticks(2000000 + 100000ull * online);
+    run.t_end = run.t_start + cfg.duration_ms * cfg.tsc_khz;
+    marker(PACER_MARKER_WORKLOAD_START);
+    __atomic_store_n(&go, 1, __ATOMIC_SEQ_CST);
+    for (uint32_t i = 1; i < cfg.vcpus; i++)
+        if (is_online(i))
+            sys(SYS_IPI, i, 0);
+    if (is_boot)
+        record(c, PACER_KIND_BOOT_TIMES, bi->tsc_first, bi->tsc_ready, tsc_smp, online, 0);
+    else
+        await_start();
+    run_role(c);
+    __atomic_fetch_add(&done, 1, __ATOMIC_SEQ_CST);
+
+    /* Wait for the others (they IPI us after bumping `done`). */
+    uint64_t seen = (uint64_t)sys(SYS_IRQ_COUNT, IRQ_IPI, 0);
+    while (__atomic_load_n(&done, __ATOMIC_ACQUIRE) < online)
+        seen = (uint64_t)sys(SYS_WAIT_IPI, seen, 0);
+
+    int status = failed ? PACER_EXIT_AP_FAILED : PACER_EXIT_OK;
+    uint64_t acq = 0, rate = 0;
+    int any_lock = 0;
+    for (uint32_t i = 0; i < cfg.vcpus; i++) {
+        if (is_online(i) && run.role[i] == ROLE_SPINLOCK) {
+            any_lock = 1;
+            acq += ucpus[i].acquisitions;
+            rate += per_second(ucpus[i].acquisitions, ucpus[i].ticks);
+        }
     }
-    con("pacer-bench: unknown workload\r\n");
-    record(PACER_KIND_ERROR, 1, 0, 0, 0, 0);
-    sys_exit(2);
+    if (any_lock) {
+        uint64_t inside = spinlock_inside();
+        b.n = 0;
+        bs(&b, "pacer-result vcpu=all workload=spinlock acquisitions="); bu(&b, acq);
+        bs(&b, " acquisitions_per_s="); bu(&b, rate);
+        bs(&b, "\r\n");
+        bflush(&b);
+        if (inside != acq) {
+            con("pacer-bench: error: spinlock mutual exclusion broken (lost updates)\r\n");
+            record_error(c, PACER_ERR_LOCK_BROKEN, "spinlock", 8, acq - inside);
+            status = PACER_EXIT_BROKEN;
+        }
+    }
+    marker(PACER_MARKER_WORKLOAD_DONE);
+    sys_exit(status);
 }

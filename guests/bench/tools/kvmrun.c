@@ -68,6 +68,9 @@ static const char *marker_name(int m)
     case 2: return "KERNEL_READY";
     case 3: return "WORKLOAD_START";
     case 4: return "WORKLOAD_DONE";
+    case 5: return "SMP_START";
+    case 6: return "AP_ONLINE";
+    case 7: return "SMP_READY";
     case 0xEE: return "PANIC";
     default: return "?";
     }

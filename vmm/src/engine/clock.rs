@@ -158,3 +158,90 @@ mod tests {
         .unwrap();
     }
 }
+
+/// How long a thread whose CPU went idle keeps polling for new work before
+/// it sleeps (KVM's adaptive halt polling, in user space): a wake-up that
+/// comes within the window finds the thread running on its CPU, with no
+/// futex wake across CPUs. The window grows (doubling from `START_NS`) while
+/// blocks end within `max`, and shrinks (halving) after a block longer than
+/// `max`; `max = 0` turns polling off.
+#[derive(Debug, Clone, Copy)]
+pub struct HaltPoll {
+    pub window_ns: u64,
+    pub max_ns: u64,
+}
+
+impl HaltPoll {
+    /// KVM's halt_poll_ns_grow_start.
+    const START_NS: u64 = 10_000;
+
+    pub fn new(max_ns: u64) -> HaltPoll {
+        HaltPoll {
+            window_ns: 0,
+            max_ns,
+        }
+    }
+
+    /// Spin until `done()` or the window ends; true if `done()` came true.
+    pub fn poll(&self, done: impl Fn() -> bool) -> bool {
+        if self.window_ns == 0 {
+            return done();
+        }
+        let end = now_ns() + self.window_ns;
+        loop {
+            if done() {
+                return true;
+            }
+            if now_ns() >= end {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Adapt the window to a block that lasted `blocked_ns`.
+    pub fn adapt(&mut self, blocked_ns: u64) {
+        if self.max_ns == 0 {
+            self.window_ns = 0;
+        } else if blocked_ns > self.max_ns {
+            self.window_ns /= 2;
+            if self.window_ns < Self::START_NS {
+                self.window_ns = 0;
+            }
+        } else if blocked_ns > self.window_ns {
+            self.window_ns = (self.window_ns * 2).clamp(Self::START_NS, self.max_ns);
+        }
+    }
+}
+
+#[cfg(test)]
+mod poll_tests {
+    use super::*;
+
+    #[test]
+    fn window_grows_with_short_blocks_and_shrinks_with_long_ones() {
+        let mut p = HaltPoll::new(200_000);
+        assert_eq!(p.window_ns, 0);
+        p.adapt(50_000);
+        assert_eq!(p.window_ns, 10_000);
+        for _ in 0..10 {
+            p.adapt(150_000);
+        }
+        // Doubling stops once blocks end within the window.
+        assert_eq!(p.window_ns, 160_000);
+        p.adapt(190_000);
+        assert_eq!(p.window_ns, 200_000, "clamped at the maximum");
+        p.adapt(5_000); // within the window: unchanged
+        assert_eq!(p.window_ns, 200_000);
+        p.adapt(10_000_000);
+        assert_eq!(p.window_ns, 100_000);
+        for _ in 0..5 {
+            p.adapt(10_000_000);
+        }
+        assert_eq!(p.window_ns, 0);
+        let mut off = HaltPoll::new(0);
+        off.adapt(1);
+        assert_eq!(off.window_ns, 0);
+        assert!(off.poll(|| true) && !off.poll(|| false));
+    }
+}

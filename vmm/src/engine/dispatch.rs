@@ -88,6 +88,7 @@ impl Engine {
         if now_ns() >= quantum_end {
             return Next::Stop(Stop::Quantum);
         }
+        irq::sync_cr8(vm.irq.as_ref(), runner);
         if *last == VcpuStep::Start || vm.irq.has_pending_hint(v.index) {
             if let Some(stop) = self.take_cpu_events(vm, v, runner) {
                 return Next::Stop(stop);
@@ -177,26 +178,50 @@ impl Engine {
     ) -> (Option<Arc<EngineVcpu>>, Vec<CpuId>) {
         slot.kick_pending.store(false, Ordering::Release);
         let now = now_ns();
-        let d = self
-            .scheduler()
-            .schedule(slot.id, now, reason)
-            .unwrap_or_else(|e| {
-                log::error!("schedule(CPU {}): {e}", slot.host);
-                Dispatch::idle()
-            });
-        let next = d.entity.and_then(|e| {
-            let v = self.vcpu_of(e);
-            if v.is_none() {
-                log::error!(
-                    "the scheduler dispatched unknown entity {e:?} on CPU {}",
-                    slot.host
-                );
+        let mut reason = reason;
+        let mut kicks = Vec::new();
+        let mut next = None;
+        // An entity the engine does not know (a bug) must not leave the
+        // scheduler believing the CPU runs it: report it blocked and ask
+        // again (a bounded number of times).
+        for _ in 0..4 {
+            let d = self
+                .scheduler()
+                .schedule(slot.id, now, reason)
+                .unwrap_or_else(|e| {
+                    log::error!("schedule(CPU {}): {e}", slot.host);
+                    Dispatch::idle()
+                });
+            log::trace!(
+                "schedule(cpu {}, {reason:?}) -> {:?} for {} ns, kicks {:?}",
+                slot.host,
+                d.entity,
+                d.quantum,
+                d.kicks
+            );
+            kicks.extend(d.kicks);
+            let Some(e) = d.entity else { break };
+            match self.vcpu_of(e) {
+                Some(v) => {
+                    next = Some((v, d.quantum));
+                    break;
+                }
+                None => {
+                    log::error!(
+                        "the scheduler dispatched unknown entity {e:?} on CPU {}",
+                        slot.host
+                    );
+                    reason = StopReason::Blocked;
+                }
             }
-            v
-        });
+        }
+        let (next, quantum) = match next {
+            Some((v, q)) => (Some(v), q),
+            None => (None, 0),
+        };
         if let Some(n) = &next {
             let mut ctl = n.ctl();
-            ctl.quantum_end = now.saturating_add(d.quantum);
+            ctl.quantum_end = now.saturating_add(quantum);
             ctl.ran_on.insert(slot.host);
             if self.dispatch_kind() == DispatchKind::Threads {
                 let tid = n.thread_id();
@@ -214,13 +239,15 @@ impl Engine {
             slot.executor.store(0, Ordering::Release);
         }
         *owner = next.clone();
-        (next, d.kicks)
+        (next, kicks)
     }
 
     /// Make `v` runnable in the scheduler (its state is already Ready) and
     /// carry out the placement's kick.
     pub(crate) fn wake(&self, v: &EngineVcpu) {
-        match self.scheduler().wake(v.entity, now_ns()) {
+        let d = self.scheduler().wake(v.entity, now_ns());
+        log::trace!("wake {} ({:?}) -> {d:?}", v.name, v.entity);
+        match d {
             Ok(Some(d)) if d.kick => self.kick_cpu(d.cpu),
             Ok(_) => {}
             Err(e) => log::debug!("wake {}: {e}", v.name),
@@ -236,9 +263,14 @@ impl Engine {
         let mut owner = slot.lock_owner();
         if owner.is_some() {
             drop(owner);
-            slot.signal_executor();
+            let signalled = slot.signal_executor();
+            log::trace!(
+                "kick cpu {}: busy, executor signalled: {signalled}",
+                slot.host
+            );
             return;
         }
+        log::trace!("kick cpu {}: idle", slot.host);
         match self.dispatch_kind() {
             DispatchKind::Workers => slot.wake_idle(),
             DispatchKind::Threads => {
@@ -259,9 +291,13 @@ impl Engine {
         match ctl.state {
             RunState::Running { cpu } => {
                 drop(ctl);
-                // Out of KVM_RUN, so the interrupt is injected at once.
+                // Out of KVM_RUN, so the interrupt is injected at once —
+                // unless this is its own executor (a self-IPI, an EOI),
+                // which looks at the controller before the next entry.
                 if let Some(s) = self.slot(cpu) {
-                    s.signal_executor();
+                    if s.executor.load(Ordering::Acquire) != crate::signals::current_tid() {
+                        s.signal_executor();
+                    }
                 }
             }
             RunState::Halted { interruptible }

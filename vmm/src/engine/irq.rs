@@ -55,6 +55,13 @@ pub trait InterruptSource: Send + Sync {
     fn take_events(&self, vcpu: u32) -> CpuEvents;
     /// The host timer armed for `vcpu`'s local timer fired.
     fn timer_expired(&self, vcpu: u32);
+    /// The task priority as CR8 (KVM keeps the guest's CR8 in `kvm_run`
+    /// when it has no local APIC of its own).
+    fn cr8(&self, _vcpu: u32) -> u64 {
+        0
+    }
+    /// The guest changed CR8.
+    fn set_cr8(&self, _vcpu: u32, _cr8: u64) {}
 }
 
 /// A VM without an interrupt controller (tests, tiny guests).
@@ -109,6 +116,27 @@ pub fn deliver_interrupt(
     }
 }
 
+/// Keep CR8 and the controller's task priority one register: a guest
+/// `mov cr8` shows in `kvm_run.cr8` after the exit; a TPR write through
+/// MMIO or an MSR shows in the controller, and goes to `kvm_run.cr8`.
+pub fn sync_cr8(src: &dyn InterruptSource, runner: &mut VcpuRunner) {
+    let index = runner.index;
+    let guest = runner.kvm_cr8();
+    if guest != runner.cr8_synced {
+        src.set_cr8(index, guest);
+        runner.cr8_synced = guest;
+    }
+    let apic_exits = runner.stats.mmio_exits + runner.stats.msr_exits;
+    if apic_exits != runner.apic_exits_synced {
+        runner.apic_exits_synced = apic_exits;
+        let chip = src.cr8(index);
+        if chip != runner.cr8_synced {
+            runner.set_kvm_cr8(chip);
+            runner.cr8_synced = chip;
+        }
+    }
+}
+
 /// Whether a vCPU that just executed HLT must stay runnable: something it
 /// can take is pending (`interruptible`: it halted with IF set).
 pub fn halt_is_over(
@@ -121,4 +149,143 @@ pub fn halt_is_over(
         || events.init
         || events.sipi.is_some()
         || (interruptible && src.pending_interrupt(index).is_some())
+}
+
+// ---------------------------------------------------------------------------
+// Pacer's own interrupt controller (devices::irqchip) as the engine sees it.
+
+use super::{Engine, VmSlot};
+use devices::irqchip::{IrqChip, IrqChipHost};
+use std::sync::{OnceLock, Weak};
+
+impl InterruptSource for IrqChip {
+    fn has_pending_hint(&self, vcpu: u32) -> bool {
+        IrqChip::has_pending_hint(self, vcpu)
+    }
+    fn pending_interrupt(&self, vcpu: u32) -> Option<u8> {
+        IrqChip::pending_interrupt(self, vcpu)
+    }
+    fn acknowledge(&self, vcpu: u32, vector: u8) {
+        if !self.acknowledge_vector(vcpu, vector) {
+            log::debug!("vcpu{vcpu}: injected vector {vector:#x} was no longer requested");
+        }
+    }
+    fn take_events(&self, vcpu: u32) -> CpuEvents {
+        let e = IrqChip::take_events(self, vcpu);
+        CpuEvents {
+            nmi: e.nmis > 0,
+            init: e.init,
+            sipi: e.sipi,
+        }
+    }
+    fn timer_expired(&self, vcpu: u32) {
+        IrqChip::timer_expired(self, vcpu)
+    }
+    fn cr8(&self, vcpu: u32) -> u64 {
+        IrqChip::cr8(self, vcpu)
+    }
+    fn set_cr8(&self, vcpu: u32, cr8: u64) {
+        IrqChip::set_cr8(self, vcpu, cr8)
+    }
+}
+
+/// The guest TSC as a linear function of the engine clock: one pair of
+/// readings taken together, and the TSC frequency.
+#[derive(Debug, Clone, Copy)]
+pub struct TscClock {
+    pub base_ns: u64,
+    pub base_tsc: u64,
+    pub khz: u64,
+}
+
+impl TscClock {
+    pub fn tsc_to_ns(&self, tsc: u64) -> u64 {
+        let d = i128::from(tsc) - i128::from(self.base_tsc);
+        let ns = i128::from(self.base_ns) + d * 1_000_000 / i128::from(self.khz.max(1));
+        ns.clamp(0, i128::from(u64::MAX)) as u64
+    }
+
+    pub fn ns_to_tsc(&self, ns: u64) -> u64 {
+        let d = i128::from(ns) - i128::from(self.base_ns);
+        let tsc = i128::from(self.base_tsc) + d * i128::from(self.khz) / 1_000_000;
+        tsc.clamp(0, i128::from(u64::MAX)) as u64
+    }
+}
+
+/// What Pacer's interrupt controller of one VM needs from the engine: its
+/// clock, the guest TSC, host timers, and wake-ups.
+pub struct ChipHost {
+    engine: Weak<Engine>,
+    /// The VM's slot in the engine, known once its vCPUs are added.
+    vm: OnceLock<VmSlot>,
+    tsc: TscClock,
+    phys_addr_bits: u8,
+}
+
+impl ChipHost {
+    pub fn new(engine: &std::sync::Arc<Engine>, tsc: TscClock, phys_addr_bits: u8) -> ChipHost {
+        ChipHost {
+            engine: std::sync::Arc::downgrade(engine),
+            vm: OnceLock::new(),
+            tsc,
+            phys_addr_bits,
+        }
+    }
+
+    /// Attach to the VM's engine slot (after `Engine::add_vm`).
+    pub fn attach(&self, vm: VmSlot) {
+        let _ = self.vm.set(vm);
+    }
+}
+
+impl IrqChipHost for ChipHost {
+    fn now_ns(&self) -> u64 {
+        super::clock::now_ns()
+    }
+    fn guest_tsc_to_ns(&self, _vcpu: u32, tsc: u64) -> u64 {
+        self.tsc.tsc_to_ns(tsc)
+    }
+    fn ns_to_guest_tsc(&self, _vcpu: u32, ns: u64) -> u64 {
+        self.tsc.ns_to_tsc(ns)
+    }
+    fn set_timer(&self, vcpu: u32, deadline_ns: Option<u64>) {
+        if let (Some(e), Some(vm)) = (self.engine.upgrade(), self.vm.get()) {
+            e.set_guest_timer(*vm, vcpu, deadline_ns);
+        }
+    }
+    fn notify(&self, vcpu: u32) {
+        if let (Some(e), Some(vm)) = (self.engine.upgrade(), self.vm.get()) {
+            e.notify(*vm, vcpu);
+        }
+    }
+    fn guest_phys_addr_bits(&self) -> u8 {
+        self.phys_addr_bits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tsc_clock_is_linear_both_ways() {
+        let c = TscClock {
+            base_ns: 1_000_000_000,
+            base_tsc: 5_000_000_000,
+            khz: 2_500_000,
+        };
+        assert_eq!(c.tsc_to_ns(5_000_000_000), 1_000_000_000);
+        assert_eq!(c.tsc_to_ns(5_002_500_000), 1_001_000_000);
+        assert_eq!(c.ns_to_tsc(1_001_000_000), 5_002_500_000);
+        assert_eq!(c.ns_to_tsc(999_000_000), 4_997_500_000);
+        // Far before the base: clamped, never wrapped.
+        assert_eq!(c.tsc_to_ns(0), 0);
+        for ns in [0u64, 123_456_789, 1 << 50] {
+            let back = c.tsc_to_ns(c.ns_to_tsc(ns));
+            assert!(
+                back.abs_diff(ns) <= 1 || c.ns_to_tsc(ns) == 0,
+                "{ns} -> {back}"
+            );
+        }
+    }
 }

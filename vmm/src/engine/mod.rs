@@ -122,6 +122,8 @@ pub struct EngineConfig {
     pub smt_isolation: bool,
     pub tunables: Tunables,
     pub dispatch: DispatchKind,
+    /// Longest halt-polling window (see [`clock::HaltPoll`]); 0 = off.
+    pub halt_poll_ns: u64,
 }
 
 /// How a VM's vCPUs are to be scheduled.
@@ -168,6 +170,7 @@ pub struct Engine {
     cpus: CpuMap,
     slots: Vec<CpuSlot>,
     dispatch: DispatchKind,
+    halt_poll_ns: u64,
     vms: RwLock<Vec<Option<Arc<EngineVm>>>>,
     /// vCPU of each live scheduler entity (`EntityId.0` indexes it).
     entities: RwLock<Vec<Option<Arc<EngineVcpu>>>>,
@@ -215,6 +218,7 @@ impl Engine {
                 cpus,
                 slots,
                 dispatch: config.dispatch,
+                halt_poll_ns: config.halt_poll_ns,
                 vms: RwLock::new(Vec::new()),
                 entities: RwLock::new(Vec::new()),
                 timers: timers.unwrap_or_else(|e| panic!("cannot start the timer thread: {e}")),
@@ -235,6 +239,10 @@ impl Engine {
 
     pub fn dispatch_kind(&self) -> DispatchKind {
         self.dispatch
+    }
+
+    pub(crate) fn halt_poll(&self) -> clock::HaltPoll {
+        clock::HaltPoll::new(self.halt_poll_ns)
     }
 
     pub fn cpu_map(&self) -> &CpuMap {
@@ -539,10 +547,14 @@ impl Engine {
             s.host_cpus = v.ctl().ran_on.to_list();
         }
         {
+            // The scheduler may already have handed a removed entity's id
+            // to a vCPU of another VM: forget only our own mapping.
             let mut ents = self.entities.write().unwrap_or_else(|p| p.into_inner());
             for v in &vm.vcpus {
                 if let Some(e) = ents.get_mut(v.entity.0 as usize) {
-                    *e = None;
+                    if e.as_ref().is_some_and(|mine| Arc::ptr_eq(mine, v)) {
+                        *e = None;
+                    }
                 }
             }
         }

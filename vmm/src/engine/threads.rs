@@ -9,7 +9,7 @@
 //! An idle CPU has no thread; a wake that kicks it dispatches onto it from
 //! the waker's thread ([`Engine::kick_cpu`]).
 
-use super::clock::QuantumTimer;
+use super::clock::{now_ns, HaltPoll, QuantumTimer};
 use super::dispatch::{Next, Stop};
 use super::vcpu_state::{EngineVcpu, RunState};
 use super::{Engine, EngineError, EngineVm};
@@ -36,6 +36,7 @@ struct ThreadGate {
     vcpu: Arc<EngineVcpu>,
     turn: Option<Turn>,
     timer: Option<QuantumTimer>,
+    poll: HaltPoll,
 }
 
 /// Spawn the thread of `v`.
@@ -51,6 +52,7 @@ pub fn spawn(
         vcpu: v.clone(),
         turn: None,
         timer: None,
+        poll: engine.halt_poll(),
     };
     Ok(spawn_vcpu_thread(&vm.name, runner, gate, |_| {})?)
 }
@@ -152,6 +154,7 @@ impl VcpuGate for ThreadGate {
                 self.engine.kick_cpu(k);
             }
             self.turn = None;
+            let idle = next.is_none();
             if let Some(n) = next.filter(|n| Arc::ptr_eq(n, &self.vcpu)) {
                 // Picked again: straight back into the guest.
                 let t = Turn {
@@ -165,6 +168,21 @@ impl VcpuGate for ThreadGate {
             }
             if let Some(r) = exit {
                 return GateDecision::Exit(r);
+            }
+            if idle {
+                // The CPU went idle with this vCPU blocked: poll a while
+                // for the wake-up before sleeping (the thread is still on
+                // the CPU, so a dispatch here needs no futex wake).
+                let since = now_ns();
+                let v = &self.vcpu;
+                self.poll
+                    .poll(|| v.is_settled() || slot.executor.load(Ordering::Acquire) != 0);
+                if let Some(t) = self.wait_dispatch() {
+                    self.poll.adapt(now_ns() - since);
+                    self.arm(&t);
+                    self.turn = Some(t);
+                    last = VcpuStep::Start;
+                }
             }
         }
     }

@@ -19,7 +19,7 @@
 use super::irq::CpuEvents;
 use crate::host_cpus::{HostCpu, HostCpuSet};
 use crate::vcpu::{VcpuExitReason, VcpuRunner};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use vcpu_sched::{CpuId, EntityId};
 
@@ -84,6 +84,9 @@ pub struct EngineVcpu {
     ctl: Mutex<VcpuCtl>,
     /// Signalled on every state change (a parked vCPU thread waits here).
     changed: Condvar,
+    /// Mirrors "state is Running or Exited", for a thread that polls
+    /// before it parks (halt polling) without taking `ctl`.
+    settled: AtomicBool,
     /// Kernel thread id of its own thread (threads dispatch), 0 before it
     /// starts.
     pub tid: AtomicI32,
@@ -108,6 +111,7 @@ impl EngineVcpu {
                 exit_reason: None,
             }),
             changed: Condvar::new(),
+            settled: AtomicBool::new(false),
             tid: AtomicI32::new(0),
             runner: Mutex::new(None),
         }
@@ -124,7 +128,16 @@ impl EngineVcpu {
     /// Set the state and wake whoever waits for a change.
     pub fn set_state(&self, ctl: &mut VcpuCtl, state: RunState) {
         ctl.state = state;
+        self.settled.store(
+            matches!(state, RunState::Running { .. } | RunState::Exited),
+            Ordering::Release,
+        );
         self.changed.notify_all();
+    }
+
+    /// Dispatched or gone (what a parked thread waits for), without a lock.
+    pub fn is_settled(&self) -> bool {
+        self.settled.load(Ordering::Acquire)
     }
 
     /// Wait (parked, not spinning) until `done` holds for the state.

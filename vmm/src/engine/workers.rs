@@ -5,7 +5,7 @@
 //! every switch. An idle worker waits on its CPU's condition variable until
 //! kicked.
 
-use super::clock::QuantumTimer;
+use super::clock::{now_ns, QuantumTimer};
 use super::dispatch::{Next, Stop};
 use super::vcpu_state::EngineVcpu;
 use super::{Engine, EngineError};
@@ -47,6 +47,7 @@ fn worker(engine: &Engine, i: usize) {
         }
     };
     let tid = current_tid();
+    let mut poll = engine.halt_poll();
     let mut reason = StopReason::Idle;
     loop {
         if engine.is_shutting_down() {
@@ -63,8 +64,16 @@ fn worker(engine: &Engine, i: usize) {
         reason = match next {
             Some(v) => run_turn(engine, slot, &v, &timer),
             None => {
-                let owner = slot.lock_owner();
-                drop(slot.wait_idle(owner, || engine.is_shutting_down()));
+                // Poll a while for work before sleeping (halt polling).
+                let since = now_ns();
+                let woken = poll.poll(|| {
+                    slot.kick_pending.load(Ordering::Acquire) || engine.is_shutting_down()
+                });
+                if !woken {
+                    let owner = slot.lock_owner();
+                    drop(slot.wait_idle(owner, || engine.is_shutting_down()));
+                }
+                poll.adapt(now_ns() - since);
                 StopReason::Idle
             }
         };

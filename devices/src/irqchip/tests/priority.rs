@@ -182,3 +182,23 @@ fn acknowledge_without_anything_pending() {
     assert_eq!(chip.pending_interrupt(5), None);
     assert!(chip.take_events(5).is_empty());
 }
+
+#[test]
+fn acknowledge_the_vector_that_was_injected() {
+    // The VMM reads the pending vector, injects it, then acknowledges that
+    // very vector: a higher one arriving in between stays requested.
+    let (chip, _) = enabled_chip(1);
+    self_ipi(&chip, 0, 0x41);
+    let injected = chip.pending_interrupt(0).unwrap();
+    self_ipi(&chip, 0, 0x81);
+    assert!(chip.acknowledge_vector(0, injected));
+    assert_eq!(isr(&chip, 0), vec![0x41]);
+    assert_eq!(irr(&chip, 0), vec![0x81]);
+    assert_eq!(chip.pending_interrupt(0), Some(0x81));
+    assert!(chip.has_pending_hint(0));
+    // Not requested (any more, or ever): nothing changes.
+    assert!(!chip.acknowledge_vector(0, 0x41));
+    assert!(!chip.acknowledge_vector(0, 0x55));
+    assert!(!chip.acknowledge_vector(7, 0x81));
+    assert_eq!(isr(&chip, 0), vec![0x41]);
+}

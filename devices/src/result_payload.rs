@@ -1,0 +1,410 @@
+//! What the five values of a bench-guest result record mean, by kind
+//! (guests/PROTOCOL.md): the workload summaries (SLEEP_DONE, PINGPONG_DONE,
+//! BURST_DONE, SPINLOCK_DONE), latency summaries and histogram chunks, and
+//! the name packed into ERROR records; plus the histogram bucket layout.
+//! Pure functions over guest data: [`decode`] never panics and rejects
+//! values the protocol does not allow, and the result port uses it to
+//! validate every record before accepting it.
+
+use crate::result_port::RecordKind;
+use serde::Serialize;
+
+/// Sub-buckets per power of two in the latency histograms.
+pub const HIST_SUB: u64 = 16;
+/// Buckets of a histogram (values up to 2^64 - 1 ns).
+pub const HIST_BUCKETS: u16 = 976;
+/// (bucket, count) pairs per HISTOGRAM record.
+pub const HIST_PAIRS: usize = 4;
+/// Bits of a pair holding the count; the bucket sits above them.
+pub const HIST_COUNT_BITS: u32 = 48;
+
+/// What a LATENCY / HISTOGRAM record measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LatencyMetric {
+    /// `sleep`: wake TSC - programmed TSC.
+    SleepWake = 1,
+    /// `burst`: the same, once per period.
+    BurstWake = 2,
+    /// `spinlock`: time from the first attempt to holding the lock.
+    LockWait = 3,
+}
+
+impl LatencyMetric {
+    pub fn from_u64(v: u64) -> Option<LatencyMetric> {
+        Some(match v {
+            1 => LatencyMetric::SleepWake,
+            2 => LatencyMetric::BurstWake,
+            3 => LatencyMetric::LockWait,
+            _ => return None,
+        })
+    }
+}
+
+/// ERROR codes of the bench guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuestErrorCode {
+    UnknownWorkload,
+    BadParam,
+    TooManyVcpus,
+    ApTimeout,
+    NoLapic,
+    LockBroken,
+    NoTscDeadline,
+    /// A code this VMM does not know (kept).
+    Other(u64),
+}
+
+impl GuestErrorCode {
+    pub fn from_u64(v: u64) -> GuestErrorCode {
+        match v {
+            1 => GuestErrorCode::UnknownWorkload,
+            2 => GuestErrorCode::BadParam,
+            3 => GuestErrorCode::TooManyVcpus,
+            4 => GuestErrorCode::ApTimeout,
+            5 => GuestErrorCode::NoLapic,
+            6 => GuestErrorCode::LockBroken,
+            7 => GuestErrorCode::NoTscDeadline,
+            other => GuestErrorCode::Other(other),
+        }
+    }
+}
+
+/// An ERROR record: the code, the name it concerns (the offending key,
+/// workload, ...; at most 24 bytes) and a detail value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GuestError {
+    pub code: GuestErrorCode,
+    pub name: String,
+    pub detail: u64,
+}
+
+/// A LATENCY record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Latency {
+    pub metric: LatencyMetric,
+    pub count: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
+/// A HISTOGRAM record: some non-empty buckets of one metric's histogram.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HistogramChunk {
+    pub metric: LatencyMetric,
+    /// (bucket index, count), count > 0.
+    pub buckets: Vec<(u16, u64)>,
+}
+
+/// The meaning of a record's values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "payload")]
+pub enum Payload {
+    /// WORK_SAMPLE, WORK_DONE, BOOT_TIMES, TEXT: read directly from the values.
+    Plain,
+    Error(GuestError),
+    Latency(Latency),
+    Histogram(HistogramChunk),
+    SleepDone {
+        wakes: u64,
+        missed: u64,
+        interval_ns: u64,
+        ticks: u64,
+    },
+    PingpongDone {
+        roundtrips: u64,
+        ticks: u64,
+        partner: u32,
+        initiator: bool,
+    },
+    BurstDone {
+        bursts: u64,
+        missed: u64,
+        ticks: u64,
+        busy_ticks: u64,
+        run_fraction_ppm: u64,
+    },
+    SpinlockDone {
+        acquisitions: u64,
+        ticks: u64,
+        max_wait_ns: u64,
+        cs_ns: u64,
+    },
+}
+
+/// The bucket of value `v` (ns): v < 16 -> v; else with e = floor(log2 v),
+/// 16 * (e - 3) + the 4 bits below the leading one.
+pub fn bucket_of(v: u64) -> u16 {
+    if v < HIST_SUB {
+        return v as u16;
+    }
+    let e = 63 - v.leading_zeros() as u64;
+    (HIST_SUB * (e - 3) + ((v >> (e - 4)) & (HIST_SUB - 1))) as u16
+}
+
+/// The values (inclusive) bucket `b` holds; None past the last bucket.
+pub fn bucket_range(b: u16) -> Option<(u64, u64)> {
+    if b >= HIST_BUCKETS {
+        return None;
+    }
+    let b = b as u64;
+    if b < HIST_SUB {
+        return Some((b, b));
+    }
+    let (e, m) = (b / HIST_SUB + 3, b % HIST_SUB);
+    let lo = (HIST_SUB + m) << (e - 4);
+    let width = 1u64 << (e - 4);
+    Some((lo, lo + (width - 1)))
+}
+
+/// The name packed little endian into `words` (24 bytes, NUL-padded);
+/// bytes that are not printable ASCII become '?'.
+pub fn packed_name(words: &[u64]) -> String {
+    words
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .take_while(|&b| b != 0)
+        .map(|b| if b.is_ascii_graphic() { b as char } else { '?' })
+        .collect()
+}
+
+fn metric(v: u64) -> Result<LatencyMetric, String> {
+    LatencyMetric::from_u64(v).ok_or_else(|| format!("unknown latency metric {v}"))
+}
+
+/// Decode (and so validate) the values of a record of kind `kind`.
+pub fn decode(kind: RecordKind, v: &[u64; 5]) -> Result<Payload, String> {
+    Ok(match kind {
+        RecordKind::WorkSample | RecordKind::WorkDone | RecordKind::BootTimes => Payload::Plain,
+        RecordKind::Text => Payload::Plain,
+        RecordKind::Error => Payload::Error(GuestError {
+            code: GuestErrorCode::from_u64(v[0]),
+            name: packed_name(&v[1..4]),
+            detail: v[4],
+        }),
+        RecordKind::Latency => {
+            let l = Latency {
+                metric: metric(v[0])?,
+                count: v[1],
+                p50_ns: v[2],
+                p99_ns: v[3],
+                max_ns: v[4],
+            };
+            if !(l.p50_ns <= l.p99_ns && l.p99_ns <= l.max_ns) {
+                return Err(format!(
+                    "percentiles out of order (p50 {} p99 {} max {})",
+                    l.p50_ns, l.p99_ns, l.max_ns
+                ));
+            }
+            Payload::Latency(l)
+        }
+        RecordKind::Histogram => {
+            let m = metric(v[0] & 0xffff)?;
+            let n = ((v[0] >> 16) & 0xff) as usize;
+            if v[0] >> 24 != 0 {
+                return Err(format!("reserved bits set in v0 {:#x}", v[0]));
+            }
+            if n == 0 || n > HIST_PAIRS {
+                return Err(format!("{n} pairs (want 1..={HIST_PAIRS})"));
+            }
+            let mask = (1u64 << HIST_COUNT_BITS) - 1;
+            let mut buckets = Vec::with_capacity(n);
+            for (i, &pair) in v[1..].iter().enumerate() {
+                if i >= n {
+                    if pair != 0 {
+                        return Err(format!("unused pair {i} is not zero"));
+                    }
+                    continue;
+                }
+                let (bucket, count) = ((pair >> HIST_COUNT_BITS) as u16, pair & mask);
+                if bucket >= HIST_BUCKETS {
+                    return Err(format!("bucket {bucket} out of range"));
+                }
+                if count == 0 {
+                    return Err(format!("pair {i} has a zero count"));
+                }
+                buckets.push((bucket, count));
+            }
+            Payload::Histogram(HistogramChunk { metric: m, buckets })
+        }
+        RecordKind::SleepDone => Payload::SleepDone {
+            wakes: v[0],
+            missed: v[1],
+            interval_ns: v[2],
+            ticks: v[3],
+        },
+        RecordKind::PingpongDone => {
+            let partner = u32::try_from(v[3]).map_err(|_| format!("partner {} too big", v[3]))?;
+            if v[4] > 1 {
+                return Err(format!("role {} (want 0 or 1)", v[4]));
+            }
+            Payload::PingpongDone {
+                roundtrips: v[0],
+                ticks: v[1],
+                partner,
+                initiator: v[4] == 0,
+            }
+        }
+        RecordKind::BurstDone => Payload::BurstDone {
+            bursts: v[0],
+            missed: v[1],
+            ticks: v[2],
+            busy_ticks: v[3],
+            run_fraction_ppm: v[4],
+        },
+        RecordKind::SpinlockDone => Payload::SpinlockDone {
+            acquisitions: v[0],
+            ticks: v[1],
+            max_wait_ns: v[3],
+            cs_ns: v[4],
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_tile_the_range() {
+        // Consecutive buckets touch; each value lands in the bucket whose
+        // range holds it.
+        let mut next = 0u64;
+        for b in 0..HIST_BUCKETS {
+            let (lo, hi) = bucket_range(b).unwrap();
+            assert_eq!(lo, next, "bucket {b}");
+            assert!(hi >= lo);
+            assert_eq!(bucket_of(lo), b);
+            assert_eq!(bucket_of(hi), b);
+            next = hi.wrapping_add(1);
+        }
+        assert_eq!(next, 0, "the last bucket ends at u64::MAX");
+        assert_eq!(bucket_range(HIST_BUCKETS), None);
+        assert_eq!(bucket_of(15), 15);
+        assert_eq!(bucket_of(16), 16);
+        assert_eq!(bucket_of(31), 31);
+        assert_eq!(bucket_of(32), 32);
+        assert_eq!(bucket_of(33), 32);
+        assert_eq!(bucket_range(32), Some((32, 33)));
+        assert_eq!(bucket_of(u64::MAX), HIST_BUCKETS - 1);
+    }
+
+    #[test]
+    fn error_names() {
+        let mut w = [0u64; 3];
+        for (i, b) in b"duration_ms".iter().enumerate() {
+            w[i / 8] |= (*b as u64) << (8 * (i % 8));
+        }
+        let p = decode(RecordKind::Error, &[2, w[0], w[1], w[2], 7]).unwrap();
+        assert_eq!(
+            p,
+            Payload::Error(GuestError {
+                code: GuestErrorCode::BadParam,
+                name: "duration_ms".into(),
+                detail: 7
+            })
+        );
+        assert_eq!(packed_name(&[0x0a41]), "A?");
+        assert_eq!(packed_name(&[u64::MAX; 3]).len(), 24);
+        assert_eq!(GuestErrorCode::from_u64(99), GuestErrorCode::Other(99));
+    }
+
+    #[test]
+    fn latency_and_histogram() {
+        let l = decode(RecordKind::Latency, &[1, 10, 5, 9, 12]).unwrap();
+        assert!(matches!(l, Payload::Latency(Latency { count: 10, .. })));
+        assert!(decode(RecordKind::Latency, &[1, 10, 9, 5, 12]).is_err());
+        assert!(decode(RecordKind::Latency, &[4, 1, 1, 1, 1]).is_err());
+        let pair = |b: u64, c: u64| (b << HIST_COUNT_BITS) | c;
+        let h = decode(
+            RecordKind::Histogram,
+            &[2 | (2 << 16), pair(40, 3), pair(975, 1), 0, 0],
+        )
+        .unwrap();
+        assert_eq!(
+            h,
+            Payload::Histogram(HistogramChunk {
+                metric: LatencyMetric::BurstWake,
+                buckets: vec![(40, 3), (975, 1)]
+            })
+        );
+        // Too many pairs, bucket out of range, zero count, junk in an unused pair.
+        assert!(decode(RecordKind::Histogram, &[1 | (5 << 16), 0, 0, 0, 0]).is_err());
+        assert!(decode(
+            RecordKind::Histogram,
+            &[1 | (1 << 16), pair(976, 1), 0, 0, 0]
+        )
+        .is_err());
+        assert!(decode(RecordKind::Histogram, &[1 | (1 << 16), pair(3, 0), 0, 0, 0]).is_err());
+        assert!(decode(RecordKind::Histogram, &[1 | (1 << 16), pair(3, 1), 1, 0, 0]).is_err());
+        assert!(decode(RecordKind::Histogram, &[1 | (1 << 24), pair(3, 1), 0, 0, 0]).is_err());
+    }
+
+    #[test]
+    fn workload_summaries() {
+        assert_eq!(
+            decode(RecordKind::PingpongDone, &[5, 100, 50, 3, 1]).unwrap(),
+            Payload::PingpongDone {
+                roundtrips: 5,
+                ticks: 100,
+                partner: 3,
+                initiator: false
+            }
+        );
+        assert!(decode(RecordKind::PingpongDone, &[5, 100, 50, 3, 2]).is_err());
+        assert!(decode(RecordKind::PingpongDone, &[5, 100, 50, 1 << 40, 0]).is_err());
+        assert!(matches!(
+            decode(RecordKind::SpinlockDone, &[7, 70, 100, 9, 2000]).unwrap(),
+            Payload::SpinlockDone {
+                acquisitions: 7,
+                max_wait_ns: 9,
+                ..
+            }
+        ));
+        assert!(matches!(
+            decode(RecordKind::BurstDone, &[3, 1, 90, 30, 333_333]).unwrap(),
+            Payload::BurstDone {
+                run_fraction_ppm: 333_333,
+                ..
+            }
+        ));
+        assert!(matches!(
+            decode(RecordKind::SleepDone, &[3, 1, 1000, 90, 0]).unwrap(),
+            Payload::SleepDone { wakes: 3, .. }
+        ));
+        assert_eq!(
+            decode(RecordKind::WorkDone, &[1, 2, 3, 4, 5]).unwrap(),
+            Payload::Plain
+        );
+    }
+}
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any values of any kind decode or are rejected, never panic; an
+        /// accepted histogram only names real buckets.
+        #[test]
+        fn garbage_never_panics(kind in 1u16..=11, v in any::<[u64; 5]>()) {
+            let kind = RecordKind::from_u16(kind).unwrap();
+            if let Ok(Payload::Histogram(h)) = decode(kind, &v) {
+                prop_assert!(!h.buckets.is_empty() && h.buckets.len() <= HIST_PAIRS);
+                for (b, c) in h.buckets {
+                    prop_assert!(bucket_range(b).is_some() && c > 0);
+                }
+            }
+        }
+
+        /// Every value lands in the bucket whose range holds it.
+        #[test]
+        fn bucket_holds_value(v in any::<u64>()) {
+            let (lo, hi) = bucket_range(bucket_of(v)).unwrap();
+            prop_assert!(lo <= v && v <= hi);
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! Per-vCPU guest metrics of a VM, folded from its result records
+//! (guests/PROTOCOL.md; payloads decoded by `devices::result_payload`):
+//! units/s (`cpu`), wake latency (`sleep`, `burst`), round trips/s
+//! (`pingpong`), acquisitions/s and lock wait (`spinlock`), run fraction
+//! (`burst`), and the guest's ERROR records. Rates are recomputed from the
+//! guest's counts and TSC ticks with the VM's TSC frequency, as units/s is;
+//! the guest's own rate fields are not trusted. Pure functions: the records
+//! are the only input.
+
+use devices::result_payload::{bucket_range, decode, GuestError, Latency, LatencyMetric, Payload};
+use devices::{RecordKind, ResultRecord};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// A latency distribution: the guest's summary plus the histogram it sent.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    /// Non-empty buckets in increasing order.
+    pub histogram: Vec<HistogramBucket>,
+    /// Sum of the histogram's counts (equals `count` when nothing was lost).
+    pub histogram_count: u64,
+}
+
+/// One histogram bucket: values `lo_ns..=hi_ns`.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct HistogramBucket {
+    pub lo_ns: u64,
+    pub hi_ns: u64,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SleepMetrics {
+    pub wakes: u64,
+    /// Periods skipped because a wake came after the next one was due.
+    pub missed: u64,
+    pub interval_ns: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PingpongMetrics {
+    pub roundtrips: u64,
+    pub partner: u32,
+    pub initiator: bool,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BurstMetrics {
+    pub bursts: u64,
+    pub missed: u64,
+    /// Work done (bursts x run_us) over the time taken: the CPU share the
+    /// vCPU achieved, 0..1 (run_us / period_us when it kept up).
+    pub run_fraction: f64,
+    /// Wall time from wake to the end of each burst, over the time taken.
+    pub busy_fraction: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wake_latency_ns: Option<LatencySummary>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SpinlockMetrics {
+    pub acquisitions: u64,
+    pub max_wait_ns: u64,
+    pub cs_ns: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_ns: Option<LatencySummary>,
+}
+
+/// What one vCPU's workload produced (only the fields it produced are set).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct VcpuMetrics {
+    pub vcpu: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub units_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sleep_latency_ns: Option<LatencySummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sleep: Option<SleepMetrics>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roundtrips_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pingpong: Option<PingpongMetrics>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acquisitions_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spinlock: Option<SpinlockMetrics>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub burst: Option<BurstMetrics>,
+}
+
+/// An ERROR record and the vCPU that sent it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct GuestErrorEntry {
+    pub vcpu: u32,
+    #[serde(flatten)]
+    pub error: GuestError,
+}
+
+/// `count` events in `ticks` TSC ticks, per second.
+pub fn rate(count: u64, ticks: u64, tsc_khz: u32) -> Option<f64> {
+    devices::result_port::units_per_second(count, ticks, tsc_khz as u64)
+}
+
+#[derive(Default)]
+struct Folding {
+    m: VcpuMetrics,
+    work_done: bool,
+    latency: BTreeMap<u16, Latency>,
+    histogram: BTreeMap<u16, BTreeMap<u16, u64>>,
+}
+
+fn summary(l: Option<&Latency>, hist: Option<&BTreeMap<u16, u64>>) -> Option<LatencySummary> {
+    let l = l?;
+    let histogram: Vec<HistogramBucket> = hist
+        .into_iter()
+        .flatten()
+        .filter_map(|(&b, &count)| {
+            bucket_range(b).map(|(lo_ns, hi_ns)| HistogramBucket {
+                lo_ns,
+                hi_ns,
+                count,
+            })
+        })
+        .collect();
+    let histogram_count = histogram
+        .iter()
+        .fold(0u64, |a, b| a.saturating_add(b.count));
+    Some(LatencySummary {
+        count: l.count,
+        p50_ns: l.p50_ns,
+        p99_ns: l.p99_ns,
+        max_ns: l.max_ns,
+        histogram,
+        histogram_count,
+    })
+}
+
+/// Fold `(vcpu, record)` pairs (in arrival order) into per-vCPU metrics,
+/// sorted by vCPU. `vcpu` is the vCPU that wrote the record.
+pub fn vcpu_metrics<'a>(
+    records: impl IntoIterator<Item = (u32, &'a ResultRecord)>,
+    tsc_khz: u32,
+) -> Vec<VcpuMetrics> {
+    let mut per: BTreeMap<u32, Folding> = BTreeMap::new();
+    for (vcpu, r) in records {
+        let Ok(payload) = decode(r.kind, &r.values) else {
+            continue;
+        };
+        let f = per.entry(vcpu).or_insert_with(|| Folding {
+            m: VcpuMetrics {
+                vcpu,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        let v = &r.values;
+        match (r.kind, payload) {
+            (RecordKind::WorkDone, _) => {
+                f.m.units_per_s = rate(v[0], v[1], tsc_khz);
+                f.work_done = true;
+            }
+            (RecordKind::WorkSample, _) if !f.work_done => {
+                f.m.units_per_s = rate(v[2], v[3], tsc_khz);
+            }
+            (_, Payload::Latency(l)) => {
+                f.latency.insert(l.metric as u16, l);
+            }
+            (_, Payload::Histogram(h)) => {
+                let buckets = f.histogram.entry(h.metric as u16).or_default();
+                for (b, c) in h.buckets {
+                    let e = buckets.entry(b).or_default();
+                    *e = e.saturating_add(c);
+                }
+            }
+            (
+                _,
+                Payload::SleepDone {
+                    wakes,
+                    missed,
+                    interval_ns,
+                    ..
+                },
+            ) => {
+                f.m.sleep = Some(SleepMetrics {
+                    wakes,
+                    missed,
+                    interval_ns,
+                });
+            }
+            (
+                _,
+                Payload::PingpongDone {
+                    roundtrips,
+                    ticks,
+                    partner,
+                    initiator,
+                },
+            ) => {
+                f.m.roundtrips_per_s = rate(roundtrips, ticks, tsc_khz);
+                f.m.pingpong = Some(PingpongMetrics {
+                    roundtrips,
+                    partner,
+                    initiator,
+                });
+            }
+            (
+                _,
+                Payload::BurstDone {
+                    bursts,
+                    missed,
+                    ticks,
+                    busy_ticks,
+                    run_fraction_ppm,
+                },
+            ) => {
+                f.m.burst = Some(BurstMetrics {
+                    bursts,
+                    missed,
+                    run_fraction: run_fraction_ppm as f64 / 1e6,
+                    busy_fraction: (ticks > 0).then(|| busy_ticks as f64 / ticks as f64),
+                    wake_latency_ns: None,
+                });
+            }
+            (
+                _,
+                Payload::SpinlockDone {
+                    acquisitions,
+                    ticks,
+                    max_wait_ns,
+                    cs_ns,
+                },
+            ) => {
+                f.m.acquisitions_per_s = rate(acquisitions, ticks, tsc_khz);
+                f.m.spinlock = Some(SpinlockMetrics {
+                    acquisitions,
+                    max_wait_ns,
+                    cs_ns,
+                    wait_ns: None,
+                });
+            }
+            _ => {}
+        }
+    }
+    per.into_values()
+        .map(|mut f| {
+            let get = |m: LatencyMetric| {
+                summary(f.latency.get(&(m as u16)), f.histogram.get(&(m as u16)))
+            };
+            f.m.sleep_latency_ns = get(LatencyMetric::SleepWake);
+            let burst_wake = get(LatencyMetric::BurstWake);
+            let lock_wait = get(LatencyMetric::LockWait);
+            if let Some(b) = f.m.burst.as_mut() {
+                b.wake_latency_ns = burst_wake;
+            }
+            if let Some(s) = f.m.spinlock.as_mut() {
+                s.wait_ns = lock_wait;
+            }
+            f.m
+        })
+        .filter(|m| {
+            *m != VcpuMetrics {
+                vcpu: m.vcpu,
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// The ERROR records, in arrival order.
+pub fn guest_errors<'a>(
+    records: impl IntoIterator<Item = (u32, &'a ResultRecord)>,
+) -> Vec<GuestErrorEntry> {
+    records
+        .into_iter()
+        .filter_map(|(vcpu, r)| match decode(r.kind, &r.values) {
+            Ok(Payload::Error(error)) => Some(GuestErrorEntry { vcpu, error }),
+            _ => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use devices::result_payload::{bucket_of, GuestErrorCode, HIST_COUNT_BITS};
+
+    fn rec(kind: RecordKind, values: [u64; 5]) -> ResultRecord {
+        ResultRecord {
+            kind,
+            vcpu: 0,
+            seq: 0,
+            tsc: 0,
+            values,
+            text: None,
+        }
+    }
+
+    fn pair(ns: u64, count: u64) -> u64 {
+        ((bucket_of(ns) as u64) << HIST_COUNT_BITS) | count
+    }
+
+    #[test]
+    fn folds_each_workload() {
+        let khz = 1000; // 1 tick = 1 us
+        let recs = [
+            (0, rec(RecordKind::WorkSample, [5, 100, 5, 100, 0])),
+            (0, rec(RecordKind::WorkDone, [20, 1000, 0, 0, 0])),
+            (0, rec(RecordKind::WorkSample, [1, 1, 1, 1, 0])),
+            (1, rec(RecordKind::SleepDone, [3, 1, 1_000_000, 4000, 0])),
+            (1, rec(RecordKind::Latency, [1, 3, 2000, 9000, 9000])),
+            (
+                1,
+                rec(
+                    RecordKind::Histogram,
+                    [1 | (2 << 16), pair(2000, 2), pair(9000, 1), 0, 0],
+                ),
+            ),
+            (2, rec(RecordKind::PingpongDone, [50, 500_000, 100, 3, 0])),
+            (
+                3,
+                rec(RecordKind::SpinlockDone, [200, 2_000_000, 100, 77, 2000]),
+            ),
+            (3, rec(RecordKind::Latency, [3, 200, 10, 50, 77])),
+            (
+                3,
+                rec(
+                    RecordKind::Histogram,
+                    [3 | (1 << 16), pair(10, 150), 0, 0, 0],
+                ),
+            ),
+            (
+                3,
+                rec(
+                    RecordKind::Histogram,
+                    [3 | (1 << 16), pair(77, 50), 0, 0, 0],
+                ),
+            ),
+            (
+                4,
+                rec(RecordKind::BurstDone, [10, 2, 10_000, 4000, 300_000]),
+            ),
+            (4, rec(RecordKind::Latency, [2, 10, 5, 6, 7])),
+            (5, rec(RecordKind::Text, [0, 0, 0, 0, 0])),
+        ];
+        let m = vcpu_metrics(recs.iter().map(|(v, r)| (*v, r)), khz);
+        assert_eq!(
+            m.iter().map(|x| x.vcpu).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4]
+        );
+        // WORK_DONE wins over a later sample.
+        assert_eq!(m[0].units_per_s, Some(20_000.0));
+        let s = m[1].sleep_latency_ns.as_ref().unwrap();
+        assert_eq!(
+            (s.count, s.p50_ns, s.p99_ns, s.max_ns),
+            (3, 2000, 9000, 9000)
+        );
+        assert_eq!(s.histogram_count, 3);
+        assert_eq!(s.histogram.len(), 2);
+        assert!(s.histogram[0].lo_ns <= 2000 && 2000 <= s.histogram[0].hi_ns);
+        assert_eq!(m[1].sleep.as_ref().unwrap().missed, 1);
+        assert_eq!(m[2].roundtrips_per_s, Some(100.0));
+        assert_eq!(m[2].pingpong.as_ref().unwrap().partner, 3);
+        assert_eq!(m[3].acquisitions_per_s, Some(100.0));
+        let lock = m[3].spinlock.as_ref().unwrap();
+        assert_eq!(lock.max_wait_ns, 77);
+        assert_eq!(lock.wait_ns.as_ref().unwrap().histogram_count, 200);
+        let b = m[4].burst.as_ref().unwrap();
+        assert_eq!(b.run_fraction, 0.3);
+        assert_eq!(b.busy_fraction, Some(0.4));
+        let w = b.wake_latency_ns.as_ref().unwrap();
+        assert_eq!((w.max_ns, w.histogram_count), (7, 0));
+    }
+
+    #[test]
+    fn errors_and_invalid_payloads() {
+        let mut key = 0u64;
+        for (i, b) in b"gap_ns".iter().enumerate() {
+            key |= (*b as u64) << (8 * i);
+        }
+        let recs = [
+            (0, rec(RecordKind::Error, [2, key, 0, 0, 0])),
+            // Out-of-order percentiles: ignored (the port rejects these anyway).
+            (0, rec(RecordKind::Latency, [1, 3, 9, 2, 1])),
+        ];
+        let e = guest_errors(recs.iter().map(|(v, r)| (*v, r)));
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].error.code, GuestErrorCode::BadParam);
+        assert_eq!(e[0].error.name, "gap_ns");
+        assert!(vcpu_metrics(recs.iter().map(|(v, r)| (*v, r)), 1000).is_empty());
+    }
+}
