@@ -1,7 +1,7 @@
 //! The `pacer` command line.
 //!
 //! ```text
-//! pacer run FILE [--policy P] [--json results.json] [--status]   run the VMs of FILE
+//! pacer run FILE [--policy P] [--json results.json] [--status] [--no-seccomp]   run the VMs of FILE
 //! pacer validate FILE [--policy P]                    check FILE without starting anything
 //! pacer topology [--spec 2x22x2]         print the host (or a synthetic) topology
 //! ```
@@ -56,6 +56,9 @@ pub enum Command {
         /// scheduler's snapshot to the log directory at any time).
         #[arg(long)]
         status: bool,
+        /// Run without the per-thread seccomp filters (for debugging).
+        #[arg(long)]
+        no_seccomp: bool,
     },
     /// Check a config file (fields, paths, CPU sets) without starting anything.
     Validate {
@@ -115,6 +118,7 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
             policy,
             json,
             status,
+            no_seccomp,
         } => {
             let config = match Config::load_overridden(&file, Overrides { policy }) {
                 Ok(c) => c,
@@ -128,6 +132,11 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 if let Err(why) = crate::preflight::check_output_file(path) {
                     eprintln!("pacer run: --json: {why}");
                     return EXIT_BAD_INPUT;
+                }
+            }
+            if !no_seccomp {
+                if let Err(e) = crate::seccomp::enable() {
+                    eprintln!("pacer run: running without seccomp filters: {e}");
                 }
             }
             let opts = RunOptions { run_start, status };

@@ -26,6 +26,7 @@ pub mod preflight;
 pub mod results;
 pub mod run_dir;
 pub mod runner;
+pub mod seccomp;
 pub mod signals;
 pub mod vcpu;
 pub mod vm;

@@ -170,6 +170,7 @@ pub fn run(
             let _ = std::thread::Builder::new()
                 .name("pacer/signals".into())
                 .spawn_scoped(s, move || {
+                    crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Service);
                     g.watch(
                         || done.load(Ordering::Acquire),
                         |sig| match sig {
@@ -188,6 +189,7 @@ pub fn run(
             std::thread::Builder::new()
                 .name("pacer/status".into())
                 .spawn_scoped(s, move || {
+                    crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Service);
                     let mut line = StatusLine {
                         start: opts.run_start,
                         last: None,
@@ -222,6 +224,8 @@ pub fn run(
                     })
             })
             .collect();
+        // Every thread of the run has started: confine this one.
+        crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Runner);
         let results = handles
             .into_iter()
             .zip(config.vms.iter())

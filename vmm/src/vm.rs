@@ -969,6 +969,7 @@ impl Vm {
             r.message = e.to_string();
             return r;
         }
+        crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Controller);
         vm.wait()
     }
 }

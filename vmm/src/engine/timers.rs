@@ -56,6 +56,7 @@ impl Timers {
                 // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's
                 // timer slack.
                 unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+                crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Timers);
                 run(&s, &on_fire)
             })?;
         Ok(Timers {
