@@ -618,7 +618,10 @@ impl Config {
                 c.err(
                     h.span(),
                     "host.halt_poll_us",
-                    format!("{}: must be between 0 and {MAX_HALT_POLL_US}", h.get_ref()),
+                    format!(
+                        "expected an integer number of microseconds from 0 to {MAX_HALT_POLL_US}, found {}",
+                        h.get_ref()
+                    ),
                 );
                 0
             }

@@ -76,6 +76,7 @@ pub fn expectation(pattern: &str) -> Option<&'static str> {
         "host.mode" => "one of \"low-latency\", \"power-saving\"",
         "host.smt_isolation" => "true or false",
         "host.dispatch" => "one of \"threads\", \"workers\"",
+        "host.halt_poll_us" => "an integer number of microseconds from 0 to 10000",
         "host.tunables" => "a table of scheduler tunables such as { bursty_load = 375 }",
         "host.log_dir" | "vm[].kernel" | "vm[].initrd" => "a path in quotes",
         "vm[].name" => "a name in quotes (1-64 characters of A-Z a-z 0-9 _ -)",
