@@ -235,6 +235,32 @@ fn every_error_is_one_line_with_position_field_and_plain_words() {
 }
 
 #[test]
+fn the_binary_exits_2_with_the_same_lines() {
+    let dir = TempDir::new("config-binary");
+    let path = dir.0.join("pacer.toml");
+    let mut checked = 0;
+    for (what, text) in mutations().into_iter().step_by(7) {
+        let Err(e) = Config::parse(&text, &path, &host()) else {
+            continue;
+        };
+        std::fs::write(&path, &text).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pacer"))
+            .args(["validate", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+        // The binary checks against the real host: same lines, perhaps more
+        // (its limits), never fewer.
+        for line in e.to_string().lines() {
+            assert!(err.contains(line), "{what}: {line:?} not in {err}");
+        }
+        checked += 1;
+    }
+    assert!(checked > 50, "{checked}");
+}
+
+#[test]
 fn the_good_base_config_is_valid() {
     let dir = TempDir::new("config-base");
     Config::parse(&base(), &dir.0.join("pacer.toml"), &host()).unwrap();
