@@ -338,11 +338,19 @@ impl Checker<'_> {
         match std::fs::metadata(&p) {
             Ok(m) if m.is_file() => Some(p),
             Ok(_) => {
-                self.err(raw.span(), field, format!("{} is not a file", p.display()));
+                self.err(
+                    raw.span(),
+                    field,
+                    format!("expected a regular file, found {}", p.display()),
+                );
                 None
             }
             Err(e) => {
-                self.err(raw.span(), field, format!("{}: {e}", p.display()));
+                self.err(
+                    raw.span(),
+                    field,
+                    format!("expected a readable file, found {}: {e}", p.display()),
+                );
                 None
             }
         }
@@ -672,7 +680,7 @@ impl Config {
 
         // [[vm]]
         if raw.vm.is_empty() {
-            c.err(0..0, "vm", "no [[vm]] defined");
+            c.err(0..0, "vm", "expected at least one [[vm]] table, found none");
         }
         let mut names: HashMap<String, usize> = HashMap::new();
         let mut vms = Vec::new();
@@ -811,7 +819,7 @@ impl Config {
                 c.err(
                     span,
                     f("class"),
-                    "a VM's class is \"timeshare\" or \"realtime\"",
+                    "expected a VM class \"timeshare\" or \"realtime\", found \"idle\"",
                 );
             } else if let Some(refusal) = policy.refuses_vm(class, priority) {
                 let span = match (refusal, &v.priority, &v.class) {
