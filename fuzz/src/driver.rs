@@ -86,8 +86,10 @@ pub struct Report {
     pub findings: Vec<Finding>,
     /// Largest resident set seen, KiB.
     pub max_rss_kib: u64,
-    /// Slowest single input.
+    /// Slowest single input, and the input (saved as
+    /// `<target>-slowest.bin` beside the findings).
     pub slowest: Duration,
+    pub slowest_input: Vec<u8>,
 }
 
 impl Report {
@@ -256,6 +258,7 @@ pub fn fuzz(target: &mut dyn Target, opts: &Options) -> Report {
     let mut findings = Vec::new();
     let mut max_rss = rss_kib();
     let mut slowest = Duration::ZERO;
+    let mut slowest_input = Vec::new();
 
     // The watchdog: aborts on a hang, after saving the input in flight.
     let started = Arc::new(AtomicU64::new(0));
@@ -312,7 +315,10 @@ pub fn fuzz(target: &mut dyn Target, opts: &Options) -> Report {
         );
         let r = run_one(target, &input);
         started.store(0, Ordering::Release);
-        slowest = slowest.max(t.elapsed());
+        if t.elapsed() > slowest {
+            slowest = t.elapsed();
+            slowest_input.clone_from(&input);
+        }
         if let Err(what) = r {
             let saved_to = save(opts.findings_dir.as_deref(), name, findings.len(), &input);
             findings.push(Finding {
@@ -343,6 +349,10 @@ pub fn fuzz(target: &mut dyn Target, opts: &Options) -> Report {
         }
     }
     let elapsed = t0.elapsed();
+    if let Some(dir) = opts.findings_dir.as_deref() {
+        let _ = std::fs::create_dir_all(dir);
+        let _ = std::fs::write(dir.join(format!("{name}-slowest.bin")), &slowest_input);
+    }
     done.store(true, Ordering::Release);
     if let Ok(h) = watchdog.0 {
         let _ = h.join();
@@ -354,6 +364,7 @@ pub fn fuzz(target: &mut dyn Target, opts: &Options) -> Report {
         findings,
         max_rss_kib: max_rss.max(rss_kib()),
         slowest,
+        slowest_input,
     }
 }
 

@@ -257,12 +257,13 @@ fn key_on_line(text: &str, pos: usize) -> Option<String> {
     let line = text[start..].lines().next().unwrap_or("");
     let (key, _) = line.split_once('=')?;
     let key = key.trim();
-    (!key.is_empty()
+    let plain = key.replace(['"', '\'', ' '], "");
+    (!plain.is_empty()
         && !key.starts_with('[')
         && key
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "_-.\"' ".contains(c)))
-    .then(|| key.replace(['"', '\'', ' '], ""))
+    .then_some(plain)
 }
 
 /// The field a syntax error at `pos` is in: a header line names its table;
@@ -378,6 +379,11 @@ fn plain_semantic(message: &str) -> String {
 
 fn at(text: &str, pos: usize, field: String, message: String) -> Diagnostic {
     let (line, column) = crate::config::line_col(text, pos);
+    let field = if field.is_empty() {
+        "(top level)".to_string()
+    } else {
+        field
+    };
     Diagnostic {
         line,
         column,
@@ -495,6 +501,23 @@ mod tests {
             "vm[1]"
         );
         assert_eq!(pattern_of("vm[12].cpus[3]"), "vm[].cpus[]");
+    }
+
+    #[test]
+    fn garbage_keys_and_deep_nesting() {
+        let text = "\"= \u{19}x\n";
+        let e = toml::from_str::<toml::Table>(text).unwrap_err();
+        let d = explain(text, &e);
+        assert!(!d.field.is_empty(), "{d:?}");
+        // Deeply nested arrays and tables: an error, not a stack overflow.
+        for deep in [
+            format!("a = {}", "[".repeat(20_000)),
+            format!("a = {}", "{ b = ".repeat(20_000)),
+        ] {
+            let e = toml::from_str::<toml::Table>(&deep).unwrap_err();
+            let d = explain(&deep, &e);
+            assert!(!d.field.is_empty(), "{d:?}");
+        }
     }
 
     #[test]
