@@ -13,8 +13,8 @@ cargo build --release --locked -p vmm --bin pacer
 echo "== host topology as vcpu_sched sees it"
 ./target/release/pacer topology
 if [ -c /dev/kvm ]; then
-    echo "== booting two VMs (configs/demo.toml)"
-    ./target/release/pacer run configs/demo.toml --json results/demo.json
+    echo "== two VMs (configs/demo.toml) under Pacer's haiku scheduler, then left to the host kernel"
+    ./target/release/pacer run configs/demo.toml --compare haiku,host --json results/demo.json
 else
     echo "SKIPPED: /dev/kvm not available, not booting the demo VMs"
 fi

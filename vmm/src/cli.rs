@@ -1,7 +1,8 @@
 //! The `pacer` command line.
 //!
 //! ```text
-//! pacer run FILE [--policy P] [--json results.json] [--status] [--no-seccomp]   run the VMs of FILE
+//! pacer run FILE [--policy P | --compare P1,P2] [--json results.json] [--status] [--no-seccomp]
+//!                                                     run the VMs of FILE
 //! pacer validate FILE [--policy P]                    check FILE without starting anything
 //! pacer topology [--spec 2x22x2]         print the host (or a synthetic) topology
 //! ```
@@ -11,6 +12,7 @@ use crate::config::{Config, Overrides};
 use crate::engine::policy::Policy;
 use crate::results::format_summary;
 use crate::runner::{self, RunEvent, RunOptions};
+use crate::seccomp::ThreadKind;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -56,6 +58,10 @@ pub enum Command {
         /// scheduler's snapshot to the log directory at any time).
         #[arg(long)]
         status: bool,
+        /// Run the config once per policy, one after the other, and print
+        /// a side-by-side per-vCPU table, e.g. `--compare haiku,host`.
+        #[arg(long, value_delimiter = ',', conflicts_with = "policy")]
+        compare: Vec<Policy>,
         /// Run without the per-thread seccomp filters (for debugging).
         #[arg(long)]
         no_seccomp: bool,
@@ -118,15 +124,9 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
             policy,
             json,
             status,
+            compare,
             no_seccomp,
         } => {
-            let config = match Config::load_overridden(&file, Overrides { policy }) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return EXIT_BAD_INPUT;
-                }
-            };
             // Before any VM starts: a result that cannot be written is bad input.
             if let Some(path) = &json {
                 if let Err(why) = crate::preflight::check_output_file(path) {
@@ -135,21 +135,29 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 }
             }
             if !no_seccomp {
-                if let Err(e) = crate::seccomp::enable() {
+                // Several runs one after the other: the thread that starts
+                // them stays unconfined (it starts threads for each run).
+                let kinds: &[ThreadKind] = if compare.is_empty() {
+                    &ThreadKind::ALL
+                } else {
+                    &ThreadKind::ALL[..4]
+                };
+                if let Err(e) = crate::seccomp::enable(kinds) {
                     eprintln!("pacer run: running without seccomp filters: {e}");
                 }
             }
-            let opts = RunOptions { run_start, status };
-            let on_event = |ev: RunEvent<'_>| match ev {
-                RunEvent::VmFinished(r) => out(&format_summary(r)),
-                RunEvent::Stopping(sig) => eprintln!("pacer: {sig} received, stopping all VMs"),
-                RunEvent::Status(line) => out(&format!("{line}\n")),
-                RunEvent::Snapshot(Ok(path)) => {
-                    eprintln!("pacer: scheduler snapshot written to {}", path.display())
+            if !compare.is_empty() {
+                return run_compare(&file, &compare, json, status, run_start);
+            }
+            let config = match Config::load_overridden(&file, Overrides { policy }) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return EXIT_BAD_INPUT;
                 }
-                RunEvent::Snapshot(Err(why)) => eprintln!("pacer: no snapshot: {why}"),
             };
-            let results = match runner::run(&config, &opts, &on_event) {
+            let opts = RunOptions { run_start, status };
+            let results = match runner::run(&config, &opts, &print_event) {
                 Ok(r) => r,
                 Err(e @ runner::RunError::LogDir(_)) => {
                     eprintln!("pacer run: {e}");
@@ -193,5 +201,75 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 EXIT_VM_FAILED
             }
         }
+    }
+}
+
+fn print_event(ev: RunEvent<'_>) {
+    match ev {
+        RunEvent::VmFinished(r) => out(&format_summary(r)),
+        RunEvent::Stopping(sig) => eprintln!("pacer: {sig} received, stopping all VMs"),
+        RunEvent::Status(line) => out(&format!("{line}\n")),
+        RunEvent::Snapshot(Ok(path)) => {
+            eprintln!("pacer: scheduler snapshot written to {}", path.display())
+        }
+        RunEvent::Snapshot(Err(why)) => eprintln!("pacer: no snapshot: {why}"),
+    }
+}
+
+/// `pacer run FILE --compare P1,P2,..`: the same VMs under each policy in
+/// turn, then one side-by-side table.
+fn run_compare(
+    file: &std::path::Path,
+    policies: &[Policy],
+    json: Option<PathBuf>,
+    status: bool,
+    run_start: Instant,
+) -> i32 {
+    // Every policy's config is checked before anything runs.
+    let mut configs = Vec::new();
+    for &p in policies {
+        match Config::load_overridden(file, Overrides { policy: Some(p) }) {
+            Ok(c) => configs.push((p, c)),
+            Err(e) => {
+                eprintln!("{e}");
+                return EXIT_BAD_INPUT;
+            }
+        }
+    }
+    let mut runs = Vec::new();
+    let mut all_ok = true;
+    for (p, config) in configs {
+        out(&format!("== policy {p}\n"));
+        let opts = RunOptions { run_start, status };
+        match runner::run(&config, &opts, &print_event) {
+            Ok(r) => {
+                all_ok &= r.ok;
+                runs.push((p.to_string(), r));
+            }
+            Err(e) => {
+                eprintln!("pacer run ({p}): {e}");
+                return match e {
+                    runner::RunError::LogDir(_) => EXIT_BAD_INPUT,
+                    _ => EXIT_VM_FAILED,
+                };
+            }
+        }
+    }
+    out(&format!("\n{}", crate::results::format_comparison(&runs)));
+    if let Some(path) = json {
+        let doc: Vec<serde_json::Value> = runs
+            .iter()
+            .map(|(p, r)| serde_json::json!({ "policy": p, "results": r }))
+            .collect();
+        let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+        if let Err(source) = std::fs::write(&path, text + "\n") {
+            eprintln!("{}", CliError::WriteJson { path, source });
+            return EXIT_VM_FAILED;
+        }
+    }
+    if all_ok {
+        EXIT_OK
+    } else {
+        EXIT_VM_FAILED
     }
 }

@@ -34,7 +34,7 @@
 //! `--no-seccomp` is given; the library alone never confines its caller).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 use kvm_bindings::{kvm_interrupt, kvm_regs, kvm_sregs, KVMIO};
@@ -76,6 +76,7 @@ pub enum ThreadKind {
 }
 
 impl ThreadKind {
+    /// Every kind; [`ThreadKind::Runner`] last.
     pub const ALL: [ThreadKind; 5] = [
         ThreadKind::Vcpu,
         ThreadKind::Timers,
@@ -83,13 +84,18 @@ impl ThreadKind {
         ThreadKind::Service,
         ThreadKind::Runner,
     ];
+
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
 }
 
-static ENABLED: AtomicBool = AtomicBool::new(false);
+/// The kinds whose threads install their filters (a bit per kind).
+static ENABLED: AtomicU8 = AtomicU8::new(0);
 
-/// Whether threads install their filters.
-pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Acquire)
+/// Whether threads of `kind` install their filter.
+pub fn enabled(kind: ThreadKind) -> bool {
+    ENABLED.load(Ordering::Acquire) & kind.bit() != 0
 }
 
 type Rules = BTreeMap<i64, Vec<SeccompRule>>;
@@ -371,10 +377,11 @@ extern "C" fn on_sigsys(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
     }
 }
 
-/// Turn the filters on for threads that start from now on: build every
-/// filter (so an error shows before anything runs) and install the SIGSYS
-/// handler.
-pub fn enable() -> Result<(), SeccompError> {
+/// Turn the filters of `kinds` on for threads that start from now on:
+/// build every filter (so an error shows before anything runs) and install
+/// the SIGSYS handler. (`pacer run --compare` leaves the runner out: its
+/// thread starts one run after another.)
+pub fn enable(kinds: &[ThreadKind]) -> Result<(), SeccompError> {
     for kind in ThreadKind::ALL {
         compiled(kind)?;
     }
@@ -390,14 +397,15 @@ pub fn enable() -> Result<(), SeccompError> {
     if r != 0 {
         return Err(SeccompError::Handler(std::io::Error::last_os_error()));
     }
-    ENABLED.store(true, Ordering::Release);
+    let bits = kinds.iter().fold(0, |b, k| b | k.bit());
+    ENABLED.store(bits, Ordering::Release);
     Ok(())
 }
 
 /// Confine the calling thread to `kind`'s system calls (a no-op unless
 /// [`enable`]d).
 pub fn install(kind: ThreadKind) -> Result<(), SeccompError> {
-    if !enabled() {
+    if !enabled(kind) {
         return Ok(());
     }
     apply(kind)

@@ -104,7 +104,7 @@ fn child_makes_a_system_call_on_a_vcpu_thread() {
     boot::configure_sregs(&mut sregs);
     vcpu.set_sregs(&sregs).unwrap();
 
-    vmm::seccomp::enable().unwrap();
+    vmm::seccomp::enable(&vmm::seccomp::ThreadKind::ALL).unwrap();
     let (tx, rx) = channel();
     let probe = Arc::new(Probe {
         call,
@@ -217,7 +217,24 @@ fn every_policy_dispatch_and_workload_runs_confined() {
             assert!(json.exists(), "{what}");
         }
     }
-    // A timeout and a signal stop, confined too.
+    // Several runs from one thread (--compare): confined as well.
+    let cfg = dir.config(&format!(
+        "[host]\nlog_dir = \"logs\"\n\n{}",
+        vms(2, "pingpong duration_ms=100")
+    ));
+    let json = dir.0.join("compare.json");
+    let (code, out, err) = pacer(&[
+        "run",
+        cfg.to_str().unwrap(),
+        "--compare",
+        "haiku,host",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(!err.contains("forbidden system call"), "{err}");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(json.exists());
+    // A timeout, confined too.
     let cfg = dir.config(&format!(
         "[host]\npolicy = \"haiku\"\nlog_dir = \"logs\"\n\n{}",
         vm_table("idle", "idle").replace("timeout_s = 60", "timeout_s = 0.5")

@@ -22,9 +22,8 @@ pub enum Policy {
 }
 
 impl Default for Policy {
-    /// `host` until the scheduled engine runs real vCPUs.
     fn default() -> Self {
-        Policy::Host
+        Policy::Scheduled(PolicyKind::Haiku)
     }
 }
 
@@ -151,6 +150,7 @@ mod tests {
         for p in Policy::ALL {
             assert_eq!(p.as_str().parse::<Policy>().unwrap(), p);
         }
+        assert_eq!(Policy::default().as_str(), "haiku");
         let e = "global_rr".parse::<Policy>().unwrap_err();
         assert!(e.contains("haiku, global-rr, pinned, host"), "{e}");
     }
