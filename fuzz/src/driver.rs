@@ -83,6 +83,9 @@ pub struct Report {
     pub target: &'static str,
     pub inputs: u64,
     pub elapsed: Duration,
+    /// CPU time of the fuzzing thread (wall time counts other processes'
+    /// turns on a shared machine; this does not).
+    pub cpu: Duration,
     pub findings: Vec<Finding>,
     /// Largest resident set seen, KiB.
     pub max_rss_kib: u64,
@@ -93,9 +96,26 @@ pub struct Report {
 }
 
 impl Report {
+    /// Inputs per second of wall time.
     pub fn per_second(&self) -> f64 {
         self.inputs as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
+
+    /// Inputs per second of the fuzzing thread's CPU time.
+    pub fn per_cpu_second(&self) -> f64 {
+        self.inputs as f64 / self.cpu.as_secs_f64().max(1e-9)
+    }
+}
+
+/// CPU time of the calling thread.
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec to a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// Resident set size of this process, KiB (0 if unknown).
@@ -288,6 +308,7 @@ pub fn fuzz(target: &mut dyn Target, opts: &Options) -> Report {
     };
 
     let t0 = Instant::now();
+    let cpu0 = thread_cpu_time();
     for i in 0..opts.inputs {
         let input = if (i as usize) < seeds.len() {
             seeds[i as usize].clone()
@@ -349,6 +370,7 @@ pub fn fuzz(target: &mut dyn Target, opts: &Options) -> Report {
         }
     }
     let elapsed = t0.elapsed();
+    let cpu = thread_cpu_time().saturating_sub(cpu0);
     if let Some(dir) = opts.findings_dir.as_deref() {
         let _ = std::fs::create_dir_all(dir);
         let _ = std::fs::write(dir.join(format!("{name}-slowest.bin")), &slowest_input);
@@ -361,6 +383,7 @@ pub fn fuzz(target: &mut dyn Target, opts: &Options) -> Report {
         target: name,
         inputs: opts.inputs,
         elapsed,
+        cpu,
         findings,
         max_rss_kib: max_rss.max(rss_kib()),
         slowest,

@@ -73,18 +73,19 @@ fn main() {
         std::process::exit(failed as i32);
     }
     println!(
-        "{:<10} {:>10} {:>9} {:>12} {:>8} {:>10} {:>10}",
-        "target", "inputs", "seconds", "inputs/s", "findings", "peak MiB", "slowest ms"
+        "{:<10} {:>10} {:>9} {:>8} {:>12} {:>8} {:>10} {:>10}",
+        "target", "inputs", "wall s", "CPU s", "inputs/CPU-s", "findings", "peak MiB", "slowest ms"
     );
     let mut found = 0;
     for t in chosen.iter_mut() {
         let r = fuzz(t.as_mut(), &opts);
         println!(
-            "{:<10} {:>10} {:>9.1} {:>12.0} {:>8} {:>10.1} {:>10.2}",
+            "{:<10} {:>10} {:>9.1} {:>8.1} {:>12.0} {:>8} {:>10.1} {:>10.2}",
             r.target,
             r.inputs,
             r.elapsed.as_secs_f64(),
-            r.per_second(),
+            r.cpu.as_secs_f64(),
+            r.per_cpu_second(),
             r.findings.len(),
             r.max_rss_kib as f64 / 1024.0,
             r.slowest.as_secs_f64() * 1e3

@@ -32,10 +32,10 @@ fn every_target_survives_a_short_run() {
                 .collect::<Vec<_>>()
         );
         println!(
-            "{}: {} inputs, {:.0}/s, peak RSS {} KiB",
+            "{}: {} inputs, {:.0}/CPU-s, peak RSS {} KiB",
             r.target,
             r.inputs,
-            r.per_second(),
+            r.per_cpu_second(),
             r.max_rss_kib
         );
         names.push(r.target);
