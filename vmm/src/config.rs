@@ -29,7 +29,11 @@
 //!
 //! Parsing is two-stage: serde (with `deny_unknown_fields`) into raw structs
 //! that keep the spans of the fields that semantic checks need, then
-//! validation. Every error names the field and the `line:column` in the file.
+//! validation, which also checks what the config names against the files
+//! and the host (`kernel_image`, `guest_params`, `preflight`,
+//! `host_resources`). Every error is one line `line:col: field.path: expected
+//! X, found Y`; serde's own errors are put in those words by
+//! `config_errors`.
 
 use crate::config_errors::{one_line, quoted, SpanIndex};
 use crate::engine::policy::Policy;
