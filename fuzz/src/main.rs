@@ -70,6 +70,8 @@ fn main() {
                 }
             }
         }
+        // Targets remove their scratch files when dropped; exit() would not.
+        drop(chosen);
         std::process::exit(failed as i32);
     }
     println!(
@@ -95,5 +97,6 @@ fn main() {
         }
         found += r.findings.len();
     }
+    drop(chosen);
     std::process::exit((found > 0) as i32);
 }

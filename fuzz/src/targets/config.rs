@@ -51,6 +51,12 @@ impl ConfigTarget {
     }
 }
 
+impl Drop for ConfigTarget {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 impl Default for ConfigTarget {
     fn default() -> Self {
         Self::new()

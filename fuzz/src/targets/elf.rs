@@ -141,6 +141,14 @@ impl ElfTarget {
     }
 }
 
+impl Drop for ElfTarget {
+    fn drop(&mut self) {
+        if let Some(dir) = self.path.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 impl Default for ElfTarget {
     fn default() -> Self {
         Self::new()

@@ -24,9 +24,20 @@ pub fn by_name(name: &str) -> Option<Box<dyn Target>> {
     all().into_iter().find(|t| t.name() == name)
 }
 
-/// A scratch directory of this process for a target's files.
+/// A scratch directory of this process for a target's files: in memory
+/// (/dev/shm) where there is one, since a file rewritten per input on a
+/// disk file system waits for its writeback.
 pub fn scratch(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("pacer-fuzz-{tag}-{}", std::process::id()));
+    let shm = std::path::Path::new("/dev/shm");
+    let base = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    // One per target instance: an instance removes its own when dropped.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = base.join(format!("pacer-fuzz-{tag}-{}-{n}", std::process::id()));
     let _ = std::fs::create_dir_all(&d);
     d
 }
