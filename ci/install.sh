@@ -8,6 +8,10 @@ command -v gcc >/dev/null || need_apt+=(gcc)
 command -v make >/dev/null || need_apt+=(make)
 command -v objdump >/dev/null || need_apt+=(binutils)
 command -v ld >/dev/null || need_apt+=(binutils)
+# the Linux guest's suite (guests/linux/suite) links statically
+[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need_apt+=(libc6-dev)
+# A TrueType font for the text of `pacer bench`'s PNG/SVG plots.
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
 if ((${#need_apt[@]})); then
     echo "ci/install.sh: installing ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive

@@ -20,6 +20,19 @@ cargo test -p vcpu_sched --features profiler --locked --lib profiler 2>&1 | tee 
 echo "== cargo test --workspace"
 cargo test --workspace --locked 2>&1 | tee -a "$log"
 
+# The smoke benchmark matrix: every policy through `pacer bench`, results,
+# summary, plots and report (under 2 minutes here).
+echo "== pacer bench benches/smoke.toml"
+if [ -e /dev/kvm ]; then
+    sh guests/build.sh >/dev/null
+    rm -rf target/bench/smoke
+    start=$(date +%s)
+    ./target/debug/pacer bench benches/smoke.toml --out target/bench/smoke
+    echo "smoke matrix: $(($(date +%s) - start)) s, report in target/bench/smoke/report.html"
+else
+    echo "SKIPPED: /dev/kvm not available; smoke matrix not run"
+fi
+
 # One closing line over every test binary (cargo prints one per binary).
 awk '/^test result:/ {
         for (i = 1; i <= NF; i++) {

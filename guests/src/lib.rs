@@ -1,11 +1,19 @@
 //! Pacer's guest images.
 //!
-//! The bench guest (`guests/bench`, protocol in `guests/PROTOCOL.md`) is
-//! built by `build.rs` with gcc/GNU ld into Cargo's `OUT_DIR`; these
-//! functions return the paths of the built files. `guests/build.sh` builds
-//! the same files into `guests/out/` for configs that want a stable path.
+//! The bench guest (`guests/bench`, protocol in `guests/PROTOCOL.md`) and
+//! the Linux guest's UnixBench-style suite (`guests/linux/suite`) are
+//! built by `build.rs` with gcc into Cargo's `OUT_DIR`; these functions
+//! return the paths of the built files. `guests/build.sh` builds the bench
+//! guest into `guests/out/`, `guests/linux/build.sh` the Linux image into
+//! `guests/out/linux/` (with the `mkinitramfs` and `extract-vmlinux`
+//! binaries of this crate, over the [`cpio`], [`initramfs`] and
+//! [`bzimage`] modules).
 
 use std::path::Path;
+
+pub mod bzimage;
+pub mod cpio;
+pub mod initramfs;
 
 /// The bench guest kernel + ring-3 workloads: an ELF64 image linked at
 /// 1 MiB physical, booted through its 64-bit entry (PROTOCOL.md).
@@ -18,6 +26,13 @@ pub fn bench_guest_elf() -> &'static Path {
 /// the host baseline for the guest's WORK_DONE units/s.
 pub fn host_work() -> &'static Path {
     Path::new(env!("PACER_HOST_WORK"))
+}
+
+/// The UnixBench-style suite (`guests/linux/suite`), a static x86-64
+/// binary that runs on the host as it does in the guest: `ubench run
+/// --seconds 0.1 --passes 1` prints `UB ...` result lines.
+pub fn ubench() -> &'static Path {
+    Path::new(env!("PACER_UBENCH"))
 }
 
 #[cfg(test)]
@@ -76,5 +91,42 @@ mod tests {
         assert!(out.status.success());
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("units_per_s="), "{text}");
+    }
+
+    #[test]
+    fn ubench_cmdline_reads_kernel_parameters() {
+        let dir = std::env::temp_dir().join(format!("pacer-cmdline-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("cmdline");
+        std::fs::write(
+            &file,
+            "console=ttyS0 ub.passes=3 ub.user_cmd=\"./Run -c 2 dhry2reg\" ub.flag ub.passes=1,1\n",
+        )
+        .unwrap();
+        let get = |key: &str| {
+            let out = std::process::Command::new(ubench())
+                .args(["cmdline", key])
+                .arg(&file)
+                .output()
+                .expect("run ubench");
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+            )
+        };
+        assert_eq!(
+            get("ub.user_cmd"),
+            (Some(0), "./Run -c 2 dhry2reg\n".into())
+        );
+        assert_eq!(
+            get("ub.passes"),
+            (Some(0), "1,1\n".into()),
+            "the last one wins"
+        );
+        assert_eq!(get("ub.flag"), (Some(0), "\n".into()));
+        assert_eq!(get("console"), (Some(0), "ttyS0\n".into()));
+        assert_eq!(get("ub.pass"), (Some(1), String::new()), "no prefix match");
+        assert_eq!(get("ub.tests"), (Some(1), String::new()));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -5,6 +5,9 @@
 //!                                                     run the VMs of FILE
 //! pacer validate FILE [--policy P]                    check FILE without starting anything
 //! pacer topology [--spec 2x22x2]         print the host (or a synthetic) topology
+//! pacer unixbench --host | --report LOG  UnixBench-style suite (unixbench::cli)
+//! pacer bench MATRIX --out DIR [--resume] run a benchmark matrix (vmm::bench)
+//! pacer sim SCENARIO [--compare ...]     run a scheduler simulation scenario
 //! ```
 //! Exit codes: 0 ok, 1 a VM failed, 2 bad input.
 
@@ -73,12 +76,18 @@ pub enum Command {
         #[arg(long)]
         policy: Option<Policy>,
     },
+    /// Run a benchmark matrix: policies x VM layouts x workloads x repetitions.
+    Bench(crate::bench::command::BenchArgs),
+    /// Run a scheduler simulation scenario (deterministic, no KVM).
+    Sim(crate::sim_command::SimArgs),
     /// Print the host CPU topology as vcpu_sched sees it.
     Topology {
         /// A synthetic topology instead of the host's, e.g. 2x22x2.
         #[arg(long)]
         spec: Option<String>,
     },
+    /// UnixBench-style suite: run it on the host, or score a guest's console log.
+    Unixbench(crate::unixbench::cli::UnixbenchArgs),
 }
 
 /// Write to stdout, ignoring errors (a closed pipe must not turn into a
@@ -91,6 +100,9 @@ pub fn out(text: &str) {
 /// Run the CLI; returns the process exit code.
 pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
     match cli.command {
+        Command::Unixbench(args) => crate::unixbench::cli::run(&args),
+        Command::Bench(args) => crate::bench::command::main(args),
+        Command::Sim(args) => crate::sim_command::main(args),
         Command::Validate { file, policy } => {
             match Config::load_overridden(&file, Overrides { policy }) {
                 Ok(c) => {

@@ -1,13 +1,15 @@
 //! Pacer's VMM: KVM VMs (memory, direct ELF boot, vCPUs, devices), the
 //! configuration file, the run loop for many VMs, and the `pacer` CLI.
 //!
-//! Module map: [`config`] (TOML), [`memory`] (layout + guest RAM), [`boot`]
+//! Module map: [`bench`] (benchmark matrices), [`config`] (TOML), [`memory`] (layout + guest RAM), [`boot`]
 //! (ELF + boot_params + GDT + page tables + registers), [`cpuid`], [`msr`],
 //! [`vcpu`] (the vCPU runner, its gate, host-mode thread), [`vm`] (one
 //! VM), [`engine`] (Pacer's own vCPU scheduling), [`host_cpus`] (OS CPU
 //! numbers), [`signals`], [`runner`] (many VMs), [`results`], [`guest_metrics`] (per-vCPU
-//! workload metrics from the guest's records), [`cli`].
+//! workload metrics from the guest's records), [`unixbench`] (the
+//! UnixBench-style suite's scoring and host reference), [`cli`].
 
+pub mod bench;
 pub mod boot;
 pub mod cli;
 pub mod config;
@@ -28,6 +30,8 @@ pub mod run_dir;
 pub mod runner;
 pub mod seccomp;
 pub mod signals;
+pub mod sim_command;
+pub mod unixbench;
 pub mod vcpu;
 pub mod vm;
 

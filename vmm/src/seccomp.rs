@@ -11,7 +11,7 @@
 //!
 //! | kind | threads | allowed beyond the common set |
 //! |---|---|---|
-//! | [`ThreadKind::Vcpu`] | `<vm>/vcpu<N>`, `pacer/cpu<N>` (workers) | `ioctl` with KVM_RUN, KVM_GET/SET_REGS, KVM_GET/SET_SREGS, KVM_INTERRUPT, KVM_NMI only; `timer_create`/`timer_settime`/`timer_delete` |
+//! | [`ThreadKind::Vcpu`] | `<vm>/vcpu<N>`, `pacer/cpu<N>` (workers) | `ioctl` with KVM_RUN, KVM_GET/SET_REGS, KVM_GET/SET_SREGS, KVM_INTERRUPT, KVM_NMI only; `timer_create`/`timer_settime`/`timer_delete`; read-only `openat`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (under policy host a vCPU thread reads its own scheduling counters in /proc as it ends) |
 //! | [`ThreadKind::Timers`] | `pacer/timers` | nothing |
 //! | [`ThreadKind::Controller`] | `<vm>/ctl` after its vCPUs started | `openat` read-only, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the kernel's per-thread scheduling statistics) |
 //! | [`ThreadKind::Service`] | `pacer/signals`, `pacer/status` | `rt_sigtimedwait`; `openat`, `statx` (the SIGUSR1 snapshot file) |
@@ -204,6 +204,9 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             r.insert(libc::SYS_ioctl, rules);
+            // Under policy host a vCPU thread reads its own scheduling
+            // counters (/proc/self/task/<tid>/sched*) as it ends.
+            read_only_files(&mut r)?;
             allow(
                 &mut r,
                 &[

@@ -433,6 +433,9 @@ pub trait VcpuGate: Send {
 pub struct VcpuOutcome {
     pub reason: VcpuExitReason,
     pub stats: VcpuStats,
+    /// The kernel's scheduling counters of the thread, read just before it
+    /// ended (what `policy = "host"` reports).
+    pub thread_sched: crate::engine::stats::VcpuSchedStats,
 }
 
 /// The vCPU loop: ask the gate, run once, repeat. Reports a fatal reason to
@@ -467,10 +470,13 @@ pub fn spawn_vcpu_thread<G: VcpuGate + 'static>(
             signals::set_current_kvm_run(runner.kvm_run_ptr());
             let reason = run_vcpu_loop(&mut runner, &mut gate);
             signals::set_current_kvm_run(std::ptr::null_mut());
+            let thread_sched =
+                crate::engine::stats::VcpuSchedStats::from_host_thread(signals::current_tid());
             on_exit(&reason);
             VcpuOutcome {
                 reason,
                 stats: runner.stats,
+                thread_sched,
             }
         })
         .map_err(|source| VcpuError::Spawn { name, source })
@@ -772,10 +778,12 @@ impl VcpuHandle {
                     exit: "vCPU thread panicked".into(),
                 },
                 stats: VcpuStats::default(),
+                thread_sched: Default::default(),
             },
             None => VcpuOutcome {
                 reason: self.exit_reason.take().unwrap_or(VcpuExitReason::Stopped),
                 stats: VcpuStats::default(),
+                thread_sched: Default::default(),
             },
         };
         self.state = VcpuState::Exited;

@@ -863,19 +863,13 @@ impl Vm {
     fn stop_vcpus(&mut self) -> (Vec<VcpuOutcome>, Vec<VcpuSchedStats>) {
         match self.vcpus.take() {
             Some(RunningVcpus::Host(mut handles)) => {
-                // Read the kernel's counters while the threads still exist.
-                let sched = handles
-                    .iter()
-                    .map(|h| {
-                        h.thread_id()
-                            .map(VcpuSchedStats::from_host_thread)
-                            .unwrap_or_default()
-                    })
-                    .collect();
                 for h in handles.iter_mut() {
                     h.request_exit();
                 }
-                (handles.into_iter().map(|h| h.join()).collect(), sched)
+                let outcomes: Vec<VcpuOutcome> = handles.into_iter().map(|h| h.join()).collect();
+                // The kernel's counters, read by each thread as it ended.
+                let sched = outcomes.iter().map(|o| o.thread_sched.clone()).collect();
+                (outcomes, sched)
             }
             Some(RunningVcpus::Scheduled(engine, slot)) => engine
                 .finish_vm(slot, VCPU_STOP_TIMEOUT)

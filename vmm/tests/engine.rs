@@ -40,26 +40,30 @@ fn every_policy_and_dispatch_runs_overcommitted_vms() {
     let online = vmm::host_cpus::online_cpus().unwrap();
     for policy in ["haiku", "global-rr", "pinned"] {
         for dispatch in [DispatchKind::Threads, DispatchKind::Workers] {
-            // More vCPUs than host CPUs: the scheduler must share them.
-            let n = online.len() + 1;
+            // engine-smoke's shape: 2-vCPU VMs, more vCPUs than host CPUs.
+            let n = online.len();
             let mut text = host(policy, dispatch);
             for i in 0..n {
-                text += &vm_table(&format!("v{i}"), "cpu duration_ms=300 report_ms=100");
+                text += &vm_table(&format!("v{i}"), "cpu duration_ms=300 report_ms=100")
+                    .replace("vcpus = 1", "vcpus = 2");
             }
             let res = run_config(&dir, &text);
             for vm in &res.vms {
                 assert_eq!(vm.status, "success", "{policy}/{dispatch}: {vm:?}");
-                assert!(
-                    vm.work[0].done && vm.work[0].units > 0,
-                    "{policy}/{dispatch}: {vm:?}"
-                );
-                let s = &vm.vcpu_sched[0];
-                assert!(s.run_ns > 0, "{policy}/{dispatch}: {s:?}");
-                let ran_on = HostCpuSet::parse_list(&s.host_cpus).unwrap();
-                assert!(
-                    !ran_on.is_empty() && ran_on.is_subset(&online),
-                    "{policy}/{dispatch}: {s:?}"
-                );
+                assert_eq!(vm.vcpu_metrics.len(), 2, "{policy}/{dispatch}: {vm:?}");
+                for (m, s) in vm.vcpu_metrics.iter().zip(&vm.vcpu_sched) {
+                    // Every vCPU progressed, on CPUs of its core set only.
+                    assert!(
+                        m.units_per_s.is_some_and(|u| u > 0.0),
+                        "{policy}/{dispatch}: {m:?}"
+                    );
+                    assert!(s.run_ns > 0, "{policy}/{dispatch}: {s:?}");
+                    let ran_on = HostCpuSet::parse_list(&s.host_cpus).unwrap();
+                    assert!(
+                        !ran_on.is_empty() && ran_on.is_subset(&online),
+                        "{policy}/{dispatch}: {s:?}"
+                    );
+                }
             }
         }
     }

@@ -12,7 +12,9 @@
 //! - [`workload`]: the input ([`Workload`], TOML or builder API);
 //! - [`dist`]: burst / sleep distributions and the seeded random stream;
 //! - [`engine`]: the event queue and the CPU / entity model ([`Simulator`]);
-//! - [`report`]: the results ([`SimReport`], text table and JSON).
+//! - [`report`]: the results ([`SimReport`], text table and JSON);
+//! - [`front`]: the command-line front end shared by `pacer sim` and the
+//!   `sim` example.
 //!
 //! ```no_run
 //! use vcpu_sched::sim::{self, Workload};
@@ -24,6 +26,7 @@
 
 pub mod dist;
 pub mod engine;
+pub mod front;
 pub mod report;
 pub mod workload;
 

@@ -533,6 +533,7 @@ impl Engine {
                                 exit: "vCPU thread panicked".into(),
                             },
                             stats: Default::default(),
+                            thread_sched: Default::default(),
                         })
                     })
                     .collect()

@@ -6,7 +6,9 @@
 //! and sleeps until the earliest; re-arming or cancelling a key replaces its
 //! deadline (stale heap entries are skipped by generation), so arming is
 //! O(log n) and nothing is ever scanned. The thread asks the kernel for 1 ns
-//! timer slack (the default 50 us would be added to every guest timer).
+//! timer slack (the default 50 us would be added to every guest timer) and,
+//! where permitted, the lowest real-time priority (guest timers are
+//! interrupts; KVM's own fire from hrtimer interrupt context).
 
 use super::clock::now_ns;
 use std::cmp::Reverse;
@@ -56,6 +58,18 @@ impl Timers {
                 // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's
                 // timer slack.
                 unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+                // Guest timers are interrupts: KVM's in-kernel LAPIC fires
+                // them from hrtimer interrupt context, ahead of every task.
+                // The lowest real-time priority gives this thread (which
+                // only ever runs briefly) the same place where allowed.
+                let param = libc::sched_param { sched_priority: 1 };
+                // SAFETY: sets the calling thread's policy; `param` is valid.
+                if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+                    log::debug!(
+                        "timer thread stays SCHED_OTHER: {}",
+                        std::io::Error::last_os_error()
+                    );
+                }
                 crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Timers);
                 run(&s, &on_fire)
             })?;

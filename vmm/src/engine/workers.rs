@@ -130,6 +130,7 @@ pub fn take_outcome(v: &EngineVcpu, timeout: Duration) -> VcpuOutcome {
                     .clone()
                     .unwrap_or(VcpuExitReason::Stopped),
                 stats: runner.stats,
+                thread_sched: Default::default(),
             };
         }
         if Instant::now() >= deadline {
@@ -139,6 +140,7 @@ pub fn take_outcome(v: &EngineVcpu, timeout: Duration) -> VcpuOutcome {
                     exit: "vCPU still running at VM stop".into(),
                 },
                 stats: Default::default(),
+                thread_sched: Default::default(),
             };
         }
         std::thread::sleep(Duration::from_micros(200));

@@ -1,0 +1,102 @@
+//! `pacer bench MATRIX --out DIR [--resume] [--dry-run]`: the command
+//! around [`run_matrix`](super::run_matrix). Exit codes as `pacer run`:
+//! 0 every cell ok or n/a, 1 a cell failed or timed out (or the run was
+//! stopped), 2 bad input (matrix, or results already in DIR without
+//! `--resume`).
+
+use super::progress::Progress;
+use super::run::{run_matrix, BenchOptions, RunMatrixError};
+use super::store::StoreError;
+use super::{cells, Matrix};
+use crate::cli::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
+use std::path::PathBuf;
+
+/// Arguments of `pacer bench`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// The matrix file (TOML).
+    pub matrix: PathBuf,
+    /// Where results.jsonl, results.csv, summary.json, report.html, plots/
+    /// and logs/ go.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Keep the finished cells already in --out and run the others.
+    #[arg(long)]
+    pub resume: bool,
+    /// Check the matrix and list its cells in run order; run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Run the VMs without the per-thread seccomp filters (for debugging).
+    #[arg(long)]
+    pub no_seccomp: bool,
+}
+
+/// Run `pacer bench`; returns the exit code.
+pub fn main(args: BenchArgs) -> i32 {
+    let m = match Matrix::load(&args.matrix) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("{e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    if args.dry_run {
+        let mut s = m.describe();
+        for (i, c) in cells::expand(&m).iter().enumerate() {
+            let na = c
+                .static_na(&m)
+                .map(|w| format!("  n/a ({w})"))
+                .unwrap_or_default();
+            s += &format!("{:>4} {}{na}\n", i + 1, c.id(&m));
+        }
+        out(&s);
+        return EXIT_OK;
+    }
+    // Every VM thread confined; the thread that runs cell after cell
+    // (and starts QEMU) is not.
+    if !args.no_seccomp {
+        let kinds = &crate::seccomp::ThreadKind::ALL[..4];
+        if let Err(e) = crate::seccomp::enable(kinds) {
+            eprintln!("pacer bench: running without seccomp filters: {e}");
+        }
+    }
+    let opts = BenchOptions {
+        out: args.out,
+        resume: args.resume,
+    };
+    let mut progress = Progress::new();
+    let result = run_matrix(&m, &opts, &mut |ev| progress.event(&ev));
+    progress.finish();
+    let describe = |layout: &str| {
+        m.layouts
+            .iter()
+            .find(|l| l.name == layout)
+            .map(|l| l.describe())
+    };
+    match result {
+        Ok(o) => {
+            out(&o.summary.to_table(&describe));
+            if let Some(why) = &o.plots_skipped {
+                eprintln!("pacer bench: plots: {why}");
+            }
+            out(&format!("\nreport: {}\n", o.report.display()));
+            if o.failed > 0 {
+                out(&format!(
+                    "pacer bench: {} cell(s) failed or timed out\n",
+                    o.failed
+                ));
+                EXIT_VM_FAILED
+            } else {
+                EXIT_OK
+            }
+        }
+        Err(RunMatrixError::Store(e @ StoreError::NotEmpty(_))) => {
+            eprintln!("pacer bench: {e}");
+            EXIT_BAD_INPUT
+        }
+        Err(e) => {
+            eprintln!("pacer bench: {e}");
+            EXIT_VM_FAILED
+        }
+    }
+}

@@ -1,0 +1,670 @@
+//! The one adapter between what a run produced and the bench's metrics.
+//!
+//! A cell's metrics are flat [`Sample`]s: (VM, vCPU, metric name, value).
+//! They are read from a [`VmResult`] by walking its JSON form, so every
+//! numeric per-vCPU field a VM result carries becomes a metric without
+//! code here: `work[]` (units/s of `cpu` today), `vcpu_metrics[]` (the
+//! SMP guest's per-vCPU results when they land: sleep latency, round
+//! trips/s, acquisitions/s, burst run fraction, histograms), and
+//! `vcpu_sched[]` (the scheduling statistics, prefixed `sched.`). Nested
+//! objects give dotted names (`sleep_latency_ns.p99_ns`); histograms (arrays
+//! of `{lo_ns, hi_ns, count}`) give `NAME.bucket.HI` counts. The QEMU peer's
+//! `pacer-result` console lines map onto the same names
+//! ([`console_samples`]), so both columns line up; a Pacer VM's console
+//! fills in per-vCPU metrics its result lacks (a guest newer than the
+//! VMM's record decoder), the result's own values taking precedence.
+//!
+//! Derived here too, because they need the whole cell: Jain's fairness
+//! index over equal-priority vCPUs (`jain.sched.run_ns`, and
+//! `jain.METRIC` of every per-vCPU rate), migrations per second, and the
+//! ready-wait (steal) fraction.
+//!
+//! [`info`] says how to show and aggregate a metric from its name alone
+//! (unit, which direction is better, how vCPUs combine, whether it is a
+//! headline column), so a new workload's metrics appear in the tables,
+//! CSV/JSON and plots without touching the runner.
+
+use crate::results::VmResult;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// One measured value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// The VM's name, or `*` for a cell-wide value.
+    pub vm: String,
+    /// The layout's VM entry it belongs to (VMs from one `count` share it).
+    pub group: String,
+    /// None for a whole-VM or cell-wide value.
+    pub vcpu: Option<u32>,
+    pub metric: String,
+    pub value: f64,
+}
+
+/// Which way a metric is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Better {
+    Higher,
+    Lower,
+    Neither,
+}
+
+/// How the per-vCPU values of a metric combine into one value per cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Combine {
+    Sum,
+    Max,
+    Median,
+    Mean,
+}
+
+/// How to show and aggregate a metric.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricInfo {
+    pub unit: Unit,
+    pub better: Better,
+    pub combine: Combine,
+    /// Shown in the terminal summary and the report's table.
+    pub headline: bool,
+}
+
+/// A metric's unit, for formatting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Nanoseconds,
+    PerSecond,
+    Ratio,
+    Count,
+}
+
+/// Where a VM of the cell came from (its layout entry and priority).
+#[derive(Debug, Clone)]
+pub struct VmMeta {
+    pub group: String,
+    pub priority: u8,
+}
+
+/// Keys of per-vCPU objects that are identifiers or bookkeeping, not
+/// measurements.
+const SKIP_KEYS: &[&str] = &["vcpu", "done", "ticks", "host_cpus", "partner", "initiator"];
+
+/// How to show and aggregate `metric`, from its name.
+pub fn info(metric: &str) -> MetricInfo {
+    let m = |unit, better, combine, headline| MetricInfo {
+        unit,
+        better,
+        combine,
+        headline,
+    };
+    let last = metric.rsplit('.').next().unwrap_or(metric);
+    if metric.contains(".bucket.") {
+        return m(Unit::Count, Better::Neither, Combine::Sum, false);
+    }
+    if metric.starts_with("jain.") {
+        return m(
+            Unit::Ratio,
+            Better::Higher,
+            Combine::Mean,
+            metric == "jain.sched.run_ns",
+        );
+    }
+    if metric == "sched.migrations_per_s" {
+        return m(Unit::PerSecond, Better::Lower, Combine::Sum, true);
+    }
+    if metric == "sched.ready_wait_frac" {
+        return m(Unit::Ratio, Better::Lower, Combine::Mean, false);
+    }
+    if metric.ends_with("_per_s") {
+        return m(Unit::PerSecond, Better::Higher, Combine::Sum, true);
+    }
+    if last.contains("p99") {
+        return m(Unit::Nanoseconds, Better::Lower, Combine::Max, true);
+    }
+    if last.contains("max") {
+        return m(Unit::Nanoseconds, Better::Lower, Combine::Max, false);
+    }
+    if last.contains("p50") {
+        return m(Unit::Nanoseconds, Better::Lower, Combine::Median, false);
+    }
+    if last.contains("fraction") {
+        return m(Unit::Ratio, Better::Higher, Combine::Mean, true);
+    }
+    match metric {
+        "sched.ready_wait_ns" | "sched.migrations" | "sched.preemptions" => {
+            m(Unit::Count, Better::Lower, Combine::Sum, false)
+        }
+        _ if last.ends_with("_ns") => m(Unit::Nanoseconds, Better::Neither, Combine::Sum, false),
+        _ => m(Unit::Count, Better::Neither, Combine::Sum, false),
+    }
+}
+
+/// A short column title for a metric.
+pub fn title(metric: &str) -> String {
+    match metric {
+        "units_per_s" => "units/s".into(),
+        "jain.sched.run_ns" => "Jain (run time)".into(),
+        "sched.wake_latency_ns.p99" => "wake p99 (sched)".into(),
+        "sched.migrations_per_s" => "migrations/s".into(),
+        "sleep_latency_ns.p99_ns" => "sleep p99".into(),
+        _ => metric
+            .replace("_per_s", "/s")
+            .replace("_latency_ns", " latency")
+            .replace("_ns", ""),
+    }
+}
+
+/// Format a value for a table.
+pub fn format_value(metric: &str, v: f64) -> String {
+    if !v.is_finite() {
+        return "-".into();
+    }
+    match info(metric).unit {
+        Unit::Nanoseconds => {
+            if v < 1e3 {
+                format!("{v:.0}ns")
+            } else if v < 1e6 {
+                format!("{:.1}us", v / 1e3)
+            } else if v < 1e9 {
+                format!("{:.2}ms", v / 1e6)
+            } else {
+                format!("{:.2}s", v / 1e9)
+            }
+        }
+        Unit::Ratio => format!("{v:.3}"),
+        Unit::PerSecond | Unit::Count => {
+            let a = v.abs();
+            if a >= 1e9 {
+                format!("{:.2}G", v / 1e9)
+            } else if a >= 1e6 {
+                format!("{:.2}M", v / 1e6)
+            } else if a >= 1e4 {
+                format!("{:.1}k", v / 1e3)
+            } else if a >= 100.0 || v == v.trunc() {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.2}")
+            }
+        }
+    }
+}
+
+/// Flatten a per-vCPU JSON object into (name, value) pairs.
+fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, f64)>) {
+    match v {
+        Value::Number(n) => {
+            if let Some(x) = n.as_f64() {
+                out.push((prefix.to_string(), x));
+            }
+        }
+        Value::Object(o) => {
+            for (k, v) in o {
+                if SKIP_KEYS.contains(&k.as_str()) {
+                    continue;
+                }
+                let name = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&name, v, out);
+            }
+        }
+        Value::Array(items) => {
+            // A histogram: [{lo_ns, hi_ns, count}, ...].
+            for b in items {
+                if let (Some(hi), Some(count)) = (
+                    b.get("hi_ns").and_then(Value::as_u64),
+                    b.get("count").and_then(Value::as_f64),
+                ) {
+                    out.push((format!("{prefix}.bucket.{hi}"), count));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Scheduler wake latencies that are all zero are "unknown" (the host
+/// kernel keeps none), not zero.
+fn unknown_wake_latency(sched: &Value) -> bool {
+    let l = &sched["wake_latency_ns"];
+    ["p50", "p99", "max"]
+        .iter()
+        .all(|k| l[k].as_u64().unwrap_or(0) == 0)
+}
+
+/// The per-vCPU samples of one VM's result.
+pub fn vm_samples(r: &VmResult, group: &str) -> Vec<Sample> {
+    let json = serde_json::to_value(r).unwrap_or(Value::Null);
+    let wall_s = r.wall_ms / 1e3;
+    let mut per_vcpu: BTreeMap<u32, BTreeMap<String, f64>> = BTreeMap::new();
+    // The guest's own per-vCPU results first (vcpu_metrics supersedes the
+    // older `work` summary for the same names).
+    for key in ["vcpu_metrics", "work"] {
+        for item in json[key].as_array().into_iter().flatten() {
+            let Some(vcpu) = item["vcpu"].as_u64() else {
+                continue;
+            };
+            let mut pairs = Vec::new();
+            flatten("", item, &mut pairs);
+            let slot = per_vcpu.entry(vcpu as u32).or_default();
+            for (name, value) in pairs {
+                slot.entry(name).or_insert(value);
+            }
+        }
+    }
+    for (i, s) in json["vcpu_sched"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let mut pairs = Vec::new();
+        flatten("sched", s, &mut pairs);
+        let unknown = unknown_wake_latency(s);
+        let slot = per_vcpu.entry(i as u32).or_default();
+        for (name, value) in pairs {
+            if unknown && name.starts_with("sched.wake_latency_ns") {
+                continue;
+            }
+            slot.insert(name, value);
+        }
+        let run = s["run_ns"].as_f64().unwrap_or(0.0);
+        let wait = s["ready_wait_ns"].as_f64().unwrap_or(0.0);
+        let worked = slot
+            .iter()
+            .any(|(k, v)| k.ends_with("_per_s") && !k.starts_with("sched.") && *v > 0.0);
+        if run == 0.0 && worked {
+            // The guest did work, so a zero run time means the counters
+            // could not be read (a host thread that had already exited).
+            slot.remove("sched.run_ns");
+        } else if run + wait > 0.0 {
+            slot.insert("sched.ready_wait_frac".into(), wait / (run + wait));
+        }
+        if wall_s > 0.0 {
+            let migrations = s["migrations"].as_f64().unwrap_or(0.0);
+            slot.insert("sched.migrations_per_s".into(), migrations / wall_s);
+        }
+    }
+    // What the guest printed on its console fills in what the VM result
+    // lacks (a VMM that does not decode a newer guest's records yet).
+    if let Some(text) = r
+        .console_log
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+    {
+        for s in console_samples(&text, &r.name, group).0 {
+            if let Some(vcpu) = s.vcpu {
+                per_vcpu
+                    .entry(vcpu)
+                    .or_default()
+                    .entry(s.metric)
+                    .or_insert(s.value);
+            }
+        }
+    }
+    per_vcpu
+        .into_iter()
+        .flat_map(|(vcpu, metrics)| {
+            metrics.into_iter().map(move |(metric, value)| Sample {
+                vm: r.name.clone(),
+                group: group.to_string(),
+                vcpu: Some(vcpu),
+                metric,
+                value,
+            })
+        })
+        .collect()
+}
+
+/// Jain's fairness index: (sum x)^2 / (n * sum x^2); 1 = equal shares.
+pub fn jain(values: &[f64]) -> Option<f64> {
+    if values.len() < 2 {
+        return None;
+    }
+    let sum: f64 = values.iter().sum();
+    let sq: f64 = values.iter().map(|v| v * v).sum();
+    (sq > 0.0).then(|| sum * sum / (values.len() as f64 * sq))
+}
+
+/// Cell-wide derived samples: Jain's index over the vCPUs of each
+/// priority (the lowest over the priorities), for the scheduler's run
+/// time and for every per-vCPU rate the guest reported.
+pub fn cell_samples(samples: &[Sample], meta: &BTreeMap<String, VmMeta>) -> Vec<Sample> {
+    let mut by: BTreeMap<(&str, u8), Vec<f64>> = BTreeMap::new();
+    // vCPUs per priority: an index over only some of them would mislead.
+    let mut vcpus: BTreeMap<u8, std::collections::BTreeSet<(&str, u32)>> = BTreeMap::new();
+    for s in samples {
+        if let Some(v) = s.vcpu {
+            let prio = meta.get(&s.vm).map_or(0, |m| m.priority);
+            vcpus.entry(prio).or_default().insert((&s.vm, v));
+        }
+    }
+    for s in samples.iter().filter(|s| s.vcpu.is_some()) {
+        let rate = s.metric.ends_with("_per_s") && !s.metric.starts_with("sched.");
+        if s.metric != "sched.run_ns" && !rate {
+            continue;
+        }
+        let prio = meta.get(&s.vm).map_or(0, |m| m.priority);
+        by.entry((s.metric.as_str(), prio))
+            .or_default()
+            .push(s.value);
+    }
+    let mut lowest: BTreeMap<&str, f64> = BTreeMap::new();
+    for ((metric, prio), values) in &by {
+        if values.len() < vcpus.get(prio).map_or(0, |v| v.len()) {
+            continue;
+        }
+        if let Some(j) = jain(values) {
+            let e = lowest.entry(metric).or_insert(j);
+            *e = e.min(j);
+        }
+    }
+    lowest
+        .into_iter()
+        .map(|(metric, value)| Sample {
+            vm: "*".into(),
+            group: "*".into(),
+            vcpu: None,
+            metric: format!("jain.{metric}"),
+            value,
+        })
+        .collect()
+}
+
+/// Console keys of a `pacer-result` line that name the same quantity as a
+/// VM result field, per workload (everything else becomes
+/// `WORKLOAD.KEY`).
+fn console_name(workload: &str, key: &str) -> Option<String> {
+    let same = [
+        "units_per_s",
+        "units",
+        "roundtrips_per_s",
+        "acquisitions_per_s",
+    ];
+    if same.contains(&key) {
+        return Some(key.to_string());
+    }
+    let name = match (workload, key) {
+        ("sleep", "p50_ns" | "p99_ns" | "max_ns") => format!("sleep_latency_ns.{key}"),
+        ("sleep", "count") => "sleep_latency_ns.count".into(),
+        ("sleep", "missed") => "sleep.missed".into(),
+        ("burst", k) if k.starts_with("wake_") => {
+            format!("burst.wake_latency_ns.{}", &k["wake_".len()..])
+        }
+        ("spinlock", k) if k.starts_with("wait_") => {
+            format!("spinlock.wait_ns.{}", &k["wait_".len()..])
+        }
+        ("spinlock", "acquisitions") => "spinlock.acquisitions".into(),
+        ("burst", "bursts" | "missed") => format!("burst.{key}"),
+        ("pingpong", "roundtrips") => "pingpong.roundtrips".into(),
+        ("pingpong" | "sleep", "interval_us" | "role") => return None,
+        (w, k) => format!("{w}.{k}"),
+    };
+    Some(name)
+}
+
+/// Samples from a VM's serial console (`pacer-result vcpu=N workload=W
+/// key=value ...` lines, guests/PROTOCOL.md), for VMMs that only give the
+/// console (the QEMU peer). `vcpu=all` lines are totals and are skipped
+/// (the cell sums the vCPUs itself). Returns the samples and the vCPUs
+/// that reported.
+pub fn console_samples(console: &str, vm: &str, group: &str) -> (Vec<Sample>, Vec<u32>) {
+    let mut out = Vec::new();
+    let mut vcpus = Vec::new();
+    for line in console.lines() {
+        let Some(rest) = line.trim().strip_prefix("pacer-result ") else {
+            continue;
+        };
+        let fields: BTreeMap<&str, &str> = rest
+            .split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .collect();
+        let (Some(vcpu), Some(workload)) = (
+            fields.get("vcpu").and_then(|v| v.parse::<u32>().ok()),
+            fields.get("workload"),
+        ) else {
+            continue;
+        };
+        if !vcpus.contains(&vcpu) {
+            vcpus.push(vcpu);
+        }
+        for (key, value) in &fields {
+            if matches!(*key, "vcpu" | "workload" | "ticks" | "partner") {
+                continue;
+            }
+            let Some(mut value) = value.parse::<f64>().ok().filter(|v| v.is_finite()) else {
+                continue;
+            };
+            let Some(mut metric) = console_name(workload, key) else {
+                continue;
+            };
+            if *key == "run_fraction_ppm" {
+                metric = "burst.run_fraction".into();
+                value /= 1e6;
+            }
+            out.push(Sample {
+                vm: vm.to_string(),
+                group: group.to_string(),
+                vcpu: Some(vcpu),
+                metric,
+                value,
+            });
+        }
+    }
+    (out, vcpus)
+}
+
+/// Why a VM's run says the guest does not implement its workload
+/// (an ERROR record with code 1, UNKNOWN_WORKLOAD), if it does.
+pub fn unknown_workload(r: &VmResult) -> bool {
+    r.records
+        .iter()
+        .any(|e| e.record.kind == devices::RecordKind::Error && e.record.values[0] == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::stats::{LatencyNs, VcpuSchedStats};
+    use crate::results::VcpuWork;
+
+    pub(crate) fn vm(name: &str, units: &[f64]) -> VmResult {
+        let mut r = VmResult::error(name, String::new(), 2000.0, "");
+        r.ok = true;
+        r.status = "success".into();
+        for (i, &u) in units.iter().enumerate() {
+            r.work.push(VcpuWork {
+                vcpu: i as u32,
+                units: 10,
+                ticks: 100,
+                units_per_s: Some(u),
+                done: true,
+            });
+            r.vcpu_sched.push(VcpuSchedStats {
+                run_ns: 1_000_000 * (i as u64 + 1),
+                ready_wait_ns: 1_000_000,
+                wakeups: 5,
+                wake_latency_ns: LatencyNs {
+                    p50: 1000,
+                    p99: 5000 * (i as u64 + 1),
+                    max: 9000,
+                },
+                migrations: 4,
+                preemptions: 1,
+                host_cpus: "0-1".into(),
+            });
+        }
+        r
+    }
+
+    fn get(s: &[Sample], vcpu: u32, metric: &str) -> Option<f64> {
+        s.iter()
+            .find(|x| x.vcpu == Some(vcpu) && x.metric == metric)
+            .map(|x| x.value)
+    }
+
+    #[test]
+    fn vm_result_fields_become_samples() {
+        let s = vm_samples(&vm("a", &[100.0, 300.0]), "a");
+        assert_eq!(get(&s, 0, "units_per_s"), Some(100.0));
+        assert_eq!(get(&s, 1, "units_per_s"), Some(300.0));
+        assert_eq!(get(&s, 1, "sched.wake_latency_ns.p99"), Some(10000.0));
+        assert_eq!(get(&s, 0, "sched.migrations"), Some(4.0));
+        assert_eq!(get(&s, 0, "sched.migrations_per_s"), Some(2.0));
+        assert_eq!(get(&s, 0, "sched.ready_wait_frac"), Some(0.5));
+        assert_eq!(get(&s, 0, "ticks"), None, "bookkeeping keys skipped");
+        assert!(s.iter().all(|x| x.vm == "a" && x.group == "a"));
+    }
+
+    #[test]
+    fn console_fills_in_what_the_result_lacks() {
+        let dir = std::env::temp_dir().join(format!("pacer-metrics-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("a.console.log");
+        std::fs::write(
+            &log,
+            "pacer-result vcpu=0 workload=cpu units=1 ticks=2 units_per_s=999\n\
+             pacer-result vcpu=1 workload=sleep count=5 missed=0 interval_us=1000 p50_ns=10 p99_ns=20 max_ns=30\n",
+        )
+        .unwrap();
+        let mut r = vm("a", &[100.0]);
+        r.console_log = Some(log);
+        let s = vm_samples(&r, "a");
+        // The VM result's own value wins; the console adds the rest.
+        assert_eq!(get(&s, 0, "units_per_s"), Some(100.0));
+        assert_eq!(get(&s, 1, "sleep_latency_ns.p99_ns"), Some(20.0));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn unreadable_run_time_is_unknown_not_zero() {
+        let mut r = vm("h", &[100.0, 100.0]);
+        r.vcpu_sched[1].run_ns = 0;
+        let s = vm_samples(&r, "h");
+        assert_eq!(get(&s, 0, "sched.run_ns"), Some(1_000_000.0));
+        assert_eq!(get(&s, 1, "sched.run_ns"), None);
+        let meta: BTreeMap<String, VmMeta> = [(
+            "h".to_string(),
+            VmMeta {
+                group: "h".into(),
+                priority: 10,
+            },
+        )]
+        .into();
+        let cell = cell_samples(&s, &meta);
+        // No index over one of the two vCPUs; the guest's rates still have one.
+        assert!(
+            cell.iter().all(|x| x.metric != "jain.sched.run_ns"),
+            "{cell:?}"
+        );
+        assert!(cell.iter().any(|x| x.metric == "jain.units_per_s"));
+    }
+
+    #[test]
+    fn host_wake_latency_zeros_are_unknown() {
+        let mut r = vm("h", &[1.0]);
+        r.vcpu_sched[0].wake_latency_ns = LatencyNs::default();
+        let s = vm_samples(&r, "h");
+        assert!(s
+            .iter()
+            .all(|x| !x.metric.starts_with("sched.wake_latency")));
+        assert_eq!(get(&s, 0, "sched.wakeups"), Some(5.0));
+    }
+
+    #[test]
+    fn new_guest_metrics_appear_without_code() {
+        // The SMP guest's per-vCPU results, as its VmResult field will
+        // serialize them: read through the same JSON walk.
+        let json = serde_json::json!({
+            "vcpu": 1,
+            "sleep_latency_ns": {"count": 100, "p50_ns": 2000, "p99_ns": 9000, "max_ns": 20000,
+                "histogram": [{"lo_ns": 0, "hi_ns": 1023, "count": 3},
+                              {"lo_ns": 1024, "hi_ns": 2047, "count": 97}],
+                "histogram_count": 100},
+            "roundtrips_per_s": 5000.0,
+            "pingpong": {"roundtrips": 10, "partner": 0, "initiator": false}
+        });
+        let mut pairs = Vec::new();
+        flatten("", &json, &mut pairs);
+        let names: Vec<&str> = pairs.iter().map(|(n, _)| n.as_str()).collect();
+        for n in [
+            "sleep_latency_ns.p99_ns",
+            "sleep_latency_ns.histogram.bucket.2047",
+            "roundtrips_per_s",
+            "pingpong.roundtrips",
+        ] {
+            assert!(names.contains(&n), "{n} missing in {names:?}");
+        }
+        assert!(!names
+            .iter()
+            .any(|n| n.contains("partner") || n.contains("initiator")));
+        assert!(info("sleep_latency_ns.p99_ns").headline);
+        assert_eq!(info("sleep_latency_ns.p99_ns").better, Better::Lower);
+        assert_eq!(info("roundtrips_per_s").combine, Combine::Sum);
+        assert!(!info("sleep_latency_ns.histogram.bucket.2047").headline);
+    }
+
+    #[test]
+    fn jain_over_equal_priorities() {
+        assert_eq!(jain(&[1.0, 1.0, 1.0]), Some(1.0));
+        assert!((jain(&[1.0, 0.0]).unwrap() - 0.5).abs() < 1e-12);
+        assert_eq!(jain(&[3.0]), None);
+        let mut s = vm_samples(&vm("a", &[100.0, 100.0]), "a");
+        s.extend(vm_samples(&vm("b", &[400.0]), "b"));
+        let meta: BTreeMap<String, VmMeta> = [("a", 10), ("b", 20)]
+            .into_iter()
+            .map(|(n, p)| {
+                (
+                    n.to_string(),
+                    VmMeta {
+                        group: n.into(),
+                        priority: p,
+                    },
+                )
+            })
+            .collect();
+        let cell = cell_samples(&s, &meta);
+        let units = cell
+            .iter()
+            .find(|x| x.metric == "jain.units_per_s")
+            .unwrap();
+        // Priority 10 has two equal vCPUs; priority 20 one (no index).
+        assert_eq!(units.value, 1.0);
+        let run = cell
+            .iter()
+            .find(|x| x.metric == "jain.sched.run_ns")
+            .unwrap();
+        assert!((run.value - 0.9).abs() < 1e-12, "{run:?}");
+        assert!(cell.iter().all(|x| x.vm == "*" && x.vcpu.is_none()));
+    }
+
+    #[test]
+    fn console_lines_map_to_the_same_names() {
+        let console = "boot...\n\
+            pacer-result vcpu=0 workload=cpu units=10 ticks=5 units_per_s=1234.5\n\
+            pacer-result vcpu=1 workload=sleep count=9 missed=0 interval_us=1000 p50_ns=100 p99_ns=900 max_ns=1000\n\
+            pacer-result vcpu=2 workload=burst bursts=4 missed=1 run_fraction_ppm=300000 wake_p50_ns=1 wake_p99_ns=2 wake_max_ns=3\n\
+            pacer-result vcpu=all workload=spinlock acquisitions=5 acquisitions_per_s=7\n\
+            pacer-result garbage\n";
+        let (s, vcpus) = console_samples(console, "q", "g");
+        assert_eq!(vcpus, [0, 1, 2]);
+        assert_eq!(get(&s, 0, "units_per_s"), Some(1234.5));
+        assert_eq!(get(&s, 1, "sleep_latency_ns.p99_ns"), Some(900.0));
+        assert_eq!(get(&s, 1, "sleep.missed"), Some(0.0));
+        assert_eq!(get(&s, 2, "burst.run_fraction"), Some(0.3));
+        assert_eq!(get(&s, 2, "burst.wake_latency_ns.p99_ns"), Some(2.0));
+        assert!(s
+            .iter()
+            .all(|x| x.metric != "interval_us" && x.metric != "ticks"));
+    }
+
+    #[test]
+    fn formatting() {
+        assert_eq!(format_value("sleep_latency_ns.p99_ns", 1500.0), "1.5us");
+        assert_eq!(format_value("units_per_s", 2.5e6), "2.50M");
+        assert_eq!(format_value("jain.sched.run_ns", 0.99), "0.990");
+        assert_eq!(title("units_per_s"), "units/s");
+    }
+}

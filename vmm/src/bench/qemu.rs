@@ -1,0 +1,524 @@
+//! The QEMU peer: the same bench guest image under `qemu-system-x86_64`
+//! with KVM, as an extra `qemu` column. QEMU boots an ELF through `-kernel`
+//! only when it carries a PVH entry (the Xen ELF note
+//! XEN_ELFNOTE_PHYS32_ENTRY, type 18, in a PT_NOTE segment), so until the
+//! guest has one the column is `n/a (no PVH entry in the guest image)`.
+//!
+//! Each VM of a cell is one QEMU process (`-smp` = its vCPUs, pinned to its
+//! core set, its serial console to a file). The guest prints one
+//! `pacer-result vcpu=N workload=...` line per vCPU on the console
+//! (guests/PROTOCOL.md); the VM is done when every vCPU has reported (QEMU
+//! knows nothing of Pacer's exit port, so it is stopped then), or when
+//! QEMU exits, or at the cell's time limit (stopped: `timeout`).
+
+use super::metrics::{self, Sample};
+use crate::host_cpus::HostCpuSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The QEMU binary the peer runs.
+pub const QEMU_BINARY: &str = "qemu-system-x86_64";
+/// The Xen ELF note type QEMU looks for (XEN_ELFNOTE_PHYS32_ENTRY).
+pub const XEN_ELFNOTE_PHYS32_ENTRY: u32 = 18;
+const PT_NOTE: u32 = 4;
+
+/// Errors of this module.
+#[derive(Debug, thiserror::Error)]
+pub enum QemuError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Elf { path: PathBuf, message: String },
+    #[error("cannot start {QEMU_BINARY}: {0}")]
+    Spawn(std::io::Error),
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("stopped by a signal")]
+    Stopped,
+}
+
+fn u16_at(b: &[u8], o: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?))
+}
+fn u32_at(b: &[u8], o: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?))
+}
+fn u64_at(b: &[u8], o: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?))
+}
+
+/// The PVH entry point of an ELF64 image, if it has one.
+pub fn pvh_entry(image: &[u8]) -> Result<Option<u64>, String> {
+    if image.get(0..4) != Some(b"\x7fELF") || image.get(4) != Some(&2) {
+        return Err("not an ELF64 file".into());
+    }
+    let bad = || "truncated ELF header".to_string();
+    let phoff = u64_at(image, 32).ok_or_else(bad)? as usize;
+    let phentsize = u16_at(image, 54).ok_or_else(bad)? as usize;
+    let phnum = u16_at(image, 56).ok_or_else(bad)? as usize;
+    for i in 0..phnum {
+        let ph = phoff.saturating_add(i.saturating_mul(phentsize));
+        let (Some(ptype), Some(off), Some(size)) = (
+            u32_at(image, ph),
+            u64_at(image, ph + 8),
+            u64_at(image, ph + 32),
+        ) else {
+            return Err(format!("program header {i} is outside the file"));
+        };
+        if ptype != PT_NOTE {
+            continue;
+        }
+        let (start, end) = (off as usize, off.saturating_add(size) as usize);
+        let notes = image
+            .get(start..end)
+            .ok_or_else(|| format!("PT_NOTE {i} is outside the file"))?;
+        let mut p = 0usize;
+        while p + 12 <= notes.len() {
+            let namesz = u32_at(notes, p).unwrap_or(0) as usize;
+            let descsz = u32_at(notes, p + 4).unwrap_or(0) as usize;
+            let ntype = u32_at(notes, p + 8).unwrap_or(0);
+            let name_at = p + 12;
+            let desc_at = name_at + namesz.div_ceil(4) * 4;
+            let next = desc_at + descsz.div_ceil(4) * 4;
+            if next > notes.len() {
+                break;
+            }
+            let name = &notes[name_at..name_at + namesz];
+            if name.strip_suffix(b"\0").unwrap_or(name) == b"Xen"
+                && ntype == XEN_ELFNOTE_PHYS32_ENTRY
+            {
+                let desc = &notes[desc_at..desc_at + descsz];
+                let entry = match descsz {
+                    4 => u32_at(desc, 0).map(u64::from),
+                    8 => u64_at(desc, 0),
+                    _ => None,
+                };
+                return entry
+                    .map(Some)
+                    .ok_or_else(|| format!("PVH note with a {descsz}-byte entry"));
+            }
+            p = next;
+        }
+    }
+    Ok(None)
+}
+
+/// Where `qemu-system-x86_64` is, from `PATH`.
+pub fn find_qemu() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(QEMU_BINARY))
+        .find(|p| p.is_file())
+}
+
+/// CPU models tried in order: the host's, then a portable model with what
+/// the bench guest needs (x2APIC, TSC deadline) for KVMs where QEMU cannot
+/// set up `host` (this project's software KVM refuses an MSR it sets).
+pub const CPU_MODELS: [&str; 2] = ["host", "qemu64,+x2apic,+tsc-deadline"];
+
+/// A usable QEMU peer for one guest image.
+#[derive(Debug, Clone)]
+pub struct QemuPeer {
+    pub binary: PathBuf,
+    /// `qemu-system-x86_64 --version`'s first line, and the CPU model.
+    pub version: String,
+    /// `-cpu` (one of [`CPU_MODELS`]).
+    pub cpu: String,
+    pub kernel: PathBuf,
+    /// Passed on the command line as Pacer does (KVM_GET_TSC_KHZ).
+    pub tsc_khz: Option<u32>,
+}
+
+/// What one VM under QEMU produced.
+#[derive(Debug, Clone)]
+pub struct QemuVmOutcome {
+    pub samples: Vec<Sample>,
+    /// None: every vCPU reported.
+    pub error: Option<String>,
+    pub timed_out: bool,
+    /// The guest said it does not know the workload.
+    pub unknown_workload: bool,
+    pub console: PathBuf,
+}
+
+/// The host's TSC frequency as KVM reports it to a vCPU.
+fn kvm_tsc_khz() -> Option<u32> {
+    let kvm = kvm_ioctls::Kvm::new().ok()?;
+    let vm = kvm.create_vm().ok()?;
+    let vcpu = vm.create_vcpu(0).ok()?;
+    vcpu.get_tsc_khz().ok()
+}
+
+impl QemuPeer {
+    /// The peer for `kernel`, or why the `qemu` column is `n/a`.
+    pub fn detect(kernel: &Path) -> Result<QemuPeer, String> {
+        let image = std::fs::read(kernel).map_err(|e| format!("{}: {e}", kernel.display()))?;
+        if pvh_entry(&image)
+            .map_err(|e| format!("{}: {e}", kernel.display()))?
+            .is_none()
+        {
+            return Err("no PVH entry in the guest image".into());
+        }
+        let binary = find_qemu().ok_or_else(|| {
+            format!("{QEMU_BINARY} is not installed (Debian: apt-get install qemu-system-x86)")
+        })?;
+        if !Path::new("/dev/kvm").exists() {
+            return Err("no /dev/kvm".into());
+        }
+        let version = Command::new(&binary)
+            .arg("--version")
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .map_err(|e| format!("{}: {e}", binary.display()))?;
+        let mut refused = Vec::new();
+        let cpu = CPU_MODELS
+            .iter()
+            .find(|m| match probe_cpu(&binary, m) {
+                Ok(()) => true,
+                Err(why) => {
+                    refused.push(format!("-cpu {m}: {why}"));
+                    false
+                }
+            })
+            .ok_or_else(|| format!("QEMU cannot start a KVM vCPU here ({})", refused.join("; ")))?;
+        let version = if refused.is_empty() {
+            format!("{version}, -cpu {cpu}")
+        } else {
+            format!("{version}, -cpu {cpu} ({})", refused.join("; "))
+        };
+        Ok(QemuPeer {
+            binary,
+            version,
+            cpu: cpu.to_string(),
+            kernel: kernel.to_path_buf(),
+            tsc_khz: kvm_tsc_khz(),
+        })
+    }
+
+    /// QEMU's arguments for one VM.
+    pub fn args(
+        &self,
+        vcpus: u32,
+        memory_mib: u64,
+        guest_args: &str,
+        console: &Path,
+    ) -> Vec<String> {
+        let mut append = format!("{guest_args} vcpus={vcpus}");
+        if let Some(khz) = self.tsc_khz {
+            append += &format!(" tsc_khz={khz}");
+        }
+        [
+            "-accel",
+            "kvm",
+            "-cpu",
+            &self.cpu,
+            "-machine",
+            "q35",
+            "-nodefaults",
+            "-no-reboot",
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([
+            "-smp".into(),
+            vcpus.to_string(),
+            "-m".into(),
+            memory_mib.to_string(),
+            "-kernel".into(),
+            self.kernel.display().to_string(),
+            "-append".into(),
+            append,
+            "-serial".into(),
+            format!("file:{}", console.display()),
+        ])
+        .collect()
+    }
+
+    fn spawn(&self, args: &[String], cpus: &HostCpuSet) -> Result<Child, QemuError> {
+        let mut cmd = Command::new(&self.binary);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        // SAFETY: between fork and exec the child makes two system calls
+        // (async-signal-safe) on data built before the fork: it binds
+        // itself to the VM's core set (every thread QEMU creates inherits
+        // the mask), and asks to be killed if this thread dies, so a killed
+        // `pacer bench` leaves no QEMU behind.
+        let mask = cpu_mask(cpus);
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mask) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.spawn().map_err(QemuError::Spawn)
+    }
+
+    /// Run the VMs of one cell at once: (name, group, vcpus, memory,
+    /// guest args, core set) each; consoles go to `dir`.
+    pub fn run_vms(
+        &self,
+        vms: &[(String, String, u32, u64, String, HostCpuSet)],
+        dir: &Path,
+        limit: Duration,
+        should_stop: &dyn Fn() -> bool,
+    ) -> Result<Vec<QemuVmOutcome>, QemuError> {
+        std::fs::create_dir_all(dir).map_err(QemuError::Io)?;
+        let start = Instant::now();
+        let mut running = Vec::new();
+        for (name, _, vcpus, mem, args, cpus) in vms {
+            let console = dir.join(format!("{name}.console.log"));
+            let _ = std::fs::remove_file(&console);
+            let child = self.spawn(&self.args(*vcpus, *mem, args, &console), cpus);
+            match child {
+                Ok(c) => running.push((Some(c), console)),
+                Err(e) => {
+                    for (c, _) in running.iter_mut() {
+                        if let Some(c) = c.as_mut() {
+                            let _ = c.kill();
+                            let _ = c.wait();
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let mut exit_status: Vec<Option<String>> = vec![None; vms.len()];
+        let mut timed_out = false;
+        loop {
+            let mut all_done = true;
+            for (i, (child, console)) in running.iter_mut().enumerate() {
+                let Some(c) = child.as_mut() else { continue };
+                let text = std::fs::read_to_string(&*console).unwrap_or_default();
+                let (_, reported) = metrics::console_samples(&text, "", "");
+                let finished = reported.len() >= vms[i].2 as usize || guest_refused(&text);
+                if finished {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    *child = None;
+                } else if let Ok(Some(st)) = c.try_wait() {
+                    let mut err = String::new();
+                    if let Some(mut e) = c.stderr.take() {
+                        use std::io::Read;
+                        let _ = e.read_to_string(&mut err);
+                    }
+                    exit_status[i] = Some(format!("QEMU exited ({st}) {}", err.trim()));
+                    *child = None;
+                } else {
+                    all_done = false;
+                }
+            }
+            if all_done {
+                break;
+            }
+            let stop = should_stop();
+            if stop || start.elapsed() >= limit {
+                timed_out = true;
+                for (child, _) in running.iter_mut() {
+                    if let Some(c) = child.as_mut() {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                    }
+                }
+                if stop {
+                    return Err(QemuError::Stopped);
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(running
+            .into_iter()
+            .zip(vms)
+            .zip(exit_status)
+            .map(|(((_, console), (name, group, vcpus, ..)), exited)| {
+                let text = std::fs::read_to_string(&console).unwrap_or_default();
+                let (samples, reported) = metrics::console_samples(&text, name, group);
+                let complete = reported.len() >= *vcpus as usize;
+                let error = (!complete).then(|| {
+                    let why = if timed_out {
+                        format!(
+                            "stopped at the cell's time limit ({:.0} s)",
+                            limit.as_secs_f64()
+                        )
+                    } else {
+                        exited.unwrap_or_else(|| "QEMU stopped".into())
+                    };
+                    format!(
+                        "vm {name}: {} of {vcpus} vCPUs reported; {why}; console {}",
+                        reported.len(),
+                        console.display()
+                    )
+                });
+                QemuVmOutcome {
+                    samples,
+                    error,
+                    timed_out: timed_out && !complete,
+                    unknown_workload: guest_refused(&text),
+                    console,
+                }
+            })
+            .collect())
+    }
+}
+
+/// Start QEMU with this CPU model, paused (`-S`): an error setting up the
+/// vCPU shows within a fraction of a second; one still running after
+/// [`PROBE_WAIT`] is taken as working.
+fn probe_cpu(binary: &Path, model: &str) -> Result<(), String> {
+    let mut child = Command::new(binary)
+        .args([
+            "-accel",
+            "kvm",
+            "-cpu",
+            model,
+            "-machine",
+            "q35",
+            "-nodefaults",
+        ])
+        .args(["-display", "none", "-monitor", "none", "-S", "-m", "16"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    while start.elapsed() < PROBE_WAIT {
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                use std::io::Read;
+                let _ = e.read_to_string(&mut err);
+            }
+            let first = err.lines().next().unwrap_or("").trim().to_string();
+            return Err(format!("exited ({status}) {first}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(())
+}
+
+/// How long a paused QEMU must survive to count as working.
+const PROBE_WAIT: Duration = Duration::from_millis(1500);
+
+/// The guest's console says it does not know the workload.
+fn guest_refused(console: &str) -> bool {
+    console.contains("unknown workload")
+}
+
+fn cpu_mask(cpus: &HostCpuSet) -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for c in cpus.iter() {
+        // SAFETY: CPU_SET on a valid set with an index below CPU_SETSIZE
+        // (checked here; larger numbers are left out).
+        if (c.0 as usize) < libc::CPU_SETSIZE as usize {
+            unsafe { libc::CPU_SET(c.0 as usize, &mut set) };
+        }
+    }
+    set
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A minimal ELF64 with one PT_NOTE segment holding `notes`.
+    fn elf_with_notes(notes: &[u8]) -> Vec<u8> {
+        let mut img = vec![0u8; 64 + 56];
+        img[0..4].copy_from_slice(b"\x7fELF");
+        img[4] = 2;
+        img[5] = 1;
+        img[18] = 62;
+        img[32..40].copy_from_slice(&64u64.to_le_bytes()); // e_phoff
+        img[54..56].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
+        img[56..58].copy_from_slice(&1u16.to_le_bytes()); // e_phnum
+        let ph = 64;
+        img[ph..ph + 4].copy_from_slice(&PT_NOTE.to_le_bytes());
+        img[ph + 8..ph + 16].copy_from_slice(&(120u64).to_le_bytes());
+        img[ph + 32..ph + 40].copy_from_slice(&(notes.len() as u64).to_le_bytes());
+        img.extend_from_slice(notes);
+        img
+    }
+
+    fn note(name: &[u8], ntype: u32, desc: &[u8]) -> Vec<u8> {
+        let mut n = Vec::new();
+        n.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        n.extend_from_slice(&(desc.len() as u32).to_le_bytes());
+        n.extend_from_slice(&ntype.to_le_bytes());
+        n.extend_from_slice(name);
+        n.resize(n.len().div_ceil(4) * 4, 0);
+        n.extend_from_slice(desc);
+        n.resize(n.len().div_ceil(4) * 4, 0);
+        n
+    }
+
+    #[test]
+    fn finds_the_pvh_note() {
+        let mut notes = note(b"GNU\0", 3, &[1, 2, 3, 4, 5, 6, 7, 8]);
+        notes.extend(note(b"Xen\0", 18, &0x10_0040u32.to_le_bytes()));
+        assert_eq!(pvh_entry(&elf_with_notes(&notes)), Ok(Some(0x10_0040)));
+        // Another Xen note type, or no notes: no PVH entry.
+        let other = note(b"Xen\0", 17, &0x1234u32.to_le_bytes());
+        assert_eq!(pvh_entry(&elf_with_notes(&other)), Ok(None));
+        assert_eq!(pvh_entry(&elf_with_notes(&[])), Ok(None));
+        assert!(pvh_entry(b"MZ....").is_err());
+        // A header pointing past the end is an error, not a panic.
+        let mut bad = elf_with_notes(&notes);
+        bad.truncate(100);
+        assert!(pvh_entry(&bad).is_err());
+    }
+
+    #[test]
+    fn todays_bench_guest_has_no_pvh_entry_or_says_so() {
+        let img = std::fs::read(guests::bench_guest_elf()).unwrap();
+        let entry = pvh_entry(&img).unwrap();
+        match QemuPeer::detect(guests::bench_guest_elf()) {
+            Err(why) if entry.is_none() => {
+                assert_eq!(why, "no PVH entry in the guest image")
+            }
+            Err(why) => assert!(why.contains("qemu") || why.contains("kvm"), "{why}"),
+            Ok(p) => assert!(p.version.contains("QEMU"), "{p:?}"),
+        }
+    }
+
+    #[test]
+    fn command_line() {
+        let peer = QemuPeer {
+            binary: "qemu".into(),
+            version: String::new(),
+            cpu: "host".into(),
+            kernel: "/g.elf".into(),
+            tsc_khz: Some(2000),
+        };
+        let a = peer.args(2, 32, "workload=cpu duration_ms=5", Path::new("/d/a.log"));
+        let s = a.join(" ");
+        assert!(s.contains("-accel kvm -cpu host"), "{s}");
+        assert!(s.contains("-smp 2 -m 32 -kernel /g.elf"), "{s}");
+        assert!(a.contains(&"workload=cpu duration_ms=5 vcpus=2 tsc_khz=2000".to_string()));
+        assert!(s.ends_with("-serial file:/d/a.log"), "{s}");
+    }
+}

@@ -1,0 +1,448 @@
+//! Runs a matrix: the cells one after another in their interleaved order,
+//! each recorded as soon as it ends, and the summary, plots and report at
+//! the end.
+//!
+//! A Pacer cell is one in-memory `Config` run through the library
+//! (`runner::run`) in this process: the VMs of a cell are already isolated
+//! from each other by the runner, and each VM's timeout (the cell's limit)
+//! stops it. A QEMU cell runs QEMU processes (`qemu.rs`). A failing or
+//! timed-out cell is recorded with its error and the run goes on; SIGINT or
+//! SIGTERM stop the cell in progress (not recorded) and end the run, which
+//! `--resume` continues.
+//!
+//! `n/a` cells are recorded with their reason without booting anything:
+//! reasons known from the matrix (`Cell::static_na`), the QEMU peer's
+//! (no PVH entry, no QEMU), and workloads the guest image turned out not
+//! to implement — the first cell whose guest answers UNKNOWN_WORKLOAD
+//! marks every later cell with that workload kind.
+
+use super::cells::{self, Cell};
+use super::matrix::{Matrix, Runner};
+use super::metrics::{self, VmMeta};
+use super::qemu::QemuPeer;
+use super::store::{CellRecord, CellStatus, Store, StoreError};
+use super::workload::WorkloadKind;
+use super::{plots, report, summary::Summary};
+use crate::runner::{self, RunEvent, RunOptions};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Errors of this module.
+#[derive(Debug, thiserror::Error)]
+pub enum RunMatrixError {
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("stopped by {0}; finished cells are kept, continue with --resume")]
+    Interrupted(&'static str),
+    #[error("report: {0}")]
+    Report(String),
+}
+
+/// Options of a bench run.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    pub out: PathBuf,
+    /// Keep the finished cells of an earlier run in `out` and run the rest.
+    pub resume: bool,
+}
+
+/// What the run reports as it goes (the CLI shows it).
+#[derive(Debug)]
+pub enum BenchEvent<'a> {
+    /// The run starts: cells in all, already done, to run now.
+    Start {
+        total: usize,
+        done: usize,
+        estimate_s: f64,
+    },
+    /// A cell starts (index among the cells to run).
+    CellStart {
+        index: usize,
+        id: &'a str,
+    },
+    CellDone(&'a CellRecord),
+    /// A stop signal arrived; the current cell is abandoned.
+    Stopping(&'static str),
+}
+
+/// The outcome of a run.
+#[derive(Debug)]
+pub struct BenchOutcome {
+    pub summary: Summary,
+    /// Cells that failed or timed out (this run and earlier ones).
+    pub failed: usize,
+    pub report: PathBuf,
+    /// Why the plots were left out, if they were.
+    pub plots_skipped: Option<String>,
+}
+
+/// The signals that stop a bench run.
+fn stop_set() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a local sigset; the signals are valid.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+    }
+    set
+}
+
+/// A SIGINT or SIGTERM that arrived while no cell was listening (they are
+/// blocked for the whole run, see [`run_matrix`]), taken without waiting.
+fn take_stop_signal() -> Option<&'static str> {
+    let set = stop_set();
+    let zero = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid sigset and timespec; siginfo may be null.
+    match unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &zero) } {
+        libc::SIGINT => Some("SIGINT"),
+        libc::SIGTERM => Some("SIGTERM"),
+        _ => None,
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// State shared by the cells of one run.
+struct Ctx<'a> {
+    m: &'a Matrix,
+    out: &'a Path,
+    qemu: Option<Result<QemuPeer, String>>,
+    /// Workload kinds the guest image answered UNKNOWN_WORKLOAD to.
+    unsupported: HashMap<WorkloadKind, String>,
+}
+
+impl Ctx<'_> {
+    fn kinds(&self, cell: &Cell) -> Vec<WorkloadKind> {
+        let mut k: Vec<WorkloadKind> = self.m.layouts[cell.layout]
+            .vms
+            .iter()
+            .map(|v| self.m.workloads[v.workload.unwrap_or(cell.workload)].kind)
+            .collect();
+        k.sort();
+        k.dedup();
+        k
+    }
+
+    fn record(&self, cell: &Cell, status: CellStatus, error: String) -> CellRecord {
+        CellRecord {
+            id: cell.id(self.m),
+            layout: self.m.layouts[cell.layout].name.clone(),
+            workload: self.m.workloads[cell.workload].name.clone(),
+            policy: self.m.policies[cell.policy].label.clone(),
+            rep: cell.rep,
+            status,
+            error,
+            started_unix_ms: unix_ms(),
+            wall_s: 0.0,
+            samples: Vec::new(),
+        }
+    }
+
+    fn meta(&self, cell: &Cell) -> BTreeMap<String, VmMeta> {
+        self.m.layouts[cell.layout]
+            .vms
+            .iter()
+            .map(|v| {
+                (
+                    v.name.clone(),
+                    VmMeta {
+                        group: v.group.clone(),
+                        priority: v.priority,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Why `cell` cannot run, if known before running it.
+    fn not_applicable(&mut self, cell: &Cell) -> Option<String> {
+        if let Some(why) = cell.static_na(self.m) {
+            return Some(why);
+        }
+        if let Some(why) = self
+            .kinds(cell)
+            .iter()
+            .find_map(|k| self.unsupported.get(k))
+        {
+            return Some(why.clone());
+        }
+        if self.m.policies[cell.policy].runner == Runner::Qemu {
+            let peer = self
+                .qemu
+                .get_or_insert_with(|| QemuPeer::detect(&self.m.kernel));
+            if let Err(why) = peer {
+                return Some(why.clone());
+            }
+        }
+        None
+    }
+
+    fn learn_unsupported(&mut self, vm_workloads: &[WorkloadKind]) -> String {
+        let why = |k: WorkloadKind| {
+            format!(
+                "the guest image does not implement workload \"{k}\": it answered UNKNOWN_WORKLOAD"
+            )
+        };
+        for &k in vm_workloads {
+            self.unsupported.insert(k, why(k));
+        }
+        vm_workloads.first().map(|&k| why(k)).unwrap_or_default()
+    }
+
+    /// Run one Pacer cell.
+    fn run_pacer(&mut self, cell: &Cell, interrupted: &AtomicBool) -> Option<CellRecord> {
+        let log_dir = self.out.join("logs").join(cell.dir_name(self.m));
+        let config = cells::pacer_config(self.m, cell, &log_dir)?;
+        let mut rec = self.record(cell, CellStatus::Ok, String::new());
+        let start = Instant::now();
+        // SIGINT/SIGTERM: the runner stops the VMs; the cell is abandoned.
+        let on_event = |ev: RunEvent<'_>| {
+            if let RunEvent::Stopping(_) = ev {
+                interrupted.store(true, Ordering::Release);
+            }
+        };
+        let opts = RunOptions {
+            run_start: start,
+            status: false,
+        };
+        let result = runner::run(&config, &opts, &on_event);
+        rec.wall_s = start.elapsed().as_secs_f64();
+        if interrupted.load(Ordering::Acquire) {
+            return None;
+        }
+        let results = match result {
+            Ok(r) => r,
+            Err(e) => {
+                rec.status = CellStatus::Failed;
+                rec.error = e.to_string();
+                return Some(rec);
+            }
+        };
+        let layout = &self.m.layouts[cell.layout];
+        let mut errors = Vec::new();
+        let mut refused = Vec::new();
+        let mut timeout = false;
+        for (vm, spec) in results.vms.iter().zip(&layout.vms) {
+            rec.samples.extend(metrics::vm_samples(vm, &spec.group));
+            if metrics::unknown_workload(vm) {
+                refused.push(self.m.workloads[spec.workload.unwrap_or(cell.workload)].kind);
+            }
+            if !vm.ok {
+                timeout |= vm.status == "timeout";
+                errors.push(format!("vm {}: {} ({})", vm.name, vm.status, vm.message));
+            }
+        }
+        rec.samples
+            .extend(metrics::cell_samples(&rec.samples, &self.meta(cell)));
+        if !refused.is_empty() {
+            rec.status = CellStatus::NotApplicable;
+            rec.error = self.learn_unsupported(&refused);
+            rec.samples.clear();
+        } else if !errors.is_empty() {
+            rec.status = if timeout {
+                CellStatus::Timeout
+            } else {
+                CellStatus::Failed
+            };
+            rec.error = format!("{}; logs in {}", errors.join("; "), log_dir.display());
+        }
+        Some(rec)
+    }
+
+    /// Run one QEMU cell (the peer is known to be usable); None if a stop
+    /// signal ended it.
+    fn run_qemu(&mut self, cell: &Cell, interrupted: &AtomicBool) -> Option<CellRecord> {
+        let mut rec = self.record(cell, CellStatus::Ok, String::new());
+        let Some(Ok(peer)) = self.qemu.clone() else {
+            rec.status = CellStatus::NotApplicable;
+            rec.error = "QEMU peer unavailable".into();
+            return Some(rec);
+        };
+        let layout = &self.m.layouts[cell.layout];
+        let vms: Vec<_> = layout
+            .vms
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                (
+                    v.name.clone(),
+                    v.group.clone(),
+                    v.vcpus,
+                    v.memory_mib,
+                    cells::vm_args(self.m, cell, i),
+                    v.cpus.clone(),
+                )
+            })
+            .collect();
+        let dir = self.out.join("logs").join(cell.dir_name(self.m));
+        let start = Instant::now();
+        let stop = || {
+            if take_stop_signal().is_some() {
+                interrupted.store(true, Ordering::Release);
+            }
+            interrupted.load(Ordering::Acquire)
+        };
+        let outcome = peer.run_vms(&vms, &dir, self.m.cell_timeout, &stop);
+        rec.wall_s = start.elapsed().as_secs_f64();
+        if interrupted.load(Ordering::Acquire) {
+            return None;
+        }
+        match outcome {
+            Err(e) => {
+                rec.status = CellStatus::Failed;
+                rec.error = e.to_string();
+            }
+            Ok(vms_out) => {
+                let mut refused = Vec::new();
+                let mut errors = Vec::new();
+                let mut timeout = false;
+                for (o, spec) in vms_out.into_iter().zip(&layout.vms) {
+                    rec.samples.extend(o.samples);
+                    if o.unknown_workload {
+                        refused.push(self.m.workloads[spec.workload.unwrap_or(cell.workload)].kind);
+                    }
+                    timeout |= o.timed_out;
+                    errors.extend(o.error);
+                }
+                rec.samples
+                    .extend(metrics::cell_samples(&rec.samples, &self.meta(cell)));
+                if !refused.is_empty() {
+                    rec.status = CellStatus::NotApplicable;
+                    rec.error = self.learn_unsupported(&refused);
+                    rec.samples.clear();
+                } else if !errors.is_empty() {
+                    rec.status = if timeout {
+                        CellStatus::Timeout
+                    } else {
+                        CellStatus::Failed
+                    };
+                    rec.error = errors.join("; ");
+                }
+            }
+        }
+        Some(rec)
+    }
+}
+
+/// Rough wall time of the cells still to run (for the first ETA).
+fn estimate_s(m: &Matrix, cells: &[Cell]) -> f64 {
+    cells
+        .iter()
+        .map(|c| {
+            let own = m.layouts[c.layout]
+                .vms
+                .iter()
+                .filter_map(|v| v.workload)
+                .map(|w| m.workloads[w].duration_ms())
+                .max()
+                .unwrap_or(0);
+            own.max(m.workloads[c.workload].duration_ms()) as f64 / 1e3 + 0.1
+        })
+        .sum()
+}
+
+/// Run every cell of `m` not yet in `opts.out`, then write the summary,
+/// plots and report there.
+pub fn run_matrix(
+    m: &Matrix,
+    opts: &BenchOptions,
+    on_event: &mut dyn FnMut(BenchEvent<'_>),
+) -> Result<BenchOutcome, RunMatrixError> {
+    // SIGINT and SIGTERM stay blocked for the whole run (in every thread it
+    // starts): a Pacer cell's runner takes them while it runs, a QEMU cell
+    // polls for them, and between cells they are looked for after each one.
+    let _signals = crate::signals::SignalGuard::install();
+    let mut store = Store::open(&opts.out, opts.resume)?;
+    std::fs::write(
+        opts.out.join("matrix.toml"),
+        std::fs::read(&m.path).unwrap_or_default(),
+    )
+    .map_err(|e| RunMatrixError::Report(e.to_string()))?;
+    let all = cells::expand(m);
+    let todo: Vec<Cell> = all
+        .iter()
+        .copied()
+        .filter(|c| !store.is_done(&c.id(m)))
+        .collect();
+    on_event(BenchEvent::Start {
+        total: all.len(),
+        done: all.len() - todo.len(),
+        estimate_s: estimate_s(m, &todo),
+    });
+    let mut ctx = Ctx {
+        m,
+        out: &opts.out,
+        qemu: None,
+        unsupported: HashMap::new(),
+    };
+    let interrupted = AtomicBool::new(false);
+    for (index, cell) in todo.iter().enumerate() {
+        let id = cell.id(m);
+        on_event(BenchEvent::CellStart { index, id: &id });
+        let rec = match ctx.not_applicable(cell) {
+            Some(why) => Some(ctx.record(cell, CellStatus::NotApplicable, why)),
+            None => match m.policies[cell.policy].runner {
+                Runner::Qemu => ctx.run_qemu(cell, &interrupted),
+                Runner::Pacer { .. } => ctx.run_pacer(cell, &interrupted),
+            },
+        };
+        let Some(rec) = rec else {
+            on_event(BenchEvent::Stopping("a stop signal"));
+            finish(m, &store, &ctx)?;
+            return Err(RunMatrixError::Interrupted(
+                "a stop signal (SIGINT/SIGTERM)",
+            ));
+        };
+        store.append(rec)?;
+        if let Some(last) = store.records().last() {
+            on_event(BenchEvent::CellDone(last));
+        }
+        if let Some(sig) = take_stop_signal() {
+            on_event(BenchEvent::Stopping(sig));
+            finish(m, &store, &ctx)?;
+            return Err(RunMatrixError::Interrupted(
+                "a stop signal (SIGINT/SIGTERM)",
+            ));
+        }
+    }
+    finish(m, &store, &ctx)
+}
+
+/// Summary, plots and report from what the store holds.
+fn finish(m: &Matrix, store: &Store, ctx: &Ctx<'_>) -> Result<BenchOutcome, RunMatrixError> {
+    let order: Vec<String> = m.policies.iter().map(|p| p.label.clone()).collect();
+    let summary = Summary::build(store.records(), &order, &m.baselines);
+    let dir = store.dir();
+    let json = serde_json::to_string_pretty(&summary).unwrap_or_default();
+    std::fs::write(dir.join("summary.json"), json + "\n")
+        .map_err(|e| RunMatrixError::Report(format!("summary.json: {e}")))?;
+    let plots = plots::write_all(&summary, store.records(), &dir.join("plots"));
+    let qemu_version = match &ctx.qemu {
+        Some(Ok(p)) => Some(p.version.clone()),
+        _ => None,
+    };
+    let report = report::write(m, &summary, store.records(), &plots, qemu_version, dir)
+        .map_err(|e| RunMatrixError::Report(e.to_string()))?;
+    let failed = store
+        .records()
+        .iter()
+        .filter(|r| matches!(r.status, CellStatus::Failed | CellStatus::Timeout))
+        .count();
+    Ok(BenchOutcome {
+        summary,
+        failed,
+        report,
+        plots_skipped: plots.skipped,
+    })
+}

@@ -1,0 +1,191 @@
+//! The workload axis of a matrix: which workload kinds exist, which
+//! parameters each takes, and how a workload becomes guest arguments.
+//!
+//! Two families:
+//! - the bench guest's workloads (`cpu`, `sleep`, `pingpong`, `burst`,
+//!   `spinlock`, `mixed`), passed on the guest's command line as
+//!   `workload=KIND key=value ...` (guests/PROTOCOL.md);
+//! - `unixbench`, the UnixBench-style suite inside a Linux guest. It has
+//!   its own image and its own result adapter; until the Linux boot lands
+//!   in Pacer its cells are reported `n/a` with the reason
+//!   ([`WorkloadKind::unavailable`]).
+//!
+//! Validation accepts every kind named here, so a typo is an error with
+//! its position. Whether the guest image *implements* a bench kind is only
+//! known at run time: a guest that does not know a workload answers with
+//! an ERROR record (UNKNOWN_WORKLOAD), and the runner then marks that
+//! workload's cells `n/a` (see `run.rs`). That keeps one source of truth
+//! (the guest itself) and lets a matrix name workloads ahead of the guest.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A workload kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WorkloadKind {
+    Cpu,
+    Sleep,
+    Pingpong,
+    Burst,
+    Spinlock,
+    Mixed,
+    UnixBench,
+}
+
+/// Parameters every bench-guest workload takes (PROTOCOL.md).
+const BENCH_COMMON: &[&str] = &["duration_ms", "apic", "timer"];
+
+impl WorkloadKind {
+    pub const ALL: [WorkloadKind; 7] = [
+        WorkloadKind::Cpu,
+        WorkloadKind::Sleep,
+        WorkloadKind::Pingpong,
+        WorkloadKind::Burst,
+        WorkloadKind::Spinlock,
+        WorkloadKind::Mixed,
+        WorkloadKind::UnixBench,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::Cpu => "cpu",
+            WorkloadKind::Sleep => "sleep",
+            WorkloadKind::Pingpong => "pingpong",
+            WorkloadKind::Burst => "burst",
+            WorkloadKind::Spinlock => "spinlock",
+            WorkloadKind::Mixed => "mixed",
+            WorkloadKind::UnixBench => "unixbench",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<WorkloadKind, String> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Self::ALL.iter().map(|k| k.as_str()).collect();
+                format!(
+                    "unknown workload kind {s:?} (expected one of: {})",
+                    names.join(", ")
+                )
+            })
+    }
+
+    /// Runs in the bench guest (as opposed to a Linux guest).
+    pub fn is_bench_guest(self) -> bool {
+        self != WorkloadKind::UnixBench
+    }
+
+    /// The parameters this kind accepts besides `name` and `kind`.
+    pub fn params(self) -> Vec<&'static str> {
+        let own: &[&str] = match self {
+            WorkloadKind::Cpu => &["report_ms"],
+            WorkloadKind::Sleep => &["interval_us"],
+            WorkloadKind::Pingpong => &[],
+            WorkloadKind::Burst => &["period_us", "run_us"],
+            WorkloadKind::Spinlock => &["cs_ns", "gap_ns"],
+            WorkloadKind::Mixed => &["mixed"],
+            // The Linux image, its command line, copies (1 and/or "vcpus"),
+            // passes per test.
+            WorkloadKind::UnixBench => {
+                return vec!["kernel", "initramfs", "cmdline", "copies", "passes"];
+            }
+        };
+        BENCH_COMMON.iter().chain(own).copied().collect()
+    }
+
+    /// Why cells of this kind cannot run in this build, if they cannot.
+    pub fn unavailable(self) -> Option<&'static str> {
+        match self {
+            WorkloadKind::UnixBench => Some(
+                "Linux guests do not boot in Pacer yet; the unixbench adapter comes with the Linux boot",
+            ),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One entry of the workload axis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    /// Unique in the matrix, `[A-Za-z0-9_-]`.
+    pub name: String,
+    pub kind: WorkloadKind,
+    /// Parameters, sorted by key (values as the guest sees them).
+    pub params: BTreeMap<String, String>,
+    /// Extra `key=value` words passed to the guest unchecked (`args`).
+    pub extra_args: Vec<String>,
+}
+
+impl Workload {
+    /// The guest's command-line words: `workload=KIND` first, then the
+    /// parameters, then the extra words.
+    pub fn guest_args(&self) -> Vec<String> {
+        let mut out = vec![format!("workload={}", self.kind)];
+        out.extend(self.params.iter().map(|(k, v)| format!("{k}={v}")));
+        out.extend(self.extra_args.iter().cloned());
+        out
+    }
+
+    /// How long the guest runs the workload (its `duration_ms`, default
+    /// 1000 as in the guest), for the progress bar's estimate.
+    pub fn duration_ms(&self) -> u64 {
+        self.params
+            .get("duration_ms")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1000)
+    }
+
+    /// `mixed=`: the per-vCPU entries.
+    pub fn mixed_entries(&self) -> Option<Vec<&str>> {
+        self.params.get("mixed").map(|m| m.split(',').collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_round_trip_and_params() {
+        for k in WorkloadKind::ALL {
+            assert_eq!(WorkloadKind::parse(k.as_str()).unwrap(), k);
+        }
+        let e = WorkloadKind::parse("slep").unwrap_err();
+        assert!(e.contains("sleep") && e.contains("unixbench"), "{e}");
+        assert!(WorkloadKind::Sleep.params().contains(&"interval_us"));
+        assert!(WorkloadKind::Cpu.params().contains(&"duration_ms"));
+        assert!(!WorkloadKind::UnixBench.params().contains(&"duration_ms"));
+        assert!(WorkloadKind::UnixBench.unavailable().is_some());
+        assert!(WorkloadKind::Cpu.unavailable().is_none());
+    }
+
+    #[test]
+    fn guest_args_put_the_kind_first() {
+        let w = Workload {
+            name: "s".into(),
+            kind: WorkloadKind::Sleep,
+            params: [("interval_us", "500"), ("duration_ms", "300")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            extra_args: vec!["debug=1".into()],
+        };
+        assert_eq!(
+            w.guest_args(),
+            [
+                "workload=sleep",
+                "duration_ms=300",
+                "interval_us=500",
+                "debug=1"
+            ]
+        );
+        assert_eq!(w.duration_ms(), 300);
+    }
+}
