@@ -54,13 +54,13 @@ fn boot_one_vm_one_vcpu_and_read_results() {
     assert!(w.done, "{w:?}");
     assert!(w.units > 0 && w.units_per_s.unwrap() > 0.0);
     // The JSON-lines file has every marker and record plus the stop line.
-    let lines = std::fs::read_to_string(dir.0.join("logs/one.results.jsonl")).unwrap();
+    let lines = std::fs::read_to_string(dir.0.join("logs/latest/one.results.jsonl")).unwrap();
     assert_eq!(
         lines.lines().count(),
         vm.markers.len() + vm.records.len() + vm.rejected_records + 1
     );
     assert!(lines.lines().last().unwrap().contains("\"type\":\"stop\""));
-    let console = std::fs::read_to_string(dir.0.join("logs/one.console.log")).unwrap();
+    let console = std::fs::read_to_string(dir.0.join("logs/latest/one.console.log")).unwrap();
     assert!(console.contains("pacer-bench"), "{console}");
 }
 
@@ -84,7 +84,10 @@ fn three_vms_from_one_config() {
             vm.work.first().is_some_and(|w| w.done && w.units > 0),
             "{vm:?}"
         );
-        assert!(dir.0.join(format!("logs/{name}.results.jsonl")).exists());
+        assert!(dir
+            .0
+            .join(format!("logs/latest/{name}.results.jsonl"))
+            .exists());
     }
 }
 

@@ -48,7 +48,7 @@ fn vm(name: &str, vcpus: u32, workload: &str) -> String {
 }
 
 fn console(dir: &TempDir, vm: &str) -> String {
-    std::fs::read_to_string(dir.0.join(format!("logs/{vm}.console.log"))).unwrap_or_default()
+    std::fs::read_to_string(dir.0.join(format!("logs/latest/{vm}.console.log"))).unwrap_or_default()
 }
 
 /// The vCPUs that sent an AP_ONLINE marker, and the milliseconds from
@@ -313,7 +313,23 @@ fn bad_parameters_are_reported_with_their_key() {
         ("count", 2, "mixed mixed=cpu", "mixed"),
         ("order", 1, "burst period_us=100 run_us=200", "run_us"),
     ];
+    // `pacer validate` refuses every one of them, naming the key...
     let text: String = cases.iter().map(|(n, v, w, _)| vm(n, *v, w)).collect();
+    let path = dir.config(&format!("[host]\nlog_dir = \"logs\"\n\n{text}"));
+    let refused = Config::load(&path).unwrap_err().to_string();
+    for (i, (_, _, _, key)) in cases.iter().enumerate() {
+        assert!(
+            refused.contains(&format!("vm[{i}].workload.{key}: expected")),
+            "{key}: {refused}"
+        );
+    }
+    // ...and so does the guest, given them on the raw command line.
+    let text: String = cases
+        .iter()
+        .map(|(n, v, w, _)| {
+            vm(n, *v, "cpu").replace("workload = \"cpu\"", &format!("cmdline = \"workload={w}\""))
+        })
+        .collect();
     let res = run_config(&dir, &text);
     for (r, (name, _, _, key)) in res.vms.iter().zip(cases) {
         assert_eq!(r.name, name);
