@@ -2,23 +2,12 @@
 
 mod common;
 
-use common::{kvm_or_skip, vm_table, TempDir};
+use common::{kvm_or_skip, run_config, vm_table, TempDir};
 use devices::{Marker, RecordKind};
 use std::time::{Duration, Instant};
 use vmm::config::Config;
-use vmm::runner::{run, RunOptions};
 use vmm::vm::{open_kvm, VmEvent};
 use vmm::{Vm, VmOptions};
-
-fn run_config(dir: &TempDir, text: &str) -> vmm::results::RunResults {
-    let path = dir.config(text);
-    let config = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    let opts = RunOptions {
-        run_start: Instant::now(),
-        status: false,
-    };
-    run(&config, &opts, &|_| {}).unwrap()
-}
 
 #[test]
 fn boot_one_vm_one_vcpu_and_read_results() {

@@ -9,10 +9,8 @@ use common::{kvm_or_skip, vm_table, TempDir};
 use devices::result_payload::GuestErrorCode;
 use devices::RecordKind;
 use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
 use vmm::config::Config;
 use vmm::results::{RunResults, VmResult};
-use vmm::runner::{run, RunOptions};
 use vmm::vm::open_kvm;
 use vmm::{Vm, VmOptions};
 
@@ -32,15 +30,10 @@ fn run_config(dir: &TempDir, text: &str) -> RunResults {
 }
 
 fn run_config_with(dir: &TempDir, policy: &str, text: &str) -> RunResults {
-    let path = dir.config(&format!(
-        "[host]\npolicy = \"{policy}\"\nlog_dir = \"logs\"\n\n{text}"
-    ));
-    let config = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    let opts = RunOptions {
-        run_start: Instant::now(),
-        status: false,
-    };
-    run(&config, &opts, &|_| {}).unwrap()
+    common::run_config(
+        dir,
+        &format!("[host]\npolicy = \"{policy}\"\nlog_dir = \"logs\"\n\n{text}"),
+    )
 }
 
 fn vm(name: &str, vcpus: u32, workload: &str) -> String {
