@@ -157,6 +157,8 @@ pub enum StopCause {
     /// The guest wrote this value to isa-debug-exit (QEMU's convention).
     DebugExit(u32),
     Reset,
+    /// The guest powered off through ACPI (S5 in PM1a_CNT).
+    PowerOff,
     VcpuFailed {
         vcpu: u32,
         reason: VcpuExitReason,
@@ -194,6 +196,11 @@ impl StopCause {
                 ),
             ),
             StopCause::Reset => ("reset".into(), true, "reset requested".into()),
+            StopCause::PowerOff => (
+                "poweroff".into(),
+                true,
+                "guest powered off (ACPI S5)".into(),
+            ),
             StopCause::VcpuFailed { vcpu, reason } => {
                 let status = match reason {
                     VcpuExitReason::TripleFault { .. } => "triple_fault",
@@ -369,6 +376,7 @@ impl VmEventSink for VmShared {
             StopRequest::GuestExit(s) => StopCause::GuestExit(s),
             StopRequest::DebugExit(v) => StopCause::DebugExit(v),
             StopRequest::Reset => StopCause::Reset,
+            StopRequest::PowerOff => StopCause::PowerOff,
         });
     }
 }
