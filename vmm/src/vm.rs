@@ -572,6 +572,10 @@ impl Vm {
             vcpus.push((index, fd));
         }
         let tsc_khz = vcpus[0].1.get_tsc_khz().map_err(VmError::TscKhz)?;
+        cpuid::set_tsc_khz(&mut supported_cpuid, tsc_khz)?;
+        if !options.in_kernel_irqchip() {
+            cpuid::hide_in_kernel_apic_features(&mut supported_cpuid);
+        }
         // Pacer's interrupt controller for the scheduled policies.
         let irqchip = match &options.scheduling {
             VcpuScheduling::Host { .. } => None,
