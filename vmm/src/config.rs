@@ -17,8 +17,8 @@
 //! vcpus = 1               # 1..=254
 //! memory_mib = 64         # >= 2
 //! kernel = "../guests/out/bench-guest.elf"
-//! initrd = "initrd.img"   # optional
-//! cmdline = "foo=1"       # optional
+//! initrd = "initrd.img"   # optional (bench, linux: the initramfs; `initramfs` is refused with a hint)
+//! cmdline = "foo=1"       # optional (linux: appended to Pacer's `console=ttyS0 reboot=k`)
 //! guest = "bench"         # bench | multiboot | linux; default: from the kernel's format
 //! modules = ["env.txt", { path = "m.bin", cmdline = "x=1" }]   # multiboot only
 //! cpuid = { x2apic = false }                                 # optional CPUID overrides
@@ -174,6 +174,8 @@ struct RawVm {
     kernel: Spanned<String>,
     guest: Option<Spanned<GuestKind>>,
     initrd: Option<Spanned<String>>,
+    /// Not a key: refused with a hint towards `initrd`.
+    initramfs: Option<Spanned<toml::Value>>,
     cmdline: Option<Spanned<String>>,
     modules: Option<Vec<Spanned<toml::Value>>>,
     cpuid: Option<CpuidOverrides>,
@@ -247,7 +249,8 @@ pub struct VmConfig {
     pub initrd: Option<PathBuf>,
     /// Bench guest: the config's `cmdline` followed by the workload
     /// arguments (the VMM appends `tsc_khz=` and `vcpus=` at boot). Other
-    /// guests: the config's `cmdline`, unchanged.
+    /// guests: the config's `cmdline`, unchanged (a Linux guest's goes after
+    /// what Pacer's platform needs, `boot::linux::PLATFORM_CMDLINE`).
     pub cmdline: String,
     /// Multiboot modules, in order.
     pub modules: Vec<Module>,
@@ -671,11 +674,18 @@ impl Config {
                 .as_ref()
                 .and_then(|k| c.guest_kind(k, &v.kernel, v.guest.as_ref(), &f("")));
             let is = |kind| guest == Some(kind);
-            if let (Some(i), false) = (&v.initrd, guest.is_none() || is(GuestKind::Bench)) {
+            if let (Some(i), true) = (&v.initrd, is(GuestKind::Multiboot)) {
                 c.err(
                     i.span(),
                     f("initrd"),
-                    "only the bench guest takes an initrd; give a multiboot guest `modules`",
+                    "a multiboot guest takes `modules`, not an initrd",
+                );
+            }
+            if let Some(i) = &v.initramfs {
+                c.err(
+                    i.span(),
+                    f("initramfs"),
+                    "the key is `initrd` (it takes an initramfs cpio archive, as the Linux boot protocol's ramdisk)",
                 );
             }
             let mut modules = Vec::new();
@@ -701,25 +711,33 @@ impl Config {
                     modules.push(Module { path: p, cmdline });
                 }
             }
-            if let Some(k) = &kernel {
-                let mib = v.memory_mib.get_ref().max(&0).unsigned_abs();
-                let total: u64 = std::iter::once(k.as_path())
-                    .chain(modules.iter().map(|m| m.path.as_path()))
-                    .filter_map(|p| std::fs::metadata(p).ok())
-                    .map(|m| m.len())
-                    .sum();
-                if is(GuestKind::Multiboot) && total > mib.saturating_mul(1 << 20) {
-                    c.err(
-                        v.memory_mib.span(),
-                        f("memory_mib"),
-                        format!("{mib} MiB cannot hold the kernel and its modules ({total} bytes)"),
-                    );
-                }
-            }
             let initrd = v
                 .initrd
                 .as_ref()
                 .and_then(|p| c.path(&base, p, &f("initrd")));
+            if let Some(k) = &kernel {
+                let mib = v.memory_mib.get_ref().max(&0).unsigned_abs();
+                let total: u64 = std::iter::once(k.as_path())
+                    .chain(modules.iter().map(|m| m.path.as_path()))
+                    .chain(initrd.iter().map(PathBuf::as_path))
+                    .filter_map(|p| std::fs::metadata(p).ok())
+                    .map(|m| m.len())
+                    .sum();
+                let what = if is(GuestKind::Multiboot) {
+                    "the kernel and its modules"
+                } else {
+                    "the kernel and its initrd"
+                };
+                if (is(GuestKind::Multiboot) || is(GuestKind::Linux))
+                    && total > mib.saturating_mul(1 << 20)
+                {
+                    c.err(
+                        v.memory_mib.span(),
+                        f("memory_mib"),
+                        format!("{mib} MiB cannot hold {what} ({total} bytes)"),
+                    );
+                }
+            }
             let cpus = match &v.cpus {
                 Some(s) => {
                     let set = c.cpus(s, &f("cpus")).unwrap_or_default();
@@ -971,6 +989,10 @@ mod tests {
             bz[0x1ff] = 0xaa;
             bz[0x202..0x206].copy_from_slice(b"HdrS");
             std::fs::write(dir.join("bzImage"), bz).unwrap();
+            let vmlinux = boot::notes::tests::elf64_with_notes(&boot::notes::tests::note(
+                b"Linux", 0x100, b"6.1.0\0",
+            ));
+            std::fs::write(dir.join("vmlinux"), vmlinux).unwrap();
             std::fs::write(dir.join("env"), b"TEST_DEVICE=0\n").unwrap();
             Fixture { dir }
         }
@@ -1167,6 +1189,8 @@ workload = "cpu report_ms=50"
         );
         let e = fx.errors(&format!("{MB}initrd = \"env\"\n"));
         assert!(e.contains("vm[0].initrd") && e.contains("modules"), "{e}");
+        let e = fx.errors(&format!("{MB}initramfs = \"env\"\n"));
+        assert!(e.contains("vm[0].initramfs"), "{e}");
         let e = fx.errors(&format!("{MB}modules = [\"nope\"]\n"));
         assert!(e.contains("vm[0].modules[0]") && e.contains("nope"), "{e}");
         let e = fx.errors(&format!("{MB}modules = [{{ path = \"env\", size = 3 }}]\n"));
@@ -1188,20 +1212,61 @@ workload = "cpu report_ms=50"
         assert!(e.contains("avx"), "{e}");
     }
 
+    const LINUX: &str =
+        "[[vm]]\nname = \"deb\"\nvcpus = 2\nmemory_mib = 512\nkernel = \"bzImage\"\n";
+
     #[test]
-    fn bzimage_recognised_but_not_built() {
-        let fx = Fixture::new("bz");
-        let e = fx.errors(&MB.replace("mb.flat", "bzImage"));
-        assert!(
-            e.contains("vm[0].kernel") && e.contains("bzImage support is not built yet"),
-            "{e}"
-        );
+    fn linux_guests() {
+        let fx = Fixture::new("linux");
+        // A bzImage is a Linux guest; its cmdline is the user's alone (the
+        // platform's words are added at boot); initrd is its initramfs.
+        let c = fx
+            .parse(&format!(
+                "{LINUX}initrd = \"env\"\ncmdline = \"quiet vcpus=3\"\n"
+            ))
+            .unwrap();
+        let v = &c.vms[0];
+        assert_eq!(v.guest, GuestKind::Linux);
+        assert_eq!(v.cmdline, "quiet vcpus=3");
+        assert_eq!(v.initrd, Some(fx.dir.join("env")));
+        // So is an ELF64 vmlinux (it has "Linux" notes) ...
+        let c = fx.parse(&LINUX.replace("bzImage", "vmlinux")).unwrap();
+        assert_eq!(c.vms[0].guest, GuestKind::Linux);
+        // ... which cannot boot as the bench guest.
+        let e = fx.errors(&format!(
+            "{}guest = \"bench\"\n",
+            LINUX.replace("bzImage", "vmlinux")
+        ));
+        assert!(e.contains("vm[0].guest") && e.contains("vmlinux"), "{e}");
+        // The bench guest's ELF is no Linux kernel.
         let e = fx.errors(&format!(
             "{}guest = \"linux\"\n",
-            MB.replace("mb.flat", "bzImage")
+            LINUX.replace("bzImage", "kernel.elf")
         ));
         assert!(
-            e.contains("vm[0].guest") && e.contains("not built yet"),
+            e.contains("vm[0].guest") && e.contains("not a vmlinux"),
+            "{e}"
+        );
+        // No workloads, one name for the initramfs.
+        let e = fx.errors(&format!("{LINUX}workload = \"cpu\"\n"));
+        assert!(
+            e.contains("vm[0].workload") && e.contains("only the bench guest"),
+            "{e}"
+        );
+        let e = fx.errors(&format!("{LINUX}initramfs = \"env\"\n"));
+        assert!(
+            e.contains("vm[0].initramfs") && e.contains("`initrd`"),
+            "{e}"
+        );
+        assert!(e.contains(":6:13:"), "{e}");
+        // Kernel and initramfs must fit.
+        std::fs::write(fx.dir.join("big"), vec![0u8; 3 << 20]).unwrap();
+        let e = fx.errors(&format!(
+            "{}initrd = \"big\"\n",
+            LINUX.replace("memory_mib = 512", "memory_mib = 2")
+        ));
+        assert!(
+            e.contains("vm[0].memory_mib") && e.contains("initrd"),
             "{e}"
         );
     }

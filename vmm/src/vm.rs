@@ -16,6 +16,7 @@ use crate::results::{ResultsLog, VmResult};
 use crate::vcpu::{
     MsrFault, VcpuError, VcpuExitHandler, VcpuExitReason, VcpuHandle, VcpuOutcome, VcpuRunner,
 };
+use devices::acpi_pm::{AcpiPm, ACPI_PM_BASE, ACPI_PM_LEN};
 use devices::bus::UnknownAccessLog;
 use devices::debug_exit::debug_exit_status;
 use devices::exit_port::{ExitPort, EXIT_PORT, EXIT_PORT_LEN};
@@ -24,6 +25,7 @@ use devices::irq::{EventFdLine, InterruptLine};
 use devices::irqchip::regs::{IOAPIC_DEFAULT_BASE, IOAPIC_MMIO_LEN};
 use devices::irqchip::IrqChip;
 use devices::pc_testdev::PC_TESTDEV_IRQ_LINES;
+use devices::pm_timer::{PmTimer, PM_TIMER_LEN, PM_TIMER_PORT};
 use devices::qemu_test::insert_qemu_test_devices;
 use devices::result_port::{ResultPort, RESULT_PORT_BASE, RESULT_PORT_LEN};
 use devices::serial::{ConsoleWriter, SerialConsole, COM1_BASE, COM1_IRQ, COM1_LEN};
@@ -721,6 +723,21 @@ impl Vm {
             )
             .map_err(bus_err)?;
         }
+        if config.guest == GuestKind::Linux {
+            // What the FADT names: the PM timer and the power-off registers.
+            bus.insert(
+                PM_TIMER_PORT,
+                PM_TIMER_LEN,
+                Arc::new(Mutex::new(PmTimer::new())),
+            )
+            .map_err(bus_err)?;
+            bus.insert(
+                ACPI_PM_BASE,
+                ACPI_PM_LEN,
+                Arc::new(Mutex::new(AcpiPm::new(sink.clone()))),
+            )
+            .map_err(bus_err)?;
+        }
         let handler = Arc::new(ExitHandler {
             shared: shared.clone(),
             bus,
@@ -956,8 +973,28 @@ impl Vm {
             rejected_records: res.rejected,
             results_file: res.path().map(Path::to_path_buf),
             console_log: self.console_log.clone(),
+            user_log: self.write_user_log(),
             vcpu_stats: outcomes.iter().map(|o| o.stats).collect(),
             vcpu_sched,
+        }
+    }
+
+    /// A Linux guest's user command output, cut from its console log with
+    /// the UnixBench-style suite's parser, to `<log_dir>/<vm>.user.log`
+    /// (None: not a Linux guest, no console log, no user command).
+    fn write_user_log(&self) -> Option<PathBuf> {
+        if self.config.guest != GuestKind::Linux {
+            return None;
+        }
+        let (console, dir) = (self.console_log.as_ref()?, self.options.log_dir.as_ref()?);
+        let path = dir.join(format!("{}.user.log", self.config.name));
+        match save_user_output(console, &path) {
+            Ok(true) => Some(path),
+            Ok(false) => None,
+            Err(e) => {
+                log::warn!("[{}] user command output: {e}", self.config.name);
+                None
+            }
         }
     }
 
@@ -1004,6 +1041,17 @@ impl Drop for Vm {
             self.shared.stop(StopCause::Requested);
             self.stop_vcpus();
         }
+    }
+}
+
+/// Cut the user command's output (between `UB user begin` and `UB user
+/// end`, or to the end if the guest stopped mid-command) out of a console
+/// log into `out`. Ok(false): the log has no user command.
+fn save_user_output(console: &Path, out: &Path) -> std::io::Result<bool> {
+    let text = std::fs::read(console)?;
+    match crate::unixbench::parse_log(&String::from_utf8_lossy(&text)).user_output {
+        Some(user) => std::fs::write(out, user).map(|()| true),
+        None => Ok(false),
     }
 }
 
@@ -1077,4 +1125,34 @@ pub fn open_kvm() -> Result<Kvm, VmError> {
         log::warn!("KVM_CAP_IMMEDIATE_EXIT missing: vCPU kicks may be delayed");
     }
     Ok(kvm)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_output_cut_from_the_console_log() {
+        let dir = std::env::temp_dir().join(format!("pacer-userlog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let console = dir.join("deb.console.log");
+        let out = dir.join("deb.user.log");
+        std::fs::write(
+            &console,
+            "[    1.0] Linux version 6.1\r\nUB init kernel=6.1 cpus=2 mem_kib=1 suite=x\r\n\
+             UB user begin\r\nhello from /user\r\nline 2\r\nUB user end status=0\r\nUB done end=reboot\r\n",
+        )
+        .unwrap();
+        assert!(save_user_output(&console, &out).unwrap());
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap(),
+            "hello from /user\nline 2\n"
+        );
+        std::fs::write(&console, "UB done end=reboot\n").unwrap();
+        std::fs::remove_file(&out).unwrap();
+        assert!(!save_user_output(&console, &out).unwrap());
+        assert!(!out.exists());
+        assert!(save_user_output(&dir.join("missing"), &out).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
