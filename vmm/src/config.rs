@@ -21,7 +21,7 @@
 //! cmdline = "foo=1"       # optional (linux: appended to Pacer's `console=ttyS0 reboot=k`)
 //! guest = "bench"         # bench | multiboot | linux; default: from the kernel's format
 //! modules = ["env.txt", { path = "m.bin", cmdline = "x=1" }]   # multiboot only
-//! cpuid = { x2apic = false }                                 # optional CPUID overrides
+//! cpuid = { x2apic = false }                                 # optional CPUID overrides: x2apic, tsc_deadline, cx16
 //! cpus = "0"              # core set, within [host] cpus; default: all of them
 //! class = "timeshare"     # timeshare | realtime
 //! priority = 10           # timeshare 1..=99 (default 10); realtime 100..=120 (default 100)

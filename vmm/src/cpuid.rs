@@ -41,18 +41,24 @@ pub struct CpuidOverrides {
     pub x2apic: Option<bool>,
     /// Leaf 1 ECX bit 24 (TSC-deadline mode of the LAPIC timer).
     pub tsc_deadline: Option<bool>,
+    /// Leaf 1 ECX bit 13 (CMPXCHG16B; Linux's SLUB uses it as soon as the
+    /// CPU has it).
+    pub cx16: Option<bool>,
 }
 
 /// Leaf 1 ECX: x2APIC.
 pub const ECX_X2APIC: u32 = 1 << 21;
 /// Leaf 1 ECX: TSC deadline timer.
 pub const ECX_TSC_DEADLINE: u32 = 1 << 24;
+/// Leaf 1 ECX: CMPXCHG16B.
+pub const ECX_CX16: u32 = 1 << 13;
 
 impl CpuidOverrides {
-    fn bits(&self) -> [(&'static str, u32, Option<bool>); 2] {
+    fn bits(&self) -> [(&'static str, u32, Option<bool>); 3] {
         [
             ("x2apic", ECX_X2APIC, self.x2apic),
             ("tsc_deadline", ECX_TSC_DEADLINE, self.tsc_deadline),
+            ("cx16", ECX_CX16, self.cx16),
         ]
     }
 
@@ -345,15 +351,29 @@ mod tests {
         let mut c = CpuId::from_entries(&[leaf1]).unwrap();
         let off = CpuidOverrides {
             x2apic: Some(false),
-            tsc_deadline: None,
+            ..Default::default()
         };
         off.apply(&mut c).unwrap();
         assert_eq!(find(&c, 1, 0).ecx, ECX_TSC_DEADLINE | 1);
+        let mut with_cx16 = CpuId::from_entries(&[kvm_cpuid_entry2 {
+            function: 1,
+            ecx: ECX_CX16 | ECX_X2APIC,
+            ..Default::default()
+        }])
+        .unwrap();
+        CpuidOverrides {
+            cx16: Some(false),
+            ..Default::default()
+        }
+        .apply(&mut with_cx16)
+        .unwrap();
+        assert_eq!(find(&with_cx16, 1, 0).ecx, ECX_X2APIC);
         CpuidOverrides::default().apply(&mut c).unwrap();
         assert_eq!(find(&c, 1, 0).ecx, ECX_TSC_DEADLINE | 1);
         let on = CpuidOverrides {
             x2apic: Some(true),
             tsc_deadline: Some(true),
+            cx16: None,
         };
         let e = on.apply(&mut c).unwrap_err();
         assert!(e.to_string().contains("cpuid.x2apic"), "{e}");
