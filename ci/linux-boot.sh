@@ -95,7 +95,7 @@ mem=$(value memory_mib)
 user_cmdline=$(value cmdline)
 abs() { case "$1" in /*) echo "$1" ;; *) echo "$cfgdir/$1" ;; esac; }
 kernel=$(abs "$(value kernel)")
-initrd=$(abs "$(value initrd)")
+initrd=$(abs "$(value initramfs)$(value initrd)")
 [ "$further" = 1 ] && user_cmdline="${user_cmdline:+$user_cmdline }noxsave"
 expected_cmdline="console=ttyS0 reboot=k${user_cmdline:+ $user_cmdline}"
 
@@ -103,7 +103,7 @@ expected_cmdline="console=ttyS0 reboot=k${user_cmdline:+ $user_cmdline}"
 derive() {
     sed -e "s|^log_dir *=.*|log_dir = \"$work/$1\"|" \
         -e "s|^kernel *=.*|kernel = \"$kernel\"|" \
-        -e "s|^initrd *=.*|initrd = \"$initrd\"|" \
+        -e "s|^initr\(d\|amfs\) *=.*|initramfs = \"$initrd\"|" \
         -e "s|^# *cpuid = { cx16 = false }|cpuid = { cx16 = false }|" "$config" >"$work/$1.toml"
     if [ "$further" = 0 ]; then sed -i 's|^cpuid = { cx16 = false }|# &|' "$work/$1.toml"; fi
     if [ "$further" = 1 ] && ! grep -q '^cpuid = { cx16 = false }' "$work/$1.toml"; then

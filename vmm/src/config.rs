@@ -17,7 +17,7 @@
 //! vcpus = 1               # 1..=254
 //! memory_mib = 64         # >= 2
 //! kernel = "../guests/out/bench-guest.elf"
-//! initrd = "initrd.img"   # optional (bench, linux: the initramfs; `initramfs` is refused with a hint)
+//! initrd = "initrd.img"   # optional (bench, linux); `initramfs = "..."` is the same key
 //! cmdline = "foo=1"       # optional (linux: appended to Pacer's `console=ttyS0 reboot=k`)
 //! guest = "bench"         # bench | multiboot | linux; default: from the kernel's format
 //! modules = ["env.txt", { path = "m.bin", cmdline = "x=1" }]   # multiboot only
@@ -32,14 +32,20 @@
 //!
 //! Parsing is two-stage: serde (with `deny_unknown_fields`) into raw structs
 //! that keep the spans of the fields that semantic checks need, then
-//! validation. Every error names the field and the `line:column` in the file.
+//! validation, which also checks what the config names against the files
+//! and the host (`kernel_image`, `guest_params`, `preflight`,
+//! `host_resources`). Every error is one line `line:col: field.path: expected
+//! X, found Y`; serde's own errors are put in those words by
+//! `config_errors`.
 
 use crate::boot::multiboot::Module;
 use crate::boot::{self, GuestKind};
+use crate::config_errors::{one_line, quoted, SpanIndex};
 use crate::cpuid::CpuidOverrides;
 use crate::engine::policy::Policy;
 use crate::engine::DispatchKind;
 use crate::host_cpus::{HostCpu, HostCpuSet};
+use crate::host_resources::HostResources;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::fmt;
@@ -74,7 +80,7 @@ pub struct Diagnostic {
 /// Errors of this module.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {}: {source}", one_line(&.path.display().to_string()))]
     Read {
         path: PathBuf,
         source: std::io::Error,
@@ -89,20 +95,16 @@ pub enum ConfigError {
 }
 
 fn format_diagnostics(path: &Path, diags: &[Diagnostic]) -> String {
+    // One line per diagnostic, whatever the file name or the values hold.
+    let file = one_line(&path.display().to_string());
     diags
         .iter()
         .map(|d| {
-            if d.field.is_empty() {
-                format!("{}:{}:{}: {}", path.display(), d.line, d.column, d.message)
+            let (field, message) = (one_line(&d.field), one_line(&d.message));
+            if field.is_empty() {
+                format!("{file}:{}:{}: {message}", d.line, d.column)
             } else {
-                format!(
-                    "{}:{}:{}: {}: {}",
-                    path.display(),
-                    d.line,
-                    d.column,
-                    d.field,
-                    d.message
-                )
+                format!("{file}:{}:{}: {field}: {message}", d.line, d.column)
             }
         })
         .collect::<Vec<_>>()
@@ -149,6 +151,8 @@ enum RawNumber {
 #[serde(untagged)]
 enum RawWorkload {
     Args(String),
+    // Before `Table`: a date-time deserializes as a table with a private key.
+    Datetime(toml::value::Datetime),
     Table(toml::Table),
 }
 
@@ -174,8 +178,8 @@ struct RawVm {
     kernel: Spanned<String>,
     guest: Option<Spanned<GuestKind>>,
     initrd: Option<Spanned<String>>,
-    /// Not a key: refused with a hint towards `initrd`.
-    initramfs: Option<Spanned<toml::Value>>,
+    /// Another name for `initrd` (the Linux word); giving both is an error.
+    initramfs: Option<Spanned<String>>,
     cmdline: Option<Spanned<String>>,
     modules: Option<Vec<Spanned<toml::Value>>>,
     cpuid: Option<CpuidOverrides>,
@@ -200,6 +204,8 @@ struct RawConfig {
 pub struct HostInfo {
     /// The online CPUs.
     pub online: HostCpuSet,
+    /// Memory, vCPU, file and thread limits (`None`: not checked).
+    pub resources: HostResources,
 }
 
 impl HostInfo {
@@ -209,7 +215,10 @@ impl HostInfo {
             path: PathBuf::from("/sys/devices/system/cpu/online"),
             reason,
         })?;
-        Ok(HostInfo { online })
+        Ok(HostInfo {
+            online,
+            resources: HostResources::detect(),
+        })
     }
 }
 
@@ -287,6 +296,8 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
 
 struct Checker<'a> {
     text: &'a str,
+    /// Spans of every key and value, for fields serde gives no span for.
+    index: SpanIndex,
     diags: Vec<Diagnostic>,
 }
 
@@ -307,7 +318,15 @@ impl Checker<'_> {
             RawCpus::List(s) => match HostCpuSet::parse_list(s) {
                 Ok(set) => Some(set),
                 Err(e) => {
-                    self.err(span, field, e.to_string());
+                    self.err(
+                        span,
+                        field,
+                        format!(
+                            "expected a CPU list such as \"0-3,8\", found {} ({})",
+                            quoted(&e.input),
+                            one_line(&e.reason)
+                        ),
+                    );
                     None
                 }
             },
@@ -315,7 +334,14 @@ impl Checker<'_> {
                 let mut set = HostCpuSet::new();
                 for &id in ids {
                     if !(0..=vcpu_sched::cpuset::MAX_CPU_ID as i64).contains(&id) {
-                        self.err(span, field, format!("{id} is not a valid CPU number"));
+                        self.err(
+                            span,
+                            field,
+                            format!(
+                                "expected CPU numbers from 0 to {}, found {id}",
+                                vcpu_sched::cpuset::MAX_CPU_ID
+                            ),
+                        );
                         return None;
                     }
                     set.insert(HostCpu(id as u32));
@@ -335,11 +361,19 @@ impl Checker<'_> {
         match std::fs::metadata(&p) {
             Ok(m) if m.is_file() => Some(p),
             Ok(_) => {
-                self.err(raw.span(), field, format!("{} is not a file", p.display()));
+                self.err(
+                    raw.span(),
+                    field,
+                    format!("expected a regular file, found {}", p.display()),
+                );
                 None
             }
             Err(e) => {
-                self.err(raw.span(), field, format!("{}: {e}", p.display()));
+                self.err(
+                    raw.span(),
+                    field,
+                    format!("expected a readable file, found {}: {e}", p.display()),
+                );
                 None
             }
         }
@@ -409,6 +443,59 @@ fn module_entry(v: &toml::Value) -> Option<(String, String)> {
     }
 }
 
+/// Where a kernel and the initrd above it must fit: the kernel occupies
+/// guest memory up to `kernel_end`; the loader puts the initrd
+/// page-aligned above it, ending below both `initrd_limit` and the top of
+/// RAM (itself below the 3 GiB MMIO gap).
+struct Room {
+    kernel_end: u64,
+    initrd_limit: u64,
+}
+
+impl Room {
+    fn below_gap(kernel_end: u64) -> Room {
+        Room {
+            kernel_end,
+            initrd_limit: crate::memory::MMIO_GAP_START,
+        }
+    }
+
+    /// Why `memory_mib` cannot hold the kernel (`kernel` says how far it
+    /// reaches) and an initrd of `initrd_len` bytes (named by the config
+    /// key `initrd_key`), if it cannot.
+    fn shortfall(
+        &self,
+        kernel: &str,
+        initrd_key: &str,
+        initrd_len: u64,
+        memory_mib: u64,
+    ) -> Option<String> {
+        let ram_top = (memory_mib << 20).min(crate::memory::MMIO_GAP_START);
+        let need_end = self
+            .kernel_end
+            .saturating_add(initrd_len.next_multiple_of(4096));
+        if initrd_len > 0 && need_end > self.initrd_limit {
+            return Some(format!(
+                "expected the kernel ({kernel}) and the {initrd_key} ({initrd_len} bytes) to fit below {:#x}, the highest address the kernel takes an {initrd_key} at, found they need up to {need_end:#x}",
+                self.initrd_limit
+            ));
+        }
+        if need_end <= ram_top {
+            return None;
+        }
+        let need_mib = need_end.div_ceil(1 << 20);
+        Some(if initrd_len > 0 {
+            format!(
+                "expected at least {need_mib} MiB for the kernel ({kernel}) and the {initrd_key} ({initrd_len} bytes), found {memory_mib}"
+            )
+        } else {
+            format!(
+                "expected at least {need_mib} MiB for the kernel ({kernel}), found {memory_mib}"
+            )
+        })
+    }
+}
+
 fn valid_arg_token(s: &str) -> bool {
     !s.is_empty()
         && !s
@@ -416,14 +503,32 @@ fn valid_arg_token(s: &str) -> bool {
             .any(|c| c.is_whitespace() || c == '"' || c.is_control())
 }
 
-fn workload_args(c: &mut Checker<'_>, raw: &Spanned<RawWorkload>, field: &str) -> Vec<String> {
+fn workload_args(
+    c: &mut Checker<'_>,
+    raw: &Spanned<RawWorkload>,
+    field: &str,
+    vcpus: u32,
+) -> Vec<String> {
     let span = raw.span();
     let mut out = Vec::new();
     match raw.get_ref() {
+        RawWorkload::Datetime(d) => {
+            let expected = crate::config_errors::expectation("vm[].workload").unwrap_or_default();
+            c.err(
+                span,
+                field,
+                format!("expected {expected}, found the date-time {d}"),
+            );
+            return out;
+        }
         RawWorkload::Args(s) => {
             let s = s.trim();
             if s.is_empty() {
-                c.err(span, field, "empty workload");
+                c.err(
+                    span.clone(),
+                    field,
+                    "expected a workload name such as \"cpu\", found an empty string",
+                );
             } else {
                 // "cpu", "cpu duration_ms=300", or "workload=cpu duration_ms=300":
                 // a bare first word is the workload name.
@@ -436,7 +541,10 @@ fn workload_args(c: &mut Checker<'_>, raw: &Spanned<RawWorkload>, field: &str) -
                         c.err(
                             span.clone(),
                             field,
-                            format!("{tok:?} is not a key=value argument"),
+                            format!(
+                                "expected key=value words after the workload name, found {}",
+                                quoted(tok)
+                            ),
                         );
                     }
                 }
@@ -444,20 +552,36 @@ fn workload_args(c: &mut Checker<'_>, raw: &Spanned<RawWorkload>, field: &str) -
         }
         RawWorkload::Table(t) => {
             if !t.contains_key("name") {
-                c.err(span.clone(), field, "a workload table needs `name`");
+                c.err(
+                    span.clone(),
+                    format!("{field}.name"),
+                    "missing; expected a workload name in quotes such as \"cpu\"",
+                );
             }
             for (k, v) in t {
                 let key = if k == "name" { "workload" } else { k.as_str() };
+                let at = c
+                    .index
+                    .get(&format!("{field}.{k}"))
+                    .map(|n| n.value.clone())
+                    .unwrap_or_else(|| span.clone());
                 let val = match v {
                     toml::Value::String(s) => s.clone(),
                     toml::Value::Integer(i) => i.to_string(),
                     toml::Value::Float(f) => f.to_string(),
                     toml::Value::Boolean(b) => (*b as u8).to_string(),
-                    _ => {
+                    other => {
                         c.err(
-                            span.clone(),
+                            at,
                             format!("{field}.{k}"),
-                            "must be a string, number or boolean",
+                            format!(
+                                "expected a string, number or boolean, found {}",
+                                match other {
+                                    toml::Value::Array(_) => "an array".to_string(),
+                                    toml::Value::Table(_) => "a table".to_string(),
+                                    v => format!("the date-time {v}"),
+                                }
+                            ),
                         );
                         continue;
                     }
@@ -466,9 +590,13 @@ fn workload_args(c: &mut Checker<'_>, raw: &Spanned<RawWorkload>, field: &str) -
                     || !valid_arg_token(&val)
                 {
                     c.err(
-                        span.clone(),
+                        at,
                         format!("{field}.{k}"),
-                        format!("{k}={val:?} cannot be passed on a kernel command line"),
+                        format!(
+                            "expected a key and value without blanks, quotes or control characters (a kernel command line word), found {}={}",
+                            one_line(k),
+                            quoted(&val)
+                        ),
                     );
                     continue;
                 }
@@ -480,6 +608,23 @@ fn workload_args(c: &mut Checker<'_>, raw: &Spanned<RawWorkload>, field: &str) -
                 }
             }
         }
+    }
+    // What the bench guest would refuse or silently replace.
+    let args = crate::guest_params::split_args(out.iter().map(String::as_str));
+    for e in crate::guest_params::check(&args, vcpus) {
+        let toml_key = if e.key == "workload" { "name" } else { &e.key };
+        let at = match raw.get_ref() {
+            RawWorkload::Table(_) => c
+                .index
+                .get(&format!("{field}.{toml_key}"))
+                .map(|n| n.value.clone()),
+            _ => None,
+        };
+        c.err(
+            at.unwrap_or_else(|| span.clone()),
+            format!("{field}.{toml_key}"),
+            e.message,
+        );
     }
     out
 }
@@ -502,10 +647,11 @@ impl Config {
         host: &HostInfo,
         overrides: Overrides,
     ) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            crate::preflight::read_config_file(path).map_err(|source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
         Self::parse_overridden(&text, path, host, overrides)
     }
 
@@ -528,15 +674,7 @@ impl Config {
         };
         let raw: RawConfig = match toml::from_str(text) {
             Ok(r) => r,
-            Err(e) => {
-                let (line, column) = line_col(text, e.span().map(|s| s.start).unwrap_or(0));
-                return Err(invalid(vec![Diagnostic {
-                    line,
-                    column,
-                    field: String::new(),
-                    message: e.message().trim().to_string(),
-                }]));
-            }
+            Err(e) => return Err(invalid(vec![crate::config_errors::explain(text, &e)])),
         };
         let base = path
             .parent()
@@ -551,6 +689,7 @@ impl Config {
             .to_path_buf();
         let mut c = Checker {
             text,
+            index: SpanIndex::new(text),
             diags: Vec::new(),
         };
 
@@ -558,20 +697,27 @@ impl Config {
         let rh = raw.host.unwrap_or_default();
         let host_cpus = match &rh.cpus {
             Some(s) => {
-                let set = c.cpus(s, "host.cpus").unwrap_or_default();
+                let parsed = c.cpus(s, "host.cpus");
+                let set = parsed.clone().unwrap_or_default();
                 let outside = set.difference(&host.online);
-                if !outside.is_empty() {
+                if parsed.is_none() {
+                    // Reported by `cpus`.
+                } else if !outside.is_empty() {
                     c.err(
                         s.span(),
                         "host.cpus",
                         format!(
-                            "CPUs {} are not online on this host (online: {})",
-                            outside.to_list(),
-                            host.online.to_list()
+                            "expected CPUs online on this host ({}), found CPUs {} that are not online",
+                            host.online.to_list(),
+                            outside.to_list()
                         ),
                     );
                 } else if set.is_empty() {
-                    c.err(s.span(), "host.cpus", "the CPU set is empty");
+                    c.err(
+                        s.span(),
+                        "host.cpus",
+                        "expected at least one CPU, found an empty CPU set",
+                    );
                 }
                 set
             }
@@ -590,7 +736,10 @@ impl Config {
                 c.err(
                     h.span(),
                     "host.halt_poll_us",
-                    format!("{}: must be between 0 and {MAX_HALT_POLL_US}", h.get_ref()),
+                    format!(
+                        "expected an integer number of microseconds from 0 to {MAX_HALT_POLL_US}, found {}",
+                        h.get_ref()
+                    ),
                 );
                 0
             }
@@ -608,26 +757,40 @@ impl Config {
         }
         let log_dir = match &rh.log_dir {
             Some(d) if d.get_ref().trim().is_empty() => {
-                c.err(d.span(), "host.log_dir", "empty path");
+                c.err(
+                    d.span(),
+                    "host.log_dir",
+                    "expected a directory path, found an empty string",
+                );
                 PathBuf::new()
             }
             Some(d) => {
                 let p = base.join(d.get_ref());
-                if p.exists() && !p.is_dir() {
+                if let Err(why) = crate::preflight::check_dir_writable(&p) {
                     c.err(
                         d.span(),
                         "host.log_dir",
-                        format!("{} exists and is not a directory", p.display()),
+                        format!("expected a directory Pacer can create and write, but {why}"),
                     );
                 }
                 p
             }
-            None => base.join("pacer-logs"),
+            None => {
+                let p = base.join("pacer-logs");
+                if let Err(why) = crate::preflight::check_dir_writable(&p) {
+                    c.err(
+                        0..0,
+                        "host.log_dir",
+                        format!("expected the default log directory to be writable, but {why}"),
+                    );
+                }
+                p
+            }
         };
 
         // [[vm]]
         if raw.vm.is_empty() {
-            c.err(0..0, "vm", "no [[vm]] defined");
+            c.err(0..0, "vm", "expected at least one [[vm]] table, found none");
         }
         let mut names: HashMap<String, usize> = HashMap::new();
         let mut vms = Vec::new();
@@ -643,14 +806,20 @@ impl Config {
                 c.err(
                     v.name.span(),
                     f("name"),
-                    format!("{name:?}: names are 1-64 characters of [A-Za-z0-9_-]"),
+                    format!(
+                        "expected a name of 1-64 characters of A-Z a-z 0-9 _ -, found {}",
+                        quoted(&name)
+                    ),
                 );
             }
             if let Some(prev) = names.insert(name.clone(), i) {
                 c.err(
                     v.name.span(),
                     f("name"),
-                    format!("duplicate VM name {name:?} (also vm[{prev}])"),
+                    format!(
+                        "expected a name no other VM has, found {} (duplicate of vm[{prev}])",
+                        quoted(&name)
+                    ),
                 );
             }
             let vcpus = *v.vcpus.get_ref();
@@ -658,7 +827,7 @@ impl Config {
                 c.err(
                     v.vcpus.span(),
                     f("vcpus"),
-                    format!("{vcpus}: must be between 1 and {MAX_VCPUS}"),
+                    format!("expected an integer from 1 to {MAX_VCPUS}, found {vcpus}"),
                 );
             }
             let mem = *v.memory_mib.get_ref();
@@ -666,7 +835,7 @@ impl Config {
                 c.err(
                     v.memory_mib.span(),
                     f("memory_mib"),
-                    format!("{mem}: must be between {MIN_MEMORY_MIB} and {MAX_MEMORY_MIB}"),
+                    format!("expected an integer number of MiB from {MIN_MEMORY_MIB} to {MAX_MEMORY_MIB}, found {mem}"),
                 );
             }
             let kernel = c.path(&base, &v.kernel, &f("kernel"));
@@ -674,20 +843,6 @@ impl Config {
                 .as_ref()
                 .and_then(|k| c.guest_kind(k, &v.kernel, v.guest.as_ref(), &f("")));
             let is = |kind| guest == Some(kind);
-            if let (Some(i), true) = (&v.initrd, is(GuestKind::Multiboot)) {
-                c.err(
-                    i.span(),
-                    f("initrd"),
-                    "a multiboot guest takes `modules`, not an initrd",
-                );
-            }
-            if let Some(i) = &v.initramfs {
-                c.err(
-                    i.span(),
-                    f("initramfs"),
-                    "the key is `initrd` (it takes an initramfs cpio archive, as the Linux boot protocol's ramdisk)",
-                );
-            }
             let mut modules = Vec::new();
             for (j, m) in v.modules.iter().flatten().enumerate() {
                 let field = format!("vm[{i}].modules[{j}]");
@@ -711,49 +866,119 @@ impl Config {
                     modules.push(Module { path: p, cmdline });
                 }
             }
-            let initrd = v
-                .initrd
-                .as_ref()
-                .and_then(|p| c.path(&base, p, &f("initrd")));
+            // The bench guest's ELF image: its load segments must fit.
+            let image = match (&kernel, is(GuestKind::Bench)) {
+                (Some(k), true) => match crate::kernel_image::image_extent(k) {
+                    Ok(extent) => Some(extent),
+                    Err(why) => {
+                        c.err(
+                            v.kernel.span(),
+                            f("kernel"),
+                            format!(
+                                "expected an ELF64 x86-64 kernel, found {}: {why}",
+                                k.display()
+                            ),
+                        );
+                        None
+                    }
+                },
+                _ => None,
+            };
             if let Some(k) = &kernel {
                 let mib = v.memory_mib.get_ref().max(&0).unsigned_abs();
                 let total: u64 = std::iter::once(k.as_path())
                     .chain(modules.iter().map(|m| m.path.as_path()))
-                    .chain(initrd.iter().map(PathBuf::as_path))
                     .filter_map(|p| std::fs::metadata(p).ok())
                     .map(|m| m.len())
                     .sum();
-                let what = if is(GuestKind::Multiboot) {
-                    "the kernel and its modules"
-                } else {
-                    "the kernel and its initrd"
-                };
-                if (is(GuestKind::Multiboot) || is(GuestKind::Linux))
-                    && total > mib.saturating_mul(1 << 20)
-                {
+                if is(GuestKind::Multiboot) && total > mib.saturating_mul(1 << 20) {
                     c.err(
                         v.memory_mib.span(),
                         f("memory_mib"),
-                        format!("{mib} MiB cannot hold {what} ({total} bytes)"),
+                        format!("{mib} MiB cannot hold the kernel and its modules ({total} bytes)"),
                     );
+                }
+            }
+            // `initrd`, or `initramfs` (the Linux word for the same thing).
+            let (initrd_raw, initrd_key) = match (&v.initrd, &v.initramfs) {
+                (Some(_), Some(both)) => {
+                    c.err(
+                        both.span(),
+                        f("initramfs"),
+                        "expected one of `initrd` and `initramfs` (they name the same archive), found both",
+                    );
+                    (None, "initrd")
+                }
+                (Some(p), None) => (Some(p), "initrd"),
+                (None, Some(p)) => (Some(p), "initramfs"),
+                (None, None) => (None, "initrd"),
+            };
+            if let (Some(i), true) = (initrd_raw, is(GuestKind::Multiboot)) {
+                c.err(
+                    i.span(),
+                    f(initrd_key),
+                    format!("a multiboot guest takes `modules`, not an {initrd_key}"),
+                );
+            }
+            let initrd = initrd_raw.and_then(|p| c.path(&base, p, &f(initrd_key)));
+            let initrd_len = initrd
+                .as_ref()
+                .and_then(|p| std::fs::metadata(p).ok())
+                .map_or(0, |m| m.len());
+            let mem_ok = mem >= MIN_MEMORY_MIB as i64;
+            if let (Some(image), true) = (image, mem_ok) {
+                let kernel = format!("its segments end at {:#x}", image.load_end);
+                let room = Room::below_gap(image.load_end.max(crate::boot::layout::HIMEM_START));
+                if let Some(why) = room.shortfall(&kernel, initrd_key, initrd_len, mem as u64) {
+                    c.err(v.memory_mib.span(), f("memory_mib"), why);
+                }
+            }
+            // A Linux kernel: its boot header must be one Pacer boots, and
+            // it (as it runs, decompression included) and the initramfs
+            // the loader puts above it must fit.
+            if let (Some(k), true) = (&kernel, is(GuestKind::Linux)) {
+                match boot::linux::footprint(k) {
+                    Ok(fp) if mem_ok => {
+                        let room = Room {
+                            kernel_end: fp.kernel_end,
+                            initrd_limit: fp.initrd_limit,
+                        };
+                        let kernel =
+                            format!("it occupies memory up to {:#x} as it starts", fp.kernel_end);
+                        if let Some(why) =
+                            room.shortfall(&kernel, initrd_key, initrd_len, mem as u64)
+                        {
+                            c.err(v.memory_mib.span(), f("memory_mib"), why);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(why) => c.err(v.kernel.span(), f("kernel"), why.to_string()),
                 }
             }
             let cpus = match &v.cpus {
                 Some(s) => {
-                    let set = c.cpus(s, &f("cpus")).unwrap_or_default();
+                    let parsed = c.cpus(s, &f("cpus"));
+                    let set = parsed.clone().unwrap_or_default();
                     let outside = set.difference(&host_cpus);
-                    if !outside.is_empty() {
+                    if parsed.is_none() {
+                        // Reported by `cpus`.
+                    } else if !outside.is_empty() && !host_cpus.is_empty() {
+                        // (An empty host set was reported at host.cpus.)
                         c.err(
                             s.span(),
                             f("cpus"),
                             format!(
-                                "CPUs {} are outside the host CPU set {}",
+                                "expected CPUs within [host] cpus, found CPUs {} outside the host CPU set {}",
                                 outside.to_list(),
                                 host_cpus.to_list()
                             ),
                         );
                     } else if set.is_empty() {
-                        c.err(s.span(), f("cpus"), "the core set is empty");
+                        c.err(
+                            s.span(),
+                            f("cpus"),
+                            "expected at least one CPU, found an empty core set",
+                        );
                     }
                     set
                 }
@@ -773,7 +998,7 @@ impl Config {
                             p.span(),
                             f("priority"),
                             format!(
-                                "{val}: a {} VM's priority must be between {} and {}",
+                                "expected a {} VM's priority between {} and {}, found {val}",
                                 class_name(class),
                                 range.start(),
                                 range.end()
@@ -790,7 +1015,7 @@ impl Config {
                 c.err(
                     span,
                     f("class"),
-                    "a VM's class is \"timeshare\" or \"realtime\"",
+                    "expected a VM class \"timeshare\" or \"realtime\", found \"idle\"",
                 );
             } else if let Some(refusal) = policy.refuses_vm(class, priority) {
                 let span = match (refusal, &v.priority, &v.class) {
@@ -811,11 +1036,22 @@ impl Config {
             }
             let mut cmdline: Vec<String> = Vec::new();
             if let Some(cl) = &v.cmdline {
-                if cl.get_ref().chars().any(|ch| ch.is_control()) {
+                // The boot loader takes printable ASCII only (and so does
+                // the guest's parser).
+                if let Some((i, ch)) = cl
+                    .get_ref()
+                    .chars()
+                    .enumerate()
+                    .find(|(_, ch)| !(' '..='~').contains(ch) && *ch != '\t')
+                {
                     c.err(
                         cl.span(),
                         f("cmdline"),
-                        "control characters are not allowed",
+                        format!(
+                            "expected printable ASCII characters, found {} at character {}",
+                            quoted(&ch.to_string()),
+                            i + 1
+                        ),
                     );
                 }
                 cmdline.extend(cl.get_ref().split_whitespace().map(str::to_string));
@@ -828,8 +1064,46 @@ impl Config {
                         "only the bench guest runs workloads; give other guests their `cmdline`",
                     );
                 } else {
-                    cmdline.extend(workload_args(&mut c, w, &f("workload")));
+                    let n = vcpus.clamp(1, MAX_VCPUS as i64) as u32;
+                    cmdline.extend(workload_args(&mut c, w, &f("workload"), n));
+                    if let Some((i, ch)) = cmdline
+                        .iter()
+                        .flat_map(|w| w.chars())
+                        .enumerate()
+                        .find(|(_, ch)| !(' '..='~').contains(ch))
+                    {
+                        c.err(
+                            w.span(),
+                            f("workload"),
+                            format!(
+                                "expected printable ASCII characters, found {} at character {}",
+                                quoted(&ch.to_string()),
+                                i + 1
+                            ),
+                        );
+                    }
                 }
+            }
+            // The VMM appends ` tsc_khz=<10 digits> vcpus=<3 digits>` to a
+            // bench guest's command line, and a NUL.
+            let appended = if is(GuestKind::Bench) {
+                " tsc_khz=4294967295 vcpus=254".len()
+            } else {
+                0
+            };
+            let room = crate::boot::layout::CMDLINE_MAX - appended - 1;
+            let len = cmdline.iter().map(|w| w.len() + 1).sum::<usize>();
+            if len > room {
+                let span = v
+                    .cmdline
+                    .as_ref()
+                    .map(|s| s.span())
+                    .or(v.workload.as_ref().map(|w| w.span()));
+                c.err(
+                    span.unwrap_or(0..0),
+                    f("cmdline"),
+                    format!("expected a command line (with the workload) of at most {room} bytes, found {len}"),
+                );
             }
             let reserved: &[&str] = if is(GuestKind::Bench) {
                 &["tsc_khz=", "vcpus="]
@@ -838,11 +1112,17 @@ impl Config {
             };
             for reserved in reserved {
                 if cmdline.iter().any(|a| a.starts_with(reserved)) {
-                    let span = v.cmdline.as_ref().map(|s| s.span()).unwrap_or(0..0);
+                    let (span, field) = match &v.cmdline {
+                        Some(cl) if cl.get_ref().contains(reserved) => (cl.span(), f("cmdline")),
+                        _ => (
+                            v.workload.as_ref().map(|w| w.span()).unwrap_or(0..0),
+                            f("workload"),
+                        ),
+                    };
                     c.err(
                         span,
-                        f("cmdline"),
-                        format!("`{reserved}` is set by the VMM and may not be given"),
+                        field,
+                        format!("expected no `{reserved}` (the VMM sets it), found one"),
                     );
                 }
             }
@@ -852,8 +1132,15 @@ impl Config {
                         RawNumber::Int(i) => *i as f64,
                         RawNumber::Float(x) => *x,
                     };
-                    if !(secs > 0.0 && secs <= 1e7) {
-                        c.err(t.span(), f("timeout_s"), format!("{secs}: must be > 0"));
+                    // Below 1 ms the timeout is gone before the VM boots.
+                    if !(1e-3..=1e7).contains(&secs) {
+                        c.err(
+                            t.span(),
+                            f("timeout_s"),
+                            format!(
+                                "expected a number of seconds from 0.001 to 10000000, found {secs}"
+                            ),
+                        );
                         None
                     } else {
                         Some(Duration::from_secs_f64(secs))
@@ -886,7 +1173,25 @@ impl Config {
             });
         }
 
+        // The host's memory, KVM's vCPU limit, open files and threads.
+        let demand: Vec<_> = vms
+            .iter()
+            .map(|v| crate::host_resources::VmDemand {
+                vcpus: v.vcpus,
+                memory_mib: v.memory_mib,
+            })
+            .collect();
+        for s in crate::host_resources::check(&host.resources, &demand) {
+            let raw_vm = &raw.vm[s.vm];
+            let span = match s.field {
+                "memory_mib" => raw_vm.memory_mib.span(),
+                _ => raw_vm.vcpus.span(),
+            };
+            c.err(span, format!("vm[{}].{}", s.vm, s.field), s.message);
+        }
+
         if !c.diags.is_empty() {
+            c.diags.sort_by_key(|d| (d.line, d.column));
             return Err(invalid(c.diags));
         }
         Ok(Config {
@@ -973,25 +1278,18 @@ mod tests {
                 std::thread::current().id()
             ));
             std::fs::create_dir_all(&dir).unwrap();
-            let mut elf = vec![0u8; 64];
-            elf[0..4].copy_from_slice(b"\x7fELF");
-            elf[4] = 2;
-            elf[5] = 1;
-            elf[18] = 62;
+            // One 1 MiB segment at 1 MiB: needs 2 MiB of RAM.
+            let elf = crate::kernel_image::tests::elf_with_loads(&[(0x10_0000, 0x10_0000)]);
             std::fs::write(dir.join("kernel.elf"), elf).unwrap();
             std::fs::write(dir.join("not-elf.bin"), b"MZ not an elf file....").unwrap();
             let mut mb = boot::multiboot::tests::header(0);
             mb.extend([0xf4u8; 16]);
             let mb = boot::multiboot::tests::elf32(0x40_0000, &mb, 0);
             std::fs::write(dir.join("mb.flat"), mb).unwrap();
-            let mut bz = vec![0u8; 0x400];
-            bz[0x1fe] = 0x55;
-            bz[0x1ff] = 0xaa;
-            bz[0x202..0x206].copy_from_slice(b"HdrS");
+            // It occupies memory up to 4 MiB as it starts.
+            let bz = boot::linux::tests::bzimage(0x020F, 0x7f, 0x1000);
             std::fs::write(dir.join("bzImage"), bz).unwrap();
-            let vmlinux = boot::notes::tests::elf64_with_notes(&boot::notes::tests::note(
-                b"Linux", 0x100, b"6.1.0\0",
-            ));
+            let vmlinux = boot::notes::tests::vmlinux(0x40_0000);
             std::fs::write(dir.join("vmlinux"), vmlinux).unwrap();
             std::fs::write(dir.join("env"), b"TEST_DEVICE=0\n").unwrap();
             Fixture { dir }
@@ -1002,6 +1300,7 @@ mod tests {
         fn parse_with(&self, text: &str, o: Overrides) -> Result<Config, ConfigError> {
             let host = HostInfo {
                 online: HostCpuSet::parse_list("0-3").unwrap(),
+                resources: HostResources::default(),
             };
             Config::parse_overridden(text, &self.dir.join("pacer.toml"), &host, o)
         }
@@ -1137,7 +1436,7 @@ workload = "cpu report_ms=50"
         );
         // A missing `kernel` key altogether.
         let e = fx.errors("[[vm]]\nname=\"x\"\nvcpus=1\nmemory_mib=16\n");
-        assert!(e.contains("missing field `kernel`"), "{e}");
+        assert!(e.contains("vm[0].kernel: missing"), "{e}");
     }
 
     const MB: &str = "[[vm]]\nname = \"kut\"\nvcpus = 2\nmemory_mib = 16\nkernel = \"mb.flat\"\n";
@@ -1205,7 +1504,9 @@ workload = "cpu report_ms=50"
         );
         let e = fx.errors(&format!("{MB}cpuid = {{ x2apic = 1 }}\n"));
         assert!(
-            e.contains(":6:20:") && e.contains("expected a boolean"),
+            e.contains(":6:20:")
+                && e.contains("vm[0].cpuid.x2apic")
+                && e.contains("expected true or false"),
             "{e}"
         );
         let e = fx.errors(&format!("{MB}cpuid = {{ avx = false }}\n"));
@@ -1232,6 +1533,16 @@ workload = "cpu report_ms=50"
         // So is an ELF64 vmlinux (it has "Linux" notes) ...
         let c = fx.parse(&LINUX.replace("bzImage", "vmlinux")).unwrap();
         assert_eq!(c.vms[0].guest, GuestKind::Linux);
+        // Its segments (16 MiB + 4 MiB) must fit.
+        let e = fx.errors(
+            &LINUX
+                .replace("bzImage", "vmlinux")
+                .replace("memory_mib = 512", "memory_mib = 16"),
+        );
+        assert!(
+            e.contains("vm[0].memory_mib: expected at least 20 MiB for the kernel (it occupies memory up to 0x1400000 as it starts), found 16"),
+            "{e}"
+        );
         // ... which cannot boot as the bench guest.
         let e = fx.errors(&format!(
             "{}guest = \"bench\"\n",
@@ -1247,28 +1558,67 @@ workload = "cpu report_ms=50"
             e.contains("vm[0].guest") && e.contains("not a vmlinux"),
             "{e}"
         );
-        // No workloads, one name for the initramfs.
+        // No workloads.
         let e = fx.errors(&format!("{LINUX}workload = \"cpu\"\n"));
         assert!(
             e.contains("vm[0].workload") && e.contains("only the bench guest"),
             "{e}"
         );
-        let e = fx.errors(&format!("{LINUX}initramfs = \"env\"\n"));
+        // `initramfs` is the same key as `initrd`; not both.
+        let c = fx.parse(&format!("{LINUX}initramfs = \"env\"\n")).unwrap();
+        assert_eq!(c.vms[0].initrd, Some(fx.dir.join("env")));
+        let e = fx.errors(&format!("{LINUX}initrd = \"env\"\ninitramfs = \"env\"\n"));
         assert!(
-            e.contains("vm[0].initramfs") && e.contains("`initrd`"),
+            e.contains(":7:13: vm[0].initramfs: expected one of `initrd` and `initramfs`"),
             "{e}"
         );
-        assert!(e.contains(":6:13:"), "{e}");
-        // Kernel and initramfs must fit.
+        // It must be a regular file that exists, named by its key.
+        let e = fx.errors(&format!("{LINUX}initramfs = \"nope\"\n"));
+        assert!(
+            e.contains(":6:13: vm[0].initramfs: expected a readable file"),
+            "{e}"
+        );
+        let e = fx.errors(&format!("{LINUX}initramfs = \".\"\n"));
+        assert!(
+            e.contains("vm[0].initramfs: expected a regular file"),
+            "{e}"
+        );
+        // The kernel must be one Pacer boots: a bzImage with the 64-bit
+        // entry.
+        std::fs::write(
+            fx.dir.join("old-bz"),
+            boot::linux::tests::bzimage(0x020B, 0x7f, 0x1000),
+        )
+        .unwrap();
+        let e = fx.errors(&LINUX.replace("bzImage", "old-bz"));
+        assert!(
+            e.contains(":5:10: vm[0].kernel:") && e.contains("no 64-bit entry"),
+            "{e}"
+        );
+        // The kernel as it starts (4 MiB here), and the initramfs above
+        // it, must fit.
+        assert!(fx
+            .parse(&LINUX.replace("memory_mib = 512", "memory_mib = 4"))
+            .is_ok());
+        let e = fx.errors(&LINUX.replace("memory_mib = 512", "memory_mib = 3"));
+        assert!(
+            e.contains("vm[0].memory_mib: expected at least 4 MiB for the kernel (it occupies memory up to 0x400000 as it starts), found 3"),
+            "{e}"
+        );
         std::fs::write(fx.dir.join("big"), vec![0u8; 3 << 20]).unwrap();
-        let e = fx.errors(&format!(
-            "{}initrd = \"big\"\n",
-            LINUX.replace("memory_mib = 512", "memory_mib = 2")
-        ));
+        let small = LINUX.replace("memory_mib = 512", "memory_mib = 6");
+        let e = fx.errors(&format!("{small}initramfs = \"big\"\n"));
         assert!(
-            e.contains("vm[0].memory_mib") && e.contains("initrd"),
+            e.contains("vm[0].memory_mib: expected at least 7 MiB")
+                && e.contains("the initramfs (3145728 bytes), found 6"),
             "{e}"
         );
+        assert!(fx
+            .parse(&format!(
+                "{}initrd = \"big\"\n",
+                small.replace("= 6", "= 7")
+            ))
+            .is_ok());
     }
 
     #[test]

@@ -517,6 +517,10 @@ pub struct Vm {
     tsc_khz: u32,
     cmdline: String,
     console_log: Option<PathBuf>,
+    /// A Linux guest's `<vm>.user.log`, created with the console log (the
+    /// controller thread that fills it at the end may not create files
+    /// once confined); empty if the guest ran no user command.
+    user_log: Option<(PathBuf, std::fs::File)>,
     options: VmOptions,
     started: bool,
 }
@@ -663,6 +667,12 @@ impl Vm {
             }
         };
         let console_log = console.as_ref().map(|(p, _)| p.clone());
+        let user_log = match (&options.log_dir, &console_log, config.guest) {
+            (Some(dir), Some(_), GuestKind::Linux) => {
+                Some(open_log(dir, format!("{}.user.log", config.name))?)
+            }
+            _ => None,
+        };
         let serial = Arc::new(Mutex::new(SerialConsole::new(
             serial_irq,
             ConsoleWriter::new(
@@ -767,6 +777,7 @@ impl Vm {
             tsc_khz,
             cmdline,
             console_log,
+            user_log,
             options,
             started: false,
         })
@@ -937,17 +948,25 @@ impl Vm {
 
     fn finish(&mut self, cause: StopCause) -> VmResult {
         let (outcomes, vcpu_sched) = self.stop_vcpus();
-        self.serial
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .flush();
-        let (status, ok, message) = cause.describe();
+        let mut serial = self.serial.lock().unwrap_or_else(|p| p.into_inner());
+        serial.flush();
+        let last_console_line = serial.last_line();
+        drop(serial);
+        let (status, ok, mut message) = cause.describe();
         let wall_ms = self.shared.start.elapsed().as_secs_f64() * 1e3;
         let mut res = self
             .shared
             .results
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        if !ok && cause != StopCause::Requested {
+            let errors = res.guest_errors();
+            let why = crate::guest_report::guest_reason(&errors, last_console_line.as_deref());
+            if let Some(why) = why {
+                log::error!("[{}] {why}", self.config.name);
+                message = format!("{message}; {why}");
+            }
+        }
         res.stopped(&status, ok, &message, wall_ms);
         let work = res.work();
         let total = work
@@ -980,16 +999,12 @@ impl Vm {
     }
 
     /// A Linux guest's user command output, cut from its console log with
-    /// the UnixBench-style suite's parser, to `<log_dir>/<vm>.user.log`
+    /// the UnixBench-style suite's parser, into `<log_dir>/<vm>.user.log`
     /// (None: not a Linux guest, no console log, no user command).
     fn write_user_log(&self) -> Option<PathBuf> {
-        if self.config.guest != GuestKind::Linux {
-            return None;
-        }
-        let (console, dir) = (self.console_log.as_ref()?, self.options.log_dir.as_ref()?);
-        let path = dir.join(format!("{}.user.log", self.config.name));
-        match save_user_output(console, &path) {
-            Ok(true) => Some(path),
+        let (console, (path, file)) = (self.console_log.as_ref()?, self.user_log.as_ref()?);
+        match save_user_output(console, file) {
+            Ok(true) => Some(path.clone()),
             Ok(false) => None,
             Err(e) => {
                 log::warn!("[{}] user command output: {e}", self.config.name);
@@ -1031,6 +1046,7 @@ impl Vm {
             r.message = e.to_string();
             return r;
         }
+        crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Controller);
         vm.wait()
     }
 }
@@ -1047,10 +1063,11 @@ impl Drop for Vm {
 /// Cut the user command's output (between `UB user begin` and `UB user
 /// end`, or to the end if the guest stopped mid-command) out of a console
 /// log into `out`. Ok(false): the log has no user command.
-fn save_user_output(console: &Path, out: &Path) -> std::io::Result<bool> {
+fn save_user_output(console: &Path, mut out: &std::fs::File) -> std::io::Result<bool> {
+    use std::io::Write;
     let text = std::fs::read(console)?;
     match crate::unixbench::parse_log(&String::from_utf8_lossy(&text)).user_output {
-        Some(user) => std::fs::write(out, user).map(|()| true),
+        Some(user) => out.write_all(user.as_bytes()).map(|()| true),
         None => Ok(false),
     }
 }
@@ -1143,16 +1160,16 @@ mod tests {
              UB user begin\r\nhello from /user\r\nline 2\r\nUB user end status=0\r\nUB done end=reboot\r\n",
         )
         .unwrap();
-        assert!(save_user_output(&console, &out).unwrap());
+        let file = || std::fs::File::create(&out).unwrap();
+        assert!(save_user_output(&console, &file()).unwrap());
         assert_eq!(
             std::fs::read_to_string(&out).unwrap(),
             "hello from /user\nline 2\n"
         );
         std::fs::write(&console, "UB done end=reboot\n").unwrap();
-        std::fs::remove_file(&out).unwrap();
-        assert!(!save_user_output(&console, &out).unwrap());
-        assert!(!out.exists());
-        assert!(save_user_output(&dir.join("missing"), &out).is_err());
+        assert!(!save_user_output(&console, &file()).unwrap());
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "");
+        assert!(save_user_output(&dir.join("missing"), &file()).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -141,7 +141,7 @@ fn tiny_kernels_see_the_boot_protocol_and_power_off() {
             &cfg,
             format!(
                 "[host]\ncpus = \"0-1\"\nlog_dir = \"logs\"\n\n[[vm]]\nname = \"tiny\"\nvcpus = 2\n\
-                 memory_mib = 64\nkernel = \"{kernel}\"\ninitrd = \"initramfs\"\ncmdline = \"quiet\"\n\
+                 memory_mib = 64\nkernel = \"{kernel}\"\ninitramfs = \"initramfs\"\ncmdline = \"quiet\"\n\
                  timeout_s = 60\n"
             ),
         )
@@ -154,7 +154,7 @@ fn tiny_kernels_see_the_boot_protocol_and_power_off() {
             .output()
             .unwrap();
         let console =
-            std::fs::read_to_string(dir.0.join("logs/tiny.console.log")).unwrap_or_default();
+            std::fs::read_to_string(dir.0.join("logs/latest/tiny.console.log")).unwrap_or_default();
         let text = format!(
             "{}{}\nconsole:\n{console}",
             String::from_utf8_lossy(&out.stdout),
@@ -166,7 +166,7 @@ fn tiny_kernels_see_the_boot_protocol_and_power_off() {
         let vm = &r["vms"][0];
         assert_eq!(vm["status"], "poweroff", "{what}: {text}");
         assert_eq!(vm["cmdline"], "console=ttyS0 reboot=k quiet");
-        let user = std::fs::read_to_string(dir.0.join("logs/tiny.user.log")).unwrap();
+        let user = std::fs::read_to_string(dir.0.join("logs/latest/tiny.user.log")).unwrap();
         assert_eq!(user, "hello from the tiny kernel\n", "{what}");
         assert!(
             vm["user_log"]
@@ -174,6 +174,5 @@ fn tiny_kernels_see_the_boot_protocol_and_power_off() {
                 .is_some_and(|p| p.ends_with("tiny.user.log")),
             "{what}: {vm}"
         );
-        std::fs::remove_file(dir.0.join("logs/tiny.user.log")).unwrap();
     }
 }

@@ -46,8 +46,9 @@ use linux_loader::loader::bzimage::BzImage;
 use linux_loader::loader::elf::Elf;
 use linux_loader::loader::{load_cmdline, KernelLoader};
 use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::{Address, ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
 
 /// What every Linux guest of Pacer gets on its command line, first:
 /// - `console=ttyS0`: the kernel's console is COM1 (0x3F8, ISA IRQ 4),
@@ -63,6 +64,8 @@ pub const DEFAULT_INITRD_ADDR_MAX: u64 = 0x7fff_ffff;
 pub const BZIMAGE_64BIT_ENTRY_OFFSET: u64 = 0x200;
 /// `xloadflags`: the kernel has the 64-bit entry at 0x200.
 pub const XLF_KERNEL_64: u16 = 1 << 0;
+/// Where the setup header starts in a bzImage file (and in the zero page).
+pub const SETUP_HEADER_OFFSET: u64 = 0x1F1;
 /// The 64-bit boot protocol needs 2.12 or later.
 pub const MIN_BZIMAGE_PROTOCOL: u16 = 0x020C;
 
@@ -114,15 +117,7 @@ pub fn load_kernel(
             let hdr = r
                 .setup_header
                 .ok_or_else(|| format_err(path, "bzImage without a setup header"))?;
-            let (version, xloadflags) = (hdr.version, hdr.xloadflags);
-            if version < MIN_BZIMAGE_PROTOCOL || xloadflags & XLF_KERNEL_64 == 0 {
-                return Err(format_err(
-                    path,
-                    format!(
-                        "boot protocol {version:#x}, xloadflags {xloadflags:#x}: no 64-bit entry (needs 2.12+ and XLF_KERNEL_64)"
-                    ),
-                ));
-            }
+            check_64bit_entry(&hdr).map_err(|why| format_err(path, why))?;
             Ok(LoadedLinux {
                 entry: r.kernel_load.raw_value() + BZIMAGE_64BIT_ENTRY_OFFSET,
                 kernel_end: r.kernel_end,
@@ -143,6 +138,97 @@ pub fn load_kernel(
             format!("{other:?} is not a Linux kernel format (bzImage or ELF64 vmlinux)"),
         )),
     }
+}
+
+/// Does the bzImage header `hdr` have the 64-bit entry Pacer jumps to?
+pub fn check_64bit_entry(hdr: &setup_header) -> Result<(), String> {
+    let (version, xloadflags) = (hdr.version, hdr.xloadflags);
+    if version < MIN_BZIMAGE_PROTOCOL || xloadflags & XLF_KERNEL_64 == 0 {
+        return Err(format!(
+            "boot protocol {version:#x}, xloadflags {xloadflags:#x}: no 64-bit entry (needs 2.12+ and XLF_KERNEL_64)"
+        ));
+    }
+    Ok(())
+}
+
+/// What a Linux kernel needs of guest memory, read from its headers
+/// without loading it: config validation checks `memory_mib` with it, and
+/// [`load`] keeps the initramfs above `kernel_end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footprint {
+    /// One past the highest byte the kernel occupies as it starts: a
+    /// bzImage's decompression buffer (`init_size` bytes where the
+    /// decompressor puts the kernel), a vmlinux's segments (bss included).
+    pub kernel_end: u64,
+    /// Highest address + 1 the initramfs may end at ([`initrd_limit`]).
+    pub initrd_limit: u64,
+}
+
+/// The [`Footprint`] of the Linux kernel file at `path` (a bzImage with
+/// the 64-bit entry, or an ELF64 vmlinux the ELF loader accepts).
+pub fn footprint(path: &Path) -> Result<Footprint, BootError> {
+    let open_err = |source| BootError::Open {
+        path: path.display().to_string(),
+        source,
+    };
+    match super::inspect(path)?.format {
+        KernelFormat::BzImage => {
+            let mut f = File::open(path).map_err(open_err)?;
+            let len = f.metadata().map_err(open_err)?.len();
+            let mut hdr = setup_header::default();
+            f.seek(SeekFrom::Start(SETUP_HEADER_OFFSET))
+                .and_then(|_| f.read_exact(hdr.as_mut_slice()))
+                .map_err(open_err)?;
+            bzimage_footprint(&hdr, len).map_err(|why| format_err(path, why))
+        }
+        KernelFormat::Elf64X86_64 => {
+            let extent = crate::kernel_image::image_extent(path)
+                .map_err(|why| format_err(path, why.to_string()))?;
+            Ok(Footprint {
+                kernel_end: extent.load_end,
+                initrd_limit: initrd_limit(None),
+            })
+        }
+        other => Err(format_err(
+            path,
+            format!("{other:?} is not a Linux kernel format (bzImage or ELF64 vmlinux)"),
+        )),
+    }
+}
+
+/// The footprint of a bzImage of `file_len` bytes whose setup header is
+/// `hdr`. Its protected-mode part is loaded at `code32_start` (1 MiB); the
+/// decompressor writes the kernel at that address rounded up to
+/// `kernel_alignment` (a relocatable kernel) but never below
+/// `pref_address`, and uses `init_size` bytes from there
+/// (Documentation/arch/x86/boot.rst).
+pub fn bzimage_footprint(hdr: &setup_header, file_len: u64) -> Result<Footprint, String> {
+    check_64bit_entry(hdr)?;
+    let (sects, load, align) = (hdr.setup_sects, hdr.code32_start, hdr.kernel_alignment);
+    let (relocatable, pref, init_size) = (hdr.relocatable_kernel, hdr.pref_address, hdr.init_size);
+    // The boot protocol: 0 setup sectors means 4.
+    let sects = if sects == 0 { 4 } else { u64::from(sects) };
+    let setup_len = (sects + 1) * 512;
+    let pm_len = file_len.checked_sub(setup_len).ok_or_else(|| {
+        format!("{file_len} bytes, fewer than its {setup_len} bytes of real-mode setup")
+    })?;
+    let load = u64::from(load);
+    if load < HIMEM_START {
+        return Err(format!("code32_start {load:#x} is below 1 MiB"));
+    }
+    let out = if relocatable != 0 {
+        load.checked_next_multiple_of(u64::from(align).max(1))
+            .ok_or_else(|| format!("kernel_alignment {align:#x} overflows"))?
+            .max(pref)
+    } else {
+        pref.max(load)
+    };
+    Ok(Footprint {
+        kernel_end: load
+            .saturating_add(pm_len)
+            .max(out.saturating_add(u64::from(init_size))),
+        initrd_limit: initrd_limit(Some(hdr)),
+    })
 }
 
 /// Highest address + 1 the initramfs may end at.
@@ -173,13 +259,14 @@ pub fn load(
     user_cmdline: &str,
     vcpus: u32,
 ) -> Result<LinuxBoot, BootError> {
+    let fp = footprint(kernel)?;
     let k = load_kernel(mem, kernel, format)?;
     let initrd = match initrd {
         Some(p) => Some(load_initrd(
             mem,
             p,
-            k.kernel_end,
-            initrd_limit(k.setup_header.as_ref()),
+            k.kernel_end.max(fp.kernel_end),
+            fp.initrd_limit,
         )?),
         None => None,
     };
@@ -230,7 +317,7 @@ pub fn load(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::memory::create_guest_memory;
     use linux_loader::loader::bootparam::boot_params;
@@ -262,9 +349,11 @@ mod tests {
         assert_eq!(initrd_limit(Some(&h)), MMIO_GAP_START);
     }
 
-    /// A minimal bzImage: setup sectors, a header with the 64-bit entry,
-    /// and a protected-mode part of `pm` bytes.
-    fn bzimage(protocol: u16, xloadflags: u16, pm: usize) -> Vec<u8> {
+    /// A minimal bzImage: setup sectors, a header with the 64-bit entry
+    /// (a relocatable kernel aligned to 2 MiB that decompresses into 2 MiB:
+    /// it occupies memory up to 4 MiB), and a protected-mode part of `pm`
+    /// bytes.
+    pub(crate) fn bzimage(protocol: u16, xloadflags: u16, pm: usize) -> Vec<u8> {
         let setup_sects = 4usize;
         let mut b = vec![0u8; (setup_sects + 1) * 512 + pm];
         b[0x1F1] = setup_sects as u8;
@@ -275,7 +364,11 @@ mod tests {
         b[0x214..0x218].copy_from_slice(&0x10_0000u32.to_le_bytes());
         b[0x22C..0x230].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
         b[0x236..0x238].copy_from_slice(&xloadflags.to_le_bytes());
+        b[0x230..0x234].copy_from_slice(&0x20_0000u32.to_le_bytes()); // kernel_alignment
+        b[0x234] = 1; // relocatable_kernel
         b[0x238..0x23C].copy_from_slice(&2047u32.to_le_bytes());
+        b[0x258..0x260].copy_from_slice(&0x10_0000u64.to_le_bytes()); // pref_address
+        b[0x260..0x264].copy_from_slice(&0x20_0000u32.to_le_bytes()); // init_size
         for (i, x) in b[(setup_sects + 1) * 512..].iter_mut().enumerate() {
             *x = i as u8;
         }
@@ -338,6 +431,67 @@ mod tests {
         assert_eq!(&rsdp, b"RSD PTR ");
         let mpf: [u8; 4] = mem.read_obj(GuestAddress(0xF0000)).unwrap();
         assert_eq!(&mpf, b"_MP_");
+    }
+
+    fn header(b: &[u8]) -> setup_header {
+        let mut h = setup_header::default();
+        let at = SETUP_HEADER_OFFSET as usize;
+        h.as_mut_slice()
+            .copy_from_slice(&b[at..at + std::mem::size_of::<setup_header>()]);
+        h
+    }
+
+    #[test]
+    fn bzimage_footprint_follows_the_decompressor() {
+        let b = bzimage(0x020F, 0x7f, 0x3000);
+        let len = b.len() as u64;
+        // Loaded at 1 MiB, decompressed at 2 MiB (aligned up), 2 MiB used.
+        let fp = bzimage_footprint(&header(&b), len).unwrap();
+        assert_eq!(fp.kernel_end, 0x40_0000);
+        assert_eq!(fp.initrd_limit, 0x8000_0000);
+        // pref_address above the aligned load address wins.
+        let mut b2 = b.clone();
+        b2[0x258..0x260].copy_from_slice(&0x100_0000u64.to_le_bytes());
+        let fp = bzimage_footprint(&header(&b2), len).unwrap();
+        assert_eq!(fp.kernel_end, 0x120_0000);
+        // A protected-mode part larger than the buffer sets the end.
+        let big = bzimage(0x020F, 0x7f, 0x50_0000);
+        let fp = bzimage_footprint(&header(&big), big.len() as u64).unwrap();
+        assert_eq!(fp.kernel_end, 0x10_0000 + 0x50_0000);
+        // A file shorter than its setup sectors, a load below 1 MiB.
+        assert!(bzimage_footprint(&header(&b), 1000)
+            .unwrap_err()
+            .contains("real-mode setup"));
+        let mut low = b.clone();
+        low[0x214..0x218].copy_from_slice(&0x9_0000u32.to_le_bytes());
+        assert!(bzimage_footprint(&header(&low), len)
+            .unwrap_err()
+            .contains("below 1 MiB"));
+        // The file-reading path agrees, and needs the 64-bit entry.
+        let path = temp_file("fp", &b);
+        assert_eq!(footprint(&path).unwrap().kernel_end, 0x40_0000);
+        std::fs::write(&path, bzimage(0x020B, 0x7f, 0x3000)).unwrap();
+        let e = footprint(&path).unwrap_err().to_string();
+        std::fs::remove_file(&path).unwrap();
+        assert!(e.contains("no 64-bit entry"), "{e}");
+    }
+
+    #[test]
+    fn initramfs_goes_above_the_decompression_buffer() {
+        // 6 MiB of RAM, a kernel using memory up to 4 MiB: an initramfs of
+        // 2 MiB + 1 byte no longer fits above it (the loader's kernel_end,
+        // the end of the file's protected-mode part, is far lower).
+        let mem = create_guest_memory(6).unwrap();
+        let kernel = temp_file("buf", &bzimage(0x020F, 0x7f, 0x3000));
+        let fits = temp_file("fits", &vec![1u8; 2 << 20]);
+        let over = temp_file("over", &vec![1u8; (2 << 20) + 1]);
+        let ok = load(&mem, &kernel, KernelFormat::BzImage, Some(&fits), "", 1);
+        let e = load(&mem, &kernel, KernelFormat::BzImage, Some(&over), "", 1);
+        for p in [&kernel, &fits, &over] {
+            std::fs::remove_file(p).unwrap();
+        }
+        assert_eq!(ok.unwrap().initrd, Some((0x40_0000, 2 << 20)));
+        assert!(matches!(e, Err(BootError::InitrdTooBig { .. })), "{e:?}");
     }
 
     #[test]
