@@ -260,10 +260,10 @@ pub fn for_vcpu(base: &CpuId, vcpu: u32, nvcpus: u32) -> Result<CpuId, CpuidErro
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn base() -> CpuId {
+    pub(crate) fn base() -> CpuId {
         let leaf1 = kvm_cpuid_entry2 {
             function: 1,
             ebx: 0x0008_0800 | (7 << 24),

@@ -328,6 +328,51 @@ mod tests {
     use super::multiboot::tests::{elf32, header};
     use super::*;
 
+    /// What a Linux guest counts its CPUs by agrees: CPUID's initial APIC
+    /// id (leaf 1 EBX[31:24]) and x2APIC id (leaf 0xB EDX) of each vCPU,
+    /// the logical-processor count, the MADT's local APIC entries and the
+    /// MP table's processor entries.
+    #[test]
+    fn cpuid_madt_and_mp_table_name_the_same_cpus() {
+        for n in [1u32, 2, 3, 8, 64] {
+            let base = crate::cpuid::tests::base();
+            let mut from_cpuid = Vec::new();
+            for v in 0..n {
+                let c = crate::cpuid::for_vcpu(&base, v, n).unwrap();
+                let leaf = |f: u32, i: u32| {
+                    *c.as_slice()
+                        .iter()
+                        .find(|e| e.function == f && e.index == i)
+                        .unwrap()
+                };
+                let (l1, lb, core) = (leaf(1, 0), leaf(0xb, 0), leaf(0xb, 1));
+                assert_eq!(l1.ebx >> 24, lb.edx, "leaf 1 and 0xB agree");
+                assert_eq!((l1.ebx >> 16) & 0xff, n, "logical processors");
+                assert_eq!(core.ebx, n, "processors at the core level");
+                from_cpuid.push(lb.edx);
+            }
+            let madt = madt::build(*b"PACER ", 1, n);
+            let (_, _, entries) = madt::tests::parse(&madt);
+            let from_madt: Vec<u32> = entries
+                .iter()
+                .filter(|(t, _)| *t == 0)
+                .map(|(_, b)| u32::from(b[3]))
+                .collect();
+            let mp = mptable::build(layout::MPTABLE_START, n).unwrap();
+            let from_mp: Vec<u32> = mptable::tests::parse(&mp, layout::MPTABLE_START)
+                .cpus
+                .iter()
+                .map(|&(id, _)| u32::from(id))
+                .collect();
+            assert_eq!(from_madt, from_cpuid, "{n} vCPUs: MADT");
+            assert_eq!(from_mp, from_cpuid, "{n} vCPUs: MP table");
+            let mut unique = from_cpuid.clone();
+            unique.sort_unstable();
+            unique.dedup();
+            assert_eq!(unique.len(), n as usize, "distinct APIC ids");
+        }
+    }
+
     #[test]
     fn formats_and_default_guests() {
         let mut elf64 = vec![0u8; 64];

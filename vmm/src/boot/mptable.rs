@@ -159,7 +159,7 @@ pub fn build(addr: u64, vcpus: u32) -> Result<Vec<u8>, MpTableError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn sums_to_zero(b: &[u8]) -> bool {
@@ -168,8 +168,8 @@ mod tests {
 
     /// What a kernel's MP parser gets out of the tables.
     #[derive(Debug, Default)]
-    struct Parsed {
-        cpus: Vec<(u8, u8)>,
+    pub(crate) struct Parsed {
+        pub(crate) cpus: Vec<(u8, u8)>,
         buses: Vec<(u8, [u8; 6])>,
         ioapics: Vec<(u8, u8, u32)>,
         io_ints: Vec<(u8, u8, u8, u8)>,
@@ -179,7 +179,7 @@ mod tests {
 
     /// Parse as Linux's mpparse does: find the pointer, check both
     /// checksums, walk the entries by their types' lengths.
-    fn parse(bytes: &[u8], base: u64) -> Parsed {
+    pub(crate) fn parse(bytes: &[u8], base: u64) -> Parsed {
         let mpf = &bytes[..MPF_LEN];
         assert_eq!(&mpf[0..4], MPF_SIGNATURE);
         assert!(sums_to_zero(mpf), "floating pointer checksum");
