@@ -103,7 +103,8 @@ expected_cmdline="console=ttyS0 reboot=k${user_cmdline:+ $user_cmdline}"
 derive() {
     sed -e "s|^log_dir *=.*|log_dir = \"$work/$1\"|" \
         -e "s|^kernel *=.*|kernel = \"$kernel\"|" \
-        -e "s|^initr\(d\|amfs\) *=.*|initramfs = \"$initrd\"|" \
+        -e "s|^initrd *=.*|initrd = \"$initrd\"|" \
+        -e "s|^initramfs *=.*|initramfs = \"$initrd\"|" \
         -e "s|^# *cpuid = { cx16 = false }|cpuid = { cx16 = false }|" "$config" >"$work/$1.toml"
     if [ "$further" = 0 ]; then sed -i 's|^cpuid = { cx16 = false }|# &|' "$work/$1.toml"; fi
     if [ "$further" = 1 ] && ! grep -q '^cpuid = { cx16 = false }' "$work/$1.toml"; then
@@ -131,7 +132,7 @@ stamp() {
 run_pacer() { # policy
     local policy=$1
     derive "$policy"
-    local log=$work/$policy/$vm.console.log
+    local log=$work/$policy/latest/$vm.console.log # (each run has its own directory)
     mkdir -p "$work/$policy"
     echo "== pacer run $config --policy $policy (log_dir $work/$policy)"
     t0=${EPOCHREALTIME/./}
