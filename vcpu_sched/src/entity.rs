@@ -1,5 +1,8 @@
 //! Schedulable entities (vCPUs): class, priority with cycling penalties,
-//! run state and per-entity accounting (Haiku's `ThreadData`).
+//! run state, per-entity accounting, and the entity's own lifecycle
+//! (Haiku's `ThreadData`): charging its load to a core as it becomes ready,
+//! blocks or leaves, what a quantum end does to its penalty, what each
+//! stop reason does to it, and what a dispatch records.
 //!
 //! Penalty cycling: each quantum end raises `penalty` by one (up to
 //! P - minimal) and `additional` by one; each block before the quantum ends
@@ -12,11 +15,11 @@
 //! penalty or the base priority changes.
 
 use crate::load::EntityLoad;
-use crate::placement::Allowed;
-use crate::quantum::base_quantum;
+use crate::placement::{Allowed, Machine};
+use crate::quantum::{base_quantum, time_left};
 use crate::stats::MigrationCounts;
 use crate::tunables::{QuantumTable, Tunables};
-use crate::{CoreId, CpuId, CpuSet, LatencyHistogram, Nanos, SchedClass, VmId};
+use crate::{CoreId, CpuId, CpuSet, LatencyHistogram, Nanos, SchedClass, StopReason, VmId};
 use std::sync::Arc;
 
 /// Priority state of one entity with the cached effective priority and base quantum.
@@ -260,6 +263,143 @@ impl Entity {
     /// The affinity as a queue entry carries it (`None`: every CPU).
     pub fn entry_affinity(&self) -> Option<Arc<CpuSet>> {
         (!self.all_cpus).then(|| Arc::clone(&self.affinity))
+    }
+}
+
+/// What happens to an entity that stopped running (see [`Entity::after_stop`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum After {
+    /// Not runnable any more.
+    Block,
+    /// Runnable with quantum left: back to the head of its level.
+    Front,
+    /// Runnable, quantum over: back to the tail (possibly another core).
+    Back,
+}
+
+/// The lifecycle (Haiku's `ThreadData` methods).
+impl Entity {
+    // ---- load charging (Haiku's AddLoad / RemoveLoad with epochs) ----
+
+    /// The entity is ready on `core`: charge its load there.
+    pub fn charge_ready(&mut self, m: &Machine, core: CoreId) {
+        let load = self.load.load;
+        match self.load_core {
+            Some(c) if c == core && self.load_ready => return,
+            Some(c) if self.load_ready => {
+                m.load_of(c).remove(self.charged, true);
+                m.load_of(core).add(load, None);
+            }
+            Some(c) if c == core => {
+                let left = self.load_epoch.map(|ep| (ep, self.charged));
+                m.load_of(core).add(load, left);
+            }
+            _ => m.load_of(core).add(load, None),
+        }
+        self.load_core = Some(core);
+        self.charged = load;
+        self.load_ready = true;
+    }
+
+    /// The entity blocks: it stops being ready but keeps counting in the
+    /// core's epoch sum until the epoch rolls.
+    pub fn uncharge_block(&mut self, m: &Machine) {
+        if let (Some(c), true) = (self.load_core, self.load_ready) {
+            self.load_epoch = Some(m.load_of(c).remove(self.charged, false));
+            self.load_ready = false;
+        }
+    }
+
+    /// The entity is removed: it leaves the core's load at once.
+    pub fn uncharge_remove(&mut self, m: &Machine) {
+        if let (Some(c), true) = (self.load_core, self.load_ready) {
+            m.load_of(c).remove(self.charged, true);
+            self.load_ready = false;
+        }
+    }
+
+    /// Fold measured time into the estimate and follow it on the core.
+    pub fn refresh_load(&mut self, m: &Machine) {
+        if !self.load.update(m.tun.load_measure_interval) {
+            return;
+        }
+        if let (Some(c), true) = (self.load_core, self.load_ready) {
+            m.load_of(c)
+                .change(self.load.load as i64 - self.charged as i64);
+            self.charged = self.load.load;
+        }
+    }
+
+    // ---- quanta and penalties ----
+
+    /// A quantum ended: penalty step (not for bursty entities), used reset.
+    pub fn end_quantum(&mut self, t: &Tunables, table: &QuantumTable) {
+        self.counters.quantum_ends += 1;
+        if !self.is_bursty(t.bursty_load) {
+            self.prio.quantum_ended(t, table);
+        }
+        self.used = 0;
+    }
+
+    /// What is left of the quantum counts as ended (at most half the
+    /// minimal quantum).
+    pub fn quantum_over(&self, table: &QuantumTable) -> bool {
+        time_left(table, self.quantum_full, self.used).is_none()
+    }
+
+    /// Apply a stop reason to the entity's penalties and counters.
+    pub fn after_stop(&mut self, reason: StopReason, t: &Tunables, table: &QuantumTable) -> After {
+        match reason {
+            // Haiku's HasQuantumEnded(hasYielded): a yield (PAUSE-loop exit,
+            // a vCPU spinning on a lock) ends the quantum, penalty included,
+            // so the lock holder gets ahead of the spinner.
+            StopReason::QuantumEnd | StopReason::Yielded => {
+                self.end_quantum(t, table);
+                After::Back
+            }
+            StopReason::Preempted | StopReason::Idle if self.quantum_over(table) => {
+                self.end_quantum(t, table);
+                After::Back
+            }
+            StopReason::Preempted | StopReason::Idle => {
+                self.counters.preemptions += 1;
+                After::Front
+            }
+            StopReason::Blocked if self.wake_pending => {
+                self.wake_pending = false;
+                if self.quantum_over(table) {
+                    self.end_quantum(t, table);
+                    After::Back
+                } else {
+                    After::Front
+                }
+            }
+            StopReason::Blocked => {
+                if self.quantum_over(table) {
+                    self.end_quantum(t, table);
+                } else if !self.is_bursty(t.bursty_load) {
+                    self.prio.blocked_early(t, table);
+                }
+                self.counters.blocks += 1;
+                After::Block
+            }
+        }
+    }
+
+    /// Dispatched on `cpu` at `now`: ready wait, wake latency, migration
+    /// distance.
+    pub fn account_dispatch(&mut self, m: &Machine, cpu: CpuId, now: Nanos) {
+        self.counters.ready_wait = self
+            .counters
+            .ready_wait
+            .saturating_add(now.saturating_sub(self.queued_at));
+        if let Some(w) = self.woken_at.take() {
+            self.counters.wake_latency.record(now.saturating_sub(w));
+        }
+        if let Some(prev) = self.last_cpu {
+            self.counters.migrations.record(m.distance(prev, cpu));
+        }
+        self.last_cpu = Some(cpu);
     }
 }
 

@@ -259,6 +259,29 @@ impl Machine {
         self.topo.cpus[cpu.0 as usize].core
     }
 
+    /// The load accounting of a core.
+    pub fn load_of(&self, core: CoreId) -> &CoreLoad {
+        &self.cores[core.0 as usize].load
+    }
+
+    /// The core whose CPUs a queue serves first.
+    pub fn core_of_queue(&self, q: QueueRef) -> CoreId {
+        match q {
+            QueueRef::Core(c) => c,
+            QueueRef::Pinned(cpu) => self.core_of(cpu),
+        }
+    }
+
+    /// Whether an SMT sibling of `cpu` runs an entity of another VM.
+    pub fn sibling_foreign(&self, cpu: CpuId, vm: VmId) -> bool {
+        self.core_cpus(self.core_of(cpu)).iter().any(|s| {
+            let slot = &self.cpus[s.0 as usize];
+            *s != cpu
+                && slot.running.load(Ordering::SeqCst) != NO_ENTITY
+                && slot.vm.load(Ordering::SeqCst) != vm.0
+        })
+    }
+
     /// CPUs of a core.
     pub fn core_cpus(&self, core: CoreId) -> &[CpuId] {
         &self.topo.cores[core.0 as usize].cpus

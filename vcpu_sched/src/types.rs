@@ -14,6 +14,13 @@ pub struct CpuId(pub u32);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct EntityId(pub u32);
 
+impl EntityId {
+    /// The slot index of the entity (dense: callers may index tables by it).
+    pub fn index(self) -> u32 {
+        self.0
+    }
+}
+
 /// The VM an entity belongs to (SMT isolation and statistics group by it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct VmId(pub u32);

@@ -121,7 +121,8 @@ proptest! {
             let sched = SchedConfig {
                 policy,
                 mode: if power_saving { Mode::PowerSaving } else { Mode::LowLatency },
-                smt_isolation,
+                // Only haiku offers SMT isolation (the others refuse it).
+                smt_isolation: smt_isolation && policy == PolicyKind::Haiku,
                 ..SchedConfig::default()
             };
             let w = build(topo, ncpu, seed, sched, &groups);

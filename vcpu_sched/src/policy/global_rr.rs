@@ -22,10 +22,10 @@
 //!   over timeshare, say), that CPU is kicked to be preempted. Otherwise the
 //!   entity waits in the FIFO and the answer names its last CPU, no kick.
 
-use crate::accounting::{
-    class_rank, utilisation, validate_priority, validate_spec, ClassFifo, CoreCorun, CpuAccount,
-    EntityAccount, RunState,
+use super::baseline::{
+    class_rank, utilisation, ClassFifo, CoreCorun, CpuAccount, EntityAccount, RunState,
 };
+use crate::validate::{validate_config, validate_priority, validate_spec};
 use crate::{
     CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedConfig, SchedError, SchedSnapshot,
     StopReason, Topology, WakeDecision,
@@ -98,15 +98,11 @@ pub struct GlobalRoundRobin {
 impl GlobalRoundRobin {
     /// A scheduler for `topology`. Uses `config.mode`'s base and minimal
     /// quantum and `config.max_entities`; the other settings do not apply
-    /// to this policy. Errors if `max_entities` is 0 or the base quantum is 0.
+    /// to this policy (SMT isolation is refused). Errors as every policy
+    /// does on an invalid configuration.
     pub fn new(topology: Topology, config: SchedConfig) -> Result<Self, SchedError> {
+        validate_config(&config, super::PolicyKind::GlobalRoundRobin)?;
         let table = *config.tunables.quantum_table(config.mode);
-        if config.max_entities == 0 {
-            return Err(SchedError::Config("max_entities must be at least 1".into()));
-        }
-        if table.base_quantum == 0 {
-            return Err(SchedError::Config("base_quantum must not be 0".into()));
-        }
         if topology.cpus.is_empty() {
             return Err(SchedError::Topology("no CPUs".into()));
         }
@@ -458,7 +454,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accounting::testkit;
+    use crate::testkit;
     use crate::{SchedClass, VcpuScheduler, VmId};
     use proptest::prelude::*;
 

@@ -18,6 +18,7 @@
 //!
 //! All methods take `&self` and are safe to call from many threads at once.
 
+mod baseline;
 pub mod global_rr;
 pub mod haiku;
 pub mod static_pin;

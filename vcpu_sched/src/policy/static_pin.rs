@@ -15,10 +15,8 @@
 //!   keeps the unused part and goes back to the head of its queue;
 //! - a wake kicks the home CPU only when it is idle.
 
-use crate::accounting::{
-    utilisation, validate_priority, validate_spec, ClassFifo, CoreCorun, CpuAccount, EntityAccount,
-    RunState,
-};
+use super::baseline::{utilisation, ClassFifo, CoreCorun, CpuAccount, EntityAccount, RunState};
+use crate::validate::{validate_config, validate_priority, validate_spec};
 use crate::{
     CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedConfig, SchedError, SchedSnapshot,
     StopReason, Topology, WakeDecision,
@@ -29,9 +27,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// `homes` value of an unused entity slot.
 const NO_HOME: u32 = u32::MAX;
-
-/// Upper bound on `max_entities` (the home table is allocated up front).
-const MAX_ENTITY_TABLE: usize = 1 << 24;
 
 /// One entity, kept under its home CPU's lock.
 #[derive(Debug)]
@@ -84,18 +79,10 @@ pub struct StaticPinning {
 impl StaticPinning {
     /// A scheduler for `topology`. Uses `config.mode`'s base and minimal
     /// quantum and `config.max_entities` (1..=2^24); the other settings do
-    /// not apply to this policy.
+    /// not apply to this policy (SMT isolation is refused).
     pub fn new(topology: Topology, config: SchedConfig) -> Result<Self, SchedError> {
+        validate_config(&config, super::PolicyKind::StaticPinning)?;
         let table = *config.tunables.quantum_table(config.mode);
-        if config.max_entities == 0 || config.max_entities > MAX_ENTITY_TABLE {
-            return Err(SchedError::Config(format!(
-                "max_entities must be in 1..={MAX_ENTITY_TABLE}, not {}",
-                config.max_entities
-            )));
-        }
-        if table.base_quantum == 0 {
-            return Err(SchedError::Config("base_quantum must not be 0".into()));
-        }
         if topology.cpus.is_empty() {
             return Err(SchedError::Topology("no CPUs".into()));
         }
@@ -445,7 +432,7 @@ impl super::VcpuScheduler for StaticPinning {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accounting::testkit;
+    use crate::testkit;
     use crate::{SchedClass, VcpuScheduler, VmId};
     use proptest::prelude::*;
 

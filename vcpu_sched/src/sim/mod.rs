@@ -11,8 +11,14 @@
 //!
 //! - [`workload`]: the input ([`Workload`], TOML or builder API);
 //! - [`dist`]: burst / sleep distributions and the seeded random stream;
-//! - [`engine`]: the event queue and the CPU / entity model ([`Simulator`]);
-//! - [`report`]: the results ([`SimReport`], text table and JSON);
+//! - `events`: the event queue (time, then sequence number);
+//! - `model`: the vCPUs' behaviour and the simulator's own measurements;
+//! - [`engine`]: the loop that moves the model from event to event and
+//!   plays the VMM towards the scheduler ([`Simulator`]); every answer goes
+//!   through a [`crate::Monitor`], whose counts are the report's
+//!   violations;
+//! - [`report`]: the results ([`SimReport`], text table and JSON), built by
+//!   `collect`;
 //! - [`front`]: the command-line front end shared by `pacer sim` and the
 //!   `sim` example.
 //!
@@ -24,9 +30,12 @@
 //! assert_eq!(report.violations.total(), 0);
 //! ```
 
+mod collect;
 pub mod dist;
 pub mod engine;
+mod events;
 pub mod front;
+mod model;
 pub mod report;
 pub mod workload;
 

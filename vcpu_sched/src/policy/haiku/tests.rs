@@ -1,7 +1,9 @@
 //! Unit tests of the Haiku policy, each named for the rule it checks.
 
 use super::*;
-use crate::{CpuSet, Mode, VmId};
+use crate::entity::{QueueRef, RunState};
+use crate::stats::EntityStats;
+use crate::{CpuSet, Mode, SchedClass, VmId};
 use std::sync::atomic::AtomicBool;
 
 const MS: Nanos = 1_000_000;

@@ -1,0 +1,405 @@
+//! The default policy: Haiku's scheduler (2014) adapted to vCPUs. This
+//! module holds the policy's state and the `VcpuScheduler` entry points;
+//! the work is split by concept:
+//! - `place`: where a runnable entity goes (wake placement, requeue
+//!   target, queue moves);
+//! - `schedule`: what a CPU does in `schedule` (stop the runner, pick,
+//!   steal, dispatch, time slice, kicks for what it leaves waiting);
+//! - `stats`: the snapshot rows;
+//! - `invariants`: the structural checks tests and the simulator run.
+//!
+//! An entity's own lifecycle (load charging, quantum end, what a stop
+//! does to its penalties) lives on `entity::Entity`, as Haiku keeps
+//! it on `ThreadData`; CPU and core state, idle search and stealing in
+//! `placement` (Haiku's `CPUEntry`/`CoreEntry`), time slices in `quantum`,
+//! load estimation in `load`, run queues in `run_queue`, the two modes in
+//! `mode`.
+//!
+//! # Locks
+//! * one lock per entity slot (a fixed-capacity slab allocated at `new`);
+//! * one lock per core queue and one per logical CPU's pinned queue;
+//! * per CPU: an accounting lock, taken only by that CPU's `schedule`
+//!   (and `snapshot`);
+//! * the free list of slots, taken only by `add_entity` / `remove_entity`
+//!   and when the CPU holding a removed entity frees it.
+//!
+//! There is no global lock on wake / schedule / quantum-end paths.
+//!
+//! Lock order (outer first): CPU accounting lock -> entity slot lock ->
+//! pinned queue of a CPU -> queue of that CPU's core -> free list.
+//! At most one entity lock is held at a time, and no entity lock
+//! is ever taken while a queue lock is held: a CPU pops an entry under the
+//! queue lock, drops it, then locks the entity and checks (by sequence
+//! number) that the entry is still current. While popped, the entity is
+//! "in flight": others that find it missing from its queue leave it to the
+//! popping CPU (which sees `removed`, a new priority, ...).
+//!
+//! # Affinity rule
+//! An entity whose affinity covers every CPU of a core may sit in that
+//! core's queue; one that covers only part of a core goes to the pinned
+//! queue of one chosen allowed CPU (a one-CPU affinity always goes to its
+//! CPU's pinned queue). Other CPUs steal only entries whose affinity
+//! contains them, so an entity never runs outside its affinity.
+//!
+//! # No idle CPU while a vCPU waits
+//! Idle CPUs publish themselves in per-LLC bitmaps; a waker claims one and
+//! kicks it. The lost-wake-up race is closed Dekker-style: a waker enqueues,
+//! fences, then searches the idle bitmaps; a CPU about to idle sets its
+//! bit, fences, then looks at its queues and steals (nearest queues first,
+//! only entries allowed on it). Either the waker sees the idle CPU (and
+//! moves the entity there and kicks it) or the idler sees the entity.
+//! When `schedule` leaves entities waiting (the entity it requeued behind a
+//! better one, possibly rebalanced to another core's queue, or several
+//! placed on this CPU at once) while an idle CPU could run them, it moves
+//! each (up to `LEFTOVER_KICKS`) to such a CPU's queue and names the CPU in
+//! [`Dispatch::kicks`]. Those CPUs stay available, so if a caller drops a
+//! kick the next wake that finds them claims and kicks them. The bounded
+//! window is therefore: until the kicked CPUs (wake kicks and dispatch
+//! kicks) have called `schedule`; each of them
+//! repeats the hand-over for what it leaves behind. Exceptions: with SMT
+//! isolation a CPU may idle while only entities of a VM other than the one
+//! its siblings run wait (force idle, which also bounds their wait); and a
+//! CPU gives up after `MAX_PICK_ATTEMPTS` stale entries in one call (only
+//! possible under heavy concurrent churn; the entries stay queued).
+//!
+//! # Mode and DESIGN details
+//! * Penalty cancel: sleep longer than half the *mode's* base quantum
+//!   (Haiku's `ShouldCancelPenalty`); it cancels the penalty, not the
+//!   additional penalty (Haiku's `CancelPenalty`).
+//! * A yield ends the quantum with its penalty (Haiku's `hasYielded`).
+//! * The least-loaded-core choice reads at most `balance_candidates`
+//!   cores' atomics (all of them on machines that small; else the origin,
+//!   the LLCs' light cores and rotating windows), and a quantum end
+//!   searches at most once per core and load epoch when nothing is worth
+//!   a move (`mode::LowLatency::rebalance`).
+//! * Nothing shared between CPUs is written on the hot path of a busy
+//!   machine: no global counter or clock, per-CPU statistics summed by
+//!   `snapshot`, per-CPU and per-core state on cache lines of its own;
+//!   the shared bitmaps and counts change only when a CPU goes idle or
+//!   busy or a queue empties or fills.
+//! * `smt_corun_foreign` charges a whole run interval when a sibling ran
+//!   another VM at its dispatch or at its stop (an upper bound).
+//!
+//! # Starvation bound
+//! Derived and checked in `tests/haiku_props.rs`: with only timeshare
+//! entities and no wakes, a waiting entity W is passed at most P_X + 20
+//! times by each other entity X (penalty cycle plus the quantum ends before
+//! a hog's first load update ends its bursty status), so it waits at most
+//! (sum_{X != W} (P_X + 20) + 1) * base_quantum * m1.
+//!
+//! # Bursty entities (beyond DESIGN)
+//! A timeshare entity whose load estimate is at most `tunables::BURSTY_LOAD`
+//! (375, FreeBSD ULE's interactivity threshold) is not penalised; this is
+//! what lets the limited wake preemption help a bursty waker at all (see
+//! `tunables::BURSTY_LOAD`).
+
+mod invariants;
+mod place;
+mod schedule;
+mod stats;
+
+use super::{SchedConfig, VcpuScheduler};
+use crate::entity::{Entity, Priority, RunState};
+use crate::mode::{ops_for, ModeOps};
+use crate::placement::Machine;
+use crate::stats::SchedSnapshot;
+use crate::tunables::{QuantumTable, Tunables};
+use crate::validate::{validate_config, validate_priority, validate_topology};
+use crate::{
+    CpuId, Dispatch, EntityId, EntitySpec, Nanos, SchedError, StopReason, Topology, WakeDecision,
+};
+use crossbeam_utils::CachePadded;
+use parking_lot::Mutex;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Stale or contended entries a CPU skips before giving up and idling for
+/// this call (the entries are not lost: they stay queued or are requeued).
+const MAX_PICK_ATTEMPTS: usize = 64;
+/// Waiting entries a `schedule` call hands to idle CPUs (see `kick_for_leftovers`).
+const LEFTOVER_KICKS: usize = 4;
+
+/// One slot of the entity slab. `seq` survives reuse so stale queue
+/// entries of a removed entity never match its successor.
+#[derive(Debug, Default)]
+struct Slot {
+    seq: u64,
+    entity: Option<Box<Entity>>,
+}
+
+#[derive(Debug, Default)]
+struct FreeList {
+    free: Vec<u32>,
+    next: u32,
+}
+
+/// Per-CPU accounting (taken by that CPU's `schedule` and by `snapshot`).
+#[derive(Debug, Default)]
+struct CpuAcct {
+    busy: Nanos,
+    idle: Nanos,
+    idle_since: Option<Nanos>,
+    dispatches: u64,
+    switches: u64,
+    foreign: Nanos,
+    idle_while_waiting: u64,
+    last: Option<EntityId>,
+    /// A sibling ran another VM when the current entity was dispatched.
+    foreign_at_dispatch: bool,
+    /// The last `schedule` idled on purpose (SMT isolation force idle).
+    forced_idle: bool,
+}
+
+/// The entity of a slot, unless the slot is free or its entity was removed.
+fn live(entity: &mut Option<Box<Entity>>, id: EntityId) -> Result<&mut Entity, SchedError> {
+    entity
+        .as_deref_mut()
+        .filter(|e| !e.removed)
+        .ok_or(SchedError::UnknownEntity(id))
+}
+
+/// The Haiku-derived vCPU scheduler. See the module documentation.
+#[derive(Debug)]
+pub struct HaikuScheduler {
+    m: Machine,
+    table: QuantumTable,
+    ops: Box<dyn ModeOps>,
+    slots: Vec<Mutex<Slot>>,
+    free: Mutex<FreeList>,
+    /// Per CPU, each on its own cache lines.
+    acct: Vec<CachePadded<Mutex<CpuAcct>>>,
+    max_entities: usize,
+}
+
+impl HaikuScheduler {
+    /// Build the policy for a topology; rejects inconsistent topologies and
+    /// configurations.
+    pub fn new(topology: Topology, config: SchedConfig) -> Result<Self, SchedError> {
+        validate_topology(&topology)?;
+        validate_config(&config, super::PolicyKind::Haiku)?;
+        let table = *config.tunables.quantum_table(config.mode);
+        let ncpus = topology.cpus.len();
+        let m = Machine::new(
+            topology,
+            config.smt_isolation,
+            config.idle_core_search,
+            config.tunables.clone(),
+        );
+        Ok(HaikuScheduler {
+            m,
+            table,
+            ops: ops_for(config.mode),
+            slots: (0..config.max_entities)
+                .map(|_| Mutex::new(Slot::default()))
+                .collect(),
+            free: Mutex::new(FreeList::default()),
+            acct: (0..ncpus)
+                .map(|_| CachePadded::new(Mutex::new(CpuAcct::default())))
+                .collect(),
+            max_entities: config.max_entities,
+        })
+    }
+
+    /// The mode this instance runs in (fixed at construction).
+    pub fn mode(&self) -> crate::Mode {
+        self.ops.mode()
+    }
+
+    fn tun(&self) -> &Tunables {
+        &self.m.tun
+    }
+
+    fn slot(&self, id: EntityId) -> Result<&Mutex<Slot>, SchedError> {
+        self.slots
+            .get(id.0 as usize)
+            .ok_or(SchedError::UnknownEntity(id))
+    }
+
+    fn check_cpu(&self, cpu: CpuId) -> Result<(), SchedError> {
+        if (cpu.0 as usize) < self.m.cpus.len() {
+            Ok(())
+        } else {
+            Err(SchedError::UnknownCpu(cpu))
+        }
+    }
+
+    fn free_slot(&self, id: EntityId, slot: &mut Slot) {
+        slot.entity = None;
+        self.free.lock().free.push(id.0);
+    }
+}
+
+impl VcpuScheduler for HaikuScheduler {
+    fn name(&self) -> &'static str {
+        "haiku"
+    }
+
+    fn topology(&self) -> &Topology {
+        &self.m.topo
+    }
+
+    fn add_entity(&self, spec: EntitySpec, now: Nanos) -> Result<EntityId, SchedError> {
+        let _p = crate::profiler::scope("add_entity");
+        validate_priority(spec.class, spec.priority)?;
+        let affinity = spec.affinity.intersection(&self.m.topo.all_cpus());
+        if affinity.is_empty() {
+            return Err(SchedError::EmptyAffinity);
+        }
+        let index = {
+            let mut free = self.free.lock();
+            match free.free.pop() {
+                Some(i) => i,
+                None if (free.next as usize) < self.max_entities => {
+                    free.next += 1;
+                    free.next - 1
+                }
+                None => return Err(SchedError::TooManyEntities(self.max_entities)),
+            }
+        };
+        let prio = Priority::new(spec.class, spec.priority, self.tun(), &self.table);
+        let all_cpus = affinity.len() == self.m.cpus.len();
+        let e = Entity::new(spec.vm, Arc::new(affinity), all_cpus, prio, now);
+        self.slots[index as usize].lock().entity = Some(Box::new(e));
+        Ok(EntityId(index))
+    }
+
+    fn remove_entity(&self, id: EntityId, _now: Nanos) -> Result<(), SchedError> {
+        let _p = crate::profiler::scope("remove_entity");
+        let mut guard = self.slot(id)?.lock();
+        let e = live(&mut guard.entity, id)?;
+        let free_now = match e.state {
+            RunState::Blocked => true,
+            RunState::Queued { queue, seq, level } => self.m.remove(queue, id, seq, level),
+            RunState::Running(_) => false,
+        };
+        if free_now {
+            e.uncharge_remove(&self.m);
+            self.free_slot(id, &mut guard);
+        } else {
+            // The CPU running or popping it frees the slot.
+            e.removed = true;
+        }
+        Ok(())
+    }
+
+    fn wake(&self, id: EntityId, now: Nanos) -> Result<Option<WakeDecision>, SchedError> {
+        let _p = crate::profiler::scope("wake");
+        let mut guard = self.slot(id)?.lock();
+        let Slot { seq, entity } = &mut *guard;
+        let e = live(entity, id)?;
+        match e.state {
+            RunState::Running(_) => {
+                e.wake_pending = true;
+                e.counters.wakes += 1;
+                return Ok(None);
+            }
+            RunState::Queued { .. } => return Ok(None),
+            RunState::Blocked => {}
+        }
+        let slept = now.saturating_sub(e.slept_at);
+        e.load.slept(slept);
+        e.load.update(self.tun().load_measure_interval);
+        // Haiku's ShouldCancelPenalty: slept longer than half the mode's base quantum.
+        if slept > self.table.base_quantum / 2 {
+            e.prio.cancel_penalty(self.tun(), &self.table);
+            e.used = 0;
+        }
+        e.woken_at = Some(now);
+        e.counters.wakes += 1;
+        Ok(Some(self.place_woken(e, id, seq, now)))
+    }
+
+    fn schedule(&self, cpu: CpuId, now: Nanos, reason: StopReason) -> Result<Dispatch, SchedError> {
+        let _p = crate::profiler::scope("schedule");
+        self.check_cpu(cpu)?;
+        let core = self.m.core_of(cpu);
+        self.m.roll(core, now);
+        let mut acct = self.acct[cpu.0 as usize].lock();
+        if let Some(since) = acct.idle_since.take() {
+            acct.idle = acct.idle.saturating_add(now.saturating_sub(since));
+        }
+        // This CPU is deciding now: wakers must not count it as idle.
+        self.m.claim(cpu);
+        acct.forced_idle = false;
+        let requeued = self.stop_running(cpu, now, reason, &mut acct);
+        let mut d = self.pick_next(cpu, now, &mut acct);
+        if d.entity.is_none() {
+            acct.idle_since = Some(now);
+        }
+        let forced_idle = acct.forced_idle;
+        drop(acct);
+        // A force-idled CPU hands on only the entity it requeued: the
+        // entries it refused wait for its siblings to drain. The requeued
+        // one may go to an idle CPU of another core whose siblings run its
+        // VM (the search checks that, and excludes this core), so it cannot
+        // bounce between force-idled CPUs.
+        let requeued = requeued.filter(|r| d.entity != Some(*r));
+        let mut kicks = self.kick_for_leftovers(cpu, now, requeued, !forced_idle);
+        if self.m.smt_isolation && d.entity.is_some() {
+            kicks.extend(self.idle_siblings_with_work(cpu));
+        }
+        d.kicks = kicks;
+        Ok(d)
+    }
+
+    fn set_priority(&self, id: EntityId, priority: u8, _now: Nanos) -> Result<(), SchedError> {
+        let _p = crate::profiler::scope("set_priority");
+        let mut guard = self.slot(id)?.lock();
+        let Slot { seq, entity } = &mut *guard;
+        let e = live(entity, id)?;
+        validate_priority(e.prio.class, priority)?;
+        e.prio.set_base(priority, self.tun(), &self.table);
+        match e.state {
+            RunState::Queued {
+                queue,
+                seq: s,
+                level,
+            } => {
+                // Requeue at the new level; if it is being popped, the
+                // popping CPU already has it.
+                if self.m.remove(queue, id, s, level) {
+                    self.enqueue(e, id, seq, queue, false);
+                }
+            }
+            RunState::Running(cpu) => {
+                // Only while the CPU still shows it (it may be stopping it).
+                let slot = &self.m.cpus[cpu.0 as usize];
+                if slot.running.load(Ordering::SeqCst) == id.0 {
+                    slot.prio.store(e.prio.effective() as i32, Ordering::SeqCst);
+                }
+            }
+            RunState::Blocked => {}
+        }
+        Ok(())
+    }
+
+    fn set_idle_core_search(&self, on: bool) {
+        self.m.idle_core_search.store(on, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self, now: Nanos) -> SchedSnapshot {
+        let _p = crate::profiler::scope("snapshot");
+        let entities = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let g = s.lock();
+                let e = g.entity.as_ref().filter(|e| !e.removed)?;
+                Some(self.entity_stats(EntityId(i as u32), e, now))
+            })
+            .collect();
+        let cpus = (0..self.m.cpus.len() as u32)
+            .map(|c| self.cpu_stats(CpuId(c), now))
+            .collect();
+        SchedSnapshot {
+            now,
+            policy: self.name().to_string(),
+            entities,
+            cpus,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,206 @@
+//! Where a runnable entity goes: the wake placement (Haiku's
+//! `ChooseCoreAndCPU` with the mode's operations), the queue an entity
+//! that stopped with time or penalty goes back to (the rebalance), and
+//! moving queued entries between queues. Every placement ends in
+//! `enqueue`, which charges the entity's load to the queue's core.
+
+use super::HaikuScheduler;
+use crate::entity::{Entity, QueueRef, RunState};
+use crate::placement::Candidate;
+use crate::run_queue::QueueEntry;
+use crate::{CoreId, CpuId, EntityId, Nanos, SchedClass, WakeDecision};
+use std::sync::atomic::{fence, Ordering};
+
+impl HaikuScheduler {
+    /// Placement facts of an entity at `now`; `origin` overrides the
+    /// previous CPU.
+    pub(super) fn candidate<'a>(
+        &self,
+        e: &'a Entity,
+        id: EntityId,
+        origin: Option<CpuId>,
+        now: Nanos,
+    ) -> Candidate<'a> {
+        let prev = e.last_cpu;
+        let first = e.affinity.first().unwrap_or(CpuId(0));
+        let warm = prev.is_some_and(|p| {
+            let active = self.m.cores[self.m.core_of(p).0 as usize]
+                .active_time
+                .load(Ordering::Relaxed);
+            active.saturating_sub(e.last_core_active) < self.tun().cache_expire
+        });
+        Candidate {
+            affinity: e.allowed(),
+            vm: e.vm,
+            class: e.prio.class,
+            effective: e.prio.effective(),
+            origin: origin.or(prev).unwrap_or(first),
+            prev,
+            warm,
+            load: e.load.load,
+            now,
+            rotor: (id.0 as usize)
+                .wrapping_mul(7)
+                .wrapping_add((e.counters.wakes + e.counters.quantum_ends) as usize),
+        }
+    }
+
+    /// Target CPU of a waking entity and whether it must be kicked.
+    pub(super) fn choose_target(&self, e: &Entity, id: EntityId, now: Nanos) -> (CpuId, bool) {
+        let _p = crate::profiler::scope("haiku::choose_target");
+        let c = self.candidate(e, id, None, now);
+        let delta = self.tun().wake_preempt_priority_delta;
+        if let Some(p) = e.pinned_cpu() {
+            let kick =
+                self.m.try_claim(p, &c) || self.m.must_preempt(p, c.class, c.effective, delta);
+            return (p, kick);
+        }
+        if let Some(cpu) = self.ops.find_idle(&self.m, &c, self.tun()) {
+            return (cpu, true);
+        }
+        let core = match c.prev {
+            Some(p) if c.warm => self
+                .ops
+                .rebalance(&self.m, &c, self.m.core_of(p), self.tun()),
+            _ => self
+                .ops
+                .choose_core(&self.m, &c, self.tun())
+                .unwrap_or(self.m.core_of(c.origin)),
+        };
+        let cpu = self.m.choose_cpu_in_core(core, &c).unwrap_or(c.origin);
+        let kick = self.m.must_preempt(cpu, c.class, c.effective, delta);
+        if !kick && c.class == SchedClass::Realtime {
+            // Bounded latency: a realtime entity takes the allowed CPU
+            // running the lowest priority anywhere, if it beats that.
+            if let Some(low) = self.m.lowest_priority_cpu(&c) {
+                if self.m.must_preempt(low, c.class, c.effective, delta) {
+                    return (low, true);
+                }
+            }
+        }
+        (cpu, kick)
+    }
+
+    /// Put a runnable entity into a queue (state, load, queued entry).
+    pub(super) fn enqueue(
+        &self,
+        e: &mut Entity,
+        id: EntityId,
+        seq: &mut u64,
+        q: QueueRef,
+        front: bool,
+    ) {
+        *seq += 1;
+        let level = e.prio.effective();
+        let entry = QueueEntry {
+            id,
+            seq: *seq,
+            level,
+            since: e.queued_at,
+            vm: e.vm,
+            affinity: e.entry_affinity(),
+        };
+        e.charge_ready(&self.m, self.m.core_of_queue(q));
+        e.state = RunState::Queued {
+            queue: q,
+            seq: *seq,
+            level,
+        };
+        self.m.push(q, entry, front);
+    }
+
+    /// Move a queued entity to the queue serving `cpu`; false if a CPU is
+    /// popping it right now (then it is about to run anyway).
+    pub(super) fn move_queued(
+        &self,
+        e: &mut Entity,
+        id: EntityId,
+        seq: &mut u64,
+        cpu: CpuId,
+    ) -> bool {
+        let RunState::Queued {
+            queue,
+            seq: s,
+            level,
+        } = e.state
+        else {
+            return false;
+        };
+        if !self.m.remove(queue, id, s, level) {
+            return false;
+        }
+        let q = self.m.queue_for(e.allowed(), cpu);
+        self.enqueue(e, id, seq, q, false);
+        true
+    }
+
+    /// Place a waking entity and decide the kick. After enqueueing without
+    /// a kick, search the idle bitmaps once more (the other half of the
+    /// lost-wake-up protocol, see the module docs).
+    pub(super) fn place_woken(
+        &self,
+        e: &mut Entity,
+        id: EntityId,
+        seq: &mut u64,
+        now: Nanos,
+    ) -> WakeDecision {
+        let _p = crate::profiler::scope("haiku::place_woken");
+        let (cpu, kick) = self.choose_target(e, id, now);
+        let q = self.m.queue_for(e.allowed(), cpu);
+        self.m.roll(self.m.core_of_queue(q), now);
+        e.queued_at = now;
+        self.enqueue(e, id, seq, q, false);
+        if kick {
+            return WakeDecision { cpu, kick };
+        }
+        fence(Ordering::SeqCst);
+        let idle = self.m.find_idle_cpu(&self.candidate(e, id, Some(cpu), now));
+        match idle {
+            Some(y) if self.move_queued(e, id, seq, y) => WakeDecision { cpu: y, kick: true },
+            Some(y) => {
+                // Being dispatched already: give the claimed CPU back.
+                self.m.set_available(y);
+                WakeDecision { cpu, kick: false }
+            }
+            None => WakeDecision { cpu, kick: false },
+        }
+    }
+
+    /// Queue for a runnable entity that stopped on `cpu` at quantum end or
+    /// yield: pinned queues stay; others may rebalance to a less loaded
+    /// core (never to one with an idle CPU, which nobody would kick).
+    pub(super) fn requeue_target(
+        &self,
+        e: &Entity,
+        id: EntityId,
+        cpu: CpuId,
+        now: Nanos,
+    ) -> QueueRef {
+        if let Some(p) = e.pinned_cpu() {
+            return QueueRef::Pinned(p);
+        }
+        let core = self.m.core_of(cpu);
+        if !self.m.covers_core(e.allowed(), core) {
+            return QueueRef::Pinned(cpu);
+        }
+        let c = self.candidate(e, id, Some(cpu), now);
+        let target = self.ops.rebalance(&self.m, &c, core, self.tun());
+        // Never away from an idle sibling, never onto a core with an idle
+        // CPU: nobody would kick those CPUs for it.
+        let has_idle = |k: CoreId| {
+            self.m
+                .core_cpus(k)
+                .iter()
+                .any(|s| *s != cpu && self.m.is_available(*s))
+        };
+        if target != core
+            && self.m.covers_core(e.allowed(), target)
+            && !has_idle(target)
+            && !has_idle(core)
+        {
+            QueueRef::Core(target)
+        } else {
+            QueueRef::Core(core)
+        }
+    }
+}
