@@ -161,7 +161,7 @@ impl Vmm {
                 reason = StopReason::Idle;
                 continue;
             };
-            let v = id.0 as usize;
+            let v = id.index() as usize;
             let vc = &self.vcpus[v];
             assert!(
                 !vc.on_cpu.swap(true, Ordering::AcqRel),
@@ -289,7 +289,7 @@ fn main() {
         };
         let id = sched.add_entity(spec, 0).expect("add_entity");
         assert_eq!(
-            id.0 as usize,
+            id.index() as usize,
             vcpus.len(),
             "example indexes vCPUs by entity id"
         );

@@ -19,7 +19,9 @@ use crate::placement::{Allowed, Machine};
 use crate::quantum::{base_quantum, time_left};
 use crate::stats::MigrationCounts;
 use crate::tunables::{QuantumTable, Tunables};
-use crate::{CoreId, CpuId, CpuSet, LatencyHistogram, Nanos, SchedClass, StopReason, VmId};
+use crate::{
+    CoreId, CpuId, CpuSet, EntityId, LatencyHistogram, Nanos, SchedClass, StopReason, VmId,
+};
 use std::sync::Arc;
 
 /// Priority state of one entity with the cached effective priority and base quantum.
@@ -167,6 +169,8 @@ pub(crate) struct EntityCounters {
 /// One vCPU.
 #[derive(Debug, Clone)]
 pub(crate) struct Entity {
+    /// Its handle (slot index and generation).
+    pub id: EntityId,
     pub vm: VmId,
     pub affinity: Arc<CpuSet>,
     /// The affinity holds every CPU of the machine.
@@ -208,6 +212,7 @@ impl Entity {
     /// A new blocked entity; `all_cpus` says whether `affinity` holds every
     /// CPU of the machine.
     pub fn new(
+        id: EntityId,
         vm: VmId,
         affinity: Arc<CpuSet>,
         all_cpus: bool,
@@ -215,6 +220,7 @@ impl Entity {
         now: Nanos,
     ) -> Entity {
         Entity {
+            id,
             vm,
             pinned: affinity.only(),
             all_cpus,

@@ -514,7 +514,7 @@ mod tests {
     use super::*;
 
     fn id(i: u32) -> EntityId {
-        EntityId(i)
+        EntityId::new(i, 0)
     }
 
     fn run(e: EntityId) -> Dispatch {

@@ -379,7 +379,7 @@ impl SchedSnapshot {
             let _ = writeln!(
                 out,
                 "{:>6} {:>4} {:>4} {:>10.3} {:>10.3} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>23} {:>7} {:>7} {:>7} {:>5}",
-                e.id.0,
+                e.id.to_string(),
                 e.vm.0,
                 e.base_priority,
                 ms(e.run_time),
@@ -584,7 +584,7 @@ mod tests {
         h.record(5_000);
         h.record(20_000);
         EntityStats {
-            id: EntityId(id),
+            id: EntityId::new(id, 0),
             vm: VmId(vm),
             base_priority: 10,
             run_time: run_ms * 1_000_000,

@@ -38,6 +38,55 @@ pub fn built_by_the_factory(kind: crate::PolicyKind, name: &str) {
     assert_eq!(crate::SchedSnapshot::from_json(&json).unwrap(), snap);
 }
 
+/// The handle of a removed entity never reaches the entity added next in
+/// its slot (issue 12's reproduction: add, remove a, add b in a's slot,
+/// wake a): every call with it fails as stale, and a never-issued handle
+/// as unknown.
+pub fn stale_handles_are_refused(kind: crate::PolicyKind) {
+    let cfg = crate::SchedConfig {
+        policy: kind,
+        ..crate::SchedConfig::default()
+    };
+    let s = crate::build(Topology::from_spec("1x2x1").unwrap(), cfg).unwrap();
+    let spec = EntitySpec {
+        vm: VmId(0),
+        class: SchedClass::Timeshare,
+        priority: 10,
+        affinity: CpuSet::first_n(2),
+    };
+    let a = s.add_entity(spec.clone(), 0).unwrap();
+    s.remove_entity(a, 1).unwrap();
+    let b = s.add_entity(spec.clone(), 2).unwrap();
+    assert_eq!(b.index(), a.index(), "{kind}: the slot is reused");
+    assert_ne!(b, a, "{kind}: with a new generation");
+    assert_eq!(s.wake(a, 3), Err(SchedError::StaleEntity(a)), "{kind}");
+    assert_eq!(s.remove_entity(a, 3), Err(SchedError::StaleEntity(a)));
+    assert_eq!(s.set_priority(a, 20, 3), Err(SchedError::StaleEntity(a)));
+    // b was not touched by any of that: it is still blocked.
+    let d = s.wake(b, 4).unwrap().expect("b was blocked");
+    assert_eq!(
+        s.schedule(d.cpu, 5, StopReason::Idle).unwrap().entity,
+        Some(b)
+    );
+    // Removed while running: stale at once, although its CPU still holds it.
+    s.remove_entity(b, 6).unwrap();
+    assert_eq!(s.wake(b, 6), Err(SchedError::StaleEntity(b)));
+    let c = s.add_entity(spec, 7).unwrap();
+    assert_ne!(
+        c.index(),
+        b.index(),
+        "{kind}: not reused while a CPU runs it"
+    );
+    assert_eq!(
+        s.schedule(d.cpu, 8, StopReason::Blocked).unwrap().entity,
+        None
+    );
+    let ghost = EntityId::new(b.index(), b.generation() + 5);
+    assert_eq!(s.wake(ghost, 9), Err(SchedError::UnknownEntity(ghost)));
+    let far = EntityId::new(1 << 20, 0);
+    assert_eq!(s.wake(far, 9), Err(SchedError::UnknownEntity(far)));
+}
+
 /// One random event.
 #[derive(Debug, Clone)]
 pub enum Op {
@@ -142,6 +191,7 @@ pub fn drive(
         .collect();
     let mut ids: Vec<Option<EntityId>> = vec![None; specs.len()];
     let mut model: HashMap<EntityId, (usize, M)> = HashMap::new();
+    let mut removed: Vec<EntityId> = Vec::new();
     let mut running: Vec<Option<EntityId>> = vec![None; n as usize];
     let mut now = 1_000u64;
     for (op, dt) in ops {
@@ -154,6 +204,16 @@ pub fn drive(
                         .add_entity(specs[i].clone(), now)
                         .map_err(|e| TestCaseError::fail(e.to_string()))?;
                     prop_assert!(!model.contains_key(&id), "id {:?} reused while live", id);
+                    // Handles of removed entities stay stale, also once
+                    // their slot holds the new entity.
+                    for old in &removed {
+                        prop_assert!(*old != id, "handle {:?} issued twice", id);
+                        prop_assert_eq!(sched.wake(*old, now), Err(SchedError::StaleEntity(*old)));
+                        prop_assert_eq!(
+                            sched.set_priority(*old, 10, now),
+                            Err(SchedError::StaleEntity(*old))
+                        );
+                    }
                     prop_assert!(
                         !running.contains(&Some(id)),
                         "id {:?} reused while a CPU runs it",
@@ -250,16 +310,14 @@ pub fn drive(
                 sched
                     .remove_entity(id, now)
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                prop_assert!(matches!(
+                prop_assert_eq!(
                     sched.remove_entity(id, now),
-                    Err(SchedError::UnknownEntity(_))
-                ));
-                prop_assert!(matches!(
-                    sched.wake(id, now),
-                    Err(SchedError::UnknownEntity(_))
-                ));
+                    Err(SchedError::StaleEntity(id))
+                );
+                prop_assert_eq!(sched.wake(id, now), Err(SchedError::StaleEntity(id)));
                 ids[i] = None;
                 model.remove(&id);
+                removed.push(id);
             }
             Op::SetPriority(i) => {
                 let i = i % specs.len();
@@ -293,7 +351,7 @@ pub fn drive(
         Err(SchedError::UnknownCpu(_))
     ));
     prop_assert!(matches!(
-        sched.wake(EntityId(1 << 30), now),
+        sched.wake(EntityId::new(1 << 30, 0), now),
         Err(SchedError::UnknownEntity(_))
     ));
     Ok(())

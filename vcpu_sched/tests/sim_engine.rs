@@ -73,14 +73,14 @@ impl VcpuScheduler for TestFifo {
         g.specs.push(spec);
         g.state.push(St::Blocked);
         g.wake_pending.push(false);
-        Ok(EntityId(g.specs.len() as u32 - 1))
+        Ok(EntityId::new(g.specs.len() as u32 - 1, 0))
     }
     fn remove_entity(&self, _id: EntityId, _now: Nanos) -> Result<(), SchedError> {
         Ok(())
     }
     fn wake(&self, id: EntityId, _now: Nanos) -> Result<Option<WakeDecision>, SchedError> {
         let mut g = self.inner.lock();
-        let i = id.0 as usize;
+        let i = id.index() as usize;
         match g.state[i] {
             St::Queued => return Ok(None),
             St::Running => {
@@ -120,7 +120,7 @@ impl VcpuScheduler for TestFifo {
         let c = cpu.0 as usize;
         g.kicked[c] = false;
         if let Some(prev) = g.running[c].take() {
-            let p = prev.0 as usize;
+            let p = prev.index() as usize;
             if reason == StopReason::Blocked && !g.wake_pending[p] {
                 g.state[p] = St::Blocked;
             } else {
@@ -130,11 +130,11 @@ impl VcpuScheduler for TestFifo {
             }
         }
         let pos = g.queue.iter().position(|e| {
-            self.bug == Bug::IgnoreAffinity || g.specs[e.0 as usize].affinity.contains(cpu)
+            self.bug == Bug::IgnoreAffinity || g.specs[e.index() as usize].affinity.contains(cpu)
         });
         let next = pos.and_then(|p| g.queue.remove(p));
         if let Some(e) = next {
-            g.state[e.0 as usize] = St::Running;
+            g.state[e.index() as usize] = St::Running;
         }
         g.running[c] = next;
         Ok(Dispatch {

@@ -493,7 +493,7 @@ mod tests {
     #[test]
     fn entity_state_machine_and_counters() {
         let t = Topology::from_spec("1x2x2").unwrap();
-        let mut e = EntityAccount::new(EntityId(0), &spec(0), 0);
+        let mut e = EntityAccount::new(EntityId::new(0, 0), &spec(0), 0);
         assert_eq!(e.state(), RunState::Blocked);
         assert!(!e.dispatch(CpuId(0), 5, &t));
         assert!(e.wake(100));
@@ -531,9 +531,9 @@ mod tests {
     fn cpu_account_times_and_switches() {
         let mut c = CpuAccount::new(CpuId(0));
         c.idle(10, false);
-        c.run(EntityId(1), 30);
-        c.run(EntityId(1), 50);
-        c.run(EntityId(2), 60);
+        c.run(EntityId::new(1, 0), 30);
+        c.run(EntityId::new(1, 0), 50);
+        c.run(EntityId::new(2, 0), 60);
         c.idle(100, true);
         let s = c.stats(130);
         assert_eq!((s.busy_time, s.idle_time), (70, 20 + 30));
@@ -558,16 +558,16 @@ mod tests {
     #[test]
     fn class_fifo_orders_by_class() {
         let mut q = ClassFifo::default();
-        q.push_back(EntityId(1), SchedClass::Idle);
-        q.push_back(EntityId(2), SchedClass::Timeshare);
-        q.push_back(EntityId(3), SchedClass::Timeshare);
-        q.push_front(EntityId(4), SchedClass::Timeshare);
-        q.push_back(EntityId(5), SchedClass::Realtime);
-        let order: Vec<u32> = q.iter().map(|e| e.0).collect();
+        q.push_back(EntityId::new(1, 0), SchedClass::Idle);
+        q.push_back(EntityId::new(2, 0), SchedClass::Timeshare);
+        q.push_back(EntityId::new(3, 0), SchedClass::Timeshare);
+        q.push_front(EntityId::new(4, 0), SchedClass::Timeshare);
+        q.push_back(EntityId::new(5, 0), SchedClass::Realtime);
+        let order: Vec<u32> = q.iter().map(|e| e.index()).collect();
         assert_eq!(order, vec![5, 4, 2, 3, 1]);
-        assert!(q.remove(EntityId(4), SchedClass::Timeshare));
-        assert!(!q.remove(EntityId(4), SchedClass::Timeshare));
-        assert_eq!(q.pop_first(|e| e.0 != 5), Some(EntityId(2)));
+        assert!(q.remove(EntityId::new(4, 0), SchedClass::Timeshare));
+        assert!(!q.remove(EntityId::new(4, 0), SchedClass::Timeshare));
+        assert_eq!(q.pop_first(|e| e.index() != 5), Some(EntityId::new(2, 0)));
         assert_eq!(q.len(), 3);
     }
 }

@@ -48,14 +48,16 @@ enum Slot {
     /// A registered entity.
     Live(Box<Entity>),
     /// Removed while running: the slot is freed when its CPU calls
-    /// `schedule`, so the id cannot be reused while a CPU still runs it.
-    Zombie,
+    /// `schedule`, so the index cannot be reused while a CPU still runs it.
+    Zombie(EntityId),
 }
 
 /// Everything, under the one lock.
 #[derive(Debug)]
 struct State {
     entities: Vec<Slot>,
+    /// Generation of each slot (bumped when its entity is removed).
+    generations: Vec<u32>,
     free: Vec<u32>,
     ready: ClassFifo,
     cpus: Vec<CpuAccount>,
@@ -63,24 +65,49 @@ struct State {
 }
 
 impl State {
+    /// The error for a handle that does not name a live entity.
+    fn not_live(&self, id: EntityId) -> SchedError {
+        match self.generations.get(id.index() as usize) {
+            Some(&g) => SchedError::for_handle(id, g),
+            None => SchedError::UnknownEntity(id),
+        }
+    }
+
     fn live(&self, id: EntityId) -> Result<&Entity, SchedError> {
-        match self.entities.get(id.0 as usize) {
-            Some(Slot::Live(e)) => Ok(e),
-            _ => Err(SchedError::UnknownEntity(id)),
+        match self.entities.get(id.index() as usize) {
+            Some(Slot::Live(e)) if e.acct.id == id => Ok(e),
+            _ => Err(self.not_live(id)),
         }
     }
 
     fn live_mut(&mut self, id: EntityId) -> Result<&mut Entity, SchedError> {
-        match self.entities.get_mut(id.0 as usize) {
-            Some(Slot::Live(e)) => Ok(e),
-            _ => Err(SchedError::UnknownEntity(id)),
+        let err = self.not_live(id);
+        match self.entities.get_mut(id.index() as usize) {
+            Some(Slot::Live(e)) if e.acct.id == id => Ok(e),
+            _ => Err(err),
         }
     }
 
-    fn release(&mut self, id: EntityId) {
-        if let Some(slot) = self.entities.get_mut(id.0 as usize) {
+    /// The live entity of a slot index (ids taken from the queue or a CPU).
+    fn by_index(&self, id: EntityId) -> Option<&Entity> {
+        match self.entities.get(id.index() as usize) {
+            Some(Slot::Live(e)) if e.acct.id == id => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The entity of `id` was removed: its handle is stale from now on.
+    fn retire(&mut self, id: EntityId) {
+        if let Some(g) = self.generations.get_mut(id.index() as usize) {
+            *g = g.wrapping_add(1);
+        }
+    }
+
+    /// Return a slot to the free list.
+    fn release(&mut self, index: u32) {
+        if let Some(slot) = self.entities.get_mut(index as usize) {
             *slot = Slot::Free;
-            self.free.push(id.0);
+            self.free.push(index);
         }
     }
 }
@@ -108,6 +135,7 @@ impl GlobalRoundRobin {
         }
         let state = State {
             entities: Vec::new(),
+            generations: Vec::new(),
             free: Vec::new(),
             ready: ClassFifo::default(),
             cpus: topology
@@ -180,10 +208,10 @@ impl GlobalRoundRobin {
                     return None;
                 }
                 let running = cpu.current()?;
-                let running_rank = match st.entities.get(running.0 as usize) {
-                    Some(Slot::Live(r)) => class_rank(r.acct.class),
+                let running_rank = match st.by_index(running) {
+                    Some(r) => class_rank(r.acct.class),
                     // A removed entity: that CPU reschedules anyway.
-                    _ => return None,
+                    None => return None,
                 };
                 (running_rank > rank).then_some((c, running_rank))
             })
@@ -201,12 +229,20 @@ impl GlobalRoundRobin {
             *queued.entry(id).or_insert(0) += 1;
         }
         for (i, slot) in st.entities.iter().enumerate() {
-            let id = EntityId(i as u32);
+            let gen = st.generations[i];
+            let id = match slot {
+                Slot::Live(e) if e.acct.id != EntityId::new(i as u32, gen) => {
+                    return Err(format!("slot {i} (generation {gen}) holds {:?}", e.acct.id));
+                }
+                Slot::Live(e) => e.acct.id,
+                Slot::Zombie(id) => *id,
+                Slot::Free => EntityId::new(i as u32, gen),
+            };
             let q = queued.get(&id).copied().unwrap_or(0);
             let running_on: Vec<CpuId> = st
                 .cpus
                 .iter()
-                .filter(|c| c.current() == Some(id))
+                .filter(|c| c.current().is_some_and(|r| r.index() == i as u32))
                 .map(|c| c.cpu)
                 .collect();
             match slot {
@@ -231,7 +267,7 @@ impl GlobalRoundRobin {
                     }
                     _ => {}
                 },
-                Slot::Zombie if q != 0 || running_on.len() != 1 => {
+                Slot::Zombie(_) if q != 0 || running_on.len() != 1 => {
                     return Err(format!(
                         "zombie {id:?}: queued {q}x, running on {running_on:?}"
                     ))
@@ -261,15 +297,17 @@ impl super::VcpuScheduler for GlobalRoundRobin {
         let _p = crate::profiler::scope("global_rr::add_entity");
         let affinity = validate_spec(&spec, &self.topology)?;
         let mut st = self.state.lock();
-        let id = match st.free.pop() {
-            Some(i) => EntityId(i),
+        let index = match st.free.pop() {
+            Some(i) => i,
             None if st.entities.len() < self.max_entities => {
                 st.entities.push(Slot::Free);
-                EntityId(st.entities.len() as u32 - 1)
+                st.generations.push(0);
+                st.entities.len() as u32 - 1
             }
             None => return Err(SchedError::TooManyEntities(self.max_entities)),
         };
-        st.entities[id.0 as usize] = Slot::Live(Box::new(Entity {
+        let id = EntityId::new(index, st.generations[index as usize]);
+        st.entities[index as usize] = Slot::Live(Box::new(Entity {
             acct: EntityAccount::new(id, &spec, now),
             affinity,
         }));
@@ -283,13 +321,14 @@ impl super::VcpuScheduler for GlobalRoundRobin {
             let e = st.live(id)?;
             (e.acct.state(), e.acct.class)
         };
+        st.retire(id);
         match state {
-            RunState::Running(_) => st.entities[id.0 as usize] = Slot::Zombie,
+            RunState::Running(_) => st.entities[id.index() as usize] = Slot::Zombie(id),
             RunState::Ready => {
                 st.ready.remove(id, class);
-                st.release(id);
+                st.release(id.index());
             }
-            RunState::Blocked => st.release(id),
+            RunState::Blocked => st.release(id.index()),
         }
         Ok(())
     }
@@ -336,8 +375,8 @@ impl super::VcpuScheduler for GlobalRoundRobin {
         // Account the stop of whatever ran here.
         let mut requeued = None;
         if let Some(cur) = st.cpus[ci].current() {
-            match st.entities.get_mut(cur.0 as usize) {
-                Some(Slot::Zombie) => st.release(cur),
+            match st.entities.get_mut(cur.index() as usize) {
+                Some(Slot::Zombie(z)) if *z == cur => st.release(cur.index()),
                 Some(Slot::Live(e)) if e.acct.state() == RunState::Running(cpu) => {
                     if e.acct.stop(now, reason) {
                         let class = e.acct.class;
@@ -358,13 +397,15 @@ impl super::VcpuScheduler for GlobalRoundRobin {
 
         // Pick the first queued entity allowed here.
         let entities = &st.entities;
-        let pick = st.ready.pop_first(|id| match entities.get(id.0 as usize) {
-            Some(Slot::Live(e)) => e.affinity.contains(cpu),
-            _ => false,
-        });
+        let pick = st
+            .ready
+            .pop_first(|id| match entities.get(id.index() as usize) {
+                Some(Slot::Live(e)) => e.affinity.contains(cpu),
+                _ => false,
+            });
         match pick {
             Some(id) => {
-                let Some(Slot::Live(e)) = st.entities.get_mut(id.0 as usize) else {
+                let Some(Slot::Live(e)) = st.entities.get_mut(id.index() as usize) else {
                     // Unreachable by construction (only live entities are queued).
                     st.cpus[ci].idle(now, false);
                     self.set_corun(st, cpu, None, now);
@@ -716,7 +757,7 @@ mod tests {
             Some(a)
         );
         s.remove_entity(a, 5).unwrap();
-        assert_eq!(s.wake(a, 6), Err(SchedError::UnknownEntity(a)));
+        assert_eq!(s.wake(a, 6), Err(SchedError::StaleEntity(a)));
         // The id is not reused while CPU 0 still runs it.
         let c = ts(&s, "0");
         assert_ne!(c, a);
@@ -726,8 +767,11 @@ mod tests {
                 .entity,
             Some(b)
         );
+        // Its slot is reused, under a new generation: `a` stays stale.
         let d = ts(&s, "0");
-        assert_eq!(d, a);
+        assert_eq!(d.index(), a.index());
+        assert_ne!(d, a);
+        assert_eq!(s.wake(a, 11), Err(SchedError::StaleEntity(a)));
         s.remove_entity(b, 11).unwrap(); // running again: zombie
         s.remove_entity(c, 11).unwrap(); // blocked
         assert_eq!(s.snapshot(12).entities.len(), 1);
@@ -751,7 +795,7 @@ mod tests {
         )
         .unwrap();
         let e = ts(&s, "0-1");
-        let ghost = EntityId(7);
+        let ghost = EntityId::new(7, 0);
         assert_eq!(s.wake(ghost, 0), Err(SchedError::UnknownEntity(ghost)));
         assert_eq!(
             s.remove_entity(ghost, 0),
@@ -804,7 +848,7 @@ mod tests {
             Err(SchedError::TooManyEntities(2))
         );
         s.remove_entity(e, 0).unwrap();
-        assert_eq!(s.remove_entity(e, 0), Err(SchedError::UnknownEntity(e)));
+        assert_eq!(s.remove_entity(e, 0), Err(SchedError::StaleEntity(e)));
         ts(&s, "0-1");
         s.set_idle_core_search(false);
         assert!(GlobalRoundRobin::new(
@@ -889,6 +933,11 @@ mod tests {
         }
         s.check().unwrap();
         assert_eq!(s.snapshot(10_000).total_idle_while_waiting(), 0);
+    }
+
+    #[test]
+    fn stale_handles_are_refused() {
+        testkit::stale_handles_are_refused(crate::PolicyKind::GlobalRoundRobin);
     }
 
     #[test]

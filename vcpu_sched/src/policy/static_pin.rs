@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-/// `homes` value of an unused entity slot.
+/// Home part of a `homes` value for an unused entity slot.
 const NO_HOME: u32 = u32::MAX;
 
 /// One entity, kept under its home CPU's lock.
@@ -64,8 +64,10 @@ pub struct StaticPinning {
     minimal_quantum: Nanos,
     max_entities: usize,
     idle_core_search: AtomicBool,
-    /// Home CPU of every entity slot (`NO_HOME` when unused).
-    homes: Vec<AtomicU32>,
+    /// Per entity slot: its generation (high 32 bits, bumped when its
+    /// entity is removed) and its entity's home CPU (low 32 bits,
+    /// `NO_HOME` when unused).
+    homes: Vec<AtomicU64>,
     alloc: Mutex<Alloc>,
     cpus: Vec<Mutex<PinCpu>>,
     /// SMT co-run accounting per core (locked after a CPU lock, never before).
@@ -93,7 +95,7 @@ impl StaticPinning {
             max_entities: config.max_entities,
             idle_core_search: AtomicBool::new(config.idle_core_search),
             homes: (0..config.max_entities)
-                .map(|_| AtomicU32::new(NO_HOME))
+                .map(|_| AtomicU64::new(u64::from(NO_HOME)))
                 .collect(),
             alloc: Mutex::new(Alloc {
                 free: Vec::new(),
@@ -123,28 +125,40 @@ impl StaticPinning {
         })
     }
 
-    /// The home CPU of an entity id, if the id is in use.
+    /// The home CPU of an entity id, if the id names a live entity.
     fn home(&self, id: EntityId) -> Result<usize, SchedError> {
-        match self
+        let Some(v) = self
             .homes
-            .get(id.0 as usize)
+            .get(id.index() as usize)
             .map(|h| h.load(Ordering::Acquire))
-        {
-            Some(h) if h != NO_HOME => Ok(h as usize),
-            _ => Err(SchedError::UnknownEntity(id)),
+        else {
+            return Err(SchedError::UnknownEntity(id));
+        };
+        let (generation, home) = ((v >> 32) as u32, v as u32);
+        if generation != id.generation() {
+            return Err(SchedError::for_handle(id, generation));
+        }
+        if home == NO_HOME {
+            return Err(SchedError::UnknownEntity(id));
+        }
+        Ok(home as usize)
+    }
+
+    /// The entity of `id` is removed: its handle is stale from now on.
+    fn retire(&self, id: EntityId) {
+        if let Some(h) = self.homes.get(id.index() as usize) {
+            let next = u64::from(id.generation().wrapping_add(1));
+            h.store(next << 32 | u64::from(NO_HOME), Ordering::Release);
         }
     }
 
-    /// Return an entity slot to the allocator.
-    fn release(&self, id: EntityId, home: usize) {
-        if let Some(h) = self.homes.get(id.0 as usize) {
-            h.store(NO_HOME, Ordering::Release);
-        }
+    /// Return a (retired) entity slot to the allocator.
+    fn release(&self, index: u32, home: usize) {
         let mut a = self.alloc.lock();
         if let Some(n) = a.assigned.get_mut(home) {
             *n = n.saturating_sub(1);
         }
-        a.free.push(id.0);
+        a.free.push(index);
     }
 
     /// The slice to grant: what is left of the quantum, or a fresh one.
@@ -186,7 +200,13 @@ impl StaticPinning {
                 return Err(format!("{cpu:?}: queued counter is off"));
             }
             for (id, e) in &pc.entities {
-                if self.homes[id.0 as usize].load(Ordering::Relaxed) != ci as u32 {
+                // A removed entity still running here is retired already.
+                let want = if e.removed {
+                    u64::from(id.generation().wrapping_add(1)) << 32 | u64::from(NO_HOME)
+                } else {
+                    u64::from(id.generation()) << 32 | ci as u64
+                };
+                if self.homes[id.index() as usize].load(Ordering::Relaxed) != want {
                     return Err(format!("{id:?} lives on {cpu:?} but its home differs"));
                 }
                 let q = queued.iter().filter(|x| *x == id).count();
@@ -225,7 +245,7 @@ impl super::VcpuScheduler for StaticPinning {
         let affinity = validate_spec(&spec, &self.topology)?;
         let (id, home) = {
             let mut a = self.alloc.lock();
-            let id = match a.free.pop() {
+            let index = match a.free.pop() {
                 Some(i) => i,
                 None if (a.next as usize) < self.max_entities => {
                     a.next += 1;
@@ -242,7 +262,8 @@ impl super::VcpuScheduler for StaticPinning {
                 .unwrap_or(CpuId(0));
             a.assigned[home.0 as usize] += 1;
             a.cursor = (home.0 + 1) % n;
-            (EntityId(id), home)
+            let generation = (self.homes[index as usize].load(Ordering::Acquire) >> 32) as u32;
+            (EntityId::new(index, generation), home)
         };
         self.cpus[home.0 as usize].lock().entities.insert(
             id,
@@ -252,7 +273,10 @@ impl super::VcpuScheduler for StaticPinning {
                 removed: false,
             }),
         );
-        self.homes[id.0 as usize].store(home.0, Ordering::Release);
+        self.homes[id.index() as usize].store(
+            u64::from(id.generation()) << 32 | u64::from(home.0),
+            Ordering::Release,
+        );
         Ok(id)
     }
 
@@ -263,8 +287,9 @@ impl super::VcpuScheduler for StaticPinning {
             let mut pc = self.cpus[home].lock();
             let e = match pc.entities.get_mut(&id) {
                 Some(e) if !e.removed => e,
-                _ => return Err(SchedError::UnknownEntity(id)),
+                _ => return Err(SchedError::StaleEntity(id)),
             };
+            self.retire(id);
             match e.acct.state() {
                 RunState::Running(_) => {
                     // Its CPU frees the slot at its next `schedule`.
@@ -281,7 +306,7 @@ impl super::VcpuScheduler for StaticPinning {
             }
             pc.entities.remove(&id);
         }
-        self.release(id, home);
+        self.release(id.index(), home);
         Ok(())
     }
 
@@ -292,7 +317,8 @@ impl super::VcpuScheduler for StaticPinning {
         let pc = &mut *guard;
         let e = match pc.entities.get_mut(&id) {
             Some(e) if !e.removed => e,
-            _ => return Err(SchedError::UnknownEntity(id)),
+            // Removed meanwhile (the home read raced with the removal).
+            _ => return Err(SchedError::StaleEntity(id)),
         };
         if !e.acct.wake(now) {
             return Ok(None);
@@ -370,7 +396,7 @@ impl super::VcpuScheduler for StaticPinning {
             self.idle_while_waiting[ci].fetch_add(1, Ordering::Relaxed);
         }
         if let Some(id) = freed {
-            self.release(id, ci);
+            self.release(id.index(), ci);
         }
         Ok(dispatch)
     }
@@ -385,7 +411,7 @@ impl super::VcpuScheduler for StaticPinning {
                 e.acct.priority = priority;
                 Ok(())
             }
-            _ => Err(SchedError::UnknownEntity(id)),
+            _ => Err(SchedError::StaleEntity(id)),
         }
     }
 
@@ -645,8 +671,8 @@ mod tests {
         s.wake(a, 0).unwrap();
         s.schedule(CpuId(0), 0, StopReason::Idle).unwrap();
         s.remove_entity(a, 1).unwrap();
-        assert_eq!(s.remove_entity(a, 1), Err(SchedError::UnknownEntity(a)));
-        assert_eq!(s.wake(a, 1), Err(SchedError::UnknownEntity(a)));
+        assert_eq!(s.remove_entity(a, 1), Err(SchedError::StaleEntity(a)));
+        assert_eq!(s.wake(a, 1), Err(SchedError::StaleEntity(a)));
         let b = ts(&s, "0");
         assert_ne!(a, b);
         assert!(s.snapshot(2).entities.iter().all(|e| e.id != a));
@@ -656,7 +682,10 @@ mod tests {
                 .entity,
             None
         );
-        assert_eq!(ts(&s, "0"), a);
+        // The slot is free again, and reused under a new generation.
+        let c = ts(&s, "0");
+        assert_eq!(c.index(), a.index());
+        assert_ne!(c, a);
         s.check().unwrap();
     }
 
@@ -671,8 +700,8 @@ mod tests {
         )
         .unwrap();
         let e = ts(&s, "1");
-        let ghost = EntityId(1);
-        let far = EntityId(1 << 20);
+        let ghost = EntityId::new(1, 0);
+        let far = EntityId::new(1 << 20, 0);
         for g in [ghost, far] {
             assert_eq!(s.wake(g, 0), Err(SchedError::UnknownEntity(g)));
             assert_eq!(s.remove_entity(g, 0), Err(SchedError::UnknownEntity(g)));
@@ -740,6 +769,11 @@ mod tests {
         s.check().unwrap();
         let snap = s.snapshot(10_000);
         assert!(snap.entities.iter().all(|e| e.migrations.total() == 0));
+    }
+
+    #[test]
+    fn stale_handles_are_refused() {
+        testkit::stale_handles_are_refused(crate::PolicyKind::StaticPinning);
     }
 
     #[test]

@@ -19,7 +19,8 @@ impl HaikuScheduler {
     /// (core queues only hold entities allowed on the whole core); with SMT
     /// isolation, no two siblings run entities of different VMs.
     pub fn check_invariants(&self) -> Result<(), String> {
-        let mut seen: std::collections::HashMap<u32, Vec<(QueueRef, u64)>> = Default::default();
+        type Found = Vec<(QueueRef, EntityId, u64)>;
+        let mut seen: std::collections::HashMap<u32, Found> = Default::default();
         let queues = (0..self.m.cpus.len() as u32)
             .map(|c| QueueRef::Pinned(CpuId(c)))
             .chain((0..self.m.cores.len() as u32).map(|c| QueueRef::Core(CoreId(c))));
@@ -33,7 +34,9 @@ impl HaikuScheduler {
                 return Err(format!("{q:?}: work bitmap out of date"));
             }
             for en in g.entries() {
-                seen.entry(en.id.0).or_default().push((q, en.seq));
+                seen.entry(en.id.index())
+                    .or_default()
+                    .push((q, en.id, en.seq));
             }
         }
         for (i, slot) in self.slots.iter().enumerate() {
@@ -45,7 +48,24 @@ impl HaikuScheduler {
                 }
                 return Err(format!("free slot {i} is queued in {found:?}"));
             };
-            self.check_entity(EntityId(i as u32), e, &found)?;
+            // A live entity's handle is of the slot's generation; a removed
+            // one (still held by a CPU) is one generation behind.
+            let want = if e.removed {
+                g.generation.wrapping_sub(1)
+            } else {
+                g.generation
+            };
+            if e.id.index() != i as u32 || e.id.generation() != want {
+                return Err(format!(
+                    "slot {i} holds {:?} (generation {})",
+                    e.id, g.generation
+                ));
+            }
+            if let Some((_, other, _)) = found.iter().find(|(_, x, _)| *x != e.id) {
+                return Err(format!("slot {i} holds {:?}, queued as {other:?}", e.id));
+            }
+            let found: Vec<(QueueRef, u64)> = found.iter().map(|(q, _, s)| (*q, *s)).collect();
+            self.check_entity(e.id, e, &found)?;
         }
         if let Some((id, qs)) = seen.into_iter().next() {
             return Err(format!("queue entries of unknown entity {id}: {qs:?}"));
@@ -76,7 +96,7 @@ impl HaikuScheduler {
             }
             RunState::Running(cpu) => {
                 if !found.is_empty()
-                    || self.m.cpus[cpu.0 as usize].running.load(Ordering::SeqCst) != id.0
+                    || self.m.cpus[cpu.0 as usize].running.load(Ordering::SeqCst) != id.index()
                 {
                     return Err(format!(
                         "{id:?} running on {cpu:?} but queued {found:?} or not on that CPU"
@@ -134,7 +154,7 @@ impl HaikuScheduler {
     /// Run state of an entity (tests).
     #[cfg(test)]
     pub(super) fn debug_state(&self, id: EntityId) -> RunState {
-        self.slots[id.0 as usize]
+        self.slots[id.index() as usize]
             .lock()
             .entity
             .as_ref()
@@ -144,7 +164,7 @@ impl HaikuScheduler {
     /// Effective priority and cached base quantum of an entity (tests).
     #[cfg(test)]
     pub(super) fn debug_priority(&self, id: EntityId) -> (u8, crate::Nanos, u8) {
-        let g = self.slots[id.0 as usize].lock();
+        let g = self.slots[id.index() as usize].lock();
         let e = g.entity.as_ref().expect("live entity");
         (e.prio.effective(), e.prio.base_quantum(), e.prio.penalty)
     }

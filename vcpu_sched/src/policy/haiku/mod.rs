@@ -104,7 +104,7 @@ use crate::mode::{ops_for, ModeOps};
 use crate::placement::Machine;
 use crate::stats::SchedSnapshot;
 use crate::tunables::{QuantumTable, Tunables};
-use crate::validate::{validate_config, validate_priority, validate_topology};
+use crate::validate::{validate_config, validate_priority, validate_spec, validate_topology};
 use crate::{
     CpuId, Dispatch, EntityId, EntitySpec, Nanos, SchedError, StopReason, Topology, WakeDecision,
 };
@@ -120,10 +120,13 @@ const MAX_PICK_ATTEMPTS: usize = 64;
 const LEFTOVER_KICKS: usize = 4;
 
 /// One slot of the entity slab. `seq` survives reuse so stale queue
-/// entries of a removed entity never match its successor.
+/// entries of a removed entity never match its successor; `generation`
+/// is bumped when its entity is removed, so the removed entity's handle
+/// never matches its successor either.
 #[derive(Debug, Default)]
 struct Slot {
     seq: u64,
+    generation: u32,
     entity: Option<Box<Entity>>,
 }
 
@@ -150,8 +153,17 @@ struct CpuAcct {
     forced_idle: bool,
 }
 
-/// The entity of a slot, unless the slot is free or its entity was removed.
-fn live(entity: &mut Option<Box<Entity>>, id: EntityId) -> Result<&mut Entity, SchedError> {
+/// The entity `id` names in a slot of generation `generation`: an error
+/// if the handle is of another generation (removed: stale; never issued:
+/// unknown) or the slot is free.
+fn live(
+    entity: &mut Option<Box<Entity>>,
+    generation: u32,
+    id: EntityId,
+) -> Result<&mut Entity, SchedError> {
+    if id.generation() != generation {
+        return Err(SchedError::for_handle(id, generation));
+    }
     entity
         .as_deref_mut()
         .filter(|e| !e.removed)
@@ -211,7 +223,7 @@ impl HaikuScheduler {
 
     fn slot(&self, id: EntityId) -> Result<&Mutex<Slot>, SchedError> {
         self.slots
-            .get(id.0 as usize)
+            .get(id.index() as usize)
             .ok_or(SchedError::UnknownEntity(id))
     }
 
@@ -223,9 +235,11 @@ impl HaikuScheduler {
         }
     }
 
-    fn free_slot(&self, id: EntityId, slot: &mut Slot) {
+    /// Free a slot whose entity was removed (its generation is already
+    /// bumped).
+    fn free_slot(&self, index: u32, slot: &mut Slot) {
         slot.entity = None;
-        self.free.lock().free.push(id.0);
+        self.free.lock().free.push(index);
     }
 }
 
@@ -240,11 +254,7 @@ impl VcpuScheduler for HaikuScheduler {
 
     fn add_entity(&self, spec: EntitySpec, now: Nanos) -> Result<EntityId, SchedError> {
         let _p = crate::profiler::scope("add_entity");
-        validate_priority(spec.class, spec.priority)?;
-        let affinity = spec.affinity.intersection(&self.m.topo.all_cpus());
-        if affinity.is_empty() {
-            return Err(SchedError::EmptyAffinity);
-        }
+        let affinity = validate_spec(&spec, &self.m.topo)?;
         let index = {
             let mut free = self.free.lock();
             match free.free.pop() {
@@ -258,15 +268,22 @@ impl VcpuScheduler for HaikuScheduler {
         };
         let prio = Priority::new(spec.class, spec.priority, self.tun(), &self.table);
         let all_cpus = affinity.len() == self.m.cpus.len();
-        let e = Entity::new(spec.vm, Arc::new(affinity), all_cpus, prio, now);
-        self.slots[index as usize].lock().entity = Some(Box::new(e));
-        Ok(EntityId(index))
+        let mut slot = self.slots[index as usize].lock();
+        let id = EntityId::new(index, slot.generation);
+        let e = Entity::new(id, spec.vm, Arc::new(affinity), all_cpus, prio, now);
+        slot.entity = Some(Box::new(e));
+        Ok(id)
     }
 
     fn remove_entity(&self, id: EntityId, _now: Nanos) -> Result<(), SchedError> {
         let _p = crate::profiler::scope("remove_entity");
         let mut guard = self.slot(id)?.lock();
-        let e = live(&mut guard.entity, id)?;
+        let Slot {
+            entity, generation, ..
+        } = &mut *guard;
+        let e = live(entity, *generation, id)?;
+        // From now on the handle is stale, even while a CPU still holds it.
+        *generation = generation.wrapping_add(1);
         let free_now = match e.state {
             RunState::Blocked => true,
             RunState::Queued { queue, seq, level } => self.m.remove(queue, id, seq, level),
@@ -274,7 +291,7 @@ impl VcpuScheduler for HaikuScheduler {
         };
         if free_now {
             e.uncharge_remove(&self.m);
-            self.free_slot(id, &mut guard);
+            self.free_slot(id.index(), &mut guard);
         } else {
             // The CPU running or popping it frees the slot.
             e.removed = true;
@@ -285,8 +302,12 @@ impl VcpuScheduler for HaikuScheduler {
     fn wake(&self, id: EntityId, now: Nanos) -> Result<Option<WakeDecision>, SchedError> {
         let _p = crate::profiler::scope("wake");
         let mut guard = self.slot(id)?.lock();
-        let Slot { seq, entity } = &mut *guard;
-        let e = live(entity, id)?;
+        let Slot {
+            seq,
+            entity,
+            generation,
+        } = &mut *guard;
+        let e = live(entity, *generation, id)?;
         match e.state {
             RunState::Running(_) => {
                 e.wake_pending = true;
@@ -345,8 +366,12 @@ impl VcpuScheduler for HaikuScheduler {
     fn set_priority(&self, id: EntityId, priority: u8, _now: Nanos) -> Result<(), SchedError> {
         let _p = crate::profiler::scope("set_priority");
         let mut guard = self.slot(id)?.lock();
-        let Slot { seq, entity } = &mut *guard;
-        let e = live(entity, id)?;
+        let Slot {
+            seq,
+            entity,
+            generation,
+        } = &mut *guard;
+        let e = live(entity, *generation, id)?;
         validate_priority(e.prio.class, priority)?;
         e.prio.set_base(priority, self.tun(), &self.table);
         match e.state {
@@ -364,7 +389,7 @@ impl VcpuScheduler for HaikuScheduler {
             RunState::Running(cpu) => {
                 // Only while the CPU still shows it (it may be stopping it).
                 let slot = &self.m.cpus[cpu.0 as usize];
-                if slot.running.load(Ordering::SeqCst) == id.0 {
+                if slot.running.load(Ordering::SeqCst) == id.index() {
                     slot.prio.store(e.prio.effective() as i32, Ordering::SeqCst);
                 }
             }
@@ -382,11 +407,10 @@ impl VcpuScheduler for HaikuScheduler {
         let entities = self
             .slots
             .iter()
-            .enumerate()
-            .filter_map(|(i, s)| {
+            .filter_map(|s| {
                 let g = s.lock();
                 let e = g.entity.as_ref().filter(|e| !e.removed)?;
-                Some(self.entity_stats(EntityId(i as u32), e, now))
+                Some(self.entity_stats(e, now))
             })
             .collect();
         let cpus = (0..self.m.cpus.len() as u32)

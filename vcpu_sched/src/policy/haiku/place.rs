@@ -39,7 +39,7 @@ impl HaikuScheduler {
             warm,
             load: e.load.load,
             now,
-            rotor: (id.0 as usize)
+            rotor: (id.index() as usize)
                 .wrapping_mul(7)
                 .wrapping_add((e.counters.wakes + e.counters.quantum_ends) as usize),
         }

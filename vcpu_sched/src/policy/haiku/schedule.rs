@@ -45,9 +45,8 @@ impl HaikuScheduler {
         }
         let core = self.m.core_of(cpu);
         self.m.vacate(core);
-        let id = EntityId(raw);
         let mut guard = self.slots.get(raw as usize)?.lock();
-        let Slot { seq, entity } = &mut *guard;
+        let Slot { seq, entity, .. } = &mut *guard;
         let e = entity
             .as_mut()
             .filter(|e| e.state == RunState::Running(cpu))?;
@@ -66,9 +65,10 @@ impl HaikuScheduler {
         e.last_core_active = active;
         if e.removed {
             e.uncharge_remove(&self.m);
-            self.free_slot(id, &mut guard);
+            self.free_slot(raw, &mut guard);
             return None;
         }
+        let id = e.id;
         e.refresh_load(&self.m);
         match e.after_stop(reason, self.tun(), &self.table) {
             After::Block => {
@@ -216,8 +216,8 @@ impl HaikuScheduler {
         acct: &mut CpuAcct,
     ) -> Option<Dispatch> {
         let _p = crate::profiler::scope("haiku::dispatch");
-        let mut guard = self.slots.get(entry.id.0 as usize)?.lock();
-        let Slot { seq, entity } = &mut *guard;
+        let mut guard = self.slots.get(entry.id.index() as usize)?.lock();
+        let Slot { seq, entity, .. } = &mut *guard;
         let e = entity.as_mut()?;
         let RunState::Queued { queue, seq: s, .. } = e.state else {
             return None;
@@ -227,7 +227,7 @@ impl HaikuScheduler {
         }
         if e.removed {
             e.uncharge_remove(&self.m);
-            self.free_slot(entry.id, &mut guard);
+            self.free_slot(entry.id.index(), &mut guard);
             return None;
         }
         let core = self.m.core_of(cpu);
@@ -244,7 +244,7 @@ impl HaikuScheduler {
         slot.prio
             .store(e.prio.effective() as i32, Ordering::Release);
         slot.vm.store(e.vm.0, Ordering::Release);
-        slot.running.store(entry.id.0, Ordering::Release);
+        slot.running.store(entry.id.index(), Ordering::Release);
         acct.dispatches += 1;
         if acct.last != Some(entry.id) {
             acct.switches += 1;
@@ -338,9 +338,10 @@ impl HaikuScheduler {
         expect: Option<u64>,
         exclude: &[CpuId],
     ) -> Option<CpuId> {
-        let mut guard = self.slots.get(id.0 as usize)?.lock();
-        let Slot { seq, entity } = &mut *guard;
-        let e = entity.as_mut()?;
+        let mut guard = self.slots.get(id.index() as usize)?.lock();
+        let Slot { seq, entity, .. } = &mut *guard;
+        // The same entity, not one added since in the same slot.
+        let e = entity.as_mut().filter(|e| e.id == id)?;
         let RunState::Queued { seq: s, .. } = e.state else {
             return None;
         };

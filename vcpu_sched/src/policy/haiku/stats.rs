@@ -5,10 +5,10 @@
 use super::HaikuScheduler;
 use crate::entity::{Entity, RunState};
 use crate::stats::{CpuStats, EntityStats};
-use crate::{CpuId, EntityId, Nanos};
+use crate::{CpuId, Nanos};
 
 impl HaikuScheduler {
-    pub(super) fn entity_stats(&self, id: EntityId, e: &Entity, now: Nanos) -> EntityStats {
+    pub(super) fn entity_stats(&self, e: &Entity, now: Nanos) -> EntityStats {
         let running = matches!(e.state, RunState::Running(_));
         let live = if running {
             now.saturating_sub(e.dispatched_at)
@@ -21,7 +21,7 @@ impl HaikuScheduler {
             0
         };
         EntityStats {
-            id,
+            id: e.id,
             vm: e.vm,
             base_priority: e.prio.base,
             run_time: e.counters.run_time + live,

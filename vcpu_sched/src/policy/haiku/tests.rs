@@ -330,7 +330,7 @@ fn smt_isolation_never_coruns_different_vms() {
         }
         for core in [0usize, 2] {
             if let (Some(a), Some(b)) = (d.run[core], d.run[core + 1]) {
-                assert_eq!(a.0 % 3, b.0 % 3, "siblings run the same VM");
+                assert_eq!(a.index() % 3, b.index() % 3, "siblings run the same VM");
             }
         }
     }
@@ -512,15 +512,15 @@ fn bad_input_returns_errors() {
         Err(SchedError::TooManyEntities(1))
     );
     assert_eq!(
-        d.s.wake(EntityId(5), 0),
-        Err(SchedError::UnknownEntity(EntityId(5)))
+        d.s.wake(EntityId::new(5, 0), 0),
+        Err(SchedError::UnknownEntity(EntityId::new(5, 0)))
     );
     assert_eq!(
         d.s.schedule(CpuId(2), 0, StopReason::Idle),
         Err(SchedError::UnknownCpu(CpuId(2)))
     );
     d.s.remove_entity(a, 0).unwrap();
-    assert_eq!(d.s.remove_entity(a, 0), Err(SchedError::UnknownEntity(a)));
+    assert_eq!(d.s.remove_entity(a, 0), Err(SchedError::StaleEntity(a)));
     assert!(
         d.s.add_entity(spec("0", 10), 0).is_ok(),
         "slot reused after removal"
@@ -591,7 +591,7 @@ fn power_saving_packs_small_tasks_onto_one_core() {
     let mut cores = std::collections::HashSet::new();
     for round in 0..50u64 {
         for id in &ids {
-            d.now = round * 3 * MS + id.0 as u64 * 200 * US;
+            d.now = round * 3 * MS + id.index() as u64 * 200 * US;
             d.wake(*id);
             if let Some(c) = d.cpu_of(*id) {
                 if round > 10 {
@@ -823,4 +823,9 @@ fn fruitless_balance_search_is_remembered_for_the_core_epoch() {
     d.now += 2 * MS;
     d.s.m.roll(core, d.now);
     assert_eq!(d.s.m.calm_gap(core), None, "a new epoch forgets it");
+}
+
+#[test]
+fn stale_handles_are_refused() {
+    crate::testkit::stale_handles_are_refused(crate::PolicyKind::Haiku);
 }
