@@ -18,7 +18,7 @@ use crate::load::EntityLoad;
 use crate::placement::{Allowed, Machine};
 use crate::quantum::{base_quantum, time_left};
 use crate::stats::MigrationCounts;
-use crate::tunables::{QuantumTable, Tunables};
+use crate::tunables::{Mode, QuantumTable, Tunables};
 use crate::{
     CoreId, CpuId, CpuSet, EntityId, LatencyHistogram, Nanos, SchedClass, StopReason, VmId,
 };
@@ -33,11 +33,14 @@ pub(crate) struct Priority {
     pub additional: u32,
     effective: u8,
     base_quantum: Nanos,
+    /// The mode whose quantum table `base_quantum` comes from (the mode
+    /// can change at run time; the cache follows at the next dispatch).
+    quantum_mode: Mode,
 }
 
 impl Priority {
     /// Fresh state (no penalty) with E and base quantum computed.
-    pub fn new(class: SchedClass, base: u8, t: &Tunables, table: &QuantumTable) -> Priority {
+    pub fn new(class: SchedClass, base: u8, t: &Tunables, mode: Mode) -> Priority {
         let mut p = Priority {
             class,
             base,
@@ -45,8 +48,9 @@ impl Priority {
             additional: 0,
             effective: base,
             base_quantum: 0,
+            quantum_mode: mode,
         };
-        p.recompute(t, table);
+        p.recompute(t, mode);
         p
     }
 
@@ -55,8 +59,17 @@ impl Priority {
         self.effective
     }
 
-    /// Cached base quantum for E.
+    /// Cached base quantum for E in the mode it was computed for.
+    #[cfg(test)]
     pub fn base_quantum(&self) -> Nanos {
+        self.base_quantum
+    }
+
+    /// Base quantum for E in `mode`, recomputed if the mode changed since.
+    pub fn base_quantum_in(&mut self, t: &Tunables, mode: Mode) -> Nanos {
+        if self.quantum_mode != mode {
+            self.recompute(t, mode);
+        }
         self.base_quantum
     }
 
@@ -72,7 +85,7 @@ impl Priority {
     }
 
     /// Quantum ended: penalty +1 (capped at P - minimal), additional +1.
-    pub fn quantum_ended(&mut self, t: &Tunables, table: &QuantumTable) {
+    pub fn quantum_ended(&mut self, t: &Tunables, mode: Mode) {
         if !self.penalised() {
             return;
         }
@@ -80,38 +93,44 @@ impl Priority {
             self.penalty += 1;
         }
         self.additional = self.additional.wrapping_add(1);
-        self.recompute(t, table);
+        self.recompute(t, mode);
     }
 
     /// Blocked before its quantum ended: additional +1.
-    pub fn blocked_early(&mut self, t: &Tunables, table: &QuantumTable) {
+    pub fn blocked_early(&mut self, t: &Tunables, mode: Mode) {
         if !self.penalised() {
             return;
         }
         self.additional = self.additional.wrapping_add(1);
-        self.recompute(t, table);
+        self.recompute(t, mode);
     }
 
     /// Cancel the penalty (long sleep, priority change). As in Haiku's
     /// `CancelPenalty`, the additional penalty is kept: it only rotates E
     /// inside 1..=P - penalty.
-    pub fn cancel_penalty(&mut self, t: &Tunables, table: &QuantumTable) {
+    pub fn cancel_penalty(&mut self, t: &Tunables, mode: Mode) {
         if self.penalty == 0 {
             return;
         }
         self.penalty = 0;
-        self.recompute(t, table);
+        self.recompute(t, mode);
     }
 
     /// New base priority (cancels the penalty, always recomputes).
-    pub fn set_base(&mut self, base: u8, t: &Tunables, table: &QuantumTable) {
+    pub fn set_base(&mut self, base: u8, t: &Tunables, mode: Mode) {
         self.base = base;
         self.penalty = 0;
-        self.recompute(t, table);
+        self.recompute(t, mode);
     }
 
-    /// The mode changed: the cached base quantum depends on its table.
-    pub fn recompute(&mut self, _t: &Tunables, table: &QuantumTable) {
+    /// New class and base priority (a class change; cancels the penalty).
+    pub fn set_class(&mut self, class: SchedClass, base: u8, t: &Tunables, mode: Mode) {
+        self.class = class;
+        self.set_base(base, t, mode);
+    }
+
+    /// Recompute E and the base quantum (from `mode`'s quantum table).
+    pub fn recompute(&mut self, t: &Tunables, mode: Mode) {
         self.effective = match self.class {
             SchedClass::Realtime => self.base,
             SchedClass::Idle => 0,
@@ -124,7 +143,8 @@ impl Priority {
                 }
             }
         };
-        self.base_quantum = base_quantum(table, self.effective);
+        self.base_quantum = base_quantum(t.quantum_table(mode), self.effective);
+        self.quantum_mode = mode;
     }
 }
 
@@ -339,10 +359,10 @@ impl Entity {
     // ---- quanta and penalties ----
 
     /// A quantum ended: penalty step (not for bursty entities), used reset.
-    pub fn end_quantum(&mut self, t: &Tunables, table: &QuantumTable) {
+    pub fn end_quantum(&mut self, t: &Tunables, mode: Mode) {
         self.counters.quantum_ends += 1;
         if !self.is_bursty(t.bursty_load) {
-            self.prio.quantum_ended(t, table);
+            self.prio.quantum_ended(t, mode);
         }
         self.used = 0;
     }
@@ -354,17 +374,18 @@ impl Entity {
     }
 
     /// Apply a stop reason to the entity's penalties and counters.
-    pub fn after_stop(&mut self, reason: StopReason, t: &Tunables, table: &QuantumTable) -> After {
+    pub fn after_stop(&mut self, reason: StopReason, t: &Tunables, mode: Mode) -> After {
+        let table = t.quantum_table(mode);
         match reason {
             // Haiku's HasQuantumEnded(hasYielded): a yield (PAUSE-loop exit,
             // a vCPU spinning on a lock) ends the quantum, penalty included,
             // so the lock holder gets ahead of the spinner.
             StopReason::QuantumEnd | StopReason::Yielded => {
-                self.end_quantum(t, table);
+                self.end_quantum(t, mode);
                 After::Back
             }
             StopReason::Preempted | StopReason::Idle if self.quantum_over(table) => {
-                self.end_quantum(t, table);
+                self.end_quantum(t, mode);
                 After::Back
             }
             StopReason::Preempted | StopReason::Idle => {
@@ -374,7 +395,7 @@ impl Entity {
             StopReason::Blocked if self.wake_pending => {
                 self.wake_pending = false;
                 if self.quantum_over(table) {
-                    self.end_quantum(t, table);
+                    self.end_quantum(t, mode);
                     After::Back
                 } else {
                     After::Front
@@ -382,9 +403,9 @@ impl Entity {
             }
             StopReason::Blocked => {
                 if self.quantum_over(table) {
-                    self.end_quantum(t, table);
+                    self.end_quantum(t, mode);
                 } else if !self.is_bursty(t.bursty_load) {
-                    self.prio.blocked_early(t, table);
+                    self.prio.blocked_early(t, mode);
                 }
                 self.counters.blocks += 1;
                 After::Block
@@ -418,18 +439,18 @@ mod tests {
             SchedClass::Timeshare,
             p,
             &Tunables::default(),
-            &QuantumTable::LOW_LATENCY,
+            Mode::LowLatency,
         )
     }
 
     #[test]
     fn penalty_bounds_and_wraparound() {
-        let (t, q) = (Tunables::default(), QuantumTable::LOW_LATENCY);
+        let (t, q) = (Tunables::default(), Mode::LowLatency);
         let mut p = prio(10);
         assert_eq!(p.minimal(&t), 2);
         let mut seen = Vec::new();
         for _ in 0..40 {
-            p.quantum_ended(&t, &q);
+            p.quantum_ended(&t, q);
             assert!(p.penalty <= 10 - 2, "penalty capped at P - minimal");
             let e = p.effective();
             assert!((1..=10 - p.penalty).contains(&e), "E in 1..=P-penalty");
@@ -444,13 +465,13 @@ mod tests {
         // With a higher P the cycle is longer and counts down to 1 and wraps.
         let mut p = prio(50); // minimal 10, penalty cap 40
         for _ in 0..40 {
-            p.quantum_ended(&t, &q);
+            p.quantum_ended(&t, q);
         }
         assert_eq!(p.penalty, 40);
         let mut es = Vec::new();
         for _ in 0..20 {
             es.push(p.effective());
-            p.quantum_ended(&t, &q);
+            p.quantum_ended(&t, q);
         }
         // additional = 40.. : E = 10 - (additional % 10): 10,9,...,1,10,...
         assert_eq!(&es[..11], &[10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 10]);
@@ -458,12 +479,12 @@ mod tests {
 
     #[test]
     fn penalty_keeps_order_of_static_priorities() {
-        let (t, q) = (Tunables::default(), QuantumTable::LOW_LATENCY);
+        let (t, q) = (Tunables::default(), Mode::LowLatency);
         let avg = |base: u8| {
             let mut p = prio(base);
             let mut sum = 0u64;
             for _ in 0..1000 {
-                p.quantum_ended(&t, &q);
+                p.quantum_ended(&t, q);
                 sum += p.effective() as u64;
             }
             sum
@@ -476,21 +497,24 @@ mod tests {
 
     #[test]
     fn realtime_never_penalised_and_cancel_restores() {
-        let (t, q) = (Tunables::default(), QuantumTable::LOW_LATENCY);
-        let mut r = Priority::new(SchedClass::Realtime, 110, &t, &q);
+        let (t, q) = (Tunables::default(), Mode::LowLatency);
+        let mut r = Priority::new(SchedClass::Realtime, 110, &t, q);
         for _ in 0..10 {
-            r.quantum_ended(&t, &q);
-            r.blocked_early(&t, &q);
+            r.quantum_ended(&t, q);
+            r.blocked_early(&t, q);
         }
         assert_eq!(r.effective(), 110);
         let mut p = prio(10);
-        p.quantum_ended(&t, &q);
-        p.blocked_early(&t, &q);
+        p.quantum_ended(&t, q);
+        p.blocked_early(&t, q);
         assert!(p.effective() < 10);
-        assert_eq!(p.base_quantum(), base_quantum(&q, p.effective()));
-        p.cancel_penalty(&t, &q);
+        assert_eq!(
+            p.base_quantum(),
+            base_quantum(t.quantum_table(q), p.effective())
+        );
+        p.cancel_penalty(&t, q);
         // Penalty gone; the additional penalty (2) still rotates E: 10 - 2 % 10.
         assert_eq!((p.penalty, p.effective()), (0, 8));
-        assert_eq!(p.base_quantum(), base_quantum(&q, 8));
+        assert_eq!(p.base_quantum(), base_quantum(t.quantum_table(q), 8));
     }
 }

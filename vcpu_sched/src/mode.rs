@@ -13,8 +13,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Operations that differ between the modes.
 pub(crate) trait ModeOps: Send + Sync + std::fmt::Debug {
-    /// Which mode this is.
-    fn mode(&self) -> Mode;
+    /// The scheduler switched to this mode at run time (Haiku's
+    /// `switch_to_mode`): forget state from an earlier stint.
+    fn switched_to(&self) {}
     /// Claim an idle CPU for a waking entity, if the mode wants one.
     fn find_idle(&self, m: &Machine, c: &Candidate, t: &Tunables) -> Option<CpuId>;
     /// Core for a cache-cold entity when no idle CPU was taken.
@@ -52,10 +53,6 @@ fn worth_moving(m: &Machine, c: &Candidate, core: CoreId, other: CoreId, t: &Tun
 pub(crate) struct LowLatency;
 
 impl ModeOps for LowLatency {
-    fn mode(&self) -> Mode {
-        Mode::LowLatency
-    }
-
     fn find_idle(&self, m: &Machine, c: &Candidate, _t: &Tunables) -> Option<CpuId> {
         // Same CPU first in the locality order: a warm cache beats spreading.
         if let Some(prev) = c.prev.filter(|p| c.warm && m.try_claim(*p, c)) {
@@ -155,8 +152,8 @@ impl PowerSaving {
 }
 
 impl ModeOps for PowerSaving {
-    fn mode(&self) -> Mode {
-        Mode::PowerSaving
+    fn switched_to(&self) {
+        self.small_task_core.store(NO_CORE, Ordering::Relaxed);
     }
 
     fn find_idle(&self, m: &Machine, c: &Candidate, t: &Tunables) -> Option<CpuId> {

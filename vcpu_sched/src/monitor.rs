@@ -215,6 +215,12 @@ impl Monitor {
         }
     }
 
+    /// The scheduler switched modes (the idle-CPU rule on requeue holds
+    /// in low-latency mode only).
+    pub fn set_low_latency(&mut self, low_latency: bool) {
+        self.low_latency = low_latency;
+    }
+
     /// A CPU was taken out of service or put back.
     pub fn set_cpu_enabled(&mut self, cpu: CpuId, enabled: bool) {
         if let Some(c) = self.cpus.get_mut(cpu.0 as usize) {

@@ -40,6 +40,9 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize
 pub(crate) const NO_ENTITY: u32 = u32::MAX;
 /// `CpuSlot::prio` when the CPU runs nothing (below every class).
 pub(crate) const IDLE_PRIO: i32 = -1;
+/// `CpuSlot::prio` of a CPU out of service: above every class, so no
+/// placement prefers it and no waker preempts it.
+pub(crate) const OUT_OF_SERVICE_PRIO: i32 = i32::MAX;
 
 /// Lock-free view of one logical CPU plus its pinned queue.
 #[derive(Debug)]
@@ -54,6 +57,9 @@ pub(crate) struct CpuSlot {
     pub pinned: Mutex<RunQueue>,
     /// Mirror of the pinned queue length, read without the lock.
     pub pinned_len: AtomicUsize,
+    /// In service (`set_cpu_enabled`); out of service it runs nothing and
+    /// nothing is placed on it.
+    pub in_service: AtomicBool,
 }
 
 /// Lock-free view of one core plus its run queue.
@@ -73,6 +79,9 @@ pub(crate) struct CoreState {
     /// found its best other core at a load gap (high 32 bits, signed) too
     /// small for a move; see `calm_gap`.
     pub calm: AtomicU64,
+    /// How many of its CPUs are in service (0: its queue is served by no
+    /// CPU of its own, and placement skips it).
+    pub in_service: AtomicU32,
 }
 
 /// Per-LLC bitmaps: available idle CPUs and fully idle cores (the idle
@@ -207,13 +216,14 @@ impl Machine {
                     vm: AtomicU32::new(0),
                     pinned: Mutex::new(RunQueue::default()),
                     pinned_len: AtomicUsize::new(0),
+                    in_service: AtomicBool::new(true),
                 })
             })
             .collect();
         let cores = topo
             .cores
             .iter()
-            .map(|_| {
+            .map(|core| {
                 CachePadded::new(CoreState {
                     queue: Mutex::new(RunQueue::default()),
                     queued: AtomicUsize::new(0),
@@ -221,6 +231,7 @@ impl Machine {
                     active_time: AtomicU64::new(0),
                     occupancy: AtomicU64::new(0),
                     calm: AtomicU64::new(u64::MAX),
+                    in_service: AtomicU32::new(core.cpus.len() as u32),
                 })
             })
             .collect();
@@ -617,9 +628,66 @@ impl Machine {
 
     // ---- choosing without idle CPUs ----
 
-    /// Cores the entity may run on (at least one allowed CPU).
+    /// Cores the entity may run on: at least one CPU in service, and
+    /// (unless it may use every CPU) an allowed CPU.
     pub fn eligible(&self, core: CoreId, affinity: Allowed) -> bool {
-        affinity.all || self.core_cpus(core).iter().any(|c| affinity.contains(*c))
+        self.core_in_service(core)
+            && (affinity.all || self.core_cpus(core).iter().any(|c| affinity.contains(*c)))
+    }
+
+    // ---- CPUs in and out of service ----
+
+    /// Whether `cpu` is in service.
+    pub fn in_service(&self, cpu: CpuId) -> bool {
+        self.cpus[cpu.0 as usize].in_service.load(Ordering::Acquire)
+    }
+
+    /// Whether any CPU of `core` is in service.
+    pub fn core_in_service(&self, core: CoreId) -> bool {
+        self.cores[core.0 as usize]
+            .in_service
+            .load(Ordering::Acquire)
+            > 0
+    }
+
+    /// Whether some CPU in service picks from queue `q`.
+    pub fn serves(&self, q: QueueRef) -> bool {
+        match q {
+            QueueRef::Core(core) => self.core_in_service(core),
+            QueueRef::Pinned(cpu) => self.in_service(cpu),
+        }
+    }
+
+    /// Put `cpu` in or out of service; false if it already was. Out of
+    /// service, it is claimed (never offered to wakers) and shows a
+    /// priority above every class (never preferred, never preempted).
+    /// SeqCst: a queue push that follows a drain of its queues must see it
+    /// (see `HaikuScheduler::set_cpu_enabled`).
+    pub fn set_in_service(&self, cpu: CpuId, on: bool) -> bool {
+        let slot = &self.cpus[cpu.0 as usize];
+        if slot.in_service.swap(on, Ordering::SeqCst) == on {
+            return false;
+        }
+        let core = &self.cores[self.core_of(cpu).0 as usize];
+        if on {
+            core.in_service.fetch_add(1, Ordering::SeqCst);
+            if slot.running.load(Ordering::Acquire) == NO_ENTITY {
+                slot.prio.store(IDLE_PRIO, Ordering::Release);
+            }
+        } else {
+            core.in_service.fetch_sub(1, Ordering::SeqCst);
+            self.claim(cpu);
+            slot.prio.store(OUT_OF_SERVICE_PRIO, Ordering::Release);
+        }
+        true
+    }
+
+    /// CPUs in service.
+    pub fn cpus_in_service(&self) -> usize {
+        self.cpus
+            .iter()
+            .filter(|c| c.in_service.load(Ordering::Acquire))
+            .count()
     }
 
     /// Least loaded eligible core, cores outside the high-load set first,

@@ -287,6 +287,13 @@ pub struct CpuStats {
     pub idle_while_waiting: u64,
     /// Core load (0..=1000 per CPU of the core) at snapshot time.
     pub core_load: u32,
+    /// In service (see `VcpuScheduler::set_cpu_enabled`).
+    #[serde(default = "in_service_default")]
+    pub in_service: bool,
+}
+
+fn in_service_default() -> bool {
+    true
 }
 
 /// Everything observable at one instant.
@@ -296,6 +303,9 @@ pub struct SchedSnapshot {
     pub now: Nanos,
     /// The policy name (see [`crate::VcpuScheduler::name`]).
     pub policy: String,
+    /// The mode it runs in at the time of the snapshot.
+    #[serde(default)]
+    pub mode: crate::Mode,
     /// One row per entity, by id.
     pub entities: Vec<EntityStats>,
     /// One row per CPU, by id.
@@ -605,6 +615,7 @@ mod tests {
 
     fn snapshot(runs: &[u64]) -> SchedSnapshot {
         SchedSnapshot {
+            mode: crate::Mode::LowLatency,
             now: 10_000_000,
             policy: "test".into(),
             entities: runs
@@ -622,6 +633,7 @@ mod tests {
                     smt_corun_foreign: 0,
                     idle_while_waiting: c as u64 + 1,
                     core_load: 700,
+                    in_service: true,
                 })
                 .collect(),
         }

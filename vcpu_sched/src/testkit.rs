@@ -100,6 +100,15 @@ pub enum Op {
     Remove(usize),
     /// Change the priority of entity `i`.
     SetPriority(usize),
+    /// New affinity for entity `i` (the mask's bits as CPU ids, modulo the
+    /// CPU count; empty: all CPUs).
+    SetAffinity(usize, u32),
+    /// New class for entity `i` (the byte picks it as in [`specs`]).
+    SetClass(usize, u8),
+    /// Switch to power saving (`true`) or low latency.
+    SetMode(bool),
+    /// CPU `i` (modulo the CPU count) out of service (`false`) or back.
+    SetCpu(usize, bool),
     /// Take a snapshot and check its totals.
     Snapshot,
 }
@@ -146,6 +155,10 @@ pub fn ops() -> impl Strategy<Value = Vec<(Op, u16)>> {
         8 => (0usize..8, any::<u8>()).prop_map(|(c, r)| Op::Schedule(c, r)),
         1 => (0usize..10).prop_map(Op::Remove),
         1 => (0usize..10).prop_map(Op::SetPriority),
+        1 => (0usize..10, any::<u32>()).prop_map(|(i, m)| Op::SetAffinity(i, m)),
+        1 => (0usize..10, 0u8..10).prop_map(|(i, c)| Op::SetClass(i, c)),
+        1 => any::<bool>().prop_map(Op::SetMode),
+        1 => (0usize..8, any::<bool>()).prop_map(|(c, on)| Op::SetCpu(c, on)),
         1 => Just(Op::Snapshot),
     ];
     prop::collection::vec((op, 0u16..2000), 1..250)
@@ -177,7 +190,7 @@ pub fn drive(
     check: &dyn Fn() -> Result<(), String>,
 ) -> Result<(), TestCaseError> {
     let n = topo.num_cpus() as u32;
-    let specs: Vec<EntitySpec> = specs
+    let mut specs: Vec<EntitySpec> = specs
         .iter()
         .map(|s| {
             let mut s = s.clone();
@@ -192,6 +205,7 @@ pub fn drive(
     let mut ids: Vec<Option<EntityId>> = vec![None; specs.len()];
     let mut model: HashMap<EntityId, (usize, M)> = HashMap::new();
     let mut removed: Vec<EntityId> = Vec::new();
+    let mut in_service = vec![true; n as usize];
     let mut running: Vec<Option<EntityId>> = vec![None; n as usize];
     let mut now = 1_000u64;
     for (op, dt) in ops {
@@ -294,6 +308,12 @@ pub fn drive(
                             e,
                             cpu
                         );
+                        prop_assert!(
+                            in_service[cpu.0 as usize],
+                            "{:?} runs on {:?} out of service",
+                            e,
+                            cpu
+                        );
                         let elsewhere = running
                             .iter()
                             .enumerate()
@@ -334,6 +354,65 @@ pub fn drive(
                     .set_priority(id, lo, now)
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert!(sched.set_priority(id, 121, now).is_err());
+            }
+            Op::SetAffinity(i, mask) => {
+                let i = i % specs.len();
+                let mut aff: CpuSet = (0..32)
+                    .filter(|b| mask & (1 << b) != 0)
+                    .map(|b| CpuId(b % n))
+                    .collect();
+                if aff.is_empty() {
+                    aff = topo.all_cpus();
+                }
+                specs[i].affinity = aff.clone();
+                let Some(id) = ids[i] else { continue };
+                let kicks = sched
+                    .set_affinity(id, aff, now)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert!(kicks.iter().all(|k| k.0 < n), "kicks {:?}", kicks);
+                prop_assert_eq!(
+                    sched.set_affinity(id, CpuSet::single(CpuId(n + 5)), now),
+                    Err(SchedError::EmptyAffinity)
+                );
+            }
+            Op::SetClass(i, c) => {
+                let i = i % specs.len();
+                let (class, priority) = match c % 10 {
+                    0 => (SchedClass::Realtime, 100 + c),
+                    1 => (SchedClass::Idle, 0),
+                    _ => (SchedClass::Timeshare, 1 + c),
+                };
+                let refused = ids[i].map(|id| sched.set_class(id, class, 200, now));
+                let ok = matches!(refused, None | Some(Err(SchedError::BadPriority { .. })));
+                prop_assert!(ok, "priority 200 accepted: {:?}", refused);
+                specs[i].class = class;
+                specs[i].priority = priority;
+                let Some(id) = ids[i] else { continue };
+                sched
+                    .set_class(id, class, priority, now)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            }
+            Op::SetMode(power_saving) => {
+                let mode = if *power_saving {
+                    crate::Mode::PowerSaving
+                } else {
+                    crate::Mode::LowLatency
+                };
+                sched.set_mode(mode, now);
+                prop_assert_eq!(sched.mode(), mode);
+            }
+            Op::SetCpu(c, on) => {
+                let c = *c as u32 % n;
+                match sched.set_cpu_enabled(CpuId(c), *on, now) {
+                    Ok(kicks) => {
+                        prop_assert!(kicks.iter().all(|k| k.0 < n), "kicks {:?}", kicks);
+                        in_service[c as usize] = *on;
+                    }
+                    Err(SchedError::LastCpuInService(_)) => {
+                        prop_assert!(!on && in_service.iter().filter(|x| **x).count() == 1)
+                    }
+                    Err(e) => return Err(TestCaseError::fail(e.to_string())),
+                }
             }
             Op::Snapshot => {
                 let s = sched.snapshot(now);

@@ -178,6 +178,9 @@ pub enum SchedError {
     StaleEntity(EntityId),
     #[error("CPU {0:?} is not in the topology")]
     UnknownCpu(CpuId),
+    /// `set_cpu_enabled` would leave no CPU in service.
+    #[error("CPU {0:?} is the last CPU in service")]
+    LastCpuInService(CpuId),
     #[error("entity table full ({0} entities)")]
     TooManyEntities(usize),
     #[error("affinity of the entity contains no CPU of the topology")]

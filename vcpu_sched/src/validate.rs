@@ -29,16 +29,25 @@ pub(crate) fn validate_priority(class: SchedClass, priority: u8) -> Result<(), S
     }
 }
 
-/// Validate an entity spec against a topology and return its effective
-/// hard affinity: the spec's affinity restricted to the CPUs of the
-/// topology (CPUs outside it are ignored; none left is an error).
-pub(crate) fn validate_spec(spec: &EntitySpec, topology: &Topology) -> Result<CpuSet, SchedError> {
-    validate_priority(spec.class, spec.priority)?;
-    let affinity = spec.affinity.intersection(&topology.all_cpus());
+/// An entity's hard affinity as the policies keep it: restricted to the
+/// CPUs of the topology (CPUs outside it are ignored; none left is an
+/// error).
+pub(crate) fn validate_affinity(
+    affinity: &CpuSet,
+    topology: &Topology,
+) -> Result<CpuSet, SchedError> {
+    let affinity = affinity.intersection(&topology.all_cpus());
     if affinity.is_empty() {
         return Err(SchedError::EmptyAffinity);
     }
     Ok(affinity)
+}
+
+/// Validate an entity spec against a topology and return its effective
+/// hard affinity (see [`validate_affinity`]).
+pub(crate) fn validate_spec(spec: &EntitySpec, topology: &Topology) -> Result<CpuSet, SchedError> {
+    validate_priority(spec.class, spec.priority)?;
+    validate_affinity(&spec.affinity, topology)
 }
 
 /// Reject topologies whose ids are not dense and consistent.

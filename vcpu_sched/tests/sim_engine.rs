@@ -5,8 +5,8 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 use vcpu_sched::sim::{Dist, GroupSpec, MessageSpec, Simulator, Sleep, Workload};
 use vcpu_sched::{
-    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedError, SchedSnapshot, StopReason,
-    Topology, VcpuScheduler, WakeDecision,
+    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Mode, Nanos, SchedClass, SchedError,
+    SchedSnapshot, StopReason, Topology, VcpuScheduler, WakeDecision,
 };
 
 #[derive(Clone, Copy, PartialEq)]
@@ -143,12 +143,52 @@ impl VcpuScheduler for TestFifo {
             quantum: if next.is_some() { 1_000_000 } else { 0 },
         })
     }
-    fn set_priority(&self, _id: EntityId, _p: u8, _now: Nanos) -> Result<(), SchedError> {
-        Ok(())
+    /// One FIFO: priorities and classes change nothing.
+    fn set_priority(&self, _id: EntityId, _p: u8, _now: Nanos) -> Result<Vec<CpuId>, SchedError> {
+        Ok(Vec::new())
+    }
+    fn set_class(
+        &self,
+        _id: EntityId,
+        _class: SchedClass,
+        _p: u8,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        Ok(Vec::new())
+    }
+    fn set_affinity(
+        &self,
+        id: EntityId,
+        affinity: CpuSet,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let mut g = self.inner.lock();
+        let spec = g
+            .specs
+            .get_mut(id.index() as usize)
+            .ok_or(SchedError::UnknownEntity(id))?;
+        spec.affinity = affinity;
+        Ok(Vec::new())
+    }
+    fn mode(&self) -> Mode {
+        Mode::LowLatency
+    }
+    fn set_mode(&self, _mode: Mode, _now: Nanos) -> Vec<CpuId> {
+        Vec::new()
+    }
+    fn set_cpu_enabled(
+        &self,
+        cpu: CpuId,
+        _enabled: bool,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        // Never asked by these tests; refused rather than half done.
+        Err(SchedError::UnknownCpu(cpu))
     }
     fn set_idle_core_search(&self, _on: bool) {}
     fn snapshot(&self, now: Nanos) -> SchedSnapshot {
         SchedSnapshot {
+            mode: Mode::LowLatency,
             now,
             policy: "test_fifo".into(),
             entities: Vec::new(),

@@ -64,7 +64,7 @@ pub(crate) struct EntityAccount {
     pub id: EntityId,
     /// Its VM.
     pub vm: VmId,
-    /// Its class (fixed for its lifetime).
+    /// Its class (changed by `set_class`).
     pub class: SchedClass,
     /// Its base priority.
     pub priority: u8,
@@ -349,6 +349,7 @@ impl CpuAccount {
             smt_corun_foreign: 0,
             idle_while_waiting: self.idle_while_waiting,
             core_load: 0,
+            in_service: true,
         }
     }
 }

@@ -20,18 +20,23 @@
 //!   CPU, then the nearest idle CPU in cache-locality order. Otherwise, if a
 //!   CPU of the affinity runs an entity of a lower class (realtime waking
 //!   over timeshare, say), that CPU is kicked to be preempted. Otherwise the
-//!   entity waits in the FIFO and the answer names its last CPU, no kick.
+//!   entity waits in the FIFO and the answer names its last CPU, no kick;
+//! - changes while running: a class or affinity change kicks as a wake of
+//!   that entity would (an entity running where it may no longer run is
+//!   kicked off); a CPU out of service picks nothing and is never kicked
+//!   for work; the mode switches the quantum.
 
 use super::baseline::{
     class_rank, utilisation, ClassFifo, CoreCorun, CpuAccount, EntityAccount, RunState,
 };
-use crate::validate::{validate_config, validate_priority, validate_spec};
+use crate::tunables::{Mode, Tunables};
+use crate::validate::{validate_affinity, validate_config, validate_priority, validate_spec};
 use crate::{
-    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedConfig, SchedError, SchedSnapshot,
-    StopReason, Topology, WakeDecision,
+    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedClass, SchedConfig, SchedError,
+    SchedSnapshot, StopReason, Topology, WakeDecision,
 };
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// One registered entity.
 #[derive(Debug)]
@@ -62,6 +67,8 @@ struct State {
     ready: ClassFifo,
     cpus: Vec<CpuAccount>,
     cores: Vec<CoreCorun>,
+    /// Per CPU: in service (`set_cpu_enabled`).
+    in_service: Vec<bool>,
 }
 
 impl State {
@@ -115,8 +122,9 @@ impl State {
 /// The global round-robin policy (see the module documentation).
 pub struct GlobalRoundRobin {
     topology: Topology,
-    quantum: Nanos,
-    minimal_quantum: Nanos,
+    /// Both modes' quantum tables (the mode picks one, `set_mode` switches).
+    tunables: Tunables,
+    mode: AtomicU8,
     max_entities: usize,
     idle_core_search: AtomicBool,
     state: Mutex<State>,
@@ -129,7 +137,6 @@ impl GlobalRoundRobin {
     /// does on an invalid configuration.
     pub fn new(topology: Topology, config: SchedConfig) -> Result<Self, SchedError> {
         validate_config(&config, super::PolicyKind::GlobalRoundRobin)?;
-        let table = *config.tunables.quantum_table(config.mode);
         if topology.cpus.is_empty() {
             return Err(SchedError::Topology("no CPUs".into()));
         }
@@ -148,10 +155,11 @@ impl GlobalRoundRobin {
                 .iter()
                 .map(|c| CoreCorun::new(c.cpus.len()))
                 .collect(),
+            in_service: vec![true; topology.num_cpus()],
         };
         Ok(GlobalRoundRobin {
-            quantum: table.base_quantum,
-            minimal_quantum: table.minimal_quantum,
+            tunables: config.tunables,
+            mode: AtomicU8::new(config.mode as u8),
             max_entities: config.max_entities,
             idle_core_search: AtomicBool::new(config.idle_core_search),
             state: Mutex::new(state),
@@ -162,13 +170,36 @@ impl GlobalRoundRobin {
     /// The slice to grant an entity about to run: what is left of its
     /// quantum, or a fresh quantum if too little is left.
     fn slice(&self, acct: &mut EntityAccount) -> Nanos {
-        let left = self.quantum.saturating_sub(acct.slice_used);
-        if left == 0 || left <= self.minimal_quantum / 2 {
+        let table = self.tunables.quantum_table(self.current_mode());
+        let left = table.base_quantum.saturating_sub(acct.slice_used);
+        if left == 0 || left <= table.minimal_quantum / 2 {
             acct.slice_used = 0;
-            self.quantum
+            table.base_quantum
         } else {
             left
         }
+    }
+
+    fn current_mode(&self) -> Mode {
+        Mode::ALL[self.mode.load(Ordering::Relaxed) as usize & 1]
+    }
+
+    /// Kick the CPU a wake of `id` would kick (`kick_target`; with
+    /// `idle_only`, only if that CPU is idle), marking it kicked; returns it.
+    fn kick_for(
+        &self,
+        st: &mut State,
+        id: EntityId,
+        near: CpuId,
+        idle_only: bool,
+    ) -> Option<CpuId> {
+        let class = st.live(id).ok()?.acct.class;
+        let k = self.kick_target(st, id, class, near)?;
+        if idle_only && !st.cpus[k.0 as usize].is_free_idle() {
+            return None;
+        }
+        st.cpus[k.0 as usize].kick_pending = true;
+        Some(k)
     }
 
     /// Record on the SMT co-run accounts that `cpu` now runs `vm` (or nothing).
@@ -194,7 +225,7 @@ impl GlobalRoundRobin {
         let affinity = &st.live(id).ok()?.affinity;
         let idle = affinity
             .iter()
-            .filter(|c| st.cpus[c.0 as usize].is_free_idle())
+            .filter(|c| st.in_service[c.0 as usize] && st.cpus[c.0 as usize].is_free_idle())
             .min_by_key(|c| (self.topology.distance(last, *c), c.0));
         if idle.is_some() {
             return idle;
@@ -204,7 +235,7 @@ impl GlobalRoundRobin {
             .iter()
             .filter_map(|c| {
                 let cpu = &st.cpus[c.0 as usize];
-                if cpu.kick_pending {
+                if cpu.kick_pending || !st.in_service[c.0 as usize] {
                     return None;
                 }
                 let running = cpu.current()?;
@@ -256,9 +287,6 @@ impl GlobalRoundRobin {
                         return Err(format!(
                             "{id:?} running on {c:?}: queued {q}x, CPUs {running_on:?}"
                         ))
-                    }
-                    RunState::Running(c) if !e.affinity.contains(c) => {
-                        return Err(format!("{id:?} runs on {c:?} outside its affinity"))
                     }
                     RunState::Blocked if q != 0 || !running_on.is_empty() => {
                         return Err(format!(
@@ -395,14 +423,27 @@ impl super::VcpuScheduler for GlobalRoundRobin {
             }
         }
 
-        // Pick the first queued entity allowed here.
+        // Pick the first queued entity allowed here (nothing out of service).
         let entities = &st.entities;
-        let pick = st
-            .ready
-            .pop_first(|id| match entities.get(id.index() as usize) {
-                Some(Slot::Live(e)) => e.affinity.contains(cpu),
-                _ => false,
-            });
+        let pick = if st.in_service[ci] {
+            st.ready
+                .pop_first(|id| match entities.get(id.index() as usize) {
+                    Some(Slot::Live(e)) => e.affinity.contains(cpu),
+                    _ => false,
+                })
+        } else {
+            None
+        };
+        // The stopped entity went back to the queue: if it is not picked
+        // here, an idle CPU it may use must be told, or it waits needlessly.
+        let mut kicks = Vec::new();
+        if let Some((cur, _)) = requeued.filter(|(cur, _)| Some(*cur) != pick) {
+            if let Some(k) = self.kick_for(st, cur, cpu, true) {
+                if k != cpu {
+                    kicks.push(k);
+                }
+            }
+        }
         match pick {
             Some(id) => {
                 let Some(Slot::Live(e)) = st.entities.get_mut(id.index() as usize) else {
@@ -416,17 +457,6 @@ impl super::VcpuScheduler for GlobalRoundRobin {
                 let vm = e.acct.vm;
                 st.cpus[ci].run(id, now);
                 self.set_corun(st, cpu, Some(vm), now);
-                // The stopped entity went back to the queue behind `id`: an
-                // idle CPU it may use must be told, or it waits needlessly.
-                let mut kicks = Vec::new();
-                if let Some((cur, class)) = requeued.filter(|(cur, _)| *cur != id) {
-                    if let Some(k) = self.kick_target(st, cur, class, cpu) {
-                        if st.cpus[k.0 as usize].is_free_idle() {
-                            st.cpus[k.0 as usize].kick_pending = true;
-                            kicks.push(k);
-                        }
-                    }
-                }
                 Ok(Dispatch {
                     kicks,
                     entity: Some(id),
@@ -439,18 +469,108 @@ impl super::VcpuScheduler for GlobalRoundRobin {
                 // while an entity it may run waits (idle_while_waiting stays 0).
                 st.cpus[ci].idle(now, false);
                 self.set_corun(st, cpu, None, now);
-                Ok(Dispatch::idle())
+                Ok(Dispatch {
+                    kicks,
+                    ..Dispatch::idle()
+                })
             }
         }
     }
 
-    fn set_priority(&self, id: EntityId, priority: u8, _now: Nanos) -> Result<(), SchedError> {
+    fn set_priority(
+        &self,
+        id: EntityId,
+        priority: u8,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
         let _p = crate::profiler::scope("global_rr::set_priority");
         let mut st = self.state.lock();
         let e = st.live_mut(id)?;
         validate_priority(e.acct.class, priority)?;
         e.acct.priority = priority;
-        Ok(())
+        Ok(Vec::new())
+    }
+
+    fn set_class(
+        &self,
+        id: EntityId,
+        class: SchedClass,
+        priority: u8,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _p = crate::profiler::scope("global_rr::set_class");
+        validate_priority(class, priority)?;
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let e = st.live_mut(id)?;
+        let (old, state) = (e.acct.class, e.acct.state());
+        e.acct.class = class;
+        e.acct.priority = priority;
+        let near = e.acct.last_cpu().unwrap_or(CpuId(0));
+        if state != RunState::Ready {
+            return Ok(Vec::new());
+        }
+        // Into its new class's FIFO, and kicked as on a wake (a new
+        // realtime entity preempts a timeshare one).
+        st.ready.remove(id, old);
+        st.ready.push_back(id, class);
+        Ok(self.kick_for(st, id, near, false).into_iter().collect())
+    }
+
+    fn set_affinity(
+        &self,
+        id: EntityId,
+        affinity: CpuSet,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _p = crate::profiler::scope("global_rr::set_affinity");
+        let affinity = validate_affinity(&affinity, &self.topology)?;
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let e = st.live_mut(id)?;
+        e.affinity = affinity;
+        let near = e.acct.last_cpu().unwrap_or(CpuId(0));
+        match e.acct.state() {
+            // It leaves a CPU it may no longer use at that CPU's next call.
+            RunState::Running(c) if !e.affinity.contains(c) => Ok(vec![c]),
+            RunState::Ready => Ok(self.kick_for(st, id, near, false).into_iter().collect()),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    fn mode(&self) -> Mode {
+        self.current_mode()
+    }
+
+    /// The quantum follows at the next dispatch; placement has no mode.
+    fn set_mode(&self, mode: Mode, _now: Nanos) -> Vec<CpuId> {
+        self.mode.store(mode as u8, Ordering::Relaxed);
+        Vec::new()
+    }
+
+    fn set_cpu_enabled(
+        &self,
+        cpu: CpuId,
+        enabled: bool,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _p = crate::profiler::scope("global_rr::set_cpu_enabled");
+        if self.topology.cpu(cpu).is_none() {
+            return Err(SchedError::UnknownCpu(cpu));
+        }
+        let mut st = self.state.lock();
+        let ci = cpu.0 as usize;
+        if st.in_service[ci] == enabled {
+            return Ok(Vec::new());
+        }
+        if !enabled && st.in_service.iter().filter(|on| **on).count() == 1 {
+            return Err(SchedError::LastCpuInService(cpu));
+        }
+        st.in_service[ci] = enabled;
+        // Out of service: what it runs leaves at its next call, which also
+        // kicks a CPU for it. Back: it looks at the queue.
+        st.cpus[ci].kick_pending = true;
+        Ok(vec![cpu])
     }
 
     /// Recorded but without effect: this policy has no idle-core search.
@@ -480,10 +600,12 @@ impl super::VcpuScheduler for GlobalRoundRobin {
                     st.cores[info.core.0 as usize].foreign(info.smt_index as usize, now);
                 s.core_load =
                     utilisation(core.cpus.iter().map(|c| st.cpus[c.0 as usize].times(now)));
+                s.in_service = st.in_service[info.id.0 as usize];
                 s
             })
             .collect();
         SchedSnapshot {
+            mode: self.current_mode(),
             now,
             policy: "global-rr".into(),
             entities,

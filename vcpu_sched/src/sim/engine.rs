@@ -14,6 +14,7 @@
 //!
 //! All randomness comes from one ChaCha8 stream, so a seed fixes the run.
 
+use super::change::Change;
 use super::dist::{rng_from_seed, SimRng};
 use super::events::{EvKind, EventQueue};
 use super::model::{Cpu, Ent, Group, Lock, Model, Phase, State, NONE};
@@ -168,6 +169,10 @@ impl Engine {
                 self.wake(e, 0, None)?;
             }
         }
+        for (i, c) in self.w.changes.iter().enumerate() {
+            let at = c.at_us.saturating_mul(1000);
+            self.events_q.push(at, EvKind::Change, i as u32, 0);
+        }
         while let Some(ev) = self.events_q.pop() {
             if ev.time > self.end {
                 break;
@@ -191,6 +196,10 @@ impl Engine {
                         self.events += 1;
                         self.wake(e, now, None)?;
                     }
+                }
+                EvKind::Change => {
+                    self.events += 1;
+                    self.on_change(ev.idx as usize, now)?;
                 }
             }
         }
@@ -272,6 +281,73 @@ impl Engine {
         self.do_schedule(c, now, reason)?;
         if self.cpus[c].current == prev && self.in_window(now) {
             self.cpus[c].kicks_wasted += 1;
+        }
+        Ok(())
+    }
+
+    /// Make the workload's change `i` through the scheduler's runtime API,
+    /// tell the monitor, and deliver the kicks it asks for.
+    fn on_change(&mut self, i: usize, now: Nanos) -> Result<(), SimError> {
+        let spec = self.w.changes[i].clone();
+        let members = |g: &str| {
+            let gi = self.w.groups.iter().position(|x| x.name == g);
+            (0..self.ents.len())
+                .filter(|e| Some(self.ents[*e].group as usize) == gi)
+                .collect::<Vec<usize>>()
+        };
+        let mut kicks = Vec::new();
+        match spec.kind()? {
+            Change::CpuEnabled { cpu, enabled } => {
+                if cpu as usize >= self.cpus.len() {
+                    return Err(SimError::Invalid(format!(
+                        "change at {} us: CPU {cpu} is not in the topology",
+                        spec.at_us
+                    )));
+                }
+                kicks = self.sched.set_cpu_enabled(CpuId(cpu), enabled, now)?;
+                self.monitor.set_cpu_enabled(CpuId(cpu), enabled);
+            }
+            Change::Mode(mode) => {
+                kicks = self.sched.set_mode(mode, now);
+                self.monitor
+                    .set_low_latency(mode == crate::Mode::LowLatency);
+            }
+            Change::Affinity { group, affinity } => {
+                let effective = affinity.intersection(&self.topo.all_cpus());
+                for e in members(group) {
+                    let id = self.ents[e].id;
+                    kicks.extend(self.sched.set_affinity(id, affinity.clone(), now)?);
+                    self.monitor.set_affinity(id, effective.clone());
+                }
+            }
+            Change::Class {
+                group,
+                class,
+                priority,
+            } => {
+                for e in members(group) {
+                    kicks.extend(
+                        self.sched
+                            .set_class(self.ents[e].id, class, priority, now)?,
+                    );
+                }
+            }
+            Change::Priority { group, priority } => {
+                for e in members(group) {
+                    kicks.extend(self.sched.set_priority(self.ents[e].id, priority, now)?);
+                }
+            }
+        }
+        if self.trace > 0 {
+            eprintln!("{now:>12} change {i}: {spec:?} -> kicks {kicks:?}");
+        }
+        for k in kicks {
+            let c = k.0 as usize;
+            if c >= self.cpus.len() {
+                return Err(SimError::Sched(crate::SchedError::UnknownCpu(k)));
+            }
+            self.monitor.kick_sent(k);
+            self.send_kick(c, now);
         }
         Ok(())
     }

@@ -16,9 +16,11 @@ pub(super) enum EvKind {
     Kick,
     /// An entity's sleep ends (stale unless `gen` matches).
     SleepEnd,
+    /// The workload's change number `idx` is made.
+    Change,
 }
 
-/// One event: `idx` is a CPU (timer, kick) or a vCPU (sleep end).
+/// One event: `idx` is a CPU (timer, kick), a vCPU (sleep end) or a change.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Ev {
     pub time: Nanos,

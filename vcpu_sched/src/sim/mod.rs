@@ -9,7 +9,8 @@
 //! same workload and seed give the same [`SimReport`], bit for bit (apart
 //! from [`report::HostTiming`]).
 //!
-//! - [`workload`]: the input ([`Workload`], TOML or builder API);
+//! - [`workload`]: the input ([`Workload`], TOML or builder API), with
+//!   [`change`]s made while it runs (the scheduler's runtime API);
 //! - [`dist`]: burst / sleep distributions and the seeded random stream;
 //! - `events`: the event queue (time, then sequence number);
 //! - `model`: the vCPUs' behaviour and the simulator's own measurements;
@@ -30,6 +31,7 @@
 //! assert_eq!(report.violations.total(), 0);
 //! ```
 
+pub mod change;
 mod collect;
 pub mod dist;
 pub mod engine;
@@ -39,6 +41,7 @@ mod model;
 pub mod report;
 pub mod workload;
 
+pub use change::ChangeSpec;
 pub use dist::Dist;
 pub use engine::{run, Simulator};
 pub use report::{SimReport, Violations};

@@ -25,6 +25,7 @@
 //! sleep = "never"                         # CPU hog
 //! ```
 
+use super::change::{Change, ChangeSpec};
 use super::dist::Dist;
 use crate::{CpuSet, SchedClass, SchedConfig};
 use serde::{Deserialize, Serialize};
@@ -254,6 +255,10 @@ pub struct Workload {
     /// The vCPU groups.
     #[serde(default, rename = "group")]
     pub groups: Vec<GroupSpec>,
+    /// Changes made while it runs (CPUs out of service, mode, affinity,
+    /// class), in any order.
+    #[serde(default, rename = "change", skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<ChangeSpec>,
 }
 
 fn default_kick_latency() -> f64 {
@@ -295,11 +300,17 @@ impl Workload {
             kick_latency_us: default_kick_latency(),
             sched: SchedConfig::default(),
             groups: Vec::new(),
+            changes: Vec::new(),
         }
     }
     /// Add a group.
     pub fn group(mut self, g: GroupSpec) -> Self {
         self.groups.push(g);
+        self
+    }
+    /// Add a change made while it runs.
+    pub fn change(mut self, c: ChangeSpec) -> Self {
+        self.changes.push(c);
         self
     }
     /// Set the seed.
@@ -432,6 +443,17 @@ impl Workload {
                         ))
                     }
                 }
+            }
+        }
+        for c in &self.changes {
+            let group = match c.kind()? {
+                Change::Affinity { group, .. }
+                | Change::Class { group, .. }
+                | Change::Priority { group, .. } => Some(group),
+                Change::CpuEnabled { .. } | Change::Mode(_) => None,
+            };
+            if let Some(g) = group.filter(|g| !self.groups.iter().any(|o| o.name == *g)) {
+                return bad(format!("change at {} us: unknown group {g:?}", c.at_us));
             }
         }
         Ok(())

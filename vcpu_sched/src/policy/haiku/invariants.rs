@@ -93,6 +93,14 @@ impl HaikuScheduler {
                 if !allowed {
                     return Err(format!("{id:?} queued in {queue:?} outside its affinity"));
                 }
+                let may_run_elsewhere = (0..self.m.cpus.len() as u32)
+                    .map(CpuId)
+                    .any(|c| e.allowed().contains(c) && self.m.in_service(c));
+                if !self.m.serves(queue) && may_run_elsewhere {
+                    return Err(format!(
+                        "{id:?} waits in {queue:?}, which no CPU in service serves"
+                    ));
+                }
             }
             RunState::Running(cpu) => {
                 if !found.is_empty()

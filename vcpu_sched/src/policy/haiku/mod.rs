@@ -5,6 +5,8 @@
 //!   target, queue moves);
 //! - `schedule`: what a CPU does in `schedule` (stop the runner, pick,
 //!   steal, dispatch, time slice, kicks for what it leaves waiting);
+//! - `runtime`: changes while running (priority, class, affinity, mode,
+//!   CPUs out of service and back);
 //! - `stats`: the snapshot rows;
 //! - `invariants`: the structural checks tests and the simulator run.
 //!
@@ -95,22 +97,24 @@
 
 mod invariants;
 mod place;
+mod runtime;
 mod schedule;
 mod stats;
 
 use super::{SchedConfig, VcpuScheduler};
 use crate::entity::{Entity, Priority, RunState};
 use crate::mode::{ops_for, ModeOps};
-use crate::placement::Machine;
+use crate::placement::{Machine, OUT_OF_SERVICE_PRIO};
 use crate::stats::SchedSnapshot;
-use crate::tunables::{QuantumTable, Tunables};
-use crate::validate::{validate_config, validate_priority, validate_spec, validate_topology};
+use crate::tunables::{Mode, QuantumTable, Tunables};
+use crate::validate::{validate_config, validate_spec, validate_topology};
 use crate::{
-    CpuId, Dispatch, EntityId, EntitySpec, Nanos, SchedError, StopReason, Topology, WakeDecision,
+    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedClass, SchedError, StopReason,
+    Topology, WakeDecision,
 };
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 /// Stale or contended entries a CPU skips before giving up and idling for
@@ -151,6 +155,9 @@ struct CpuAcct {
     foreign_at_dispatch: bool,
     /// The last `schedule` idled on purpose (SMT isolation force idle).
     forced_idle: bool,
+    /// CPUs this `schedule` call must have kicked for entities it placed
+    /// elsewhere (scratch, empty between calls: no allocation usually).
+    kicks: Vec<CpuId>,
 }
 
 /// The entity `id` names in a slot of generation `generation`: an error
@@ -170,17 +177,30 @@ fn live(
         .ok_or(SchedError::UnknownEntity(id))
 }
 
+/// Index of a mode in `Mode::ALL`.
+fn mode_index(mode: Mode) -> u8 {
+    match mode {
+        Mode::LowLatency => 0,
+        Mode::PowerSaving => 1,
+    }
+}
+
 /// The Haiku-derived vCPU scheduler. See the module documentation.
 #[derive(Debug)]
 pub struct HaikuScheduler {
     m: Machine,
-    table: QuantumTable,
-    ops: Box<dyn ModeOps>,
+    /// The mode now (index into `Mode::ALL` and `ops`); switched at run
+    /// time by `set_mode`.
+    mode: AtomicU8,
+    /// Each mode's operations, indexed like `Mode::ALL`.
+    ops: [Box<dyn ModeOps>; 2],
     slots: Vec<Mutex<Slot>>,
     free: Mutex<FreeList>,
     /// Per CPU, each on its own cache lines.
     acct: Vec<CachePadded<Mutex<CpuAcct>>>,
     max_entities: usize,
+    /// Taken by `set_cpu_enabled` only: one change of service at a time.
+    service_change: Mutex<()>,
 }
 
 impl HaikuScheduler {
@@ -189,7 +209,6 @@ impl HaikuScheduler {
     pub fn new(topology: Topology, config: SchedConfig) -> Result<Self, SchedError> {
         validate_topology(&topology)?;
         validate_config(&config, super::PolicyKind::Haiku)?;
-        let table = *config.tunables.quantum_table(config.mode);
         let ncpus = topology.cpus.len();
         let m = Machine::new(
             topology,
@@ -199,8 +218,8 @@ impl HaikuScheduler {
         );
         Ok(HaikuScheduler {
             m,
-            table,
-            ops: ops_for(config.mode),
+            mode: AtomicU8::new(mode_index(config.mode)),
+            ops: Mode::ALL.map(ops_for),
             slots: (0..config.max_entities)
                 .map(|_| Mutex::new(Slot::default()))
                 .collect(),
@@ -209,12 +228,23 @@ impl HaikuScheduler {
                 .map(|_| CachePadded::new(Mutex::new(CpuAcct::default())))
                 .collect(),
             max_entities: config.max_entities,
+            service_change: Mutex::new(()),
         })
     }
 
-    /// The mode this instance runs in (fixed at construction).
-    pub fn mode(&self) -> crate::Mode {
-        self.ops.mode()
+    /// The mode it runs in now.
+    pub fn mode(&self) -> Mode {
+        Mode::ALL[self.mode.load(Ordering::Relaxed) as usize & 1]
+    }
+
+    /// The quantum table of the mode it runs in now.
+    fn table(&self) -> &QuantumTable {
+        self.tun().quantum_table(self.mode())
+    }
+
+    /// The operations of the mode it runs in now.
+    fn ops(&self) -> &dyn ModeOps {
+        &*self.ops[self.mode.load(Ordering::Relaxed) as usize & 1]
     }
 
     fn tun(&self) -> &Tunables {
@@ -266,7 +296,7 @@ impl VcpuScheduler for HaikuScheduler {
                 None => return Err(SchedError::TooManyEntities(self.max_entities)),
             }
         };
-        let prio = Priority::new(spec.class, spec.priority, self.tun(), &self.table);
+        let prio = Priority::new(spec.class, spec.priority, self.tun(), self.mode());
         let all_cpus = affinity.len() == self.m.cpus.len();
         let mut slot = self.slots[index as usize].lock();
         let id = EntityId::new(index, slot.generation);
@@ -321,8 +351,8 @@ impl VcpuScheduler for HaikuScheduler {
         e.load.slept(slept);
         e.load.update(self.tun().load_measure_interval);
         // Haiku's ShouldCancelPenalty: slept longer than half the mode's base quantum.
-        if slept > self.table.base_quantum / 2 {
-            e.prio.cancel_penalty(self.tun(), &self.table);
+        if slept > self.table().base_quantum / 2 {
+            e.prio.cancel_penalty(self.tun(), self.mode());
             e.used = 0;
         }
         e.woken_at = Some(now);
@@ -343,11 +373,27 @@ impl VcpuScheduler for HaikuScheduler {
         self.m.claim(cpu);
         acct.forced_idle = false;
         let requeued = self.stop_running(cpu, now, reason, &mut acct);
+        if !self.m.in_service(cpu) {
+            // Out of service: hand on whatever still waits for this CPU,
+            // run nothing, and stay claimed (never offered to wakers).
+            self.evacuate(cpu, now, &mut acct.kicks);
+            self.m.cpus[cpu.0 as usize]
+                .prio
+                .store(OUT_OF_SERVICE_PRIO, Ordering::Release);
+            if acct.idle_since.is_none() {
+                acct.idle_since = Some(now);
+            }
+            return Ok(Dispatch {
+                kicks: std::mem::take(&mut acct.kicks),
+                ..Dispatch::idle()
+            });
+        }
         let mut d = self.pick_next(cpu, now, &mut acct);
         if d.entity.is_none() {
             acct.idle_since = Some(now);
         }
         let forced_idle = acct.forced_idle;
+        let placed = std::mem::take(&mut acct.kicks);
         drop(acct);
         // A force-idled CPU hands on only the entity it requeued: the
         // entries it refused wait for its siblings to drain. The requeued
@@ -359,43 +405,63 @@ impl VcpuScheduler for HaikuScheduler {
         if self.m.smt_isolation && d.entity.is_some() {
             kicks.extend(self.idle_siblings_with_work(cpu));
         }
+        if !placed.is_empty() {
+            kicks.extend(placed.into_iter().filter(|k| *k != cpu));
+            kicks.sort_unstable();
+            kicks.dedup();
+        }
         d.kicks = kicks;
         Ok(d)
     }
 
-    fn set_priority(&self, id: EntityId, priority: u8, _now: Nanos) -> Result<(), SchedError> {
+    fn set_priority(
+        &self,
+        id: EntityId,
+        priority: u8,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
         let _p = crate::profiler::scope("set_priority");
-        let mut guard = self.slot(id)?.lock();
-        let Slot {
-            seq,
-            entity,
-            generation,
-        } = &mut *guard;
-        let e = live(entity, *generation, id)?;
-        validate_priority(e.prio.class, priority)?;
-        e.prio.set_base(priority, self.tun(), &self.table);
-        match e.state {
-            RunState::Queued {
-                queue,
-                seq: s,
-                level,
-            } => {
-                // Requeue at the new level; if it is being popped, the
-                // popping CPU already has it.
-                if self.m.remove(queue, id, s, level) {
-                    self.enqueue(e, id, seq, queue, false);
-                }
-            }
-            RunState::Running(cpu) => {
-                // Only while the CPU still shows it (it may be stopping it).
-                let slot = &self.m.cpus[cpu.0 as usize];
-                if slot.running.load(Ordering::SeqCst) == id.index() {
-                    slot.prio.store(e.prio.effective() as i32, Ordering::SeqCst);
-                }
-            }
-            RunState::Blocked => {}
-        }
-        Ok(())
+        self.set_priority_now(id, priority, now)
+    }
+
+    fn set_class(
+        &self,
+        id: EntityId,
+        class: SchedClass,
+        priority: u8,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _p = crate::profiler::scope("set_class");
+        self.set_class_now(id, class, priority, now)
+    }
+
+    fn set_affinity(
+        &self,
+        id: EntityId,
+        affinity: CpuSet,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _p = crate::profiler::scope("set_affinity");
+        self.set_affinity_now(id, affinity, now)
+    }
+
+    fn mode(&self) -> Mode {
+        HaikuScheduler::mode(self)
+    }
+
+    fn set_mode(&self, mode: Mode, _now: Nanos) -> Vec<CpuId> {
+        let _p = crate::profiler::scope("set_mode");
+        self.set_mode_now(mode)
+    }
+
+    fn set_cpu_enabled(
+        &self,
+        cpu: CpuId,
+        enabled: bool,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _p = crate::profiler::scope("set_cpu_enabled");
+        self.set_cpu_enabled_now(cpu, enabled, now)
     }
 
     fn set_idle_core_search(&self, on: bool) {
@@ -417,6 +483,7 @@ impl VcpuScheduler for HaikuScheduler {
             .map(|c| self.cpu_stats(CpuId(c), now))
             .collect();
         SchedSnapshot {
+            mode: self.mode(),
             now,
             policy: self.name().to_string(),
             entities,

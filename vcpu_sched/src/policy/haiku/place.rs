@@ -21,7 +21,9 @@ impl HaikuScheduler {
         origin: Option<CpuId>,
         now: Nanos,
     ) -> Candidate<'a> {
-        let prev = e.last_cpu;
+        // A previous CPU its affinity no longer holds is no place to
+        // return to (its affinity changed since).
+        let prev = e.last_cpu.filter(|p| e.allowed().contains(*p));
         let first = e.affinity.first().unwrap_or(CpuId(0));
         let warm = prev.is_some_and(|p| {
             let active = self.m.cores[self.m.core_of(p).0 as usize]
@@ -55,15 +57,15 @@ impl HaikuScheduler {
                 self.m.try_claim(p, &c) || self.m.must_preempt(p, c.class, c.effective, delta);
             return (p, kick);
         }
-        if let Some(cpu) = self.ops.find_idle(&self.m, &c, self.tun()) {
+        if let Some(cpu) = self.ops().find_idle(&self.m, &c, self.tun()) {
             return (cpu, true);
         }
         let core = match c.prev {
             Some(p) if c.warm => self
-                .ops
+                .ops()
                 .rebalance(&self.m, &c, self.m.core_of(p), self.tun()),
             _ => self
-                .ops
+                .ops()
                 .choose_core(&self.m, &c, self.tun())
                 .unwrap_or(self.m.core_of(c.origin)),
         };
@@ -109,6 +111,66 @@ impl HaikuScheduler {
         self.m.push(q, entry, front);
     }
 
+    /// `enqueue`, then make sure a CPU in service picks from that queue.
+    /// A queue no CPU in service serves (its CPU, or every CPU of its
+    /// core, was taken out of service) keeps the entity only if it may run
+    /// nowhere else; otherwise it moves to a queue that is served. Returns
+    /// that move's target and kick. The check follows the push: a CPU
+    /// taken out of service drains its queues after it is marked, so a
+    /// push either lands before the drain (and is moved by it) or sees
+    /// the mark.
+    pub(super) fn enqueue_served(
+        &self,
+        e: &mut Entity,
+        id: EntityId,
+        seq: &mut u64,
+        q: QueueRef,
+        front: bool,
+        now: Nanos,
+    ) -> Option<(CpuId, bool)> {
+        self.enqueue(e, id, seq, q, front);
+        if self.m.serves(q) {
+            return None;
+        }
+        let (cpu, kick) = self.served_target(e, id, now)?;
+        if !self.move_queued(e, id, seq, cpu) {
+            if kick {
+                // Being dispatched already (by a CPU that will see it is
+                // not allowed there): give a claimed idle CPU back.
+                self.m.set_available(cpu);
+            }
+            return None;
+        }
+        Some((cpu, kick))
+    }
+
+    /// A CPU in service for an entity, and whether to kick it: an idle one
+    /// (claimed), else one of the least loaded core in service. `None` if
+    /// every CPU it may use is out of service.
+    fn served_target(&self, e: &Entity, id: EntityId, now: Nanos) -> Option<(CpuId, bool)> {
+        let c = self.candidate(e, id, None, now);
+        if let Some(cpu) = self.m.find_idle_cpu(&c) {
+            return Some((cpu, true));
+        }
+        let served = |cpu: CpuId| self.m.serves(self.m.queue_for(e.allowed(), cpu));
+        let cpu = self
+            .m
+            .least_loaded_core(&c)
+            .and_then(|core| self.m.choose_cpu_in_core(core, &c))
+            .filter(|cpu| served(*cpu))
+            .or_else(|| {
+                // The sample missed: any allowed CPU in service (rare path,
+                // O(allowed CPUs)).
+                let n = self.m.cpus.len() as u32;
+                (0..n)
+                    .map(CpuId)
+                    .filter(|cpu| e.allowed().contains(*cpu))
+                    .find(|cpu| served(*cpu))
+            })?;
+        let delta = self.tun().wake_preempt_priority_delta;
+        Some((cpu, self.m.must_preempt(cpu, c.class, c.effective, delta)))
+    }
+
     /// Move a queued entity to the queue serving `cpu`; false if a CPU is
     /// popping it right now (then it is about to run anyway).
     pub(super) fn move_queued(
@@ -134,9 +196,7 @@ impl HaikuScheduler {
         true
     }
 
-    /// Place a waking entity and decide the kick. After enqueueing without
-    /// a kick, search the idle bitmaps once more (the other half of the
-    /// lost-wake-up protocol, see the module docs).
+    /// Place a waking entity and decide the kick (see `place`).
     pub(super) fn place_woken(
         &self,
         e: &mut Entity,
@@ -144,12 +204,28 @@ impl HaikuScheduler {
         seq: &mut u64,
         now: Nanos,
     ) -> WakeDecision {
-        let _p = crate::profiler::scope("haiku::place_woken");
+        e.queued_at = now;
+        self.place(e, id, seq, now)
+    }
+
+    /// Place a runnable entity that is in no queue as on a wake and decide
+    /// the kick. After enqueueing without a kick, search the idle bitmaps
+    /// once more (the other half of the lost-wake-up protocol, see the
+    /// module docs).
+    pub(super) fn place(
+        &self,
+        e: &mut Entity,
+        id: EntityId,
+        seq: &mut u64,
+        now: Nanos,
+    ) -> WakeDecision {
+        let _p = crate::profiler::scope("haiku::place");
         let (cpu, kick) = self.choose_target(e, id, now);
         let q = self.m.queue_for(e.allowed(), cpu);
         self.m.roll(self.m.core_of_queue(q), now);
-        e.queued_at = now;
-        self.enqueue(e, id, seq, q, false);
+        if let Some((y, kick)) = self.enqueue_served(e, id, seq, q, false, now) {
+            return WakeDecision { cpu: y, kick };
+        }
         if kick {
             return WakeDecision { cpu, kick };
         }
@@ -184,7 +260,7 @@ impl HaikuScheduler {
             return QueueRef::Pinned(cpu);
         }
         let c = self.candidate(e, id, Some(cpu), now);
-        let target = self.ops.rebalance(&self.m, &c, core, self.tun());
+        let target = self.ops().rebalance(&self.m, &c, core, self.tun());
         // Never away from an idle sibling, never onto a core with an idle
         // CPU: nobody would kick those CPUs for it.
         let has_idle = |k: CoreId| {

@@ -70,26 +70,31 @@ impl HaikuScheduler {
         }
         let id = e.id;
         e.refresh_load(&self.m);
-        match e.after_stop(reason, self.tun(), &self.table) {
-            After::Block => {
-                e.state = RunState::Blocked;
-                e.slept_at = now;
-                e.uncharge_block(&self.m);
-                None
-            }
-            After::Front => {
-                e.queued_at = now;
-                let q = self.m.queue_for(e.allowed(), cpu);
-                self.enqueue(e, id, seq, q, true);
-                Some(id)
-            }
-            After::Back => {
-                e.queued_at = now;
-                let q = self.requeue_target(e, id, cpu, now);
-                self.enqueue(e, id, seq, q, false);
-                Some(id)
-            }
+        let after = e.after_stop(reason, self.tun(), self.mode());
+        if after == After::Block {
+            e.state = RunState::Blocked;
+            e.slept_at = now;
+            e.uncharge_block(&self.m);
+            return None;
         }
+        e.queued_at = now;
+        if !self.m.in_service(cpu) || !e.allowed().contains(cpu) {
+            // This CPU left service, or the entity's affinity no longer
+            // holds it: placed elsewhere as on a wake.
+            let d = self.place(e, id, seq, now);
+            if d.kick {
+                acct.kicks.push(d.cpu);
+            }
+            return None;
+        }
+        let (q, front) = match after {
+            After::Front => (self.m.queue_for(e.allowed(), cpu), true),
+            _ => (self.requeue_target(e, id, cpu, now), false),
+        };
+        if let Some((y, true)) = self.enqueue_served(e, id, seq, q, front, now) {
+            acct.kicks.push(y);
+        }
+        Some(id)
     }
 
     /// Best entry of the CPU's pinned queue and its core's queue.
@@ -230,9 +235,19 @@ impl HaikuScheduler {
             self.free_slot(entry.id.index(), &mut guard);
             return None;
         }
+        if !e.allowed().contains(cpu) || !self.m.in_service(cpu) {
+            // Popped while its affinity changed or this CPU left service.
+            let d = self.place(e, entry.id, seq, now);
+            if d.kick {
+                acct.kicks.push(d.cpu);
+            }
+            return None;
+        }
         let core = self.m.core_of(cpu);
         if !self.m.occupy(core, e.vm) {
-            self.enqueue(e, entry.id, seq, queue, true);
+            if let Some((y, true)) = self.enqueue_served(e, entry.id, seq, queue, true, now) {
+                acct.kicks.push(y);
+            }
             return None;
         }
         e.account_dispatch(&self.m, cpu, now);
@@ -260,10 +275,24 @@ impl HaikuScheduler {
         let ready = self.m.ready_on_core(core) + 1;
         let cpus = self.m.core_cpus(core).len();
         let realtime = e.prio.class == SchedClass::Realtime;
-        let mut full = full_quantum(&self.table, e.prio.base_quantum(), realtime, ready, cpus);
-        if time_left(&self.table, full, e.used).is_none() {
-            e.end_quantum(self.tun(), &self.table);
-            full = full_quantum(&self.table, e.prio.base_quantum(), realtime, ready, cpus);
+        let (mode, t) = (self.mode(), self.tun());
+        let table = t.quantum_table(mode);
+        let mut full = full_quantum(
+            table,
+            e.prio.base_quantum_in(t, mode),
+            realtime,
+            ready,
+            cpus,
+        );
+        if time_left(table, full, e.used).is_none() {
+            e.end_quantum(t, mode);
+            full = full_quantum(
+                table,
+                e.prio.base_quantum_in(t, mode),
+                realtime,
+                ready,
+                cpus,
+            );
         }
         e.quantum_full = full;
         full.saturating_sub(e.used).max(1)

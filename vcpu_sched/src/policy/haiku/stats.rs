@@ -48,6 +48,7 @@ impl HaikuScheduler {
             smt_corun_foreign: a.foreign,
             idle_while_waiting: a.idle_while_waiting,
             core_load: self.m.core_load(self.m.core_of(cpu), now),
+            in_service: self.m.in_service(cpu),
         }
     }
 }

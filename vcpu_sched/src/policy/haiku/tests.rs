@@ -87,6 +87,14 @@ impl Drv {
         d
     }
 
+    /// Deliver the kicks a runtime change asks for.
+    fn deliver(&mut self, kicks: Vec<CpuId>) {
+        for k in kicks {
+            self.sched(k, self.kick_reason(k));
+        }
+        self.s.check_invariants().unwrap();
+    }
+
     fn cpu_of(&self, id: EntityId) -> Option<u32> {
         self.run
             .iter()
@@ -828,4 +836,187 @@ fn fruitless_balance_search_is_remembered_for_the_core_epoch() {
 #[test]
 fn stale_handles_are_refused() {
     crate::testkit::stale_handles_are_refused(crate::PolicyKind::Haiku);
+}
+
+// ---- changes while running ----
+
+#[test]
+fn affinity_changes_keep_handle_penalty_and_statistics() {
+    let mut d = Drv::new("1x4x1", |_| {});
+    let a = d.ts(0, Some("0"));
+    d.wake(a);
+    assert_eq!(d.cpu_of(a), Some(0));
+    d.run_until(5 * MS);
+    let before = d.stats(a);
+    let (_, _, penalty) = d.s.debug_priority(a);
+    assert!(penalty > 0, "a hog collects a penalty");
+    // Running on CPU 0, now allowed on 2-3 only: CPU 0 is to be kicked,
+    // and its next schedule moves it.
+    let kicks =
+        d.s.set_affinity(a, CpuSet::parse_list("2-3").unwrap(), d.now)
+            .unwrap();
+    assert_eq!(kicks, vec![CpuId(0)]);
+    d.deliver(kicks);
+    let cpu = d.cpu_of(a).expect("runs");
+    assert!((2..=3).contains(&cpu), "now on {cpu}");
+    let after = d.stats(a);
+    assert_eq!(after.id, a);
+    assert!(after.run_time >= before.run_time && after.quantum_ends >= before.quantum_ends);
+    assert_eq!(d.s.debug_priority(a).2, penalty, "penalty kept");
+    // Waiting behind another entity on CPU 2 only, then widened to an idle
+    // CPU: moved there and that CPU kicked.
+    let b = d.ts(0, Some("2-3"));
+    let c = d.ts(0, Some("2-3"));
+    d.wake(b);
+    d.wake(c);
+    let waiting = [a, b, c]
+        .into_iter()
+        .find(|x| d.cpu_of(*x).is_none())
+        .expect("two CPUs, three hogs");
+    let kicks =
+        d.s.set_affinity(waiting, CpuSet::parse_list("0-3").unwrap(), d.now)
+            .unwrap();
+    assert_eq!(kicks.len(), 1, "{kicks:?}");
+    assert!(kicks[0].0 < 2, "an idle CPU: {kicks:?}");
+    d.deliver(kicks);
+    assert!(d.cpu_of(waiting).is_some_and(|c| c < 2));
+    // Bad input.
+    assert_eq!(
+        d.s.set_affinity(a, CpuSet::single(CpuId(9)), d.now),
+        Err(SchedError::EmptyAffinity)
+    );
+}
+
+#[test]
+fn class_change_to_realtime_preempts_and_back() {
+    let mut d = Drv::new("1x1x1", |_| {});
+    let hog = d.ts(0, None);
+    let other = d.ts(1, None);
+    d.wake(hog);
+    d.wake(other);
+    assert_eq!(d.cpu_of(hog), Some(0));
+    // The waiting one becomes realtime: it preempts the timeshare hog.
+    let kicks =
+        d.s.set_class(other, SchedClass::Realtime, 110, d.now)
+            .unwrap();
+    assert_eq!(kicks, vec![CpuId(0)]);
+    d.deliver(kicks);
+    assert_eq!(d.cpu_of(other), Some(0));
+    assert_eq!(d.s.debug_priority(other).0, 110);
+    assert_eq!(
+        d.s.set_class(other, SchedClass::Timeshare, 110, d.now),
+        Err(SchedError::BadPriority {
+            class: SchedClass::Timeshare,
+            priority: 110
+        })
+    );
+    // Back to timeshare while running: no kick, its priority follows.
+    assert!(d
+        .s
+        .set_class(other, SchedClass::Timeshare, 10, d.now)
+        .unwrap()
+        .is_empty());
+    assert_eq!(d.s.debug_priority(other).0, 10);
+    assert_eq!(d.stats(other).id, other);
+}
+
+#[test]
+fn mode_switch_changes_the_quanta_live() {
+    let mut d = Drv::new("1x1x1", |_| {});
+    let a = d.ts(0, None);
+    d.wake(a);
+    // Low latency, E = 10, alone: min(cap 5000, base 2000) us.
+    assert_eq!(d.slice_end[0] - d.now, 2000 * US);
+    assert_eq!(d.s.mode(), Mode::LowLatency);
+    assert!(d.s.set_mode(Mode::PowerSaving, d.now).is_empty());
+    assert_eq!(VcpuScheduler::mode(&d.s), Mode::PowerSaving);
+    d.now += 2000 * US;
+    d.sched(CpuId(0), StopReason::QuantumEnd);
+    // Power saving: E = 9 after one quantum end, base 2000 us x 3..10.
+    let (e, _, _) = d.s.debug_priority(a);
+    let want = crate::quantum::base_quantum(&crate::tunables::QuantumTable::POWER_SAVING, e);
+    assert_eq!(d.slice_end[0] - d.now, want);
+    assert!(want > 6000 * US);
+    // The same mode again changes nothing.
+    assert!(d.s.set_mode(Mode::PowerSaving, d.now).is_empty());
+}
+
+#[test]
+fn cpu_out_of_service_hands_everything_on_and_comes_back() {
+    let mut d = Drv::new("1x2x2", |_| {});
+    let free: Vec<EntityId> = (0..3).map(|_| d.ts(0, None)).collect();
+    let pinned = d.ts(0, Some("3"));
+    for e in &free {
+        d.wake(*e);
+    }
+    d.wake(pinned);
+    assert_eq!(d.cpu_of(pinned), Some(3));
+    // CPU 3 out: the CPU itself is kicked; its runner goes elsewhere...
+    let kicks = d.s.set_cpu_enabled(CpuId(3), false, d.now).unwrap();
+    assert!(kicks.contains(&CpuId(3)), "{kicks:?}");
+    d.deliver(kicks);
+    assert_eq!(d.run[3], None, "nothing runs out of service");
+    // ... except the entity pinned to it, which waits for it.
+    assert_eq!(d.cpu_of(pinned), None);
+    for e in &free {
+        assert!(d.cpu_of(*e).is_some_and(|c| c != 3), "{e:?}");
+    }
+    d.run_until(20 * MS);
+    assert_eq!(d.run[3], None);
+    assert_eq!(d.cpu_of(pinned), None);
+    let snap = d.s.snapshot(d.now);
+    assert!(!snap.cpus[3].in_service);
+    // Nothing is placed on it, also not by a wake.
+    let late = d.ts(0, None);
+    let w = d.wake(late).unwrap();
+    assert_ne!(w.cpu, CpuId(3));
+    // Back in service: kicked, it runs what waited for it.
+    let kicks = d.s.set_cpu_enabled(CpuId(3), true, d.now).unwrap();
+    assert_eq!(kicks, vec![CpuId(3)]);
+    d.deliver(kicks);
+    assert_eq!(d.cpu_of(pinned), Some(3));
+    // Not the last CPU in service.
+    for c in 0..3 {
+        let kicks = d.s.set_cpu_enabled(CpuId(c), false, d.now).unwrap();
+        d.deliver(kicks);
+    }
+    assert_eq!(
+        d.s.set_cpu_enabled(CpuId(3), false, d.now),
+        Err(SchedError::LastCpuInService(CpuId(3)))
+    );
+    assert_eq!(
+        d.s.set_cpu_enabled(CpuId(4), false, d.now),
+        Err(SchedError::UnknownCpu(CpuId(4)))
+    );
+    // Everything now runs on CPU 3 alone, in turn.
+    d.run_until(d.now + 50 * MS);
+    for e in free.iter().chain([&pinned, &late]) {
+        assert!(d.stats(*e).run_time > 0, "{e:?} ran");
+    }
+}
+
+#[test]
+fn a_whole_core_out_of_service_drains_its_queue() {
+    let mut d = Drv::new("1x2x2", |_| {});
+    let hogs: Vec<EntityId> = (0..6).map(|_| d.ts(0, None)).collect();
+    for e in &hogs {
+        d.wake(*e);
+    }
+    for c in [2, 3] {
+        let kicks = d.s.set_cpu_enabled(CpuId(c), false, d.now).unwrap();
+        d.deliver(kicks);
+    }
+    // Every hog waits on or runs on core 0 (the invariants check that no
+    // entity waits in core 1's queue).
+    d.run_until(10 * MS);
+    for e in &hogs {
+        if let Some(c) = d.cpu_of(*e) {
+            assert!(c < 2, "{e:?} on {c}");
+        }
+    }
+    for c in [2, 3] {
+        let kicks = d.s.set_cpu_enabled(CpuId(c), true, d.now).unwrap();
+        d.deliver(kicks);
+    }
+    assert!((0..4).all(|c| d.run[c].is_some()), "{:?}", d.run);
 }
