@@ -435,3 +435,68 @@ pub fn drive(
     ));
     Ok(())
 }
+
+/// The snapshot says where every entity is and what every CPU runs: on
+/// 1x2x1, two entities run, a third waits, a fourth is blocked.
+pub fn snapshot_says_where_entities_are(kind: crate::PolicyKind) {
+    use crate::stats::EntityState;
+    let cfg = crate::SchedConfig {
+        policy: kind,
+        ..crate::SchedConfig::default()
+    };
+    let s = crate::build(Topology::from_spec("1x2x1").unwrap(), cfg).unwrap();
+    let spec = |priority| EntitySpec {
+        vm: VmId(1),
+        class: SchedClass::Timeshare,
+        priority,
+        affinity: CpuSet::first_n(2),
+    };
+    let ids: Vec<EntityId> = (0..4)
+        .map(|i| s.add_entity(spec(10 + i), 0).unwrap())
+        .collect();
+    for id in &ids[..3] {
+        s.wake(*id, 1).unwrap();
+    }
+    let d0 = s.schedule(CpuId(0), 2, StopReason::Idle).unwrap();
+    let d1 = s.schedule(CpuId(1), 2, StopReason::Idle).unwrap();
+    let snap = s.snapshot(1_000);
+    let row = |id: EntityId| snap.entities.iter().find(|e| e.id == id).unwrap();
+    let running: Vec<EntityId> = [d0.entity, d1.entity].into_iter().flatten().collect();
+    assert_eq!(running.len(), 2, "{kind}");
+    for (cpu, d) in [(CpuId(0), &d0), (CpuId(1), &d1)] {
+        let e = row(d.entity.unwrap());
+        assert_eq!(e.state, EntityState::Running, "{kind}");
+        assert_eq!(e.cpu, Some(cpu), "{kind}");
+        assert_eq!(e.core.map(|c| c.0), Some(cpu.0), "{kind}");
+        assert_eq!(e.quantum_used, 998, "{kind}");
+        assert!(e.quantum >= d.quantum, "{kind}");
+        assert_eq!(e.affinity, CpuSet::first_n(2), "{kind}");
+        let c = &snap.cpus[cpu.0 as usize];
+        assert_eq!(c.running, d.entity, "{kind}");
+        assert_eq!(c.running_priority, Some(e.effective_priority), "{kind}");
+    }
+    let waiting = ids[..3].iter().find(|id| !running.contains(id)).unwrap();
+    let w = row(*waiting);
+    assert_eq!(w.state, EntityState::Waiting, "{kind}");
+    assert_eq!(
+        (w.class, w.base_priority),
+        (SchedClass::Timeshare, 10 + waiting.index() as u8)
+    );
+    assert_eq!(w.penalty, 0, "{kind}");
+    assert_eq!(row(ids[3]).state, EntityState::Blocked, "{kind}");
+    assert_eq!(row(ids[3]).cpu, None, "{kind}");
+    assert_eq!(snap.cores.len(), 2, "{kind}");
+    assert!(
+        snap.cores.iter().map(|c| c.ready).sum::<u32>() >= 1,
+        "{kind}"
+    );
+    assert_eq!(
+        snap.cores.iter().map(|c| c.running).sum::<u32>(),
+        2,
+        "{kind}"
+    );
+    assert_eq!(snap.mode, crate::Mode::LowLatency);
+    // Out of service, a CPU says so.
+    s.set_cpu_enabled(CpuId(1), false, 2_000).unwrap();
+    assert!(!s.snapshot(2_000).cpus[1].in_service, "{kind}");
+}

@@ -193,6 +193,7 @@ impl VcpuScheduler for TestFifo {
             policy: "test_fifo".into(),
             entities: Vec::new(),
             cpus: Vec::new(),
+            cores: Vec::new(),
         }
     }
 }

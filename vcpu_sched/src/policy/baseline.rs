@@ -22,8 +22,8 @@
 //! inconsistent input (times running backwards saturate to zero; an
 //! impossible transition is refused and reported through the return value).
 
-use crate::stats::{CpuStats, EntityStats, LatencyHistogram, MigrationCounts};
-use crate::{CpuId, EntityId, EntitySpec, Nanos, SchedClass, StopReason, Topology, VmId};
+use crate::stats::{CpuStats, EntityState, EntityStats, LatencyHistogram, MigrationCounts};
+use crate::{CpuId, CpuSet, EntityId, EntitySpec, Nanos, SchedClass, StopReason, Topology, VmId};
 use std::collections::VecDeque;
 
 /// Order of the classes: 0 runs first (realtime), 2 last (idle).
@@ -71,6 +71,8 @@ pub(crate) struct EntityAccount {
     /// Time used of the current quantum: [`stop`](Self::stop) adds the run
     /// time; the policy resets it when it grants a fresh quantum.
     pub slice_used: Nanos,
+    /// The slice granted at its last dispatch (the policy sets it).
+    pub quantum: Nanos,
     state: RunState,
     /// When the current state began.
     since: Nanos,
@@ -99,6 +101,7 @@ impl EntityAccount {
             class: spec.class,
             priority: spec.priority,
             slice_used: 0,
+            quantum: 0,
             state: RunState::Blocked,
             since: now,
             wake_at: None,
@@ -227,6 +230,11 @@ impl EntityAccount {
         let load = (u128::from(run) * 1000)
             .checked_div(u128::from(run) + u128::from(sleep))
             .unwrap_or(0) as u32;
+        let (state, cpu, used) = match self.state {
+            RunState::Running(c) => (EntityState::Running, Some(c), self.slice_used + open),
+            RunState::Ready => (EntityState::Waiting, None, self.slice_used),
+            RunState::Blocked => (EntityState::Blocked, None, self.slice_used),
+        };
         EntityStats {
             id: self.id,
             vm: self.vm,
@@ -240,6 +248,15 @@ impl EntityAccount {
             blocks: self.blocks,
             wakes: self.wakes,
             load,
+            state,
+            class: self.class,
+            effective_priority: self.priority,
+            penalty: 0,
+            quantum: self.quantum,
+            quantum_used: used,
+            cpu,
+            core: None,
+            affinity: CpuSet::new(),
         }
     }
 }
@@ -350,6 +367,8 @@ impl CpuAccount {
             idle_while_waiting: self.idle_while_waiting,
             core_load: 0,
             in_service: true,
+            running: self.current,
+            running_priority: None,
         }
     }
 }
@@ -480,7 +499,6 @@ impl ClassFifo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::CpuSet;
 
     fn spec(vm: u32) -> EntitySpec {
         EntitySpec {

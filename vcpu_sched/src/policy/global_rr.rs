@@ -29,6 +29,7 @@
 use super::baseline::{
     class_rank, utilisation, ClassFifo, CoreCorun, CpuAccount, EntityAccount, RunState,
 };
+use crate::stats::{CoreStats, EntityState, EntityStats};
 use crate::tunables::{Mode, Tunables};
 use crate::validate::{validate_affinity, validate_config, validate_priority, validate_spec};
 use crate::{
@@ -171,6 +172,7 @@ impl GlobalRoundRobin {
     /// quantum, or a fresh quantum if too little is left.
     fn slice(&self, acct: &mut EntityAccount) -> Nanos {
         let table = self.tunables.quantum_table(self.current_mode());
+        acct.quantum = table.base_quantum;
         let left = table.base_quantum.saturating_sub(acct.slice_used);
         if left == 0 || left <= table.minimal_quantum / 2 {
             acct.slice_used = 0;
@@ -581,11 +583,17 @@ impl super::VcpuScheduler for GlobalRoundRobin {
     fn snapshot(&self, now: Nanos) -> SchedSnapshot {
         let _p = crate::profiler::scope("global_rr::snapshot");
         let st = self.state.lock();
-        let entities = st
+        let core_of = |c: CpuId| self.topology.cpus[c.0 as usize].core;
+        let entities: Vec<EntityStats> = st
             .entities
             .iter()
             .filter_map(|s| match s {
-                Slot::Live(e) => Some(e.acct.stats(now)),
+                Slot::Live(e) => {
+                    let mut row = e.acct.stats(now);
+                    row.core = row.cpu.map(core_of);
+                    row.affinity = e.affinity.clone();
+                    Some(row)
+                }
                 _ => None,
             })
             .collect();
@@ -601,7 +609,34 @@ impl super::VcpuScheduler for GlobalRoundRobin {
                 s.core_load =
                     utilisation(core.cpus.iter().map(|c| st.cpus[c.0 as usize].times(now)));
                 s.in_service = st.in_service[info.id.0 as usize];
+                s.running_priority = s
+                    .running
+                    .and_then(|r| st.by_index(r))
+                    .map(|r| r.acct.priority);
                 s
+            })
+            .collect();
+        // One queue: a core's ready count is what waits that may run on it.
+        let cores = self
+            .topology
+            .cores
+            .iter()
+            .map(|core| {
+                let allowed = |e: &&EntityStats| core.cpus.iter().any(|c| e.affinity.contains(*c));
+                CoreStats {
+                    core: core.id,
+                    ready: entities
+                        .iter()
+                        .filter(|e| e.state == EntityState::Waiting)
+                        .filter(allowed)
+                        .count() as u32,
+                    running: core
+                        .cpus
+                        .iter()
+                        .filter(|c| st.cpus[c.0 as usize].current().is_some())
+                        .count() as u32,
+                    load: utilisation(core.cpus.iter().map(|c| st.cpus[c.0 as usize].times(now))),
+                }
             })
             .collect();
         SchedSnapshot {
@@ -610,6 +645,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
             policy: "global-rr".into(),
             entities,
             cpus,
+            cores,
         }
     }
 }
@@ -1060,6 +1096,11 @@ mod tests {
     #[test]
     fn stale_handles_are_refused() {
         testkit::stale_handles_are_refused(crate::PolicyKind::GlobalRoundRobin);
+    }
+
+    #[test]
+    fn snapshot_says_where_entities_are() {
+        testkit::snapshot_says_where_entities_are(crate::PolicyKind::GlobalRoundRobin);
     }
 
     #[test]

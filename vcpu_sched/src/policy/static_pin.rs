@@ -23,6 +23,7 @@
 //!   first.
 
 use super::baseline::{utilisation, ClassFifo, CoreCorun, CpuAccount, EntityAccount, RunState};
+use crate::stats::{CoreStats, EntityState};
 use crate::tunables::{Mode, Tunables};
 use crate::validate::{validate_affinity, validate_config, validate_priority, validate_spec};
 use crate::{
@@ -179,6 +180,7 @@ impl StaticPinning {
     /// The slice to grant: what is left of the quantum, or a fresh one.
     fn slice(&self, acct: &mut EntityAccount) -> Nanos {
         let table = self.tunables.quantum_table(self.current_mode());
+        acct.quantum = table.base_quantum;
         let left = table.base_quantum.saturating_sub(acct.slice_used);
         if left == 0 || left <= table.minimal_quantum / 2 {
             acct.slice_used = 0;
@@ -696,16 +698,28 @@ impl super::VcpuScheduler for StaticPinning {
         let mut entities = Vec::new();
         let mut cpus = Vec::with_capacity(self.cpus.len());
         let mut times = Vec::with_capacity(self.cpus.len());
+        let mut waiting = vec![0u32; self.cpus.len()];
         for (ci, m) in self.cpus.iter().enumerate() {
             let pc = m.lock();
-            entities.extend(
-                pc.entities
-                    .values()
-                    .filter(|e| !e.removed)
-                    .map(|e| e.acct.stats(now)),
-            );
+            let home = CpuId(ci as u32);
+            let core = self.topology.cpus[ci].core;
+            entities.extend(pc.entities.values().filter(|e| !e.removed).map(|e| {
+                let mut row = e.acct.stats(now);
+                if row.state == EntityState::Waiting {
+                    // It waits in its home's queue.
+                    row.cpu = Some(home);
+                }
+                row.core = row.cpu.map(|_| core);
+                row.affinity = e.affinity.clone();
+                row
+            }));
             let mut s = pc.acct.stats(now);
             s.idle_while_waiting = self.idle_while_waiting[ci].load(Ordering::Relaxed);
+            s.running_priority = s
+                .running
+                .and_then(|r| pc.entities.get(&r))
+                .map(|e| e.acct.priority);
+            waiting[ci] = pc.ready.len() as u32;
             times.push(pc.acct.times(now));
             cpus.push(s);
         }
@@ -717,6 +731,21 @@ impl super::VcpuScheduler for StaticPinning {
             s.core_load = utilisation(core.cpus.iter().map(|c| times[c.0 as usize]));
             s.in_service = self.cpu_in_service(info.id.0 as usize);
         }
+        let cores = self
+            .topology
+            .cores
+            .iter()
+            .map(|core| CoreStats {
+                core: core.id,
+                ready: core.cpus.iter().map(|c| waiting[c.0 as usize]).sum(),
+                running: core
+                    .cpus
+                    .iter()
+                    .filter(|c| cpus[c.0 as usize].running.is_some())
+                    .count() as u32,
+                load: utilisation(core.cpus.iter().map(|c| times[c.0 as usize])),
+            })
+            .collect();
         entities.sort_by_key(|e| e.id);
         SchedSnapshot {
             mode: self.current_mode(),
@@ -724,6 +753,7 @@ impl super::VcpuScheduler for StaticPinning {
             policy: "pinned".into(),
             entities,
             cpus,
+            cores,
         }
     }
 }
@@ -1047,6 +1077,11 @@ mod tests {
     #[test]
     fn stale_handles_are_refused() {
         testkit::stale_handles_are_refused(crate::PolicyKind::StaticPinning);
+    }
+
+    #[test]
+    fn snapshot_says_where_entities_are() {
+        testkit::snapshot_says_where_entities_are(crate::PolicyKind::StaticPinning);
     }
 
     #[test]

@@ -470,25 +470,7 @@ impl VcpuScheduler for HaikuScheduler {
 
     fn snapshot(&self, now: Nanos) -> SchedSnapshot {
         let _p = crate::profiler::scope("snapshot");
-        let entities = self
-            .slots
-            .iter()
-            .filter_map(|s| {
-                let g = s.lock();
-                let e = g.entity.as_ref().filter(|e| !e.removed)?;
-                Some(self.entity_stats(e, now))
-            })
-            .collect();
-        let cpus = (0..self.m.cpus.len() as u32)
-            .map(|c| self.cpu_stats(CpuId(c), now))
-            .collect();
-        SchedSnapshot {
-            mode: self.mode(),
-            now,
-            policy: self.name().to_string(),
-            entities,
-            cpus,
-        }
+        self.take_snapshot(now)
     }
 }
 

@@ -3,7 +3,7 @@
 use super::*;
 use crate::entity::{QueueRef, RunState};
 use crate::stats::EntityStats;
-use crate::{CpuSet, Mode, SchedClass, VmId};
+use crate::{CoreId, CpuSet, Mode, SchedClass, VmId};
 use std::sync::atomic::AtomicBool;
 
 const MS: Nanos = 1_000_000;
@@ -1019,4 +1019,47 @@ fn a_whole_core_out_of_service_drains_its_queue() {
         d.deliver(kicks);
     }
     assert!((0..4).all(|c| d.run[c].is_some()), "{:?}", d.run);
+}
+
+#[test]
+fn snapshot_says_where_entities_are() {
+    crate::testkit::snapshot_says_where_entities_are(crate::PolicyKind::Haiku);
+}
+
+#[test]
+fn snapshot_shows_penalty_quantum_and_queues() {
+    use crate::stats::EntityState;
+    let mut d = Drv::new("1x1x2", |_| {});
+    let hog = d.ts(0, None);
+    let pinned = d.ts(0, Some("1"));
+    let other = d.ts(0, None);
+    d.wake(hog);
+    d.run_until(3 * MS);
+    d.wake(other);
+    d.wake(pinned);
+    let snap = d.s.snapshot(d.now);
+    let row = |id: EntityId| snap.entities.iter().find(|e| e.id == id).unwrap().clone();
+    let runner = d.run[0].or(d.run[1]).unwrap();
+    let h = row(hog);
+    let (e, _, penalty) = d.s.debug_priority(hog);
+    assert_eq!((h.effective_priority, h.penalty), (e, penalty));
+    assert!(h.penalty > 0 && h.quantum_ends > 0);
+    assert!(h.quantum > 0);
+    // Both CPUs run; whoever waits is shown in its queue.
+    let waiting: Vec<_> = snap
+        .entities
+        .iter()
+        .filter(|e| e.state == EntityState::Waiting)
+        .collect();
+    assert_eq!(waiting.len(), 1, "{}", snap.to_table());
+    let w = waiting[0];
+    assert_eq!(w.core, Some(CoreId(0)));
+    if w.id == pinned {
+        assert_eq!(w.cpu, Some(CpuId(1)), "the pinned queue of CPU 1");
+    } else {
+        assert_eq!(w.cpu, None, "the core's queue");
+    }
+    assert_eq!(snap.cores[0].ready, 1);
+    assert_eq!(snap.cores[0].running, 2);
+    assert!(snap.cpus.iter().any(|c| c.running == Some(runner)));
 }
