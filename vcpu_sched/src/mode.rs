@@ -47,19 +47,42 @@ fn worth_moving(m: &Machine, c: &Candidate, core: CoreId, other: CoreId, t: &Tun
     gap >= c.load as i64 / cpus
 }
 
-/// Spread: a fully idle package, then a fully idle core, then any idle
-/// CPU; without idle CPUs, the least loaded core.
+/// Spread: the previous CPU if warm and idle (when a vCPU of the same VM
+/// woke it from another LLC, an idle core in the waker's LLC first); for
+/// a cold entity a fully idle package, then the LLC with the most idle
+/// cores; then a fully idle core nearest first, then any idle CPU; without
+/// idle CPUs, the least loaded core.
 #[derive(Debug)]
 pub(crate) struct LowLatency;
 
 impl ModeOps for LowLatency {
     fn find_idle(&self, m: &Machine, c: &Candidate, _t: &Tunables) -> Option<CpuId> {
-        // Same CPU first in the locality order: a warm cache beats spreading.
-        if let Some(prev) = c.prev.filter(|p| c.warm && m.try_claim(*p, c)) {
+        // Same CPU first in the locality order: a warm cache beats spreading
+        // (unless a vCPU of its VM woke it from another LLC, below).
+        let near_waker = |p: CpuId| c.waker_llc.is_none_or(|l| m.llc_of(p) == l);
+        if let Some(prev) = c
+            .prev
+            .filter(|p| c.warm && near_waker(*p) && m.try_claim(*p, c))
+        {
             return Some(prev);
         }
+        // Woken by a vCPU of its VM from another LLC: next to the data they
+        // share, while that LLC has an idle core; else its own warm CPU.
+        if let Some(llc) = c.waker_llc {
+            if let Some(cpu) = m.find_idle_core_in_llc(llc, c) {
+                return Some(cpu);
+            }
+            if let Some(prev) = c.prev.filter(|p| c.warm && m.try_claim(*p, c)) {
+                return Some(prev);
+            }
+        }
         if !c.warm {
+            // Cold: a fully idle package (Haiku), else the LLC with the most
+            // idle cores, so that unrelated vCPUs get a cache each.
             if let Some(cpu) = m.find_idle_package(c) {
+                return Some(cpu);
+            }
+            if let Some(cpu) = m.find_idle_core_in_emptiest_llc(c) {
                 return Some(cpu);
             }
         }

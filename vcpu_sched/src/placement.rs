@@ -196,6 +196,9 @@ pub(crate) struct Candidate<'a> {
     /// Rotating start of bounded searches, from the entity's own event
     /// counts (no shared cursor is written).
     pub rotor: usize,
+    /// Woken by an entity of its VM: the LLC that one runs (or last ran)
+    /// in, which may hold the data they share.
+    pub waker_llc: Option<LlcId>,
 }
 
 impl Machine {
@@ -597,6 +600,59 @@ impl Machine {
     /// The idle-core bit is a hint; this checks the CPUs themselves.
     fn core_fully_available(&self, core: CoreId) -> bool {
         self.core_cpus(core).iter().all(|s| self.is_available(*s))
+    }
+
+    /// Fully idle cores of an LLC (the population of its idle-core bitmap;
+    /// a hint, as the bits are).
+    fn idle_cores_in(&self, llc: LlcId) -> u32 {
+        self.idle.core_words[llc.0 as usize]
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed).count_ones())
+            .sum()
+    }
+
+    /// LLC spreading (beyond Haiku, which has no level between core and
+    /// package): the LLC with the most fully idle cores that the entity
+    /// may use, the nearest to the origin among equals; claims a CPU of an
+    /// idle core there. O(LLCs), on the cold-placement path only.
+    pub fn find_idle_core_in_emptiest_llc(&self, c: &Candidate) -> Option<CpuId> {
+        if self.topo.llcs.len() < 2
+            || !self.idle_core_search.load(Ordering::Relaxed)
+            || !self.any_available()
+        {
+            return None;
+        }
+        let origin_llc = self.topo.cpus[c.origin.0 as usize].llc;
+        let mut best: Option<(u32, LlcId)> = None;
+        for &llc in &self.llc_order[origin_llc.0 as usize] {
+            if !self.llc_may_have_available(llc) {
+                continue;
+            }
+            let usable = c.affinity.all
+                || self.topo.llcs[llc.0 as usize]
+                    .cpus
+                    .iter()
+                    .any(|x| c.affinity.contains(*x));
+            let n = if usable { self.idle_cores_in(llc) } else { 0 };
+            if n > best.map_or(0, |b| b.0) {
+                best = Some((n, llc));
+            }
+        }
+        let (_, llc) = best?;
+        self.scan_llc_cores(llc, c.rotor, c, |_| true)
+    }
+
+    /// A fully idle core of `llc`, claimed (a waker's LLC).
+    pub fn find_idle_core_in_llc(&self, llc: LlcId, c: &Candidate) -> Option<CpuId> {
+        if !self.idle_core_search.load(Ordering::Relaxed) || !self.llc_may_have_available(llc) {
+            return None;
+        }
+        self.scan_llc_cores(llc, c.rotor, c, |_| true)
+    }
+
+    /// The LLC of a CPU.
+    pub fn llc_of(&self, cpu: CpuId) -> LlcId {
+        self.topo.cpus[cpu.0 as usize].llc
     }
 
     /// A fully idle package other than the origin's (Haiku's idle package

@@ -60,6 +60,12 @@ pub fn stale_handles_are_refused(kind: crate::PolicyKind) {
     assert_eq!(b.index(), a.index(), "{kind}: the slot is reused");
     assert_ne!(b, a, "{kind}: with a new generation");
     assert_eq!(s.wake(a, 3), Err(SchedError::StaleEntity(a)), "{kind}");
+    assert_eq!(s.wake_by(a, b, 3), Err(SchedError::StaleEntity(a)));
+    assert_eq!(
+        s.wake_by(b, a, 3),
+        Err(SchedError::StaleEntity(a)),
+        "{kind}: a stale waker is refused too"
+    );
     assert_eq!(s.remove_entity(a, 3), Err(SchedError::StaleEntity(a)));
     assert_eq!(s.set_priority(a, 20, 3), Err(SchedError::StaleEntity(a)));
     // b was not touched by any of that: it is still blocked.

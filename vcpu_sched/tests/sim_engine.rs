@@ -110,6 +110,14 @@ impl VcpuScheduler for TestFifo {
             },
         }))
     }
+    fn wake_by(
+        &self,
+        id: EntityId,
+        _waker: EntityId,
+        now: Nanos,
+    ) -> Result<Option<WakeDecision>, SchedError> {
+        self.wake(id, now)
+    }
     fn schedule(
         &self,
         cpu: CpuId,

@@ -392,6 +392,17 @@ impl super::VcpuScheduler for GlobalRoundRobin {
         }))
     }
 
+    /// No placement to make near the waker: one queue.
+    fn wake_by(
+        &self,
+        id: EntityId,
+        waker: EntityId,
+        now: Nanos,
+    ) -> Result<Option<WakeDecision>, SchedError> {
+        self.state.lock().live(waker)?;
+        self.wake(id, now)
+    }
+
     fn schedule(&self, cpu: CpuId, now: Nanos, reason: StopReason) -> Result<Dispatch, SchedError> {
         let _p = crate::profiler::scope("global_rr::schedule");
         if self.topology.cpu(cpu).is_none() {

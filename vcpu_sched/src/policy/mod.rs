@@ -133,6 +133,17 @@ pub trait VcpuScheduler: Send + Sync {
     fn remove_entity(&self, id: EntityId, now: Nanos) -> Result<(), SchedError>;
     /// The entity became runnable. `Ok(None)` if it already was (queued or running).
     fn wake(&self, id: EntityId, now: Nanos) -> Result<Option<WakeDecision>, SchedError>;
+    /// `wake`, by another entity (a vCPU's IPI to another vCPU). When
+    /// both belong to one VM the policy may place the woken entity near
+    /// the waker (they share data): haiku prefers the waker's last-level
+    /// cache while it has an idle core; the baselines ignore the waker.
+    /// An unknown or stale `waker` is an error, as for `id`.
+    fn wake_by(
+        &self,
+        id: EntityId,
+        waker: EntityId,
+        now: Nanos,
+    ) -> Result<Option<WakeDecision>, SchedError>;
     /// The entity running on `cpu` (if any) stopped for `reason`; pick the next.
     fn schedule(&self, cpu: CpuId, now: Nanos, reason: StopReason) -> Result<Dispatch, SchedError>;
     /// Change the base priority (cancels the penalty), keeping the class,

@@ -480,6 +480,17 @@ impl super::VcpuScheduler for StaticPinning {
         }))
     }
 
+    /// No placement to make near the waker: every entity has its home.
+    fn wake_by(
+        &self,
+        id: EntityId,
+        waker: EntityId,
+        now: Nanos,
+    ) -> Result<Option<WakeDecision>, SchedError> {
+        self.home(waker)?;
+        self.wake(id, now)
+    }
+
     fn schedule(&self, cpu: CpuId, now: Nanos, reason: StopReason) -> Result<Dispatch, SchedError> {
         let _p = crate::profiler::scope("static_pin::schedule");
         let ci = cpu.0 as usize;

@@ -372,17 +372,15 @@ impl Engine {
     }
 
     /// Wake vCPU `e` (a sleep ended, or vCPU `by` sent it a message).
-    pub(super) fn wake(
-        &mut self,
-        e: usize,
-        now: Nanos,
-        _by: Option<usize>,
-    ) -> Result<(), SimError> {
+    pub(super) fn wake(&mut self, e: usize, now: Nanos, by: Option<usize>) -> Result<(), SimError> {
         let ent = &mut self.ents[e];
         ent.sleep_gen = ent.sleep_gen.wrapping_add(1);
         let id = ent.id;
         self.sched_calls += 1;
-        let decision = self.sched.wake(id, now)?;
+        let decision = match by {
+            Some(w) => self.sched.wake_by(id, self.ents[w].id, now)?,
+            None => self.sched.wake(id, now)?,
+        };
         if self.trace > 0 {
             self.trace -= 1;
             eprintln!("{:>12} wake  vcpu {e:<4} -> {decision:?}", now);

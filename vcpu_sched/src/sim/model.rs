@@ -182,9 +182,10 @@ impl Model {
             } else {
                 NONE
             };
-            for _ in 0..g.count {
+            for k in 0..g.count {
+                let vm = if g.separate_vms { g.vm + k } else { g.vm };
                 let spec = EntitySpec {
-                    vm: crate::VmId(g.vm),
+                    vm: crate::VmId(vm),
                     class: g.class,
                     priority: g.priority,
                     affinity: affinity.clone(),
@@ -202,7 +203,7 @@ impl Model {
                 ents.push(Ent {
                     id,
                     group: gi as u32,
-                    vm: g.vm,
+                    vm,
                     lock,
                     state: State::Blocked,
                     phase: Phase::Fresh,

@@ -123,6 +123,10 @@ pub struct GroupSpec {
     /// VM the vCPUs belong to (SMT isolation, per-VM throughput, the VM lock).
     #[serde(default)]
     pub vm: u32,
+    /// Each vCPU is a VM of its own: VMs `vm`, `vm + 1`, ... (unrelated
+    /// single-vCPU VMs; no `lock` then).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub separate_vms: bool,
     /// Scheduling class (default timeshare).
     #[serde(default)]
     pub class: SchedClass,
@@ -170,6 +174,7 @@ impl GroupSpec {
             name: name.to_string(),
             count,
             vm: 0,
+            separate_vms: false,
             class: SchedClass::Timeshare,
             priority: normal_priority(),
             affinity: None,
@@ -184,6 +189,11 @@ impl GroupSpec {
     /// Set the VM id.
     pub fn with_vm(mut self, vm: u32) -> Self {
         self.vm = vm;
+        self
+    }
+    /// Make each vCPU a VM of its own (VMs `vm`, `vm + 1`, ...).
+    pub fn with_separate_vms(mut self, on: bool) -> Self {
+        self.separate_vms = on;
         self
     }
     /// Set class and priority.
@@ -412,6 +422,11 @@ impl Workload {
             if let Sleep::For(d) = &g.sleep {
                 d.validate()
                     .map_err(|e| SimError::Invalid(format!("group {name}: sleep: {e}")))?;
+            }
+            if g.separate_vms && g.lock.is_some() {
+                return bad(format!(
+                    "group {name}: a VM-wide lock needs one VM (separate_vms is set)"
+                ));
             }
             if let Some(l) = &g.lock {
                 if !(l.hold_fraction > 0.0 && l.hold_fraction <= 1.0) {

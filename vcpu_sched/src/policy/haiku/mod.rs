@@ -64,7 +64,25 @@
 //! CPU gives up after `MAX_PICK_ATTEMPTS` stale entries in one call (only
 //! possible under heavy concurrent churn; the entries stay queued).
 //!
-//! # Mode and DESIGN details
+//! # Placement across last-level caches (beyond Haiku)
+//! Haiku knows cores and packages only; an EPYC-like host has several
+//! LLCs per package (1x8x8x2: 8 LLCs of 8 cores), where Haiku's rules pack
+//! unrelated vCPUs into one LLC. In low-latency mode (`mode::LowLatency`):
+//! * a cache-cold entity takes a fully idle package first (Haiku), else
+//!   an idle core of the LLC with the most fully idle cores it may use,
+//!   the nearest to its origin among equals, so each unrelated vCPU gets a
+//!   cache of its own as Linux's LLC-level balancing gives it (4, 8, 16
+//!   single-vCPU VMs on 1x8x8x2 use 4, 8, 8 LLCs; scenario 8). The count
+//!   reads each LLC's idle-core bitmap words: O(LLCs), cold placement only;
+//! * an entity woken by an entity of its own VM (`wake_by`, a vCPU's IPI)
+//!   prefers an idle core in the waker's LLC, which holds the data they
+//!   share, over its own warm CPU elsewhere; with no idle core there it
+//!   takes its warm CPU as on any wake. A waker of another VM changes
+//!   nothing.
+//!
+//! Power-saving mode packs instead and ignores both rules.
+//!
+//! # Mode details
 //! * Penalty cancel: sleep longer than half the *mode's* base quantum
 //!   (Haiku's `ShouldCancelPenalty`); it cancels the penalty, not the
 //!   additional penalty (Haiku's `CancelPenalty`).
@@ -89,7 +107,7 @@
 //! a hog's first load update ends its bursty status), so it waits at most
 //! (sum_{X != W} (P_X + 20) + 1) * base_quantum * m1.
 //!
-//! # Bursty entities (beyond DESIGN)
+//! # Bursty entities (beyond Haiku)
 //! A timeshare entity whose load estimate is at most `tunables::BURSTY_LOAD`
 //! (375, FreeBSD ULE's interactivity threshold) is not penalised; this is
 //! what lets the limited wake preemption help a bursty waker at all (see
@@ -109,8 +127,8 @@ use crate::stats::SchedSnapshot;
 use crate::tunables::{Mode, QuantumTable, Tunables};
 use crate::validate::{validate_config, validate_spec, validate_topology};
 use crate::{
-    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedClass, SchedError, StopReason,
-    Topology, WakeDecision,
+    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, LlcId, Nanos, SchedClass, SchedError,
+    StopReason, Topology, WakeDecision,
 };
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
@@ -265,6 +283,59 @@ impl HaikuScheduler {
         }
     }
 
+    /// `wake`; `near`: the VM and LLC of the vCPU that woke it.
+    fn wake_near(
+        &self,
+        id: EntityId,
+        now: Nanos,
+        near: Option<(crate::VmId, LlcId)>,
+    ) -> Result<Option<WakeDecision>, SchedError> {
+        let mut guard = self.slot(id)?.lock();
+        let Slot {
+            seq,
+            entity,
+            generation,
+        } = &mut *guard;
+        let e = live(entity, *generation, id)?;
+        match e.state {
+            RunState::Running(_) => {
+                e.wake_pending = true;
+                e.counters.wakes += 1;
+                return Ok(None);
+            }
+            RunState::Queued { .. } => return Ok(None),
+            RunState::Blocked => {}
+        }
+        let slept = now.saturating_sub(e.slept_at);
+        e.load.slept(slept);
+        e.load.update(self.tun().load_measure_interval);
+        // Haiku's ShouldCancelPenalty: slept longer than half the mode's base quantum.
+        if slept > self.table().base_quantum / 2 {
+            e.prio.cancel_penalty(self.tun(), self.mode());
+            e.used = 0;
+        }
+        e.woken_at = Some(now);
+        e.counters.wakes += 1;
+        let waker_llc = near.filter(|(vm, _)| *vm == e.vm).map(|(_, llc)| llc);
+        Ok(Some(self.place_woken(e, id, seq, now, waker_llc)))
+    }
+
+    /// The VM of `waker` and the LLC of the CPU it runs on (or last ran
+    /// on), read under its own lock before the wakee's is taken (one
+    /// entity lock at a time).
+    fn waker_place(&self, waker: EntityId) -> Result<Option<(crate::VmId, LlcId)>, SchedError> {
+        let mut guard = self.slot(waker)?.lock();
+        let Slot {
+            entity, generation, ..
+        } = &mut *guard;
+        let w = live(entity, *generation, waker)?;
+        let cpu = match w.state {
+            RunState::Running(cpu) => Some(cpu),
+            _ => w.last_cpu,
+        };
+        Ok(cpu.map(|c| (w.vm, self.m.llc_of(c))))
+    }
+
     /// Free a slot whose entity was removed (its generation is already
     /// bumped).
     fn free_slot(&self, index: u32, slot: &mut Slot) {
@@ -331,33 +402,18 @@ impl VcpuScheduler for HaikuScheduler {
 
     fn wake(&self, id: EntityId, now: Nanos) -> Result<Option<WakeDecision>, SchedError> {
         let _p = crate::profiler::scope("wake");
-        let mut guard = self.slot(id)?.lock();
-        let Slot {
-            seq,
-            entity,
-            generation,
-        } = &mut *guard;
-        let e = live(entity, *generation, id)?;
-        match e.state {
-            RunState::Running(_) => {
-                e.wake_pending = true;
-                e.counters.wakes += 1;
-                return Ok(None);
-            }
-            RunState::Queued { .. } => return Ok(None),
-            RunState::Blocked => {}
-        }
-        let slept = now.saturating_sub(e.slept_at);
-        e.load.slept(slept);
-        e.load.update(self.tun().load_measure_interval);
-        // Haiku's ShouldCancelPenalty: slept longer than half the mode's base quantum.
-        if slept > self.table().base_quantum / 2 {
-            e.prio.cancel_penalty(self.tun(), self.mode());
-            e.used = 0;
-        }
-        e.woken_at = Some(now);
-        e.counters.wakes += 1;
-        Ok(Some(self.place_woken(e, id, seq, now)))
+        self.wake_near(id, now, None)
+    }
+
+    fn wake_by(
+        &self,
+        id: EntityId,
+        waker: EntityId,
+        now: Nanos,
+    ) -> Result<Option<WakeDecision>, SchedError> {
+        let _p = crate::profiler::scope("wake_by");
+        let near = self.waker_place(waker)?;
+        self.wake_near(id, now, near)
     }
 
     fn schedule(&self, cpu: CpuId, now: Nanos, reason: StopReason) -> Result<Dispatch, SchedError> {

@@ -8,7 +8,7 @@ use super::HaikuScheduler;
 use crate::entity::{Entity, QueueRef, RunState};
 use crate::placement::Candidate;
 use crate::run_queue::QueueEntry;
-use crate::{CoreId, CpuId, EntityId, Nanos, SchedClass, WakeDecision};
+use crate::{CoreId, CpuId, EntityId, LlcId, Nanos, SchedClass, WakeDecision};
 use std::sync::atomic::{fence, Ordering};
 
 impl HaikuScheduler {
@@ -44,13 +44,22 @@ impl HaikuScheduler {
             rotor: (id.index() as usize)
                 .wrapping_mul(7)
                 .wrapping_add((e.counters.wakes + e.counters.quantum_ends) as usize),
+            waker_llc: None,
         }
     }
 
-    /// Target CPU of a waking entity and whether it must be kicked.
-    pub(super) fn choose_target(&self, e: &Entity, id: EntityId, now: Nanos) -> (CpuId, bool) {
+    /// Target CPU of a waking entity and whether it must be kicked;
+    /// `waker_llc`: the LLC of a waker of its VM (see `Candidate`).
+    pub(super) fn choose_target(
+        &self,
+        e: &Entity,
+        id: EntityId,
+        now: Nanos,
+        waker_llc: Option<LlcId>,
+    ) -> (CpuId, bool) {
         let _p = crate::profiler::scope("haiku::choose_target");
-        let c = self.candidate(e, id, None, now);
+        let mut c = self.candidate(e, id, None, now);
+        c.waker_llc = waker_llc;
         let delta = self.tun().wake_preempt_priority_delta;
         if let Some(p) = e.pinned_cpu() {
             let kick =
@@ -203,9 +212,10 @@ impl HaikuScheduler {
         id: EntityId,
         seq: &mut u64,
         now: Nanos,
+        waker_llc: Option<LlcId>,
     ) -> WakeDecision {
         e.queued_at = now;
-        self.place(e, id, seq, now)
+        self.place_near(e, id, seq, now, waker_llc)
     }
 
     /// Place a runnable entity that is in no queue as on a wake and decide
@@ -219,8 +229,20 @@ impl HaikuScheduler {
         seq: &mut u64,
         now: Nanos,
     ) -> WakeDecision {
+        self.place_near(e, id, seq, now, None)
+    }
+
+    /// `place`, with the LLC of a waker of its VM (see `Candidate`).
+    fn place_near(
+        &self,
+        e: &mut Entity,
+        id: EntityId,
+        seq: &mut u64,
+        now: Nanos,
+        waker_llc: Option<LlcId>,
+    ) -> WakeDecision {
         let _p = crate::profiler::scope("haiku::place");
-        let (cpu, kick) = self.choose_target(e, id, now);
+        let (cpu, kick) = self.choose_target(e, id, now, waker_llc);
         let q = self.m.queue_for(e.allowed(), cpu);
         self.m.roll(self.m.core_of_queue(q), now);
         if let Some((y, kick)) = self.enqueue_served(e, id, seq, q, false, now) {

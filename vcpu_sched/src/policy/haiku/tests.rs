@@ -723,6 +723,48 @@ fn low_latency_wakes_a_fully_idle_package_first() {
 }
 
 #[test]
+fn low_latency_gives_unrelated_cold_entities_an_llc_each() {
+    // 1x8x8x2: 8 LLCs of 8 cores on one package (no idle package to wake).
+    let mut d = Drv::new("1x8x8x2", |_| {});
+    let llc = |c: u32| c / 16;
+    let ids: Vec<_> = (0..8).map(|vm| d.ts(vm, None)).collect();
+    for id in &ids {
+        d.wake(*id);
+    }
+    let mut llcs: Vec<_> = ids.iter().map(|id| llc(d.cpu_of(*id).unwrap())).collect();
+    llcs.sort();
+    assert_eq!(llcs, (0..8).collect::<Vec<_>>(), "one LLC each");
+}
+
+#[test]
+fn woken_by_its_vm_it_prefers_the_wakers_llc() {
+    let mut d = Drv::new("1x8x8x2", |_| {});
+    let llc = |c: u32| c / 16;
+    let a = d.ts(1, None);
+    let b = d.ts(1, None);
+    let other = d.ts(2, None);
+    d.wake(a);
+    d.wake(b);
+    let (la, lb) = (llc(d.cpu_of(a).unwrap()), llc(d.cpu_of(b).unwrap()));
+    assert_ne!(la, lb, "cold: spread first");
+    // b blocks, then a (same VM) wakes it: b leaves its warm CPU for an
+    // idle core in a's LLC.
+    d.now += 100 * US;
+    let cpu_b = CpuId(d.cpu_of(b).unwrap());
+    d.sched(cpu_b, StopReason::Blocked);
+    d.now += 10 * US;
+    let w = d.s.wake_by(b, a, d.now).unwrap().unwrap();
+    assert_eq!(llc(w.cpu.0), la, "next to its waker");
+    d.sched(w.cpu, StopReason::Idle);
+    assert_eq!(d.cpu_of(b), Some(w.cpu.0));
+    // A waker of another VM is no reason to move: `other` (cold) still
+    // gets an LLC of its own.
+    let w = d.s.wake_by(other, a, d.now).unwrap().unwrap();
+    assert_ne!(llc(w.cpu.0), la, "unrelated waker ignored");
+    d.s.check_invariants().unwrap();
+}
+
+#[test]
 fn yield_ends_the_quantum_with_penalty() {
     let mut d = Drv::new("1x1x1", |_| {});
     let a = d.ts(1, None);
