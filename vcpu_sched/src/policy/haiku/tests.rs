@@ -498,6 +498,33 @@ fn quantum_is_recomputed_from_time_used_and_ready_count() {
 }
 
 #[test]
+fn quantum_cap_counts_the_entity_being_dispatched() {
+    // Haiku's ComputeQuantum divides maximum_latency by CoreEntry::ThreadCount()
+    // = queued + busy CPUs of the core, and reschedule marks the CPU busy
+    // (UpdatePriority) before it computes the quantum: the entity being
+    // dispatched counts. 2 ready on one CPU: 5000 us / 2 = 2500 us, below
+    // the base quantum of priority 5 (3500 us). Not counting it would give
+    // 5000 us, so 3500 us.
+    let mut d = Drv::new("1x1x1", |_| {});
+    let a = d.add(1, SchedClass::Timeshare, 5, None);
+    let b = d.add(1, SchedClass::Timeshare, 5, None);
+    d.wake(a);
+    assert_eq!(d.cpu_of(a), Some(0));
+    assert_eq!(d.slice_end[0] - d.now, 3500 * US, "alone: base quantum");
+    // b waits; a's quantum ends: a is requeued and b dispatched, 2 ready.
+    d.wake(b);
+    d.run_until(d.slice_end[0]);
+    assert_eq!(d.cpu_of(b), Some(0));
+    assert_eq!(
+        d.slice_end[0] - d.now,
+        2500 * US,
+        "two ready on one CPU: 5000 / 2"
+    );
+    let core = &d.s.snapshot(d.now).cores[0];
+    assert_eq!((core.ready, core.running), (1, 1), "a queued, b running");
+}
+
+#[test]
 fn bad_input_returns_errors() {
     let d = Drv::new("1x2x1", |c| c.max_entities = 1);
     let spec = |aff: &str, prio| EntitySpec {
