@@ -27,7 +27,7 @@ pub mod tunables;
 mod types;
 mod validate;
 
-pub use cpuset::{format_cpu_list, parse_cpu_list, CpuListError, CpuSet};
+pub use cpuset::{format_cpu_list, parse_cpu_list, CpuSet, CpuSetError};
 pub use monitor::{Monitor, Violations};
 pub use policy::{build, PolicyKind, SchedConfig, VcpuScheduler};
 pub use stats::{

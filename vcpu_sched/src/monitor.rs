@@ -532,7 +532,7 @@ mod tests {
         let mut m = Monitor::new(&Topology::from_spec("1x2x2").unwrap(), smt, true);
         m.add(id(0), VmId(0), CpuSet::first_n(4));
         m.add(id(1), VmId(1), CpuSet::first_n(4));
-        m.add(id(2), VmId(0), CpuSet::single(CpuId(3)));
+        m.add(id(2), VmId(0), CpuSet::single(CpuId(3)).unwrap());
         m
     }
 

@@ -141,7 +141,8 @@ pub fn specs() -> impl Strategy<Value = Vec<EntitySpec>> {
                 let affinity = (0..32)
                     .filter(|b| mask & (1 << b) != 0)
                     .map(CpuId)
-                    .collect();
+                    .collect::<Result<CpuSet, _>>()
+                    .unwrap();
                 EntitySpec {
                     vm: VmId(vm),
                     class,
@@ -200,7 +201,12 @@ pub fn drive(
         .iter()
         .map(|s| {
             let mut s = s.clone();
-            let mut aff: CpuSet = s.affinity.iter().map(|c| CpuId(c.0 % n)).collect();
+            let mut aff: CpuSet = s
+                .affinity
+                .iter()
+                .map(|c| CpuId(c.0 % n))
+                .collect::<Result<_, _>>()
+                .unwrap();
             if aff.is_empty() {
                 aff = topo.all_cpus();
             }
@@ -366,7 +372,8 @@ pub fn drive(
                 let mut aff: CpuSet = (0..32)
                     .filter(|b| mask & (1 << b) != 0)
                     .map(|b| CpuId(b % n))
-                    .collect();
+                    .collect::<Result<_, _>>()
+                    .unwrap();
                 if aff.is_empty() {
                     aff = topo.all_cpus();
                 }
@@ -377,7 +384,7 @@ pub fn drive(
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert!(kicks.iter().all(|k| k.0 < n), "kicks {:?}", kicks);
                 prop_assert_eq!(
-                    sched.set_affinity(id, CpuSet::single(CpuId(n + 5)), now),
+                    sched.set_affinity(id, CpuSet::single(CpuId(n + 5)).unwrap(), now),
                     Err(SchedError::EmptyAffinity)
                 );
             }

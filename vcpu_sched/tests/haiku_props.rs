@@ -94,12 +94,13 @@ fn op() -> impl Strategy<Value = Op> {
 fn affinity(def: &EntityDef, ncpus: u32) -> CpuSet {
     match def.aff_kind {
         0 => CpuSet::first_n(ncpus),
-        1 => CpuSet::single(CpuId((def.aff_seed % ncpus as u64) as u32)),
+        1 => CpuSet::single(CpuId((def.aff_seed % ncpus as u64) as u32)).unwrap(),
         _ => {
             let set: CpuSet = (0..ncpus)
                 .filter(|c| def.aff_seed >> (c % 64) & 1 == 1)
                 .map(CpuId)
-                .collect();
+                .collect::<Result<_, _>>()
+                .unwrap();
             if set.is_empty() {
                 CpuSet::first_n(ncpus)
             } else {

@@ -67,7 +67,11 @@ fn affinity_changes_move_running_and_waiting_vcpus() {
     for policy in PolicyKind::ALL {
         // Two hogs confined to CPU 0, then allowed on 2-3 only.
         let w = hogs(policy, 2)
-            .change(ChangeSpec::affinity(0, "hog", CpuSet::single(CpuId(0))))
+            .change(ChangeSpec::affinity(
+                0,
+                "hog",
+                CpuSet::single(CpuId(0)).unwrap(),
+            ))
             .change(ChangeSpec::affinity(
                 20_000,
                 "hog",

@@ -284,7 +284,8 @@ fn forgotten_kicks_are_reported() {
 fn affinity_breaches_are_reported() {
     let w = Workload::new("aff", "1x2x1", 5)
         .group(
-            GroupSpec::new("pinned", 2, Dist::fixed(100.0)).with_affinity(CpuSet::single(CpuId(0))),
+            GroupSpec::new("pinned", 2, Dist::fixed(100.0))
+                .with_affinity(CpuSet::single(CpuId(0)).unwrap()),
         )
         .group(GroupSpec::new("free", 1, Dist::fixed(100.0)));
     assert_eq!(sim(w.clone()).violations.total(), 0);

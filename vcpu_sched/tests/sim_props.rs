@@ -111,10 +111,10 @@ fn changes(ncpu: u32, groups: &[G], cs: &[C]) -> Vec<ChangeSpec> {
             }
             2 => {
                 let aff = if c.byte % 3 == 0 {
-                    (0..ncpu).map(CpuId).collect()
+                    (0..ncpu).map(CpuId).collect::<Result<_, _>>().unwrap()
                 } else {
-                    let mut set = CpuSet::single(CpuId(c.byte as u32 % ncpu));
-                    set.insert(CpuId((c.byte as u32 + 1) % ncpu));
+                    let mut set = CpuSet::single(CpuId(c.byte as u32 % ncpu)).unwrap();
+                    set.insert(CpuId((c.byte as u32 + 1) % ncpu)).unwrap();
                     set
                 };
                 out.push(ChangeSpec::affinity(c.at_us, &group, aff));
@@ -157,8 +157,8 @@ fn build(topo: &str, ncpu: u32, seed: u64, sched: SchedConfig, groups: &[G]) -> 
             s = s.with_lock(0.3);
         }
         if let Some(p) = g.pin {
-            let mut set = CpuSet::single(CpuId(p % ncpu));
-            set.insert(CpuId((p + 1) % ncpu));
+            let mut set = CpuSet::single(CpuId(p % ncpu)).unwrap();
+            set.insert(CpuId((p + 1) % ncpu)).unwrap();
             s = s.with_affinity(set);
         }
         w = w.group(s);

@@ -31,7 +31,9 @@ use super::baseline::{
 };
 use crate::stats::{CoreStats, EntityState, EntityStats};
 use crate::tunables::{Mode, Tunables};
-use crate::validate::{validate_affinity, validate_config, validate_priority, validate_spec};
+use crate::validate::{
+    validate_affinity, validate_config, validate_priority, validate_spec, validate_topology,
+};
 use crate::{
     CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedClass, SchedConfig, SchedError,
     SchedSnapshot, StopReason, Topology, WakeDecision,
@@ -137,10 +139,8 @@ impl GlobalRoundRobin {
     /// to this policy (SMT isolation is refused). Errors as every policy
     /// does on an invalid configuration.
     pub fn new(topology: Topology, config: SchedConfig) -> Result<Self, SchedError> {
+        validate_topology(&topology)?;
         validate_config(&config, super::PolicyKind::GlobalRoundRobin)?;
-        if topology.cpus.is_empty() {
-            return Err(SchedError::Topology("no CPUs".into()));
-        }
         let state = State {
             entities: Vec::new(),
             generations: Vec::new(),

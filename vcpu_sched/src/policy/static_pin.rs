@@ -25,7 +25,9 @@
 use super::baseline::{utilisation, ClassFifo, CoreCorun, CpuAccount, EntityAccount, RunState};
 use crate::stats::{CoreStats, EntityState};
 use crate::tunables::{Mode, Tunables};
-use crate::validate::{validate_affinity, validate_config, validate_priority, validate_spec};
+use crate::validate::{
+    validate_affinity, validate_config, validate_priority, validate_spec, validate_topology,
+};
 use crate::{
     CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedClass, SchedConfig, SchedError,
     SchedSnapshot, StopReason, Topology, WakeDecision,
@@ -99,10 +101,8 @@ impl StaticPinning {
     /// quantum and `config.max_entities` (1..=2^24); the other settings do
     /// not apply to this policy (SMT isolation is refused).
     pub fn new(topology: Topology, config: SchedConfig) -> Result<Self, SchedError> {
+        validate_topology(&topology)?;
         validate_config(&config, super::PolicyKind::StaticPinning)?;
-        if topology.cpus.is_empty() {
-            return Err(SchedError::Topology("no CPUs".into()));
-        }
         let n = topology.num_cpus();
         Ok(StaticPinning {
             tunables: config.tunables,

@@ -668,7 +668,7 @@ fn stress(smt_isolation: bool) {
     let ids: Vec<EntityId> = (0..24)
         .map(|i| {
             let affinity = if i % 5 == 0 {
-                CpuSet::single(CpuId(i % 8))
+                CpuSet::single(CpuId(i % 8)).unwrap()
             } else {
                 s.topology().all_cpus()
             };
@@ -951,7 +951,7 @@ fn affinity_changes_keep_handle_penalty_and_statistics() {
     assert!(d.cpu_of(waiting).is_some_and(|c| c < 2));
     // Bad input.
     assert_eq!(
-        d.s.set_affinity(a, CpuSet::single(CpuId(9)), d.now),
+        d.s.set_affinity(a, CpuSet::single(CpuId(9)).unwrap(), d.now),
         Err(SchedError::EmptyAffinity)
     );
 }
