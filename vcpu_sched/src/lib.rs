@@ -18,6 +18,7 @@ pub mod policy;
 pub mod profiler;
 mod quantum;
 mod run_queue;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod stats;
 #[cfg(test)]

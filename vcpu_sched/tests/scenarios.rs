@@ -5,6 +5,8 @@
 //! Kept fast for the debug build (short simulated durations); the CLI
 //! (`examples/sim.rs --compare`) runs the same files with every policy.
 
+#![cfg(feature = "sim")]
+
 use vcpu_sched::sim::{self, SimReport, Workload};
 use vcpu_sched::PolicyKind;
 

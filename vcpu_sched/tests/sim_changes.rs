@@ -2,6 +2,8 @@
 //! driven through the simulator under every policy: the effect each
 //! change promises, and no violation of the monitor's rules around it.
 
+#![cfg(feature = "sim")]
+
 use vcpu_sched::sim::{self, ChangeSpec, Dist, GroupSpec, SimReport, Workload};
 use vcpu_sched::{CpuId, CpuSet, Mode, PolicyKind, SchedClass, SchedConfig};
 

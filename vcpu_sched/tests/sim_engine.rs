@@ -1,6 +1,8 @@
 //! Tests of the simulator engine itself, driven by tiny test-only policies
 //! (so the engine is checked independently of the real policies).
 
+#![cfg(feature = "sim")]
+
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use vcpu_sched::sim::{Dist, GroupSpec, MessageSpec, Simulator, Sleep, Workload};

@@ -1,6 +1,8 @@
 //! Random workloads under every policy: the simulator's correctness checks
 //! must stay at zero and its accounting must add up.
 
+#![cfg(feature = "sim")]
+
 use proptest::prelude::*;
 use vcpu_sched::sim::{self, ChangeSpec, Dist, GroupSpec, MessageSpec, Sleep, Workload};
 use vcpu_sched::{CpuId, CpuSet, Mode, PolicyKind, SchedClass, SchedConfig};
