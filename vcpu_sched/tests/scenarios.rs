@@ -1,4 +1,5 @@
-//! The seven scenarios of DESIGN section 5, run by the simulator from
+//! The simulation scenarios (the original seven, after Haiku, BFS, ULE,
+//! Linux O(1) and hackbench, and LLC spreading), run by the simulator from
 //! `vcpu_sched/scenarios/*.toml` under the default (Haiku) policy, with the
 //! comparison policies where a comparison is robust.
 //!

@@ -2,9 +2,10 @@
 //! topology leaves (0x1, 0x4, 0xB, 0x1F) describe one package with one core
 //! per vCPU and one thread per core, consistent with the VM's vCPU count.
 //!
-//! Note: on PVM hosts, CPUID executed in guest user or native mode returns
-//! the host's values (ENVIRONMENT.md); the bench guest therefore gets its
-//! configuration from the command line, never from CPUID.
+//! Note: on PVM hosts (KVM without hardware virtualization, see the
+//! README), CPUID executed in guest user or native mode returns the host's
+//! values, not these; the bench guest therefore gets its configuration
+//! from the command line, never from CPUID.
 
 use kvm_bindings::{
     kvm_cpuid_entry2, CpuId, KVM_CPUID_FLAG_SIGNIFCANT_INDEX, KVM_MAX_CPUID_ENTRIES,
