@@ -58,7 +58,7 @@ use self::clock::now_ns;
 use self::cpu::CpuSlot;
 use self::cpu_map::CpuMap;
 use self::irq::InterruptSource;
-use self::stats::VcpuSchedStats;
+use self::stats::{VcpuNow, VcpuSchedStats};
 use self::timers::{TimerKey, Timers};
 use self::vcpu_state::{EngineVcpu, RunState};
 use crate::host_cpus::HostCpuSet;
@@ -573,6 +573,20 @@ impl Engine {
     /// The scheduler's counters now.
     pub fn snapshot(&self) -> SchedSnapshot {
         self.sched.snapshot(now_ns())
+    }
+
+    /// Every vCPU of the live VMs as the scheduler sees it in `snap`
+    /// (state, host CPU, effective priority, penalty, time slice).
+    pub fn vcpus_now(&self, snap: &SchedSnapshot) -> Vec<VcpuNow> {
+        let vms = self.vms.read().unwrap_or_else(|p| p.into_inner());
+        vms.iter()
+            .flatten()
+            .flat_map(|vm| {
+                vm.vcpus.iter().filter_map(|v| {
+                    VcpuNow::from_snapshot(snap, &vm.name, v.index, v.entity, &self.cpus)
+                })
+            })
+            .collect()
     }
 
     /// How many vCPUs are in each run state now.
