@@ -311,7 +311,13 @@ impl HaikuScheduler {
         e.load.update(self.tun().load_measure_interval);
         // Haiku's ShouldCancelPenalty: slept longer than half the mode's base quantum.
         if slept > self.table().base_quantum / 2 {
-            e.prio.cancel_penalty(self.tun(), self.mode());
+            // A bursty entity is forgiven its additional penalty too (see
+            // `Priority::forgive`).
+            if e.is_bursty(self.tun().bursty_load) {
+                e.prio.forgive(self.tun(), self.mode());
+            } else {
+                e.prio.cancel_penalty(self.tun(), self.mode());
+            }
             e.used = 0;
         }
         e.woken_at = Some(now);

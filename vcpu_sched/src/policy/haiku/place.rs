@@ -40,6 +40,7 @@ impl HaikuScheduler {
             prev,
             warm,
             load: e.load.load,
+            bursty: e.is_bursty(self.tun().bursty_load),
             now,
             rotor: (id.index() as usize)
                 .wrapping_mul(7)
@@ -62,8 +63,7 @@ impl HaikuScheduler {
         c.waker_llc = waker_llc;
         let delta = self.tun().wake_preempt_priority_delta;
         if let Some(p) = e.pinned_cpu() {
-            let kick =
-                self.m.try_claim(p, &c) || self.m.must_preempt(p, c.class, c.effective, delta);
+            let kick = self.m.try_claim(p, &c) || self.m.must_preempt(p, &c, delta);
             return (p, kick);
         }
         if let Some(cpu) = self.ops().find_idle(&self.m, &c, self.tun()) {
@@ -79,12 +79,12 @@ impl HaikuScheduler {
                 .unwrap_or(self.m.core_of(c.origin)),
         };
         let cpu = self.m.choose_cpu_in_core(core, &c).unwrap_or(c.origin);
-        let kick = self.m.must_preempt(cpu, c.class, c.effective, delta);
+        let kick = self.m.must_preempt(cpu, &c, delta);
         if !kick && c.class == SchedClass::Realtime {
             // Bounded latency: a realtime entity takes the allowed CPU
             // running the lowest priority anywhere, if it beats that.
             if let Some(low) = self.m.lowest_priority_cpu(&c) {
-                if self.m.must_preempt(low, c.class, c.effective, delta) {
+                if self.m.must_preempt(low, &c, delta) {
                     return (low, true);
                 }
             }
@@ -177,7 +177,7 @@ impl HaikuScheduler {
                     .find(|cpu| served(*cpu))
             })?;
         let delta = self.tun().wake_preempt_priority_delta;
-        Some((cpu, self.m.must_preempt(cpu, c.class, c.effective, delta)))
+        Some((cpu, self.m.must_preempt(cpu, &c, delta)))
     }
 
     /// Move a queued entity to the queue serving `cpu`; false if a CPU is

@@ -258,6 +258,8 @@ impl HaikuScheduler {
         let slot = &self.m.cpus[cpu.0 as usize];
         slot.prio
             .store(e.prio.effective() as i32, Ordering::Release);
+        slot.bursty
+            .store(e.is_bursty(self.tun().bursty_load), Ordering::Relaxed);
         slot.vm.store(e.vm.0, Ordering::Release);
         slot.running.store(entry.id.index(), Ordering::Release);
         acct.dispatches += 1;
