@@ -317,16 +317,20 @@ impl Checker<'_> {
         match raw.get_ref() {
             RawCpus::List(s) => match HostCpuSet::parse_list(s) {
                 Ok(set) => Some(set),
-                Err(e) => {
+                Err(vcpu_sched::CpuSetError::BadList { input, reason }) => {
                     self.err(
                         span,
                         field,
                         format!(
                             "expected a CPU list such as \"0-3,8\", found {} ({})",
-                            quoted(&e.input),
-                            one_line(&e.reason)
+                            quoted(&input),
+                            one_line(&reason)
                         ),
                     );
+                    None
+                }
+                Err(e @ vcpu_sched::CpuSetError::TooLarge { .. }) => {
+                    self.err(span, field, format!("expected a CPU list, found {e}"));
                     None
                 }
             },

@@ -9,9 +9,10 @@
 //! own interrupt controller serves the VM, no KVM paravirtual feature that
 //! only works with KVM's in-kernel local APIC ([`hide_in_kernel_apic_features`]).
 //!
-//! Note: on PVM hosts, CPUID executed in guest user or native mode returns
-//! the host's values (ENVIRONMENT.md); the bench guest therefore gets its
-//! configuration from the command line, never from CPUID.
+//! Note: on PVM hosts (KVM without hardware virtualization, see the
+//! README), CPUID executed in guest user or native mode returns the host's
+//! values, not these; the bench guest therefore gets its configuration
+//! from the command line, never from CPUID.
 
 use kvm_bindings::{
     kvm_cpuid_entry2, CpuId, KVM_CPUID_FLAG_SIGNIFCANT_INDEX, KVM_MAX_CPUID_ENTRIES,
