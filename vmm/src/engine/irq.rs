@@ -22,15 +22,22 @@ use crate::vcpu::{VcpuExitReason, VcpuRunner, VcpuStep};
 /// NMI, INIT and start-up IPIs sent to one vCPU.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CpuEvents {
-    pub nmi: bool,
+    /// NMIs received and not yet injected, at most [`MAX_PENDING_NMIS`]:
+    /// one to deliver and one latched behind it, as a processor keeps them.
+    pub nmis: u32,
     pub init: bool,
     /// The vector of the latest start-up IPI.
     pub sipi: Option<u8>,
 }
 
+/// A processor delivers one NMI and latches at most one more; further NMIs
+/// that arrive before the first is delivered are lost (KVM caps its own
+/// queue the same way).
+pub const MAX_PENDING_NMIS: u32 = 2;
+
 impl CpuEvents {
     pub fn merge(&mut self, other: CpuEvents) {
-        self.nmi |= other.nmi;
+        self.nmis = (self.nmis + other.nmis).min(MAX_PENDING_NMIS);
         self.init |= other.init;
         if other.sipi.is_some() {
             self.sipi = other.sipi;
@@ -145,7 +152,7 @@ pub fn halt_is_over(
     events: &CpuEvents,
     interruptible: bool,
 ) -> bool {
-    events.nmi
+    events.nmis > 0
         || events.init
         || events.sipi.is_some()
         || (interruptible && src.pending_interrupt(index).is_some())
@@ -173,7 +180,7 @@ impl InterruptSource for IrqChip {
     fn take_events(&self, vcpu: u32) -> CpuEvents {
         let e = IrqChip::take_events(self, vcpu);
         CpuEvents {
-            nmi: e.nmis > 0,
+            nmis: e.nmis.min(MAX_PENDING_NMIS),
             init: e.init,
             sipi: e.sipi,
         }
@@ -266,6 +273,62 @@ impl IrqChipHost for ChipHost {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
+    /// A host for a chip that never arms timers or wakes anyone.
+    struct StillHost;
+
+    impl IrqChipHost for StillHost {
+        fn now_ns(&self) -> u64 {
+            0
+        }
+        fn guest_tsc_to_ns(&self, _vcpu: u32, tsc: u64) -> u64 {
+            tsc
+        }
+        fn ns_to_guest_tsc(&self, _vcpu: u32, ns: u64) -> u64 {
+            ns
+        }
+        fn set_timer(&self, _vcpu: u32, _deadline_ns: Option<u64>) {}
+        fn notify(&self, _vcpu: u32) {}
+        fn guest_phys_addr_bits(&self) -> u8 {
+            39
+        }
+    }
+
+    #[test]
+    fn nmis_keep_their_count_up_to_one_latched() {
+        let chip = IrqChip::new(1, Arc::new(StillHost));
+        // x2APIC mode, then NMIs to itself (physical destination 0).
+        chip.msr_write(0, 0x1b, 0xfee0_0000 | 0x800 | 0x400 | 0x100)
+            .unwrap();
+        let nmi = || chip.msr_write(0, 0x830, 0x4400).unwrap();
+        nmi();
+        nmi();
+        let src: &dyn InterruptSource = &*chip;
+        assert!(src.has_pending_hint(0));
+        // Two NMIs before the vCPU looked: one to deliver, one latched.
+        assert_eq!(src.take_events(0).nmis, 2);
+        assert!(!src.has_pending_hint(0));
+        for _ in 0..3 {
+            nmi();
+        }
+        let mut events = src.take_events(0);
+        assert_eq!(events.nmis, MAX_PENDING_NMIS, "a third one is lost");
+        events.merge(CpuEvents {
+            nmis: 1,
+            ..CpuEvents::default()
+        });
+        assert_eq!(events.nmis, MAX_PENDING_NMIS);
+        let mut one = CpuEvents {
+            nmis: 1,
+            ..CpuEvents::default()
+        };
+        one.merge(CpuEvents {
+            nmis: 1,
+            ..CpuEvents::default()
+        });
+        assert_eq!(one.nmis, 2);
+    }
 
     #[test]
     fn tsc_clock_is_linear_both_ways() {
