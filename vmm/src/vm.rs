@@ -22,7 +22,7 @@ use devices::exit_port::{ExitPort, EXIT_PORT, EXIT_PORT_LEN};
 use devices::i8042::{I8042, I8042_BASE, I8042_LEN};
 use devices::irq::{EventFdLine, InterruptLine};
 use devices::irqchip::regs::{IOAPIC_DEFAULT_BASE, IOAPIC_MMIO_LEN};
-use devices::irqchip::IrqChip;
+use devices::irqchip::{GuestCpu, IrqChip};
 use devices::pc_testdev::PC_TESTDEV_IRQ_LINES;
 use devices::qemu_test::insert_qemu_test_devices;
 use devices::result_port::{ResultPort, RESULT_PORT_BASE, RESULT_PORT_LEN};
@@ -579,7 +579,12 @@ impl Vm {
                 let host = Arc::new(ChipHost::new(
                     engine,
                     tsc,
-                    cpuid::phys_addr_bits(&supported_cpuid),
+                    GuestCpu {
+                        phys_addr_bits: cpuid::phys_addr_bits(&supported_cpuid),
+                        // Every vCPU's CPUID has x2APIC unless the config
+                        // switches it off (`cpuid::for_vcpu`).
+                        x2apic: config.cpuid.x2apic != Some(false),
+                    },
                 ));
                 let chip = IrqChip::new(config.vcpus, host.clone());
                 Some((host, chip))

@@ -162,7 +162,7 @@ pub fn halt_is_over(
 // Pacer's own interrupt controller (devices::irqchip) as the engine sees it.
 
 use super::{Engine, VmSlot};
-use devices::irqchip::{IrqChip, IrqChipHost};
+use devices::irqchip::{GuestCpu, IrqChip, IrqChipHost};
 use std::sync::{OnceLock, Weak};
 
 impl InterruptSource for IrqChip {
@@ -226,16 +226,16 @@ pub struct ChipHost {
     /// The VM's slot in the engine, known once its vCPUs are added.
     vm: OnceLock<VmSlot>,
     tsc: TscClock,
-    phys_addr_bits: u8,
+    cpu: GuestCpu,
 }
 
 impl ChipHost {
-    pub fn new(engine: &std::sync::Arc<Engine>, tsc: TscClock, phys_addr_bits: u8) -> ChipHost {
+    pub fn new(engine: &std::sync::Arc<Engine>, tsc: TscClock, cpu: GuestCpu) -> ChipHost {
         ChipHost {
             engine: std::sync::Arc::downgrade(engine),
             vm: OnceLock::new(),
             tsc,
-            phys_addr_bits,
+            cpu,
         }
     }
 
@@ -265,8 +265,8 @@ impl IrqChipHost for ChipHost {
             e.notify(*vm, vcpu);
         }
     }
-    fn guest_phys_addr_bits(&self) -> u8 {
-        self.phys_addr_bits
+    fn guest_cpu(&self) -> GuestCpu {
+        self.cpu
     }
 }
 
@@ -290,8 +290,11 @@ mod tests {
         }
         fn set_timer(&self, _vcpu: u32, _deadline_ns: Option<u64>) {}
         fn notify(&self, _vcpu: u32) {}
-        fn guest_phys_addr_bits(&self) -> u8 {
-            39
+        fn guest_cpu(&self) -> GuestCpu {
+            GuestCpu {
+                phys_addr_bits: 39,
+                x2apic: true,
+            }
         }
     }
 
