@@ -223,7 +223,7 @@ run_pacer() {
         --json "$dir/results.json" >"$dir/stdout" 2>&1 || status=$?
     local secs
     secs=$(since "$t0")
-    tr -d '\r' <"$dir/logs/$t.console.log" >"$work/$t.$policy.log" 2>/dev/null || : >"$work/$t.$policy.log"
+    tr -d '\r' <"$dir/logs/latest/$t.console.log" >"$work/$t.$policy.log" 2>/dev/null || : >"$work/$t.$policy.log"
     if grep -q '"status": "timeout"' "$dir/results.json" 2>/dev/null || ((status == 124 || status == 137)) ||
         { [ ! -f "$dir/results.json" ] && awk -v s="$secs" -v l="$limit" 'BEGIN { exit !(s >= l) }'; }; then
         status=timeout

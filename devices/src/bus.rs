@@ -3,7 +3,8 @@
 //! behind its own mutex so two vCPUs touching different devices never
 //! contend.
 
-use std::collections::{BTreeMap, HashSet};
+use crate::ranges::{RangeError, RangeMap};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 /// Errors from building a bus.
@@ -32,15 +33,10 @@ pub trait PioDevice: Send {
 /// Shared handle of a device on the bus.
 pub type SharedDevice = Arc<Mutex<dyn PioDevice>>;
 
-struct Entry {
-    len: u16,
-    dev: SharedDevice,
-}
-
 /// The bus itself.
 #[derive(Default)]
 pub struct PioBus {
-    ranges: BTreeMap<u16, Entry>,
+    ranges: RangeMap<SharedDevice>,
 }
 
 impl PioBus {
@@ -50,33 +46,22 @@ impl PioBus {
 
     /// Map `base..base+len` to `dev`.
     pub fn insert(&mut self, base: u16, len: u16, dev: SharedDevice) -> Result<(), BusError> {
-        if len == 0 || base.checked_add(len - 1).is_none() {
-            return Err(BusError::BadRange { base, len });
-        }
-        let end = base as u32 + len as u32;
-        for (&b, e) in &self.ranges {
-            let e_end = b as u32 + e.len as u32;
-            if (base as u32) < e_end && (b as u32) < end {
-                return Err(BusError::Overlap {
+        self.ranges
+            .insert(u64::from(base), u64::from(len), 0x1_0000, dev)
+            .map_err(|e| match e {
+                RangeError::Bad => BusError::BadRange { base, len },
+                RangeError::Overlap(other) => BusError::Overlap {
                     base,
                     len,
-                    other: b,
-                });
-            }
-        }
-        self.ranges.insert(base, Entry { len, dev });
-        Ok(())
+                    other: other as u16,
+                },
+            })
     }
 
     fn resolve(&self, port: u16, size: usize) -> Option<(u16, &SharedDevice)> {
-        let (&base, e) = self.ranges.range(..=port).next_back()?;
-        let off = port - base;
         // The whole access must fall inside the device's range.
-        if (off as usize) + size.max(1) <= e.len as usize {
-            Some((off, &e.dev))
-        } else {
-            None
-        }
+        let (off, dev) = self.ranges.resolve(u64::from(port), size)?;
+        Some((off as u16, dev))
     }
 
     /// Dispatch an IN. Returns false (and fills `data` with 0xff, what an

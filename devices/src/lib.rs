@@ -26,6 +26,7 @@ pub mod mmio;
 pub mod pc_testdev;
 pub mod pm_timer;
 pub mod qemu_test;
+mod ranges;
 pub mod result_payload;
 pub mod result_port;
 pub mod serial;

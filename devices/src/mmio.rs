@@ -3,7 +3,7 @@
 //! one VM; each device sits behind its own mutex.
 
 use crate::bus::IoContext;
-use std::collections::BTreeMap;
+use crate::ranges::{RangeError, RangeMap};
 use std::sync::{Arc, Mutex};
 
 /// Errors from building an MMIO bus.
@@ -25,15 +25,10 @@ pub trait MmioDevice: Send {
 /// Shared handle of a device on the MMIO bus.
 pub type SharedMmioDevice = Arc<Mutex<dyn MmioDevice>>;
 
-struct Entry {
-    len: u64,
-    dev: SharedMmioDevice,
-}
-
 /// The bus itself.
 #[derive(Default)]
 pub struct MmioBus {
-    ranges: BTreeMap<u64, Entry>,
+    ranges: RangeMap<SharedMmioDevice>,
 }
 
 impl MmioBus {
@@ -48,29 +43,17 @@ impl MmioBus {
         len: u64,
         dev: SharedMmioDevice,
     ) -> Result<(), MmioBusError> {
-        let end = match base.checked_add(len) {
-            Some(end) if len > 0 => end,
-            _ => return Err(MmioBusError::BadRange { base, len }),
-        };
-        // Only the nearest range below `end` can overlap: ranges are disjoint.
-        if let Some((&b, e)) = self.ranges.range(..end).next_back() {
-            if base < b + e.len {
-                return Err(MmioBusError::Overlap {
-                    base,
-                    len,
-                    other: b,
-                });
-            }
-        }
-        self.ranges.insert(base, Entry { len, dev });
-        Ok(())
+        self.ranges
+            .insert(base, len, u64::MAX, dev)
+            .map_err(|e| match e {
+                RangeError::Bad => MmioBusError::BadRange { base, len },
+                RangeError::Overlap(other) => MmioBusError::Overlap { base, len, other },
+            })
     }
 
     fn resolve(&self, addr: u64, size: usize) -> Option<(u64, &SharedMmioDevice)> {
-        let (&base, e) = self.ranges.range(..=addr).next_back()?;
-        let off = addr - base;
         // The whole access must fall inside the device's range.
-        (off.checked_add(size.max(1) as u64)? <= e.len).then_some((off, &e.dev))
+        self.ranges.resolve(addr, size)
     }
 
     /// Dispatch a read. Returns false (and fills `data` with 0xff) when no

@@ -17,6 +17,8 @@ pub const COM1_LEN: u16 = 8;
 pub const COM1_IRQ: u32 = 4;
 /// A line longer than this is emitted in pieces.
 const MAX_LINE: usize = 4096;
+/// How much of the last console line is kept for error messages.
+const LAST_LINE_KEPT: usize = 256;
 
 /// vm-superio's interrupt trigger over the UART's [`InterruptLine`]: each
 /// trigger is an edge on COM1's ISA line.
@@ -36,6 +38,9 @@ pub struct ConsoleWriter {
     log: Option<File>,
     stdout: bool,
     line: Vec<u8>,
+    /// The last non-blank line (at most [`LAST_LINE_KEPT`] bytes), so that a
+    /// failing VM's message can quote the guest's own words.
+    last_line: String,
 }
 
 impl ConsoleWriter {
@@ -47,12 +52,23 @@ impl ConsoleWriter {
             log,
             stdout,
             line: Vec::new(),
+            last_line: String::new(),
         }
+    }
+
+    /// The last non-blank line the guest printed (trimmed, lossy UTF-8).
+    pub fn last_line(&self) -> Option<&str> {
+        (!self.last_line.is_empty()).then_some(self.last_line.as_str())
     }
 
     fn emit_line(&mut self) -> io::Result<()> {
         if self.line.is_empty() {
             return Ok(());
+        }
+        let kept = &self.line[..self.line.len().min(LAST_LINE_KEPT)];
+        let text = String::from_utf8_lossy(kept);
+        if !text.trim().is_empty() {
+            self.last_line = text.trim().to_string();
         }
         if let Some(f) = self.log.as_mut() {
             f.write_all(&self.line)?;
@@ -132,6 +148,11 @@ impl SerialConsole {
     pub fn flush(&mut self) {
         let _ = self.inner.writer_mut().finish();
     }
+
+    /// The last non-blank line the guest printed.
+    pub fn last_line(&mut self) -> Option<String> {
+        self.inner.writer_mut().last_line().map(str::to_string)
+    }
 }
 
 impl PioDevice for SerialConsole {
@@ -173,10 +194,12 @@ mod tests {
         let mut s = String::new();
         File::open(&path).unwrap().read_to_string(&mut s).unwrap();
         assert_eq!(s, "hello\n", "whole lines only");
+        assert_eq!(dev.last_line().as_deref(), Some("hello"));
         dev.flush();
         let mut s = String::new();
         File::open(&path).unwrap().read_to_string(&mut s).unwrap();
         assert_eq!(s, "hello\nworld");
+        assert_eq!(dev.last_line().as_deref(), Some("world"));
         // LSR reports the transmitter empty.
         let mut lsr = [0u8];
         dev.read(ctx, 5, &mut lsr);

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! pacer run FILE [--policy P | --compare P1,P2] [--json results.json] [--status]
-//!                [--exit-status-from-guest]     run the VMs of FILE
+//!                [--exit-status-from-guest] [--no-seccomp]   run the VMs of FILE
 //! pacer validate FILE [--policy P]              check FILE without starting anything
 //! pacer topology [--spec 2x22x2]         print the host (or a synthetic) topology
 //! pacer unixbench --host | --report LOG  UnixBench-style suite (unixbench::cli)
@@ -22,6 +22,7 @@ use crate::config::{Config, Overrides};
 use crate::engine::policy::Policy;
 use crate::results::format_summary;
 use crate::runner::{self, RunEvent, RunOptions};
+use crate::seccomp::ThreadKind;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -78,6 +79,9 @@ pub enum Command {
         /// set none. Needs a config with exactly one VM.
         #[arg(long)]
         exit_status_from_guest: bool,
+        /// Run without the per-thread seccomp filters (for debugging).
+        #[arg(long)]
+        no_seccomp: bool,
     },
     /// Check a config file (fields, paths, CPU sets) without starting anything.
     Validate {
@@ -148,7 +152,27 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
             status,
             compare,
             exit_status_from_guest,
+            no_seccomp,
         } => {
+            // Before any VM starts: a result that cannot be written is bad input.
+            if let Some(path) = &json {
+                if let Err(why) = crate::preflight::check_output_file(path) {
+                    eprintln!("pacer run: --json: {why}");
+                    return EXIT_BAD_INPUT;
+                }
+            }
+            if !no_seccomp {
+                // Several runs one after the other: the thread that starts
+                // them stays unconfined (it starts threads for each run).
+                let kinds: &[ThreadKind] = if compare.is_empty() {
+                    &ThreadKind::ALL
+                } else {
+                    &ThreadKind::ALL[..4]
+                };
+                if let Err(e) = crate::seccomp::enable(kinds) {
+                    eprintln!("pacer run: running without seccomp filters: {e}");
+                }
+            }
             if !compare.is_empty() {
                 return run_compare(&file, &compare, json, status, run_start);
             }
@@ -170,11 +194,21 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
             let opts = RunOptions { run_start, status };
             let results = match runner::run(&config, &opts, &print_event) {
                 Ok(r) => r,
+                Err(e @ runner::RunError::LogDir(_)) => {
+                    eprintln!("pacer run: {e}");
+                    return EXIT_BAD_INPUT;
+                }
                 Err(e) => {
                     eprintln!("pacer run: {e}");
                     return EXIT_VM_FAILED;
                 }
             };
+            if let Some(dir) = &results.run_dir {
+                out(&format!(
+                    "pacer: this run's logs and results: {}\n",
+                    dir.display()
+                ));
+            }
             if let Some(path) = json {
                 let text = serde_json::to_string_pretty(&results).unwrap_or_default();
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -252,7 +286,10 @@ fn run_compare(
             }
             Err(e) => {
                 eprintln!("pacer run ({p}): {e}");
-                return EXIT_VM_FAILED;
+                return match e {
+                    runner::RunError::LogDir(_) => EXIT_BAD_INPUT,
+                    _ => EXIT_VM_FAILED,
+                };
             }
         }
     }

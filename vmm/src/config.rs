@@ -32,14 +32,20 @@
 //!
 //! Parsing is two-stage: serde (with `deny_unknown_fields`) into raw structs
 //! that keep the spans of the fields that semantic checks need, then
-//! validation. Every error names the field and the `line:column` in the file.
+//! validation, which also checks what the config names against the files
+//! and the host (`kernel_image`, `guest_params`, `preflight`,
+//! `host_resources`). Every error is one line `line:col: field.path: expected
+//! X, found Y`; serde's own errors are put in those words by
+//! `config_errors`.
 
 use crate::boot::multiboot::Module;
 use crate::boot::{self, GuestKind};
+use crate::config_errors::{one_line, quoted, SpanIndex};
 use crate::cpuid::CpuidOverrides;
 use crate::engine::policy::Policy;
 use crate::engine::DispatchKind;
 use crate::host_cpus::{HostCpu, HostCpuSet};
+use crate::host_resources::HostResources;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::fmt;
@@ -74,7 +80,7 @@ pub struct Diagnostic {
 /// Errors of this module.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {}: {source}", one_line(&.path.display().to_string()))]
     Read {
         path: PathBuf,
         source: std::io::Error,
@@ -89,20 +95,16 @@ pub enum ConfigError {
 }
 
 fn format_diagnostics(path: &Path, diags: &[Diagnostic]) -> String {
+    // One line per diagnostic, whatever the file name or the values hold.
+    let file = one_line(&path.display().to_string());
     diags
         .iter()
         .map(|d| {
-            if d.field.is_empty() {
-                format!("{}:{}:{}: {}", path.display(), d.line, d.column, d.message)
+            let (field, message) = (one_line(&d.field), one_line(&d.message));
+            if field.is_empty() {
+                format!("{file}:{}:{}: {message}", d.line, d.column)
             } else {
-                format!(
-                    "{}:{}:{}: {}: {}",
-                    path.display(),
-                    d.line,
-                    d.column,
-                    d.field,
-                    d.message
-                )
+                format!("{file}:{}:{}: {field}: {message}", d.line, d.column)
             }
         })
         .collect::<Vec<_>>()
@@ -149,6 +151,8 @@ enum RawNumber {
 #[serde(untagged)]
 enum RawWorkload {
     Args(String),
+    // Before `Table`: a date-time deserializes as a table with a private key.
+    Datetime(toml::value::Datetime),
     Table(toml::Table),
 }
 
@@ -198,6 +202,8 @@ struct RawConfig {
 pub struct HostInfo {
     /// The online CPUs.
     pub online: HostCpuSet,
+    /// Memory, vCPU, file and thread limits (`None`: not checked).
+    pub resources: HostResources,
 }
 
 impl HostInfo {
@@ -207,7 +213,10 @@ impl HostInfo {
             path: PathBuf::from("/sys/devices/system/cpu/online"),
             reason,
         })?;
-        Ok(HostInfo { online })
+        Ok(HostInfo {
+            online,
+            resources: HostResources::detect(),
+        })
     }
 }
 
@@ -284,6 +293,8 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
 
 struct Checker<'a> {
     text: &'a str,
+    /// Spans of every key and value, for fields serde gives no span for.
+    index: SpanIndex,
     diags: Vec<Diagnostic>,
 }
 
@@ -304,7 +315,15 @@ impl Checker<'_> {
             RawCpus::List(s) => match HostCpuSet::parse_list(s) {
                 Ok(set) => Some(set),
                 Err(e) => {
-                    self.err(span, field, e.to_string());
+                    self.err(
+                        span,
+                        field,
+                        format!(
+                            "expected a CPU list such as \"0-3,8\", found {} ({})",
+                            quoted(&e.input),
+                            one_line(&e.reason)
+                        ),
+                    );
                     None
                 }
             },
@@ -312,7 +331,14 @@ impl Checker<'_> {
                 let mut set = HostCpuSet::new();
                 for &id in ids {
                     if !(0..=vcpu_sched::cpuset::MAX_CPU_ID as i64).contains(&id) {
-                        self.err(span, field, format!("{id} is not a valid CPU number"));
+                        self.err(
+                            span,
+                            field,
+                            format!(
+                                "expected CPU numbers from 0 to {}, found {id}",
+                                vcpu_sched::cpuset::MAX_CPU_ID
+                            ),
+                        );
                         return None;
                     }
                     set.insert(HostCpu(id as u32));
@@ -332,11 +358,19 @@ impl Checker<'_> {
         match std::fs::metadata(&p) {
             Ok(m) if m.is_file() => Some(p),
             Ok(_) => {
-                self.err(raw.span(), field, format!("{} is not a file", p.display()));
+                self.err(
+                    raw.span(),
+                    field,
+                    format!("expected a regular file, found {}", p.display()),
+                );
                 None
             }
             Err(e) => {
-                self.err(raw.span(), field, format!("{}: {e}", p.display()));
+                self.err(
+                    raw.span(),
+                    field,
+                    format!("expected a readable file, found {}: {e}", p.display()),
+                );
                 None
             }
         }
@@ -406,6 +440,35 @@ fn module_entry(v: &toml::Value) -> Option<(String, String)> {
     }
 }
 
+/// Why `memory_mib` cannot hold the kernel's segments (and the initrd the
+/// loader puts above them, below the 3 GiB MMIO gap), if it cannot.
+fn memory_shortfall(
+    image: crate::kernel_image::ImageExtent,
+    initrd_len: u64,
+    memory_mib: u64,
+) -> Option<String> {
+    let ram_top = (memory_mib << 20).min(crate::memory::MMIO_GAP_START);
+    let need_end = image
+        .load_end
+        .max(crate::boot::layout::HIMEM_START)
+        .saturating_add(initrd_len.next_multiple_of(4096));
+    if need_end <= ram_top {
+        return None;
+    }
+    let need_mib = need_end.div_ceil(1 << 20);
+    Some(if initrd_len > 0 {
+        format!(
+            "expected at least {need_mib} MiB for the kernel (its segments end at {:#x}) and the initrd ({initrd_len} bytes), found {memory_mib}",
+            image.load_end
+        )
+    } else {
+        format!(
+            "expected at least {need_mib} MiB for the kernel (its segments end at {:#x}), found {memory_mib}",
+            image.load_end
+        )
+    })
+}
+
 fn valid_arg_token(s: &str) -> bool {
     !s.is_empty()
         && !s
@@ -413,14 +476,32 @@ fn valid_arg_token(s: &str) -> bool {
             .any(|c| c.is_whitespace() || c == '"' || c.is_control())
 }
 
-fn workload_args(c: &mut Checker<'_>, raw: &Spanned<RawWorkload>, field: &str) -> Vec<String> {
+fn workload_args(
+    c: &mut Checker<'_>,
+    raw: &Spanned<RawWorkload>,
+    field: &str,
+    vcpus: u32,
+) -> Vec<String> {
     let span = raw.span();
     let mut out = Vec::new();
     match raw.get_ref() {
+        RawWorkload::Datetime(d) => {
+            let expected = crate::config_errors::expectation("vm[].workload").unwrap_or_default();
+            c.err(
+                span,
+                field,
+                format!("expected {expected}, found the date-time {d}"),
+            );
+            return out;
+        }
         RawWorkload::Args(s) => {
             let s = s.trim();
             if s.is_empty() {
-                c.err(span, field, "empty workload");
+                c.err(
+                    span.clone(),
+                    field,
+                    "expected a workload name such as \"cpu\", found an empty string",
+                );
             } else {
                 // "cpu", "cpu duration_ms=300", or "workload=cpu duration_ms=300":
                 // a bare first word is the workload name.
@@ -433,7 +514,10 @@ fn workload_args(c: &mut Checker<'_>, raw: &Spanned<RawWorkload>, field: &str) -
                         c.err(
                             span.clone(),
                             field,
-                            format!("{tok:?} is not a key=value argument"),
+                            format!(
+                                "expected key=value words after the workload name, found {}",
+                                quoted(tok)
+                            ),
                         );
                     }
                 }
@@ -441,20 +525,36 @@ fn workload_args(c: &mut Checker<'_>, raw: &Spanned<RawWorkload>, field: &str) -
         }
         RawWorkload::Table(t) => {
             if !t.contains_key("name") {
-                c.err(span.clone(), field, "a workload table needs `name`");
+                c.err(
+                    span.clone(),
+                    format!("{field}.name"),
+                    "missing; expected a workload name in quotes such as \"cpu\"",
+                );
             }
             for (k, v) in t {
                 let key = if k == "name" { "workload" } else { k.as_str() };
+                let at = c
+                    .index
+                    .get(&format!("{field}.{k}"))
+                    .map(|n| n.value.clone())
+                    .unwrap_or_else(|| span.clone());
                 let val = match v {
                     toml::Value::String(s) => s.clone(),
                     toml::Value::Integer(i) => i.to_string(),
                     toml::Value::Float(f) => f.to_string(),
                     toml::Value::Boolean(b) => (*b as u8).to_string(),
-                    _ => {
+                    other => {
                         c.err(
-                            span.clone(),
+                            at,
                             format!("{field}.{k}"),
-                            "must be a string, number or boolean",
+                            format!(
+                                "expected a string, number or boolean, found {}",
+                                match other {
+                                    toml::Value::Array(_) => "an array".to_string(),
+                                    toml::Value::Table(_) => "a table".to_string(),
+                                    v => format!("the date-time {v}"),
+                                }
+                            ),
                         );
                         continue;
                     }
@@ -463,9 +563,13 @@ fn workload_args(c: &mut Checker<'_>, raw: &Spanned<RawWorkload>, field: &str) -
                     || !valid_arg_token(&val)
                 {
                     c.err(
-                        span.clone(),
+                        at,
                         format!("{field}.{k}"),
-                        format!("{k}={val:?} cannot be passed on a kernel command line"),
+                        format!(
+                            "expected a key and value without blanks, quotes or control characters (a kernel command line word), found {}={}",
+                            one_line(k),
+                            quoted(&val)
+                        ),
                     );
                     continue;
                 }
@@ -477,6 +581,23 @@ fn workload_args(c: &mut Checker<'_>, raw: &Spanned<RawWorkload>, field: &str) -
                 }
             }
         }
+    }
+    // What the bench guest would refuse or silently replace.
+    let args = crate::guest_params::split_args(out.iter().map(String::as_str));
+    for e in crate::guest_params::check(&args, vcpus) {
+        let toml_key = if e.key == "workload" { "name" } else { &e.key };
+        let at = match raw.get_ref() {
+            RawWorkload::Table(_) => c
+                .index
+                .get(&format!("{field}.{toml_key}"))
+                .map(|n| n.value.clone()),
+            _ => None,
+        };
+        c.err(
+            at.unwrap_or_else(|| span.clone()),
+            format!("{field}.{toml_key}"),
+            e.message,
+        );
     }
     out
 }
@@ -499,10 +620,11 @@ impl Config {
         host: &HostInfo,
         overrides: Overrides,
     ) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            crate::preflight::read_config_file(path).map_err(|source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
         Self::parse_overridden(&text, path, host, overrides)
     }
 
@@ -525,15 +647,7 @@ impl Config {
         };
         let raw: RawConfig = match toml::from_str(text) {
             Ok(r) => r,
-            Err(e) => {
-                let (line, column) = line_col(text, e.span().map(|s| s.start).unwrap_or(0));
-                return Err(invalid(vec![Diagnostic {
-                    line,
-                    column,
-                    field: String::new(),
-                    message: e.message().trim().to_string(),
-                }]));
-            }
+            Err(e) => return Err(invalid(vec![crate::config_errors::explain(text, &e)])),
         };
         let base = path
             .parent()
@@ -548,6 +662,7 @@ impl Config {
             .to_path_buf();
         let mut c = Checker {
             text,
+            index: SpanIndex::new(text),
             diags: Vec::new(),
         };
 
@@ -555,20 +670,27 @@ impl Config {
         let rh = raw.host.unwrap_or_default();
         let host_cpus = match &rh.cpus {
             Some(s) => {
-                let set = c.cpus(s, "host.cpus").unwrap_or_default();
+                let parsed = c.cpus(s, "host.cpus");
+                let set = parsed.clone().unwrap_or_default();
                 let outside = set.difference(&host.online);
-                if !outside.is_empty() {
+                if parsed.is_none() {
+                    // Reported by `cpus`.
+                } else if !outside.is_empty() {
                     c.err(
                         s.span(),
                         "host.cpus",
                         format!(
-                            "CPUs {} are not online on this host (online: {})",
-                            outside.to_list(),
-                            host.online.to_list()
+                            "expected CPUs online on this host ({}), found CPUs {} that are not online",
+                            host.online.to_list(),
+                            outside.to_list()
                         ),
                     );
                 } else if set.is_empty() {
-                    c.err(s.span(), "host.cpus", "the CPU set is empty");
+                    c.err(
+                        s.span(),
+                        "host.cpus",
+                        "expected at least one CPU, found an empty CPU set",
+                    );
                 }
                 set
             }
@@ -587,7 +709,10 @@ impl Config {
                 c.err(
                     h.span(),
                     "host.halt_poll_us",
-                    format!("{}: must be between 0 and {MAX_HALT_POLL_US}", h.get_ref()),
+                    format!(
+                        "expected an integer number of microseconds from 0 to {MAX_HALT_POLL_US}, found {}",
+                        h.get_ref()
+                    ),
                 );
                 0
             }
@@ -605,26 +730,40 @@ impl Config {
         }
         let log_dir = match &rh.log_dir {
             Some(d) if d.get_ref().trim().is_empty() => {
-                c.err(d.span(), "host.log_dir", "empty path");
+                c.err(
+                    d.span(),
+                    "host.log_dir",
+                    "expected a directory path, found an empty string",
+                );
                 PathBuf::new()
             }
             Some(d) => {
                 let p = base.join(d.get_ref());
-                if p.exists() && !p.is_dir() {
+                if let Err(why) = crate::preflight::check_dir_writable(&p) {
                     c.err(
                         d.span(),
                         "host.log_dir",
-                        format!("{} exists and is not a directory", p.display()),
+                        format!("expected a directory Pacer can create and write, but {why}"),
                     );
                 }
                 p
             }
-            None => base.join("pacer-logs"),
+            None => {
+                let p = base.join("pacer-logs");
+                if let Err(why) = crate::preflight::check_dir_writable(&p) {
+                    c.err(
+                        0..0,
+                        "host.log_dir",
+                        format!("expected the default log directory to be writable, but {why}"),
+                    );
+                }
+                p
+            }
         };
 
         // [[vm]]
         if raw.vm.is_empty() {
-            c.err(0..0, "vm", "no [[vm]] defined");
+            c.err(0..0, "vm", "expected at least one [[vm]] table, found none");
         }
         let mut names: HashMap<String, usize> = HashMap::new();
         let mut vms = Vec::new();
@@ -640,14 +779,20 @@ impl Config {
                 c.err(
                     v.name.span(),
                     f("name"),
-                    format!("{name:?}: names are 1-64 characters of [A-Za-z0-9_-]"),
+                    format!(
+                        "expected a name of 1-64 characters of A-Z a-z 0-9 _ -, found {}",
+                        quoted(&name)
+                    ),
                 );
             }
             if let Some(prev) = names.insert(name.clone(), i) {
                 c.err(
                     v.name.span(),
                     f("name"),
-                    format!("duplicate VM name {name:?} (also vm[{prev}])"),
+                    format!(
+                        "expected a name no other VM has, found {} (duplicate of vm[{prev}])",
+                        quoted(&name)
+                    ),
                 );
             }
             let vcpus = *v.vcpus.get_ref();
@@ -655,7 +800,7 @@ impl Config {
                 c.err(
                     v.vcpus.span(),
                     f("vcpus"),
-                    format!("{vcpus}: must be between 1 and {MAX_VCPUS}"),
+                    format!("expected an integer from 1 to {MAX_VCPUS}, found {vcpus}"),
                 );
             }
             let mem = *v.memory_mib.get_ref();
@@ -663,7 +808,7 @@ impl Config {
                 c.err(
                     v.memory_mib.span(),
                     f("memory_mib"),
-                    format!("{mem}: must be between {MIN_MEMORY_MIB} and {MAX_MEMORY_MIB}"),
+                    format!("expected an integer number of MiB from {MIN_MEMORY_MIB} to {MAX_MEMORY_MIB}, found {mem}"),
                 );
             }
             let kernel = c.path(&base, &v.kernel, &f("kernel"));
@@ -701,6 +846,24 @@ impl Config {
                     modules.push(Module { path: p, cmdline });
                 }
             }
+            // The bench guest's ELF image: its load segments must fit.
+            let image = match (&kernel, is(GuestKind::Bench)) {
+                (Some(k), true) => match crate::kernel_image::image_extent(k) {
+                    Ok(extent) => Some(extent),
+                    Err(why) => {
+                        c.err(
+                            v.kernel.span(),
+                            f("kernel"),
+                            format!(
+                                "expected an ELF64 x86-64 kernel, found {}: {why}",
+                                k.display()
+                            ),
+                        );
+                        None
+                    }
+                },
+                _ => None,
+            };
             if let Some(k) = &kernel {
                 let mib = v.memory_mib.get_ref().max(&0).unsigned_abs();
                 let total: u64 = std::iter::once(k.as_path())
@@ -720,22 +883,39 @@ impl Config {
                 .initrd
                 .as_ref()
                 .and_then(|p| c.path(&base, p, &f("initrd")));
+            if let (Some(image), true) = (image, mem >= MIN_MEMORY_MIB as i64) {
+                let initrd_len = initrd
+                    .as_ref()
+                    .and_then(|p| std::fs::metadata(p).ok())
+                    .map_or(0, |m| m.len());
+                if let Some(why) = memory_shortfall(image, initrd_len, mem as u64) {
+                    c.err(v.memory_mib.span(), f("memory_mib"), why);
+                }
+            }
             let cpus = match &v.cpus {
                 Some(s) => {
-                    let set = c.cpus(s, &f("cpus")).unwrap_or_default();
+                    let parsed = c.cpus(s, &f("cpus"));
+                    let set = parsed.clone().unwrap_or_default();
                     let outside = set.difference(&host_cpus);
-                    if !outside.is_empty() {
+                    if parsed.is_none() {
+                        // Reported by `cpus`.
+                    } else if !outside.is_empty() && !host_cpus.is_empty() {
+                        // (An empty host set was reported at host.cpus.)
                         c.err(
                             s.span(),
                             f("cpus"),
                             format!(
-                                "CPUs {} are outside the host CPU set {}",
+                                "expected CPUs within [host] cpus, found CPUs {} outside the host CPU set {}",
                                 outside.to_list(),
                                 host_cpus.to_list()
                             ),
                         );
                     } else if set.is_empty() {
-                        c.err(s.span(), f("cpus"), "the core set is empty");
+                        c.err(
+                            s.span(),
+                            f("cpus"),
+                            "expected at least one CPU, found an empty core set",
+                        );
                     }
                     set
                 }
@@ -755,7 +935,7 @@ impl Config {
                             p.span(),
                             f("priority"),
                             format!(
-                                "{val}: a {} VM's priority must be between {} and {}",
+                                "expected a {} VM's priority between {} and {}, found {val}",
                                 class_name(class),
                                 range.start(),
                                 range.end()
@@ -772,7 +952,7 @@ impl Config {
                 c.err(
                     span,
                     f("class"),
-                    "a VM's class is \"timeshare\" or \"realtime\"",
+                    "expected a VM class \"timeshare\" or \"realtime\", found \"idle\"",
                 );
             } else if let Some(refusal) = policy.refuses_vm(class, priority) {
                 let span = match (refusal, &v.priority, &v.class) {
@@ -793,11 +973,22 @@ impl Config {
             }
             let mut cmdline: Vec<String> = Vec::new();
             if let Some(cl) = &v.cmdline {
-                if cl.get_ref().chars().any(|ch| ch.is_control()) {
+                // The boot loader takes printable ASCII only (and so does
+                // the guest's parser).
+                if let Some((i, ch)) = cl
+                    .get_ref()
+                    .chars()
+                    .enumerate()
+                    .find(|(_, ch)| !(' '..='~').contains(ch) && *ch != '\t')
+                {
                     c.err(
                         cl.span(),
                         f("cmdline"),
-                        "control characters are not allowed",
+                        format!(
+                            "expected printable ASCII characters, found {} at character {}",
+                            quoted(&ch.to_string()),
+                            i + 1
+                        ),
                     );
                 }
                 cmdline.extend(cl.get_ref().split_whitespace().map(str::to_string));
@@ -810,8 +1001,46 @@ impl Config {
                         "only the bench guest runs workloads; give other guests their `cmdline`",
                     );
                 } else {
-                    cmdline.extend(workload_args(&mut c, w, &f("workload")));
+                    let n = vcpus.clamp(1, MAX_VCPUS as i64) as u32;
+                    cmdline.extend(workload_args(&mut c, w, &f("workload"), n));
+                    if let Some((i, ch)) = cmdline
+                        .iter()
+                        .flat_map(|w| w.chars())
+                        .enumerate()
+                        .find(|(_, ch)| !(' '..='~').contains(ch))
+                    {
+                        c.err(
+                            w.span(),
+                            f("workload"),
+                            format!(
+                                "expected printable ASCII characters, found {} at character {}",
+                                quoted(&ch.to_string()),
+                                i + 1
+                            ),
+                        );
+                    }
                 }
+            }
+            // The VMM appends ` tsc_khz=<10 digits> vcpus=<3 digits>` to a
+            // bench guest's command line, and a NUL.
+            let appended = if is(GuestKind::Bench) {
+                " tsc_khz=4294967295 vcpus=254".len()
+            } else {
+                0
+            };
+            let room = crate::boot::layout::CMDLINE_MAX - appended - 1;
+            let len = cmdline.iter().map(|w| w.len() + 1).sum::<usize>();
+            if len > room {
+                let span = v
+                    .cmdline
+                    .as_ref()
+                    .map(|s| s.span())
+                    .or(v.workload.as_ref().map(|w| w.span()));
+                c.err(
+                    span.unwrap_or(0..0),
+                    f("cmdline"),
+                    format!("expected a command line (with the workload) of at most {room} bytes, found {len}"),
+                );
             }
             let reserved: &[&str] = if is(GuestKind::Bench) {
                 &["tsc_khz=", "vcpus="]
@@ -820,11 +1049,17 @@ impl Config {
             };
             for reserved in reserved {
                 if cmdline.iter().any(|a| a.starts_with(reserved)) {
-                    let span = v.cmdline.as_ref().map(|s| s.span()).unwrap_or(0..0);
+                    let (span, field) = match &v.cmdline {
+                        Some(cl) if cl.get_ref().contains(reserved) => (cl.span(), f("cmdline")),
+                        _ => (
+                            v.workload.as_ref().map(|w| w.span()).unwrap_or(0..0),
+                            f("workload"),
+                        ),
+                    };
                     c.err(
                         span,
-                        f("cmdline"),
-                        format!("`{reserved}` is set by the VMM and may not be given"),
+                        field,
+                        format!("expected no `{reserved}` (the VMM sets it), found one"),
                     );
                 }
             }
@@ -834,8 +1069,15 @@ impl Config {
                         RawNumber::Int(i) => *i as f64,
                         RawNumber::Float(x) => *x,
                     };
-                    if !(secs > 0.0 && secs <= 1e7) {
-                        c.err(t.span(), f("timeout_s"), format!("{secs}: must be > 0"));
+                    // Below 1 ms the timeout is gone before the VM boots.
+                    if !(1e-3..=1e7).contains(&secs) {
+                        c.err(
+                            t.span(),
+                            f("timeout_s"),
+                            format!(
+                                "expected a number of seconds from 0.001 to 10000000, found {secs}"
+                            ),
+                        );
                         None
                     } else {
                         Some(Duration::from_secs_f64(secs))
@@ -868,7 +1110,25 @@ impl Config {
             });
         }
 
+        // The host's memory, KVM's vCPU limit, open files and threads.
+        let demand: Vec<_> = vms
+            .iter()
+            .map(|v| crate::host_resources::VmDemand {
+                vcpus: v.vcpus,
+                memory_mib: v.memory_mib,
+            })
+            .collect();
+        for s in crate::host_resources::check(&host.resources, &demand) {
+            let raw_vm = &raw.vm[s.vm];
+            let span = match s.field {
+                "memory_mib" => raw_vm.memory_mib.span(),
+                _ => raw_vm.vcpus.span(),
+            };
+            c.err(span, format!("vm[{}].{}", s.vm, s.field), s.message);
+        }
+
         if !c.diags.is_empty() {
+            c.diags.sort_by_key(|d| (d.line, d.column));
             return Err(invalid(c.diags));
         }
         Ok(Config {
@@ -955,11 +1215,8 @@ mod tests {
                 std::thread::current().id()
             ));
             std::fs::create_dir_all(&dir).unwrap();
-            let mut elf = vec![0u8; 64];
-            elf[0..4].copy_from_slice(b"\x7fELF");
-            elf[4] = 2;
-            elf[5] = 1;
-            elf[18] = 62;
+            // One 1 MiB segment at 1 MiB: needs 2 MiB of RAM.
+            let elf = crate::kernel_image::tests::elf_with_loads(&[(0x10_0000, 0x10_0000)]);
             std::fs::write(dir.join("kernel.elf"), elf).unwrap();
             std::fs::write(dir.join("not-elf.bin"), b"MZ not an elf file....").unwrap();
             let mut mb = boot::multiboot::tests::header(0);
@@ -980,6 +1237,7 @@ mod tests {
         fn parse_with(&self, text: &str, o: Overrides) -> Result<Config, ConfigError> {
             let host = HostInfo {
                 online: HostCpuSet::parse_list("0-3").unwrap(),
+                resources: HostResources::default(),
             };
             Config::parse_overridden(text, &self.dir.join("pacer.toml"), &host, o)
         }
@@ -1115,7 +1373,7 @@ workload = "cpu report_ms=50"
         );
         // A missing `kernel` key altogether.
         let e = fx.errors("[[vm]]\nname=\"x\"\nvcpus=1\nmemory_mib=16\n");
-        assert!(e.contains("missing field `kernel`"), "{e}");
+        assert!(e.contains("vm[0].kernel: missing"), "{e}");
     }
 
     const MB: &str = "[[vm]]\nname = \"kut\"\nvcpus = 2\nmemory_mib = 16\nkernel = \"mb.flat\"\n";
@@ -1181,7 +1439,9 @@ workload = "cpu report_ms=50"
         );
         let e = fx.errors(&format!("{MB}cpuid = {{ x2apic = 1 }}\n"));
         assert!(
-            e.contains(":6:20:") && e.contains("expected a boolean"),
+            e.contains(":6:20:")
+                && e.contains("vm[0].cpuid.x2apic")
+                && e.contains("expected true or false"),
             "{e}"
         );
         let e = fx.errors(&format!("{MB}cpuid = {{ avx = false }}\n"));

@@ -147,6 +147,8 @@ impl VmResult {
 #[derive(Debug, Clone, Serialize)]
 pub struct RunResults {
     pub config: PathBuf,
+    /// This run's directory of consoles and results (`run_dir`).
+    pub run_dir: Option<PathBuf>,
     pub ok: bool,
     pub vms: Vec<VmResult>,
 }
@@ -580,6 +582,7 @@ mod tests {
                 .collect();
             RunResults {
                 config: PathBuf::from("c.toml"),
+                run_dir: None,
                 ok: true,
                 vms: vec![r],
             }

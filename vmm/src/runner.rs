@@ -23,11 +23,8 @@ pub enum RunError {
     Topology(#[from] vcpu_sched::SchedError),
     #[error("{0}")]
     Kvm(#[from] crate::vm::VmError),
-    #[error("cannot create log directory {path}: {source}")]
-    LogDir {
-        path: std::path::PathBuf,
-        source: std::io::Error,
-    },
+    #[error("{0}")]
+    LogDir(#[from] crate::run_dir::RunDirError),
 }
 
 /// Options of a run.
@@ -137,6 +134,8 @@ pub fn run(
     opts: &RunOptions,
     on_event: &(dyn Fn(RunEvent<'_>) + Sync),
 ) -> Result<RunResults, RunError> {
+    // This run's own directory, before anything starts.
+    let run_dir = crate::run_dir::create(&config.host.log_dir)?;
     // Before any thread starts: every thread inherits the blocked mask.
     let guard = SignalGuard::install();
     let guard = &guard;
@@ -159,22 +158,19 @@ pub fn run(
         Some(e) => VcpuScheduling::Scheduled(e.clone()),
     };
     let scheduling = &scheduling;
-    std::fs::create_dir_all(&config.host.log_dir).map_err(|source| RunError::LogDir {
-        path: config.host.log_dir.clone(),
-        source,
-    })?;
     let kvm = open_kvm()?;
     let kvm = &kvm;
     let registry = &StopRegistry::default();
     let done = &AtomicBool::new(false);
     let vms_left = &std::sync::atomic::AtomicUsize::new(config.vms.len());
     let engine_ref = engine.as_deref();
-    let log_dir = &config.host.log_dir;
+    let log_dir = &run_dir;
     let results = std::thread::scope(|s| {
         if let Some(g) = guard {
             let _ = std::thread::Builder::new()
                 .name("pacer/signals".into())
                 .spawn_scoped(s, move || {
+                    crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Service);
                     g.watch(
                         || done.load(Ordering::Acquire),
                         |sig| match sig {
@@ -193,6 +189,7 @@ pub fn run(
             std::thread::Builder::new()
                 .name("pacer/status".into())
                 .spawn_scoped(s, move || {
+                    crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Service);
                     let mut line = StatusLine {
                         start: opts.run_start,
                         last: None,
@@ -213,7 +210,7 @@ pub fn run(
             .iter()
             .map(|vm| {
                 let options = VmOptions {
-                    log_dir: Some(config.host.log_dir.clone()),
+                    log_dir: Some(run_dir.clone()),
                     scheduling: scheduling.clone(),
                     run_start: opts.run_start,
                 };
@@ -227,6 +224,8 @@ pub fn run(
                     })
             })
             .collect();
+        // Every thread of the run has started: confine this one.
+        crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Runner);
         let results = handles
             .into_iter()
             .zip(config.vms.iter())
@@ -250,6 +249,7 @@ pub fn run(
     }
     Ok(RunResults {
         config: config.path.clone(),
+        run_dir: Some(run_dir),
         ok: results.iter().all(|r| r.ok),
         vms: results,
     })

@@ -521,6 +521,7 @@ pub fn spawn_vcpu_thread<G: VcpuGate + 'static>(
     std::thread::Builder::new()
         .name(name.clone())
         .spawn(move || {
+            crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Vcpu);
             signals::set_current_kvm_run(runner.kvm_run_ptr());
             let reason = run_vcpu_loop(&mut runner, &mut gate);
             signals::set_current_kvm_run(std::ptr::null_mut());

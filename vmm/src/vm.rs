@@ -919,17 +919,25 @@ impl Vm {
 
     fn finish(&mut self, cause: StopCause) -> VmResult {
         let (outcomes, vcpu_sched) = self.stop_vcpus();
-        self.serial
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .flush();
-        let (status, ok, message) = cause.describe();
+        let mut serial = self.serial.lock().unwrap_or_else(|p| p.into_inner());
+        serial.flush();
+        let last_console_line = serial.last_line();
+        drop(serial);
+        let (status, ok, mut message) = cause.describe();
         let wall_ms = self.shared.start.elapsed().as_secs_f64() * 1e3;
         let mut res = self
             .shared
             .results
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        if !ok && cause != StopCause::Requested {
+            let errors = res.guest_errors();
+            let why = crate::guest_report::guest_reason(&errors, last_console_line.as_deref());
+            if let Some(why) = why {
+                log::error!("[{}] {why}", self.config.name);
+                message = format!("{message}; {why}");
+            }
+        }
         res.stopped(&status, ok, &message, wall_ms);
         let work = res.work();
         let total = work
@@ -993,6 +1001,7 @@ impl Vm {
             r.message = e.to_string();
             return r;
         }
+        crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Controller);
         vm.wait()
     }
 }

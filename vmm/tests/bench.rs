@@ -305,6 +305,7 @@ fn shipped_matrices_validate() {
     let benches = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../benches");
     let host = vmm::config::HostInfo {
         online: vmm::host_cpus::HostCpuSet::parse_list("0-1").unwrap(),
+        resources: Default::default(),
     };
     let kernel = guests::bench_guest_elf().display().to_string();
     for (name, cells) in [("smoke", 36), ("seeds", 240), ("unixbench", 36)] {

@@ -2,23 +2,12 @@
 
 mod common;
 
-use common::{kvm_or_skip, vm_table, TempDir};
+use common::{kvm_or_skip, run_config, vm_table, TempDir};
 use devices::{Marker, RecordKind};
 use std::time::{Duration, Instant};
 use vmm::config::Config;
-use vmm::runner::{run, RunOptions};
 use vmm::vm::{open_kvm, VmEvent};
 use vmm::{Vm, VmOptions};
-
-fn run_config(dir: &TempDir, text: &str) -> vmm::results::RunResults {
-    let path = dir.config(text);
-    let config = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    let opts = RunOptions {
-        run_start: Instant::now(),
-        status: false,
-    };
-    run(&config, &opts, &|_| {}).unwrap()
-}
 
 #[test]
 fn boot_one_vm_one_vcpu_and_read_results() {
@@ -54,13 +43,13 @@ fn boot_one_vm_one_vcpu_and_read_results() {
     assert!(w.done, "{w:?}");
     assert!(w.units > 0 && w.units_per_s.unwrap() > 0.0);
     // The JSON-lines file has every marker and record plus the stop line.
-    let lines = std::fs::read_to_string(dir.0.join("logs/one.results.jsonl")).unwrap();
+    let lines = std::fs::read_to_string(dir.0.join("logs/latest/one.results.jsonl")).unwrap();
     assert_eq!(
         lines.lines().count(),
         vm.markers.len() + vm.records.len() + vm.rejected_records + 1
     );
     assert!(lines.lines().last().unwrap().contains("\"type\":\"stop\""));
-    let console = std::fs::read_to_string(dir.0.join("logs/one.console.log")).unwrap();
+    let console = std::fs::read_to_string(dir.0.join("logs/latest/one.console.log")).unwrap();
     assert!(console.contains("pacer-bench"), "{console}");
 }
 
@@ -84,7 +73,10 @@ fn three_vms_from_one_config() {
             vm.work.first().is_some_and(|w| w.done && w.units > 0),
             "{vm:?}"
         );
-        assert!(dir.0.join(format!("logs/{name}.results.jsonl")).exists());
+        assert!(dir
+            .0
+            .join(format!("logs/latest/{name}.results.jsonl"))
+            .exists());
     }
 }
 

@@ -38,7 +38,10 @@ fn bad_configs_exit_2_naming_field_and_line() {
         (
             "bad policy",
             format!("[host]\npolicy = \"global_rr\"\n\n{}", vm_table("a", "cpu")),
-            &[":2:10:", "expected one of: haiku, global-rr, pinned, host"],
+            &[
+                ":2:10:",
+                "host.policy: expected one of \"haiku\", \"global-rr\", \"pinned\", \"host\"",
+            ],
         ),
         (
             "priority the policy ignores",
@@ -168,4 +171,143 @@ fn sigterm_stops_all_vms_and_still_reports() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(v["vms"][0]["status"], "stopped");
     assert!(!v["vms"][0]["records"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn a_second_run_keeps_the_first_runs_results() {
+    if !kvm_or_skip("a_second_run_keeps_the_first_runs_results") {
+        return;
+    }
+    let dir = TempDir::new("cli-two-runs");
+    let cfg = dir.config(&format!(
+        "[host]\nlog_dir = \"logs\"\n\n{}",
+        vm_table("keep", "cpu duration_ms=100 report_ms=50")
+    ));
+    let mut run_dirs = Vec::new();
+    for _ in 0..2 {
+        let (code, out, err) = pacer(&["run", cfg.to_str().unwrap()]);
+        assert_eq!(code, 0, "{out}{err}");
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("pacer: this run's logs and results: "))
+            .unwrap_or_else(|| panic!("no run directory in {out}"));
+        let run_dir = std::path::PathBuf::from(line.rsplit(": ").next().unwrap());
+        assert!(
+            out.contains(&format!(
+                "results: {}",
+                run_dir.join("keep.results.jsonl").display()
+            )),
+            "{out}"
+        );
+        run_dirs.push(run_dir);
+    }
+    assert_ne!(run_dirs[0], run_dirs[1]);
+    for d in &run_dirs {
+        let text = std::fs::read_to_string(d.join("keep.results.jsonl")).unwrap();
+        assert!(
+            text.contains("\"type\":\"stop\""),
+            "{}: {text}",
+            d.display()
+        );
+        assert!(d.join("keep.console.log").exists());
+    }
+    let latest = std::fs::canonicalize(dir.0.join("logs/latest")).unwrap();
+    assert_eq!(latest, std::fs::canonicalize(&run_dirs[1]).unwrap());
+}
+
+#[test]
+fn unwritable_outputs_exit_2_before_any_vm_starts() {
+    let dir = TempDir::new("cli-outputs");
+    let cfg = dir.config(&format!(
+        "[host]\nlog_dir = \"logs\"\n\n{}",
+        vm_table("never", "cpu duration_ms=100")
+    ));
+    // --json naming a directory, or a path below a regular file.
+    for json in [dir.0.clone(), cfg.join("results.json")] {
+        let (code, out, err) = pacer(&[
+            "run",
+            cfg.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(err.contains("--json"), "{err}");
+        assert!(!dir.0.join("logs").exists(), "a run started: {out}{err}");
+    }
+    // A log_dir below a regular file: refused by validate and run alike.
+    let bad = dir.config(&format!(
+        "[host]\nlog_dir = \"pacer.toml/logs\"\n\n{}",
+        vm_table("never", "cpu duration_ms=100")
+    ));
+    for cmd in ["validate", "run"] {
+        let (code, out, err) = pacer(&[cmd, bad.to_str().unwrap()]);
+        assert_eq!(code, 2, "{cmd}: {out}{err}");
+        assert!(err.contains("host.log_dir"), "{cmd}: {err}");
+    }
+}
+
+#[test]
+fn config_files_that_are_not_regular_files_are_refused() {
+    let dir = TempDir::new("cli-fifo");
+    let fifo = dir.0.join("fifo.toml");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for (path, needle) in [
+        (fifo.to_str().unwrap(), "a FIFO"),
+        ("/dev/zero", "character device"),
+    ] {
+        for cmd in ["validate", "run"] {
+            let (code, out, err) = pacer(&[cmd, path]);
+            assert_eq!(code, 2, "{cmd} {path}: {out}{err}");
+            assert!(err.contains(needle) && err.lines().count() == 1, "{err}");
+        }
+    }
+}
+
+#[test]
+fn bad_workload_parameters_are_refused_at_validate() {
+    let dir = TempDir::new("cli-params");
+    for (workload, needle) in [
+        (
+            "cpu duration_ms=-5",
+            "vm[0].workload.duration_ms: expected an integer from 1 to 86400000",
+        ),
+        ("cpu duration_ms=nan", "found \"nan\""),
+        ("frobnicate", "vm[0].workload.name: expected one of cpu"),
+    ] {
+        let p = dir.config(&vm_table("p", workload));
+        let (code, out, err) = pacer(&["validate", p.to_str().unwrap()]);
+        assert_eq!(code, 2, "{workload}: {out}{err}");
+        assert!(err.contains(needle), "{workload}: {err}");
+        assert!(err.contains(":6:12:"), "{workload}: {err}");
+    }
+}
+
+#[test]
+fn the_guests_reason_reaches_stderr() {
+    if !kvm_or_skip("the_guests_reason_reaches_stderr") {
+        return;
+    }
+    let dir = TempDir::new("cli-reason");
+    // The workload named on the raw command line bypasses the config's
+    // parameter check, as a guest of another kind would.
+    let cfg = dir.config(&format!(
+        "[host]\nlog_dir = \"logs\"\n\n{}",
+        vm_table("odd", "cpu").replace("workload = \"cpu\"", "cmdline = \"workload=frobnicate\"")
+    ));
+    let (code, out, err) = pacer(&["run", cfg.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("[odd] the guest says: vcpu0 reported ERROR UNKNOWN_WORKLOAD"),
+        "{err}"
+    );
+    assert!(
+        err.contains("its console's last line: \"pacer-bench: unknown workload"),
+        "{err}"
+    );
+    assert!(
+        out.contains("guest exited with status 2; the guest says:"),
+        "{out}"
+    );
 }

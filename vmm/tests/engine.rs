@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{kvm_or_skip, vm_table, TempDir};
+use common::{kvm_or_skip, run_config, vm_table, TempDir};
 use devices::RecordKind;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,19 +13,8 @@ use vmm::config::Config;
 use vmm::engine::cpu_map::CpuMap;
 use vmm::engine::{DispatchKind, Engine, EngineConfig};
 use vmm::host_cpus::HostCpuSet;
-use vmm::runner::{run, RunOptions};
 use vmm::vm::{open_kvm, VcpuScheduling, VmEvent};
 use vmm::{Vm, VmOptions};
-
-fn run_config(dir: &TempDir, text: &str) -> vmm::results::RunResults {
-    let path = dir.config(text);
-    let config = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    let opts = RunOptions {
-        run_start: Instant::now(),
-        status: false,
-    };
-    run(&config, &opts, &|_| {}).unwrap()
-}
 
 fn host(policy: &str, dispatch: DispatchKind) -> String {
     format!("[host]\npolicy = \"{policy}\"\ndispatch = \"{dispatch}\"\nlog_dir = \"logs\"\n\n")

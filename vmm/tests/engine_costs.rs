@@ -13,24 +13,14 @@
 
 mod common;
 
-use common::{kvm_or_skip, marker_span_ms, pio_loop_code, tiny_elf, yield_loop_code, TempDir};
-use std::time::Instant;
-use vmm::config::Config;
+use common::{
+    kvm_or_skip, marker_span_ms, pio_loop_code, run_config, tiny_elf, yield_loop_code, TempDir,
+};
 use vmm::engine::DispatchKind;
-use vmm::runner::{run, RunOptions};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
-}
-
-fn run_text(dir: &TempDir, text: &str) -> vmm::results::RunResults {
-    let config = Config::load(&dir.config(text)).unwrap_or_else(|e| panic!("{e}"));
-    let opts = RunOptions {
-        run_start: Instant::now(),
-        status: false,
-    };
-    run(&config, &opts, &|_| {}).unwrap()
 }
 
 fn vm(name: &str, kernel: &std::path::Path) -> String {
@@ -62,7 +52,7 @@ fn exit_yield_and_switch_costs() {
     let (mut host, mut alone_t, mut alone_w, mut switch_t, mut switch_w) =
         (vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..5 {
-        let r = run_text(
+        let r = run_config(
             &dir,
             &format!("[host]\npolicy = \"host\"\n\n{}", vm("pio", &pio)),
         );
@@ -72,10 +62,10 @@ fn exit_yield_and_switch_costs() {
             (DispatchKind::Workers, &mut alone_w, &mut switch_w),
         ] {
             let head = format!("[host]\npolicy = \"haiku\"\ndispatch = \"{dispatch}\"\n\n");
-            let r = run_text(&dir, &format!("{head}{}", vm("y", &yields)));
+            let r = run_config(&dir, &format!("{head}{}", vm("y", &yields)));
             assert_eq!(r.vms[0].status, "success", "{:?}", r.vms[0]);
             alone.push(per_op(&r.vms[0], N));
-            let r = run_text(
+            let r = run_config(
                 &dir,
                 &format!("{head}{}{}", vm("ya", &yields), vm("yb", &yields)),
             );

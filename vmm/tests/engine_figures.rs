@@ -16,10 +16,7 @@
 mod common;
 
 use common::{kvm_or_skip, TempDir};
-use std::time::Instant;
-use vmm::config::Config;
 use vmm::results::{RunResults, VmResult};
-use vmm::runner::{run, RunOptions};
 
 const REPS: usize = 5;
 const VARIANTS: [(&str, &str); 4] = [
@@ -47,12 +44,7 @@ fn config_text(file: &str, host_lines: &str) -> String {
 }
 
 fn run_text(dir: &TempDir, text: &str) -> RunResults {
-    let config = Config::load(&dir.config(text)).unwrap_or_else(|e| panic!("{e}"));
-    let opts = RunOptions {
-        run_start: Instant::now(),
-        status: false,
-    };
-    let r = run(&config, &opts, &|_| {}).unwrap();
+    let r = common::run_config(dir, text);
     for vm in &r.vms {
         assert!(vm.ok, "{}: {} {}", vm.name, vm.status, vm.message);
     }

@@ -9,10 +9,8 @@ use common::{kvm_or_skip, vm_table, TempDir};
 use devices::result_payload::GuestErrorCode;
 use devices::RecordKind;
 use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
 use vmm::config::Config;
 use vmm::results::{RunResults, VmResult};
-use vmm::runner::{run, RunOptions};
 use vmm::vm::open_kvm;
 use vmm::{Vm, VmOptions};
 
@@ -32,15 +30,10 @@ fn run_config(dir: &TempDir, text: &str) -> RunResults {
 }
 
 fn run_config_with(dir: &TempDir, policy: &str, text: &str) -> RunResults {
-    let path = dir.config(&format!(
-        "[host]\npolicy = \"{policy}\"\nlog_dir = \"logs\"\n\n{text}"
-    ));
-    let config = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    let opts = RunOptions {
-        run_start: Instant::now(),
-        status: false,
-    };
-    run(&config, &opts, &|_| {}).unwrap()
+    common::run_config(
+        dir,
+        &format!("[host]\npolicy = \"{policy}\"\nlog_dir = \"logs\"\n\n{text}"),
+    )
 }
 
 fn vm(name: &str, vcpus: u32, workload: &str) -> String {
@@ -48,7 +41,7 @@ fn vm(name: &str, vcpus: u32, workload: &str) -> String {
 }
 
 fn console(dir: &TempDir, vm: &str) -> String {
-    std::fs::read_to_string(dir.0.join(format!("logs/{vm}.console.log"))).unwrap_or_default()
+    std::fs::read_to_string(dir.0.join(format!("logs/latest/{vm}.console.log"))).unwrap_or_default()
 }
 
 /// The vCPUs that sent an AP_ONLINE marker, and the milliseconds from
@@ -313,7 +306,23 @@ fn bad_parameters_are_reported_with_their_key() {
         ("count", 2, "mixed mixed=cpu", "mixed"),
         ("order", 1, "burst period_us=100 run_us=200", "run_us"),
     ];
+    // `pacer validate` refuses every one of them, naming the key...
     let text: String = cases.iter().map(|(n, v, w, _)| vm(n, *v, w)).collect();
+    let path = dir.config(&format!("[host]\nlog_dir = \"logs\"\n\n{text}"));
+    let refused = Config::load(&path).unwrap_err().to_string();
+    for (i, (_, _, _, key)) in cases.iter().enumerate() {
+        assert!(
+            refused.contains(&format!("vm[{i}].workload.{key}: expected")),
+            "{key}: {refused}"
+        );
+    }
+    // ...and so does the guest, given them on the raw command line.
+    let text: String = cases
+        .iter()
+        .map(|(n, v, w, _)| {
+            vm(n, *v, "cpu").replace("workload = \"cpu\"", &format!("cmdline = \"workload={w}\""))
+        })
+        .collect();
     let res = run_config(&dir, &text);
     for (r, (name, _, _, key)) in res.vms.iter().zip(cases) {
         assert_eq!(r.name, name);

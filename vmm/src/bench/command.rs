@@ -26,6 +26,9 @@ pub struct BenchArgs {
     /// Check the matrix and list its cells in run order; run nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Run the VMs without the per-thread seccomp filters (for debugging).
+    #[arg(long)]
+    pub no_seccomp: bool,
 }
 
 /// Run `pacer bench`; returns the exit code.
@@ -48,6 +51,14 @@ pub fn main(args: BenchArgs) -> i32 {
         }
         out(&s);
         return EXIT_OK;
+    }
+    // Every VM thread confined; the thread that runs cell after cell
+    // (and starts QEMU) is not.
+    if !args.no_seccomp {
+        let kinds = &crate::seccomp::ThreadKind::ALL[..4];
+        if let Err(e) = crate::seccomp::enable(kinds) {
+            eprintln!("pacer bench: running without seccomp filters: {e}");
+        }
     }
     let opts = BenchOptions {
         out: args.out,

@@ -939,6 +939,7 @@ pub(crate) mod tests {
         pub fn parse(&self, text: &str) -> Result<Matrix, MatrixError> {
             let host = HostInfo {
                 online: cpu_set(&[0, 1, 2, 3]),
+                resources: Default::default(),
             };
             Matrix::parse(text, &self.dir.join("m.toml"), &host)
         }

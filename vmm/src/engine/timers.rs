@@ -70,6 +70,7 @@ impl Timers {
                         std::io::Error::last_os_error()
                     );
                 }
+                crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Timers);
                 run(&s, &on_fire)
             })?;
         Ok(Timers {

@@ -48,6 +48,17 @@ pub fn kernel() -> PathBuf {
     guests::bench_guest_elf().to_path_buf()
 }
 
+/// Write `text` as the config (see [`TempDir::config`]), validate it and
+/// run every VM to completion through the runner (no output).
+pub fn run_config(dir: &TempDir, text: &str) -> vmm::results::RunResults {
+    let config = vmm::config::Config::load(&dir.config(text)).unwrap_or_else(|e| panic!("{e}"));
+    let opts = vmm::runner::RunOptions {
+        run_start: std::time::Instant::now(),
+        status: false,
+    };
+    vmm::runner::run(&config, &opts, &|_| {}).unwrap()
+}
+
 /// A `[[vm]]` table running the bench guest.
 pub fn vm_table(name: &str, workload: &str) -> String {
     format!(

@@ -1,0 +1,152 @@
+//! The config parser: any text as a `pacer` config file. Invariants: a
+//! rejected config gives exactly one line per diagnostic, each with a
+//! position inside the text and a field path, and none of serde's or
+//! toml's internals; an accepted one displays without a panic.
+
+use crate::driver::Target;
+use std::path::PathBuf;
+use vmm::config::{Config, ConfigError, HostInfo};
+use vmm::host_cpus::HostCpuSet;
+use vmm::host_resources::HostResources;
+
+/// Words that must never reach the user.
+pub const INTERNALS: &[&str] = &[
+    "untagged enum",
+    "$__toml",
+    "i64",
+    "u32",
+    "u64",
+    "f64",
+    "i128",
+    "Raw",
+    "invalid type:",
+    "a sequence",
+    "variant of",
+];
+
+pub struct ConfigTarget {
+    dir: PathBuf,
+    host: HostInfo,
+}
+
+impl ConfigTarget {
+    pub fn new() -> ConfigTarget {
+        let dir = super::scratch("config");
+        let _ = std::fs::write(
+            dir.join("kernel.elf"),
+            super::tiny_elf(0x10_0000, &[0xf4], 0x1000),
+        );
+        ConfigTarget {
+            dir,
+            host: HostInfo {
+                online: HostCpuSet::parse_list("0-3").unwrap_or_default(),
+                resources: HostResources {
+                    memory_mib: Some(4096),
+                    max_vcpus_per_vm: Some(64),
+                    max_open_files: Some(1024),
+                    max_threads: Some(4096),
+                },
+            },
+        }
+    }
+}
+
+impl Drop for ConfigTarget {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Default for ConfigTarget {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+const SEEDS: &[&str] = &[
+    r#"[host]
+cpus = "0-1"
+policy = "haiku"
+mode = "power-saving"
+dispatch = "workers"
+smt_isolation = true
+log_dir = "logs"
+
+[host.tunables]
+bursty_load = 300
+
+[[vm]]
+name = "a"
+vcpus = 2
+memory_mib = 64
+kernel = "kernel.elf"
+cpus = [0, 1]
+priority = 20
+class = "timeshare"
+workload = { name = "burst", period_us = 1000, run_us = 300, duration_ms = 500 }
+console = "both"
+timeout_s = 2.5
+
+[[vm]]
+name = "b-2"
+vcpus = 3
+memory_mib = 16
+kernel = "kernel.elf"
+cmdline = "debug=1"
+workload = "mixed mixed=cpu,sleep,spinlock interval_us=100 cs_ns=5"
+"#,
+    "[[vm]]\nname=\"x\"\nvcpus=1\nmemory_mib=16\nkernel=\"kernel.elf\"\nworkload=\"cpu duration_ms=5\"\n",
+    "[host]\npolicy = \"host\"\n[[vm]]\nname = 'q'\nvcpus = 0x10\nmemory_mib = 1_024\nkernel = \"kernel.elf\"\ninitrd = \"kernel.elf\"\nclass = \"realtime\"\n",
+];
+
+impl Target for ConfigTarget {
+    fn name(&self) -> &'static str {
+        "config"
+    }
+
+    fn seeds(&self) -> Vec<Vec<u8>> {
+        SEEDS.iter().map(|s| s.as_bytes().to_vec()).collect()
+    }
+
+    fn run(&mut self, data: &[u8]) -> Result<(), String> {
+        let text = String::from_utf8_lossy(data);
+        let path = self.dir.join("pacer.toml");
+        match Config::parse(&text, &path, &self.host) {
+            Ok(c) => {
+                let _ = c.to_string();
+                Ok(())
+            }
+            Err(ConfigError::Invalid { diagnostics, .. }) => {
+                let shown = ConfigError::Invalid {
+                    path: path.clone(),
+                    diagnostics: diagnostics.clone(),
+                }
+                .to_string();
+                let lines = shown.lines().count();
+                if lines != diagnostics.len() {
+                    return Err(format!(
+                        "{} diagnostics shown on {lines} lines: {shown:?}",
+                        diagnostics.len()
+                    ));
+                }
+                let max_line = text.split('\n').count();
+                for d in &diagnostics {
+                    if d.line == 0 || d.line > max_line || d.column == 0 {
+                        return Err(format!(
+                            "position {}:{} outside the text: {d:?}",
+                            d.line, d.column
+                        ));
+                    }
+                    if d.field.trim().is_empty() {
+                        return Err(format!("no field path: {d:?}"));
+                    }
+                }
+                if let Some(w) = INTERNALS.iter().find(|w| shown.contains(*w)) {
+                    return Err(format!("internal word {w:?} in {shown:?}"));
+                }
+                Ok(())
+            }
+            Err(e) => Err(format!("unexpected error kind: {e}")),
+        }
+    }
+}

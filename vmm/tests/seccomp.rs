@@ -1,0 +1,247 @@
+//! The per-thread seccomp filters (skipped without /dev/kvm).
+//!
+//! A forbidden system call made on a vCPU thread while it handles a guest
+//! exit is stopped: the test runs itself again as a child process (the trap
+//! ends the process) whose guest writes a port, and the handler on the
+//! vCPU thread calls socket(2); an allowed call in the same place goes
+//! through. And every policy, dispatch and workload runs confined under the
+//! `pacer` binary, whose filters are on by default.
+
+mod common;
+
+use common::{kvm_or_skip, tiny_elf, vm_table, TempDir};
+use std::process::Command;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use vm_memory::{Address, GuestMemoryBackend, GuestMemoryRegion};
+use vmm::vcpu::{VcpuExitHandler, VcpuExitReason, VcpuHandle, VcpuRunner};
+use vmm::vm::open_kvm;
+use vmm::{boot, memory};
+
+/// The environment variable that makes the ignored test below the child.
+const CHILD: &str = "PACER_SECCOMP_CHILD";
+/// The port the guest writes.
+const PROBE_PORT: u16 = 0x80;
+
+/// Makes one system call on the vCPU thread when the guest writes the
+/// probe port: socket(2) (forbidden) or write(2) (allowed).
+struct Probe {
+    call: String,
+    done: Mutex<Option<Sender<i64>>>,
+}
+
+impl VcpuExitHandler for Probe {
+    fn pio_in(&self, _vcpu: u32, _port: u16, data: &mut [u8]) {
+        data.fill(0xff);
+    }
+    fn pio_out(&self, _vcpu: u32, port: u16, _data: &[u8]) {
+        if port != PROBE_PORT {
+            return;
+        }
+        // SAFETY: plain system calls with valid arguments.
+        let r = unsafe {
+            match self.call.as_str() {
+                "socket" => libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) as i64,
+                _ => libc::write(2, b"probe\n".as_ptr().cast(), 6) as i64,
+            }
+        };
+        if let Some(tx) = self.done.lock().unwrap().take() {
+            let _ = tx.send(r);
+        }
+    }
+    fn mmio_read(&self, _vcpu: u32, _addr: u64, data: &mut [u8]) {
+        data.fill(0xff);
+    }
+    fn mmio_write(&self, _vcpu: u32, _addr: u64, _data: &[u8]) {}
+    fn stopping(&self) -> bool {
+        false
+    }
+    fn vcpu_failed(&self, _vcpu: u32, _reason: &VcpuExitReason) {}
+}
+
+/// The child: a one-vCPU VM whose guest writes the probe port, with the
+/// filters enabled. Runs only when the parent sets [`CHILD`].
+#[test]
+#[ignore = "run by forbidden_system_calls_on_a_vcpu_thread_are_stopped in a child process"]
+fn child_makes_a_system_call_on_a_vcpu_thread() {
+    let Ok(call) = std::env::var(CHILD) else {
+        return;
+    };
+    let dir = TempDir::new(&format!("seccomp-child-{call}"));
+    // mov al, 0x42; out 0x80, al; hlt; jmp hlt
+    let kernel = dir.0.join("probe.elf");
+    std::fs::write(
+        &kernel,
+        tiny_elf(&[0xb0, 0x42, 0xe6, 0x80, 0xf4, 0xeb, 0xfd]),
+    )
+    .unwrap();
+    let kvm = open_kvm().unwrap();
+    let vm = kvm.create_vm().unwrap();
+    let mem = memory::create_guest_memory(4).unwrap();
+    for (slot, r) in mem.iter().enumerate() {
+        let region = kvm_bindings::kvm_userspace_memory_region {
+            slot: slot as u32,
+            flags: 0,
+            guest_phys_addr: r.start_addr().raw_value(),
+            memory_size: r.len(),
+            userspace_addr: r.as_ptr() as u64,
+        };
+        // SAFETY: `mem` outlives the VM in this function; slots do not overlap.
+        unsafe { vm.set_user_memory_region(region) }.unwrap();
+    }
+    let vcpu = vm.create_vcpu(0).unwrap();
+    vcpu.set_cpuid2(
+        &kvm.get_supported_cpuid(kvm_bindings::KVM_MAX_CPUID_ENTRIES)
+            .unwrap(),
+    )
+    .unwrap();
+    let k = boot::elf::load_kernel(&mem, &kernel, None).unwrap();
+    let cl = boot::elf::build_cmdline("", 1, 1).unwrap();
+    boot::elf::write_boot_structures(&mem, &cl, &k).unwrap();
+    vcpu.set_regs(&boot::regs::long_mode_regs(k.entry, 0))
+        .unwrap();
+    let mut sregs = vcpu.get_sregs().unwrap();
+    boot::regs::long_mode_sregs(&mut sregs);
+    vcpu.set_sregs(&sregs).unwrap();
+
+    vmm::seccomp::enable(&vmm::seccomp::ThreadKind::ALL).unwrap();
+    let (tx, rx) = channel();
+    let probe = Arc::new(Probe {
+        call,
+        done: Mutex::new(Some(tx)),
+    });
+    let runner = VcpuRunner::new(0, vcpu, probe);
+    let mut handle = VcpuHandle::spawn("child", runner, None).unwrap();
+    handle.start().unwrap();
+    let r = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    println!("SYSCALL RETURNED {r}");
+    handle.request_exit();
+    handle.join();
+}
+
+fn child(call: &str) -> (Option<i32>, String, String) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "child_makes_a_system_call_on_a_vcpu_thread",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, call)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn forbidden_system_calls_on_a_vcpu_thread_are_stopped() {
+    if !kvm_or_skip("forbidden_system_calls_on_a_vcpu_thread_are_stopped") {
+        return;
+    }
+    let (code, out, err) = child("socket");
+    assert_eq!(
+        code,
+        Some(vmm::seccomp::EXIT_FORBIDDEN_SYSCALL),
+        "{out}{err}"
+    );
+    assert!(
+        err.contains("pacer: thread child/vcpu0 made a forbidden system call, socket (41)"),
+        "{err}"
+    );
+    assert!(!out.contains("SYSCALL RETURNED"), "{out}");
+    // The same place, an allowed call: it returns and the vCPU carries on.
+    let (code, out, err) = child("write");
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("SYSCALL RETURNED 6"), "{out}{err}");
+    assert!(!err.contains("forbidden"), "{err}");
+}
+
+fn pacer(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_pacer"))
+        .args(args)
+        .output()
+        .expect("run pacer");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn every_policy_dispatch_and_workload_runs_confined() {
+    if !kvm_or_skip("every_policy_dispatch_and_workload_runs_confined") {
+        return;
+    }
+    let dir = TempDir::new("seccomp-matrix");
+    let vms =
+        |vcpus: u32, w: &str| vm_table("v", w).replace("vcpus = 1", &format!("vcpus = {vcpus}"));
+    let workloads: &[(u32, &str, i32)] = &[
+        (
+            2,
+            "mixed mixed=sleep,spinlock interval_us=500 duration_ms=200",
+            0,
+        ),
+        (2, "pingpong duration_ms=200", 0),
+        (1, "burst duration_ms=200", 0),
+        (1, "triple_fault", 1),
+        (1, "panic", 1),
+    ];
+    for (policy, dispatch) in [
+        ("host", "threads"),
+        ("haiku", "threads"),
+        ("haiku", "workers"),
+        ("global-rr", "workers"),
+    ] {
+        for (vcpus, w, want) in workloads {
+            let cfg = dir.config(&format!(
+                "[host]\ncpus = \"0-1\"\npolicy = \"{policy}\"\ndispatch = \"{dispatch}\"\nlog_dir = \"logs\"\n\n{}",
+                vms(*vcpus, w)
+            ));
+            let json = dir.0.join("r.json");
+            let (code, out, err) = pacer(&[
+                "run",
+                cfg.to_str().unwrap(),
+                "--status",
+                "--json",
+                json.to_str().unwrap(),
+            ]);
+            let what = format!("{policy}/{dispatch} {w}");
+            assert!(!err.contains("forbidden system call"), "{what}: {err}");
+            assert_eq!(code, *want, "{what}: {out}{err}");
+            assert!(json.exists(), "{what}");
+        }
+    }
+    // Several runs from one thread (--compare): confined as well.
+    let cfg = dir.config(&format!(
+        "[host]\nlog_dir = \"logs\"\n\n{}",
+        vms(2, "pingpong duration_ms=100")
+    ));
+    let json = dir.0.join("compare.json");
+    let (code, out, err) = pacer(&[
+        "run",
+        cfg.to_str().unwrap(),
+        "--compare",
+        "haiku,host",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(!err.contains("forbidden system call"), "{err}");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(json.exists());
+    // A timeout, confined too.
+    let cfg = dir.config(&format!(
+        "[host]\npolicy = \"haiku\"\nlog_dir = \"logs\"\n\n{}",
+        vm_table("idle", "idle").replace("timeout_s = 60", "timeout_s = 0.5")
+    ));
+    let (code, out, err) = pacer(&["run", cfg.to_str().unwrap()]);
+    assert!(!err.contains("forbidden system call"), "{err}");
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("[idle] FAILED: timeout"), "{out}");
+}
