@@ -194,6 +194,8 @@ pub struct VcpuRunner {
     pub cr8_synced: u64,
     /// `mmio_exits + msr_exits` when CR8 was last read from it.
     pub apic_exits_synced: u64,
+    /// NMIs were given to KVM (KVM_NMI) and may not all be delivered yet.
+    nmis_in_kvm: bool,
 }
 
 impl VcpuRunner {
@@ -205,6 +207,7 @@ impl VcpuRunner {
             stats: VcpuStats::default(),
             cr8_synced: 0,
             apic_exits_synced: 0,
+            nmis_in_kvm: false,
         }
     }
 
@@ -259,7 +262,28 @@ impl VcpuRunner {
     pub fn inject_nmi(&mut self) -> Result<(), VcpuExitReason> {
         self.fd
             .nmi()
-            .map_err(|e| VcpuExitReason::KvmError { errno: e.errno() })
+            .map_err(|e| VcpuExitReason::KvmError { errno: e.errno() })?;
+        self.nmis_in_kvm = true;
+        Ok(())
+    }
+
+    /// Whether KVM holds an NMI it could deliver now (pending and not
+    /// blocked by an NMI handler still running, or being injected): a
+    /// processor takes it before any maskable interrupt. One
+    /// KVM_GET_VCPU_EVENTS, only while NMIs given to KVM may be undelivered.
+    pub fn nmi_deliverable_in_kvm(&mut self) -> Result<bool, VcpuExitReason> {
+        if !self.nmis_in_kvm {
+            return Ok(false);
+        }
+        let e = self
+            .fd
+            .get_vcpu_events()
+            .map_err(|e| VcpuExitReason::KvmError { errno: e.errno() })?;
+        if e.nmi.pending == 0 && e.nmi.injected == 0 {
+            self.nmis_in_kvm = false;
+            return Ok(false);
+        }
+        Ok(e.nmi.injected != 0 || e.nmi.masked == 0)
     }
 
     /// The guest's current privilege level (CS.DPL), one KVM_GET_SREGS.

@@ -9,6 +9,12 @@
 //! accepted it, so an injection KVM still holds from an entry that a kick
 //! cut short (EEXIST) never loses a vector.
 //!
+//! NMIs go to KVM (KVM_NMI) as they come; KVM delivers one and holds one
+//! behind it until the guest's IRET. While KVM holds one the guest could
+//! take, no fixed interrupt is injected (KVM would put it first): the
+//! vCPU asks for an interrupt window instead, as a processor takes the
+//! NMI before any maskable interrupt.
+//!
 //! One quirk of the development machines' software KVM (no VT-x): after a
 //! signal-kicked KVM_RUN with the guest in ring 3 the ready flag reads 0
 //! and no window exit follows, yet ring 3 always runs with interrupts
@@ -103,7 +109,10 @@ pub fn deliver_interrupt(
     };
     let (ready, _if_flag) = runner.interrupt_window();
     let can = ready || (*last == VcpuStep::Interrupted && runner.cpl()? == 3);
-    if !can {
+    // An NMI KVM still holds (the one latched behind an NMI handler, due
+    // at its IRET) goes first: KVM would inject an earlier KVM_INTERRUPT
+    // before it. So wait for the window after it.
+    if !can || runner.nmi_deliverable_in_kvm()? {
         runner.request_interrupt_window(true);
         return Ok(());
     }
