@@ -98,6 +98,17 @@ impl Priority {
         self.recompute(t, table);
     }
 
+    /// Cancel the penalty of an entity that is bursty now, and its
+    /// additional penalty too: E = P. A bursty entity is not penalised
+    /// (its `additional` no longer moves), so a kept additional penalty
+    /// would not rotate E any more but freeze it anywhere in 1..=P - a
+    /// vCPU that woke every millisecond could sit at E = 1 for ever.
+    pub fn forgive(&mut self, t: &Tunables, table: &QuantumTable) {
+        self.penalty = 0;
+        self.additional = 0;
+        self.recompute(t, table);
+    }
+
     /// New base priority (cancels the penalty, always recomputes).
     pub fn set_base(&mut self, base: u8, t: &Tunables, table: &QuantumTable) {
         self.base = base;

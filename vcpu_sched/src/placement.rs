@@ -48,6 +48,8 @@ pub(crate) struct CpuSlot {
     pub running: AtomicU32,
     /// Effective priority of the running entity, `IDLE_PRIO` if none.
     pub prio: AtomicI32,
+    /// The running entity is bursty (see [`Candidate::bursty`]).
+    pub bursty: AtomicBool,
     /// VM of the running entity (meaningful only while running).
     pub vm: AtomicU32,
     /// Pinned queue: entities that may run only here or on part of the core.
@@ -182,6 +184,9 @@ pub(crate) struct Candidate<'a> {
     pub warm: bool,
     /// Load estimate, 0..=1000.
     pub load: u32,
+    /// A timeshare entity whose load is at most `tunables::BURSTY_LOAD`
+    /// (FreeBSD ULE's interactive threads).
+    pub bursty: bool,
     /// Time of the event being placed (load epochs of the cores read).
     pub now: Nanos,
     /// Rotating start of bounded searches, from the entity's own event
@@ -204,6 +209,7 @@ impl Machine {
                 CachePadded::new(CpuSlot {
                     running: AtomicU32::new(NO_ENTITY),
                     prio: AtomicI32::new(IDLE_PRIO),
+                    bursty: AtomicBool::new(false),
                     vm: AtomicU32::new(0),
                     pinned: Mutex::new(RunQueue::default()),
                     pinned_len: AtomicUsize::new(0),
@@ -697,23 +703,34 @@ impl Machine {
             })
     }
 
-    /// Whether a timeshare/realtime waker must preempt what runs on `cpu`:
-    /// realtime beats lower priorities (so every timeshare entity);
-    /// timeshare preempts idle-class runners, and a timeshare runner only
-    /// when its E is ahead by `delta` (limited preemption for bursty wakers).
-    pub fn must_preempt(&self, cpu: CpuId, class: SchedClass, effective: u8, delta: u8) -> bool {
-        let running = self.cpus[cpu.0 as usize].prio.load(Ordering::SeqCst);
+    /// Whether waker `c` must preempt what runs on `cpu`: realtime beats
+    /// lower priorities (so every timeshare entity); timeshare preempts
+    /// idle-class runners, a timeshare runner whose E is behind by `delta`
+    /// (limited preemption, FreeBSD ULE), and - a bursty waker only - a
+    /// CPU-bound timeshare runner of any lower E. Without the last rule a
+    /// vCPU that wakes every millisecond waits out a hog's whole quantum
+    /// whenever the hog's penalty cycle has it within `delta` of the
+    /// waker: the latency a guest's timer sees would be the quantum. (At
+    /// equal E the runner would win the pick anyway: it goes back to the
+    /// front of its level.)
+    pub fn must_preempt(&self, cpu: CpuId, c: &Candidate, delta: u8) -> bool {
+        let slot = &self.cpus[cpu.0 as usize];
+        let running = slot.prio.load(Ordering::SeqCst);
         if running == IDLE_PRIO {
             // Idle but not available: already claimed (kicked) or inside
             // `schedule`, which will look at the queues anyway.
             return false;
         }
-        match class {
-            SchedClass::Realtime => effective as i32 > running,
+        let effective = c.effective as i32;
+        match c.class {
+            SchedClass::Realtime => effective > running,
             SchedClass::Timeshare => {
                 running == 0
                     || (running < crate::tunables::PRIORITY_REALTIME_MIN as i32
-                        && effective as i32 >= running + delta as i32)
+                        && (effective >= running + delta as i32
+                            || (c.bursty
+                                && effective > running
+                                && !slot.bursty.load(Ordering::Relaxed))))
             }
             SchedClass::Idle => false,
         }

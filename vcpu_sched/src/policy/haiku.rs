@@ -325,6 +325,7 @@ impl HaikuScheduler {
             prev,
             warm,
             load: e.load.load,
+            bursty: e.is_bursty(self.tun().bursty_load),
             now,
             rotor: (id.0 as usize)
                 .wrapping_mul(7)
@@ -338,8 +339,7 @@ impl HaikuScheduler {
         let c = self.candidate(e, id, None, now);
         let delta = self.tun().wake_preempt_priority_delta;
         if let Some(p) = e.pinned_cpu() {
-            let kick =
-                self.m.try_claim(p, &c) || self.m.must_preempt(p, c.class, c.effective, delta);
+            let kick = self.m.try_claim(p, &c) || self.m.must_preempt(p, &c, delta);
             return (p, kick);
         }
         if let Some(cpu) = self.ops.find_idle(&self.m, &c, self.tun()) {
@@ -355,12 +355,12 @@ impl HaikuScheduler {
                 .unwrap_or(self.m.core_of(c.origin)),
         };
         let cpu = self.m.choose_cpu_in_core(core, &c).unwrap_or(c.origin);
-        let kick = self.m.must_preempt(cpu, c.class, c.effective, delta);
+        let kick = self.m.must_preempt(cpu, &c, delta);
         if !kick && c.class == SchedClass::Realtime {
             // Bounded latency: a realtime entity takes the allowed CPU
             // running the lowest priority anywhere, if it beats that.
             if let Some(low) = self.m.lowest_priority_cpu(&c) {
-                if self.m.must_preempt(low, c.class, c.effective, delta) {
+                if self.m.must_preempt(low, &c, delta) {
                     return (low, true);
                 }
             }
@@ -751,6 +751,8 @@ impl HaikuScheduler {
         let slot = &self.m.cpus[cpu.0 as usize];
         slot.prio
             .store(e.prio.effective() as i32, Ordering::Release);
+        slot.bursty
+            .store(e.is_bursty(self.tun().bursty_load), Ordering::Relaxed);
         slot.vm.store(e.vm.0, Ordering::Release);
         slot.running.store(entry.id.0, Ordering::Release);
         acct.dispatches += 1;
@@ -1145,7 +1147,11 @@ impl VcpuScheduler for HaikuScheduler {
         e.load.update(self.tun().load_measure_interval);
         // Haiku's ShouldCancelPenalty: slept longer than half the mode's base quantum.
         if slept > self.table.base_quantum / 2 {
-            e.prio.cancel_penalty(self.tun(), &self.table);
+            if e.is_bursty(self.tun().bursty_load) {
+                e.prio.forgive(self.tun(), &self.table);
+            } else {
+                e.prio.cancel_penalty(self.tun(), &self.table);
+            }
             e.used = 0;
         }
         e.woken_at = Some(now);

@@ -291,8 +291,109 @@ fn timeshare_waker_close_in_priority_does_not_preempt() {
     d.wake(hog);
     let other = d.ts(1, None);
     let w = d.wake(other).unwrap();
-    assert!(!w.kick, "equal E: no preemption (delta rule)");
+    assert!(
+        !w.kick,
+        "equal E, the runner bursty too (just woken): no preemption"
+    );
     assert_eq!(d.cpu_of(hog), Some(0));
+}
+
+/// Run a hog alone on CPU 0 until its load estimate says CPU-bound and its
+/// penalty has brought its E within the wake-preemption delta below the
+/// base priority (6..=9).
+fn hog_just_below_base_priority(d: &mut Drv) -> EntityId {
+    let hog = d.ts(1, None);
+    d.wake(hog);
+    for _ in 0..1000 {
+        let next = d.slice_end[0];
+        d.run_until(next);
+        let cpu_bound = d.stats(hog).load > crate::tunables::BURSTY_LOAD;
+        if cpu_bound && (6..=9).contains(&d.s.debug_priority(hog).0) {
+            return hog;
+        }
+    }
+    panic!("the hog's E never came to 6..=9 while CPU-bound");
+}
+
+#[test]
+fn bursty_waker_preempts_cpu_bound_runner_of_lower_priority() {
+    let mut d = Drv::new("1x1x1", |_| {});
+    let hog = hog_just_below_base_priority(&mut d);
+    let b = d.ts(1, None);
+    let w = d.wake(b).unwrap();
+    assert!(
+        w.kick,
+        "bursty E 10 vs CPU-bound E {}: the waker preempts",
+        d.s.debug_priority(hog).0
+    );
+    assert_eq!(d.cpu_of(b), Some(0));
+    d.now += 50 * US;
+    d.sched(CpuId(0), StopReason::Blocked);
+    assert_eq!(d.cpu_of(hog), Some(0), "the hog resumes");
+}
+
+#[test]
+fn bursty_waker_keeps_its_base_priority() {
+    // A vCPU that was CPU-bound (penalised, E rotated by its additional
+    // penalty) and then turns bursty: after sleeps longer than half the
+    // base quantum it is back at E = P, and stays there while bursty,
+    // whatever additional penalty the CPU-bound phase left behind.
+    for cpu_bound_quanta in 5..15u64 {
+        let mut d = Drv::new("1x1x1", |_| {});
+        let v = d.ts(1, None);
+        d.wake(v);
+        for _ in 0..cpu_bound_quanta {
+            let next = d.slice_end[0];
+            d.run_until(next);
+        }
+        d.now += 100 * US;
+        d.sched(CpuId(0), StopReason::Blocked);
+        for _ in 0..200 {
+            d.now += 900 * US;
+            d.wake(v);
+            assert_eq!(d.cpu_of(v), Some(0));
+            d.now += 60 * US;
+            d.sched(CpuId(0), StopReason::Blocked);
+        }
+        assert!(d.stats(v).load <= crate::tunables::BURSTY_LOAD);
+        d.now += 900 * US;
+        d.wake(v);
+        assert_eq!(
+            d.s.debug_priority(v).0,
+            10,
+            "bursty after {cpu_bound_quanta} CPU-bound quanta: E = P"
+        );
+    }
+}
+
+#[test]
+fn cpu_bound_waker_within_the_delta_does_not_preempt() {
+    // Two hogs share CPU 0 until both are CPU-bound; then, whenever `b`
+    // blocks and wakes at once while `a` runs at an E within the delta
+    // below b's, b must wait: only bursty wakers preempt inside the delta.
+    let mut d = Drv::new("1x1x1", |_| {});
+    let a = d.ts(1, None);
+    let b = d.ts(2, None);
+    d.wake(a);
+    d.wake(b);
+    d.run_until(30 * MS);
+    let mut checked = 0;
+    for _ in 0..2000 {
+        if d.cpu_of(b) == Some(0) {
+            d.sched(CpuId(0), StopReason::Blocked);
+            assert_eq!(d.cpu_of(a), Some(0));
+            let (ea, eb) = (d.s.debug_priority(a).0, d.s.debug_priority(b).0);
+            assert!(d.stats(b).load > crate::tunables::BURSTY_LOAD);
+            let w = d.wake(b).unwrap();
+            if eb > ea && eb < ea + crate::tunables::WAKE_PREEMPT_PRIORITY_DELTA {
+                assert!(!w.kick, "CPU-bound E {eb} vs E {ea}: no preemption");
+                checked += 1;
+            }
+        }
+        let next = d.slice_end[0];
+        d.run_until(next);
+    }
+    assert!(checked > 0, "never reached E(a) < E(b) < E(a) + delta");
 }
 
 #[test]

@@ -171,7 +171,11 @@ impl Engine {
 
     /// `slot` stopped running what it ran, for `reason`: ask the scheduler
     /// for the next vCPU and make it the owner (Running). Call with the
-    /// slot's `owner` lock held; kick the returned CPUs after releasing it.
+    /// slot's `owner` lock held; after releasing it, wake the next vCPU's
+    /// thread ([`EngineVcpu::announce`]) and kick the returned CPUs. Waking
+    /// it with the lock held would invite the host to switch to that thread
+    /// at once (both are bound to this CPU) while this one still holds the
+    /// lock: every kick of this CPU would then wait for a host time slice.
     pub(crate) fn reschedule_locked(
         &self,
         slot: &CpuSlot,
@@ -236,7 +240,7 @@ impl Engine {
                 }
                 slot.executor.store(tid, Ordering::Release);
             }
-            n.set_state(&mut ctl, RunState::Running { cpu: slot.id });
+            n.set_state_quietly(&mut ctl, RunState::Running { cpu: slot.id });
         } else if self.dispatch_kind() == DispatchKind::Threads {
             slot.executor.store(0, Ordering::Release);
         }
@@ -276,8 +280,11 @@ impl Engine {
         match self.dispatch_kind() {
             DispatchKind::Workers => slot.wake_idle(),
             DispatchKind::Threads => {
-                let (_next, kicks) = self.reschedule_locked(slot, &mut owner, StopReason::Idle);
+                let (next, kicks) = self.reschedule_locked(slot, &mut owner, StopReason::Idle);
                 drop(owner);
+                if let Some(n) = next {
+                    n.announce();
+                }
                 for k in kicks {
                     self.kick_cpu(k);
                 }

@@ -150,6 +150,9 @@ impl VcpuGate for ThreadGate {
             let mut owner = slot.lock_owner();
             let (next, kicks) = self.engine.reschedule_locked(slot, &mut owner, reason);
             drop(owner);
+            if let Some(n) = &next {
+                n.announce();
+            }
             for k in kicks {
                 self.engine.kick_cpu(k);
             }

@@ -127,11 +127,22 @@ impl EngineVcpu {
 
     /// Set the state and wake whoever waits for a change.
     pub fn set_state(&self, ctl: &mut VcpuCtl, state: RunState) {
+        self.set_state_quietly(ctl, state);
+        self.changed.notify_all();
+    }
+
+    /// Set the state; the caller wakes the waiters with
+    /// [`EngineVcpu::announce`] once it holds no engine lock.
+    pub fn set_state_quietly(&self, ctl: &mut VcpuCtl, state: RunState) {
         ctl.state = state;
         self.settled.store(
             matches!(state, RunState::Running { .. } | RunState::Exited),
             Ordering::Release,
         );
+    }
+
+    /// Wake whoever waits for a state change.
+    pub fn announce(&self) {
         self.changed.notify_all();
     }
 

@@ -59,6 +59,9 @@ fn worker(engine: &Engine, i: usize) {
         slot.executor
             .store(if next.is_some() { tid } else { 0 }, Ordering::Release);
         drop(owner);
+        if let Some(n) = &next {
+            n.announce();
+        }
         for k in kicks {
             engine.kick_cpu(k);
         }
