@@ -13,6 +13,10 @@ cargo fmt --all -- --check
 echo "== cargo clippy --all-targets"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy -p vcpu_sched --all-targets --features profiler --locked -- -D warnings
+echo "== vcpu_sched without default features (no simulator, no rand/toml)"
+cargo build -p vcpu_sched --no-default-features --locked
+cargo clippy -p vcpu_sched --no-default-features --all-targets --locked -- -D warnings
+cargo test -p vcpu_sched --no-default-features --locked --lib 2>&1 | tee -a "$log"
 echo "== cargo doc -p vcpu_sched"
 RUSTDOCFLAGS="-D warnings" cargo doc -p vcpu_sched --no-deps --locked
 echo "== cargo test -p vcpu_sched --features profiler (profiler tests)"

@@ -4,7 +4,8 @@
 //! that test suites written for QEMU expect (kvm-unit-tests): isa-debug-exit
 //! ([`debug_exit`]), fw_cfg ([`fw_cfg`]), pc-testdev's interrupt lines
 //! ([`pc_testdev`]) and the ACPI PM timer ([`pm_timer`]), installed together
-//! by [`qemu_test::insert_qemu_test_devices`].
+//! by [`qemu_test::insert_qemu_test_devices`]. Linux guests get the PM
+//! timer and the ACPI power-off registers ([`acpi_pm`]).
 //!
 //! Devices plug into the port-I/O bus ([`bus::PioBus`]) or the MMIO bus
 //! ([`mmio::MmioBus`]) and raise interrupts through an
@@ -15,6 +16,7 @@
 //! guest memory through [`GuestMemoryRead`], so they can be unit-tested
 //! without a VM.
 
+pub mod acpi_pm;
 pub mod bus;
 pub mod debug_exit;
 pub mod exit_port;
@@ -49,6 +51,9 @@ pub enum StopRequest {
     DebugExit(u32),
     /// The guest asked for a CPU reset through the i8042 (0xFE to port 0x64).
     Reset,
+    /// The guest entered ACPI S5 (soft off) through PM1a_CNT
+    /// ([`acpi_pm`]).
+    PowerOff,
 }
 
 /// What devices report to the VM that owns them. Implemented by the VMM; the

@@ -13,9 +13,9 @@ use std::sync::Arc;
 pub const MARKER_PORT: u16 = 0xE00;
 /// Port taking the guest-physical address of a result record (32-bit OUT).
 pub const RECORD_PORT: u16 = 0xE04;
-/// Base of the bench device on the bus; it covers 0xE00..0xE08.
+/// Base of the result port on the bus; it covers 0xE00..0xE08.
 pub const RESULT_PORT_BASE: u16 = MARKER_PORT;
-/// Length of the bench device's port range.
+/// Length of the result port's range.
 pub const RESULT_PORT_LEN: u16 = 8;
 
 /// "PACR" little endian.

@@ -39,7 +39,11 @@ fn setup(policy: PolicyKind, threads: usize) -> (Box<dyn VcpuScheduler>, Vec<Lan
         .collect();
     let mut now = 0;
     for block in &blocks {
-        let affinity: CpuSet = block.iter().map(|c| CpuId(*c)).collect();
+        let affinity: CpuSet = block
+            .iter()
+            .map(|c| CpuId(*c))
+            .collect::<Result<_, _>>()
+            .expect("CPU ids of the topology");
         for _ in 0..block.len() * ENTITIES_PER_CPU {
             let spec = EntitySpec {
                 vm: VmId(0),

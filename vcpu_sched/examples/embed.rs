@@ -5,9 +5,21 @@
 //! spin per guest step), and leaves it when the quantum deadline passes,
 //! when it is kicked (a per-CPU flag + condvar, the IPI), or when the guest
 //! halts. Halted vCPUs are woken by other threads: a timer thread (the
-//! guest's APIC timer) and other vCPUs sending IPIs. Every event is
-//! reported to the scheduler with the time it happened; every decision is
-//! obeyed. At the end the scheduler's snapshot table is printed.
+//! guest's APIC timer) and other vCPUs sending IPIs (`wake_by`: the
+//! scheduler may place a vCPU next to the vCPU of its VM that woke it).
+//! Every event is reported to the scheduler with the time it happened;
+//! every decision is obeyed.
+//!
+//! While it runs, the main thread plays the VMM's operator and shows the
+//! changes a running scheduler takes, each keeping the vCPU's handle,
+//! penalty and statistics and returning the CPUs to kick: `set_affinity`
+//! (a hog pinned to CPU 1), `set_class` (a sleeper made realtime),
+//! `set_cpu_enabled` (CPU 1 out of service and back), `set_mode` (power
+//! saving and back). It prints the introspection of the snapshot after
+//! each step (per vCPU: state, CPU, effective priority, penalty, quantum),
+//! then the snapshot table, and at the end removes a vCPU to show that
+//! its old handle is refused (`SchedError::StaleEntity`), not given to the
+//! next vCPU added.
 //!
 //! ```text
 //! cargo run --release -p vcpu_sched --example embed [-- --policy haiku|global_rr|static_pin] [--ms 1500]
@@ -17,9 +29,10 @@ use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use vcpu_sched::stats::EntityState;
 use vcpu_sched::{
-    build, CpuId, CpuSet, EntityId, EntitySpec, Nanos, PolicyKind, SchedClass, SchedConfig,
-    StopReason, Topology, VcpuScheduler, VmId,
+    build, CpuId, CpuSet, EntityId, EntitySpec, Mode, Nanos, PolicyKind, SchedClass, SchedConfig,
+    SchedError, StopReason, Topology, VcpuScheduler, VmId,
 };
 
 /// One KVM_RUN step of a fake guest: how long the guest computes (spins).
@@ -89,12 +102,58 @@ impl Vmm {
         self.kicks_sent.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// An interrupt for vCPU `v` (timer or IPI): report the wake, obey the decision.
-    fn wake(&self, v: usize) {
-        match self.sched.wake(self.vcpus[v].id, self.now()) {
+    /// An interrupt for vCPU `v` (timer, or an IPI from vCPU `by`):
+    /// report the wake, obey the decision.
+    fn wake(&self, v: usize, by: Option<usize>) {
+        let (id, now) = (self.vcpus[v].id, self.now());
+        let decision = match by {
+            Some(w) => self.sched.wake_by(id, self.vcpus[w].id, now),
+            None => self.sched.wake(id, now),
+        };
+        match decision {
             Ok(Some(d)) if d.kick => self.kick(d.cpu),
             Ok(_) => {}
             Err(e) => eprintln!("wake {}: {e}", self.vcpus[v].name),
+        }
+    }
+
+    /// Obey a runtime change: kick the CPUs it names (or report its error).
+    fn obey(&self, what: &str, change: Result<Vec<CpuId>, SchedError>) {
+        match change {
+            Ok(kicks) => {
+                println!("{what}: kick {kicks:?}");
+                for k in kicks {
+                    self.kick(k);
+                }
+            }
+            Err(e) => eprintln!("{what}: {e}"),
+        }
+    }
+
+    /// The snapshot's introspection, one line per vCPU.
+    fn show(&self) {
+        let snap = self.sched.snapshot(self.now());
+        println!(
+            "  {:<14} {:<8} {:>4} {:>4} {:>4} {:>9}",
+            "vcpu", "state", "cpu", "E", "pen", "quantum"
+        );
+        for v in &self.vcpus {
+            let Some(e) = snap.entities.iter().find(|e| e.id == v.id) else {
+                continue;
+            };
+            let cpu = match (e.state, e.cpu) {
+                (EntityState::Blocked, _) | (_, None) => "-".to_string(),
+                (_, Some(c)) => c.0.to_string(),
+            };
+            println!(
+                "  {:<14} {:<8} {:>4} {:>4} {:>4} {:>7}us",
+                v.name,
+                e.state.as_str(),
+                cpu,
+                e.effective_priority,
+                e.penalty,
+                e.quantum / 1000
+            );
         }
     }
 
@@ -124,7 +183,7 @@ impl Vmm {
             return false;
         }
         if let Some(to) = to {
-            self.wake(to);
+            self.wake(to, Some(v));
         }
         if let Some(sleep) = sleep {
             let at = self.now() + sleep.as_nanos() as Nanos;
@@ -161,7 +220,7 @@ impl Vmm {
                 reason = StopReason::Idle;
                 continue;
             };
-            let v = id.0 as usize;
+            let v = id.index() as usize;
             let vc = &self.vcpus[v];
             assert!(
                 !vc.on_cpu.swap(true, Ordering::AcqRel),
@@ -207,7 +266,7 @@ impl Vmm {
             }
             due.sort_unstable();
             for v in due.drain(..) {
-                self.wake(v);
+                self.wake(v, None);
             }
         }
     }
@@ -289,7 +348,7 @@ fn main() {
         };
         let id = sched.add_entity(spec, 0).expect("add_entity");
         assert_eq!(
-            id.0 as usize,
+            id.index() as usize,
             vcpus.len(),
             "example indexes vCPUs by entity id"
         );
@@ -340,10 +399,46 @@ fn main() {
     // Power on: every vCPU except the IPI receiver starts runnable.
     for v in 0..vmm.vcpus.len() {
         if !matches!(vmm.vcpus[v].behaviour, Behaviour::Receiver { .. }) {
-            vmm.wake(v);
+            vmm.wake(v, None);
         }
     }
-    std::thread::sleep(Duration::from_millis(ms));
+    // Changes while running, each after a sixth of the run.
+    let step = Duration::from_millis(ms / 6);
+    let (hog1, sleeper) = (vmm.vcpus[1].id, vmm.vcpus[2].id);
+    std::thread::sleep(step);
+    println!("running:");
+    vmm.show();
+    let cpu1 = CpuSet::single(CpuId(1)).expect("a small CPU id");
+    vmm.obey(
+        "set_affinity(vm0/hog1, {1})",
+        vmm.sched.set_affinity(hog1, cpu1, vmm.now()),
+    );
+    vmm.obey(
+        "set_class(vm1/sleeper, realtime 100)",
+        vmm.sched
+            .set_class(sleeper, SchedClass::Realtime, 100, vmm.now()),
+    );
+    std::thread::sleep(step);
+    vmm.show();
+    vmm.obey(
+        "set_cpu_enabled(1, false)",
+        vmm.sched.set_cpu_enabled(CpuId(1), false, vmm.now()),
+    );
+    std::thread::sleep(step);
+    println!("CPU 1 out of service (vm0/hog1 may run only there: it waits):");
+    vmm.show();
+    vmm.obey(
+        "set_cpu_enabled(1, true)",
+        vmm.sched.set_cpu_enabled(CpuId(1), true, vmm.now()),
+    );
+    let kicks = vmm.sched.set_mode(Mode::PowerSaving, vmm.now());
+    vmm.obey("set_mode(power-saving)", Ok(kicks));
+    std::thread::sleep(step);
+    println!("power saving (longer quanta):");
+    vmm.show();
+    let kicks = vmm.sched.set_mode(Mode::LowLatency, vmm.now());
+    vmm.obey("set_mode(low-latency)", Ok(kicks));
+    std::thread::sleep(Duration::from_millis(ms).saturating_sub(4 * step));
     vmm.stop.store(true, Ordering::Release);
     for c in 0..vmm.cpus.len() {
         vmm.kick(CpuId(c as u32));
@@ -363,4 +458,20 @@ fn main() {
         );
     }
     println!("kicks sent: {}", vmm.kicks_sent.load(Ordering::Relaxed));
+    // A removed vCPU's handle stays refused, even when its slot is reused.
+    let old = vmm.vcpus[5].id;
+    let now = vmm.now();
+    vmm.sched.remove_entity(old, now).expect("remove_entity");
+    let spec = EntitySpec {
+        vm: VmId(1),
+        class: SchedClass::Timeshare,
+        priority: 10,
+        affinity: topo.all_cpus(),
+    };
+    let new = vmm.sched.add_entity(spec, now).expect("add_entity");
+    println!(
+        "removed {old}, added {new} (same slot {}, new generation): wake({old}) -> {:?}",
+        new.index(),
+        vmm.sched.wake(old, now)
+    );
 }

@@ -5,22 +5,26 @@ use crate::CpuId;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
-/// A growable bitset of logical CPU ids.
+/// A bitset of logical CPU ids, bounded by [`MAX_CPU_ID`]: a CPU id above
+/// it is an error, never a giant allocation (at most 1 KiB of words).
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct CpuSet {
     words: Vec<u64>,
 }
 
-/// Error from [`CpuSet::parse_list`].
+/// Why a CPU set could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad CPU list {input:?}: {reason}")]
-pub struct CpuListError {
-    pub input: String,
-    pub reason: String,
+pub enum CpuSetError {
+    /// A CPU id above [`MAX_CPU_ID`].
+    #[error("CPU {cpu} is above the limit {MAX_CPU_ID}")]
+    TooLarge { cpu: u32 },
+    /// Text that is not a CPU list (the reason names the item).
+    #[error("bad CPU list {input:?}: {reason}")]
+    BadList { input: String, reason: String },
 }
 
-/// Upper bound on CPU ids accepted from text (KVM's own vCPU limit is 1024;
-/// hosts beyond 8192 CPUs are out of scope).
+/// Upper bound on CPU ids (KVM's own vCPU limit is 1024; hosts beyond 8192
+/// CPUs are out of scope). Text, [`CpuSet::insert`] and topologies share it.
 pub const MAX_CPU_ID: u32 = 8191;
 
 impl CpuSet {
@@ -28,33 +32,51 @@ impl CpuSet {
         Self::default()
     }
 
-    /// All CPUs `0..n`.
+    /// All CPUs `0..n` (`n` above `MAX_CPU_ID + 1` is taken as that: no
+    /// larger id exists).
     pub fn first_n(n: u32) -> Self {
-        let mut s = Self::new();
-        for i in 0..n {
-            s.insert(CpuId(i));
+        let n = n.min(MAX_CPU_ID + 1) as usize;
+        let mut words = vec![u64::MAX; n / 64];
+        if n % 64 != 0 {
+            words.push((1u64 << (n % 64)) - 1);
         }
-        s
+        CpuSet { words }
     }
 
-    pub fn single(cpu: CpuId) -> Self {
+    /// The set of one CPU.
+    pub fn single(cpu: CpuId) -> Result<Self, CpuSetError> {
         let mut s = Self::new();
-        s.insert(cpu);
-        s
+        s.insert(cpu)?;
+        Ok(s)
     }
 
-    pub fn insert(&mut self, cpu: CpuId) {
+    /// Add a CPU; an id above [`MAX_CPU_ID`] is an error (the set is
+    /// unchanged).
+    pub fn insert(&mut self, cpu: CpuId) -> Result<(), CpuSetError> {
+        if cpu.0 > MAX_CPU_ID {
+            return Err(CpuSetError::TooLarge { cpu: cpu.0 });
+        }
         let (w, b) = (cpu.0 as usize / 64, cpu.0 % 64);
         if self.words.len() <= w {
             self.words.resize(w + 1, 0);
         }
         self.words[w] |= 1 << b;
+        Ok(())
     }
 
     pub fn remove(&mut self, cpu: CpuId) {
         let (w, b) = (cpu.0 as usize / 64, cpu.0 % 64);
         if let Some(word) = self.words.get_mut(w) {
             *word &= !(1 << b);
+        }
+        self.trim();
+    }
+
+    /// Drop trailing empty words: one representation per set, so the
+    /// derived equality and hash compare CPUs, not history.
+    fn trim(&mut self) {
+        while self.words.last() == Some(&0) {
+            self.words.pop();
         }
     }
 
@@ -105,7 +127,9 @@ impl CpuSet {
             .zip(&other.words)
             .map(|(a, b)| a & b)
             .collect();
-        CpuSet { words }
+        let mut set = CpuSet { words };
+        set.trim();
+        set
     }
 
     pub fn intersects(&self, other: &CpuSet) -> bool {
@@ -126,8 +150,8 @@ impl CpuSet {
 
     /// Parse the Linux CPU list syntax: "0-3,8,10-11". Whitespace around
     /// items is allowed; an empty string is an empty set.
-    pub fn parse_list(input: &str) -> Result<CpuSet, CpuListError> {
-        Ok(parse_cpu_list(input)?.into_iter().map(CpuId).collect())
+    pub fn parse_list(input: &str) -> Result<CpuSet, CpuSetError> {
+        parse_cpu_list(input)?.into_iter().map(CpuId).collect()
     }
 
     /// Format in the list syntax accepted by [`CpuSet::parse_list`].
@@ -139,18 +163,18 @@ impl CpuSet {
 /// Parse the Linux CPU list syntax ("0-3,8,10-11") into ascending numbers
 /// without duplicates. Shared by [`CpuSet`] and by callers that keep CPU
 /// numbers of another kind (a VMM's host CPU numbers).
-pub fn parse_cpu_list(input: &str) -> Result<Vec<u32>, CpuListError> {
-    let err = |reason: String| CpuListError {
+pub fn parse_cpu_list(input: &str) -> Result<Vec<u32>, CpuSetError> {
+    let err = |reason: String| CpuSetError::BadList {
         input: input.to_string(),
         reason,
     };
-    let parse = |s: &str| -> Result<u32, CpuListError> {
+    let parse = |s: &str| -> Result<u32, CpuSetError> {
         let v: u32 = s
             .trim()
             .parse()
             .map_err(|_| err(format!("{s:?} is not a CPU number")))?;
         if v > MAX_CPU_ID {
-            return Err(err(format!("CPU {v} is above the limit {MAX_CPU_ID}")));
+            return Err(err(CpuSetError::TooLarge { cpu: v }.to_string()));
         }
         Ok(v)
     };
@@ -195,13 +219,15 @@ pub fn format_cpu_list(ids: impl IntoIterator<Item = u32>) -> String {
     out.join(",")
 }
 
-impl FromIterator<CpuId> for CpuSet {
+/// `collect::<Result<CpuSet, _>>()`: the first id above [`MAX_CPU_ID`]
+/// is the error.
+impl FromIterator<CpuId> for Result<CpuSet, CpuSetError> {
     fn from_iter<I: IntoIterator<Item = CpuId>>(iter: I) -> Self {
         let mut s = CpuSet::new();
         for c in iter {
-            s.insert(c);
+            s.insert(c)?;
         }
-        s
+        Ok(s)
     }
 }
 
@@ -250,13 +276,46 @@ mod tests {
     }
 
     #[test]
+    fn huge_cpu_ids_are_errors_not_allocations() {
+        let mut s = CpuSet::new();
+        let huge = CpuId(u32::MAX);
+        assert_eq!(s.insert(huge), Err(CpuSetError::TooLarge { cpu: u32::MAX }));
+        assert!(s.is_empty() && s.words().is_empty(), "nothing allocated");
+        assert_eq!(s.insert(CpuId(MAX_CPU_ID)), Ok(()));
+        assert_eq!(s.words().len(), (MAX_CPU_ID as usize + 1) / 64);
+        assert!(CpuSet::single(CpuId(MAX_CPU_ID + 1)).is_err());
+        let collected: Result<CpuSet, _> = [CpuId(1), huge].into_iter().collect();
+        assert_eq!(collected, Err(CpuSetError::TooLarge { cpu: u32::MAX }));
+        // The same words from a list as from an id.
+        assert_eq!(
+            CpuSet::parse_list("9000").unwrap_err().to_string(),
+            format!(
+                "bad CPU list \"9000\": {}",
+                CpuSetError::TooLarge { cpu: 9000 }
+            )
+        );
+        assert_eq!(CpuSet::first_n(u32::MAX).len(), MAX_CPU_ID as usize + 1);
+        assert_eq!(CpuSet::first_n(65).to_list(), "0-64");
+        assert_eq!(CpuSet::first_n(64).words().len(), 1);
+        assert!(CpuSet::first_n(0).is_empty());
+    }
+
+    #[test]
     fn set_operations() {
         let a = CpuSet::parse_list("0-3").unwrap();
         let b = CpuSet::parse_list("3-200").unwrap();
         assert_eq!(a.intersection(&b).only(), Some(CpuId(3)));
         assert!(a.intersects(&b));
-        assert!(CpuSet::single(CpuId(2)).is_subset(&a));
+        assert!(CpuSet::single(CpuId(2)).unwrap().is_subset(&a));
         assert!(!b.is_subset(&a));
         assert_eq!(b.len(), 198);
+        // Equal sets compare equal however they were built.
+        let mut c = CpuSet::parse_list("0-3,100").unwrap();
+        c.remove(CpuId(100));
+        assert_eq!(c, a);
+        assert_eq!(
+            b.intersection(&CpuSet::first_n(4)),
+            CpuSet::single(CpuId(3)).unwrap()
+        );
     }
 }

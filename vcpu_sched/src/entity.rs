@@ -1,5 +1,8 @@
 //! Schedulable entities (vCPUs): class, priority with cycling penalties,
-//! run state and per-entity accounting (Haiku's `ThreadData`).
+//! run state, per-entity accounting, and the entity's own lifecycle
+//! (Haiku's `ThreadData`): charging its load to a core as it becomes ready,
+//! blocks or leaves, what a quantum end does to its penalty, what each
+//! stop reason does to it, and what a dispatch records.
 //!
 //! Penalty cycling: each quantum end raises `penalty` by one (up to
 //! P - minimal) and `additional` by one; each block before the quantum ends
@@ -12,11 +15,13 @@
 //! penalty or the base priority changes.
 
 use crate::load::EntityLoad;
-use crate::placement::Allowed;
-use crate::quantum::base_quantum;
+use crate::placement::{Allowed, Machine};
+use crate::quantum::{base_quantum, time_left};
 use crate::stats::MigrationCounts;
-use crate::tunables::{QuantumTable, Tunables};
-use crate::{CoreId, CpuId, CpuSet, LatencyHistogram, Nanos, SchedClass, VmId};
+use crate::tunables::{Mode, QuantumTable, Tunables};
+use crate::{
+    CoreId, CpuId, CpuSet, EntityId, LatencyHistogram, Nanos, SchedClass, StopReason, VmId,
+};
 use std::sync::Arc;
 
 /// Priority state of one entity with the cached effective priority and base quantum.
@@ -28,11 +33,14 @@ pub(crate) struct Priority {
     pub additional: u32,
     effective: u8,
     base_quantum: Nanos,
+    /// The mode whose quantum table `base_quantum` comes from (the mode
+    /// can change at run time; the cache follows at the next dispatch).
+    quantum_mode: Mode,
 }
 
 impl Priority {
     /// Fresh state (no penalty) with E and base quantum computed.
-    pub fn new(class: SchedClass, base: u8, t: &Tunables, table: &QuantumTable) -> Priority {
+    pub fn new(class: SchedClass, base: u8, t: &Tunables, mode: Mode) -> Priority {
         let mut p = Priority {
             class,
             base,
@@ -40,8 +48,9 @@ impl Priority {
             additional: 0,
             effective: base,
             base_quantum: 0,
+            quantum_mode: mode,
         };
-        p.recompute(t, table);
+        p.recompute(t, mode);
         p
     }
 
@@ -50,8 +59,17 @@ impl Priority {
         self.effective
     }
 
-    /// Cached base quantum for E.
+    /// Cached base quantum for E in the mode it was computed for.
+    #[cfg(test)]
     pub fn base_quantum(&self) -> Nanos {
+        self.base_quantum
+    }
+
+    /// Base quantum for E in `mode`, recomputed if the mode changed since.
+    pub fn base_quantum_in(&mut self, t: &Tunables, mode: Mode) -> Nanos {
+        if self.quantum_mode != mode {
+            self.recompute(t, mode);
+        }
         self.base_quantum
     }
 
@@ -67,7 +85,7 @@ impl Priority {
     }
 
     /// Quantum ended: penalty +1 (capped at P - minimal), additional +1.
-    pub fn quantum_ended(&mut self, t: &Tunables, table: &QuantumTable) {
+    pub fn quantum_ended(&mut self, t: &Tunables, mode: Mode) {
         if !self.penalised() {
             return;
         }
@@ -75,27 +93,27 @@ impl Priority {
             self.penalty += 1;
         }
         self.additional = self.additional.wrapping_add(1);
-        self.recompute(t, table);
+        self.recompute(t, mode);
     }
 
     /// Blocked before its quantum ended: additional +1.
-    pub fn blocked_early(&mut self, t: &Tunables, table: &QuantumTable) {
+    pub fn blocked_early(&mut self, t: &Tunables, mode: Mode) {
         if !self.penalised() {
             return;
         }
         self.additional = self.additional.wrapping_add(1);
-        self.recompute(t, table);
+        self.recompute(t, mode);
     }
 
     /// Cancel the penalty (long sleep, priority change). As in Haiku's
     /// `CancelPenalty`, the additional penalty is kept: it only rotates E
     /// inside 1..=P - penalty.
-    pub fn cancel_penalty(&mut self, t: &Tunables, table: &QuantumTable) {
+    pub fn cancel_penalty(&mut self, t: &Tunables, mode: Mode) {
         if self.penalty == 0 {
             return;
         }
         self.penalty = 0;
-        self.recompute(t, table);
+        self.recompute(t, mode);
     }
 
     /// Cancel the penalty of an entity that is bursty now, and its
@@ -103,21 +121,27 @@ impl Priority {
     /// (its `additional` no longer moves), so a kept additional penalty
     /// would not rotate E any more but freeze it anywhere in 1..=P - a
     /// vCPU that woke every millisecond could sit at E = 1 for ever.
-    pub fn forgive(&mut self, t: &Tunables, table: &QuantumTable) {
+    pub fn forgive(&mut self, t: &Tunables, mode: Mode) {
         self.penalty = 0;
         self.additional = 0;
-        self.recompute(t, table);
+        self.recompute(t, mode);
     }
 
     /// New base priority (cancels the penalty, always recomputes).
-    pub fn set_base(&mut self, base: u8, t: &Tunables, table: &QuantumTable) {
+    pub fn set_base(&mut self, base: u8, t: &Tunables, mode: Mode) {
         self.base = base;
         self.penalty = 0;
-        self.recompute(t, table);
+        self.recompute(t, mode);
     }
 
-    /// The mode changed: the cached base quantum depends on its table.
-    pub fn recompute(&mut self, _t: &Tunables, table: &QuantumTable) {
+    /// New class and base priority (a class change; cancels the penalty).
+    pub fn set_class(&mut self, class: SchedClass, base: u8, t: &Tunables, mode: Mode) {
+        self.class = class;
+        self.set_base(base, t, mode);
+    }
+
+    /// Recompute E and the base quantum (from `mode`'s quantum table).
+    pub fn recompute(&mut self, t: &Tunables, mode: Mode) {
         self.effective = match self.class {
             SchedClass::Realtime => self.base,
             SchedClass::Idle => 0,
@@ -130,7 +154,8 @@ impl Priority {
                 }
             }
         };
-        self.base_quantum = base_quantum(table, self.effective);
+        self.base_quantum = base_quantum(t.quantum_table(mode), self.effective);
+        self.quantum_mode = mode;
     }
 }
 
@@ -175,6 +200,8 @@ pub(crate) struct EntityCounters {
 /// One vCPU.
 #[derive(Debug, Clone)]
 pub(crate) struct Entity {
+    /// Its handle (slot index and generation).
+    pub id: EntityId,
     pub vm: VmId,
     pub affinity: Arc<CpuSet>,
     /// The affinity holds every CPU of the machine.
@@ -216,6 +243,7 @@ impl Entity {
     /// A new blocked entity; `all_cpus` says whether `affinity` holds every
     /// CPU of the machine.
     pub fn new(
+        id: EntityId,
         vm: VmId,
         affinity: Arc<CpuSet>,
         all_cpus: bool,
@@ -223,6 +251,7 @@ impl Entity {
         now: Nanos,
     ) -> Entity {
         Entity {
+            id,
             vm,
             pinned: affinity.only(),
             all_cpus,
@@ -274,6 +303,144 @@ impl Entity {
     }
 }
 
+/// What happens to an entity that stopped running (see [`Entity::after_stop`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum After {
+    /// Not runnable any more.
+    Block,
+    /// Runnable with quantum left: back to the head of its level.
+    Front,
+    /// Runnable, quantum over: back to the tail (possibly another core).
+    Back,
+}
+
+/// The lifecycle (Haiku's `ThreadData` methods).
+impl Entity {
+    // ---- load charging (Haiku's AddLoad / RemoveLoad with epochs) ----
+
+    /// The entity is ready on `core`: charge its load there.
+    pub fn charge_ready(&mut self, m: &Machine, core: CoreId) {
+        let load = self.load.load;
+        match self.load_core {
+            Some(c) if c == core && self.load_ready => return,
+            Some(c) if self.load_ready => {
+                m.load_of(c).remove(self.charged, true);
+                m.load_of(core).add(load, None);
+            }
+            Some(c) if c == core => {
+                let left = self.load_epoch.map(|ep| (ep, self.charged));
+                m.load_of(core).add(load, left);
+            }
+            _ => m.load_of(core).add(load, None),
+        }
+        self.load_core = Some(core);
+        self.charged = load;
+        self.load_ready = true;
+    }
+
+    /// The entity blocks: it stops being ready but keeps counting in the
+    /// core's epoch sum until the epoch rolls.
+    pub fn uncharge_block(&mut self, m: &Machine) {
+        if let (Some(c), true) = (self.load_core, self.load_ready) {
+            self.load_epoch = Some(m.load_of(c).remove(self.charged, false));
+            self.load_ready = false;
+        }
+    }
+
+    /// The entity is removed: it leaves the core's load at once.
+    pub fn uncharge_remove(&mut self, m: &Machine) {
+        if let (Some(c), true) = (self.load_core, self.load_ready) {
+            m.load_of(c).remove(self.charged, true);
+            self.load_ready = false;
+        }
+    }
+
+    /// Fold measured time into the estimate and follow it on the core.
+    pub fn refresh_load(&mut self, m: &Machine) {
+        if !self.load.update(m.tun.load_measure_interval) {
+            return;
+        }
+        if let (Some(c), true) = (self.load_core, self.load_ready) {
+            m.load_of(c)
+                .change(self.load.load as i64 - self.charged as i64);
+            self.charged = self.load.load;
+        }
+    }
+
+    // ---- quanta and penalties ----
+
+    /// A quantum ended: penalty step (not for bursty entities), used reset.
+    pub fn end_quantum(&mut self, t: &Tunables, mode: Mode) {
+        self.counters.quantum_ends += 1;
+        if !self.is_bursty(t.bursty_load) {
+            self.prio.quantum_ended(t, mode);
+        }
+        self.used = 0;
+    }
+
+    /// What is left of the quantum counts as ended (at most half the
+    /// minimal quantum).
+    pub fn quantum_over(&self, table: &QuantumTable) -> bool {
+        time_left(table, self.quantum_full, self.used).is_none()
+    }
+
+    /// Apply a stop reason to the entity's penalties and counters.
+    pub fn after_stop(&mut self, reason: StopReason, t: &Tunables, mode: Mode) -> After {
+        let table = t.quantum_table(mode);
+        match reason {
+            // Haiku's HasQuantumEnded(hasYielded): a yield (PAUSE-loop exit,
+            // a vCPU spinning on a lock) ends the quantum, penalty included,
+            // so the lock holder gets ahead of the spinner.
+            StopReason::QuantumEnd | StopReason::Yielded => {
+                self.end_quantum(t, mode);
+                After::Back
+            }
+            StopReason::Preempted | StopReason::Idle if self.quantum_over(table) => {
+                self.end_quantum(t, mode);
+                After::Back
+            }
+            StopReason::Preempted | StopReason::Idle => {
+                self.counters.preemptions += 1;
+                After::Front
+            }
+            StopReason::Blocked if self.wake_pending => {
+                self.wake_pending = false;
+                if self.quantum_over(table) {
+                    self.end_quantum(t, mode);
+                    After::Back
+                } else {
+                    After::Front
+                }
+            }
+            StopReason::Blocked => {
+                if self.quantum_over(table) {
+                    self.end_quantum(t, mode);
+                } else if !self.is_bursty(t.bursty_load) {
+                    self.prio.blocked_early(t, mode);
+                }
+                self.counters.blocks += 1;
+                After::Block
+            }
+        }
+    }
+
+    /// Dispatched on `cpu` at `now`: ready wait, wake latency, migration
+    /// distance.
+    pub fn account_dispatch(&mut self, m: &Machine, cpu: CpuId, now: Nanos) {
+        self.counters.ready_wait = self
+            .counters
+            .ready_wait
+            .saturating_add(now.saturating_sub(self.queued_at));
+        if let Some(w) = self.woken_at.take() {
+            self.counters.wake_latency.record(now.saturating_sub(w));
+        }
+        if let Some(prev) = self.last_cpu {
+            self.counters.migrations.record(m.distance(prev, cpu));
+        }
+        self.last_cpu = Some(cpu);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,18 +450,18 @@ mod tests {
             SchedClass::Timeshare,
             p,
             &Tunables::default(),
-            &QuantumTable::LOW_LATENCY,
+            Mode::LowLatency,
         )
     }
 
     #[test]
     fn penalty_bounds_and_wraparound() {
-        let (t, q) = (Tunables::default(), QuantumTable::LOW_LATENCY);
+        let (t, q) = (Tunables::default(), Mode::LowLatency);
         let mut p = prio(10);
         assert_eq!(p.minimal(&t), 2);
         let mut seen = Vec::new();
         for _ in 0..40 {
-            p.quantum_ended(&t, &q);
+            p.quantum_ended(&t, q);
             assert!(p.penalty <= 10 - 2, "penalty capped at P - minimal");
             let e = p.effective();
             assert!((1..=10 - p.penalty).contains(&e), "E in 1..=P-penalty");
@@ -309,13 +476,13 @@ mod tests {
         // With a higher P the cycle is longer and counts down to 1 and wraps.
         let mut p = prio(50); // minimal 10, penalty cap 40
         for _ in 0..40 {
-            p.quantum_ended(&t, &q);
+            p.quantum_ended(&t, q);
         }
         assert_eq!(p.penalty, 40);
         let mut es = Vec::new();
         for _ in 0..20 {
             es.push(p.effective());
-            p.quantum_ended(&t, &q);
+            p.quantum_ended(&t, q);
         }
         // additional = 40.. : E = 10 - (additional % 10): 10,9,...,1,10,...
         assert_eq!(&es[..11], &[10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 10]);
@@ -323,12 +490,12 @@ mod tests {
 
     #[test]
     fn penalty_keeps_order_of_static_priorities() {
-        let (t, q) = (Tunables::default(), QuantumTable::LOW_LATENCY);
+        let (t, q) = (Tunables::default(), Mode::LowLatency);
         let avg = |base: u8| {
             let mut p = prio(base);
             let mut sum = 0u64;
             for _ in 0..1000 {
-                p.quantum_ended(&t, &q);
+                p.quantum_ended(&t, q);
                 sum += p.effective() as u64;
             }
             sum
@@ -341,21 +508,24 @@ mod tests {
 
     #[test]
     fn realtime_never_penalised_and_cancel_restores() {
-        let (t, q) = (Tunables::default(), QuantumTable::LOW_LATENCY);
-        let mut r = Priority::new(SchedClass::Realtime, 110, &t, &q);
+        let (t, q) = (Tunables::default(), Mode::LowLatency);
+        let mut r = Priority::new(SchedClass::Realtime, 110, &t, q);
         for _ in 0..10 {
-            r.quantum_ended(&t, &q);
-            r.blocked_early(&t, &q);
+            r.quantum_ended(&t, q);
+            r.blocked_early(&t, q);
         }
         assert_eq!(r.effective(), 110);
         let mut p = prio(10);
-        p.quantum_ended(&t, &q);
-        p.blocked_early(&t, &q);
+        p.quantum_ended(&t, q);
+        p.blocked_early(&t, q);
         assert!(p.effective() < 10);
-        assert_eq!(p.base_quantum(), base_quantum(&q, p.effective()));
-        p.cancel_penalty(&t, &q);
+        assert_eq!(
+            p.base_quantum(),
+            base_quantum(t.quantum_table(q), p.effective())
+        );
+        p.cancel_penalty(&t, q);
         // Penalty gone; the additional penalty (2) still rotates E: 10 - 2 % 10.
         assert_eq!((p.penalty, p.effective()), (0, 8));
-        assert_eq!(p.base_quantum(), base_quantum(&q, 8));
+        assert_eq!(p.base_quantum(), base_quantum(t.quantum_table(q), 8));
     }
 }

@@ -8,23 +8,28 @@
 //! entity next, for how long). See [`policy`] for the event protocol and
 //! `examples/embed.rs` for a VMM vCPU loop built on it.
 
-mod accounting;
 pub mod cpuset;
 mod entity;
 mod load;
 mod mode;
+pub mod monitor;
 mod placement;
 pub mod policy;
 pub mod profiler;
 mod quantum;
 mod run_queue;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod stats;
+#[cfg(test)]
+mod testkit;
 pub mod topology;
 pub mod tunables;
 mod types;
+mod validate;
 
-pub use cpuset::{format_cpu_list, parse_cpu_list, CpuListError, CpuSet};
+pub use cpuset::{format_cpu_list, parse_cpu_list, CpuSet, CpuSetError};
+pub use monitor::{Monitor, Violations};
 pub use policy::{build, PolicyKind, SchedConfig, VcpuScheduler};
 pub use stats::{
     CpuStats, EntityStats, LatencyHistogram, LatencySummary, MigrationCounts, SchedSnapshot,

@@ -13,8 +13,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Operations that differ between the modes.
 pub(crate) trait ModeOps: Send + Sync + std::fmt::Debug {
-    /// Which mode this is.
-    fn mode(&self) -> Mode;
+    /// The scheduler switched to this mode at run time (Haiku's
+    /// `switch_to_mode`): forget state from an earlier stint.
+    fn switched_to(&self) {}
     /// Claim an idle CPU for a waking entity, if the mode wants one.
     fn find_idle(&self, m: &Machine, c: &Candidate, t: &Tunables) -> Option<CpuId>;
     /// Core for a cache-cold entity when no idle CPU was taken.
@@ -46,23 +47,42 @@ fn worth_moving(m: &Machine, c: &Candidate, core: CoreId, other: CoreId, t: &Tun
     gap >= c.load as i64 / cpus
 }
 
-/// Spread: a fully idle package, then a fully idle core, then any idle
-/// CPU; without idle CPUs, the least loaded core.
+/// Spread: the previous CPU if warm and idle (when a vCPU of the same VM
+/// woke it from another LLC, an idle core in the waker's LLC first); for
+/// a cold entity a fully idle package, then the LLC with the most idle
+/// cores; then a fully idle core nearest first, then any idle CPU; without
+/// idle CPUs, the least loaded core.
 #[derive(Debug)]
 pub(crate) struct LowLatency;
 
 impl ModeOps for LowLatency {
-    fn mode(&self) -> Mode {
-        Mode::LowLatency
-    }
-
     fn find_idle(&self, m: &Machine, c: &Candidate, _t: &Tunables) -> Option<CpuId> {
-        // Same CPU first in the locality order: a warm cache beats spreading.
-        if let Some(prev) = c.prev.filter(|p| c.warm && m.try_claim(*p, c)) {
+        // Same CPU first in the locality order: a warm cache beats spreading
+        // (unless a vCPU of its VM woke it from another LLC, below).
+        let near_waker = |p: CpuId| c.waker_llc.is_none_or(|l| m.llc_of(p) == l);
+        if let Some(prev) = c
+            .prev
+            .filter(|p| c.warm && near_waker(*p) && m.try_claim(*p, c))
+        {
             return Some(prev);
         }
+        // Woken by a vCPU of its VM from another LLC: next to the data they
+        // share, while that LLC has an idle core; else its own warm CPU.
+        if let Some(llc) = c.waker_llc {
+            if let Some(cpu) = m.find_idle_core_in_llc(llc, c) {
+                return Some(cpu);
+            }
+            if let Some(prev) = c.prev.filter(|p| c.warm && m.try_claim(*p, c)) {
+                return Some(prev);
+            }
+        }
         if !c.warm {
+            // Cold: a fully idle package (Haiku), else the LLC with the most
+            // idle cores, so that unrelated vCPUs get a cache each.
             if let Some(cpu) = m.find_idle_package(c) {
+                return Some(cpu);
+            }
+            if let Some(cpu) = m.find_idle_core_in_emptiest_llc(c) {
                 return Some(cpu);
             }
         }
@@ -155,8 +175,8 @@ impl PowerSaving {
 }
 
 impl ModeOps for PowerSaving {
-    fn mode(&self) -> Mode {
-        Mode::PowerSaving
+    fn switched_to(&self) {
+        self.small_task_core.store(NO_CORE, Ordering::Relaxed);
     }
 
     fn find_idle(&self, m: &Machine, c: &Candidate, t: &Tunables) -> Option<CpuId> {

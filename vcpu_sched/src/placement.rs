@@ -40,6 +40,9 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize
 pub(crate) const NO_ENTITY: u32 = u32::MAX;
 /// `CpuSlot::prio` when the CPU runs nothing (below every class).
 pub(crate) const IDLE_PRIO: i32 = -1;
+/// `CpuSlot::prio` of a CPU out of service: above every class, so no
+/// placement prefers it and no waker preempts it.
+pub(crate) const OUT_OF_SERVICE_PRIO: i32 = i32::MAX;
 
 /// Lock-free view of one logical CPU plus its pinned queue.
 #[derive(Debug)]
@@ -56,6 +59,9 @@ pub(crate) struct CpuSlot {
     pub pinned: Mutex<RunQueue>,
     /// Mirror of the pinned queue length, read without the lock.
     pub pinned_len: AtomicUsize,
+    /// In service (`set_cpu_enabled`); out of service it runs nothing and
+    /// nothing is placed on it.
+    pub in_service: AtomicBool,
 }
 
 /// Lock-free view of one core plus its run queue.
@@ -75,6 +81,9 @@ pub(crate) struct CoreState {
     /// found its best other core at a load gap (high 32 bits, signed) too
     /// small for a move; see `calm_gap`.
     pub calm: AtomicU64,
+    /// How many of its CPUs are in service (0: its queue is served by no
+    /// CPU of its own, and placement skips it).
+    pub in_service: AtomicU32,
 }
 
 /// Per-LLC bitmaps: available idle CPUs and fully idle cores (the idle
@@ -192,6 +201,9 @@ pub(crate) struct Candidate<'a> {
     /// Rotating start of bounded searches, from the entity's own event
     /// counts (no shared cursor is written).
     pub rotor: usize,
+    /// Woken by an entity of its VM: the LLC that one runs (or last ran)
+    /// in, which may hold the data they share.
+    pub waker_llc: Option<LlcId>,
 }
 
 impl Machine {
@@ -213,13 +225,14 @@ impl Machine {
                     vm: AtomicU32::new(0),
                     pinned: Mutex::new(RunQueue::default()),
                     pinned_len: AtomicUsize::new(0),
+                    in_service: AtomicBool::new(true),
                 })
             })
             .collect();
         let cores = topo
             .cores
             .iter()
-            .map(|_| {
+            .map(|core| {
                 CachePadded::new(CoreState {
                     queue: Mutex::new(RunQueue::default()),
                     queued: AtomicUsize::new(0),
@@ -227,6 +240,7 @@ impl Machine {
                     active_time: AtomicU64::new(0),
                     occupancy: AtomicU64::new(0),
                     calm: AtomicU64::new(u64::MAX),
+                    in_service: AtomicU32::new(core.cpus.len() as u32),
                 })
             })
             .collect();
@@ -263,6 +277,29 @@ impl Machine {
     /// Core of a (valid) CPU.
     pub fn core_of(&self, cpu: CpuId) -> CoreId {
         self.topo.cpus[cpu.0 as usize].core
+    }
+
+    /// The load accounting of a core.
+    pub fn load_of(&self, core: CoreId) -> &CoreLoad {
+        &self.cores[core.0 as usize].load
+    }
+
+    /// The core whose CPUs a queue serves first.
+    pub fn core_of_queue(&self, q: QueueRef) -> CoreId {
+        match q {
+            QueueRef::Core(c) => c,
+            QueueRef::Pinned(cpu) => self.core_of(cpu),
+        }
+    }
+
+    /// Whether an SMT sibling of `cpu` runs an entity of another VM.
+    pub fn sibling_foreign(&self, cpu: CpuId, vm: VmId) -> bool {
+        self.core_cpus(self.core_of(cpu)).iter().any(|s| {
+            let slot = &self.cpus[s.0 as usize];
+            *s != cpu
+                && slot.running.load(Ordering::SeqCst) != NO_ENTITY
+                && slot.vm.load(Ordering::SeqCst) != vm.0
+        })
     }
 
     /// CPUs of a core.
@@ -571,6 +608,59 @@ impl Machine {
         self.core_cpus(core).iter().all(|s| self.is_available(*s))
     }
 
+    /// Fully idle cores of an LLC (the population of its idle-core bitmap;
+    /// a hint, as the bits are).
+    fn idle_cores_in(&self, llc: LlcId) -> u32 {
+        self.idle.core_words[llc.0 as usize]
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed).count_ones())
+            .sum()
+    }
+
+    /// LLC spreading (beyond Haiku, which has no level between core and
+    /// package): the LLC with the most fully idle cores that the entity
+    /// may use, the nearest to the origin among equals; claims a CPU of an
+    /// idle core there. O(LLCs), on the cold-placement path only.
+    pub fn find_idle_core_in_emptiest_llc(&self, c: &Candidate) -> Option<CpuId> {
+        if self.topo.llcs.len() < 2
+            || !self.idle_core_search.load(Ordering::Relaxed)
+            || !self.any_available()
+        {
+            return None;
+        }
+        let origin_llc = self.topo.cpus[c.origin.0 as usize].llc;
+        let mut best: Option<(u32, LlcId)> = None;
+        for &llc in &self.llc_order[origin_llc.0 as usize] {
+            if !self.llc_may_have_available(llc) {
+                continue;
+            }
+            let usable = c.affinity.all
+                || self.topo.llcs[llc.0 as usize]
+                    .cpus
+                    .iter()
+                    .any(|x| c.affinity.contains(*x));
+            let n = if usable { self.idle_cores_in(llc) } else { 0 };
+            if n > best.map_or(0, |b| b.0) {
+                best = Some((n, llc));
+            }
+        }
+        let (_, llc) = best?;
+        self.scan_llc_cores(llc, c.rotor, c, |_| true)
+    }
+
+    /// A fully idle core of `llc`, claimed (a waker's LLC).
+    pub fn find_idle_core_in_llc(&self, llc: LlcId, c: &Candidate) -> Option<CpuId> {
+        if !self.idle_core_search.load(Ordering::Relaxed) || !self.llc_may_have_available(llc) {
+            return None;
+        }
+        self.scan_llc_cores(llc, c.rotor, c, |_| true)
+    }
+
+    /// The LLC of a CPU.
+    pub fn llc_of(&self, cpu: CpuId) -> LlcId {
+        self.topo.cpus[cpu.0 as usize].llc
+    }
+
     /// A fully idle package other than the origin's (Haiku's idle package
     /// list: low latency wakes a new package before doubling up); claims a
     /// CPU of an idle core in it.
@@ -600,9 +690,66 @@ impl Machine {
 
     // ---- choosing without idle CPUs ----
 
-    /// Cores the entity may run on (at least one allowed CPU).
+    /// Cores the entity may run on: at least one CPU in service, and
+    /// (unless it may use every CPU) an allowed CPU.
     pub fn eligible(&self, core: CoreId, affinity: Allowed) -> bool {
-        affinity.all || self.core_cpus(core).iter().any(|c| affinity.contains(*c))
+        self.core_in_service(core)
+            && (affinity.all || self.core_cpus(core).iter().any(|c| affinity.contains(*c)))
+    }
+
+    // ---- CPUs in and out of service ----
+
+    /// Whether `cpu` is in service.
+    pub fn in_service(&self, cpu: CpuId) -> bool {
+        self.cpus[cpu.0 as usize].in_service.load(Ordering::Acquire)
+    }
+
+    /// Whether any CPU of `core` is in service.
+    pub fn core_in_service(&self, core: CoreId) -> bool {
+        self.cores[core.0 as usize]
+            .in_service
+            .load(Ordering::Acquire)
+            > 0
+    }
+
+    /// Whether some CPU in service picks from queue `q`.
+    pub fn serves(&self, q: QueueRef) -> bool {
+        match q {
+            QueueRef::Core(core) => self.core_in_service(core),
+            QueueRef::Pinned(cpu) => self.in_service(cpu),
+        }
+    }
+
+    /// Put `cpu` in or out of service; false if it already was. Out of
+    /// service, it is claimed (never offered to wakers) and shows a
+    /// priority above every class (never preferred, never preempted).
+    /// SeqCst: a queue push that follows a drain of its queues must see it
+    /// (see `HaikuScheduler::set_cpu_enabled`).
+    pub fn set_in_service(&self, cpu: CpuId, on: bool) -> bool {
+        let slot = &self.cpus[cpu.0 as usize];
+        if slot.in_service.swap(on, Ordering::SeqCst) == on {
+            return false;
+        }
+        let core = &self.cores[self.core_of(cpu).0 as usize];
+        if on {
+            core.in_service.fetch_add(1, Ordering::SeqCst);
+            if slot.running.load(Ordering::Acquire) == NO_ENTITY {
+                slot.prio.store(IDLE_PRIO, Ordering::Release);
+            }
+        } else {
+            core.in_service.fetch_sub(1, Ordering::SeqCst);
+            self.claim(cpu);
+            slot.prio.store(OUT_OF_SERVICE_PRIO, Ordering::Release);
+        }
+        true
+    }
+
+    /// CPUs in service.
+    pub fn cpus_in_service(&self) -> usize {
+        self.cpus
+            .iter()
+            .filter(|c| c.in_service.load(Ordering::Acquire))
+            .count()
     }
 
     /// Least loaded eligible core, cores outside the high-load set first,

@@ -50,7 +50,10 @@ fn interpolate(from: Nanos, to: Nanos, step: Nanos, steps: Nanos) -> Nanos {
 }
 
 /// Ready-count cap: max(maximum_latency / n, minimal_quantum) with
-/// n = ready entities of the core / CPUs of the core (at least 1).
+/// n = ready entities of the core / CPUs of the core (at least 1). The
+/// caller counts the entity being dispatched and the core's running ones,
+/// as Haiku's `CoreEntry::ThreadCount()` does (queued + busy CPUs, the
+/// dispatching CPU already busy); see ARCHITECTURE.md.
 pub(crate) fn quantum_cap(table: &QuantumTable, ready_on_core: usize, core_cpus: usize) -> Nanos {
     let n = (ready_on_core / core_cpus.max(1)).max(1) as Nanos;
     (table.maximum_latency / n).max(table.minimal_quantum)

@@ -199,7 +199,7 @@ mod tests {
 
     fn e(id: u32, level: u8) -> QueueEntry {
         QueueEntry {
-            id: EntityId(id),
+            id: EntityId::new(id, 0),
             seq: 0,
             level,
             since: 0,
@@ -218,8 +218,10 @@ mod tests {
         q.push_back(e(5, 64));
         q.push_front(e(6, 10));
         assert_eq!(q.len(), 6);
-        assert_eq!(q.head().map(|x| x.id.0), Some(3));
-        let order: Vec<u32> = std::iter::from_fn(|| q.pop()).map(|x| x.id.0).collect();
+        assert_eq!(q.head().map(|x| x.id.index()), Some(3));
+        let order: Vec<u32> = std::iter::from_fn(|| q.pop())
+            .map(|x| x.id.index())
+            .collect();
         assert_eq!(order, vec![3, 5, 6, 1, 2, 4]);
         assert_eq!(q.len(), 0);
         assert_eq!(q.top_level(), None);
@@ -230,14 +232,14 @@ mod tests {
         let mut q = RunQueue::default();
         q.push_back(e(1, 63));
         q.push_back(e(2, 64));
-        assert!(q.remove(EntityId(2), 0, 64));
-        assert!(!q.remove(EntityId(2), 0, 64));
+        assert!(q.remove(EntityId::new(2, 0), 0, 64));
+        assert!(!q.remove(EntityId::new(2, 0), 0, 64));
         assert_eq!(q.top_level(), Some(63));
         q.push_back(e(3, 5));
-        let got = q.take_first(|x| x.id.0 == 3);
-        assert_eq!(got.map(|x| x.id.0), Some(3));
+        let got = q.take_first(|x| x.id.index() == 3);
+        assert_eq!(got.map(|x| x.id.index()), Some(3));
         assert_eq!(q.len(), 1);
-        assert_eq!(q.pop().map(|x| x.id.0), Some(1));
+        assert_eq!(q.pop().map(|x| x.id.index()), Some(1));
         assert_eq!(q.top_level(), None);
     }
 
@@ -247,10 +249,10 @@ mod tests {
         for (id, level) in [(1, 10), (2, 10), (3, 120), (4, 0), (5, 64), (6, 63)] {
             q.push_back(e(id, level));
         }
-        let all: Vec<u32> = q.entries().map(|x| x.id.0).collect();
+        let all: Vec<u32> = q.entries().map(|x| x.id.index()).collect();
         assert_eq!(all, vec![3, 5, 6, 1, 2, 4]);
         for n in 0..8 {
-            let first: Vec<u32> = q.first_entries(n).iter().map(|x| x.id.0).collect();
+            let first: Vec<u32> = q.first_entries(n).iter().map(|x| x.id.index()).collect();
             assert_eq!(first, all[..n.min(all.len())].to_vec(), "n = {n}");
         }
         assert_eq!(q.len(), 6, "peeking leaves the queue as it was");

@@ -6,7 +6,7 @@
 //! 2 KiB); [`SchedSnapshot`] carries its [`LatencySummary`] and offers
 //! fairness, table and JSON helpers.
 
-use crate::{CpuId, Distance, EntityId, Nanos, VmId};
+use crate::{CoreId, CpuId, CpuSet, Distance, EntityId, Nanos, SchedClass, VmId};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -266,6 +266,74 @@ pub struct EntityStats {
     pub wakes: u64,
     /// The load estimate ("load if it ran alone"), 0..=1000.
     pub load: u32,
+    /// Where it is now.
+    #[serde(default)]
+    pub state: EntityState,
+    /// Its class now.
+    #[serde(default)]
+    pub class: SchedClass,
+    /// Its effective priority now: the level it waits or runs at (under
+    /// haiku the base priority less its penalty, cycling; the baselines
+    /// have no penalties).
+    #[serde(default)]
+    pub effective_priority: u8,
+    /// Its penalty now (haiku's timeshare class; 0 elsewhere).
+    #[serde(default)]
+    pub penalty: u8,
+    /// The time slice of its current (or last) dispatch, and how much of
+    /// it it has used (a slice is recomputed from the time used).
+    #[serde(default)]
+    pub quantum: Nanos,
+    #[serde(default)]
+    pub quantum_used: Nanos,
+    /// Running: its CPU. Waiting: the CPU whose own queue holds it (none
+    /// when it waits in a core's queue, or in global-rr's one queue).
+    #[serde(default)]
+    pub cpu: Option<CpuId>,
+    /// Running or waiting: the core of its CPU, or whose queue holds it.
+    #[serde(default)]
+    pub core: Option<CoreId>,
+    /// Its hard affinity now.
+    #[serde(default)]
+    pub affinity: CpuSet,
+}
+
+/// Where an entity is at snapshot time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntityState {
+    /// Not runnable (halted).
+    #[default]
+    Blocked,
+    /// Runnable, in a queue.
+    Waiting,
+    /// On a CPU.
+    Running,
+}
+
+impl EntityState {
+    /// `blocked`, `waiting` or `running`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntityState::Blocked => "blocked",
+            EntityState::Waiting => "waiting",
+            EntityState::Running => "running",
+        }
+    }
+}
+
+/// One core at snapshot time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CoreStats {
+    /// The core.
+    pub core: CoreId,
+    /// Entities waiting for it: in its queue and its CPUs' own queues
+    /// (global-rr, with one queue: waiting entities allowed on the core).
+    pub ready: u32,
+    /// Its CPUs running an entity.
+    pub running: u32,
+    /// Its load (0..=1000 per CPU).
+    pub load: u32,
 }
 
 /// Counters of one logical CPU.
@@ -287,6 +355,18 @@ pub struct CpuStats {
     pub idle_while_waiting: u64,
     /// Core load (0..=1000 per CPU of the core) at snapshot time.
     pub core_load: u32,
+    /// In service (see `VcpuScheduler::set_cpu_enabled`).
+    #[serde(default = "in_service_default")]
+    pub in_service: bool,
+    /// The entity it runs, and the priority it runs at.
+    #[serde(default)]
+    pub running: Option<EntityId>,
+    #[serde(default)]
+    pub running_priority: Option<u8>,
+}
+
+fn in_service_default() -> bool {
+    true
 }
 
 /// Everything observable at one instant.
@@ -296,10 +376,16 @@ pub struct SchedSnapshot {
     pub now: Nanos,
     /// The policy name (see [`crate::VcpuScheduler::name`]).
     pub policy: String,
+    /// The mode it runs in at the time of the snapshot.
+    #[serde(default)]
+    pub mode: crate::Mode,
     /// One row per entity, by id.
     pub entities: Vec<EntityStats>,
     /// One row per CPU, by id.
     pub cpus: Vec<CpuStats>,
+    /// One row per core, by id.
+    #[serde(default)]
+    pub cores: Vec<CoreStats>,
 }
 
 /// Jain's fairness index of a sample: (sum x)^2 / (n * sum x^2), 1.0 for
@@ -344,20 +430,27 @@ impl SchedSnapshot {
         self.cpus.iter().map(|c| c.idle_while_waiting).sum()
     }
 
-    /// A readable metrics table: one row per entity (run and wait ms, wake
-    /// latency p50/p99/max in us, migrations by distance, preemptions), one
-    /// row per CPU (busy/idle ms, dispatches, context switches, idle while
-    /// waiting) and a footer with the fairness index of all entities.
+    /// A readable metrics table: one row per entity (where it is, its
+    /// effective priority and penalty, the time used of its quantum, run
+    /// and wait ms, wake latency p50/p99/max in us, migrations by distance,
+    /// preemptions), one row per CPU (what it runs, busy/idle ms,
+    /// dispatches, context switches, idle while waiting), the ready count
+    /// per core and a footer with the fairness index of all entities.
     pub fn to_table(&self) -> String {
         use std::fmt::Write;
         let mut out = String::new();
         let _ = writeln!(out, "policy {} at {:.3} ms", self.policy, ms(self.now));
         let _ = writeln!(
             out,
-            "{:>6} {:>4} {:>4} {:>10} {:>10} {:>9} {:>9} {:>9} {:>7} {:>23} {:>7} {:>7} {:>7} {:>5}",
+            "{:>6} {:>4} {:>4} {:>7} {:>4} {:>4} {:>3} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9} {:>7} {:>23} {:>7} {:>7} {:>7} {:>5}",
             "entity",
             "vm",
             "prio",
+            "state",
+            "cpu",
+            "E",
+            "pen",
+            "q used/us",
             "run ms",
             "wait ms",
             "wake p50",
@@ -378,10 +471,15 @@ impl SchedSnapshot {
             );
             let _ = writeln!(
                 out,
-                "{:>6} {:>4} {:>4} {:>10.3} {:>10.3} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>23} {:>7} {:>7} {:>7} {:>5}",
-                e.id.0,
+                "{:>6} {:>4} {:>4} {:>7} {:>4} {:>4} {:>3} {:>9} {:>10.3} {:>10.3} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>23} {:>7} {:>7} {:>7} {:>5}",
+                e.id.to_string(),
                 e.vm.0,
                 e.base_priority,
+                e.state.as_str(),
+                e.cpu.map_or("-".to_string(), |c| c.0.to_string()),
+                e.effective_priority,
+                e.penalty,
+                format!("{:.0}/{:.0}", us(e.quantum_used), us(e.quantum)),
                 ms(e.run_time),
                 ms(e.ready_wait),
                 us(e.wake_latency.p50),
@@ -397,14 +495,28 @@ impl SchedSnapshot {
         }
         let _ = writeln!(
             out,
-            "{:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5}",
-            "cpu", "busy ms", "idle ms", "dispatch", "ctx sw", "smt foreign", "idle+wait", "load"
+            "{:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5}",
+            "cpu",
+            "runs",
+            "busy ms",
+            "idle ms",
+            "dispatch",
+            "ctx sw",
+            "smt foreign",
+            "idle+wait",
+            "load"
         );
         for c in &self.cpus {
+            let runs = match (c.in_service, c.running) {
+                (false, _) => "out".to_string(),
+                (true, Some(e)) => e.to_string(),
+                (true, None) => "-".to_string(),
+            };
             let _ = writeln!(
                 out,
-                "{:>6} {:>10.3} {:>10.3} {:>10} {:>10} {:>10.3} {:>10} {:>5}",
+                "{:>6} {:>8} {:>10.3} {:>10.3} {:>10} {:>10} {:>10.3} {:>10} {:>5}",
                 c.cpu.0,
+                runs,
                 ms(c.busy_time),
                 ms(c.idle_time),
                 c.dispatches,
@@ -413,6 +525,10 @@ impl SchedSnapshot {
                 c.idle_while_waiting,
                 c.core_load
             );
+        }
+        if !self.cores.is_empty() {
+            let ready: Vec<String> = self.cores.iter().map(|c| c.ready.to_string()).collect();
+            let _ = writeln!(out, "ready per core: {}", ready.join(" "));
         }
         let _ = writeln!(
             out,
@@ -584,7 +700,7 @@ mod tests {
         h.record(5_000);
         h.record(20_000);
         EntityStats {
-            id: EntityId(id),
+            id: EntityId::new(id, 0),
             vm: VmId(vm),
             base_priority: 10,
             run_time: run_ms * 1_000_000,
@@ -600,11 +716,21 @@ mod tests {
             blocks: 5,
             wakes: 6,
             load: 500,
+            state: EntityState::Running,
+            class: SchedClass::Timeshare,
+            effective_priority: 8,
+            penalty: 2,
+            quantum: 2_000_000,
+            quantum_used: 500_000,
+            cpu: Some(CpuId(id % 2)),
+            core: Some(CoreId(0)),
+            affinity: CpuSet::first_n(2),
         }
     }
 
     fn snapshot(runs: &[u64]) -> SchedSnapshot {
         SchedSnapshot {
+            mode: crate::Mode::LowLatency,
             now: 10_000_000,
             policy: "test".into(),
             entities: runs
@@ -622,8 +748,17 @@ mod tests {
                     smt_corun_foreign: 0,
                     idle_while_waiting: c as u64 + 1,
                     core_load: 700,
+                    in_service: true,
+                    running: Some(EntityId::new(c, 0)),
+                    running_priority: Some(8),
                 })
                 .collect(),
+            cores: vec![CoreStats {
+                core: CoreId(0),
+                ready: 3,
+                running: 2,
+                load: 700,
+            }],
         }
     }
 
@@ -647,7 +782,11 @@ mod tests {
         assert!(t.contains("3/0/0/0/1"), "{t}");
         assert!(t.contains("7.000"), "{t}");
         assert!(t.contains("fairness"), "{t}");
-        assert_eq!(t.lines().count(), 1 + 1 + 2 + 1 + 2 + 1);
+        // Where each entity is, and what each CPU runs.
+        assert!(t.contains("running"), "{t}");
+        assert!(t.contains("500/2000"), "{t}");
+        assert!(t.contains("ready per core: 3"), "{t}");
+        assert_eq!(t.lines().count(), 1 + 1 + 2 + 1 + 2 + 1 + 1);
     }
 
     #[test]

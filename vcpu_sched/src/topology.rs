@@ -94,9 +94,12 @@ pub struct PackageInfo {
     pub cpus: Vec<CpuId>,
 }
 
-/// The whole topology. Invariants (checked by the constructors): every CPU
+/// The whole topology. Invariants (guaranteed by the constructors, checked
+/// by [`Topology::validate`] and by every policy at `new`): every CPU
 /// belongs to exactly one core, every core to one LLC, every LLC to one
-/// package; ids are dense and equal to their vector index.
+/// package, and each unit's lists hold exactly its members in id order (no
+/// empty unit); ids are dense and equal to their vector index; SMT
+/// siblings have consecutive ids.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Topology {
     /// Logical CPUs, indexed by [`CpuId`]; SMT siblings have consecutive ids.
@@ -457,6 +460,14 @@ impl Topology {
             });
         }
         assemble(&raw)
+    }
+
+    /// Check the invariants the constructors guarantee (see the type's
+    /// docs). The fields are public, so a topology built or changed by
+    /// hand may break them; every policy runs this check when it is built,
+    /// with the same error for the same mistake.
+    pub fn validate(&self) -> Result<(), SchedError> {
+        crate::validate::validate_topology(self)
     }
 
     /// Number of logical CPUs.

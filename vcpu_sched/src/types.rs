@@ -11,8 +11,58 @@ pub type Nanos = u64;
 pub struct CpuId(pub u32);
 
 /// Handle of a schedulable entity (a vCPU) returned by `add_entity`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct EntityId(pub u32);
+///
+/// It names a slot of the scheduler's entity table (`index`, dense: a
+/// caller may index its own tables by it) and the generation of that slot
+/// when the entity was added. Removing an entity bumps the generation, so
+/// the handle of a removed entity never reaches the entity added next in
+/// the same slot: every call with it fails with
+/// [`SchedError::StaleEntity`], however long a caller keeps it (until one
+/// slot has been reused 2^32 times).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct EntityId {
+    index: u32,
+    generation: u32,
+}
+
+impl EntityId {
+    /// The handle of slot `index` in generation `generation`. Policies make
+    /// handles; a caller only needs this to name an entity it read from a
+    /// snapshot or to build a deliberately wrong one in a test.
+    pub const fn new(index: u32, generation: u32) -> EntityId {
+        EntityId { index, generation }
+    }
+
+    /// The slot index (dense, reused after removal).
+    pub const fn index(self) -> u32 {
+        self.index
+    }
+
+    /// The generation of the slot this handle was issued in.
+    pub const fn generation(self) -> u32 {
+        self.generation
+    }
+
+    /// Whether this handle is older than `current`, the generation its slot
+    /// is in now (it was issued before the slot's entity was removed).
+    pub(crate) fn is_older_than(self, current: u32) -> bool {
+        // Wrapping: a handle at most 2^31 generations behind is stale.
+        (current.wrapping_sub(self.generation) as i32) > 0
+    }
+}
+
+impl std::fmt::Debug for EntityId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EntityId({}#{})", self.index, self.generation)
+    }
+}
+
+/// `index#generation`, e.g. `3#1`.
+impl std::fmt::Display for EntityId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}#{}", self.index, self.generation)
+    }
+}
 
 /// The VM an entity belongs to (SMT isolation and statistics group by it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -105,13 +155,32 @@ pub struct EntitySpec {
     pub affinity: crate::CpuSet,
 }
 
+impl SchedError {
+    /// The error for handle `id` whose slot is in generation `current`:
+    /// stale if the handle is older, unknown if it was never issued.
+    pub(crate) fn for_handle(id: EntityId, current: u32) -> SchedError {
+        if id.is_older_than(current) {
+            SchedError::StaleEntity(id)
+        } else {
+            SchedError::UnknownEntity(id)
+        }
+    }
+}
+
 /// Errors of the scheduler API. Nothing in the API panics on bad input.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SchedError {
-    #[error("unknown entity {0:?}")]
+    /// No entity was ever added with this handle.
+    #[error("unknown entity {0}")]
     UnknownEntity(EntityId),
+    /// The entity of this handle was removed (its slot may hold another).
+    #[error("entity {0} was removed")]
+    StaleEntity(EntityId),
     #[error("CPU {0:?} is not in the topology")]
     UnknownCpu(CpuId),
+    /// `set_cpu_enabled` would leave no CPU in service.
+    #[error("CPU {0:?} is the last CPU in service")]
+    LastCpuInService(CpuId),
     #[error("entity table full ({0} entities)")]
     TooManyEntities(usize),
     #[error("affinity of the entity contains no CPU of the topology")]

@@ -39,8 +39,8 @@
 use proptest::prelude::*;
 use vcpu_sched::policy::haiku::HaikuScheduler;
 use vcpu_sched::{
-    CpuId, CpuSet, EntityId, EntitySpec, Mode, Nanos, SchedClass, SchedConfig, StopReason,
-    Topology, VcpuScheduler, VmId,
+    CpuId, CpuSet, EntityId, EntitySpec, Mode, Nanos, SchedClass, SchedConfig, SchedError,
+    StopReason, Topology, VcpuScheduler, VmId,
 };
 
 const US: Nanos = 1_000;
@@ -60,6 +60,13 @@ enum Op {
     Stop(usize, u8),
     Advance(u64),
     SetPrio(usize, u8),
+    /// New affinity for an entity (kind and seed as in `EntityDef`).
+    SetAffinity(usize, u8, u64),
+    /// A CPU out of service (`false`) or back (`true`).
+    SetCpu(usize, bool),
+    SetMode(bool),
+    /// Realtime (priority 100 + the byte % 21) or back to timeshare.
+    SetClass(usize, Option<u8>),
 }
 
 fn entity_def() -> impl Strategy<Value = EntityDef> {
@@ -77,18 +84,23 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0usize..16, 0u8..4).prop_map(|(c, r)| Op::Stop(c, r)),
         2 => (1u64..3000).prop_map(Op::Advance),
         1 => (0usize..16, 1u8..=15).prop_map(|(i, p)| Op::SetPrio(i, p)),
+        1 => (0usize..16, 0u8..3, any::<u64>()).prop_map(|(i, k, s)| Op::SetAffinity(i, k, s)),
+        1 => (0usize..16, any::<bool>()).prop_map(|(c, on)| Op::SetCpu(c, on)),
+        1 => any::<bool>().prop_map(Op::SetMode),
+        1 => (0usize..16, prop::option::of(0u8..21)).prop_map(|(i, rt)| Op::SetClass(i, rt)),
     ]
 }
 
 fn affinity(def: &EntityDef, ncpus: u32) -> CpuSet {
     match def.aff_kind {
         0 => CpuSet::first_n(ncpus),
-        1 => CpuSet::single(CpuId((def.aff_seed % ncpus as u64) as u32)),
+        1 => CpuSet::single(CpuId((def.aff_seed % ncpus as u64) as u32)).unwrap(),
         _ => {
             let set: CpuSet = (0..ncpus)
                 .filter(|c| def.aff_seed >> (c % 64) & 1 == 1)
                 .map(CpuId)
-                .collect();
+                .collect::<Result<_, _>>()
+                .unwrap();
             if set.is_empty() {
                 CpuSet::first_n(ncpus)
             } else {
@@ -111,6 +123,10 @@ struct Driver {
     last_ran: Vec<Nanos>,
     now: Nanos,
     isolation: bool,
+    /// Per CPU: in service.
+    in_service: Vec<bool>,
+    /// Per entity: in the realtime class (else timeshare).
+    realtime: Vec<bool>,
     /// Longest wait observed per entity in the measured phase.
     max_gap: Vec<Nanos>,
     measuring: bool,
@@ -162,6 +178,7 @@ impl Driver {
                     self.affs[e].contains(CpuId(c as u32)),
                     "entity {e} on CPU {c} outside affinity"
                 );
+                prop_assert!(self.in_service[c], "entity {e} on CPU {c} out of service");
                 prop_assert!(d.quantum > 0);
                 self.note_ran(e);
             }
@@ -224,13 +241,79 @@ impl Driver {
             }
             Op::Advance(us) => self.advance_to(self.now + us * US)?,
             Op::SetPrio(i, p) => {
-                self.s
-                    .set_priority(self.ids[i % n], p, self.now)
+                let realtime = self.realtime[i % n];
+                let prio = if realtime { 100 + p % 21 } else { p };
+                let kicks = self
+                    .s
+                    .set_priority(self.ids[i % n], prio, self.now)
                     .map_err(|x| TestCaseError::fail(x.to_string()))?;
-                self.prios[i % n] = p;
+                if !realtime {
+                    self.prios[i % n] = p;
+                }
+                self.deliver(kicks)?;
+            }
+            Op::SetAffinity(i, kind, seed) => {
+                let def = EntityDef {
+                    vm: 0,
+                    prio: 1,
+                    aff_kind: kind,
+                    aff_seed: seed,
+                };
+                let aff = affinity(&def, ncpus as u32);
+                let kicks = self
+                    .s
+                    .set_affinity(self.ids[i % n], aff.clone(), self.now)
+                    .map_err(|x| TestCaseError::fail(x.to_string()))?;
+                self.affs[i % n] = aff;
+                self.deliver(kicks)?;
+            }
+            Op::SetCpu(c, on) => {
+                let c = c % ncpus;
+                match self.s.set_cpu_enabled(CpuId(c as u32), on, self.now) {
+                    Ok(kicks) => {
+                        self.in_service[c] = on;
+                        self.deliver(kicks)?;
+                    }
+                    Err(SchedError::LastCpuInService(_)) => {
+                        prop_assert_eq!(self.in_service.iter().filter(|x| **x).count(), 1);
+                    }
+                    Err(x) => return Err(TestCaseError::fail(x.to_string())),
+                }
+            }
+            Op::SetMode(power_saving) => {
+                let mode = if power_saving {
+                    Mode::PowerSaving
+                } else {
+                    Mode::LowLatency
+                };
+                let kicks = self.s.set_mode(mode, self.now);
+                prop_assert_eq!(self.s.mode(), mode);
+                self.deliver(kicks)?;
+            }
+            Op::SetClass(i, rt) => {
+                let (class, prio) = match rt {
+                    Some(p) => (SchedClass::Realtime, 100 + p),
+                    None => (SchedClass::Timeshare, self.prios[i % n]),
+                };
+                let kicks = self
+                    .s
+                    .set_class(self.ids[i % n], class, prio, self.now)
+                    .map_err(|x| TestCaseError::fail(x.to_string()))?;
+                self.realtime[i % n] = rt.is_some();
+                self.deliver(kicks)?;
             }
         }
         self.check()
+    }
+
+    /// Make every CPU in `kicks` call `schedule`, as a VMM would.
+    fn deliver(&mut self, kicks: Vec<CpuId>) -> Result<(), TestCaseError> {
+        self.trace.push(format!("    change kicks {kicks:?}"));
+        for k in kicks {
+            let c = k.0 as usize;
+            self.sched(c, self.kick_reason(c))?;
+        }
+        Ok(())
     }
 
     /// Fire quantum timers in time order up to `t`.
@@ -252,7 +335,9 @@ impl Driver {
     }
 
     fn check(&self) -> Result<(), TestCaseError> {
-        self.s.check_invariants().map_err(TestCaseError::fail)?;
+        self.s
+            .check_invariants()
+            .map_err(|e| TestCaseError::fail(format!("{e}\n{}", self.trace.join("\n"))))?;
         let mut seen = vec![false; self.ids.len()];
         for e in self.run.iter().flatten() {
             prop_assert!(!seen[*e], "entity {e} runs on two CPUs");
@@ -275,7 +360,7 @@ impl Driver {
             return Ok(());
         }
         for (c, r) in self.run.iter().enumerate() {
-            if r.is_none() {
+            if r.is_none() && self.in_service[c] {
                 let w: Vec<_> = waiting
                     .iter()
                     .filter(|e| self.affs[**e].contains(CpuId(c as u32)))
@@ -331,6 +416,8 @@ fn build(spec: &str, defs: &[EntityDef], isolation: bool, mode: Mode) -> Driver 
         last_ran: vec![0; n],
         now: 0,
         isolation,
+        in_service: vec![true; ncpus as usize],
+        realtime: vec![false; n],
         max_gap: vec![0; n],
         measuring: false,
         trace: vec![],
@@ -340,7 +427,11 @@ fn build(spec: &str, defs: &[EntityDef], isolation: bool, mode: Mode) -> Driver 
 const SPECS: [&str; 5] = ["1x2x1", "1x2x2", "1x4x2", "2x2x2", "1x2x2x2"];
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    // More cases: HAIKU_PROP_CASES=5000 (release build).
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("HAIKU_PROP_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64),
+        ..ProptestConfig::default()
+    })]
 
     /// Structural invariants, affinity, idle-while-waiting and SMT isolation
     /// after every event.
@@ -370,8 +461,14 @@ proptest! {
     ) {
         let mode = if power_saving { Mode::PowerSaving } else { Mode::LowLatency };
         let mut d = build(SPECS[spec], &defs, false, mode);
-        for op in &ops {
+        // Class changes leave the timeshare-only setting of the bound.
+        for op in ops.iter().filter(|op| !matches!(op, Op::SetClass(..))) {
             d.apply(op)?;
+        }
+        // The bound is for the mode it was derived with, all CPUs in service.
+        d.apply(&Op::SetMode(power_saving))?;
+        for c in 0..d.run.len() {
+            d.apply(&Op::SetCpu(c, true))?;
         }
         for e in 0..defs.len() {
             if !d.runnable[e] {

@@ -1,9 +1,12 @@
-//! The seven scenarios of DESIGN section 5, run by the simulator from
+//! The simulation scenarios (the original seven, after Haiku, BFS, ULE,
+//! Linux O(1) and hackbench, and LLC spreading), run by the simulator from
 //! `vcpu_sched/scenarios/*.toml` under the default (Haiku) policy, with the
 //! comparison policies where a comparison is robust.
 //!
 //! Kept fast for the debug build (short simulated durations); the CLI
 //! (`examples/sim.rs --compare`) runs the same files with every policy.
+
+#![cfg(feature = "sim")]
 
 use vcpu_sched::sim::{self, SimReport, Workload};
 use vcpu_sched::PolicyKind;
@@ -246,6 +249,63 @@ fn s07_noisy_neighbour_latency_vm_within_one_quantum() {
     );
 }
 
+/// (LLC, package) of a vCPU's home CPU.
+type Place = (u32, u32);
+
+/// Scenario 8 with `solos` unrelated hogs on `topology`: where each solo
+/// and each vCPU of the ping-pong pair ran.
+fn llc_spread(topology: &str, solos: u32) -> (Vec<Place>, Vec<Place>) {
+    let mut w = load("08_llc_spread.toml");
+    w.topology = topology.to_string();
+    w.groups[0].count = solos;
+    let r = run_with(&w, PolicyKind::Haiku);
+    clean(&r);
+    let topo = vcpu_sched::Topology::from_spec(topology).unwrap();
+    let place = |group: &str| -> Vec<Place> {
+        r.vcpus
+            .iter()
+            .filter(|v| v.group == group)
+            .map(|v| {
+                let cpu = v.home_cpu.expect("every vCPU ran");
+                let info = topo.cpu(cpu).unwrap();
+                (info.llc.0, info.package.0)
+            })
+            .collect()
+    };
+    (place("solo"), place("pair"))
+}
+
+fn distinct(v: impl Iterator<Item = u32>) -> usize {
+    v.collect::<std::collections::BTreeSet<_>>().len()
+}
+
+#[test]
+fn s08_llc_spread_one_cache_per_unrelated_vm_on_1x8x8x2() {
+    // 4 -> 4 LLCs, 8 -> 8, 16 -> 8 LLCs with 2 each (Haiku alone packs
+    // them into 1, 1 and 2 LLCs: it has no level between core and package).
+    for (solos, llcs) in [(4, 4), (8, 8), (16, 8)] {
+        let (solo, pair) = llc_spread("1x8x8x2", solos);
+        assert_eq!(
+            distinct(solo.iter().map(|p| p.0)),
+            llcs,
+            "{solos} solo VMs on {solo:?}"
+        );
+        let most = (0..8)
+            .map(|l| solo.iter().filter(|p| p.0 == l).count())
+            .max();
+        assert_eq!(most, Some(solos.div_ceil(8) as usize), "{solo:?}");
+        // The two vCPUs of one VM that wake each other share a cache.
+        assert_eq!(pair[0].0, pair[1].0, "pair on {pair:?}");
+    }
+}
+
+#[test]
+fn s08_llc_spread_two_vms_on_two_sockets_of_2x22x2() {
+    let (solo, pair) = llc_spread("2x22x2", 2);
+    assert_eq!(distinct(solo.iter().map(|p| p.1)), 2, "{solo:?}");
+    assert_eq!(pair[0].0, pair[1].0, "pair on {pair:?}");
+}
+
 #[test]
 fn same_seed_same_report_other_seed_differs() {
     let mut w = load("04_message_passing.toml");
@@ -274,7 +334,7 @@ fn every_scenario_file_parses_and_round_trips() {
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))
         .collect();
     files.sort();
-    assert_eq!(files.len(), 7, "{files:?}");
+    assert_eq!(files.len(), 8, "{files:?}");
     for f in files {
         let w = Workload::from_file(&f).unwrap();
         assert_eq!(Workload::from_toml(&w.to_toml()).unwrap(), w, "{f:?}");

@@ -1,12 +1,14 @@
 //! Tests of the simulator engine itself, driven by tiny test-only policies
 //! (so the engine is checked independently of the real policies).
 
+#![cfg(feature = "sim")]
+
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use vcpu_sched::sim::{Dist, GroupSpec, MessageSpec, Simulator, Sleep, Workload};
 use vcpu_sched::{
-    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedError, SchedSnapshot, StopReason,
-    Topology, VcpuScheduler, WakeDecision,
+    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Mode, Nanos, SchedClass, SchedError,
+    SchedSnapshot, StopReason, Topology, VcpuScheduler, WakeDecision,
 };
 
 #[derive(Clone, Copy, PartialEq)]
@@ -73,14 +75,14 @@ impl VcpuScheduler for TestFifo {
         g.specs.push(spec);
         g.state.push(St::Blocked);
         g.wake_pending.push(false);
-        Ok(EntityId(g.specs.len() as u32 - 1))
+        Ok(EntityId::new(g.specs.len() as u32 - 1, 0))
     }
     fn remove_entity(&self, _id: EntityId, _now: Nanos) -> Result<(), SchedError> {
         Ok(())
     }
     fn wake(&self, id: EntityId, _now: Nanos) -> Result<Option<WakeDecision>, SchedError> {
         let mut g = self.inner.lock();
-        let i = id.0 as usize;
+        let i = id.index() as usize;
         match g.state[i] {
             St::Queued => return Ok(None),
             St::Running => {
@@ -110,6 +112,14 @@ impl VcpuScheduler for TestFifo {
             },
         }))
     }
+    fn wake_by(
+        &self,
+        id: EntityId,
+        _waker: EntityId,
+        now: Nanos,
+    ) -> Result<Option<WakeDecision>, SchedError> {
+        self.wake(id, now)
+    }
     fn schedule(
         &self,
         cpu: CpuId,
@@ -120,7 +130,7 @@ impl VcpuScheduler for TestFifo {
         let c = cpu.0 as usize;
         g.kicked[c] = false;
         if let Some(prev) = g.running[c].take() {
-            let p = prev.0 as usize;
+            let p = prev.index() as usize;
             if reason == StopReason::Blocked && !g.wake_pending[p] {
                 g.state[p] = St::Blocked;
             } else {
@@ -130,11 +140,11 @@ impl VcpuScheduler for TestFifo {
             }
         }
         let pos = g.queue.iter().position(|e| {
-            self.bug == Bug::IgnoreAffinity || g.specs[e.0 as usize].affinity.contains(cpu)
+            self.bug == Bug::IgnoreAffinity || g.specs[e.index() as usize].affinity.contains(cpu)
         });
         let next = pos.and_then(|p| g.queue.remove(p));
         if let Some(e) = next {
-            g.state[e.0 as usize] = St::Running;
+            g.state[e.index() as usize] = St::Running;
         }
         g.running[c] = next;
         Ok(Dispatch {
@@ -143,16 +153,57 @@ impl VcpuScheduler for TestFifo {
             quantum: if next.is_some() { 1_000_000 } else { 0 },
         })
     }
-    fn set_priority(&self, _id: EntityId, _p: u8, _now: Nanos) -> Result<(), SchedError> {
-        Ok(())
+    /// One FIFO: priorities and classes change nothing.
+    fn set_priority(&self, _id: EntityId, _p: u8, _now: Nanos) -> Result<Vec<CpuId>, SchedError> {
+        Ok(Vec::new())
+    }
+    fn set_class(
+        &self,
+        _id: EntityId,
+        _class: SchedClass,
+        _p: u8,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        Ok(Vec::new())
+    }
+    fn set_affinity(
+        &self,
+        id: EntityId,
+        affinity: CpuSet,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let mut g = self.inner.lock();
+        let spec = g
+            .specs
+            .get_mut(id.index() as usize)
+            .ok_or(SchedError::UnknownEntity(id))?;
+        spec.affinity = affinity;
+        Ok(Vec::new())
+    }
+    fn mode(&self) -> Mode {
+        Mode::LowLatency
+    }
+    fn set_mode(&self, _mode: Mode, _now: Nanos) -> Vec<CpuId> {
+        Vec::new()
+    }
+    fn set_cpu_enabled(
+        &self,
+        cpu: CpuId,
+        _enabled: bool,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        // Never asked by these tests; refused rather than half done.
+        Err(SchedError::UnknownCpu(cpu))
     }
     fn set_idle_core_search(&self, _on: bool) {}
     fn snapshot(&self, now: Nanos) -> SchedSnapshot {
         SchedSnapshot {
+            mode: Mode::LowLatency,
             now,
             policy: "test_fifo".into(),
             entities: Vec::new(),
             cpus: Vec::new(),
+            cores: Vec::new(),
         }
     }
 }
@@ -235,7 +286,8 @@ fn forgotten_kicks_are_reported() {
 fn affinity_breaches_are_reported() {
     let w = Workload::new("aff", "1x2x1", 5)
         .group(
-            GroupSpec::new("pinned", 2, Dist::fixed(100.0)).with_affinity(CpuSet::single(CpuId(0))),
+            GroupSpec::new("pinned", 2, Dist::fixed(100.0))
+                .with_affinity(CpuSet::single(CpuId(0)).unwrap()),
         )
         .group(GroupSpec::new("free", 1, Dist::fixed(100.0)));
     assert_eq!(sim(w.clone()).violations.total(), 0);

@@ -7,6 +7,8 @@
 //!
 //! The CLI (`examples/sim.rs`) prints the same numbers for any scenario.
 
+#![cfg(feature = "sim")]
+
 use vcpu_sched::sim::{self, Dist, GroupSpec, Sleep, Workload};
 use vcpu_sched::{PolicyKind, SchedConfig};
 

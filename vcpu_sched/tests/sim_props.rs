@@ -1,8 +1,10 @@
 //! Random workloads under every policy: the simulator's correctness checks
 //! must stay at zero and its accounting must add up.
 
+#![cfg(feature = "sim")]
+
 use proptest::prelude::*;
-use vcpu_sched::sim::{self, Dist, GroupSpec, MessageSpec, Sleep, Workload};
+use vcpu_sched::sim::{self, ChangeSpec, Dist, GroupSpec, MessageSpec, Sleep, Workload};
 use vcpu_sched::{CpuId, CpuSet, Mode, PolicyKind, SchedClass, SchedConfig};
 
 fn env_or(name: &str, default: u64) -> u64 {
@@ -65,6 +67,75 @@ fn group() -> impl Strategy<Value = G> {
         )
 }
 
+/// A change while the run goes on (see `ChangeSpec`): what, when (us),
+/// which CPU or group, and a free byte.
+#[derive(Debug, Clone)]
+struct C {
+    kind: u8,
+    at_us: u64,
+    target: u32,
+    byte: u8,
+}
+
+fn change() -> impl Strategy<Value = C> {
+    (0u8..4, 0u64..10_000, any::<u32>(), any::<u8>()).prop_map(|(kind, at_us, target, byte)| C {
+        kind,
+        at_us,
+        target,
+        byte,
+    })
+}
+
+/// The workload's changes: a CPU other than 0 out of service for a while
+/// (CPU 0 stays, so one always serves), a mode switch, a group's affinity
+/// (two CPUs, or all), a group's class (realtime, or back to timeshare).
+fn changes(ncpu: u32, groups: &[G], cs: &[C]) -> Vec<ChangeSpec> {
+    let mut out = Vec::new();
+    for c in cs {
+        let group = format!("g{}", c.target as usize % groups.len());
+        match c.kind {
+            0 if ncpu > 1 => {
+                let cpu = 1 + c.target % (ncpu - 1);
+                out.push(ChangeSpec::cpu_enabled(c.at_us, cpu, false));
+                out.push(ChangeSpec::cpu_enabled(
+                    c.at_us + 100 * c.byte as u64,
+                    cpu,
+                    true,
+                ));
+            }
+            1 => {
+                let mode = if c.byte % 2 == 0 {
+                    Mode::PowerSaving
+                } else {
+                    Mode::LowLatency
+                };
+                out.push(ChangeSpec::mode(c.at_us, mode));
+            }
+            2 => {
+                let aff = if c.byte % 3 == 0 {
+                    (0..ncpu).map(CpuId).collect::<Result<_, _>>().unwrap()
+                } else {
+                    let mut set = CpuSet::single(CpuId(c.byte as u32 % ncpu)).unwrap();
+                    set.insert(CpuId((c.byte as u32 + 1) % ncpu)).unwrap();
+                    set
+                };
+                out.push(ChangeSpec::affinity(c.at_us, &group, aff));
+            }
+            3 => {
+                let g = &groups[c.target as usize % groups.len()];
+                let (class, prio) = if c.byte % 2 == 0 {
+                    (SchedClass::Realtime, 100 + c.byte % 21)
+                } else {
+                    (SchedClass::Timeshare, g.priority)
+                };
+                out.push(ChangeSpec::class(c.at_us, &group, class, prio));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 fn build(topo: &str, ncpu: u32, seed: u64, sched: SchedConfig, groups: &[G]) -> Workload {
     let mut w = Workload::new("prop", topo, 10)
         .with_seed(seed)
@@ -88,8 +159,8 @@ fn build(topo: &str, ncpu: u32, seed: u64, sched: SchedConfig, groups: &[G]) -> 
             s = s.with_lock(0.3);
         }
         if let Some(p) = g.pin {
-            let mut set = CpuSet::single(CpuId(p % ncpu));
-            set.insert(CpuId((p + 1) % ncpu));
+            let mut set = CpuSet::single(CpuId(p % ncpu)).unwrap();
+            set.insert(CpuId((p + 1) % ncpu)).unwrap();
             s = s.with_affinity(set);
         }
         w = w.group(s);
@@ -114,6 +185,7 @@ proptest! {
         groups in prop::collection::vec(group(), 1..4),
         power_saving in any::<bool>(),
         smt_isolation in any::<bool>(),
+        cs in prop::collection::vec(change(), 0..4),
     ) {
         let topo = TOPOLOGIES[t];
         let ncpu = vcpu_sched::Topology::from_spec(topo).unwrap().num_cpus() as u32;
@@ -121,10 +193,12 @@ proptest! {
             let sched = SchedConfig {
                 policy,
                 mode: if power_saving { Mode::PowerSaving } else { Mode::LowLatency },
-                smt_isolation,
+                // Only haiku offers SMT isolation (the others refuse it).
+                smt_isolation: smt_isolation && policy == PolicyKind::Haiku,
                 ..SchedConfig::default()
             };
-            let w = build(topo, ncpu, seed, sched, &groups);
+            let mut w = build(topo, ncpu, seed, sched, &groups);
+            w.changes = changes(ncpu, &groups, &cs);
             let r = sim::run(&w).unwrap();
             let v = r.violations;
             prop_assert_eq!(v.total(), 0, "{:?}\n{}", policy, r.to_table());

@@ -1,6 +1,8 @@
 //! Workloads on which a policy was once seen to break a simulator check,
 //! kept as regression tests. Each names the symptom it guards against.
 
+#![cfg(feature = "sim")]
+
 use vcpu_sched::sim::{self, Workload};
 
 /// Found by `sim_props` (seed 0). 1x2x2 with SMT isolation: two VM-0 hogs

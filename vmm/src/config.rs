@@ -17,11 +17,11 @@
 //! vcpus = 1               # 1..=254
 //! memory_mib = 64         # >= 2
 //! kernel = "../guests/out/bench-guest.elf"
-//! initrd = "initrd.img"   # optional
-//! cmdline = "foo=1"       # optional
+//! initrd = "initrd.img"   # optional (bench, linux); `initramfs = "..."` is the same key
+//! cmdline = "foo=1"       # optional (linux: appended to Pacer's `console=ttyS0 reboot=k`)
 //! guest = "bench"         # bench | multiboot | linux; default: from the kernel's format
 //! modules = ["env.txt", { path = "m.bin", cmdline = "x=1" }]   # multiboot only
-//! cpuid = { x2apic = false }                                 # optional CPUID overrides
+//! cpuid = { x2apic = false }                                 # optional CPUID overrides: x2apic, tsc_deadline, cx16
 //! cpus = "0"              # core set, within [host] cpus; default: all of them
 //! class = "timeshare"     # timeshare | realtime
 //! priority = 10           # timeshare 1..=99 (default 10); realtime 100..=120 (default 100)
@@ -178,6 +178,8 @@ struct RawVm {
     kernel: Spanned<String>,
     guest: Option<Spanned<GuestKind>>,
     initrd: Option<Spanned<String>>,
+    /// Another name for `initrd` (the Linux word); giving both is an error.
+    initramfs: Option<Spanned<String>>,
     cmdline: Option<Spanned<String>>,
     modules: Option<Vec<Spanned<toml::Value>>>,
     cpuid: Option<CpuidOverrides>,
@@ -256,7 +258,8 @@ pub struct VmConfig {
     pub initrd: Option<PathBuf>,
     /// Bench guest: the config's `cmdline` followed by the workload
     /// arguments (the VMM appends `tsc_khz=` and `vcpus=` at boot). Other
-    /// guests: the config's `cmdline`, unchanged.
+    /// guests: the config's `cmdline`, unchanged (a Linux guest's goes after
+    /// what Pacer's platform needs, `boot::linux::PLATFORM_CMDLINE`).
     pub cmdline: String,
     /// Multiboot modules, in order.
     pub modules: Vec<Module>,
@@ -314,16 +317,20 @@ impl Checker<'_> {
         match raw.get_ref() {
             RawCpus::List(s) => match HostCpuSet::parse_list(s) {
                 Ok(set) => Some(set),
-                Err(e) => {
+                Err(vcpu_sched::CpuSetError::BadList { input, reason }) => {
                     self.err(
                         span,
                         field,
                         format!(
                             "expected a CPU list such as \"0-3,8\", found {} ({})",
-                            quoted(&e.input),
-                            one_line(&e.reason)
+                            quoted(&input),
+                            one_line(&reason)
                         ),
                     );
+                    None
+                }
+                Err(e @ vcpu_sched::CpuSetError::TooLarge { .. }) => {
+                    self.err(span, field, format!("expected a CPU list, found {e}"));
                     None
                 }
             },
@@ -440,33 +447,57 @@ fn module_entry(v: &toml::Value) -> Option<(String, String)> {
     }
 }
 
-/// Why `memory_mib` cannot hold the kernel's segments (and the initrd the
-/// loader puts above them, below the 3 GiB MMIO gap), if it cannot.
-fn memory_shortfall(
-    image: crate::kernel_image::ImageExtent,
-    initrd_len: u64,
-    memory_mib: u64,
-) -> Option<String> {
-    let ram_top = (memory_mib << 20).min(crate::memory::MMIO_GAP_START);
-    let need_end = image
-        .load_end
-        .max(crate::boot::layout::HIMEM_START)
-        .saturating_add(initrd_len.next_multiple_of(4096));
-    if need_end <= ram_top {
-        return None;
+/// Where a kernel and the initrd above it must fit: the kernel occupies
+/// guest memory up to `kernel_end`; the loader puts the initrd
+/// page-aligned above it, ending below both `initrd_limit` and the top of
+/// RAM (itself below the 3 GiB MMIO gap).
+struct Room {
+    kernel_end: u64,
+    initrd_limit: u64,
+}
+
+impl Room {
+    fn below_gap(kernel_end: u64) -> Room {
+        Room {
+            kernel_end,
+            initrd_limit: crate::memory::MMIO_GAP_START,
+        }
     }
-    let need_mib = need_end.div_ceil(1 << 20);
-    Some(if initrd_len > 0 {
-        format!(
-            "expected at least {need_mib} MiB for the kernel (its segments end at {:#x}) and the initrd ({initrd_len} bytes), found {memory_mib}",
-            image.load_end
-        )
-    } else {
-        format!(
-            "expected at least {need_mib} MiB for the kernel (its segments end at {:#x}), found {memory_mib}",
-            image.load_end
-        )
-    })
+
+    /// Why `memory_mib` cannot hold the kernel (`kernel` says how far it
+    /// reaches) and an initrd of `initrd_len` bytes (named by the config
+    /// key `initrd_key`), if it cannot.
+    fn shortfall(
+        &self,
+        kernel: &str,
+        initrd_key: &str,
+        initrd_len: u64,
+        memory_mib: u64,
+    ) -> Option<String> {
+        let ram_top = (memory_mib << 20).min(crate::memory::MMIO_GAP_START);
+        let need_end = self
+            .kernel_end
+            .saturating_add(initrd_len.next_multiple_of(4096));
+        if initrd_len > 0 && need_end > self.initrd_limit {
+            return Some(format!(
+                "expected the kernel ({kernel}) and the {initrd_key} ({initrd_len} bytes) to fit below {:#x}, the highest address the kernel takes an {initrd_key} at, found they need up to {need_end:#x}",
+                self.initrd_limit
+            ));
+        }
+        if need_end <= ram_top {
+            return None;
+        }
+        let need_mib = need_end.div_ceil(1 << 20);
+        Some(if initrd_len > 0 {
+            format!(
+                "expected at least {need_mib} MiB for the kernel ({kernel}) and the {initrd_key} ({initrd_len} bytes), found {memory_mib}"
+            )
+        } else {
+            format!(
+                "expected at least {need_mib} MiB for the kernel ({kernel}), found {memory_mib}"
+            )
+        })
+    }
 }
 
 fn valid_arg_token(s: &str) -> bool {
@@ -816,13 +847,6 @@ impl Config {
                 .as_ref()
                 .and_then(|k| c.guest_kind(k, &v.kernel, v.guest.as_ref(), &f("")));
             let is = |kind| guest == Some(kind);
-            if let (Some(i), false) = (&v.initrd, guest.is_none() || is(GuestKind::Bench)) {
-                c.err(
-                    i.span(),
-                    f("initrd"),
-                    "only the bench guest takes an initrd; give a multiboot guest `modules`",
-                );
-            }
             let mut modules = Vec::new();
             for (j, m) in v.modules.iter().flatten().enumerate() {
                 let field = format!("vm[{i}].modules[{j}]");
@@ -879,17 +903,60 @@ impl Config {
                     );
                 }
             }
-            let initrd = v
-                .initrd
+            // `initrd`, or `initramfs` (the Linux word for the same thing).
+            let (initrd_raw, initrd_key) = match (&v.initrd, &v.initramfs) {
+                (Some(_), Some(both)) => {
+                    c.err(
+                        both.span(),
+                        f("initramfs"),
+                        "expected one of `initrd` and `initramfs` (they name the same archive), found both",
+                    );
+                    (None, "initrd")
+                }
+                (Some(p), None) => (Some(p), "initrd"),
+                (None, Some(p)) => (Some(p), "initramfs"),
+                (None, None) => (None, "initrd"),
+            };
+            if let (Some(i), true) = (initrd_raw, is(GuestKind::Multiboot)) {
+                c.err(
+                    i.span(),
+                    f(initrd_key),
+                    format!("a multiboot guest takes `modules`, not an {initrd_key}"),
+                );
+            }
+            let initrd = initrd_raw.and_then(|p| c.path(&base, p, &f(initrd_key)));
+            let initrd_len = initrd
                 .as_ref()
-                .and_then(|p| c.path(&base, p, &f("initrd")));
-            if let (Some(image), true) = (image, mem >= MIN_MEMORY_MIB as i64) {
-                let initrd_len = initrd
-                    .as_ref()
-                    .and_then(|p| std::fs::metadata(p).ok())
-                    .map_or(0, |m| m.len());
-                if let Some(why) = memory_shortfall(image, initrd_len, mem as u64) {
+                .and_then(|p| std::fs::metadata(p).ok())
+                .map_or(0, |m| m.len());
+            let mem_ok = mem >= MIN_MEMORY_MIB as i64;
+            if let (Some(image), true) = (image, mem_ok) {
+                let kernel = format!("its segments end at {:#x}", image.load_end);
+                let room = Room::below_gap(image.load_end.max(crate::boot::layout::HIMEM_START));
+                if let Some(why) = room.shortfall(&kernel, initrd_key, initrd_len, mem as u64) {
                     c.err(v.memory_mib.span(), f("memory_mib"), why);
+                }
+            }
+            // A Linux kernel: its boot header must be one Pacer boots, and
+            // it (as it runs, decompression included) and the initramfs
+            // the loader puts above it must fit.
+            if let (Some(k), true) = (&kernel, is(GuestKind::Linux)) {
+                match boot::linux::footprint(k) {
+                    Ok(fp) if mem_ok => {
+                        let room = Room {
+                            kernel_end: fp.kernel_end,
+                            initrd_limit: fp.initrd_limit,
+                        };
+                        let kernel =
+                            format!("it occupies memory up to {:#x} as it starts", fp.kernel_end);
+                        if let Some(why) =
+                            room.shortfall(&kernel, initrd_key, initrd_len, mem as u64)
+                        {
+                            c.err(v.memory_mib.span(), f("memory_mib"), why);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(why) => c.err(v.kernel.span(), f("kernel"), why.to_string()),
                 }
             }
             let cpus = match &v.cpus {
@@ -1223,11 +1290,11 @@ mod tests {
             mb.extend([0xf4u8; 16]);
             let mb = boot::multiboot::tests::elf32(0x40_0000, &mb, 0);
             std::fs::write(dir.join("mb.flat"), mb).unwrap();
-            let mut bz = vec![0u8; 0x400];
-            bz[0x1fe] = 0x55;
-            bz[0x1ff] = 0xaa;
-            bz[0x202..0x206].copy_from_slice(b"HdrS");
+            // It occupies memory up to 4 MiB as it starts.
+            let bz = boot::linux::tests::bzimage(0x020F, 0x7f, 0x1000);
             std::fs::write(dir.join("bzImage"), bz).unwrap();
+            let vmlinux = boot::notes::tests::vmlinux(0x40_0000);
+            std::fs::write(dir.join("vmlinux"), vmlinux).unwrap();
             std::fs::write(dir.join("env"), b"TEST_DEVICE=0\n").unwrap();
             Fixture { dir }
         }
@@ -1425,6 +1492,8 @@ workload = "cpu report_ms=50"
         );
         let e = fx.errors(&format!("{MB}initrd = \"env\"\n"));
         assert!(e.contains("vm[0].initrd") && e.contains("modules"), "{e}");
+        let e = fx.errors(&format!("{MB}initramfs = \"env\"\n"));
+        assert!(e.contains("vm[0].initramfs"), "{e}");
         let e = fx.errors(&format!("{MB}modules = [\"nope\"]\n"));
         assert!(e.contains("vm[0].modules[0]") && e.contains("nope"), "{e}");
         let e = fx.errors(&format!("{MB}modules = [{{ path = \"env\", size = 3 }}]\n"));
@@ -1448,22 +1517,112 @@ workload = "cpu report_ms=50"
         assert!(e.contains("avx"), "{e}");
     }
 
+    const LINUX: &str =
+        "[[vm]]\nname = \"deb\"\nvcpus = 2\nmemory_mib = 512\nkernel = \"bzImage\"\n";
+
     #[test]
-    fn bzimage_recognised_but_not_built() {
-        let fx = Fixture::new("bz");
-        let e = fx.errors(&MB.replace("mb.flat", "bzImage"));
+    fn linux_guests() {
+        let fx = Fixture::new("linux");
+        // A bzImage is a Linux guest; its cmdline is the user's alone (the
+        // platform's words are added at boot); initrd is its initramfs.
+        let c = fx
+            .parse(&format!(
+                "{LINUX}initrd = \"env\"\ncmdline = \"quiet vcpus=3\"\n"
+            ))
+            .unwrap();
+        let v = &c.vms[0];
+        assert_eq!(v.guest, GuestKind::Linux);
+        assert_eq!(v.cmdline, "quiet vcpus=3");
+        assert_eq!(v.initrd, Some(fx.dir.join("env")));
+        // So is an ELF64 vmlinux (it has "Linux" notes) ...
+        let c = fx.parse(&LINUX.replace("bzImage", "vmlinux")).unwrap();
+        assert_eq!(c.vms[0].guest, GuestKind::Linux);
+        // Its segments (16 MiB + 4 MiB) must fit.
+        let e = fx.errors(
+            &LINUX
+                .replace("bzImage", "vmlinux")
+                .replace("memory_mib = 512", "memory_mib = 16"),
+        );
         assert!(
-            e.contains("vm[0].kernel") && e.contains("bzImage support is not built yet"),
+            e.contains("vm[0].memory_mib: expected at least 20 MiB for the kernel (it occupies memory up to 0x1400000 as it starts), found 16"),
             "{e}"
         );
+        // ... which cannot boot as the bench guest.
+        let e = fx.errors(&format!(
+            "{}guest = \"bench\"\n",
+            LINUX.replace("bzImage", "vmlinux")
+        ));
+        assert!(e.contains("vm[0].guest") && e.contains("vmlinux"), "{e}");
+        // The bench guest's ELF is no Linux kernel.
         let e = fx.errors(&format!(
             "{}guest = \"linux\"\n",
-            MB.replace("mb.flat", "bzImage")
+            LINUX.replace("bzImage", "kernel.elf")
         ));
         assert!(
-            e.contains("vm[0].guest") && e.contains("not built yet"),
+            e.contains("vm[0].guest") && e.contains("not a vmlinux"),
             "{e}"
         );
+        // No workloads.
+        let e = fx.errors(&format!("{LINUX}workload = \"cpu\"\n"));
+        assert!(
+            e.contains("vm[0].workload") && e.contains("only the bench guest"),
+            "{e}"
+        );
+        // `initramfs` is the same key as `initrd`; not both.
+        let c = fx.parse(&format!("{LINUX}initramfs = \"env\"\n")).unwrap();
+        assert_eq!(c.vms[0].initrd, Some(fx.dir.join("env")));
+        let e = fx.errors(&format!("{LINUX}initrd = \"env\"\ninitramfs = \"env\"\n"));
+        assert!(
+            e.contains(":7:13: vm[0].initramfs: expected one of `initrd` and `initramfs`"),
+            "{e}"
+        );
+        // It must be a regular file that exists, named by its key.
+        let e = fx.errors(&format!("{LINUX}initramfs = \"nope\"\n"));
+        assert!(
+            e.contains(":6:13: vm[0].initramfs: expected a readable file"),
+            "{e}"
+        );
+        let e = fx.errors(&format!("{LINUX}initramfs = \".\"\n"));
+        assert!(
+            e.contains("vm[0].initramfs: expected a regular file"),
+            "{e}"
+        );
+        // The kernel must be one Pacer boots: a bzImage with the 64-bit
+        // entry.
+        std::fs::write(
+            fx.dir.join("old-bz"),
+            boot::linux::tests::bzimage(0x020B, 0x7f, 0x1000),
+        )
+        .unwrap();
+        let e = fx.errors(&LINUX.replace("bzImage", "old-bz"));
+        assert!(
+            e.contains(":5:10: vm[0].kernel:") && e.contains("no 64-bit entry"),
+            "{e}"
+        );
+        // The kernel as it starts (4 MiB here), and the initramfs above
+        // it, must fit.
+        assert!(fx
+            .parse(&LINUX.replace("memory_mib = 512", "memory_mib = 4"))
+            .is_ok());
+        let e = fx.errors(&LINUX.replace("memory_mib = 512", "memory_mib = 3"));
+        assert!(
+            e.contains("vm[0].memory_mib: expected at least 4 MiB for the kernel (it occupies memory up to 0x400000 as it starts), found 3"),
+            "{e}"
+        );
+        std::fs::write(fx.dir.join("big"), vec![0u8; 3 << 20]).unwrap();
+        let small = LINUX.replace("memory_mib = 512", "memory_mib = 6");
+        let e = fx.errors(&format!("{small}initramfs = \"big\"\n"));
+        assert!(
+            e.contains("vm[0].memory_mib: expected at least 7 MiB")
+                && e.contains("the initramfs (3145728 bytes), found 6"),
+            "{e}"
+        );
+        assert!(fx
+            .parse(&format!(
+                "{}initrd = \"big\"\n",
+                small.replace("= 6", "= 7")
+            ))
+            .is_ok());
     }
 
     #[test]

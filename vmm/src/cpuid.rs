@@ -1,10 +1,18 @@
 //! Per-vCPU CPUID: KVM_GET_SUPPORTED_CPUID adjusted so that APIC ids and the
 //! topology leaves (0x1, 0x4, 0xB, 0x1F) describe one package with one core
 //! per vCPU and one thread per core, consistent with the VM's vCPU count.
+//! vCPU n has APIC id n ([`apic_id`]); the firmware tables (MP table, ACPI
+//! MADT) use the same numbering.
 //!
-//! Note: on PVM hosts, CPUID executed in guest user or native mode returns
-//! the host's values (ENVIRONMENT.md); the bench guest therefore gets its
-//! configuration from the command line, never from CPUID.
+//! VM-wide adjustments: the TSC-deadline bit, the TSC frequency in the
+//! hypervisor timing leaf 0x40000010 ([`set_tsc_khz`]), and, when Pacer's
+//! own interrupt controller serves the VM, no KVM paravirtual feature that
+//! only works with KVM's in-kernel local APIC ([`hide_in_kernel_apic_features`]).
+//!
+//! Note: on PVM hosts (KVM without hardware virtualization, see the
+//! README), CPUID executed in guest user or native mode returns the host's
+//! values, not these; the bench guest therefore gets its configuration
+//! from the command line, never from CPUID.
 
 use kvm_bindings::{
     kvm_cpuid_entry2, CpuId, KVM_CPUID_FLAG_SIGNIFCANT_INDEX, KVM_MAX_CPUID_ENTRIES,
@@ -34,18 +42,24 @@ pub struct CpuidOverrides {
     pub x2apic: Option<bool>,
     /// Leaf 1 ECX bit 24 (TSC-deadline mode of the LAPIC timer).
     pub tsc_deadline: Option<bool>,
+    /// Leaf 1 ECX bit 13 (CMPXCHG16B; Linux's SLUB uses it as soon as the
+    /// CPU has it).
+    pub cx16: Option<bool>,
 }
 
 /// Leaf 1 ECX: x2APIC.
 pub const ECX_X2APIC: u32 = 1 << 21;
 /// Leaf 1 ECX: TSC deadline timer.
 pub const ECX_TSC_DEADLINE: u32 = 1 << 24;
+/// Leaf 1 ECX: CMPXCHG16B.
+pub const ECX_CX16: u32 = 1 << 13;
 
 impl CpuidOverrides {
-    fn bits(&self) -> [(&'static str, u32, Option<bool>); 2] {
+    fn bits(&self) -> [(&'static str, u32, Option<bool>); 3] {
         [
             ("x2apic", ECX_X2APIC, self.x2apic),
             ("tsc_deadline", ECX_TSC_DEADLINE, self.tsc_deadline),
+            ("cx16", ECX_CX16, self.cx16),
         ]
     }
 
@@ -85,6 +99,62 @@ pub fn phys_addr_bits(table: &CpuId) -> u8 {
         .map(|e| (e.eax & 0xff) as u8)
         .filter(|&b| b >= 32)
         .unwrap_or(36)
+}
+
+/// The APIC id of vCPU `vcpu` (CPUID, MP table and MADT agree on it).
+pub fn apic_id(vcpu: u32) -> u32 {
+    vcpu
+}
+
+/// KVM's paravirtual leaves (`KVMKVMKVM`).
+pub const KVM_CPUID_SIGNATURE: u32 = 0x4000_0000;
+pub const KVM_CPUID_FEATURES: u32 = 0x4000_0001;
+/// The hypervisor timing leaf (VMware's and KVM's convention): EAX the TSC
+/// frequency in kHz, EBX the local APIC timer's (bus) frequency in kHz.
+pub const CPUID_TIMING_LEAF: u32 = 0x4000_0010;
+/// Both local APICs (KVM's, Pacer's) count their timer at 1 GHz before the
+/// divider: 1 ns per count.
+pub const APIC_BUS_KHZ: u32 = 1_000_000;
+
+/// KVM_CPUID_FEATURES bits that need KVM's in-kernel local APIC: interrupt
+/// based async page faults (ASYNC_PF 4, ASYNC_PF_VMEXIT 10, ASYNC_PF_INT
+/// 14), PV EOI (6), PV unhalt / kick (7; the guest's paravirtual spinlocks
+/// halt and wait for a kick Pacer never sees), PV IPIs (11), directed yield
+/// to an APIC id (13), extended destination ids of the I/O APIC (15).
+pub const KVM_FEATURES_NEEDING_IN_KERNEL_APIC: u32 =
+    (1 << 4) | (1 << 6) | (1 << 7) | (1 << 10) | (1 << 11) | (1 << 13) | (1 << 14) | (1 << 15);
+
+/// Publish the guest's TSC frequency in the hypervisor timing leaf (only
+/// when KVM's paravirtual leaves are there: the leaf belongs to that range).
+pub fn set_tsc_khz(cpuid: &mut CpuId, tsc_khz: u32) -> Result<(), CpuidError> {
+    let slice = cpuid.as_mut_slice();
+    let Some(sig) = slice.iter_mut().find(|e| e.function == KVM_CPUID_SIGNATURE) else {
+        return Ok(());
+    };
+    sig.eax = sig.eax.max(CPUID_TIMING_LEAF);
+    let mut entries: Vec<kvm_cpuid_entry2> = slice
+        .iter()
+        .filter(|e| e.function != CPUID_TIMING_LEAF)
+        .copied()
+        .collect();
+    entries.push(kvm_cpuid_entry2 {
+        function: CPUID_TIMING_LEAF,
+        eax: tsc_khz,
+        ebx: APIC_BUS_KHZ,
+        ..Default::default()
+    });
+    *cpuid = CpuId::from_entries(&entries).map_err(CpuidError::Fam)?;
+    Ok(())
+}
+
+/// Clear the KVM paravirtual features that only work with KVM's in-kernel
+/// local APIC ([`KVM_FEATURES_NEEDING_IN_KERNEL_APIC`]).
+pub fn hide_in_kernel_apic_features(cpuid: &mut CpuId) {
+    for e in cpuid.as_mut_slice() {
+        if e.function == KVM_CPUID_FEATURES {
+            e.eax &= !KVM_FEATURES_NEEDING_IN_KERNEL_APIC;
+        }
+    }
 }
 
 /// KVM's supported CPUID table.
@@ -129,7 +199,7 @@ fn topology_leaf(function: u32, index: u32, vcpu: u32, nvcpus: u32) -> kvm_cpuid
         eax,
         ebx,
         ecx: ecx | (index & 0xff),
-        edx: vcpu,
+        edx: apic_id(vcpu),
         ..Default::default()
     }
 }
@@ -146,7 +216,7 @@ pub fn for_vcpu(base: &CpuId, vcpu: u32, nvcpus: u32) -> Result<CpuId, CpuidErro
             0x1 => {
                 // EBX[31:24] initial APIC id, EBX[23:16] logical processors
                 // per package, EBX[15:8] CLFLUSH size (kept).
-                e.ebx = (e.ebx & 0x0000_ffff) | (vcpu << 24) | ((nvcpus.min(255)) << 16);
+                e.ebx = (e.ebx & 0x0000_ffff) | (apic_id(vcpu) << 24) | ((nvcpus.min(255)) << 16);
                 // x2APIC: both interrupt controllers (KVM's in-kernel one
                 // and Pacer's) implement it.
                 e.ecx |= ECX_HYPERVISOR | ECX_X2APIC;
@@ -191,10 +261,10 @@ pub fn for_vcpu(base: &CpuId, vcpu: u32, nvcpus: u32) -> Result<CpuId, CpuidErro
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn base() -> CpuId {
+    pub(crate) fn base() -> CpuId {
         let leaf1 = kvm_cpuid_entry2 {
             function: 1,
             ebx: 0x0008_0800 | (7 << 24),
@@ -282,15 +352,29 @@ mod tests {
         let mut c = CpuId::from_entries(&[leaf1]).unwrap();
         let off = CpuidOverrides {
             x2apic: Some(false),
-            tsc_deadline: None,
+            ..Default::default()
         };
         off.apply(&mut c).unwrap();
         assert_eq!(find(&c, 1, 0).ecx, ECX_TSC_DEADLINE | 1);
+        let mut with_cx16 = CpuId::from_entries(&[kvm_cpuid_entry2 {
+            function: 1,
+            ecx: ECX_CX16 | ECX_X2APIC,
+            ..Default::default()
+        }])
+        .unwrap();
+        CpuidOverrides {
+            cx16: Some(false),
+            ..Default::default()
+        }
+        .apply(&mut with_cx16)
+        .unwrap();
+        assert_eq!(find(&with_cx16, 1, 0).ecx, ECX_X2APIC);
         CpuidOverrides::default().apply(&mut c).unwrap();
         assert_eq!(find(&c, 1, 0).ecx, ECX_TSC_DEADLINE | 1);
         let on = CpuidOverrides {
             x2apic: Some(true),
             tsc_deadline: Some(true),
+            cx16: None,
         };
         let e = on.apply(&mut c).unwrap_err();
         assert!(e.to_string().contains("cpuid.x2apic"), "{e}");
@@ -298,6 +382,52 @@ mod tests {
         let mut c = CpuId::from_entries(&[leaf1]).unwrap();
         let e = on.apply(&mut c).unwrap_err();
         assert!(e.to_string().contains("cpuid.tsc_deadline"), "{e}");
+    }
+
+    #[test]
+    fn tsc_frequency_in_the_timing_leaf() {
+        let sig = kvm_cpuid_entry2 {
+            function: KVM_CPUID_SIGNATURE,
+            eax: KVM_CPUID_FEATURES,
+            ebx: 0x4b4d_564b,
+            ..Default::default()
+        };
+        let features = kvm_cpuid_entry2 {
+            function: KVM_CPUID_FEATURES,
+            eax: 0x0100_7efb,
+            ..Default::default()
+        };
+        let mut c = CpuId::from_entries(&[sig, features]).unwrap();
+        set_tsc_khz(&mut c, 2_596_120).unwrap();
+        assert_eq!(find(&c, KVM_CPUID_SIGNATURE, 0).eax, CPUID_TIMING_LEAF);
+        let t = find(&c, CPUID_TIMING_LEAF, 0);
+        assert_eq!((t.eax, t.ebx), (2_596_120, 1_000_000));
+        // Setting it again replaces the leaf.
+        set_tsc_khz(&mut c, 1000).unwrap();
+        assert_eq!(
+            c.as_slice()
+                .iter()
+                .filter(|e| e.function == CPUID_TIMING_LEAF)
+                .count(),
+            1
+        );
+        assert_eq!(find(&c, CPUID_TIMING_LEAF, 0).eax, 1000);
+        // Without KVM's leaves, nothing is added.
+        let mut bare = base();
+        set_tsc_khz(&mut bare, 1000).unwrap();
+        assert!(!bare.as_slice().iter().any(|e| e.function >= 0x4000_0000));
+
+        // Pacer's own local APIC: kvmclock, steal time and PV TLB flush
+        // stay, the APIC-bound features go.
+        hide_in_kernel_apic_features(&mut c);
+        let f = find(&c, KVM_CPUID_FEATURES, 0).eax;
+        assert_eq!(f, 0x0100_7efb & !KVM_FEATURES_NEEDING_IN_KERNEL_APIC);
+        for kept in [0, 1, 3, 5, 9, 12, 24] {
+            assert_ne!(f & (1 << kept), 0, "bit {kept}");
+        }
+        for gone in [4, 6, 7, 10, 11, 13, 14] {
+            assert_eq!(f & (1 << gone), 0, "bit {gone}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fmt;
-use vcpu_sched::{format_cpu_list, parse_cpu_list, CpuListError};
+use vcpu_sched::{format_cpu_list, parse_cpu_list, CpuSetError};
 
 /// An OS CPU number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -29,7 +29,7 @@ impl HostCpuSet {
     }
 
     /// Parse the Linux list syntax ("0-3,8").
-    pub fn parse_list(input: &str) -> Result<HostCpuSet, CpuListError> {
+    pub fn parse_list(input: &str) -> Result<HostCpuSet, CpuSetError> {
         Ok(parse_cpu_list(input)?.into_iter().map(HostCpu).collect())
     }
 

@@ -107,6 +107,9 @@ pub struct VmResult {
     pub rejected_records: usize,
     pub results_file: Option<PathBuf>,
     pub console_log: Option<PathBuf>,
+    /// A Linux guest's user command output (`UB user begin` .. `UB user
+    /// end` on its console), written to `<log_dir>/<vm>.user.log`.
+    pub user_log: Option<PathBuf>,
     /// Per-vCPU exit counters, in vCPU order.
     pub vcpu_stats: Vec<crate::vcpu::VcpuStats>,
     /// Per-vCPU scheduling statistics, in vCPU order (the same fields under
@@ -137,6 +140,7 @@ impl VmResult {
             rejected_records: 0,
             results_file: None,
             console_log: None,
+            user_log: None,
             vcpu_stats: Vec::new(),
             vcpu_sched: Vec::new(),
         }
@@ -409,6 +413,9 @@ pub fn format_summary(r: &VmResult) -> String {
     }
     if let Some(p) = &r.results_file {
         s += &format!("[{}]   results: {}\n", r.name, p.display());
+    }
+    if let Some(p) = &r.user_log {
+        s += &format!("[{}]   user command output: {}\n", r.name, p.display());
     }
     s
 }

@@ -79,11 +79,25 @@ impl StatusLine {
             }
             _ => String::new(),
         };
-        format!(
+        let mut out = format!(
             "t={t:.1}s policy {policy}: {} VM(s) | vCPUs running {} ready {} halted {} other {}{rates}",
             c.vms, c.running, c.ready, c.halted, c.other
-        )
+        );
+        // Then one line per vCPU: where it is and why it waits.
+        for v in engine.vcpus_now(&snap) {
+            out.push('\n');
+            out.push_str(&v.line());
+        }
+        out
     }
+}
+
+/// The SIGUSR1 file: the vCPUs by VM and index, then the scheduler's
+/// whole snapshot (entities by handle, CPUs, cores).
+#[derive(serde::Serialize)]
+struct SnapshotFile<'a> {
+    vcpus: Vec<crate::engine::stats::VcpuNow>,
+    scheduler: &'a vcpu_sched::SchedSnapshot,
 }
 
 /// Write the scheduler's snapshot to `<log_dir>/sched-snapshot-<ms>.json`.
@@ -93,7 +107,12 @@ fn write_snapshot(
     start: Instant,
 ) -> Result<std::path::PathBuf, String> {
     let engine = engine.ok_or("policy host has no scheduler snapshot")?;
-    let json = engine.snapshot().to_json().map_err(|e| e.to_string())?;
+    let snap = engine.snapshot();
+    let file = SnapshotFile {
+        vcpus: engine.vcpus_now(&snap),
+        scheduler: &snap,
+    };
+    let json = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;
     let path = log_dir.join(format!(
         "sched-snapshot-{}.json",
         start.elapsed().as_millis()

@@ -16,6 +16,7 @@ use crate::results::{ResultsLog, VmResult};
 use crate::vcpu::{
     MsrFault, VcpuError, VcpuExitHandler, VcpuExitReason, VcpuHandle, VcpuOutcome, VcpuRunner,
 };
+use devices::acpi_pm::{AcpiPm, ACPI_PM_BASE, ACPI_PM_LEN};
 use devices::bus::UnknownAccessLog;
 use devices::debug_exit::debug_exit_status;
 use devices::exit_port::{ExitPort, EXIT_PORT, EXIT_PORT_LEN};
@@ -24,6 +25,7 @@ use devices::irq::{EventFdLine, InterruptLine};
 use devices::irqchip::regs::{IOAPIC_DEFAULT_BASE, IOAPIC_MMIO_LEN};
 use devices::irqchip::{GuestCpu, IrqChip};
 use devices::pc_testdev::PC_TESTDEV_IRQ_LINES;
+use devices::pm_timer::{PmTimer, PM_TIMER_LEN, PM_TIMER_PORT};
 use devices::qemu_test::insert_qemu_test_devices;
 use devices::result_port::{ResultPort, RESULT_PORT_BASE, RESULT_PORT_LEN};
 use devices::serial::{ConsoleWriter, SerialConsole, COM1_BASE, COM1_IRQ, COM1_LEN};
@@ -157,6 +159,8 @@ pub enum StopCause {
     /// The guest wrote this value to isa-debug-exit (QEMU's convention).
     DebugExit(u32),
     Reset,
+    /// The guest powered off through ACPI (S5 in PM1a_CNT).
+    PowerOff,
     VcpuFailed {
         vcpu: u32,
         reason: VcpuExitReason,
@@ -194,6 +198,11 @@ impl StopCause {
                 ),
             ),
             StopCause::Reset => ("reset".into(), true, "reset requested".into()),
+            StopCause::PowerOff => (
+                "poweroff".into(),
+                true,
+                "guest powered off (ACPI S5)".into(),
+            ),
             StopCause::VcpuFailed { vcpu, reason } => {
                 let status = match reason {
                     VcpuExitReason::TripleFault { .. } => "triple_fault",
@@ -369,6 +378,7 @@ impl VmEventSink for VmShared {
             StopRequest::GuestExit(s) => StopCause::GuestExit(s),
             StopRequest::DebugExit(v) => StopCause::DebugExit(v),
             StopRequest::Reset => StopCause::Reset,
+            StopRequest::PowerOff => StopCause::PowerOff,
         });
     }
 }
@@ -513,6 +523,10 @@ pub struct Vm {
     tsc_khz: u32,
     cmdline: String,
     console_log: Option<PathBuf>,
+    /// A Linux guest's `<vm>.user.log`, created with the console log (the
+    /// controller thread that fills it at the end may not create files
+    /// once confined); empty if the guest ran no user command.
+    user_log: Option<(PathBuf, std::fs::File)>,
     options: VmOptions,
     started: bool,
 }
@@ -570,6 +584,10 @@ impl Vm {
             vcpus.push((index, fd));
         }
         let tsc_khz = vcpus[0].1.get_tsc_khz().map_err(VmError::TscKhz)?;
+        cpuid::set_tsc_khz(&mut supported_cpuid, tsc_khz)?;
+        if !options.in_kernel_irqchip() {
+            cpuid::hide_in_kernel_apic_features(&mut supported_cpuid);
+        }
         // Pacer's interrupt controller for the scheduled policies.
         let irqchip = match &options.scheduling {
             VcpuScheduling::Host { .. } => None,
@@ -660,6 +678,12 @@ impl Vm {
             }
         };
         let console_log = console.as_ref().map(|(p, _)| p.clone());
+        let user_log = match (&options.log_dir, &console_log, config.guest) {
+            (Some(dir), Some(_), GuestKind::Linux) => {
+                Some(open_log(dir, format!("{}.user.log", config.name))?)
+            }
+            _ => None,
+        };
         let serial = Arc::new(Mutex::new(SerialConsole::new(
             serial_irq,
             ConsoleWriter::new(
@@ -720,6 +744,21 @@ impl Vm {
             )
             .map_err(bus_err)?;
         }
+        if config.guest == GuestKind::Linux {
+            // What the FADT names: the PM timer and the power-off registers.
+            bus.insert(
+                PM_TIMER_PORT,
+                PM_TIMER_LEN,
+                Arc::new(Mutex::new(PmTimer::new())),
+            )
+            .map_err(bus_err)?;
+            bus.insert(
+                ACPI_PM_BASE,
+                ACPI_PM_LEN,
+                Arc::new(Mutex::new(AcpiPm::new(sink.clone()))),
+            )
+            .map_err(bus_err)?;
+        }
         let handler = Arc::new(ExitHandler {
             shared: shared.clone(),
             bus,
@@ -749,6 +788,7 @@ impl Vm {
             tsc_khz,
             cmdline,
             console_log,
+            user_log,
             options,
             started: false,
         })
@@ -963,8 +1003,24 @@ impl Vm {
             rejected_records: res.rejected,
             results_file: res.path().map(Path::to_path_buf),
             console_log: self.console_log.clone(),
+            user_log: self.write_user_log(),
             vcpu_stats: outcomes.iter().map(|o| o.stats).collect(),
             vcpu_sched,
+        }
+    }
+
+    /// A Linux guest's user command output, cut from its console log with
+    /// the UnixBench-style suite's parser, into `<log_dir>/<vm>.user.log`
+    /// (None: not a Linux guest, no console log, no user command).
+    fn write_user_log(&self) -> Option<PathBuf> {
+        let (console, (path, file)) = (self.console_log.as_ref()?, self.user_log.as_ref()?);
+        match save_user_output(console, file) {
+            Ok(true) => Some(path.clone()),
+            Ok(false) => None,
+            Err(e) => {
+                log::warn!("[{}] user command output: {e}", self.config.name);
+                None
+            }
         }
     }
 
@@ -1012,6 +1068,18 @@ impl Drop for Vm {
             self.shared.stop(StopCause::Requested);
             self.stop_vcpus();
         }
+    }
+}
+
+/// Cut the user command's output (between `UB user begin` and `UB user
+/// end`, or to the end if the guest stopped mid-command) out of a console
+/// log into `out`. Ok(false): the log has no user command.
+fn save_user_output(console: &Path, mut out: &std::fs::File) -> std::io::Result<bool> {
+    use std::io::Write;
+    let text = std::fs::read(console)?;
+    match crate::unixbench::parse_log(&String::from_utf8_lossy(&text)).user_output {
+        Some(user) => out.write_all(user.as_bytes()).map(|()| true),
+        None => Ok(false),
     }
 }
 
@@ -1085,4 +1153,34 @@ pub fn open_kvm() -> Result<Kvm, VmError> {
         log::warn!("KVM_CAP_IMMEDIATE_EXIT missing: vCPU kicks may be delayed");
     }
     Ok(kvm)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_output_cut_from_the_console_log() {
+        let dir = std::env::temp_dir().join(format!("pacer-userlog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let console = dir.join("deb.console.log");
+        let out = dir.join("deb.user.log");
+        std::fs::write(
+            &console,
+            "[    1.0] Linux version 6.1\r\nUB init kernel=6.1 cpus=2 mem_kib=1 suite=x\r\n\
+             UB user begin\r\nhello from /user\r\nline 2\r\nUB user end status=0\r\nUB done end=reboot\r\n",
+        )
+        .unwrap();
+        let file = || std::fs::File::create(&out).unwrap();
+        assert!(save_user_output(&console, &file()).unwrap());
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap(),
+            "hello from /user\nline 2\n"
+        );
+        std::fs::write(&console, "UB done end=reboot\n").unwrap();
+        assert!(!save_user_output(&console, &file()).unwrap());
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "");
+        assert!(save_user_output(&dir.join("missing"), &file()).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

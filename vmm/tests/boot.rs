@@ -232,7 +232,7 @@ fn kick_latency_pause_resume_cycles() {
         return;
     }
     // Pause (kick out of KVM_RUN + ack) a vCPU spinning in guest ring 3, many
-    // times; print the latency distribution (a mechanism cost, DESIGN.md 6).
+    // times; print the latency distribution (what the dispatch mechanism itself costs).
     let dir = TempDir::new("kick");
     let path = dir.config(&vm_table("kick", "cpu duration_ms=1500 report_ms=500"));
     let config = Config::load(&path).unwrap();

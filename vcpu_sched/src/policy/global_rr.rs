@@ -20,18 +20,26 @@
 //!   CPU, then the nearest idle CPU in cache-locality order. Otherwise, if a
 //!   CPU of the affinity runs an entity of a lower class (realtime waking
 //!   over timeshare, say), that CPU is kicked to be preempted. Otherwise the
-//!   entity waits in the FIFO and the answer names its last CPU, no kick.
+//!   entity waits in the FIFO and the answer names its last CPU, no kick;
+//! - changes while running: a class or affinity change kicks as a wake of
+//!   that entity would (an entity running where it may no longer run is
+//!   kicked off); a CPU out of service picks nothing and is never kicked
+//!   for work; the mode switches the quantum.
 
-use crate::accounting::{
-    class_rank, utilisation, validate_priority, validate_spec, ClassFifo, CoreCorun, CpuAccount,
-    EntityAccount, RunState,
+use super::baseline::{
+    class_rank, utilisation, ClassFifo, CoreCorun, CpuAccount, EntityAccount, RunState,
+};
+use crate::stats::{CoreStats, EntityState, EntityStats};
+use crate::tunables::{Mode, Tunables};
+use crate::validate::{
+    validate_affinity, validate_config, validate_priority, validate_spec, validate_topology,
 };
 use crate::{
-    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedConfig, SchedError, SchedSnapshot,
-    StopReason, Topology, WakeDecision,
+    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedClass, SchedConfig, SchedError,
+    SchedSnapshot, StopReason, Topology, WakeDecision,
 };
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// One registered entity.
 #[derive(Debug)]
@@ -48,39 +56,68 @@ enum Slot {
     /// A registered entity.
     Live(Box<Entity>),
     /// Removed while running: the slot is freed when its CPU calls
-    /// `schedule`, so the id cannot be reused while a CPU still runs it.
-    Zombie,
+    /// `schedule`, so the index cannot be reused while a CPU still runs it.
+    Zombie(EntityId),
 }
 
 /// Everything, under the one lock.
 #[derive(Debug)]
 struct State {
     entities: Vec<Slot>,
+    /// Generation of each slot (bumped when its entity is removed).
+    generations: Vec<u32>,
     free: Vec<u32>,
     ready: ClassFifo,
     cpus: Vec<CpuAccount>,
     cores: Vec<CoreCorun>,
+    /// Per CPU: in service (`set_cpu_enabled`).
+    in_service: Vec<bool>,
 }
 
 impl State {
+    /// The error for a handle that does not name a live entity.
+    fn not_live(&self, id: EntityId) -> SchedError {
+        match self.generations.get(id.index() as usize) {
+            Some(&g) => SchedError::for_handle(id, g),
+            None => SchedError::UnknownEntity(id),
+        }
+    }
+
     fn live(&self, id: EntityId) -> Result<&Entity, SchedError> {
-        match self.entities.get(id.0 as usize) {
-            Some(Slot::Live(e)) => Ok(e),
-            _ => Err(SchedError::UnknownEntity(id)),
+        match self.entities.get(id.index() as usize) {
+            Some(Slot::Live(e)) if e.acct.id == id => Ok(e),
+            _ => Err(self.not_live(id)),
         }
     }
 
     fn live_mut(&mut self, id: EntityId) -> Result<&mut Entity, SchedError> {
-        match self.entities.get_mut(id.0 as usize) {
-            Some(Slot::Live(e)) => Ok(e),
-            _ => Err(SchedError::UnknownEntity(id)),
+        let err = self.not_live(id);
+        match self.entities.get_mut(id.index() as usize) {
+            Some(Slot::Live(e)) if e.acct.id == id => Ok(e),
+            _ => Err(err),
         }
     }
 
-    fn release(&mut self, id: EntityId) {
-        if let Some(slot) = self.entities.get_mut(id.0 as usize) {
+    /// The live entity of a slot index (ids taken from the queue or a CPU).
+    fn by_index(&self, id: EntityId) -> Option<&Entity> {
+        match self.entities.get(id.index() as usize) {
+            Some(Slot::Live(e)) if e.acct.id == id => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The entity of `id` was removed: its handle is stale from now on.
+    fn retire(&mut self, id: EntityId) {
+        if let Some(g) = self.generations.get_mut(id.index() as usize) {
+            *g = g.wrapping_add(1);
+        }
+    }
+
+    /// Return a slot to the free list.
+    fn release(&mut self, index: u32) {
+        if let Some(slot) = self.entities.get_mut(index as usize) {
             *slot = Slot::Free;
-            self.free.push(id.0);
+            self.free.push(index);
         }
     }
 }
@@ -88,8 +125,9 @@ impl State {
 /// The global round-robin policy (see the module documentation).
 pub struct GlobalRoundRobin {
     topology: Topology,
-    quantum: Nanos,
-    minimal_quantum: Nanos,
+    /// Both modes' quantum tables (the mode picks one, `set_mode` switches).
+    tunables: Tunables,
+    mode: AtomicU8,
     max_entities: usize,
     idle_core_search: AtomicBool,
     state: Mutex<State>,
@@ -98,20 +136,14 @@ pub struct GlobalRoundRobin {
 impl GlobalRoundRobin {
     /// A scheduler for `topology`. Uses `config.mode`'s base and minimal
     /// quantum and `config.max_entities`; the other settings do not apply
-    /// to this policy. Errors if `max_entities` is 0 or the base quantum is 0.
+    /// to this policy (SMT isolation is refused). Errors as every policy
+    /// does on an invalid configuration.
     pub fn new(topology: Topology, config: SchedConfig) -> Result<Self, SchedError> {
-        let table = *config.tunables.quantum_table(config.mode);
-        if config.max_entities == 0 {
-            return Err(SchedError::Config("max_entities must be at least 1".into()));
-        }
-        if table.base_quantum == 0 {
-            return Err(SchedError::Config("base_quantum must not be 0".into()));
-        }
-        if topology.cpus.is_empty() {
-            return Err(SchedError::Topology("no CPUs".into()));
-        }
+        validate_topology(&topology)?;
+        validate_config(&config, super::PolicyKind::GlobalRoundRobin)?;
         let state = State {
             entities: Vec::new(),
+            generations: Vec::new(),
             free: Vec::new(),
             ready: ClassFifo::default(),
             cpus: topology
@@ -124,10 +156,11 @@ impl GlobalRoundRobin {
                 .iter()
                 .map(|c| CoreCorun::new(c.cpus.len()))
                 .collect(),
+            in_service: vec![true; topology.num_cpus()],
         };
         Ok(GlobalRoundRobin {
-            quantum: table.base_quantum,
-            minimal_quantum: table.minimal_quantum,
+            tunables: config.tunables,
+            mode: AtomicU8::new(config.mode as u8),
             max_entities: config.max_entities,
             idle_core_search: AtomicBool::new(config.idle_core_search),
             state: Mutex::new(state),
@@ -138,13 +171,37 @@ impl GlobalRoundRobin {
     /// The slice to grant an entity about to run: what is left of its
     /// quantum, or a fresh quantum if too little is left.
     fn slice(&self, acct: &mut EntityAccount) -> Nanos {
-        let left = self.quantum.saturating_sub(acct.slice_used);
-        if left == 0 || left <= self.minimal_quantum / 2 {
+        let table = self.tunables.quantum_table(self.current_mode());
+        acct.quantum = table.base_quantum;
+        let left = table.base_quantum.saturating_sub(acct.slice_used);
+        if left == 0 || left <= table.minimal_quantum / 2 {
             acct.slice_used = 0;
-            self.quantum
+            table.base_quantum
         } else {
             left
         }
+    }
+
+    fn current_mode(&self) -> Mode {
+        Mode::ALL[self.mode.load(Ordering::Relaxed) as usize & 1]
+    }
+
+    /// Kick the CPU a wake of `id` would kick (`kick_target`; with
+    /// `idle_only`, only if that CPU is idle), marking it kicked; returns it.
+    fn kick_for(
+        &self,
+        st: &mut State,
+        id: EntityId,
+        near: CpuId,
+        idle_only: bool,
+    ) -> Option<CpuId> {
+        let class = st.live(id).ok()?.acct.class;
+        let k = self.kick_target(st, id, class, near)?;
+        if idle_only && !st.cpus[k.0 as usize].is_free_idle() {
+            return None;
+        }
+        st.cpus[k.0 as usize].kick_pending = true;
+        Some(k)
     }
 
     /// Record on the SMT co-run accounts that `cpu` now runs `vm` (or nothing).
@@ -170,7 +227,7 @@ impl GlobalRoundRobin {
         let affinity = &st.live(id).ok()?.affinity;
         let idle = affinity
             .iter()
-            .filter(|c| st.cpus[c.0 as usize].is_free_idle())
+            .filter(|c| st.in_service[c.0 as usize] && st.cpus[c.0 as usize].is_free_idle())
             .min_by_key(|c| (self.topology.distance(last, *c), c.0));
         if idle.is_some() {
             return idle;
@@ -180,14 +237,14 @@ impl GlobalRoundRobin {
             .iter()
             .filter_map(|c| {
                 let cpu = &st.cpus[c.0 as usize];
-                if cpu.kick_pending {
+                if cpu.kick_pending || !st.in_service[c.0 as usize] {
                     return None;
                 }
                 let running = cpu.current()?;
-                let running_rank = match st.entities.get(running.0 as usize) {
-                    Some(Slot::Live(r)) => class_rank(r.acct.class),
+                let running_rank = match st.by_index(running) {
+                    Some(r) => class_rank(r.acct.class),
                     // A removed entity: that CPU reschedules anyway.
-                    _ => return None,
+                    None => return None,
                 };
                 (running_rank > rank).then_some((c, running_rank))
             })
@@ -205,12 +262,20 @@ impl GlobalRoundRobin {
             *queued.entry(id).or_insert(0) += 1;
         }
         for (i, slot) in st.entities.iter().enumerate() {
-            let id = EntityId(i as u32);
+            let gen = st.generations[i];
+            let id = match slot {
+                Slot::Live(e) if e.acct.id != EntityId::new(i as u32, gen) => {
+                    return Err(format!("slot {i} (generation {gen}) holds {:?}", e.acct.id));
+                }
+                Slot::Live(e) => e.acct.id,
+                Slot::Zombie(id) => *id,
+                Slot::Free => EntityId::new(i as u32, gen),
+            };
             let q = queued.get(&id).copied().unwrap_or(0);
             let running_on: Vec<CpuId> = st
                 .cpus
                 .iter()
-                .filter(|c| c.current() == Some(id))
+                .filter(|c| c.current().is_some_and(|r| r.index() == i as u32))
                 .map(|c| c.cpu)
                 .collect();
             match slot {
@@ -225,9 +290,6 @@ impl GlobalRoundRobin {
                             "{id:?} running on {c:?}: queued {q}x, CPUs {running_on:?}"
                         ))
                     }
-                    RunState::Running(c) if !e.affinity.contains(c) => {
-                        return Err(format!("{id:?} runs on {c:?} outside its affinity"))
-                    }
                     RunState::Blocked if q != 0 || !running_on.is_empty() => {
                         return Err(format!(
                             "{id:?} blocked: queued {q}x, running on {running_on:?}"
@@ -235,7 +297,7 @@ impl GlobalRoundRobin {
                     }
                     _ => {}
                 },
-                Slot::Zombie if q != 0 || running_on.len() != 1 => {
+                Slot::Zombie(_) if q != 0 || running_on.len() != 1 => {
                     return Err(format!(
                         "zombie {id:?}: queued {q}x, running on {running_on:?}"
                     ))
@@ -265,15 +327,17 @@ impl super::VcpuScheduler for GlobalRoundRobin {
         let _p = crate::profiler::scope("global_rr::add_entity");
         let affinity = validate_spec(&spec, &self.topology)?;
         let mut st = self.state.lock();
-        let id = match st.free.pop() {
-            Some(i) => EntityId(i),
+        let index = match st.free.pop() {
+            Some(i) => i,
             None if st.entities.len() < self.max_entities => {
                 st.entities.push(Slot::Free);
-                EntityId(st.entities.len() as u32 - 1)
+                st.generations.push(0);
+                st.entities.len() as u32 - 1
             }
             None => return Err(SchedError::TooManyEntities(self.max_entities)),
         };
-        st.entities[id.0 as usize] = Slot::Live(Box::new(Entity {
+        let id = EntityId::new(index, st.generations[index as usize]);
+        st.entities[index as usize] = Slot::Live(Box::new(Entity {
             acct: EntityAccount::new(id, &spec, now),
             affinity,
         }));
@@ -287,13 +351,14 @@ impl super::VcpuScheduler for GlobalRoundRobin {
             let e = st.live(id)?;
             (e.acct.state(), e.acct.class)
         };
+        st.retire(id);
         match state {
-            RunState::Running(_) => st.entities[id.0 as usize] = Slot::Zombie,
+            RunState::Running(_) => st.entities[id.index() as usize] = Slot::Zombie(id),
             RunState::Ready => {
                 st.ready.remove(id, class);
-                st.release(id);
+                st.release(id.index());
             }
-            RunState::Blocked => st.release(id),
+            RunState::Blocked => st.release(id.index()),
         }
         Ok(())
     }
@@ -327,6 +392,17 @@ impl super::VcpuScheduler for GlobalRoundRobin {
         }))
     }
 
+    /// No placement to make near the waker: one queue.
+    fn wake_by(
+        &self,
+        id: EntityId,
+        waker: EntityId,
+        now: Nanos,
+    ) -> Result<Option<WakeDecision>, SchedError> {
+        self.state.lock().live(waker)?;
+        self.wake(id, now)
+    }
+
     fn schedule(&self, cpu: CpuId, now: Nanos, reason: StopReason) -> Result<Dispatch, SchedError> {
         let _p = crate::profiler::scope("global_rr::schedule");
         if self.topology.cpu(cpu).is_none() {
@@ -340,8 +416,8 @@ impl super::VcpuScheduler for GlobalRoundRobin {
         // Account the stop of whatever ran here.
         let mut requeued = None;
         if let Some(cur) = st.cpus[ci].current() {
-            match st.entities.get_mut(cur.0 as usize) {
-                Some(Slot::Zombie) => st.release(cur),
+            match st.entities.get_mut(cur.index() as usize) {
+                Some(Slot::Zombie(z)) if *z == cur => st.release(cur.index()),
                 Some(Slot::Live(e)) if e.acct.state() == RunState::Running(cpu) => {
                     if e.acct.stop(now, reason) {
                         let class = e.acct.class;
@@ -360,15 +436,30 @@ impl super::VcpuScheduler for GlobalRoundRobin {
             }
         }
 
-        // Pick the first queued entity allowed here.
+        // Pick the first queued entity allowed here (nothing out of service).
         let entities = &st.entities;
-        let pick = st.ready.pop_first(|id| match entities.get(id.0 as usize) {
-            Some(Slot::Live(e)) => e.affinity.contains(cpu),
-            _ => false,
-        });
+        let pick = if st.in_service[ci] {
+            st.ready
+                .pop_first(|id| match entities.get(id.index() as usize) {
+                    Some(Slot::Live(e)) => e.affinity.contains(cpu),
+                    _ => false,
+                })
+        } else {
+            None
+        };
+        // The stopped entity went back to the queue: if it is not picked
+        // here, an idle CPU it may use must be told, or it waits needlessly.
+        let mut kicks = Vec::new();
+        if let Some((cur, _)) = requeued.filter(|(cur, _)| Some(*cur) != pick) {
+            if let Some(k) = self.kick_for(st, cur, cpu, true) {
+                if k != cpu {
+                    kicks.push(k);
+                }
+            }
+        }
         match pick {
             Some(id) => {
-                let Some(Slot::Live(e)) = st.entities.get_mut(id.0 as usize) else {
+                let Some(Slot::Live(e)) = st.entities.get_mut(id.index() as usize) else {
                     // Unreachable by construction (only live entities are queued).
                     st.cpus[ci].idle(now, false);
                     self.set_corun(st, cpu, None, now);
@@ -379,17 +470,6 @@ impl super::VcpuScheduler for GlobalRoundRobin {
                 let vm = e.acct.vm;
                 st.cpus[ci].run(id, now);
                 self.set_corun(st, cpu, Some(vm), now);
-                // The stopped entity went back to the queue behind `id`: an
-                // idle CPU it may use must be told, or it waits needlessly.
-                let mut kicks = Vec::new();
-                if let Some((cur, class)) = requeued.filter(|(cur, _)| *cur != id) {
-                    if let Some(k) = self.kick_target(st, cur, class, cpu) {
-                        if st.cpus[k.0 as usize].is_free_idle() {
-                            st.cpus[k.0 as usize].kick_pending = true;
-                            kicks.push(k);
-                        }
-                    }
-                }
                 Ok(Dispatch {
                     kicks,
                     entity: Some(id),
@@ -402,18 +482,108 @@ impl super::VcpuScheduler for GlobalRoundRobin {
                 // while an entity it may run waits (idle_while_waiting stays 0).
                 st.cpus[ci].idle(now, false);
                 self.set_corun(st, cpu, None, now);
-                Ok(Dispatch::idle())
+                Ok(Dispatch {
+                    kicks,
+                    ..Dispatch::idle()
+                })
             }
         }
     }
 
-    fn set_priority(&self, id: EntityId, priority: u8, _now: Nanos) -> Result<(), SchedError> {
+    fn set_priority(
+        &self,
+        id: EntityId,
+        priority: u8,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
         let _p = crate::profiler::scope("global_rr::set_priority");
         let mut st = self.state.lock();
         let e = st.live_mut(id)?;
         validate_priority(e.acct.class, priority)?;
         e.acct.priority = priority;
-        Ok(())
+        Ok(Vec::new())
+    }
+
+    fn set_class(
+        &self,
+        id: EntityId,
+        class: SchedClass,
+        priority: u8,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _p = crate::profiler::scope("global_rr::set_class");
+        validate_priority(class, priority)?;
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let e = st.live_mut(id)?;
+        let (old, state) = (e.acct.class, e.acct.state());
+        e.acct.class = class;
+        e.acct.priority = priority;
+        let near = e.acct.last_cpu().unwrap_or(CpuId(0));
+        if state != RunState::Ready {
+            return Ok(Vec::new());
+        }
+        // Into its new class's FIFO, and kicked as on a wake (a new
+        // realtime entity preempts a timeshare one).
+        st.ready.remove(id, old);
+        st.ready.push_back(id, class);
+        Ok(self.kick_for(st, id, near, false).into_iter().collect())
+    }
+
+    fn set_affinity(
+        &self,
+        id: EntityId,
+        affinity: CpuSet,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _p = crate::profiler::scope("global_rr::set_affinity");
+        let affinity = validate_affinity(&affinity, &self.topology)?;
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let e = st.live_mut(id)?;
+        e.affinity = affinity;
+        let near = e.acct.last_cpu().unwrap_or(CpuId(0));
+        match e.acct.state() {
+            // It leaves a CPU it may no longer use at that CPU's next call.
+            RunState::Running(c) if !e.affinity.contains(c) => Ok(vec![c]),
+            RunState::Ready => Ok(self.kick_for(st, id, near, false).into_iter().collect()),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    fn mode(&self) -> Mode {
+        self.current_mode()
+    }
+
+    /// The quantum follows at the next dispatch; placement has no mode.
+    fn set_mode(&self, mode: Mode, _now: Nanos) -> Vec<CpuId> {
+        self.mode.store(mode as u8, Ordering::Relaxed);
+        Vec::new()
+    }
+
+    fn set_cpu_enabled(
+        &self,
+        cpu: CpuId,
+        enabled: bool,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _p = crate::profiler::scope("global_rr::set_cpu_enabled");
+        if self.topology.cpu(cpu).is_none() {
+            return Err(SchedError::UnknownCpu(cpu));
+        }
+        let mut st = self.state.lock();
+        let ci = cpu.0 as usize;
+        if st.in_service[ci] == enabled {
+            return Ok(Vec::new());
+        }
+        if !enabled && st.in_service.iter().filter(|on| **on).count() == 1 {
+            return Err(SchedError::LastCpuInService(cpu));
+        }
+        st.in_service[ci] = enabled;
+        // Out of service: what it runs leaves at its next call, which also
+        // kicks a CPU for it. Back: it looks at the queue.
+        st.cpus[ci].kick_pending = true;
+        Ok(vec![cpu])
     }
 
     /// Recorded but without effect: this policy has no idle-core search.
@@ -424,11 +594,17 @@ impl super::VcpuScheduler for GlobalRoundRobin {
     fn snapshot(&self, now: Nanos) -> SchedSnapshot {
         let _p = crate::profiler::scope("global_rr::snapshot");
         let st = self.state.lock();
-        let entities = st
+        let core_of = |c: CpuId| self.topology.cpus[c.0 as usize].core;
+        let entities: Vec<EntityStats> = st
             .entities
             .iter()
             .filter_map(|s| match s {
-                Slot::Live(e) => Some(e.acct.stats(now)),
+                Slot::Live(e) => {
+                    let mut row = e.acct.stats(now);
+                    row.core = row.cpu.map(core_of);
+                    row.affinity = e.affinity.clone();
+                    Some(row)
+                }
                 _ => None,
             })
             .collect();
@@ -443,14 +619,44 @@ impl super::VcpuScheduler for GlobalRoundRobin {
                     st.cores[info.core.0 as usize].foreign(info.smt_index as usize, now);
                 s.core_load =
                     utilisation(core.cpus.iter().map(|c| st.cpus[c.0 as usize].times(now)));
+                s.in_service = st.in_service[info.id.0 as usize];
+                s.running_priority = s
+                    .running
+                    .and_then(|r| st.by_index(r))
+                    .map(|r| r.acct.priority);
                 s
             })
             .collect();
+        // One queue: a core's ready count is what waits that may run on it.
+        let cores = self
+            .topology
+            .cores
+            .iter()
+            .map(|core| {
+                let allowed = |e: &&EntityStats| core.cpus.iter().any(|c| e.affinity.contains(*c));
+                CoreStats {
+                    core: core.id,
+                    ready: entities
+                        .iter()
+                        .filter(|e| e.state == EntityState::Waiting)
+                        .filter(allowed)
+                        .count() as u32,
+                    running: core
+                        .cpus
+                        .iter()
+                        .filter(|c| st.cpus[c.0 as usize].current().is_some())
+                        .count() as u32,
+                    load: utilisation(core.cpus.iter().map(|c| st.cpus[c.0 as usize].times(now))),
+                }
+            })
+            .collect();
         SchedSnapshot {
+            mode: self.current_mode(),
             now,
             policy: "global-rr".into(),
             entities,
             cpus,
+            cores,
         }
     }
 }
@@ -458,7 +664,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accounting::testkit;
+    use crate::testkit;
     use crate::{SchedClass, VcpuScheduler, VmId};
     use proptest::prelude::*;
 
@@ -720,7 +926,7 @@ mod tests {
             Some(a)
         );
         s.remove_entity(a, 5).unwrap();
-        assert_eq!(s.wake(a, 6), Err(SchedError::UnknownEntity(a)));
+        assert_eq!(s.wake(a, 6), Err(SchedError::StaleEntity(a)));
         // The id is not reused while CPU 0 still runs it.
         let c = ts(&s, "0");
         assert_ne!(c, a);
@@ -730,8 +936,11 @@ mod tests {
                 .entity,
             Some(b)
         );
+        // Its slot is reused, under a new generation: `a` stays stale.
         let d = ts(&s, "0");
-        assert_eq!(d, a);
+        assert_eq!(d.index(), a.index());
+        assert_ne!(d, a);
+        assert_eq!(s.wake(a, 11), Err(SchedError::StaleEntity(a)));
         s.remove_entity(b, 11).unwrap(); // running again: zombie
         s.remove_entity(c, 11).unwrap(); // blocked
         assert_eq!(s.snapshot(12).entities.len(), 1);
@@ -755,7 +964,7 @@ mod tests {
         )
         .unwrap();
         let e = ts(&s, "0-1");
-        let ghost = EntityId(7);
+        let ghost = EntityId::new(7, 0);
         assert_eq!(s.wake(ghost, 0), Err(SchedError::UnknownEntity(ghost)));
         assert_eq!(
             s.remove_entity(ghost, 0),
@@ -808,7 +1017,7 @@ mod tests {
             Err(SchedError::TooManyEntities(2))
         );
         s.remove_entity(e, 0).unwrap();
-        assert_eq!(s.remove_entity(e, 0), Err(SchedError::UnknownEntity(e)));
+        assert_eq!(s.remove_entity(e, 0), Err(SchedError::StaleEntity(e)));
         ts(&s, "0-1");
         s.set_idle_core_search(false);
         assert!(GlobalRoundRobin::new(
@@ -893,6 +1102,16 @@ mod tests {
         }
         s.check().unwrap();
         assert_eq!(s.snapshot(10_000).total_idle_while_waiting(), 0);
+    }
+
+    #[test]
+    fn stale_handles_are_refused() {
+        testkit::stale_handles_are_refused(crate::PolicyKind::GlobalRoundRobin);
+    }
+
+    #[test]
+    fn snapshot_says_where_entities_are() {
+        testkit::snapshot_says_where_entities_are(crate::PolicyKind::GlobalRoundRobin);
     }
 
     #[test]

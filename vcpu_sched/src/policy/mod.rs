@@ -16,16 +16,22 @@
 //!    reported yet) is remembered: its next `Blocked` stop keeps it
 //!    runnable instead, so a wake-up is never lost.
 //!
+//! 5. Changes while running (`set_priority`, `set_class`, `set_affinity`,
+//!    `set_mode`, `set_cpu_enabled`) keep the entity's handle and
+//!    statistics and return the CPUs the caller must kick, as a kicking
+//!    wake decision does.
+//!
 //! All methods take `&self` and are safe to call from many threads at once.
 
+mod baseline;
 pub mod global_rr;
 pub mod haiku;
 pub mod static_pin;
 
 use crate::tunables::{Mode, Tunables, DEFAULT_MAX_ENTITIES};
 use crate::{
-    CpuId, Dispatch, EntityId, EntitySpec, Nanos, SchedError, SchedSnapshot, StopReason, Topology,
-    WakeDecision,
+    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedClass, SchedError, SchedSnapshot,
+    StopReason, Topology, WakeDecision,
 };
 use serde::{Deserialize, Serialize};
 
@@ -127,10 +133,72 @@ pub trait VcpuScheduler: Send + Sync {
     fn remove_entity(&self, id: EntityId, now: Nanos) -> Result<(), SchedError>;
     /// The entity became runnable. `Ok(None)` if it already was (queued or running).
     fn wake(&self, id: EntityId, now: Nanos) -> Result<Option<WakeDecision>, SchedError>;
+    /// `wake`, by another entity (a vCPU's IPI to another vCPU). When
+    /// both belong to one VM the policy may place the woken entity near
+    /// the waker (they share data): haiku prefers the waker's last-level
+    /// cache while it has an idle core; the baselines ignore the waker.
+    /// An unknown or stale `waker` is an error, as for `id`.
+    fn wake_by(
+        &self,
+        id: EntityId,
+        waker: EntityId,
+        now: Nanos,
+    ) -> Result<Option<WakeDecision>, SchedError>;
     /// The entity running on `cpu` (if any) stopped for `reason`; pick the next.
     fn schedule(&self, cpu: CpuId, now: Nanos, reason: StopReason) -> Result<Dispatch, SchedError>;
-    /// Change the base priority (cancels the penalty).
-    fn set_priority(&self, id: EntityId, priority: u8, now: Nanos) -> Result<(), SchedError>;
+    /// Change the base priority (cancels the penalty), keeping the class,
+    /// the handle and the statistics. A waiting entity is requeued at its
+    /// new level. Returns the CPUs the caller must kick (usually none).
+    fn set_priority(
+        &self,
+        id: EntityId,
+        priority: u8,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError>;
+    /// Change the class and base priority together (the priority must be
+    /// valid for the class), keeping the handle and the statistics;
+    /// cancels the penalty. A waiting entity is placed again as on a wake
+    /// (a new realtime entity may preempt). Returns the CPUs to kick.
+    fn set_class(
+        &self,
+        id: EntityId,
+        class: SchedClass,
+        priority: u8,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError>;
+    /// Change the hard affinity (CPUs outside the topology are ignored;
+    /// none left is an error), keeping the handle, the penalty and the
+    /// statistics. A waiting entity is placed again as on a wake; one that
+    /// runs on a CPU it may no longer use leaves it at that CPU's next
+    /// `schedule` (that CPU is among the returned kicks). Returns the CPUs
+    /// to kick.
+    fn set_affinity(
+        &self,
+        id: EntityId,
+        affinity: CpuSet,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError>;
+    /// The mode it runs in now.
+    fn mode(&self) -> Mode;
+    /// Switch the mode at run time (Haiku switches its mode operations
+    /// the same way): time slices and placement follow the new mode from
+    /// the next decision on. Returns idle CPUs to kick so that they look
+    /// at what waits (power saving packs work next to idle CPUs that low
+    /// latency would use).
+    fn set_mode(&self, mode: Mode, now: Nanos) -> Vec<CpuId>;
+    /// Take a host CPU out of service (`false`) or put it back (`true`),
+    /// as Haiku's `set_cpu_enabled`. Out of service it runs nothing: what
+    /// it runs leaves at its next `schedule`, what waits for it moves to
+    /// CPUs in service, nothing new is placed on it; an entity allowed
+    /// only on CPUs out of service waits until one comes back. Returns the
+    /// CPUs to kick (the CPU itself among them). The last CPU in service
+    /// cannot be taken out ([`SchedError::LastCpuInService`]).
+    fn set_cpu_enabled(
+        &self,
+        cpu: CpuId,
+        enabled: bool,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError>;
     /// Switch the idle-core part of the idle search on or off at run time.
     fn set_idle_core_search(&self, on: bool);
     /// Counters and histograms at `now`.

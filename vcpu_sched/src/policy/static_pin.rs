@@ -13,25 +13,31 @@
 //!   their affinity allows this CPU);
 //! - the quantum is fixed: the mode's `base_quantum`; a preempted entity
 //!   keeps the unused part and goes back to the head of its queue;
-//! - a wake kicks the home CPU only when it is idle.
+//! - a wake kicks the home CPU only when it is idle;
+//! - changes while running: an entity whose home leaves its affinity gets
+//!   a new home (the least-populated allowed CPU in service; a running one
+//!   when its CPU stops it); a CPU out of service hands its entities to
+//!   new homes the same way and, back in service, gets them back; a class
+//!   change moves a waiting entity to its new class's FIFO; the mode
+//!   switches the quantum. A move holds both CPUs' locks, lower index
+//!   first.
 
-use crate::accounting::{
-    utilisation, validate_priority, validate_spec, ClassFifo, CoreCorun, CpuAccount, EntityAccount,
-    RunState,
+use super::baseline::{utilisation, ClassFifo, CoreCorun, CpuAccount, EntityAccount, RunState};
+use crate::stats::{CoreStats, EntityState};
+use crate::tunables::{Mode, Tunables};
+use crate::validate::{
+    validate_affinity, validate_config, validate_priority, validate_spec, validate_topology,
 };
 use crate::{
-    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedConfig, SchedError, SchedSnapshot,
-    StopReason, Topology, WakeDecision,
+    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedClass, SchedConfig, SchedError,
+    SchedSnapshot, StopReason, Topology, WakeDecision,
 };
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
-/// `homes` value of an unused entity slot.
+/// Home part of a `homes` value for an unused entity slot.
 const NO_HOME: u32 = u32::MAX;
-
-/// Upper bound on `max_entities` (the home table is allocated up front).
-const MAX_ENTITY_TABLE: usize = 1 << 24;
 
 /// One entity, kept under its home CPU's lock.
 #[derive(Debug)]
@@ -40,6 +46,9 @@ struct Entity {
     affinity: CpuSet,
     /// Removed while running: dropped when the CPU next calls `schedule`.
     removed: bool,
+    /// The home it had before that CPU left service (it returns there
+    /// when the CPU comes back).
+    displaced_from: Option<usize>,
 }
 
 /// Per-CPU state, under that CPU's lock.
@@ -65,12 +74,15 @@ struct Alloc {
 /// The static pinning policy (see the module documentation).
 pub struct StaticPinning {
     topology: Topology,
-    quantum: Nanos,
-    minimal_quantum: Nanos,
+    /// Both modes' quantum tables (the mode picks one, `set_mode` switches).
+    tunables: Tunables,
+    mode: AtomicU8,
     max_entities: usize,
     idle_core_search: AtomicBool,
-    /// Home CPU of every entity slot (`NO_HOME` when unused).
-    homes: Vec<AtomicU32>,
+    /// Per entity slot: its generation (high 32 bits, bumped when its
+    /// entity is removed) and its entity's home CPU (low 32 bits,
+    /// `NO_HOME` when unused).
+    homes: Vec<AtomicU64>,
     alloc: Mutex<Alloc>,
     cpus: Vec<Mutex<PinCpu>>,
     /// SMT co-run accounting per core (locked after a CPU lock, never before).
@@ -79,34 +91,26 @@ pub struct StaticPinning {
     queued: Vec<AtomicU32>,
     /// Idle-while-waiting events per CPU (observed after its lock is released).
     idle_while_waiting: Vec<AtomicU64>,
+    /// Per CPU: in service (`set_cpu_enabled`). Out of service a CPU runs
+    /// nothing; its entities get new homes where their affinity allows.
+    in_service: Vec<AtomicBool>,
 }
 
 impl StaticPinning {
     /// A scheduler for `topology`. Uses `config.mode`'s base and minimal
     /// quantum and `config.max_entities` (1..=2^24); the other settings do
-    /// not apply to this policy.
+    /// not apply to this policy (SMT isolation is refused).
     pub fn new(topology: Topology, config: SchedConfig) -> Result<Self, SchedError> {
-        let table = *config.tunables.quantum_table(config.mode);
-        if config.max_entities == 0 || config.max_entities > MAX_ENTITY_TABLE {
-            return Err(SchedError::Config(format!(
-                "max_entities must be in 1..={MAX_ENTITY_TABLE}, not {}",
-                config.max_entities
-            )));
-        }
-        if table.base_quantum == 0 {
-            return Err(SchedError::Config("base_quantum must not be 0".into()));
-        }
-        if topology.cpus.is_empty() {
-            return Err(SchedError::Topology("no CPUs".into()));
-        }
+        validate_topology(&topology)?;
+        validate_config(&config, super::PolicyKind::StaticPinning)?;
         let n = topology.num_cpus();
         Ok(StaticPinning {
-            quantum: table.base_quantum,
-            minimal_quantum: table.minimal_quantum,
+            tunables: config.tunables,
+            mode: AtomicU8::new(config.mode as u8),
             max_entities: config.max_entities,
             idle_core_search: AtomicBool::new(config.idle_core_search),
             homes: (0..config.max_entities)
-                .map(|_| AtomicU32::new(NO_HOME))
+                .map(|_| AtomicU64::new(u64::from(NO_HOME)))
                 .collect(),
             alloc: Mutex::new(Alloc {
                 free: Vec::new(),
@@ -132,43 +136,186 @@ impl StaticPinning {
                 .collect(),
             queued: (0..n).map(|_| AtomicU32::new(0)).collect(),
             idle_while_waiting: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            in_service: (0..n).map(|_| AtomicBool::new(true)).collect(),
             topology,
         })
     }
 
-    /// The home CPU of an entity id, if the id is in use.
+    /// The home CPU of an entity id, if the id names a live entity.
     fn home(&self, id: EntityId) -> Result<usize, SchedError> {
-        match self
+        let Some(v) = self
             .homes
-            .get(id.0 as usize)
+            .get(id.index() as usize)
             .map(|h| h.load(Ordering::Acquire))
-        {
-            Some(h) if h != NO_HOME => Ok(h as usize),
-            _ => Err(SchedError::UnknownEntity(id)),
+        else {
+            return Err(SchedError::UnknownEntity(id));
+        };
+        let (generation, home) = ((v >> 32) as u32, v as u32);
+        if generation != id.generation() {
+            return Err(SchedError::for_handle(id, generation));
+        }
+        if home == NO_HOME {
+            return Err(SchedError::UnknownEntity(id));
+        }
+        Ok(home as usize)
+    }
+
+    /// The entity of `id` is removed: its handle is stale from now on.
+    fn retire(&self, id: EntityId) {
+        if let Some(h) = self.homes.get(id.index() as usize) {
+            let next = u64::from(id.generation().wrapping_add(1));
+            h.store(next << 32 | u64::from(NO_HOME), Ordering::Release);
         }
     }
 
-    /// Return an entity slot to the allocator.
-    fn release(&self, id: EntityId, home: usize) {
-        if let Some(h) = self.homes.get(id.0 as usize) {
-            h.store(NO_HOME, Ordering::Release);
-        }
+    /// Return a (retired) entity slot to the allocator.
+    fn release(&self, index: u32, home: usize) {
         let mut a = self.alloc.lock();
         if let Some(n) = a.assigned.get_mut(home) {
             *n = n.saturating_sub(1);
         }
-        a.free.push(id.0);
+        a.free.push(index);
     }
 
     /// The slice to grant: what is left of the quantum, or a fresh one.
     fn slice(&self, acct: &mut EntityAccount) -> Nanos {
-        let left = self.quantum.saturating_sub(acct.slice_used);
-        if left == 0 || left <= self.minimal_quantum / 2 {
+        let table = self.tunables.quantum_table(self.current_mode());
+        acct.quantum = table.base_quantum;
+        let left = table.base_quantum.saturating_sub(acct.slice_used);
+        if left == 0 || left <= table.minimal_quantum / 2 {
             acct.slice_used = 0;
-            self.quantum
+            table.base_quantum
         } else {
             left
         }
+    }
+
+    fn current_mode(&self) -> Mode {
+        Mode::ALL[self.mode.load(Ordering::Relaxed) as usize & 1]
+    }
+
+    fn cpu_in_service(&self, cpu: usize) -> bool {
+        self.in_service[cpu].load(Ordering::Acquire)
+    }
+
+    /// The home of `id`, locked, with the entity in it. A move between
+    /// homes holds both CPUs' locks and updates the home between, so if
+    /// the entity is not where its home said, the home moved: read again.
+    fn lock_home(&self, id: EntityId) -> Result<(usize, MutexGuard<'_, PinCpu>), SchedError> {
+        loop {
+            let home = self.home(id)?;
+            let pc = self.cpus[home].lock();
+            match pc.entities.get(&id) {
+                Some(e) if !e.removed => return Ok((home, pc)),
+                _ if self.home(id)? != home => continue,
+                _ => return Err(SchedError::StaleEntity(id)),
+            }
+        }
+    }
+
+    /// Give `id`, homed on `from`, a new home: the least-populated CPU in
+    /// service of its affinity (not `from`). Not while it runs (its CPU
+    /// calls this after stopping it). Returns the new home to kick if the
+    /// entity waits there and it is idle. `None`: no other CPU in service
+    /// may run it (it stays), or it runs, or it is gone.
+    fn rehome(&self, id: EntityId, from: usize) -> Option<CpuId> {
+        let affinity = {
+            let pc = self.cpus[from].lock();
+            let e = pc.entities.get(&id).filter(|e| !e.removed)?;
+            e.affinity.clone()
+        };
+        let to = {
+            let a = self.alloc.lock();
+            affinity
+                .iter()
+                .map(|c| c.0 as usize)
+                .filter(|c| *c != from && self.cpu_in_service(*c))
+                .min_by_key(|c| (a.assigned[*c], *c))?
+        };
+        self.move_home(id, from, to)
+    }
+
+    /// Move `id` (not running) from home `from` to home `to`; see `rehome`.
+    fn move_home(&self, id: EntityId, from: usize, to: usize) -> Option<CpuId> {
+        // Both locks, lower index first (the only place two are held).
+        let (mut lo, mut hi) = (
+            self.cpus[from.min(to)].lock(),
+            self.cpus[from.max(to)].lock(),
+        );
+        let (src, dst) = if from < to {
+            (&mut *lo, &mut *hi)
+        } else {
+            (&mut *hi, &mut *lo)
+        };
+        let e = src.entities.get(&id).filter(|e| !e.removed)?;
+        if matches!(e.acct.state(), RunState::Running(_)) || !e.affinity.contains(CpuId(to as u32))
+        {
+            return None;
+        }
+        let mut e = src.entities.remove(&id)?;
+        // Out of service homes are remembered so the entity returns there.
+        e.displaced_from = match e.displaced_from {
+            Some(h) if h == to => None,
+            Some(h) => Some(h),
+            None if !self.cpu_in_service(from) => Some(from),
+            None => None,
+        };
+        let ready = e.acct.state() == RunState::Ready;
+        if ready && src.ready.remove(id, e.acct.class) {
+            self.queued[from].fetch_sub(1, Ordering::Relaxed);
+            dst.ready.push_back(id, e.acct.class);
+            self.queued[to].fetch_add(1, Ordering::Relaxed);
+        }
+        dst.entities.insert(id, e);
+        self.homes[id.index() as usize].store(
+            u64::from(id.generation()) << 32 | to as u64,
+            Ordering::Release,
+        );
+        {
+            let mut a = self.alloc.lock();
+            a.assigned[from] = a.assigned[from].saturating_sub(1);
+            a.assigned[to] += 1;
+        }
+        let kick = ready && dst.acct.is_free_idle() && self.cpu_in_service(to);
+        if kick {
+            dst.acct.kick_pending = true;
+        }
+        kick.then_some(CpuId(to as u32))
+    }
+
+    /// New homes for every entity of `from` that may run elsewhere (`from`
+    /// left service); returns the CPUs to kick.
+    fn rehome_all(&self, from: usize) -> Vec<CpuId> {
+        let ids: Vec<EntityId> = self.cpus[from].lock().entities.keys().copied().collect();
+        let mut kicks: Vec<CpuId> = ids
+            .into_iter()
+            .filter_map(|id| self.rehome(id, from))
+            .collect();
+        kicks.sort_unstable();
+        kicks.dedup();
+        kicks
+    }
+
+    /// `cpu` is back in service: the entities that left it when it went
+    /// out return (those not running now; a running one returns when its
+    /// CPU stops it).
+    fn return_home(&self, cpu: usize) -> Vec<CpuId> {
+        let mut kicks = Vec::new();
+        for from in (0..self.cpus.len()).filter(|c| *c != cpu) {
+            let ids: Vec<EntityId> = self.cpus[from]
+                .lock()
+                .entities
+                .iter()
+                .filter(|(_, e)| e.displaced_from == Some(cpu))
+                .map(|(id, _)| *id)
+                .collect();
+            kicks.extend(
+                ids.into_iter()
+                    .filter_map(|id| self.move_home(id, from, cpu)),
+            );
+        }
+        kicks.dedup();
+        kicks
     }
 
     /// Whether an entity queued on another CPU could run on `cpu`.
@@ -199,14 +346,22 @@ impl StaticPinning {
                 return Err(format!("{cpu:?}: queued counter is off"));
             }
             for (id, e) in &pc.entities {
-                if self.homes[id.0 as usize].load(Ordering::Relaxed) != ci as u32 {
+                // A removed entity still running here is retired already.
+                let want = if e.removed {
+                    u64::from(id.generation().wrapping_add(1)) << 32 | u64::from(NO_HOME)
+                } else {
+                    u64::from(id.generation()) << 32 | ci as u64
+                };
+                if self.homes[id.index() as usize].load(Ordering::Relaxed) != want {
                     return Err(format!("{id:?} lives on {cpu:?} but its home differs"));
                 }
                 let q = queued.iter().filter(|x| *x == id).count();
                 let current = pc.acct.current() == Some(*id);
                 let ok = match e.acct.state() {
                     RunState::Ready => q == 1 && !current && !e.removed,
-                    RunState::Running(c) => q == 0 && current && c == cpu && e.affinity.contains(c),
+                    // (It may run outside a changed affinity until its
+                    // CPU's next `schedule`.)
+                    RunState::Running(c) => q == 0 && current && c == cpu,
                     RunState::Blocked => q == 0 && !current && !e.removed,
                 };
                 if !ok {
@@ -238,7 +393,7 @@ impl super::VcpuScheduler for StaticPinning {
         let affinity = validate_spec(&spec, &self.topology)?;
         let (id, home) = {
             let mut a = self.alloc.lock();
-            let id = match a.free.pop() {
+            let index = match a.free.pop() {
                 Some(i) => i,
                 None if (a.next as usize) < self.max_entities => {
                     a.next += 1;
@@ -255,7 +410,8 @@ impl super::VcpuScheduler for StaticPinning {
                 .unwrap_or(CpuId(0));
             a.assigned[home.0 as usize] += 1;
             a.cursor = (home.0 + 1) % n;
-            (EntityId(id), home)
+            let generation = (self.homes[index as usize].load(Ordering::Acquire) >> 32) as u32;
+            (EntityId::new(index, generation), home)
         };
         self.cpus[home.0 as usize].lock().entities.insert(
             id,
@@ -263,21 +419,24 @@ impl super::VcpuScheduler for StaticPinning {
                 acct: EntityAccount::new(id, &spec, now),
                 affinity,
                 removed: false,
+                displaced_from: None,
             }),
         );
-        self.homes[id.0 as usize].store(home.0, Ordering::Release);
+        self.homes[id.index() as usize].store(
+            u64::from(id.generation()) << 32 | u64::from(home.0),
+            Ordering::Release,
+        );
         Ok(id)
     }
 
     fn remove_entity(&self, id: EntityId, _now: Nanos) -> Result<(), SchedError> {
         let _p = crate::profiler::scope("static_pin::remove_entity");
-        let home = self.home(id)?;
+        let (home, mut pc) = self.lock_home(id)?;
         {
-            let mut pc = self.cpus[home].lock();
-            let e = match pc.entities.get_mut(&id) {
-                Some(e) if !e.removed => e,
-                _ => return Err(SchedError::UnknownEntity(id)),
+            let Some(e) = pc.entities.get_mut(&id) else {
+                return Err(SchedError::StaleEntity(id));
             };
+            self.retire(id);
             match e.acct.state() {
                 RunState::Running(_) => {
                     // Its CPU frees the slot at its next `schedule`.
@@ -294,25 +453,24 @@ impl super::VcpuScheduler for StaticPinning {
             }
             pc.entities.remove(&id);
         }
-        self.release(id, home);
+        drop(pc);
+        self.release(id.index(), home);
         Ok(())
     }
 
     fn wake(&self, id: EntityId, now: Nanos) -> Result<Option<WakeDecision>, SchedError> {
         let _p = crate::profiler::scope("static_pin::wake");
-        let home = self.home(id)?;
-        let mut guard = self.cpus[home].lock();
+        let (home, mut guard) = self.lock_home(id)?;
         let pc = &mut *guard;
-        let e = match pc.entities.get_mut(&id) {
-            Some(e) if !e.removed => e,
-            _ => return Err(SchedError::UnknownEntity(id)),
+        let Some(e) = pc.entities.get_mut(&id) else {
+            return Err(SchedError::StaleEntity(id));
         };
         if !e.acct.wake(now) {
             return Ok(None);
         }
         pc.ready.push_back(id, e.acct.class);
         self.queued[home].fetch_add(1, Ordering::Relaxed);
-        let kick = pc.acct.is_free_idle();
+        let kick = pc.acct.is_free_idle() && self.cpu_in_service(home);
         if kick {
             pc.acct.kick_pending = true;
         }
@@ -322,11 +480,24 @@ impl super::VcpuScheduler for StaticPinning {
         }))
     }
 
+    /// No placement to make near the waker: every entity has its home.
+    fn wake_by(
+        &self,
+        id: EntityId,
+        waker: EntityId,
+        now: Nanos,
+    ) -> Result<Option<WakeDecision>, SchedError> {
+        self.home(waker)?;
+        self.wake(id, now)
+    }
+
     fn schedule(&self, cpu: CpuId, now: Nanos, reason: StopReason) -> Result<Dispatch, SchedError> {
         let _p = crate::profiler::scope("static_pin::schedule");
         let ci = cpu.0 as usize;
         let info = self.topology.cpu(cpu).ok_or(SchedError::UnknownCpu(cpu))?;
         let mut freed = None;
+        let mut moved = None;
+        let in_service = self.cpu_in_service(ci);
         let dispatch = {
             let mut guard = self.cpus[ci].lock();
             let pc = &mut *guard;
@@ -340,6 +511,15 @@ impl super::VcpuScheduler for StaticPinning {
                         freed = Some(cur);
                     }
                     Some(e) if e.acct.state() == RunState::Running(cpu) => {
+                        let back = e.displaced_from.filter(|h| {
+                            self.cpu_in_service(*h) && e.affinity.contains(CpuId(*h as u32))
+                        });
+                        if !in_service || !e.affinity.contains(cpu) || back.is_some() {
+                            // Its home left service or its affinity, or its
+                            // old home is back: it moves once this CPU's
+                            // lock is released.
+                            moved = Some((cur, back));
+                        }
                         if e.acct.stop(now, reason) {
                             let class = e.acct.class;
                             if matches!(reason, StopReason::Preempted | StopReason::Idle) {
@@ -357,8 +537,14 @@ impl super::VcpuScheduler for StaticPinning {
                 }
             }
 
-            // Pick from the own queue only.
-            let picked = pc.ready.pop_first(|_| true).and_then(|id| {
+            // Pick from the own queue only (nothing out of service), an
+            // entity allowed here (one whose affinity just changed moves).
+            let picked = in_service.then(|| {
+                let entities = &pc.entities;
+                pc.ready
+                    .pop_first(|id| entities.get(&id).is_some_and(|e| e.affinity.contains(cpu)))
+            });
+            let picked = picked.flatten().and_then(|id| {
                 self.queued[ci].fetch_sub(1, Ordering::Relaxed);
                 let e = pc.entities.get_mut(&id)?;
                 e.acct.dispatch(cpu, now, &self.topology);
@@ -379,27 +565,138 @@ impl super::VcpuScheduler for StaticPinning {
                 None => Dispatch::idle(),
             }
         };
-        if dispatch.entity.is_none() && self.someone_waits_for(cpu) {
+        let mut dispatch = dispatch;
+        if in_service && dispatch.entity.is_none() && self.someone_waits_for(cpu) {
             self.idle_while_waiting[ci].fetch_add(1, Ordering::Relaxed);
         }
         if let Some(id) = freed {
-            self.release(id, ci);
+            self.release(id.index(), ci);
+        }
+        if !in_service {
+            dispatch.kicks = self.rehome_all(ci);
+        } else if let Some((id, back)) = moved {
+            let kick = match back {
+                Some(h) => self.move_home(id, ci, h),
+                None => self.rehome(id, ci),
+            };
+            dispatch.kicks.extend(kick);
         }
         Ok(dispatch)
     }
 
-    fn set_priority(&self, id: EntityId, priority: u8, _now: Nanos) -> Result<(), SchedError> {
+    fn set_priority(
+        &self,
+        id: EntityId,
+        priority: u8,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
         let _p = crate::profiler::scope("static_pin::set_priority");
-        let home = self.home(id)?;
-        let mut pc = self.cpus[home].lock();
-        match pc.entities.get_mut(&id) {
-            Some(e) if !e.removed => {
-                validate_priority(e.acct.class, priority)?;
-                e.acct.priority = priority;
-                Ok(())
-            }
-            _ => Err(SchedError::UnknownEntity(id)),
+        let (_, mut pc) = self.lock_home(id)?;
+        let Some(e) = pc.entities.get_mut(&id) else {
+            return Err(SchedError::StaleEntity(id));
+        };
+        validate_priority(e.acct.class, priority)?;
+        e.acct.priority = priority;
+        Ok(Vec::new())
+    }
+
+    fn set_class(
+        &self,
+        id: EntityId,
+        class: SchedClass,
+        priority: u8,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _p = crate::profiler::scope("static_pin::set_class");
+        validate_priority(class, priority)?;
+        let (_, mut guard) = self.lock_home(id)?;
+        let pc = &mut *guard;
+        let Some(e) = pc.entities.get_mut(&id) else {
+            return Err(SchedError::StaleEntity(id));
+        };
+        let old = e.acct.class;
+        e.acct.class = class;
+        e.acct.priority = priority;
+        // Into its new class's FIFO on its home (which a wake already
+        // kicked if it was idle).
+        if e.acct.state() == RunState::Ready && pc.ready.remove(id, old) {
+            pc.ready.push_back(id, class);
         }
+        Ok(Vec::new())
+    }
+
+    fn set_affinity(
+        &self,
+        id: EntityId,
+        affinity: CpuSet,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _p = crate::profiler::scope("static_pin::set_affinity");
+        let affinity = validate_affinity(&affinity, &self.topology)?;
+        let (home, mut pc) = self.lock_home(id)?;
+        let Some(e) = pc.entities.get_mut(&id) else {
+            return Err(SchedError::StaleEntity(id));
+        };
+        e.affinity = affinity;
+        if e.affinity.contains(CpuId(home as u32)) {
+            return Ok(Vec::new());
+        }
+        if matches!(e.acct.state(), RunState::Running(_)) {
+            // Its CPU moves it when it stops it.
+            return Ok(vec![CpuId(home as u32)]);
+        }
+        drop(pc);
+        Ok(self.rehome(id, home).into_iter().collect())
+    }
+
+    fn mode(&self) -> Mode {
+        self.current_mode()
+    }
+
+    /// The quantum follows at the next dispatch; placement has no mode.
+    fn set_mode(&self, mode: Mode, _now: Nanos) -> Vec<CpuId> {
+        self.mode.store(mode as u8, Ordering::Relaxed);
+        Vec::new()
+    }
+
+    fn set_cpu_enabled(
+        &self,
+        cpu: CpuId,
+        enabled: bool,
+        _now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _p = crate::profiler::scope("static_pin::set_cpu_enabled");
+        let ci = cpu.0 as usize;
+        if ci >= self.cpus.len() {
+            return Err(SchedError::UnknownCpu(cpu));
+        }
+        // One change of service at a time (the last-CPU check).
+        let _changing = self.alloc.lock();
+        if self.cpu_in_service(ci) == enabled {
+            return Ok(Vec::new());
+        }
+        let serving = self
+            .in_service
+            .iter()
+            .filter(|c| c.load(Ordering::Acquire))
+            .count();
+        if !enabled && serving == 1 {
+            return Err(SchedError::LastCpuInService(cpu));
+        }
+        self.in_service[ci].store(enabled, Ordering::SeqCst);
+        drop(_changing);
+        // Back in service: it runs what stayed homed on it and what left
+        // it. Out: its entities move (what it runs, when it stops it: it
+        // is kicked).
+        let mut kicks = vec![cpu];
+        if enabled {
+            kicks.extend(self.return_home(ci));
+        } else {
+            kicks.extend(self.rehome_all(ci));
+        }
+        kicks.sort_unstable();
+        kicks.dedup();
+        Ok(kicks)
     }
 
     /// Recorded but without effect: this policy never searches for CPUs.
@@ -412,16 +709,28 @@ impl super::VcpuScheduler for StaticPinning {
         let mut entities = Vec::new();
         let mut cpus = Vec::with_capacity(self.cpus.len());
         let mut times = Vec::with_capacity(self.cpus.len());
+        let mut waiting = vec![0u32; self.cpus.len()];
         for (ci, m) in self.cpus.iter().enumerate() {
             let pc = m.lock();
-            entities.extend(
-                pc.entities
-                    .values()
-                    .filter(|e| !e.removed)
-                    .map(|e| e.acct.stats(now)),
-            );
+            let home = CpuId(ci as u32);
+            let core = self.topology.cpus[ci].core;
+            entities.extend(pc.entities.values().filter(|e| !e.removed).map(|e| {
+                let mut row = e.acct.stats(now);
+                if row.state == EntityState::Waiting {
+                    // It waits in its home's queue.
+                    row.cpu = Some(home);
+                }
+                row.core = row.cpu.map(|_| core);
+                row.affinity = e.affinity.clone();
+                row
+            }));
             let mut s = pc.acct.stats(now);
             s.idle_while_waiting = self.idle_while_waiting[ci].load(Ordering::Relaxed);
+            s.running_priority = s
+                .running
+                .and_then(|r| pc.entities.get(&r))
+                .map(|e| e.acct.priority);
+            waiting[ci] = pc.ready.len() as u32;
             times.push(pc.acct.times(now));
             cpus.push(s);
         }
@@ -431,13 +740,31 @@ impl super::VcpuScheduler for StaticPinning {
                 .lock()
                 .foreign(info.smt_index as usize, now);
             s.core_load = utilisation(core.cpus.iter().map(|c| times[c.0 as usize]));
+            s.in_service = self.cpu_in_service(info.id.0 as usize);
         }
+        let cores = self
+            .topology
+            .cores
+            .iter()
+            .map(|core| CoreStats {
+                core: core.id,
+                ready: core.cpus.iter().map(|c| waiting[c.0 as usize]).sum(),
+                running: core
+                    .cpus
+                    .iter()
+                    .filter(|c| cpus[c.0 as usize].running.is_some())
+                    .count() as u32,
+                load: utilisation(core.cpus.iter().map(|c| times[c.0 as usize])),
+            })
+            .collect();
         entities.sort_by_key(|e| e.id);
         SchedSnapshot {
+            mode: self.current_mode(),
             now,
             policy: "pinned".into(),
             entities,
             cpus,
+            cores,
         }
     }
 }
@@ -445,7 +772,7 @@ impl super::VcpuScheduler for StaticPinning {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accounting::testkit;
+    use crate::testkit;
     use crate::{SchedClass, VcpuScheduler, VmId};
     use proptest::prelude::*;
 
@@ -658,8 +985,8 @@ mod tests {
         s.wake(a, 0).unwrap();
         s.schedule(CpuId(0), 0, StopReason::Idle).unwrap();
         s.remove_entity(a, 1).unwrap();
-        assert_eq!(s.remove_entity(a, 1), Err(SchedError::UnknownEntity(a)));
-        assert_eq!(s.wake(a, 1), Err(SchedError::UnknownEntity(a)));
+        assert_eq!(s.remove_entity(a, 1), Err(SchedError::StaleEntity(a)));
+        assert_eq!(s.wake(a, 1), Err(SchedError::StaleEntity(a)));
         let b = ts(&s, "0");
         assert_ne!(a, b);
         assert!(s.snapshot(2).entities.iter().all(|e| e.id != a));
@@ -669,7 +996,10 @@ mod tests {
                 .entity,
             None
         );
-        assert_eq!(ts(&s, "0"), a);
+        // The slot is free again, and reused under a new generation.
+        let c = ts(&s, "0");
+        assert_eq!(c.index(), a.index());
+        assert_ne!(c, a);
         s.check().unwrap();
     }
 
@@ -684,8 +1014,8 @@ mod tests {
         )
         .unwrap();
         let e = ts(&s, "1");
-        let ghost = EntityId(1);
-        let far = EntityId(1 << 20);
+        let ghost = EntityId::new(1, 0);
+        let far = EntityId::new(1 << 20, 0);
         for g in [ghost, far] {
             assert_eq!(s.wake(g, 0), Err(SchedError::UnknownEntity(g)));
             assert_eq!(s.remove_entity(g, 0), Err(SchedError::UnknownEntity(g)));
@@ -756,6 +1086,16 @@ mod tests {
     }
 
     #[test]
+    fn stale_handles_are_refused() {
+        testkit::stale_handles_are_refused(crate::PolicyKind::StaticPinning);
+    }
+
+    #[test]
+    fn snapshot_says_where_entities_are() {
+        testkit::snapshot_says_where_entities_are(crate::PolicyKind::StaticPinning);
+    }
+
+    #[test]
     fn built_by_the_factory() {
         testkit::built_by_the_factory(crate::PolicyKind::StaticPinning, "pinned");
     }
@@ -770,8 +1110,13 @@ mod tests {
         ) {
             let s = StaticPinning::new(topo.clone(), SchedConfig::default()).unwrap();
             testkit::drive(&s, &topo, &specs, &ops, &|| s.check())?;
+            // Entities move only when their home leaves service or their
+            // affinity.
+            let moved = ops
+                .iter()
+                .any(|(op, _)| matches!(op, testkit::Op::SetAffinity(..) | testkit::Op::SetCpu(..)));
             for e in s.snapshot(u64::MAX / 2).entities {
-                prop_assert_eq!(e.migrations.total(), 0);
+                prop_assert!(moved || e.migrations.total() == 0);
             }
         }
     }

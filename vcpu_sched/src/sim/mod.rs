@@ -9,10 +9,17 @@
 //! same workload and seed give the same [`SimReport`], bit for bit (apart
 //! from [`report::HostTiming`]).
 //!
-//! - [`workload`]: the input ([`Workload`], TOML or builder API);
+//! - [`workload`]: the input ([`Workload`], TOML or builder API), with
+//!   [`change`]s made while it runs (the scheduler's runtime API);
 //! - [`dist`]: burst / sleep distributions and the seeded random stream;
-//! - [`engine`]: the event queue and the CPU / entity model ([`Simulator`]);
-//! - [`report`]: the results ([`SimReport`], text table and JSON);
+//! - `events`: the event queue (time, then sequence number);
+//! - `model`: the vCPUs' behaviour and the simulator's own measurements;
+//! - [`engine`]: the loop that moves the model from event to event and
+//!   plays the VMM towards the scheduler ([`Simulator`]); every answer goes
+//!   through a [`crate::Monitor`], whose counts are the report's
+//!   violations;
+//! - [`report`]: the results ([`SimReport`], text table and JSON), built by
+//!   `collect`;
 //! - [`front`]: the command-line front end shared by `pacer sim` and the
 //!   `sim` example.
 //!
@@ -24,12 +31,17 @@
 //! assert_eq!(report.violations.total(), 0);
 //! ```
 
+pub mod change;
+mod collect;
 pub mod dist;
 pub mod engine;
+mod events;
 pub mod front;
+mod model;
 pub mod report;
 pub mod workload;
 
+pub use change::ChangeSpec;
 pub use dist::Dist;
 pub use engine::{run, Simulator};
 pub use report::{SimReport, Violations};

@@ -1,60 +1,11 @@
 //! Results of a simulation run: throughput, wake latency, balance,
 //! context switches, correctness violations and the policy's own snapshot.
 
+pub use crate::monitor::Violations;
 pub use crate::stats::jain_index;
 use crate::{CpuId, EntityId, LatencySummary, Nanos, SchedSnapshot};
 use serde::Serialize;
 use std::fmt::Write as _;
-
-/// Correctness checks made by the simulator while it ran. A correct policy
-/// has [`Violations::total`] == 0.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Violations {
-    /// An entity was dispatched on a CPU while it ran on another one.
-    pub double_run: u64,
-    /// An entity was dispatched on a CPU outside its affinity.
-    pub affinity: u64,
-    /// An entity was dispatched although it was blocked (never woken).
-    pub dispatched_blocked: u64,
-    /// `wake` answered "already runnable" for an entity that was blocked
-    /// (a lost wake-up).
-    pub lost_wake: u64,
-    /// A wake was placed on an idle CPU without a kick and no kick was pending
-    /// (a remote wake-up left unnoticed).
-    pub unnoticed_wake: u64,
-    /// A CPU went idle while an entity allowed on it was ready and not
-    /// dispatched, no kick to this CPU was pending, and the entity's own
-    /// wake was not still in flight (see `idle_while_wake_in_flight`).
-    pub idle_while_waiting: u64,
-    /// Low-latency mode only: a woken entity was queued without a kick on a
-    /// busy CPU, or a stopped entity went back to a queue, while a CPU that
-    /// could run it was idle with no kick pending ("a runnable vCPU never
-    /// waits while a CPU it may run on is idle").
-    pub idle_cpu_passed_over: u64,
-    /// Not a violation, for information: a CPU went idle while an allowed
-    /// entity waited whose wake-up kick to another CPU was still in flight.
-    pub idle_while_wake_in_flight: u64,
-    /// Not a violation, for information: under SMT isolation, a CPU went
-    /// idle while a vCPU of another VM than its siblings' waited for the
-    /// core (a forced idle of core scheduling, handing the core over).
-    pub smt_handover_idle: u64,
-    /// Not a violation, for information: dispatches with a zero quantum
-    /// (run as 1 us).
-    pub zero_quantum: u64,
-}
-
-impl Violations {
-    /// Sum of the real violations (the informational counters excluded).
-    pub fn total(&self) -> u64 {
-        self.double_run
-            + self.affinity
-            + self.dispatched_blocked
-            + self.lost_wake
-            + self.unnoticed_wake
-            + self.idle_while_waiting
-            + self.idle_cpu_passed_over
-    }
-}
 
 /// Throughput of a set of vCPUs over the measured window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -385,7 +336,7 @@ impl SimReport {
         let v = &self.violations;
         let _ = writeln!(
             s,
-            "\nviolations: {} (double_run {}, affinity {}, dispatched_blocked {}, lost_wake {}, unnoticed_wake {}, idle_while_waiting {}, idle_cpu_passed_over {}); info: idle_while_wake_in_flight {}, smt_handover_idle {}, zero_quantum {}, wake_queued_with_idle_cpu {}; policy idle_while_waiting {}",
+            "\nviolations: {} (double_run {}, affinity {}, dispatched_blocked {}, lost_wake {}, unnoticed_wake {}, idle_while_waiting {}, idle_cpu_passed_over {}, smt_corun {}); info: idle_while_wake_in_flight {}, smt_handover_idle {}, zero_quantum {}, wake_queued_with_idle_cpu {}; policy idle_while_waiting {}",
             v.total(),
             v.double_run,
             v.affinity,
@@ -394,6 +345,7 @@ impl SimReport {
             v.unnoticed_wake,
             v.idle_while_waiting,
             v.idle_cpu_passed_over,
+            v.smt_corun,
             v.idle_while_wake_in_flight,
             v.smt_handover_idle,
             v.zero_quantum,

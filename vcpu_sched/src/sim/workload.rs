@@ -25,6 +25,7 @@
 //! sleep = "never"                         # CPU hog
 //! ```
 
+use super::change::{Change, ChangeSpec};
 use super::dist::Dist;
 use crate::{CpuSet, SchedClass, SchedConfig};
 use serde::{Deserialize, Serialize};
@@ -122,6 +123,10 @@ pub struct GroupSpec {
     /// VM the vCPUs belong to (SMT isolation, per-VM throughput, the VM lock).
     #[serde(default)]
     pub vm: u32,
+    /// Each vCPU is a VM of its own: VMs `vm`, `vm + 1`, ... (unrelated
+    /// single-vCPU VMs; no `lock` then).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub separate_vms: bool,
     /// Scheduling class (default timeshare).
     #[serde(default)]
     pub class: SchedClass,
@@ -169,6 +174,7 @@ impl GroupSpec {
             name: name.to_string(),
             count,
             vm: 0,
+            separate_vms: false,
             class: SchedClass::Timeshare,
             priority: normal_priority(),
             affinity: None,
@@ -183,6 +189,11 @@ impl GroupSpec {
     /// Set the VM id.
     pub fn with_vm(mut self, vm: u32) -> Self {
         self.vm = vm;
+        self
+    }
+    /// Make each vCPU a VM of its own (VMs `vm`, `vm + 1`, ...).
+    pub fn with_separate_vms(mut self, on: bool) -> Self {
+        self.separate_vms = on;
         self
     }
     /// Set class and priority.
@@ -254,6 +265,10 @@ pub struct Workload {
     /// The vCPU groups.
     #[serde(default, rename = "group")]
     pub groups: Vec<GroupSpec>,
+    /// Changes made while it runs (CPUs out of service, mode, affinity,
+    /// class), in any order.
+    #[serde(default, rename = "change", skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<ChangeSpec>,
 }
 
 fn default_kick_latency() -> f64 {
@@ -295,11 +310,17 @@ impl Workload {
             kick_latency_us: default_kick_latency(),
             sched: SchedConfig::default(),
             groups: Vec::new(),
+            changes: Vec::new(),
         }
     }
     /// Add a group.
     pub fn group(mut self, g: GroupSpec) -> Self {
         self.groups.push(g);
+        self
+    }
+    /// Add a change made while it runs.
+    pub fn change(mut self, c: ChangeSpec) -> Self {
+        self.changes.push(c);
         self
     }
     /// Set the seed.
@@ -402,6 +423,11 @@ impl Workload {
                 d.validate()
                     .map_err(|e| SimError::Invalid(format!("group {name}: sleep: {e}")))?;
             }
+            if g.separate_vms && g.lock.is_some() {
+                return bad(format!(
+                    "group {name}: a VM-wide lock needs one VM (separate_vms is set)"
+                ));
+            }
             if let Some(l) = &g.lock {
                 if !(l.hold_fraction > 0.0 && l.hold_fraction <= 1.0) {
                     return bad(format!(
@@ -432,6 +458,17 @@ impl Workload {
                         ))
                     }
                 }
+            }
+        }
+        for c in &self.changes {
+            let group = match c.kind()? {
+                Change::Affinity { group, .. }
+                | Change::Class { group, .. }
+                | Change::Priority { group, .. } => Some(group),
+                Change::CpuEnabled { .. } | Change::Mode(_) => None,
+            };
+            if let Some(g) = group.filter(|g| !self.groups.iter().any(|o| o.name == *g)) {
+                return bad(format!("change at {} us: unknown group {g:?}", c.at_us));
             }
         }
         Ok(())

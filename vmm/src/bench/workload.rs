@@ -98,7 +98,7 @@ impl WorkloadKind {
     pub fn unavailable(self) -> Option<&'static str> {
         match self {
             WorkloadKind::UnixBench => Some(
-                "Linux guests do not boot in Pacer yet; the unixbench adapter comes with the Linux boot",
+                "pacer bench has no unixbench cells yet: boot configs/linux.toml with pacer run, then pacer unixbench --report its console log",
             ),
             _ => None,
         }

@@ -57,7 +57,7 @@ pub fn load_kernel(
     let entry = res.kernel_load.raw_value();
     let kernel_end = res.kernel_end;
     let initrd = match initrd {
-        Some(p) => Some(load_initrd(mem, p, kernel_end)?),
+        Some(p) => Some(load_initrd(mem, p, kernel_end, MMIO_GAP_START)?),
         None => None,
     };
     Ok(LoadedKernel {
@@ -67,10 +67,13 @@ pub fn load_kernel(
     })
 }
 
-fn load_initrd(
+/// Load the initrd page-aligned as high as possible: ending at or below
+/// `limit` (and the end of RAM), starting above the kernel.
+pub(crate) fn load_initrd(
     mem: &GuestMemoryMmap,
     path: &Path,
     kernel_end: u64,
+    limit: u64,
 ) -> Result<(u64, u64), BootError> {
     let name = path.display().to_string();
     let mut f = File::open(path).map_err(|source| BootError::Open {
@@ -84,7 +87,7 @@ fn load_initrd(
             reason: e.to_string(),
         })?
         .len();
-    let top = ram_end(mem).min(MMIO_GAP_START);
+    let top = ram_end(mem).min(limit);
     let addr = top
         .checked_sub(size)
         .map(|a| a & !(PAGE_SIZE - 1))
@@ -161,7 +164,8 @@ pub fn identity_map_pages(ram_end: u64) -> u64 {
     ram_end.min(4 << 30).div_ceil(TWO_MIB)
 }
 
-fn write_page_tables(mem: &GuestMemoryMmap) -> Result<(), BootError> {
+/// Identity-map the first 4 GiB (or all RAM below it) with 2 MiB pages.
+pub(crate) fn write_page_tables(mem: &GuestMemoryMmap) -> Result<(), BootError> {
     let w = |v: u64, a: u64| {
         mem.write_obj(v, GuestAddress(a))
             .map_err(|source| BootError::Write {

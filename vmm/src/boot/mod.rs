@@ -5,24 +5,31 @@
 //! |---|---|---|---|
 //! | ELF64 x86-64 | `bench` (default) | `elf.rs`: PT_LOADs, zero page, page tables | 64-bit long mode (`regs.rs`) |
 //! | ELF32 or raw binary with a multiboot v1 header | `multiboot` (default) | `multiboot.rs` (+ `acpi.rs`) | 32-bit protected mode |
-//! | bzImage | `linux` | not built yet: refused at validation | - |
+//! | bzImage | `linux` (default) | `linux.rs`: 64-bit boot protocol, `zero_page.rs`, `acpi.rs` + `madt.rs`, `mptable.rs` | 64-bit long mode at the bzImage's 64-bit entry |
+//! | ELF64 x86-64 with a "Linux" ELF note (a vmlinux) | `linux` (default) | the same | 64-bit long mode at `startup_64` (the ELF entry) |
 //!
-//! [`inspect`] reads the start of the file (config validation uses it, so
-//! a wrong kernel is a validation error, exit code 2); [`load`] puts
-//! everything in guest memory and returns the [`EntryState`];
-//! [`vcpu::configure_vcpu`] sets a vCPU's CPUID, MSRs and registers.
-//! Addresses of every boot structure: `layout.rs`.
+//! [`inspect`] reads the start of the file, and an ELF64's notes
+//! (`notes.rs`: what tells a vmlinux from the bench guest); config
+//! validation uses it, so a wrong kernel is a validation error (exit code
+//! 2). [`load`] puts everything in guest memory and returns the
+//! [`EntryState`]; [`vcpu::configure_vcpu`] sets a vCPU's CPUID, MSRs and
+//! registers. Addresses of every boot structure: `layout.rs`.
 
 pub mod acpi;
 pub mod elf;
 pub mod layout;
+pub mod linux;
+pub mod madt;
+pub mod mptable;
 pub mod multiboot;
+pub mod notes;
 pub mod regs;
 pub mod vcpu;
+pub mod zero_page;
 
 use crate::config::VmConfig;
 use multiboot::{MultibootError, MultibootHeader};
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
@@ -84,7 +91,9 @@ pub enum GuestKind {
     /// user's command line and modules, QEMU's test devices (isa-debug-exit,
     /// fw_cfg, pc-testdev, ACPI PM timer).
     Multiboot,
-    /// A Linux bzImage (not built yet).
+    /// A Linux kernel, bzImage or vmlinux: the 64-bit boot protocol, the
+    /// user's command line after Pacer's (`linux.rs`), an initramfs, ACPI
+    /// and MP tables, the ACPI power-off registers.
     Linux,
 }
 
@@ -118,6 +127,8 @@ pub enum KernelFormat {
 pub struct KernelInfo {
     pub format: KernelFormat,
     pub multiboot: Option<MultibootHeader>,
+    /// An ELF64's notes (default for other formats).
+    pub notes: notes::ElfNotes,
 }
 
 /// bzImage: 0xAA55 at 0x1FE and "HdrS" at 0x202 (Linux boot protocol).
@@ -141,34 +152,53 @@ pub fn inspect_bytes(head: &[u8]) -> Result<KernelInfo, MultibootError> {
     } else {
         KernelFormat::Raw
     };
+    let notes = match format {
+        KernelFormat::Elf64X86_64 => notes::scan_bytes(head),
+        _ => notes::ElfNotes::default(),
+    };
     Ok(KernelInfo {
         format,
         multiboot: multiboot::find_header(head)?,
+        notes,
     })
 }
 
-/// Read the start of `path` and recognise its format.
+/// Read the start of `path` (and an ELF64's notes) and recognise its
+/// format.
 pub fn inspect(path: &Path) -> Result<KernelInfo, BootError> {
     let name = path.display().to_string();
+    let open_err = |source| BootError::Open {
+        path: name.clone(),
+        source,
+    };
+    let mut file = std::fs::File::open(path).map_err(open_err)?;
     let mut head = Vec::with_capacity(multiboot::MULTIBOOT_SEARCH_LIMIT);
-    std::fs::File::open(path)
-        .and_then(|f| {
-            f.take(multiboot::MULTIBOOT_SEARCH_LIMIT as u64)
-                .read_to_end(&mut head)
-        })
-        .map_err(|source| BootError::Open {
-            path: name.clone(),
-            source,
-        })?;
-    inspect_bytes(&head).map_err(|source| BootError::Multiboot { path: name, source })
+    (&mut file)
+        .take(multiboot::MULTIBOOT_SEARCH_LIMIT as u64)
+        .read_to_end(&mut head)
+        .map_err(open_err)?;
+    let mut info = inspect_bytes(&head).map_err(|source| BootError::Multiboot {
+        path: name.clone(),
+        source,
+    })?;
+    if info.format == KernelFormat::Elf64X86_64 {
+        info.notes = notes::scan(&head, &mut |offset, len| {
+            let mut buf = vec![0u8; len];
+            file.seek(SeekFrom::Start(offset)).ok()?;
+            file.read_exact(&mut buf).ok()?;
+            Some(buf)
+        });
+    }
+    Ok(info)
 }
 
 impl KernelInfo {
     /// The guest kind this kernel boots as when the config names none.
     pub fn default_guest(&self) -> Result<GuestKind, String> {
         match (self.format, self.multiboot) {
+            (KernelFormat::Elf64X86_64, _) if self.notes.linux => Ok(GuestKind::Linux),
             (KernelFormat::Elf64X86_64, _) => Ok(GuestKind::Bench),
-            (KernelFormat::BzImage, _) => Err("a Linux bzImage: bzImage support is not built yet".into()),
+            (KernelFormat::BzImage, _) => Ok(GuestKind::Linux),
             (_, Some(_)) => Ok(GuestKind::Multiboot),
             (KernelFormat::OtherElf { class, machine }, None) => Err(format!(
                 "an ELF file (class {class}, machine {machine}) that is neither ELF64 x86-64 nor multiboot"
@@ -182,6 +212,9 @@ impl KernelInfo {
     /// Can this kernel boot as `guest`? (Err: why not.)
     pub fn check_guest(&self, guest: GuestKind) -> Result<(), String> {
         match guest {
+            GuestKind::Bench if self.format == KernelFormat::Elf64X86_64 && self.notes.linux => Err(
+                "guest \"bench\": this ELF64 is a Linux vmlinux (it has \"Linux\" ELF notes); use guest = \"linux\"".into(),
+            ),
             GuestKind::Bench if self.format == KernelFormat::Elf64X86_64 => Ok(()),
             GuestKind::Bench => Err("guest \"bench\" needs an ELF64 x86-64 kernel".into()),
             GuestKind::Multiboot => match self.multiboot {
@@ -191,7 +224,14 @@ impl KernelInfo {
                 ),
                 Some(_) => Ok(()),
             },
-            GuestKind::Linux => Err("guest \"linux\": bzImage support is not built yet".into()),
+            GuestKind::Linux => match self.format {
+                KernelFormat::BzImage => Ok(()),
+                KernelFormat::Elf64X86_64 if self.notes.linux => Ok(()),
+                KernelFormat::Elf64X86_64 => Err(
+                    "guest \"linux\": an ELF64 file without \"Linux\" ELF notes is not a vmlinux".into(),
+                ),
+                _ => Err("guest \"linux\" needs a bzImage or an ELF64 vmlinux".into()),
+            },
         }
     }
 }
@@ -234,7 +274,6 @@ pub(crate) fn write_gdt(mem: &GuestMemoryMmap, gdt: &[u64]) -> Result<(), BootEr
 /// Load `config`'s kernel (and initrd or modules) into `mem` for its
 /// guest kind. `tsc_khz` goes on the bench guest's command line.
 pub fn load(mem: &GuestMemoryMmap, config: &VmConfig, tsc_khz: u32) -> Result<Booted, BootError> {
-    let path = config.kernel.display().to_string();
     match config.guest {
         GuestKind::Bench => {
             let loaded = elf::load_kernel(mem, &config.kernel, config.initrd.as_deref())?;
@@ -252,7 +291,10 @@ pub fn load(mem: &GuestMemoryMmap, config: &VmConfig, tsc_khz: u32) -> Result<Bo
         }
         GuestKind::Multiboot => {
             let l = multiboot::load(mem, &config.kernel, &config.cmdline, &config.modules)
-                .map_err(|source| BootError::Multiboot { path, source })?;
+                .map_err(|source| BootError::Multiboot {
+                    path: config.kernel.display().to_string(),
+                    source,
+                })?;
             write_gdt(mem, &regs::protected_mode_gdt())?;
             acpi::write_tables(mem)?;
             Ok(Booted {
@@ -263,10 +305,21 @@ pub fn load(mem: &GuestMemoryMmap, config: &VmConfig, tsc_khz: u32) -> Result<Bo
                 cmdline: l.cmdline,
             })
         }
-        GuestKind::Linux => Err(BootError::Format {
-            path,
-            reason: "bzImage support is not built yet".into(),
-        }),
+        GuestKind::Linux => {
+            let format = inspect(&config.kernel)?.format;
+            let l = linux::load(
+                mem,
+                &config.kernel,
+                format,
+                config.initrd.as_deref(),
+                &config.cmdline,
+                config.vcpus,
+            )?;
+            Ok(Booted {
+                entry: EntryState::LongMode { entry: l.entry },
+                cmdline: l.cmdline,
+            })
+        }
     }
 }
 
@@ -274,6 +327,51 @@ pub fn load(mem: &GuestMemoryMmap, config: &VmConfig, tsc_khz: u32) -> Result<Bo
 mod tests {
     use super::multiboot::tests::{elf32, header};
     use super::*;
+
+    /// What a Linux guest counts its CPUs by agrees: CPUID's initial APIC
+    /// id (leaf 1 EBX[31:24]) and x2APIC id (leaf 0xB EDX) of each vCPU,
+    /// the logical-processor count, the MADT's local APIC entries and the
+    /// MP table's processor entries.
+    #[test]
+    fn cpuid_madt_and_mp_table_name_the_same_cpus() {
+        for n in [1u32, 2, 3, 8, 64] {
+            let base = crate::cpuid::tests::base();
+            let mut from_cpuid = Vec::new();
+            for v in 0..n {
+                let c = crate::cpuid::for_vcpu(&base, v, n).unwrap();
+                let leaf = |f: u32, i: u32| {
+                    *c.as_slice()
+                        .iter()
+                        .find(|e| e.function == f && e.index == i)
+                        .unwrap()
+                };
+                let (l1, lb, core) = (leaf(1, 0), leaf(0xb, 0), leaf(0xb, 1));
+                assert_eq!(l1.ebx >> 24, lb.edx, "leaf 1 and 0xB agree");
+                assert_eq!((l1.ebx >> 16) & 0xff, n, "logical processors");
+                assert_eq!(core.ebx, n, "processors at the core level");
+                from_cpuid.push(lb.edx);
+            }
+            let madt = madt::build(*b"PACER ", 1, n);
+            let (_, _, entries) = madt::tests::parse(&madt);
+            let from_madt: Vec<u32> = entries
+                .iter()
+                .filter(|(t, _)| *t == 0)
+                .map(|(_, b)| u32::from(b[3]))
+                .collect();
+            let mp = mptable::build(layout::MPTABLE_START, n).unwrap();
+            let from_mp: Vec<u32> = mptable::tests::parse(&mp, layout::MPTABLE_START)
+                .cpus
+                .iter()
+                .map(|&(id, _)| u32::from(id))
+                .collect();
+            assert_eq!(from_madt, from_cpuid, "{n} vCPUs: MADT");
+            assert_eq!(from_mp, from_cpuid, "{n} vCPUs: MP table");
+            let mut unique = from_cpuid.clone();
+            unique.sort_unstable();
+            unique.dedup();
+            assert_eq!(unique.len(), n as usize, "distinct APIC ids");
+        }
+    }
 
     #[test]
     fn formats_and_default_guests() {
@@ -307,9 +405,25 @@ mod tests {
         bz[0x202..0x206].copy_from_slice(b"HdrS");
         let i = inspect_bytes(&bz).unwrap();
         assert_eq!(i.format, KernelFormat::BzImage);
-        let e = i.default_guest().unwrap_err();
-        assert!(e.contains("bzImage support is not built yet"), "{e}");
-        assert!(i.check_guest(GuestKind::Linux).is_err());
+        assert_eq!(i.default_guest(), Ok(GuestKind::Linux));
+        assert!(i.check_guest(GuestKind::Linux).is_ok());
+        assert!(i.check_guest(GuestKind::Bench).is_err());
+
+        // An ELF64 with "Linux" notes is a vmlinux.
+        let vmlinux =
+            notes::tests::elf64_with_notes(&notes::tests::note(b"Linux", 0x100, b"6.1\0"));
+        let i = inspect_bytes(&vmlinux).unwrap();
+        assert_eq!(i.format, KernelFormat::Elf64X86_64);
+        assert!(i.notes.linux);
+        assert_eq!(i.default_guest(), Ok(GuestKind::Linux));
+        let e = i.check_guest(GuestKind::Bench).unwrap_err();
+        assert!(e.contains("guest = \"linux\""), "{e}");
+        // ... and an ELF64 without them is not.
+        let i = inspect_bytes(&elf64).unwrap();
+        assert!(i
+            .check_guest(GuestKind::Linux)
+            .unwrap_err()
+            .contains("not a vmlinux"));
 
         let i = inspect_bytes(b"MZ not a kernel").unwrap();
         assert_eq!(i.format, KernelFormat::Raw);

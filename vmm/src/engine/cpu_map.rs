@@ -50,7 +50,15 @@ impl CpuMap {
 
     /// A core set as a scheduler affinity (CPUs outside the map dropped).
     pub fn affinity(&self, cpus: &HostCpuSet) -> CpuSet {
-        cpus.iter().filter_map(|h| self.sched(h)).collect()
+        // Start from every CPU of the map and drop the others: the set
+        // holds topology ids only, so it is never refused.
+        let mut set = self.topology.all_cpus();
+        for (i, host) in self.to_host.iter().enumerate() {
+            if !cpus.contains(*host) {
+                set.remove(CpuId(i as u32));
+            }
+        }
+        set
     }
 
     /// Scheduler CPUs back to host CPUs.

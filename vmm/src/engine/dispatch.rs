@@ -14,6 +14,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use vcpu_sched::{CpuId, Dispatch, StopReason};
 
+thread_local! {
+    /// The entity whose turn this thread is executing (None between turns
+    /// and on threads that run no vCPU): the waker of what its exits wake.
+    static RUNNING_ENTITY: std::cell::Cell<Option<vcpu_sched::EntityId>> =
+        const { std::cell::Cell::new(None) };
+}
+
 /// Why a dispatched vCPU gives its CPU back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stop {
@@ -53,6 +60,7 @@ impl Engine {
         quantum_end: u64,
         last: &VcpuStep,
     ) -> Next {
+        RUNNING_ENTITY.set(Some(v.entity));
         match last {
             VcpuStep::Fatal(r) => return Next::Stop(Stop::Exit(r.clone())),
             VcpuStep::Yielded => return Next::Stop(Stop::Yielded),
@@ -143,6 +151,7 @@ impl Engine {
     /// The executor of `v` gives its CPU back for `stop`: record the new
     /// state and return what to tell the scheduler.
     pub(crate) fn end_turn(&self, v: &EngineVcpu, stop: Stop) -> StopReason {
+        RUNNING_ENTITY.set(None);
         let mut ctl = v.ctl();
         match stop {
             Stop::Quantum => {
@@ -251,7 +260,16 @@ impl Engine {
     /// Make `v` runnable in the scheduler (its state is already Ready) and
     /// carry out the placement's kick.
     pub(crate) fn wake(&self, v: &EngineVcpu) {
-        let d = self.scheduler().wake(v.entity, now_ns());
+        // Woken from a vCPU's own exit (an IPI it sent): tell the policy
+        // who woke it, so it may place the pair near each other.
+        let waker = RUNNING_ENTITY.get().filter(|w| *w != v.entity);
+        let d = match waker {
+            Some(w) => self
+                .scheduler()
+                .wake_by(v.entity, w, now_ns())
+                .or_else(|_| self.scheduler().wake(v.entity, now_ns())),
+            None => self.scheduler().wake(v.entity, now_ns()),
+        };
         log::trace!("wake {} ({:?}) -> {d:?}", v.name, v.entity);
         match d {
             Ok(Some(d)) if d.kick => self.kick_cpu(d.cpu),

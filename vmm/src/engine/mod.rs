@@ -58,7 +58,7 @@ use self::clock::now_ns;
 use self::cpu::CpuSlot;
 use self::cpu_map::CpuMap;
 use self::irq::InterruptSource;
-use self::stats::VcpuSchedStats;
+use self::stats::{VcpuNow, VcpuSchedStats};
 use self::timers::{TimerKey, Timers};
 use self::vcpu_state::{EngineVcpu, RunState};
 use crate::host_cpus::HostCpuSet;
@@ -172,7 +172,8 @@ pub struct Engine {
     dispatch: DispatchKind,
     halt_poll_ns: u64,
     vms: RwLock<Vec<Option<Arc<EngineVm>>>>,
-    /// vCPU of each live scheduler entity (`EntityId.0` indexes it).
+    /// vCPU of each live scheduler entity (`EntityId::index` indexes it;
+    /// the full handle, generation included, must match).
     entities: RwLock<Vec<Option<Arc<EngineVcpu>>>>,
     timers: Timers,
     workers: Mutex<Vec<JoinHandle<()>>>,
@@ -276,9 +277,10 @@ impl Engine {
         self.entities
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .get(e.0 as usize)
+            .get(e.index() as usize)
             .cloned()
             .flatten()
+            .filter(|v| v.entity == e)
     }
 
     pub(crate) fn scheduler(&self) -> &dyn VcpuScheduler {
@@ -344,7 +346,7 @@ impl Engine {
         {
             let mut ents = self.entities.write().unwrap_or_else(|p| p.into_inner());
             for v in &vcpus {
-                let i = v.entity.0 as usize;
+                let i = v.entity.index() as usize;
                 if ents.len() <= i {
                     ents.resize(i + 1, None);
                 }
@@ -548,12 +550,13 @@ impl Engine {
             s.host_cpus = v.ctl().ran_on.to_list();
         }
         {
-            // The scheduler may already have handed a removed entity's id
-            // to a vCPU of another VM: forget only our own mapping.
+            // The scheduler may already have given a removed entity's slot
+            // to a vCPU of another VM (under a new generation, so its
+            // handle differs): forget only our own mapping.
             let mut ents = self.entities.write().unwrap_or_else(|p| p.into_inner());
             for v in &vm.vcpus {
-                if let Some(e) = ents.get_mut(v.entity.0 as usize) {
-                    if e.as_ref().is_some_and(|mine| Arc::ptr_eq(mine, v)) {
+                if let Some(e) = ents.get_mut(v.entity.index() as usize) {
+                    if e.as_ref().is_some_and(|mine| mine.entity == v.entity) {
                         *e = None;
                     }
                 }
@@ -570,6 +573,20 @@ impl Engine {
     /// The scheduler's counters now.
     pub fn snapshot(&self) -> SchedSnapshot {
         self.sched.snapshot(now_ns())
+    }
+
+    /// Every vCPU of the live VMs as the scheduler sees it in `snap`
+    /// (state, host CPU, effective priority, penalty, time slice).
+    pub fn vcpus_now(&self, snap: &SchedSnapshot) -> Vec<VcpuNow> {
+        let vms = self.vms.read().unwrap_or_else(|p| p.into_inner());
+        vms.iter()
+            .flatten()
+            .flat_map(|vm| {
+                vm.vcpus.iter().filter_map(|v| {
+                    VcpuNow::from_snapshot(snap, &vm.name, v.index, v.entity, &self.cpus)
+                })
+            })
+            .collect()
     }
 
     /// How many vCPUs are in each run state now.

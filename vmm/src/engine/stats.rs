@@ -8,9 +8,14 @@
 //! time, voluntary switches as wake-ups, migrations, involuntary switches
 //! as preemptions. The kernel keeps no per-wake latency, so under `host`
 //! the wake latency fields are 0 ("unknown"), as documented in the README.
+//!
+//! [`VcpuNow`] is the live side: what the scheduler's snapshot says about
+//! a vCPU at this moment (state, host CPU, effective priority, penalty,
+//! time slice), for `--status` and the SIGUSR1 snapshot.
 
 use super::cpu_map::CpuMap;
 use serde::Serialize;
+use vcpu_sched::stats::EntityState;
 use vcpu_sched::{EntityId, SchedSnapshot};
 
 /// Wake-to-run latency percentiles, ns.
@@ -38,6 +43,76 @@ pub struct VcpuSchedStats {
     pub preemptions: u64,
     /// Host CPUs it ran on (Linux list syntax).
     pub host_cpus: String,
+}
+
+/// One vCPU as the scheduler sees it now (the snapshot's introspection),
+/// named by its VM and index.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VcpuNow {
+    pub vm: String,
+    pub vcpu: u32,
+    /// `blocked` (halted), `waiting` (runnable, in a queue) or `running`.
+    pub state: &'static str,
+    /// Running: the host CPU it runs on; waiting: the host CPU whose own
+    /// queue holds it (none in a core's queue).
+    pub host_cpu: Option<u32>,
+    /// The level it waits or runs at: base priority less its penalty.
+    pub effective_priority: u8,
+    pub penalty: u8,
+    /// The time slice of its current (or last) dispatch and how much of it
+    /// it has used.
+    pub quantum_ns: u64,
+    pub quantum_used_ns: u64,
+    /// Time it has waited runnable, over the run so far.
+    pub ready_wait_ns: u64,
+}
+
+impl VcpuNow {
+    /// The row of `entity` in `snap`, if the scheduler knows it.
+    pub fn from_snapshot(
+        snap: &SchedSnapshot,
+        vm: &str,
+        vcpu: u32,
+        entity: EntityId,
+        cpus: &CpuMap,
+    ) -> Option<Self> {
+        let e = snap.entities.iter().find(|e| e.id == entity)?;
+        let host_cpu = match e.state {
+            EntityState::Blocked => None,
+            _ => e.cpu.and_then(|c| cpus.host(c)).map(|h| h.0),
+        };
+        Some(VcpuNow {
+            vm: vm.to_string(),
+            vcpu,
+            state: e.state.as_str(),
+            host_cpu,
+            effective_priority: e.effective_priority,
+            penalty: e.penalty,
+            quantum_ns: e.quantum,
+            quantum_used_ns: e.quantum_used,
+            ready_wait_ns: e.ready_wait,
+        })
+    }
+
+    /// One line for `--status`, e.g.
+    /// `  a/0 running on CPU 1: E 8 (penalty 2), slice 1200/2500 us, waited 3.1 ms`.
+    pub fn line(&self) -> String {
+        let place = match (self.state, self.host_cpu) {
+            ("running", Some(c)) => format!("running on CPU {c}"),
+            ("waiting", Some(c)) => format!("waiting for CPU {c}"),
+            (state, _) => state.to_string(),
+        };
+        format!(
+            "  {}/{} {place}: E {} (penalty {}), slice {}/{} us, waited {:.1} ms",
+            self.vm,
+            self.vcpu,
+            self.effective_priority,
+            self.penalty,
+            self.quantum_used_ns / 1000,
+            self.quantum_ns / 1000,
+            self.ready_wait_ns as f64 / 1e6
+        )
+    }
 }
 
 impl VcpuSchedStats {
@@ -108,5 +183,48 @@ mod tests {
             assert!(s.run_ns > 0, "{s:?}");
         }
         assert_eq!(s.wake_latency_ns, LatencyNs::default());
+    }
+
+    #[test]
+    fn vcpu_now_reads_the_introspection_and_names_host_cpus() {
+        use vcpu_sched::{build, EntitySpec, SchedClass, SchedConfig, StopReason, Topology, VmId};
+        // Scheduler CPUs 0, 1 are host CPUs 4, 6.
+        let topo = Topology::from_spec("1x4x2")
+            .unwrap()
+            .restrict([4, 6])
+            .unwrap();
+        let cpus = CpuMap::from_topology(topo.clone());
+        let sched = build(topo.clone(), SchedConfig::default()).unwrap();
+        let spec = EntitySpec {
+            vm: VmId(0),
+            class: SchedClass::Timeshare,
+            priority: 10,
+            affinity: topo.all_cpus(),
+        };
+        let a = sched.add_entity(spec.clone(), 0).unwrap();
+        let b = sched.add_entity(spec, 0).unwrap();
+        let w = sched.wake(a, 0).unwrap().unwrap();
+        sched.schedule(w.cpu, 0, StopReason::Idle).unwrap();
+        let snap = sched.snapshot(500_000);
+        let now = VcpuNow::from_snapshot(&snap, "vm", 0, a, &cpus).unwrap();
+        let host = cpus.host(w.cpu).unwrap().0;
+        assert_eq!(now.state, "running");
+        assert_eq!(now.host_cpu, Some(host));
+        assert_eq!((now.effective_priority, now.penalty), (10, 0));
+        assert_eq!(now.quantum_ns, 2_000_000, "base quantum of priority 10");
+        assert_eq!(now.quantum_used_ns, 500_000, "running for 500 us");
+        assert_eq!(
+            now.line(),
+            format!(
+                "  vm/0 running on CPU {host}: E 10 (penalty 0), slice 500/2000 us, waited 0.0 ms"
+            )
+        );
+        let halted = VcpuNow::from_snapshot(&snap, "vm", 1, b, &cpus).unwrap();
+        assert_eq!((halted.state, halted.host_cpu), ("blocked", None));
+        assert!(halted.line().starts_with("  vm/1 blocked: E 10"));
+        assert_eq!(
+            VcpuNow::from_snapshot(&snap, "vm", 2, EntityId::new(9, 0), &cpus),
+            None
+        );
     }
 }

@@ -104,7 +104,7 @@ pub fn tiny_elf(code: &[u8]) -> Vec<u8> {
 }
 
 /// Machine code: marker 1, `n` OUTs to port 0xE01 (claimed and ignored by
-/// the bench device), marker 4, a record address outside RAM on 0xE04, an IN
+/// the result port), marker 4, a record address outside RAM on 0xE04, an IN
 /// from unknown port 0x99, and that byte (0xff) as the exit status on 0xE08.
 pub fn pio_loop_code(n: u32) -> Vec<u8> {
     let mut c = vec![

@@ -1,11 +1,11 @@
-//! Policy-neutral bookkeeping shared by the scheduling policies.
+//! Bookkeeping of the two comparison policies (`global-rr` and `pinned`).
 //!
-//! Every policy has to implement the same event protocol (see
-//! [`crate::policy`]) and fill the same [`crate::SchedSnapshot`]. This module holds
-//! the parts that do not depend on *how* a policy decides:
+//! Both implement the event protocol (see [`crate::policy`]) with plain
+//! per-entity and per-CPU records and fill the same [`crate::SchedSnapshot`]
+//! from them. The default policy keeps its own, lock-free-friendly
+//! records (`entity`, `placement`); only the validation in
+//! [`crate::validate`] is shared with it. This module holds:
 //!
-//! - [`validate_spec`] / [`validate_priority`]: the checks of
-//!   [`crate::EntitySpec`] every `add_entity`/`set_priority` performs;
 //! - [`EntityAccount`]: the Blocked / Ready / Running state machine of one
 //!   entity with its timestamps and counters (run time, ready wait, wake
 //!   latency histogram, migrations by distance, preemptions, quantum ends,
@@ -22,42 +22,9 @@
 //! inconsistent input (times running backwards saturate to zero; an
 //! impossible transition is refused and reported through the return value).
 
-use crate::stats::{CpuStats, EntityStats, LatencyHistogram, MigrationCounts};
-use crate::tunables::{PRIORITY_IDLE, PRIORITY_LOWEST_ACTIVE, PRIORITY_MAX_TIMESHARE};
-use crate::tunables::{PRIORITY_REALTIME_MAX, PRIORITY_REALTIME_MIN};
-use crate::{
-    CpuId, CpuSet, EntityId, EntitySpec, Nanos, SchedClass, SchedError, StopReason, Topology, VmId,
-};
+use crate::stats::{CpuStats, EntityState, EntityStats, LatencyHistogram, MigrationCounts};
+use crate::{CpuId, CpuSet, EntityId, EntitySpec, Nanos, SchedClass, StopReason, Topology, VmId};
 use std::collections::VecDeque;
-
-/// Check that `priority` is valid for `class` (realtime 100..=120,
-/// timeshare 1..=99, idle 0).
-pub(crate) fn validate_priority(class: SchedClass, priority: u8) -> Result<(), SchedError> {
-    let ok = match class {
-        SchedClass::Realtime => (PRIORITY_REALTIME_MIN..=PRIORITY_REALTIME_MAX).contains(&priority),
-        SchedClass::Timeshare => {
-            (PRIORITY_LOWEST_ACTIVE..=PRIORITY_MAX_TIMESHARE).contains(&priority)
-        }
-        SchedClass::Idle => priority == PRIORITY_IDLE,
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(SchedError::BadPriority { class, priority })
-    }
-}
-
-/// Validate an entity spec against a topology and return its effective
-/// hard affinity: the spec's affinity restricted to the CPUs of the
-/// topology (CPUs outside it are ignored; none left is an error).
-pub(crate) fn validate_spec(spec: &EntitySpec, topology: &Topology) -> Result<CpuSet, SchedError> {
-    validate_priority(spec.class, spec.priority)?;
-    let affinity = spec.affinity.intersection(&topology.all_cpus());
-    if affinity.is_empty() {
-        return Err(SchedError::EmptyAffinity);
-    }
-    Ok(affinity)
-}
 
 /// Order of the classes: 0 runs first (realtime), 2 last (idle).
 pub(crate) fn class_rank(class: SchedClass) -> usize {
@@ -97,13 +64,15 @@ pub(crate) struct EntityAccount {
     pub id: EntityId,
     /// Its VM.
     pub vm: VmId,
-    /// Its class (fixed for its lifetime).
+    /// Its class (changed by `set_class`).
     pub class: SchedClass,
     /// Its base priority.
     pub priority: u8,
     /// Time used of the current quantum: [`stop`](Self::stop) adds the run
     /// time; the policy resets it when it grants a fresh quantum.
     pub slice_used: Nanos,
+    /// The slice granted at its last dispatch (the policy sets it).
+    pub quantum: Nanos,
     state: RunState,
     /// When the current state began.
     since: Nanos,
@@ -132,6 +101,7 @@ impl EntityAccount {
             class: spec.class,
             priority: spec.priority,
             slice_used: 0,
+            quantum: 0,
             state: RunState::Blocked,
             since: now,
             wake_at: None,
@@ -260,6 +230,11 @@ impl EntityAccount {
         let load = (u128::from(run) * 1000)
             .checked_div(u128::from(run) + u128::from(sleep))
             .unwrap_or(0) as u32;
+        let (state, cpu, used) = match self.state {
+            RunState::Running(c) => (EntityState::Running, Some(c), self.slice_used + open),
+            RunState::Ready => (EntityState::Waiting, None, self.slice_used),
+            RunState::Blocked => (EntityState::Blocked, None, self.slice_used),
+        };
         EntityStats {
             id: self.id,
             vm: self.vm,
@@ -273,6 +248,15 @@ impl EntityAccount {
             blocks: self.blocks,
             wakes: self.wakes,
             load,
+            state,
+            class: self.class,
+            effective_priority: self.priority,
+            penalty: 0,
+            quantum: self.quantum,
+            quantum_used: used,
+            cpu,
+            core: None,
+            affinity: CpuSet::new(),
         }
     }
 }
@@ -382,6 +366,9 @@ impl CpuAccount {
             smt_corun_foreign: 0,
             idle_while_waiting: self.idle_while_waiting,
             core_load: 0,
+            in_service: true,
+            running: self.current,
+            running_priority: None,
         }
     }
 }
@@ -525,7 +512,7 @@ mod tests {
     #[test]
     fn entity_state_machine_and_counters() {
         let t = Topology::from_spec("1x2x2").unwrap();
-        let mut e = EntityAccount::new(EntityId(0), &spec(0), 0);
+        let mut e = EntityAccount::new(EntityId::new(0, 0), &spec(0), 0);
         assert_eq!(e.state(), RunState::Blocked);
         assert!(!e.dispatch(CpuId(0), 5, &t));
         assert!(e.wake(100));
@@ -563,9 +550,9 @@ mod tests {
     fn cpu_account_times_and_switches() {
         let mut c = CpuAccount::new(CpuId(0));
         c.idle(10, false);
-        c.run(EntityId(1), 30);
-        c.run(EntityId(1), 50);
-        c.run(EntityId(2), 60);
+        c.run(EntityId::new(1, 0), 30);
+        c.run(EntityId::new(1, 0), 50);
+        c.run(EntityId::new(2, 0), 60);
         c.idle(100, true);
         let s = c.stats(130);
         assert_eq!((s.busy_time, s.idle_time), (70, 20 + 30));
@@ -590,336 +577,16 @@ mod tests {
     #[test]
     fn class_fifo_orders_by_class() {
         let mut q = ClassFifo::default();
-        q.push_back(EntityId(1), SchedClass::Idle);
-        q.push_back(EntityId(2), SchedClass::Timeshare);
-        q.push_back(EntityId(3), SchedClass::Timeshare);
-        q.push_front(EntityId(4), SchedClass::Timeshare);
-        q.push_back(EntityId(5), SchedClass::Realtime);
-        let order: Vec<u32> = q.iter().map(|e| e.0).collect();
+        q.push_back(EntityId::new(1, 0), SchedClass::Idle);
+        q.push_back(EntityId::new(2, 0), SchedClass::Timeshare);
+        q.push_back(EntityId::new(3, 0), SchedClass::Timeshare);
+        q.push_front(EntityId::new(4, 0), SchedClass::Timeshare);
+        q.push_back(EntityId::new(5, 0), SchedClass::Realtime);
+        let order: Vec<u32> = q.iter().map(|e| e.index()).collect();
         assert_eq!(order, vec![5, 4, 2, 3, 1]);
-        assert!(q.remove(EntityId(4), SchedClass::Timeshare));
-        assert!(!q.remove(EntityId(4), SchedClass::Timeshare));
-        assert_eq!(q.pop_first(|e| e.0 != 5), Some(EntityId(2)));
+        assert!(q.remove(EntityId::new(4, 0), SchedClass::Timeshare));
+        assert!(!q.remove(EntityId::new(4, 0), SchedClass::Timeshare));
+        assert_eq!(q.pop_first(|e| e.index() != 5), Some(EntityId::new(2, 0)));
         assert_eq!(q.len(), 3);
-    }
-
-    #[test]
-    fn spec_validation() {
-        let t = Topology::from_spec("1x2x1").unwrap();
-        assert_eq!(validate_spec(&spec(0), &t).unwrap(), CpuSet::first_n(2));
-        let mut s = spec(0);
-        s.affinity = CpuSet::single(CpuId(7));
-        assert_eq!(validate_spec(&s, &t), Err(SchedError::EmptyAffinity));
-        s.affinity = CpuSet::first_n(2);
-        s.priority = 0;
-        assert!(matches!(
-            validate_spec(&s, &t),
-            Err(SchedError::BadPriority { .. })
-        ));
-        assert!(validate_priority(SchedClass::Realtime, 100).is_ok());
-        assert!(validate_priority(SchedClass::Realtime, 99).is_err());
-        assert!(validate_priority(SchedClass::Idle, 0).is_ok());
-        assert!(validate_priority(SchedClass::Idle, 1).is_err());
-    }
-}
-
-/// A protocol-level random test driver shared by the policies' property
-/// tests: it plays random event sequences against a scheduler while keeping
-/// a model of the protocol, and checks the decisions against it.
-#[cfg(test)]
-pub(crate) mod testkit {
-    use crate::{
-        CpuId, CpuSet, EntityId, EntitySpec, SchedClass, SchedError, StopReason, Topology,
-        VcpuScheduler, VmId,
-    };
-    use proptest::prelude::*;
-    use std::collections::HashMap;
-
-    /// `build` makes the policy `kind` (reporting `name`): one entity is
-    /// woken onto an idle CPU with a kick, dispatched there, and the
-    /// snapshot survives a JSON round trip.
-    pub fn built_by_the_factory(kind: crate::PolicyKind, name: &str) {
-        let cfg = crate::SchedConfig {
-            policy: kind,
-            ..crate::SchedConfig::default()
-        };
-        let s = crate::build(Topology::from_spec("1x2x2").unwrap(), cfg).unwrap();
-        assert_eq!(s.name(), name);
-        let spec = EntitySpec {
-            vm: VmId(3),
-            class: SchedClass::Timeshare,
-            priority: 10,
-            affinity: CpuSet::first_n(4),
-        };
-        let e = s.add_entity(spec, 0).unwrap();
-        let d = s.wake(e, 0).unwrap().unwrap();
-        assert!(d.kick);
-        let next = s.schedule(d.cpu, 1, StopReason::Preempted).unwrap();
-        assert_eq!(next.entity, Some(e));
-        let snap = s.snapshot(2);
-        assert_eq!(snap.entities[0].vm, VmId(3));
-        let json = snap.to_json().unwrap();
-        assert_eq!(crate::SchedSnapshot::from_json(&json).unwrap(), snap);
-    }
-
-    /// One random event.
-    #[derive(Debug, Clone)]
-    pub enum Op {
-        /// Add entity `i` of the generated specs (if not present).
-        Add(usize),
-        /// Wake entity `i`.
-        Wake(usize),
-        /// CPU `i` (modulo the CPU count) calls `schedule`; the byte picks the reason.
-        Schedule(usize, u8),
-        /// Remove entity `i`.
-        Remove(usize),
-        /// Change the priority of entity `i`.
-        SetPriority(usize),
-        /// Take a snapshot and check its totals.
-        Snapshot,
-    }
-
-    /// A random small topology spec: 1-2 packages, 1-2 LLCs, 1-3 cores, 1-2 threads.
-    pub fn topology() -> impl Strategy<Value = Topology> {
-        (1u32..=2, 1u32..=2, 1u32..=3, 1u32..=2).prop_map(|(p, l, c, t)| {
-            Topology::from_spec(&format!("{p}x{l}x{c}x{t}")).expect("valid spec")
-        })
-    }
-
-    /// Random entity specs (affinity CPU ids are reduced modulo the real CPU
-    /// count by [`drive`]; an empty affinity becomes all CPUs).
-    pub fn specs() -> impl Strategy<Value = Vec<EntitySpec>> {
-        prop::collection::vec((0u32..3, 0u8..10, any::<u32>()), 1..10).prop_map(|v| {
-            v.into_iter()
-                .map(|(vm, c, mask)| {
-                    let (class, priority) = match c {
-                        0 => (SchedClass::Realtime, 100 + (mask % 21) as u8),
-                        1 => (SchedClass::Idle, 0),
-                        _ => (SchedClass::Timeshare, 1 + (mask % 30) as u8),
-                    };
-                    // The mask's low 32 bits as CPU ids 0..32.
-                    let affinity = (0..32)
-                        .filter(|b| mask & (1 << b) != 0)
-                        .map(CpuId)
-                        .collect();
-                    EntitySpec {
-                        vm: VmId(vm),
-                        class,
-                        priority,
-                        affinity,
-                    }
-                })
-                .collect()
-        })
-    }
-
-    /// Random event sequences.
-    pub fn ops() -> impl Strategy<Value = Vec<(Op, u16)>> {
-        let op = prop_oneof![
-            2 => (0usize..10).prop_map(Op::Add),
-            6 => (0usize..10).prop_map(Op::Wake),
-            8 => (0usize..8, any::<u8>()).prop_map(|(c, r)| Op::Schedule(c, r)),
-            1 => (0usize..10).prop_map(Op::Remove),
-            1 => (0usize..10).prop_map(Op::SetPriority),
-            1 => Just(Op::Snapshot),
-        ];
-        prop::collection::vec((op, 0u16..2000), 1..250)
-    }
-
-    /// The model's view of one entity.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    enum M {
-        Blocked,
-        /// Runnable, queued; the flag is a pending wake (kept until the next Blocked stop).
-        Waiting(bool),
-        /// Running; the flag is a pending wake.
-        Running(CpuId, bool),
-    }
-
-    /// Play `ops` against `sched` (built on `topo`), checking after every
-    /// event the policy's own invariants (`check`) and the model:
-    /// - `wake` answers `Some` exactly when the entity was blocked, and names
-    ///   a CPU of its affinity;
-    /// - `schedule` dispatches only runnable, not-running entities, inside
-    ///   their affinity, never one entity on two CPUs;
-    /// - a `Blocked` stop of an entity woken while running keeps it runnable;
-    /// - errors for unknown entities and CPUs.
-    pub fn drive(
-        sched: &dyn VcpuScheduler,
-        topo: &Topology,
-        specs: &[EntitySpec],
-        ops: &[(Op, u16)],
-        check: &dyn Fn() -> Result<(), String>,
-    ) -> Result<(), TestCaseError> {
-        let n = topo.num_cpus() as u32;
-        let specs: Vec<EntitySpec> = specs
-            .iter()
-            .map(|s| {
-                let mut s = s.clone();
-                let mut aff: CpuSet = s.affinity.iter().map(|c| CpuId(c.0 % n)).collect();
-                if aff.is_empty() {
-                    aff = topo.all_cpus();
-                }
-                s.affinity = aff;
-                s
-            })
-            .collect();
-        let mut ids: Vec<Option<EntityId>> = vec![None; specs.len()];
-        let mut model: HashMap<EntityId, (usize, M)> = HashMap::new();
-        let mut running: Vec<Option<EntityId>> = vec![None; n as usize];
-        let mut now = 1_000u64;
-        for (op, dt) in ops {
-            now += u64::from(*dt) * 1000;
-            match op {
-                Op::Add(i) => {
-                    let i = i % specs.len();
-                    if ids[i].is_none() {
-                        let id = sched
-                            .add_entity(specs[i].clone(), now)
-                            .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                        prop_assert!(!model.contains_key(&id), "id {:?} reused while live", id);
-                        prop_assert!(
-                            !running.contains(&Some(id)),
-                            "id {:?} reused while a CPU runs it",
-                            id
-                        );
-                        ids[i] = Some(id);
-                        model.insert(id, (i, M::Blocked));
-                    }
-                }
-                Op::Wake(i) => {
-                    let Some(id) = ids[i % specs.len()] else {
-                        continue;
-                    };
-                    let (si, state) = model[&id];
-                    let d = sched
-                        .wake(id, now)
-                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                    match state {
-                        M::Blocked => {
-                            let d = d.ok_or_else(|| {
-                                TestCaseError::fail("wake of a blocked entity returned None")
-                            })?;
-                            prop_assert!(
-                                specs[si].affinity.contains(d.cpu),
-                                "wake placed {:?} outside affinity",
-                                id
-                            );
-                            model.insert(id, (si, M::Waiting(false)));
-                        }
-                        M::Waiting(_) => {
-                            prop_assert!(d.is_none(), "wake of a waiting entity returned Some")
-                        }
-                        M::Running(c, _) => {
-                            prop_assert!(d.is_none(), "wake of a running entity returned Some");
-                            model.insert(id, (si, M::Running(c, true)));
-                        }
-                    }
-                }
-                Op::Schedule(c, r) => {
-                    let cpu = CpuId(*c as u32 % n);
-                    let cur = running[cpu.0 as usize];
-                    let reason = match (cur, r % 4) {
-                        (None, 0) => StopReason::Preempted,
-                        (None, _) => StopReason::Idle,
-                        (Some(_), 0) => StopReason::QuantumEnd,
-                        (Some(_), 1) => StopReason::Preempted,
-                        (Some(_), 2) => StopReason::Blocked,
-                        (Some(_), _) => StopReason::Yielded,
-                    };
-                    if let Some(e) = cur {
-                        if let Some((si, M::Running(_, pending))) = model.get(&e).copied() {
-                            let next = match (reason, pending) {
-                                (StopReason::Blocked, false) => M::Blocked,
-                                (StopReason::Blocked, true) => M::Waiting(false),
-                                _ => M::Waiting(pending),
-                            };
-                            model.insert(e, (si, next));
-                        }
-                    }
-                    let d = sched
-                        .schedule(cpu, now, reason)
-                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                    running[cpu.0 as usize] = d.entity;
-                    match d.entity {
-                        Some(e) => {
-                            prop_assert!(d.quantum > 0, "zero quantum");
-                            let (si, state) = model.get(&e).copied().ok_or_else(|| {
-                                TestCaseError::fail(format!("dispatched unknown {e:?}"))
-                            })?;
-                            let M::Waiting(pending) = state else {
-                                return Err(TestCaseError::fail(format!(
-                                    "dispatched {e:?} in state {state:?}"
-                                )));
-                            };
-                            prop_assert!(
-                                specs[si].affinity.contains(cpu),
-                                "{:?} runs on {:?} outside its affinity",
-                                e,
-                                cpu
-                            );
-                            let elsewhere = running
-                                .iter()
-                                .enumerate()
-                                .any(|(k, r)| k != cpu.0 as usize && *r == Some(e));
-                            prop_assert!(!elsewhere, "{:?} runs on two CPUs", e);
-                            model.insert(e, (si, M::Running(cpu, pending)));
-                        }
-                        None => prop_assert_eq!(d.quantum, 0),
-                    }
-                }
-                Op::Remove(i) => {
-                    let i = i % specs.len();
-                    let Some(id) = ids[i] else { continue };
-                    sched
-                        .remove_entity(id, now)
-                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                    prop_assert!(matches!(
-                        sched.remove_entity(id, now),
-                        Err(SchedError::UnknownEntity(_))
-                    ));
-                    prop_assert!(matches!(
-                        sched.wake(id, now),
-                        Err(SchedError::UnknownEntity(_))
-                    ));
-                    ids[i] = None;
-                    model.remove(&id);
-                }
-                Op::SetPriority(i) => {
-                    let i = i % specs.len();
-                    let Some(id) = ids[i] else { continue };
-                    let (lo, hi) = match specs[i].class {
-                        SchedClass::Realtime => (100, 120),
-                        SchedClass::Timeshare => (1, 99),
-                        SchedClass::Idle => (0, 0),
-                    };
-                    sched
-                        .set_priority(id, hi, now)
-                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                    sched
-                        .set_priority(id, lo, now)
-                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                    prop_assert!(sched.set_priority(id, 121, now).is_err());
-                }
-                Op::Snapshot => {
-                    let s = sched.snapshot(now);
-                    prop_assert_eq!(s.entities.len(), model.len());
-                    prop_assert_eq!(s.cpus.len(), n as usize);
-                    for e in &s.entities {
-                        prop_assert!(model.contains_key(&e.id));
-                    }
-                }
-            }
-            check().map_err(TestCaseError::fail)?;
-        }
-        prop_assert!(matches!(
-            sched.schedule(CpuId(n), now, StopReason::Idle),
-            Err(SchedError::UnknownCpu(_))
-        ));
-        prop_assert!(matches!(
-            sched.wake(EntityId(1 << 30), now),
-            Err(SchedError::UnknownEntity(_))
-        ));
-        Ok(())
     }
 }

@@ -1,7 +1,9 @@
 //! Unit tests of the Haiku policy, each named for the rule it checks.
 
 use super::*;
-use crate::{CpuSet, Mode, VmId};
+use crate::entity::{QueueRef, RunState};
+use crate::stats::EntityStats;
+use crate::{CoreId, CpuSet, Mode, SchedClass, VmId};
 use std::sync::atomic::AtomicBool;
 
 const MS: Nanos = 1_000_000;
@@ -83,6 +85,14 @@ impl Drv {
         }
         self.s.check_invariants().unwrap();
         d
+    }
+
+    /// Deliver the kicks a runtime change asks for.
+    fn deliver(&mut self, kicks: Vec<CpuId>) {
+        for k in kicks {
+            self.sched(k, self.kick_reason(k));
+        }
+        self.s.check_invariants().unwrap();
     }
 
     fn cpu_of(&self, id: EntityId) -> Option<u32> {
@@ -429,7 +439,7 @@ fn smt_isolation_never_coruns_different_vms() {
         }
         for core in [0usize, 2] {
             if let (Some(a), Some(b)) = (d.run[core], d.run[core + 1]) {
-                assert_eq!(a.0 % 3, b.0 % 3, "siblings run the same VM");
+                assert_eq!(a.index() % 3, b.index() % 3, "siblings run the same VM");
             }
         }
     }
@@ -589,6 +599,33 @@ fn quantum_is_recomputed_from_time_used_and_ready_count() {
 }
 
 #[test]
+fn quantum_cap_counts_the_entity_being_dispatched() {
+    // Haiku's ComputeQuantum divides maximum_latency by CoreEntry::ThreadCount()
+    // = queued + busy CPUs of the core, and reschedule marks the CPU busy
+    // (UpdatePriority) before it computes the quantum: the entity being
+    // dispatched counts. 2 ready on one CPU: 5000 us / 2 = 2500 us, below
+    // the base quantum of priority 5 (3500 us). Not counting it would give
+    // 5000 us, so 3500 us.
+    let mut d = Drv::new("1x1x1", |_| {});
+    let a = d.add(1, SchedClass::Timeshare, 5, None);
+    let b = d.add(1, SchedClass::Timeshare, 5, None);
+    d.wake(a);
+    assert_eq!(d.cpu_of(a), Some(0));
+    assert_eq!(d.slice_end[0] - d.now, 3500 * US, "alone: base quantum");
+    // b waits; a's quantum ends: a is requeued and b dispatched, 2 ready.
+    d.wake(b);
+    d.run_until(d.slice_end[0]);
+    assert_eq!(d.cpu_of(b), Some(0));
+    assert_eq!(
+        d.slice_end[0] - d.now,
+        2500 * US,
+        "two ready on one CPU: 5000 / 2"
+    );
+    let core = &d.s.snapshot(d.now).cores[0];
+    assert_eq!((core.ready, core.running), (1, 1), "a queued, b running");
+}
+
+#[test]
 fn bad_input_returns_errors() {
     let d = Drv::new("1x2x1", |c| c.max_entities = 1);
     let spec = |aff: &str, prio| EntitySpec {
@@ -611,15 +648,15 @@ fn bad_input_returns_errors() {
         Err(SchedError::TooManyEntities(1))
     );
     assert_eq!(
-        d.s.wake(EntityId(5), 0),
-        Err(SchedError::UnknownEntity(EntityId(5)))
+        d.s.wake(EntityId::new(5, 0), 0),
+        Err(SchedError::UnknownEntity(EntityId::new(5, 0)))
     );
     assert_eq!(
         d.s.schedule(CpuId(2), 0, StopReason::Idle),
         Err(SchedError::UnknownCpu(CpuId(2)))
     );
     d.s.remove_entity(a, 0).unwrap();
-    assert_eq!(d.s.remove_entity(a, 0), Err(SchedError::UnknownEntity(a)));
+    assert_eq!(d.s.remove_entity(a, 0), Err(SchedError::StaleEntity(a)));
     assert!(
         d.s.add_entity(spec("0", 10), 0).is_ok(),
         "slot reused after removal"
@@ -690,7 +727,7 @@ fn power_saving_packs_small_tasks_onto_one_core() {
     let mut cores = std::collections::HashSet::new();
     for round in 0..50u64 {
         for id in &ids {
-            d.now = round * 3 * MS + id.0 as u64 * 200 * US;
+            d.now = round * 3 * MS + id.index() as u64 * 200 * US;
             d.wake(*id);
             if let Some(c) = d.cpu_of(*id) {
                 if round > 10 {
@@ -732,7 +769,7 @@ fn stress(smt_isolation: bool) {
     let ids: Vec<EntityId> = (0..24)
         .map(|i| {
             let affinity = if i % 5 == 0 {
-                CpuSet::single(CpuId(i % 8))
+                CpuSet::single(CpuId(i % 8)).unwrap()
             } else {
                 s.topology().all_cpus()
             };
@@ -811,6 +848,48 @@ fn low_latency_wakes_a_fully_idle_package_first() {
         pkg(d.cpu_of(b).unwrap()),
         "second package woken before doubling up"
     );
+}
+
+#[test]
+fn low_latency_gives_unrelated_cold_entities_an_llc_each() {
+    // 1x8x8x2: 8 LLCs of 8 cores on one package (no idle package to wake).
+    let mut d = Drv::new("1x8x8x2", |_| {});
+    let llc = |c: u32| c / 16;
+    let ids: Vec<_> = (0..8).map(|vm| d.ts(vm, None)).collect();
+    for id in &ids {
+        d.wake(*id);
+    }
+    let mut llcs: Vec<_> = ids.iter().map(|id| llc(d.cpu_of(*id).unwrap())).collect();
+    llcs.sort();
+    assert_eq!(llcs, (0..8).collect::<Vec<_>>(), "one LLC each");
+}
+
+#[test]
+fn woken_by_its_vm_it_prefers_the_wakers_llc() {
+    let mut d = Drv::new("1x8x8x2", |_| {});
+    let llc = |c: u32| c / 16;
+    let a = d.ts(1, None);
+    let b = d.ts(1, None);
+    let other = d.ts(2, None);
+    d.wake(a);
+    d.wake(b);
+    let (la, lb) = (llc(d.cpu_of(a).unwrap()), llc(d.cpu_of(b).unwrap()));
+    assert_ne!(la, lb, "cold: spread first");
+    // b blocks, then a (same VM) wakes it: b leaves its warm CPU for an
+    // idle core in a's LLC.
+    d.now += 100 * US;
+    let cpu_b = CpuId(d.cpu_of(b).unwrap());
+    d.sched(cpu_b, StopReason::Blocked);
+    d.now += 10 * US;
+    let w = d.s.wake_by(b, a, d.now).unwrap().unwrap();
+    assert_eq!(llc(w.cpu.0), la, "next to its waker");
+    d.sched(w.cpu, StopReason::Idle);
+    assert_eq!(d.cpu_of(b), Some(w.cpu.0));
+    // A waker of another VM is no reason to move: `other` (cold) still
+    // gets an LLC of its own.
+    let w = d.s.wake_by(other, a, d.now).unwrap().unwrap();
+    assert_ne!(llc(w.cpu.0), la, "unrelated waker ignored");
+    d.s.check_invariants().unwrap();
 }
 
 #[test]
@@ -922,4 +1001,235 @@ fn fruitless_balance_search_is_remembered_for_the_core_epoch() {
     d.now += 2 * MS;
     d.s.m.roll(core, d.now);
     assert_eq!(d.s.m.calm_gap(core), None, "a new epoch forgets it");
+}
+
+#[test]
+fn stale_handles_are_refused() {
+    crate::testkit::stale_handles_are_refused(crate::PolicyKind::Haiku);
+}
+
+// ---- changes while running ----
+
+#[test]
+fn affinity_changes_keep_handle_penalty_and_statistics() {
+    let mut d = Drv::new("1x4x1", |_| {});
+    let a = d.ts(0, Some("0"));
+    d.wake(a);
+    assert_eq!(d.cpu_of(a), Some(0));
+    d.run_until(5 * MS);
+    let before = d.stats(a);
+    let (_, _, penalty) = d.s.debug_priority(a);
+    assert!(penalty > 0, "a hog collects a penalty");
+    // Running on CPU 0, now allowed on 2-3 only: CPU 0 is to be kicked,
+    // and its next schedule moves it.
+    let kicks =
+        d.s.set_affinity(a, CpuSet::parse_list("2-3").unwrap(), d.now)
+            .unwrap();
+    assert_eq!(kicks, vec![CpuId(0)]);
+    d.deliver(kicks);
+    let cpu = d.cpu_of(a).expect("runs");
+    assert!((2..=3).contains(&cpu), "now on {cpu}");
+    let after = d.stats(a);
+    assert_eq!(after.id, a);
+    assert!(after.run_time >= before.run_time && after.quantum_ends >= before.quantum_ends);
+    assert_eq!(d.s.debug_priority(a).2, penalty, "penalty kept");
+    // Waiting behind another entity on CPU 2 only, then widened to an idle
+    // CPU: moved there and that CPU kicked.
+    let b = d.ts(0, Some("2-3"));
+    let c = d.ts(0, Some("2-3"));
+    d.wake(b);
+    d.wake(c);
+    let waiting = [a, b, c]
+        .into_iter()
+        .find(|x| d.cpu_of(*x).is_none())
+        .expect("two CPUs, three hogs");
+    let kicks =
+        d.s.set_affinity(waiting, CpuSet::parse_list("0-3").unwrap(), d.now)
+            .unwrap();
+    assert_eq!(kicks.len(), 1, "{kicks:?}");
+    assert!(kicks[0].0 < 2, "an idle CPU: {kicks:?}");
+    d.deliver(kicks);
+    assert!(d.cpu_of(waiting).is_some_and(|c| c < 2));
+    // Bad input.
+    assert_eq!(
+        d.s.set_affinity(a, CpuSet::single(CpuId(9)).unwrap(), d.now),
+        Err(SchedError::EmptyAffinity)
+    );
+}
+
+#[test]
+fn class_change_to_realtime_preempts_and_back() {
+    let mut d = Drv::new("1x1x1", |_| {});
+    let hog = d.ts(0, None);
+    let other = d.ts(1, None);
+    d.wake(hog);
+    d.wake(other);
+    assert_eq!(d.cpu_of(hog), Some(0));
+    // The waiting one becomes realtime: it preempts the timeshare hog.
+    let kicks =
+        d.s.set_class(other, SchedClass::Realtime, 110, d.now)
+            .unwrap();
+    assert_eq!(kicks, vec![CpuId(0)]);
+    d.deliver(kicks);
+    assert_eq!(d.cpu_of(other), Some(0));
+    assert_eq!(d.s.debug_priority(other).0, 110);
+    assert_eq!(
+        d.s.set_class(other, SchedClass::Timeshare, 110, d.now),
+        Err(SchedError::BadPriority {
+            class: SchedClass::Timeshare,
+            priority: 110
+        })
+    );
+    // Back to timeshare while running: no kick, its priority follows.
+    assert!(d
+        .s
+        .set_class(other, SchedClass::Timeshare, 10, d.now)
+        .unwrap()
+        .is_empty());
+    assert_eq!(d.s.debug_priority(other).0, 10);
+    assert_eq!(d.stats(other).id, other);
+}
+
+#[test]
+fn mode_switch_changes_the_quanta_live() {
+    let mut d = Drv::new("1x1x1", |_| {});
+    let a = d.ts(0, None);
+    d.wake(a);
+    // Low latency, E = 10, alone: min(cap 5000, base 2000) us.
+    assert_eq!(d.slice_end[0] - d.now, 2000 * US);
+    assert_eq!(d.s.mode(), Mode::LowLatency);
+    assert!(d.s.set_mode(Mode::PowerSaving, d.now).is_empty());
+    assert_eq!(VcpuScheduler::mode(&d.s), Mode::PowerSaving);
+    d.now += 2000 * US;
+    d.sched(CpuId(0), StopReason::QuantumEnd);
+    // Power saving: E = 9 after one quantum end, base 2000 us x 3..10.
+    let (e, _, _) = d.s.debug_priority(a);
+    let want = crate::quantum::base_quantum(&crate::tunables::QuantumTable::POWER_SAVING, e);
+    assert_eq!(d.slice_end[0] - d.now, want);
+    assert!(want > 6000 * US);
+    // The same mode again changes nothing.
+    assert!(d.s.set_mode(Mode::PowerSaving, d.now).is_empty());
+}
+
+#[test]
+fn cpu_out_of_service_hands_everything_on_and_comes_back() {
+    let mut d = Drv::new("1x2x2", |_| {});
+    let free: Vec<EntityId> = (0..3).map(|_| d.ts(0, None)).collect();
+    let pinned = d.ts(0, Some("3"));
+    for e in &free {
+        d.wake(*e);
+    }
+    d.wake(pinned);
+    assert_eq!(d.cpu_of(pinned), Some(3));
+    // CPU 3 out: the CPU itself is kicked; its runner goes elsewhere...
+    let kicks = d.s.set_cpu_enabled(CpuId(3), false, d.now).unwrap();
+    assert!(kicks.contains(&CpuId(3)), "{kicks:?}");
+    d.deliver(kicks);
+    assert_eq!(d.run[3], None, "nothing runs out of service");
+    // ... except the entity pinned to it, which waits for it.
+    assert_eq!(d.cpu_of(pinned), None);
+    for e in &free {
+        assert!(d.cpu_of(*e).is_some_and(|c| c != 3), "{e:?}");
+    }
+    d.run_until(20 * MS);
+    assert_eq!(d.run[3], None);
+    assert_eq!(d.cpu_of(pinned), None);
+    let snap = d.s.snapshot(d.now);
+    assert!(!snap.cpus[3].in_service);
+    // Nothing is placed on it, also not by a wake.
+    let late = d.ts(0, None);
+    let w = d.wake(late).unwrap();
+    assert_ne!(w.cpu, CpuId(3));
+    // Back in service: kicked, it runs what waited for it.
+    let kicks = d.s.set_cpu_enabled(CpuId(3), true, d.now).unwrap();
+    assert_eq!(kicks, vec![CpuId(3)]);
+    d.deliver(kicks);
+    assert_eq!(d.cpu_of(pinned), Some(3));
+    // Not the last CPU in service.
+    for c in 0..3 {
+        let kicks = d.s.set_cpu_enabled(CpuId(c), false, d.now).unwrap();
+        d.deliver(kicks);
+    }
+    assert_eq!(
+        d.s.set_cpu_enabled(CpuId(3), false, d.now),
+        Err(SchedError::LastCpuInService(CpuId(3)))
+    );
+    assert_eq!(
+        d.s.set_cpu_enabled(CpuId(4), false, d.now),
+        Err(SchedError::UnknownCpu(CpuId(4)))
+    );
+    // Everything now runs on CPU 3 alone, in turn.
+    d.run_until(d.now + 50 * MS);
+    for e in free.iter().chain([&pinned, &late]) {
+        assert!(d.stats(*e).run_time > 0, "{e:?} ran");
+    }
+}
+
+#[test]
+fn a_whole_core_out_of_service_drains_its_queue() {
+    let mut d = Drv::new("1x2x2", |_| {});
+    let hogs: Vec<EntityId> = (0..6).map(|_| d.ts(0, None)).collect();
+    for e in &hogs {
+        d.wake(*e);
+    }
+    for c in [2, 3] {
+        let kicks = d.s.set_cpu_enabled(CpuId(c), false, d.now).unwrap();
+        d.deliver(kicks);
+    }
+    // Every hog waits on or runs on core 0 (the invariants check that no
+    // entity waits in core 1's queue).
+    d.run_until(10 * MS);
+    for e in &hogs {
+        if let Some(c) = d.cpu_of(*e) {
+            assert!(c < 2, "{e:?} on {c}");
+        }
+    }
+    for c in [2, 3] {
+        let kicks = d.s.set_cpu_enabled(CpuId(c), true, d.now).unwrap();
+        d.deliver(kicks);
+    }
+    assert!((0..4).all(|c| d.run[c].is_some()), "{:?}", d.run);
+}
+
+#[test]
+fn snapshot_says_where_entities_are() {
+    crate::testkit::snapshot_says_where_entities_are(crate::PolicyKind::Haiku);
+}
+
+#[test]
+fn snapshot_shows_penalty_quantum_and_queues() {
+    use crate::stats::EntityState;
+    let mut d = Drv::new("1x1x2", |_| {});
+    let hog = d.ts(0, None);
+    let pinned = d.ts(0, Some("1"));
+    let other = d.ts(0, None);
+    d.wake(hog);
+    d.run_until(3 * MS);
+    d.wake(other);
+    d.wake(pinned);
+    let snap = d.s.snapshot(d.now);
+    let row = |id: EntityId| snap.entities.iter().find(|e| e.id == id).unwrap().clone();
+    let runner = d.run[0].or(d.run[1]).unwrap();
+    let h = row(hog);
+    let (e, _, penalty) = d.s.debug_priority(hog);
+    assert_eq!((h.effective_priority, h.penalty), (e, penalty));
+    assert!(h.penalty > 0 && h.quantum_ends > 0);
+    assert!(h.quantum > 0);
+    // Both CPUs run; whoever waits is shown in its queue.
+    let waiting: Vec<_> = snap
+        .entities
+        .iter()
+        .filter(|e| e.state == EntityState::Waiting)
+        .collect();
+    assert_eq!(waiting.len(), 1, "{}", snap.to_table());
+    let w = waiting[0];
+    assert_eq!(w.core, Some(CoreId(0)));
+    if w.id == pinned {
+        assert_eq!(w.cpu, Some(CpuId(1)), "the pinned queue of CPU 1");
+    } else {
+        assert_eq!(w.cpu, None, "the core's queue");
+    }
+    assert_eq!(snap.cores[0].ready, 1);
+    assert_eq!(snap.cores[0].running, 2);
+    assert!(snap.cpus.iter().any(|c| c.running == Some(runner)));
 }

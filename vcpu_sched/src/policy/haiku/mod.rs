@@ -1,0 +1,540 @@
+//! The default policy: Haiku's scheduler (2014) adapted to vCPUs. This
+//! module holds the policy's state and the `VcpuScheduler` entry points;
+//! the work is split by concept:
+//! - `place`: where a runnable entity goes (wake placement, requeue
+//!   target, queue moves);
+//! - `schedule`: what a CPU does in `schedule` (stop the runner, pick,
+//!   steal, dispatch, time slice, kicks for what it leaves waiting);
+//! - `runtime`: changes while running (priority, class, affinity, mode,
+//!   CPUs out of service and back);
+//! - `stats`: the snapshot rows;
+//! - `invariants`: the structural checks tests and the simulator run.
+//!
+//! An entity's own lifecycle (load charging, quantum end, what a stop
+//! does to its penalties) lives on `entity::Entity`, as Haiku keeps
+//! it on `ThreadData`; CPU and core state, idle search and stealing in
+//! `placement` (Haiku's `CPUEntry`/`CoreEntry`), time slices in `quantum`,
+//! load estimation in `load`, run queues in `run_queue`, the two modes in
+//! `mode`.
+//!
+//! # Locks
+//! * one lock per entity slot (a fixed-capacity slab allocated at `new`);
+//! * one lock per core queue and one per logical CPU's pinned queue;
+//! * per CPU: an accounting lock, taken only by that CPU's `schedule`
+//!   (and `snapshot`);
+//! * the free list of slots, taken only by `add_entity` / `remove_entity`
+//!   and when the CPU holding a removed entity frees it.
+//!
+//! There is no global lock on wake / schedule / quantum-end paths.
+//!
+//! Lock order (outer first): CPU accounting lock -> entity slot lock ->
+//! pinned queue of a CPU -> queue of that CPU's core -> free list.
+//! At most one entity lock is held at a time, and no entity lock
+//! is ever taken while a queue lock is held: a CPU pops an entry under the
+//! queue lock, drops it, then locks the entity and checks (by sequence
+//! number) that the entry is still current. While popped, the entity is
+//! "in flight": others that find it missing from its queue leave it to the
+//! popping CPU (which sees `removed`, a new priority, ...).
+//!
+//! # Affinity rule
+//! An entity whose affinity covers every CPU of a core may sit in that
+//! core's queue; one that covers only part of a core goes to the pinned
+//! queue of one chosen allowed CPU (a one-CPU affinity always goes to its
+//! CPU's pinned queue). Other CPUs steal only entries whose affinity
+//! contains them, so an entity never runs outside its affinity.
+//!
+//! # No idle CPU while a vCPU waits
+//! Idle CPUs publish themselves in per-LLC bitmaps; a waker claims one and
+//! kicks it. The lost-wake-up race is closed Dekker-style: a waker enqueues,
+//! fences, then searches the idle bitmaps; a CPU about to idle sets its
+//! bit, fences, then looks at its queues and steals (nearest queues first,
+//! only entries allowed on it). Either the waker sees the idle CPU (and
+//! moves the entity there and kicks it) or the idler sees the entity.
+//! When `schedule` leaves entities waiting (the entity it requeued behind a
+//! better one, possibly rebalanced to another core's queue, or several
+//! placed on this CPU at once) while an idle CPU could run them, it moves
+//! each (up to `LEFTOVER_KICKS`) to such a CPU's queue and names the CPU in
+//! [`Dispatch::kicks`]. Those CPUs stay available, so if a caller drops a
+//! kick the next wake that finds them claims and kicks them. The bounded
+//! window is therefore: until the kicked CPUs (wake kicks and dispatch
+//! kicks) have called `schedule`; each of them
+//! repeats the hand-over for what it leaves behind. Exceptions: with SMT
+//! isolation a CPU may idle while only entities of a VM other than the one
+//! its siblings run wait (force idle, which also bounds their wait); and a
+//! CPU gives up after `MAX_PICK_ATTEMPTS` stale entries in one call (only
+//! possible under heavy concurrent churn; the entries stay queued).
+//!
+//! # Placement across last-level caches (beyond Haiku)
+//! Haiku knows cores and packages only; an EPYC-like host has several
+//! LLCs per package (1x8x8x2: 8 LLCs of 8 cores), where Haiku's rules pack
+//! unrelated vCPUs into one LLC. In low-latency mode (`mode::LowLatency`):
+//! * a cache-cold entity takes a fully idle package first (Haiku), else
+//!   an idle core of the LLC with the most fully idle cores it may use,
+//!   the nearest to its origin among equals, so each unrelated vCPU gets a
+//!   cache of its own as Linux's LLC-level balancing gives it (4, 8, 16
+//!   single-vCPU VMs on 1x8x8x2 use 4, 8, 8 LLCs; scenario 8). The count
+//!   reads each LLC's idle-core bitmap words: O(LLCs), cold placement only;
+//! * an entity woken by an entity of its own VM (`wake_by`, a vCPU's IPI)
+//!   prefers an idle core in the waker's LLC, which holds the data they
+//!   share, over its own warm CPU elsewhere; with no idle core there it
+//!   takes its warm CPU as on any wake. A waker of another VM changes
+//!   nothing.
+//!
+//! Power-saving mode packs instead and ignores both rules.
+//!
+//! # Mode details
+//! * Penalty cancel: sleep longer than half the *mode's* base quantum
+//!   (Haiku's `ShouldCancelPenalty`); it cancels the penalty, not the
+//!   additional penalty (Haiku's `CancelPenalty`).
+//! * A yield ends the quantum with its penalty (Haiku's `hasYielded`).
+//! * The least-loaded-core choice reads at most `balance_candidates`
+//!   cores' atomics (all of them on machines that small; else the origin,
+//!   the LLCs' light cores and rotating windows), and a quantum end
+//!   searches at most once per core and load epoch when nothing is worth
+//!   a move (`mode::LowLatency::rebalance`).
+//! * Nothing shared between CPUs is written on the hot path of a busy
+//!   machine: no global counter or clock, per-CPU statistics summed by
+//!   `snapshot`, per-CPU and per-core state on cache lines of its own;
+//!   the shared bitmaps and counts change only when a CPU goes idle or
+//!   busy or a queue empties or fills.
+//! * `smt_corun_foreign` charges a whole run interval when a sibling ran
+//!   another VM at its dispatch or at its stop (an upper bound).
+//!
+//! # Starvation bound
+//! Derived and checked in `tests/haiku_props.rs`: with only timeshare
+//! entities and no wakes, a waiting entity W is passed at most P_X + 20
+//! times by each other entity X (penalty cycle plus the quantum ends before
+//! a hog's first load update ends its bursty status), so it waits at most
+//! (sum_{X != W} (P_X + 20) + 1) * base_quantum * m1.
+//!
+//! # Bursty entities (beyond Haiku)
+//! A timeshare entity whose load estimate is at most `tunables::BURSTY_LOAD`
+//! (375, FreeBSD ULE's interactivity threshold) is not penalised; this is
+//! what lets the limited wake preemption help a bursty waker at all (see
+//! `tunables::BURSTY_LOAD`).
+
+mod invariants;
+mod place;
+mod runtime;
+mod schedule;
+mod stats;
+
+use super::{SchedConfig, VcpuScheduler};
+use crate::entity::{Entity, Priority, RunState};
+use crate::mode::{ops_for, ModeOps};
+use crate::placement::{Machine, OUT_OF_SERVICE_PRIO};
+use crate::stats::SchedSnapshot;
+use crate::tunables::{Mode, QuantumTable, Tunables};
+use crate::validate::{validate_config, validate_spec, validate_topology};
+use crate::{
+    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, LlcId, Nanos, SchedClass, SchedError,
+    StopReason, Topology, WakeDecision,
+};
+use crossbeam_utils::CachePadded;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+/// Stale or contended entries a CPU skips before giving up and idling for
+/// this call (the entries are not lost: they stay queued or are requeued).
+const MAX_PICK_ATTEMPTS: usize = 64;
+/// Waiting entries a `schedule` call hands to idle CPUs (see `kick_for_leftovers`).
+const LEFTOVER_KICKS: usize = 4;
+
+/// One slot of the entity slab. `seq` survives reuse so stale queue
+/// entries of a removed entity never match its successor; `generation`
+/// is bumped when its entity is removed, so the removed entity's handle
+/// never matches its successor either.
+#[derive(Debug, Default)]
+struct Slot {
+    seq: u64,
+    generation: u32,
+    entity: Option<Box<Entity>>,
+}
+
+#[derive(Debug, Default)]
+struct FreeList {
+    free: Vec<u32>,
+    next: u32,
+}
+
+/// Per-CPU accounting (taken by that CPU's `schedule` and by `snapshot`).
+#[derive(Debug, Default)]
+struct CpuAcct {
+    busy: Nanos,
+    idle: Nanos,
+    idle_since: Option<Nanos>,
+    dispatches: u64,
+    switches: u64,
+    foreign: Nanos,
+    idle_while_waiting: u64,
+    last: Option<EntityId>,
+    /// A sibling ran another VM when the current entity was dispatched.
+    foreign_at_dispatch: bool,
+    /// The last `schedule` idled on purpose (SMT isolation force idle).
+    forced_idle: bool,
+    /// CPUs this `schedule` call must have kicked for entities it placed
+    /// elsewhere (scratch, empty between calls: no allocation usually).
+    kicks: Vec<CpuId>,
+}
+
+/// The entity `id` names in a slot of generation `generation`: an error
+/// if the handle is of another generation (removed: stale; never issued:
+/// unknown) or the slot is free.
+fn live(
+    entity: &mut Option<Box<Entity>>,
+    generation: u32,
+    id: EntityId,
+) -> Result<&mut Entity, SchedError> {
+    if id.generation() != generation {
+        return Err(SchedError::for_handle(id, generation));
+    }
+    entity
+        .as_deref_mut()
+        .filter(|e| !e.removed)
+        .ok_or(SchedError::UnknownEntity(id))
+}
+
+/// Index of a mode in `Mode::ALL`.
+fn mode_index(mode: Mode) -> u8 {
+    match mode {
+        Mode::LowLatency => 0,
+        Mode::PowerSaving => 1,
+    }
+}
+
+/// The Haiku-derived vCPU scheduler. See the module documentation.
+#[derive(Debug)]
+pub struct HaikuScheduler {
+    m: Machine,
+    /// The mode now (index into `Mode::ALL` and `ops`); switched at run
+    /// time by `set_mode`.
+    mode: AtomicU8,
+    /// Each mode's operations, indexed like `Mode::ALL`.
+    ops: [Box<dyn ModeOps>; 2],
+    slots: Vec<Mutex<Slot>>,
+    free: Mutex<FreeList>,
+    /// Per CPU, each on its own cache lines.
+    acct: Vec<CachePadded<Mutex<CpuAcct>>>,
+    max_entities: usize,
+    /// Taken by `set_cpu_enabled` only: one change of service at a time.
+    service_change: Mutex<()>,
+}
+
+impl HaikuScheduler {
+    /// Build the policy for a topology; rejects inconsistent topologies and
+    /// configurations.
+    pub fn new(topology: Topology, config: SchedConfig) -> Result<Self, SchedError> {
+        validate_topology(&topology)?;
+        validate_config(&config, super::PolicyKind::Haiku)?;
+        let ncpus = topology.cpus.len();
+        let m = Machine::new(
+            topology,
+            config.smt_isolation,
+            config.idle_core_search,
+            config.tunables.clone(),
+        );
+        Ok(HaikuScheduler {
+            m,
+            mode: AtomicU8::new(mode_index(config.mode)),
+            ops: Mode::ALL.map(ops_for),
+            slots: (0..config.max_entities)
+                .map(|_| Mutex::new(Slot::default()))
+                .collect(),
+            free: Mutex::new(FreeList::default()),
+            acct: (0..ncpus)
+                .map(|_| CachePadded::new(Mutex::new(CpuAcct::default())))
+                .collect(),
+            max_entities: config.max_entities,
+            service_change: Mutex::new(()),
+        })
+    }
+
+    /// The mode it runs in now.
+    pub fn mode(&self) -> Mode {
+        Mode::ALL[self.mode.load(Ordering::Relaxed) as usize & 1]
+    }
+
+    /// The quantum table of the mode it runs in now.
+    fn table(&self) -> &QuantumTable {
+        self.tun().quantum_table(self.mode())
+    }
+
+    /// The operations of the mode it runs in now.
+    fn ops(&self) -> &dyn ModeOps {
+        &*self.ops[self.mode.load(Ordering::Relaxed) as usize & 1]
+    }
+
+    fn tun(&self) -> &Tunables {
+        &self.m.tun
+    }
+
+    fn slot(&self, id: EntityId) -> Result<&Mutex<Slot>, SchedError> {
+        self.slots
+            .get(id.index() as usize)
+            .ok_or(SchedError::UnknownEntity(id))
+    }
+
+    fn check_cpu(&self, cpu: CpuId) -> Result<(), SchedError> {
+        if (cpu.0 as usize) < self.m.cpus.len() {
+            Ok(())
+        } else {
+            Err(SchedError::UnknownCpu(cpu))
+        }
+    }
+
+    /// `wake`; `near`: the VM and LLC of the vCPU that woke it.
+    fn wake_near(
+        &self,
+        id: EntityId,
+        now: Nanos,
+        near: Option<(crate::VmId, LlcId)>,
+    ) -> Result<Option<WakeDecision>, SchedError> {
+        let mut guard = self.slot(id)?.lock();
+        let Slot {
+            seq,
+            entity,
+            generation,
+        } = &mut *guard;
+        let e = live(entity, *generation, id)?;
+        match e.state {
+            RunState::Running(_) => {
+                e.wake_pending = true;
+                e.counters.wakes += 1;
+                return Ok(None);
+            }
+            RunState::Queued { .. } => return Ok(None),
+            RunState::Blocked => {}
+        }
+        let slept = now.saturating_sub(e.slept_at);
+        e.load.slept(slept);
+        e.load.update(self.tun().load_measure_interval);
+        // Haiku's ShouldCancelPenalty: slept longer than half the mode's base quantum.
+        if slept > self.table().base_quantum / 2 {
+            // A bursty entity is forgiven its additional penalty too (see
+            // `Priority::forgive`).
+            if e.is_bursty(self.tun().bursty_load) {
+                e.prio.forgive(self.tun(), self.mode());
+            } else {
+                e.prio.cancel_penalty(self.tun(), self.mode());
+            }
+            e.used = 0;
+        }
+        e.woken_at = Some(now);
+        e.counters.wakes += 1;
+        let waker_llc = near.filter(|(vm, _)| *vm == e.vm).map(|(_, llc)| llc);
+        Ok(Some(self.place_woken(e, id, seq, now, waker_llc)))
+    }
+
+    /// The VM of `waker` and the LLC of the CPU it runs on (or last ran
+    /// on), read under its own lock before the wakee's is taken (one
+    /// entity lock at a time).
+    fn waker_place(&self, waker: EntityId) -> Result<Option<(crate::VmId, LlcId)>, SchedError> {
+        let mut guard = self.slot(waker)?.lock();
+        let Slot {
+            entity, generation, ..
+        } = &mut *guard;
+        let w = live(entity, *generation, waker)?;
+        let cpu = match w.state {
+            RunState::Running(cpu) => Some(cpu),
+            _ => w.last_cpu,
+        };
+        Ok(cpu.map(|c| (w.vm, self.m.llc_of(c))))
+    }
+
+    /// Free a slot whose entity was removed (its generation is already
+    /// bumped).
+    fn free_slot(&self, index: u32, slot: &mut Slot) {
+        slot.entity = None;
+        self.free.lock().free.push(index);
+    }
+}
+
+impl VcpuScheduler for HaikuScheduler {
+    fn name(&self) -> &'static str {
+        "haiku"
+    }
+
+    fn topology(&self) -> &Topology {
+        &self.m.topo
+    }
+
+    fn add_entity(&self, spec: EntitySpec, now: Nanos) -> Result<EntityId, SchedError> {
+        let _p = crate::profiler::scope("add_entity");
+        let affinity = validate_spec(&spec, &self.m.topo)?;
+        let index = {
+            let mut free = self.free.lock();
+            match free.free.pop() {
+                Some(i) => i,
+                None if (free.next as usize) < self.max_entities => {
+                    free.next += 1;
+                    free.next - 1
+                }
+                None => return Err(SchedError::TooManyEntities(self.max_entities)),
+            }
+        };
+        let prio = Priority::new(spec.class, spec.priority, self.tun(), self.mode());
+        let all_cpus = affinity.len() == self.m.cpus.len();
+        let mut slot = self.slots[index as usize].lock();
+        let id = EntityId::new(index, slot.generation);
+        let e = Entity::new(id, spec.vm, Arc::new(affinity), all_cpus, prio, now);
+        slot.entity = Some(Box::new(e));
+        Ok(id)
+    }
+
+    fn remove_entity(&self, id: EntityId, _now: Nanos) -> Result<(), SchedError> {
+        let _p = crate::profiler::scope("remove_entity");
+        let mut guard = self.slot(id)?.lock();
+        let Slot {
+            entity, generation, ..
+        } = &mut *guard;
+        let e = live(entity, *generation, id)?;
+        // From now on the handle is stale, even while a CPU still holds it.
+        *generation = generation.wrapping_add(1);
+        let free_now = match e.state {
+            RunState::Blocked => true,
+            RunState::Queued { queue, seq, level } => self.m.remove(queue, id, seq, level),
+            RunState::Running(_) => false,
+        };
+        if free_now {
+            e.uncharge_remove(&self.m);
+            self.free_slot(id.index(), &mut guard);
+        } else {
+            // The CPU running or popping it frees the slot.
+            e.removed = true;
+        }
+        Ok(())
+    }
+
+    fn wake(&self, id: EntityId, now: Nanos) -> Result<Option<WakeDecision>, SchedError> {
+        let _p = crate::profiler::scope("wake");
+        self.wake_near(id, now, None)
+    }
+
+    fn wake_by(
+        &self,
+        id: EntityId,
+        waker: EntityId,
+        now: Nanos,
+    ) -> Result<Option<WakeDecision>, SchedError> {
+        let _p = crate::profiler::scope("wake_by");
+        let near = self.waker_place(waker)?;
+        self.wake_near(id, now, near)
+    }
+
+    fn schedule(&self, cpu: CpuId, now: Nanos, reason: StopReason) -> Result<Dispatch, SchedError> {
+        let _p = crate::profiler::scope("schedule");
+        self.check_cpu(cpu)?;
+        let core = self.m.core_of(cpu);
+        self.m.roll(core, now);
+        let mut acct = self.acct[cpu.0 as usize].lock();
+        if let Some(since) = acct.idle_since.take() {
+            acct.idle = acct.idle.saturating_add(now.saturating_sub(since));
+        }
+        // This CPU is deciding now: wakers must not count it as idle.
+        self.m.claim(cpu);
+        acct.forced_idle = false;
+        let requeued = self.stop_running(cpu, now, reason, &mut acct);
+        if !self.m.in_service(cpu) {
+            // Out of service: hand on whatever still waits for this CPU,
+            // run nothing, and stay claimed (never offered to wakers).
+            self.evacuate(cpu, now, &mut acct.kicks);
+            self.m.cpus[cpu.0 as usize]
+                .prio
+                .store(OUT_OF_SERVICE_PRIO, Ordering::Release);
+            if acct.idle_since.is_none() {
+                acct.idle_since = Some(now);
+            }
+            return Ok(Dispatch {
+                kicks: std::mem::take(&mut acct.kicks),
+                ..Dispatch::idle()
+            });
+        }
+        let mut d = self.pick_next(cpu, now, &mut acct);
+        if d.entity.is_none() {
+            acct.idle_since = Some(now);
+        }
+        let forced_idle = acct.forced_idle;
+        let placed = std::mem::take(&mut acct.kicks);
+        drop(acct);
+        // A force-idled CPU hands on only the entity it requeued: the
+        // entries it refused wait for its siblings to drain. The requeued
+        // one may go to an idle CPU of another core whose siblings run its
+        // VM (the search checks that, and excludes this core), so it cannot
+        // bounce between force-idled CPUs.
+        let requeued = requeued.filter(|r| d.entity != Some(*r));
+        let mut kicks = self.kick_for_leftovers(cpu, now, requeued, !forced_idle);
+        if self.m.smt_isolation && d.entity.is_some() {
+            kicks.extend(self.idle_siblings_with_work(cpu));
+        }
+        if !placed.is_empty() {
+            kicks.extend(placed.into_iter().filter(|k| *k != cpu));
+            kicks.sort_unstable();
+            kicks.dedup();
+        }
+        d.kicks = kicks;
+        Ok(d)
+    }
+
+    fn set_priority(
+        &self,
+        id: EntityId,
+        priority: u8,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _p = crate::profiler::scope("set_priority");
+        self.set_priority_now(id, priority, now)
+    }
+
+    fn set_class(
+        &self,
+        id: EntityId,
+        class: SchedClass,
+        priority: u8,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _p = crate::profiler::scope("set_class");
+        self.set_class_now(id, class, priority, now)
+    }
+
+    fn set_affinity(
+        &self,
+        id: EntityId,
+        affinity: CpuSet,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _p = crate::profiler::scope("set_affinity");
+        self.set_affinity_now(id, affinity, now)
+    }
+
+    fn mode(&self) -> Mode {
+        HaikuScheduler::mode(self)
+    }
+
+    fn set_mode(&self, mode: Mode, _now: Nanos) -> Vec<CpuId> {
+        let _p = crate::profiler::scope("set_mode");
+        self.set_mode_now(mode)
+    }
+
+    fn set_cpu_enabled(
+        &self,
+        cpu: CpuId,
+        enabled: bool,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _p = crate::profiler::scope("set_cpu_enabled");
+        self.set_cpu_enabled_now(cpu, enabled, now)
+    }
+
+    fn set_idle_core_search(&self, on: bool) {
+        self.m.idle_core_search.store(on, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self, now: Nanos) -> SchedSnapshot {
+        let _p = crate::profiler::scope("snapshot");
+        self.take_snapshot(now)
+    }
+}
+
+#[cfg(test)]
+mod tests;

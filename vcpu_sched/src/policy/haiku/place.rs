@@ -1,0 +1,304 @@
+//! Where a runnable entity goes: the wake placement (Haiku's
+//! `ChooseCoreAndCPU` with the mode's operations), the queue an entity
+//! that stopped with time or penalty goes back to (the rebalance), and
+//! moving queued entries between queues. Every placement ends in
+//! `enqueue`, which charges the entity's load to the queue's core.
+
+use super::HaikuScheduler;
+use crate::entity::{Entity, QueueRef, RunState};
+use crate::placement::Candidate;
+use crate::run_queue::QueueEntry;
+use crate::{CoreId, CpuId, EntityId, LlcId, Nanos, SchedClass, WakeDecision};
+use std::sync::atomic::{fence, Ordering};
+
+impl HaikuScheduler {
+    /// Placement facts of an entity at `now`; `origin` overrides the
+    /// previous CPU.
+    pub(super) fn candidate<'a>(
+        &self,
+        e: &'a Entity,
+        id: EntityId,
+        origin: Option<CpuId>,
+        now: Nanos,
+    ) -> Candidate<'a> {
+        // A previous CPU its affinity no longer holds is no place to
+        // return to (its affinity changed since).
+        let prev = e.last_cpu.filter(|p| e.allowed().contains(*p));
+        let first = e.affinity.first().unwrap_or(CpuId(0));
+        let warm = prev.is_some_and(|p| {
+            let active = self.m.cores[self.m.core_of(p).0 as usize]
+                .active_time
+                .load(Ordering::Relaxed);
+            active.saturating_sub(e.last_core_active) < self.tun().cache_expire
+        });
+        Candidate {
+            affinity: e.allowed(),
+            vm: e.vm,
+            class: e.prio.class,
+            effective: e.prio.effective(),
+            origin: origin.or(prev).unwrap_or(first),
+            prev,
+            warm,
+            load: e.load.load,
+            bursty: e.is_bursty(self.tun().bursty_load),
+            now,
+            rotor: (id.index() as usize)
+                .wrapping_mul(7)
+                .wrapping_add((e.counters.wakes + e.counters.quantum_ends) as usize),
+            waker_llc: None,
+        }
+    }
+
+    /// Target CPU of a waking entity and whether it must be kicked;
+    /// `waker_llc`: the LLC of a waker of its VM (see `Candidate`).
+    pub(super) fn choose_target(
+        &self,
+        e: &Entity,
+        id: EntityId,
+        now: Nanos,
+        waker_llc: Option<LlcId>,
+    ) -> (CpuId, bool) {
+        let _p = crate::profiler::scope("haiku::choose_target");
+        let mut c = self.candidate(e, id, None, now);
+        c.waker_llc = waker_llc;
+        let delta = self.tun().wake_preempt_priority_delta;
+        if let Some(p) = e.pinned_cpu() {
+            let kick = self.m.try_claim(p, &c) || self.m.must_preempt(p, &c, delta);
+            return (p, kick);
+        }
+        if let Some(cpu) = self.ops().find_idle(&self.m, &c, self.tun()) {
+            return (cpu, true);
+        }
+        let core = match c.prev {
+            Some(p) if c.warm => self
+                .ops()
+                .rebalance(&self.m, &c, self.m.core_of(p), self.tun()),
+            _ => self
+                .ops()
+                .choose_core(&self.m, &c, self.tun())
+                .unwrap_or(self.m.core_of(c.origin)),
+        };
+        let cpu = self.m.choose_cpu_in_core(core, &c).unwrap_or(c.origin);
+        let kick = self.m.must_preempt(cpu, &c, delta);
+        if !kick && c.class == SchedClass::Realtime {
+            // Bounded latency: a realtime entity takes the allowed CPU
+            // running the lowest priority anywhere, if it beats that.
+            if let Some(low) = self.m.lowest_priority_cpu(&c) {
+                if self.m.must_preempt(low, &c, delta) {
+                    return (low, true);
+                }
+            }
+        }
+        (cpu, kick)
+    }
+
+    /// Put a runnable entity into a queue (state, load, queued entry).
+    pub(super) fn enqueue(
+        &self,
+        e: &mut Entity,
+        id: EntityId,
+        seq: &mut u64,
+        q: QueueRef,
+        front: bool,
+    ) {
+        *seq += 1;
+        let level = e.prio.effective();
+        let entry = QueueEntry {
+            id,
+            seq: *seq,
+            level,
+            since: e.queued_at,
+            vm: e.vm,
+            affinity: e.entry_affinity(),
+        };
+        e.charge_ready(&self.m, self.m.core_of_queue(q));
+        e.state = RunState::Queued {
+            queue: q,
+            seq: *seq,
+            level,
+        };
+        self.m.push(q, entry, front);
+    }
+
+    /// `enqueue`, then make sure a CPU in service picks from that queue.
+    /// A queue no CPU in service serves (its CPU, or every CPU of its
+    /// core, was taken out of service) keeps the entity only if it may run
+    /// nowhere else; otherwise it moves to a queue that is served. Returns
+    /// that move's target and kick. The check follows the push: a CPU
+    /// taken out of service drains its queues after it is marked, so a
+    /// push either lands before the drain (and is moved by it) or sees
+    /// the mark.
+    pub(super) fn enqueue_served(
+        &self,
+        e: &mut Entity,
+        id: EntityId,
+        seq: &mut u64,
+        q: QueueRef,
+        front: bool,
+        now: Nanos,
+    ) -> Option<(CpuId, bool)> {
+        self.enqueue(e, id, seq, q, front);
+        if self.m.serves(q) {
+            return None;
+        }
+        let (cpu, kick) = self.served_target(e, id, now)?;
+        if !self.move_queued(e, id, seq, cpu) {
+            if kick {
+                // Being dispatched already (by a CPU that will see it is
+                // not allowed there): give a claimed idle CPU back.
+                self.m.set_available(cpu);
+            }
+            return None;
+        }
+        Some((cpu, kick))
+    }
+
+    /// A CPU in service for an entity, and whether to kick it: an idle one
+    /// (claimed), else one of the least loaded core in service. `None` if
+    /// every CPU it may use is out of service.
+    fn served_target(&self, e: &Entity, id: EntityId, now: Nanos) -> Option<(CpuId, bool)> {
+        let c = self.candidate(e, id, None, now);
+        if let Some(cpu) = self.m.find_idle_cpu(&c) {
+            return Some((cpu, true));
+        }
+        let served = |cpu: CpuId| self.m.serves(self.m.queue_for(e.allowed(), cpu));
+        let cpu = self
+            .m
+            .least_loaded_core(&c)
+            .and_then(|core| self.m.choose_cpu_in_core(core, &c))
+            .filter(|cpu| served(*cpu))
+            .or_else(|| {
+                // The sample missed: any allowed CPU in service (rare path,
+                // O(allowed CPUs)).
+                let n = self.m.cpus.len() as u32;
+                (0..n)
+                    .map(CpuId)
+                    .filter(|cpu| e.allowed().contains(*cpu))
+                    .find(|cpu| served(*cpu))
+            })?;
+        let delta = self.tun().wake_preempt_priority_delta;
+        Some((cpu, self.m.must_preempt(cpu, &c, delta)))
+    }
+
+    /// Move a queued entity to the queue serving `cpu`; false if a CPU is
+    /// popping it right now (then it is about to run anyway).
+    pub(super) fn move_queued(
+        &self,
+        e: &mut Entity,
+        id: EntityId,
+        seq: &mut u64,
+        cpu: CpuId,
+    ) -> bool {
+        let RunState::Queued {
+            queue,
+            seq: s,
+            level,
+        } = e.state
+        else {
+            return false;
+        };
+        if !self.m.remove(queue, id, s, level) {
+            return false;
+        }
+        let q = self.m.queue_for(e.allowed(), cpu);
+        self.enqueue(e, id, seq, q, false);
+        true
+    }
+
+    /// Place a waking entity and decide the kick (see `place`).
+    pub(super) fn place_woken(
+        &self,
+        e: &mut Entity,
+        id: EntityId,
+        seq: &mut u64,
+        now: Nanos,
+        waker_llc: Option<LlcId>,
+    ) -> WakeDecision {
+        e.queued_at = now;
+        self.place_near(e, id, seq, now, waker_llc)
+    }
+
+    /// Place a runnable entity that is in no queue as on a wake and decide
+    /// the kick. After enqueueing without a kick, search the idle bitmaps
+    /// once more (the other half of the lost-wake-up protocol, see the
+    /// module docs).
+    pub(super) fn place(
+        &self,
+        e: &mut Entity,
+        id: EntityId,
+        seq: &mut u64,
+        now: Nanos,
+    ) -> WakeDecision {
+        self.place_near(e, id, seq, now, None)
+    }
+
+    /// `place`, with the LLC of a waker of its VM (see `Candidate`).
+    fn place_near(
+        &self,
+        e: &mut Entity,
+        id: EntityId,
+        seq: &mut u64,
+        now: Nanos,
+        waker_llc: Option<LlcId>,
+    ) -> WakeDecision {
+        let _p = crate::profiler::scope("haiku::place");
+        let (cpu, kick) = self.choose_target(e, id, now, waker_llc);
+        let q = self.m.queue_for(e.allowed(), cpu);
+        self.m.roll(self.m.core_of_queue(q), now);
+        if let Some((y, kick)) = self.enqueue_served(e, id, seq, q, false, now) {
+            return WakeDecision { cpu: y, kick };
+        }
+        if kick {
+            return WakeDecision { cpu, kick };
+        }
+        fence(Ordering::SeqCst);
+        let idle = self.m.find_idle_cpu(&self.candidate(e, id, Some(cpu), now));
+        match idle {
+            Some(y) if self.move_queued(e, id, seq, y) => WakeDecision { cpu: y, kick: true },
+            Some(y) => {
+                // Being dispatched already: give the claimed CPU back.
+                self.m.set_available(y);
+                WakeDecision { cpu, kick: false }
+            }
+            None => WakeDecision { cpu, kick: false },
+        }
+    }
+
+    /// Queue for a runnable entity that stopped on `cpu` at quantum end or
+    /// yield: pinned queues stay; others may rebalance to a less loaded
+    /// core (never to one with an idle CPU, which nobody would kick).
+    pub(super) fn requeue_target(
+        &self,
+        e: &Entity,
+        id: EntityId,
+        cpu: CpuId,
+        now: Nanos,
+    ) -> QueueRef {
+        if let Some(p) = e.pinned_cpu() {
+            return QueueRef::Pinned(p);
+        }
+        let core = self.m.core_of(cpu);
+        if !self.m.covers_core(e.allowed(), core) {
+            return QueueRef::Pinned(cpu);
+        }
+        let c = self.candidate(e, id, Some(cpu), now);
+        let target = self.ops().rebalance(&self.m, &c, core, self.tun());
+        // Never away from an idle sibling, never onto a core with an idle
+        // CPU: nobody would kick those CPUs for it.
+        let has_idle = |k: CoreId| {
+            self.m
+                .core_cpus(k)
+                .iter()
+                .any(|s| *s != cpu && self.m.is_available(*s))
+        };
+        if target != core
+            && self.m.covers_core(e.allowed(), target)
+            && !has_idle(target)
+            && !has_idle(core)
+        {
+            QueueRef::Core(target)
+        } else {
+            QueueRef::Core(core)
+        }
+    }
+}

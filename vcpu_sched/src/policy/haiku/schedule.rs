@@ -1,0 +1,402 @@
+//! What a CPU does when it calls `schedule`: take the stopped entity off
+//! (its penalties, its load, back to a queue or blocked), pick the next
+//! (own queues, then stealing nearest first, with SMT isolation's force
+//! idle), dispatch it with a time slice computed from the time it used,
+//! or publish the CPU idle (the idler's half of the lost-wake-up
+//! protocol); then hand what it leaves waiting to idle CPUs.
+
+use super::{CpuAcct, HaikuScheduler, Slot, LEFTOVER_KICKS, MAX_PICK_ATTEMPTS};
+use crate::entity::{After, Entity, QueueRef, RunState};
+use crate::placement::{IDLE_PRIO, NO_ENTITY};
+use crate::quantum::{full_quantum, time_left};
+use crate::run_queue::QueueEntry;
+use crate::{CoreId, CpuId, Dispatch, EntityId, Nanos, SchedClass, StopReason};
+use std::sync::atomic::{fence, Ordering};
+
+/// Result of looking at a CPU's own queues.
+enum Local {
+    Got(QueueEntry),
+    Empty,
+    /// SMT isolation: the best local entry belongs to another VM than the
+    /// siblings run; idle instead of running something lower (force idle),
+    /// so the siblings drain and that entry runs next.
+    ForcedIdle,
+}
+
+impl HaikuScheduler {
+    /// Take the running entity off `cpu`; returns it if it was requeued.
+    pub(super) fn stop_running(
+        &self,
+        cpu: CpuId,
+        now: Nanos,
+        reason: StopReason,
+        acct: &mut CpuAcct,
+    ) -> Option<EntityId> {
+        let _p = crate::profiler::scope("haiku::stop_running");
+        let slot = &self.m.cpus[cpu.0 as usize];
+        // Only this CPU writes its own slot's running entity (under its
+        // accounting lock); others read it as a hint (preemption, SMT
+        // statistics), so plain release stores: no locked instruction.
+        let raw = slot.running.load(Ordering::Acquire);
+        slot.running.store(NO_ENTITY, Ordering::Release);
+        slot.prio.store(IDLE_PRIO, Ordering::Release);
+        if raw == NO_ENTITY {
+            return None;
+        }
+        let core = self.m.core_of(cpu);
+        self.m.vacate(core);
+        let mut guard = self.slots.get(raw as usize)?.lock();
+        let Slot { seq, entity, .. } = &mut *guard;
+        let e = entity
+            .as_mut()
+            .filter(|e| e.state == RunState::Running(cpu))?;
+        let ran = now.saturating_sub(e.dispatched_at);
+        e.counters.run_time = e.counters.run_time.saturating_add(ran);
+        e.used = e.used.saturating_add(ran);
+        e.load.ran(ran);
+        acct.busy = acct.busy.saturating_add(ran);
+        if acct.foreign_at_dispatch || self.m.sibling_foreign(cpu, e.vm) {
+            acct.foreign = acct.foreign.saturating_add(ran);
+        }
+        let active = self.m.cores[core.0 as usize]
+            .active_time
+            .fetch_add(ran, Ordering::Relaxed)
+            + ran;
+        e.last_core_active = active;
+        if e.removed {
+            e.uncharge_remove(&self.m);
+            self.free_slot(raw, &mut guard);
+            return None;
+        }
+        let id = e.id;
+        e.refresh_load(&self.m);
+        let after = e.after_stop(reason, self.tun(), self.mode());
+        if after == After::Block {
+            e.state = RunState::Blocked;
+            e.slept_at = now;
+            e.uncharge_block(&self.m);
+            return None;
+        }
+        e.queued_at = now;
+        if !self.m.in_service(cpu) || !e.allowed().contains(cpu) {
+            // This CPU left service, or the entity's affinity no longer
+            // holds it: placed elsewhere as on a wake.
+            let d = self.place(e, id, seq, now);
+            if d.kick {
+                acct.kicks.push(d.cpu);
+            }
+            return None;
+        }
+        let (q, front) = match after {
+            After::Front => (self.m.queue_for(e.allowed(), cpu), true),
+            _ => (self.requeue_target(e, id, cpu, now), false),
+        };
+        if let Some((y, true)) = self.enqueue_served(e, id, seq, q, front, now) {
+            acct.kicks.push(y);
+        }
+        Some(id)
+    }
+
+    /// Best entry of the CPU's pinned queue and its core's queue.
+    fn take_local(&self, cpu: CpuId) -> Local {
+        let core = self.m.core_of(cpu);
+        let slot = &self.m.cpus[cpu.0 as usize];
+        let cs = &self.m.cores[core.0 as usize];
+        // The pinned queue is locked only when its mirror shows entries: a
+        // push that races with this look is one that came after it.
+        let mut pinned = (slot.pinned_len.load(Ordering::SeqCst) > 0).then(|| slot.pinned.lock());
+        let mut shared = cs.queue.lock();
+        let rank = |h: &QueueEntry| ((h.level, std::cmp::Reverse(h.since)), h.vm);
+        let p = pinned.as_ref().and_then(|g| g.head()).map(rank);
+        let s = shared.head().map(rank);
+        let (use_pinned, vm) = match (p, s) {
+            (Some(a), Some(b)) if a.0 >= b.0 => (true, a.1),
+            (Some(a), None) => (true, a.1),
+            (_, Some(b)) => (false, b.1),
+            (None, None) => return Local::Empty,
+        };
+        if !self.m.compatible(core, vm) {
+            return Local::ForcedIdle;
+        }
+        let got = match pinned.as_mut() {
+            Some(g) if use_pinned => {
+                let got = g.pop();
+                self.m
+                    .publish_len(QueueRef::Pinned(cpu), &slot.pinned_len, g.len());
+                got
+            }
+            _ => {
+                let got = shared.pop();
+                self.m
+                    .publish_len(QueueRef::Core(core), &cs.queued, shared.len());
+                got
+            }
+        };
+        got.map_or(Local::Empty, Local::Got)
+    }
+
+    /// Steal the first entry allowed on `cpu`, nearest queues first.
+    fn steal(&self, cpu: CpuId) -> Option<QueueEntry> {
+        let _p = crate::profiler::scope("haiku::steal");
+        let core = self.m.core_of(cpu);
+        self.m.visit_queued(cpu, |q| {
+            self.m
+                .take_from(q, |en| en.allows(cpu) && self.m.compatible(core, en.vm))
+        })
+    }
+
+    /// Local queues first, then steal; records a forced idle in `acct`.
+    fn find_work(&self, cpu: CpuId, acct: &mut CpuAcct) -> Option<QueueEntry> {
+        match self.take_local(cpu) {
+            Local::Got(e) => Some(e),
+            Local::Empty => self.steal(cpu),
+            Local::ForcedIdle => {
+                acct.forced_idle = true;
+                None
+            }
+        }
+    }
+
+    /// Whether any queue holds an entry allowed on `cpu` (statistics of
+    /// `idle_while_waiting`; only on the idle path).
+    fn waiting_allowed(&self, cpu: CpuId) -> bool {
+        let holds_allowed = |q: QueueRef| {
+            let (lock, len) = self.m.queue(q);
+            len.load(Ordering::SeqCst) > 0 && lock.lock().entries().any(|en| en.allows(cpu))
+        };
+        let own = [QueueRef::Pinned(cpu), QueueRef::Core(self.m.core_of(cpu))];
+        own.into_iter().any(holds_allowed)
+            || self
+                .m
+                .visit_queued(cpu, |q| holds_allowed(q).then_some(()))
+                .is_some()
+    }
+
+    /// Pick and dispatch the next entity for `cpu`, or idle.
+    pub(super) fn pick_next(&self, cpu: CpuId, now: Nanos, acct: &mut CpuAcct) -> Dispatch {
+        let _p = crate::profiler::scope("haiku::pick_next");
+        for _ in 0..MAX_PICK_ATTEMPTS {
+            let entry = match self.find_work(cpu, acct) {
+                Some(x) => x,
+                None => match self.go_idle(cpu, acct) {
+                    Some(x) => x,
+                    None => break,
+                },
+            };
+            if let Some(d) = self.dispatch(cpu, entry, now, acct) {
+                return d;
+            }
+        }
+        // A concurrent set_priority may have written the old runner's
+        // priority after stop_running cleared it.
+        self.m.cpus[cpu.0 as usize]
+            .prio
+            .store(IDLE_PRIO, Ordering::Release);
+        self.m.set_available(cpu);
+        if self.waiting_allowed(cpu) {
+            acct.idle_while_waiting += 1;
+        }
+        Dispatch::idle()
+    }
+
+    /// Publish the CPU as idle, then look once more (the idler's half of
+    /// the lost-wake-up protocol). Returns work found after publishing.
+    fn go_idle(&self, cpu: CpuId, acct: &mut CpuAcct) -> Option<QueueEntry> {
+        self.m.set_available(cpu);
+        fence(Ordering::SeqCst);
+        let found = self.find_work(cpu, acct)?;
+        // A waker may have claimed us meanwhile; its kick then only causes
+        // one extra `schedule`.
+        self.m.claim(cpu);
+        Some(found)
+    }
+
+    /// Make a popped entry run on `cpu`; `None` if the entry was stale,
+    /// removed, or (SMT isolation) lost a race with a sibling.
+    fn dispatch(
+        &self,
+        cpu: CpuId,
+        entry: QueueEntry,
+        now: Nanos,
+        acct: &mut CpuAcct,
+    ) -> Option<Dispatch> {
+        let _p = crate::profiler::scope("haiku::dispatch");
+        let mut guard = self.slots.get(entry.id.index() as usize)?.lock();
+        let Slot { seq, entity, .. } = &mut *guard;
+        let e = entity.as_mut()?;
+        let RunState::Queued { queue, seq: s, .. } = e.state else {
+            return None;
+        };
+        if s != entry.seq {
+            return None;
+        }
+        if e.removed {
+            e.uncharge_remove(&self.m);
+            self.free_slot(entry.id.index(), &mut guard);
+            return None;
+        }
+        if !e.allowed().contains(cpu) || !self.m.in_service(cpu) {
+            // Popped while its affinity changed or this CPU left service.
+            let d = self.place(e, entry.id, seq, now);
+            if d.kick {
+                acct.kicks.push(d.cpu);
+            }
+            return None;
+        }
+        let core = self.m.core_of(cpu);
+        if !self.m.occupy(core, e.vm) {
+            if let Some((y, true)) = self.enqueue_served(e, entry.id, seq, queue, true, now) {
+                acct.kicks.push(y);
+            }
+            return None;
+        }
+        e.account_dispatch(&self.m, cpu, now);
+        e.charge_ready(&self.m, core);
+        e.state = RunState::Running(cpu);
+        let slice = self.slice_for(e, core);
+        e.dispatched_at = now;
+        let slot = &self.m.cpus[cpu.0 as usize];
+        slot.prio
+            .store(e.prio.effective() as i32, Ordering::Release);
+        slot.bursty
+            .store(e.is_bursty(self.tun().bursty_load), Ordering::Relaxed);
+        slot.vm.store(e.vm.0, Ordering::Release);
+        slot.running.store(entry.id.index(), Ordering::Release);
+        acct.dispatches += 1;
+        if acct.last != Some(entry.id) {
+            acct.switches += 1;
+        }
+        acct.last = Some(entry.id);
+        acct.foreign_at_dispatch = self.m.sibling_foreign(cpu, e.vm);
+        Some(Dispatch::run(entry.id, slice))
+    }
+
+    /// Time slice from the time used: min(cap(ready), base(E)) - used; a
+    /// remainder of at most minimal/2 counts as a quantum end first.
+    fn slice_for(&self, e: &mut Entity, core: CoreId) -> Nanos {
+        let ready = self.m.ready_on_core(core) + 1;
+        let cpus = self.m.core_cpus(core).len();
+        let realtime = e.prio.class == SchedClass::Realtime;
+        let (mode, t) = (self.mode(), self.tun());
+        let table = t.quantum_table(mode);
+        let mut full = full_quantum(
+            table,
+            e.prio.base_quantum_in(t, mode),
+            realtime,
+            ready,
+            cpus,
+        );
+        if time_left(table, full, e.used).is_none() {
+            e.end_quantum(t, mode);
+            full = full_quantum(
+                table,
+                e.prio.base_quantum_in(t, mode),
+                realtime,
+                ready,
+                cpus,
+            );
+        }
+        e.quantum_full = full;
+        full.saturating_sub(e.used).max(1)
+    }
+
+    /// Entries still waiting in `cpu`'s queues after it picked (the entity
+    /// it just requeued, or two placed on it at once): move each to an idle
+    /// CPU that may run it and ask the caller to kick that CPU. At most
+    /// `LEFTOVER_KICKS` per call; each kicked CPU does the same for what it
+    /// leaves behind, so the chain covers every waiting entry.
+    pub(super) fn kick_for_leftovers(
+        &self,
+        cpu: CpuId,
+        now: Nanos,
+        requeued: Option<EntityId>,
+        include_local: bool,
+    ) -> Vec<CpuId> {
+        let _p = crate::profiler::scope("haiku::kick_for_leftovers");
+        let mut kicked = Vec::new();
+        if !self.m.any_available() {
+            return kicked;
+        }
+        let core = self.m.core_of(cpu);
+        // The entity this call requeued first: a rebalance may have put it
+        // in another core's queue.
+        let mut leftovers: Vec<(EntityId, Option<u64>)> =
+            requeued.map(|r| (r, None)).into_iter().collect();
+        if include_local {
+            // Queues whose mirrors show them empty are not locked: an entry
+            // pushed meanwhile is its pusher's to hand on.
+            let slot = &self.m.cpus[cpu.0 as usize];
+            let shared = &self.m.cores[core.0 as usize];
+            let mut local = Vec::new();
+            if slot.pinned_len.load(Ordering::Acquire) > 0 {
+                local = slot.pinned.lock().first_entries(LEFTOVER_KICKS);
+            }
+            if shared.queued.load(Ordering::Acquire) > 0 {
+                local.extend(shared.queue.lock().first_entries(LEFTOVER_KICKS));
+            }
+            leftovers.extend(local.into_iter().map(|en| (en.id, Some(en.seq))));
+        }
+        if leftovers.is_empty() {
+            return kicked;
+        }
+        // Never this CPU (it just looked). Under SMT isolation not its
+        // siblings either: they see the same core queue and may be idle on
+        // purpose (force idle); `idle_siblings_with_work` handles them.
+        let mut exclude = vec![cpu];
+        if self.m.smt_isolation {
+            exclude.extend_from_slice(self.m.core_cpus(core));
+        }
+        for (id, seq) in leftovers {
+            if kicked.len() >= LEFTOVER_KICKS {
+                break;
+            }
+            if let Some(y) = self.move_to_idle(cpu, now, id, seq, &exclude) {
+                kicked.push(y);
+                exclude.push(y);
+            }
+        }
+        kicked
+    }
+
+    /// Move one waiting entry to an idle CPU that is not in `exclude`.
+    /// Move one waiting entity (still queued with `expect` as sequence, if
+    /// given) to an idle CPU that is not in `exclude`.
+    fn move_to_idle(
+        &self,
+        cpu: CpuId,
+        now: Nanos,
+        id: EntityId,
+        expect: Option<u64>,
+        exclude: &[CpuId],
+    ) -> Option<CpuId> {
+        let mut guard = self.slots.get(id.index() as usize)?.lock();
+        let Slot { seq, entity, .. } = &mut *guard;
+        // The same entity, not one added since in the same slot.
+        let e = entity.as_mut().filter(|e| e.id == id)?;
+        let RunState::Queued { seq: s, .. } = e.state else {
+            return None;
+        };
+        if expect.is_some_and(|x| x != s) {
+            return None;
+        }
+        let y = self
+            .m
+            .peek_idle_cpu(&self.candidate(e, id, Some(cpu), now), exclude)?;
+        self.move_queued(e, id, seq, y).then_some(y)
+    }
+
+    /// SMT isolation: idle siblings of `cpu` that may run what is queued.
+    pub(super) fn idle_siblings_with_work(&self, cpu: CpuId) -> Vec<CpuId> {
+        let core = self.m.core_of(cpu);
+        let queued = self.m.cores[core.0 as usize].queued.load(Ordering::SeqCst);
+        self.m
+            .core_cpus(core)
+            .iter()
+            .copied()
+            .filter(|s| *s != cpu && self.m.is_available(*s))
+            .filter(|s| {
+                queued > 0 || self.m.cpus[s.0 as usize].pinned_len.load(Ordering::SeqCst) > 0
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,472 @@
+//! The simulated machine and its vCPUs: what each vCPU does (run bursts
+//! split into work and a critical section under a VM-wide spin lock,
+//! sleeps, messages to other vCPUs, yields), the CPUs' timers and the
+//! simulator's own measurements (run time, useful time, spinning, ready
+//! wait, wake latency, SMT co-running). The engine (`engine.rs`) moves
+//! this model from event to event and asks the scheduler; the checks of
+//! the scheduler's decisions are the [`crate::monitor`]'s.
+
+use super::engine::Engine;
+use super::events::EvKind;
+use super::workload::{SimError, Sleep, Workload};
+use crate::{EntityId, EntitySpec, Nanos, StopReason, Topology, VcpuScheduler};
+use rand::Rng;
+
+pub(super) const NONE: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum State {
+    Blocked,
+    Ready,
+    Running(u32),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// No burst in progress (starts one when dispatched).
+    Fresh,
+    /// Working outside the lock.
+    Work,
+    /// Spinning on the VM lock.
+    WaitLock,
+    /// Holding the VM lock.
+    Crit,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Target {
+    None,
+    Group { first: u32, count: u32 },
+    Vcpu(u32),
+}
+
+pub(super) struct Group {
+    pub first: u32,
+    pub count: u32,
+    pub sleep: Sleep,
+    pub burst: super::dist::Dist,
+    pub yield_after_burst: bool,
+    pub target: Target,
+    pub fanout: u32,
+    pub lock_fraction: Option<f64>,
+}
+
+pub(super) struct Ent {
+    pub id: EntityId,
+    pub group: u32,
+    pub vm: u32,
+    /// Index into `locks`, NONE without lock behaviour.
+    pub lock: u32,
+    pub state: State,
+    pub phase: Phase,
+    pub work_left: Nanos,
+    pub crit_left: Nanos,
+    pub sleep_gen: u32,
+    pub pending_msg: bool,
+    pub latency_pending: bool,
+    pub wake_at: Nanos,
+    pub ready_since: Nanos,
+    pub last_cpu: u32,
+    // Window statistics.
+    pub bursts: u64,
+    pub useful: Nanos,
+    pub spin: Nanos,
+    pub run: Nanos,
+    pub ready_wait: Nanos,
+    pub migrations: u64,
+    pub latencies: Vec<Nanos>,
+}
+
+pub(super) struct Cpu {
+    pub core: u32,
+    pub current: Option<u32>,
+    pub since: Nanos,
+    pub quantum_end: Nanos,
+    pub timer_gen: u32,
+    pub kick_pending: bool,
+    pub busy: Nanos,
+    pub ctx: u64,
+    pub sched_calls: u64,
+    pub kicks: u64,
+    pub kicks_wasted: u64,
+    /// Since when this CPU runs a vCPU while a sibling runs another VM's.
+    pub foreign_since: Option<Nanos>,
+    pub smt_foreign: Nanos,
+}
+
+pub(super) struct Lock {
+    pub holder: u32,
+    pub spinners: Vec<u32>,
+}
+
+/// Everything the model holds, built from a workload.
+pub(super) struct Model {
+    pub groups: Vec<Group>,
+    pub ents: Vec<Ent>,
+    /// Entity index by `EntityId::index` (`NONE` where no vCPU).
+    pub ent_of: Vec<u32>,
+    pub cpus: Vec<Cpu>,
+    pub core_cpus: Vec<Vec<u32>>,
+    pub locks: Vec<Lock>,
+}
+
+impl Model {
+    /// Groups, vCPUs (added to `sched`, all blocked), CPUs and VM locks of
+    /// `w` on `topo`. `added` is told about every entity added.
+    pub fn build(
+        w: &Workload,
+        topo: &Topology,
+        sched: &dyn VcpuScheduler,
+        mut added: impl FnMut(&EntitySpec, EntityId),
+    ) -> Result<Model, SimError> {
+        let all = topo.all_cpus();
+        let mut groups = Vec::with_capacity(w.groups.len());
+        let mut first = 0u32;
+        for g in &w.groups {
+            let target = match &g.message {
+                None => Target::None,
+                Some(m) => match (&m.to_group, m.to_vcpu) {
+                    (Some(name), _) => {
+                        let mut f = 0u32;
+                        let mut t = Target::None;
+                        for o in &w.groups {
+                            if &o.name == name {
+                                t = Target::Group {
+                                    first: f,
+                                    count: o.count,
+                                };
+                            }
+                            f += o.count;
+                        }
+                        t
+                    }
+                    (None, Some(v)) => Target::Vcpu(v),
+                    (None, None) => Target::None,
+                },
+            };
+            groups.push(Group {
+                first,
+                count: g.count,
+                sleep: g.sleep.clone(),
+                burst: g.burst.clone(),
+                yield_after_burst: g.yield_after_burst,
+                target,
+                fanout: g.message.as_ref().map_or(0, |m| m.fanout),
+                lock_fraction: g.lock.as_ref().map(|l| l.hold_fraction),
+            });
+            first += g.count;
+        }
+        // One lock per VM that has lock behaviour, in ascending VM order.
+        let mut lock_vms: Vec<u32> = w
+            .groups
+            .iter()
+            .filter(|g| g.lock.is_some())
+            .map(|g| g.vm)
+            .collect();
+        lock_vms.sort_unstable();
+        lock_vms.dedup();
+        let locks = lock_vms
+            .iter()
+            .map(|_| Lock {
+                holder: NONE,
+                spinners: Vec::with_capacity(first as usize),
+            })
+            .collect();
+
+        let mut ents = Vec::with_capacity(first as usize);
+        let mut ent_of = Vec::new();
+        for (gi, g) in w.groups.iter().enumerate() {
+            let affinity = g.affinity.clone().unwrap_or_else(|| all.clone());
+            let lock = if g.lock.is_some() {
+                lock_vms.binary_search(&g.vm).map_or(NONE, |i| i as u32)
+            } else {
+                NONE
+            };
+            for k in 0..g.count {
+                let vm = if g.separate_vms { g.vm + k } else { g.vm };
+                let spec = EntitySpec {
+                    vm: crate::VmId(vm),
+                    class: g.class,
+                    priority: g.priority,
+                    affinity: affinity.clone(),
+                };
+                let id = sched.add_entity(spec.clone(), 0)?;
+                added(&spec, id);
+                let slot = id.index() as usize;
+                if slot > 1 << 24 {
+                    return Err(SimError::Invalid(format!("entity id {slot} too large")));
+                }
+                if ent_of.len() <= slot {
+                    ent_of.resize(slot + 1, NONE);
+                }
+                ent_of[slot] = ents.len() as u32;
+                ents.push(Ent {
+                    id,
+                    group: gi as u32,
+                    vm,
+                    lock,
+                    state: State::Blocked,
+                    phase: Phase::Fresh,
+                    work_left: 0,
+                    crit_left: 0,
+                    sleep_gen: 0,
+                    pending_msg: false,
+                    latency_pending: false,
+                    wake_at: 0,
+                    ready_since: 0,
+                    last_cpu: NONE,
+                    bursts: 0,
+                    useful: 0,
+                    spin: 0,
+                    run: 0,
+                    ready_wait: 0,
+                    migrations: 0,
+                    latencies: Vec::new(),
+                });
+            }
+        }
+        let cpus = topo
+            .cpus
+            .iter()
+            .map(|c| Cpu {
+                core: c.core.0,
+                current: None,
+                since: 0,
+                quantum_end: 0,
+                timer_gen: 0,
+                kick_pending: false,
+                busy: 0,
+                ctx: 0,
+                sched_calls: 0,
+                kicks: 0,
+                kicks_wasted: 0,
+                foreign_since: None,
+                smt_foreign: 0,
+            })
+            .collect();
+        let core_cpus = topo
+            .cores
+            .iter()
+            .map(|c| c.cpus.iter().map(|x| x.0).collect())
+            .collect();
+        Ok(Model {
+            groups,
+            ents,
+            ent_of,
+            cpus,
+            core_cpus,
+            locks,
+        })
+    }
+}
+
+/// What the vCPUs do, and what the simulator measures of it.
+impl Engine {
+    /// Charge the running entity of `c` for the time since the last charge.
+    pub(super) fn account(&mut self, c: usize, now: Nanos) {
+        let Some(e) = self.cpus[c].current else {
+            return;
+        };
+        let since = self.cpus[c].since;
+        if now <= since {
+            return;
+        }
+        let dt = now - since;
+        let wdt = self.win(since, now);
+        self.cpus[c].since = now;
+        self.cpus[c].busy += wdt;
+        let ncpu = self.cpus.len();
+        self.cpu_time[e as usize * ncpu + c] += wdt;
+        let ent = &mut self.ents[e as usize];
+        ent.run += wdt;
+        match ent.phase {
+            Phase::Work => {
+                let p = dt.min(ent.work_left);
+                ent.work_left -= p;
+                ent.useful += p.min(wdt);
+            }
+            Phase::Crit => {
+                let p = dt.min(ent.crit_left);
+                ent.crit_left -= p;
+                ent.useful += p.min(wdt);
+            }
+            Phase::WaitLock => ent.spin += wdt,
+            Phase::Fresh => {}
+        }
+    }
+
+    /// Arm the CPU timer at min(quantum end, phase end).
+    pub(super) fn arm(&mut self, c: usize, now: Nanos) {
+        let Some(e) = self.cpus[c].current else {
+            return;
+        };
+        let ent = &self.ents[e as usize];
+        let phase_end = match ent.phase {
+            Phase::Work => now + ent.work_left,
+            Phase::Crit => now + ent.crit_left,
+            Phase::WaitLock => Nanos::MAX,
+            Phase::Fresh => now,
+        };
+        let t = phase_end.min(self.cpus[c].quantum_end).max(now);
+        self.cpus[c].timer_gen = self.cpus[c].timer_gen.wrapping_add(1);
+        let gen = self.cpus[c].timer_gen;
+        self.push(t, EvKind::CpuTimer, c as u32, gen);
+    }
+
+    pub(super) fn start_burst(&mut self, e: usize) {
+        let g = self.ents[e].group as usize;
+        let total = self.groups[g].burst.sample(&mut self.rng).max(1);
+        let crit = match self.groups[g].lock_fraction {
+            Some(f) => ((total as f64 * f).round() as Nanos).clamp(1, total),
+            None => 0,
+        };
+        let ent = &mut self.ents[e];
+        ent.work_left = total - crit;
+        ent.crit_left = crit;
+        ent.phase = Phase::Work;
+    }
+
+    /// Release the VM lock held by `e`; hand it to the first spinner that is
+    /// on a CPU (the others take it when they run again).
+    pub(super) fn release(&mut self, l: usize, e: usize, now: Nanos) {
+        debug_assert_eq!(self.locks[l].holder, e as u32);
+        self.locks[l].holder = NONE;
+        let pos = self.locks[l]
+            .spinners
+            .iter()
+            .position(|&s| matches!(self.ents[s as usize].state, State::Running(_)));
+        if let Some(pos) = pos {
+            let s = self.locks[l].spinners.remove(pos) as usize;
+            let State::Running(sc) = self.ents[s].state else {
+                return;
+            };
+            self.account(sc as usize, now);
+            self.locks[l].holder = s as u32;
+            self.ents[s].phase = Phase::Crit;
+            self.arm(sc as usize, now);
+        }
+    }
+
+    /// Take the VM lock at dispatch if the entity was spinning and it is free.
+    pub(super) fn try_take_lock_on_dispatch(&mut self, e: usize) {
+        let l = self.ents[e].lock;
+        if l == NONE || self.ents[e].phase != Phase::WaitLock {
+            return;
+        }
+        let lk = &mut self.locks[l as usize];
+        if lk.holder == NONE {
+            lk.holder = e as u32;
+            if let Some(p) = lk.spinners.iter().position(|&s| s == e as u32) {
+                lk.spinners.remove(p);
+            }
+            self.ents[e].phase = Phase::Crit;
+        }
+    }
+
+    /// A burst completed: send messages, then continue, yield or block.
+    pub(super) fn burst_done(
+        &mut self,
+        e: usize,
+        now: Nanos,
+    ) -> Result<Option<StopReason>, SimError> {
+        if self.in_window(now) {
+            self.ents[e].bursts += 1;
+        }
+        let g = self.ents[e].group as usize;
+        let (target, fanout) = (self.groups[g].target, self.groups[g].fanout);
+        for _ in 0..fanout {
+            let t = match target {
+                Target::None => break,
+                Target::Vcpu(v) => v as usize,
+                Target::Group { first, count } => {
+                    let me = e as u32;
+                    if count == 0 {
+                        break;
+                    }
+                    let self_in = me >= first && me < first + count;
+                    if self_in && count == 1 {
+                        break;
+                    }
+                    let span = if self_in { count - 1 } else { count };
+                    let mut r = first + self.rng.random_range(0..span);
+                    if self_in && r >= me {
+                        r += 1;
+                    }
+                    r as usize
+                }
+            };
+            if self.ents[t].state == State::Blocked {
+                self.wake(t, now, Some(e))?;
+            } else {
+                self.ents[t].pending_msg = true;
+            }
+        }
+        self.ents[e].phase = Phase::Fresh;
+        if self.groups[g].yield_after_burst {
+            return Ok(Some(StopReason::Yielded));
+        }
+        if self.ents[e].pending_msg {
+            self.ents[e].pending_msg = false;
+            self.start_burst(e);
+            return Ok(None);
+        }
+        let sleep = match &self.groups[g].sleep {
+            Sleep::Never => None,
+            Sleep::UntilMessage => Some(None),
+            Sleep::For(d) => Some(Some(d.sample(&mut self.rng))),
+        };
+        match sleep {
+            None => {
+                self.start_burst(e);
+                Ok(None)
+            }
+            Some(t) => {
+                let ent = &mut self.ents[e];
+                ent.state = State::Blocked;
+                ent.sleep_gen = ent.sleep_gen.wrapping_add(1);
+                let gen = ent.sleep_gen;
+                if let Some(t) = t {
+                    self.push(now + t, EvKind::SleepEnd, e as u32, gen);
+                }
+                Ok(Some(StopReason::Blocked))
+            }
+        }
+    }
+
+    /// The vCPU is runnable and waits (woken, or stopped while runnable).
+    pub(super) fn ready_add(&mut self, e: usize, now: Nanos) {
+        let ent = &mut self.ents[e];
+        ent.state = State::Ready;
+        ent.ready_since = now;
+    }
+
+    /// Re-evaluate SMT co-running with another VM on `c`'s core at `now`.
+    pub(super) fn update_corun(&mut self, c: usize, now: Nanos) {
+        let core = self.cpus[c].core as usize;
+        if self.core_cpus[core].len() < 2 {
+            return;
+        }
+        for i in 0..self.core_cpus[core].len() {
+            let s = self.core_cpus[core][i] as usize;
+            let foreign = match self.cpus[s].current {
+                Some(e) => self.sibling_runs_other_vm(s, self.ents[e as usize].vm),
+                None => false,
+            };
+            if let Some(t0) = self.cpus[s].foreign_since {
+                let w = self.win(t0, now);
+                self.cpus[s].smt_foreign += w;
+            }
+            self.cpus[s].foreign_since = foreign.then_some(now);
+        }
+    }
+
+    pub(super) fn sibling_runs_other_vm(&self, c: usize, vm: u32) -> bool {
+        let core = self.cpus[c].core as usize;
+        self.core_cpus[core].iter().any(|&s| {
+            s as usize != c
+                && self.cpus[s as usize]
+                    .current
+                    .is_some_and(|o| self.ents[o as usize].vm != vm)
+        })
+    }
+}
