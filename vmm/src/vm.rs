@@ -23,7 +23,7 @@ use devices::exit_port::{ExitPort, EXIT_PORT, EXIT_PORT_LEN};
 use devices::i8042::{I8042, I8042_BASE, I8042_LEN};
 use devices::irq::{EventFdLine, InterruptLine};
 use devices::irqchip::regs::{IOAPIC_DEFAULT_BASE, IOAPIC_MMIO_LEN};
-use devices::irqchip::IrqChip;
+use devices::irqchip::{GuestCpu, IrqChip};
 use devices::pc_testdev::PC_TESTDEV_IRQ_LINES;
 use devices::pm_timer::{PmTimer, PM_TIMER_LEN, PM_TIMER_PORT};
 use devices::qemu_test::insert_qemu_test_devices;
@@ -487,6 +487,12 @@ impl VcpuExitHandler for ExitHandler {
         }
     }
 
+    fn guest_cr8(&self, vcpu: u32, cr8: u64) {
+        if let Some(chip) = &self.irqchip {
+            chip.set_cr8(vcpu, cr8);
+        }
+    }
+
     fn stopping(&self) -> bool {
         self.shared.is_stopping()
     }
@@ -591,7 +597,12 @@ impl Vm {
                 let host = Arc::new(ChipHost::new(
                     engine,
                     tsc,
-                    cpuid::phys_addr_bits(&supported_cpuid),
+                    GuestCpu {
+                        phys_addr_bits: cpuid::phys_addr_bits(&supported_cpuid),
+                        // Every vCPU's CPUID has x2APIC unless the config
+                        // switches it off (`cpuid::for_vcpu`).
+                        x2apic: config.cpuid.x2apic != Some(false),
+                    },
                 ));
                 let chip = IrqChip::new(config.vcpus, host.clone());
                 Some((host, chip))
