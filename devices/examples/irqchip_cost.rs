@@ -16,7 +16,7 @@
 //! periodic timer expiry, INTA, EOI), `hint` (`has_pending_hint`).
 
 use devices::irqchip::regs::*;
-use devices::irqchip::{IrqChip, IrqChipHost};
+use devices::irqchip::{GuestCpu, IrqChip, IrqChipHost};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -42,8 +42,11 @@ impl IrqChipHost for Host {
     fn notify(&self, vcpu: u32) {
         black_box(vcpu);
     }
-    fn guest_phys_addr_bits(&self) -> u8 {
-        40
+    fn guest_cpu(&self) -> GuestCpu {
+        GuestCpu {
+            phys_addr_bits: 40,
+            x2apic: true,
+        }
     }
 }
 

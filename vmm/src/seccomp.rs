@@ -11,7 +11,7 @@
 //!
 //! | kind | threads | allowed beyond the common set |
 //! |---|---|---|
-//! | [`ThreadKind::Vcpu`] | `<vm>/vcpu<N>`, `pacer/cpu<N>` (workers) | `ioctl` with KVM_RUN, KVM_GET/SET_REGS, KVM_GET/SET_SREGS, KVM_INTERRUPT, KVM_NMI only; `timer_create`/`timer_settime`/`timer_delete`; read-only `openat`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (under policy host a vCPU thread reads its own scheduling counters in /proc as it ends) |
+//! | [`ThreadKind::Vcpu`] | `<vm>/vcpu<N>`, `pacer/cpu<N>` (workers) | `ioctl` with KVM_RUN, KVM_GET/SET_REGS, KVM_GET/SET_SREGS, KVM_INTERRUPT, KVM_NMI, KVM_SET_MSRS, KVM_GET_VCPU_EVENTS, KVM_IRQ_LINE only; `timer_create`/`timer_settime`/`timer_delete`; read-only `openat`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (under policy host a vCPU thread reads its own scheduling counters in /proc as it ends) |
 //! | [`ThreadKind::Timers`] | `pacer/timers` | nothing |
 //! | [`ThreadKind::Controller`] | `<vm>/ctl` after its vCPUs started | `openat` read-only, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the kernel's per-thread scheduling statistics) |
 //! | [`ThreadKind::Service`] | `pacer/signals`, `pacer/status` | `rt_sigtimedwait`; `openat`, `statx` (the SIGUSR1 snapshot file) |
@@ -37,7 +37,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
-use kvm_bindings::{kvm_interrupt, kvm_regs, kvm_sregs, KVMIO};
+use kvm_bindings::{
+    kvm_interrupt, kvm_irq_level, kvm_msrs, kvm_regs, kvm_sregs, kvm_vcpu_events, KVMIO,
+};
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op,
     SeccompCondition as Cond, SeccompFilter, SeccompRule, TargetArch,
@@ -50,6 +52,9 @@ vmm_sys_util::ioctl_ior_nr!(KVM_GET_SREGS, KVMIO, 0x83, kvm_sregs);
 vmm_sys_util::ioctl_iow_nr!(KVM_SET_SREGS, KVMIO, 0x84, kvm_sregs);
 vmm_sys_util::ioctl_iow_nr!(KVM_INTERRUPT, KVMIO, 0x86, kvm_interrupt);
 vmm_sys_util::ioctl_io_nr!(KVM_NMI, KVMIO, 0x9a);
+vmm_sys_util::ioctl_iow_nr!(KVM_SET_MSRS, KVMIO, 0x89, kvm_msrs);
+vmm_sys_util::ioctl_ior_nr!(KVM_GET_VCPU_EVENTS, KVMIO, 0x9f, kvm_vcpu_events);
+vmm_sys_util::ioctl_iow_nr!(KVM_IRQ_LINE, KVMIO, 0x61, kvm_irq_level);
 
 /// The exit status of a process stopped by a filter.
 pub const EXIT_FORBIDDEN_SYSCALL: i32 = 1;
@@ -194,6 +199,14 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
                 KVM_SET_SREGS(),
                 KVM_INTERRUPT(),
                 KVM_NMI(),
+                // Pacer's own local APIC keeps KVM's IA32_APIC_BASE in
+                // step with the guest's writes (CPUID.1:EDX.APIC follows it).
+                KVM_SET_MSRS(),
+                // Whether KVM still holds an NMI (a fixed interrupt waits).
+                KVM_GET_VCPU_EVENTS(),
+                // Under policy host a device line a vCPU raises (pc-testdev,
+                // the serial port) is a pin of KVM's I/O APIC.
+                KVM_IRQ_LINE(),
             ];
             let rules = ioctls
                 .iter()
@@ -452,6 +465,9 @@ mod tests {
         assert_eq!(KVM_NMI(), 0xae9a);
         assert_eq!(KVM_INTERRUPT(), 0x4004_ae86);
         assert_eq!(KVM_GET_SREGS(), 0x8138_ae83);
+        assert_eq!(KVM_SET_MSRS(), 0x4008_ae89);
+        assert_eq!(KVM_GET_VCPU_EVENTS(), 0x8040_ae9f);
+        assert_eq!(KVM_IRQ_LINE(), 0x4008_ae61);
     }
 
     #[test]

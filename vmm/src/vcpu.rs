@@ -130,6 +130,11 @@ pub trait VcpuExitHandler: Send + Sync {
     fn msr_write(&self, _vcpu: u32, _msr: u32, _value: u64) -> Result<(), MsrFault> {
         Err(MsrFault)
     }
+    /// The guest's CR8, when it changed since the VMM last exchanged it,
+    /// just before an MMIO or MSR exit is handled: a guest `mov cr8` needs
+    /// no exit, and a user-space local APIC must see the task priority it
+    /// set before it answers a TPR or PPR read.
+    fn guest_cr8(&self, _vcpu: u32, _cr8: u64) {}
     /// True once the VM is stopping (checked before every entry).
     fn stopping(&self) -> bool;
     /// A vCPU ended for a reason other than a command (fatal guest state).
@@ -169,6 +174,10 @@ pub enum VcpuStep {
     Fatal(VcpuExitReason),
 }
 
+/// IA32_APIC_BASE: with a user-space local APIC, guest accesses reach the
+/// VMM through the MSR filter and KVM's copy is kept by the VMM.
+const MSR_IA32_APIC_BASE: u32 = 0x1b;
+
 /// The guest's yield port (guests/PROTOCOL.md): an OUT here asks the
 /// scheduler to run something else for a while.
 pub const YIELD_PORT: u16 = 0xE0C;
@@ -185,6 +194,8 @@ pub struct VcpuRunner {
     pub cr8_synced: u64,
     /// `mmio_exits + msr_exits` when CR8 was last read from it.
     pub apic_exits_synced: u64,
+    /// NMIs were given to KVM (KVM_NMI) and may not all be delivered yet.
+    nmis_in_kvm: bool,
 }
 
 impl VcpuRunner {
@@ -196,6 +207,7 @@ impl VcpuRunner {
             stats: VcpuStats::default(),
             cr8_synced: 0,
             apic_exits_synced: 0,
+            nmis_in_kvm: false,
         }
     }
 
@@ -250,7 +262,28 @@ impl VcpuRunner {
     pub fn inject_nmi(&mut self) -> Result<(), VcpuExitReason> {
         self.fd
             .nmi()
-            .map_err(|e| VcpuExitReason::KvmError { errno: e.errno() })
+            .map_err(|e| VcpuExitReason::KvmError { errno: e.errno() })?;
+        self.nmis_in_kvm = true;
+        Ok(())
+    }
+
+    /// Whether KVM holds an NMI it could deliver now (pending and not
+    /// blocked by an NMI handler still running, or being injected): a
+    /// processor takes it before any maskable interrupt. One
+    /// KVM_GET_VCPU_EVENTS, only while NMIs given to KVM may be undelivered.
+    pub fn nmi_deliverable_in_kvm(&mut self) -> Result<bool, VcpuExitReason> {
+        if !self.nmis_in_kvm {
+            return Ok(false);
+        }
+        let e = self
+            .fd
+            .get_vcpu_events()
+            .map_err(|e| VcpuExitReason::KvmError { errno: e.errno() })?;
+        if e.nmi.pending == 0 && e.nmi.injected == 0 {
+            self.nmis_in_kvm = false;
+            return Ok(false);
+        }
+        Ok(e.nmi.injected != 0 || e.nmi.masked == 0)
     }
 
     /// The guest's current privilege level (CS.DPL), one KVM_GET_SREGS.
@@ -283,9 +316,28 @@ impl VcpuRunner {
         self.fd.get_regs().map(|r| r.rip).unwrap_or(0)
     }
 
+    /// Tell KVM the IA32_APIC_BASE value the guest wrote to the user-space
+    /// local APIC (a host-initiated write, which the MSR filter does not
+    /// apply to): KVM derives CPUID.1:EDX.APIC (bit 9) from its own copy.
+    fn mirror_apic_base(&mut self, value: u64) {
+        let msrs = kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry {
+            index: MSR_IA32_APIC_BASE,
+            data: value,
+            ..Default::default()
+        }]);
+        match msrs.map(|m| self.fd.set_msrs(&m)) {
+            Ok(Ok(1)) => {}
+            other => log::debug!(
+                "vcpu{}: IA32_APIC_BASE {value:#x} not mirrored into KVM: {other:?}",
+                self.index
+            ),
+        }
+    }
+
     /// One KVM_RUN and the handling of its exit.
     pub fn run_once(&mut self) -> VcpuStep {
         let idx = self.index;
+        let run: *const kvm_run = self.fd.get_kvm_run();
         let exit = self.fd.run();
         self.stats.exits += 1;
         match exit {
@@ -305,16 +357,19 @@ impl VcpuRunner {
             }
             Ok(VcpuExit::MmioRead(addr, data)) => {
                 self.stats.mmio_exits += 1;
+                pull_cr8(&*self.handler, idx, &mut self.cr8_synced, run);
                 self.handler.mmio_read(idx, addr, data);
                 VcpuStep::Handled
             }
             Ok(VcpuExit::MmioWrite(addr, data)) => {
                 self.stats.mmio_exits += 1;
+                pull_cr8(&*self.handler, idx, &mut self.cr8_synced, run);
                 self.handler.mmio_write(idx, addr, data);
                 VcpuStep::Handled
             }
             Ok(VcpuExit::X86Rdmsr(m)) => {
                 self.stats.msr_exits += 1;
+                pull_cr8(&*self.handler, idx, &mut self.cr8_synced, run);
                 match self.handler.msr_read(idx, m.index) {
                     Ok(v) => {
                         *m.data = v;
@@ -326,14 +381,25 @@ impl VcpuRunner {
             }
             Ok(VcpuExit::X86Wrmsr(m)) => {
                 self.stats.msr_exits += 1;
-                *m.error = self.handler.msr_write(idx, m.index, m.data).is_err() as u8;
+                pull_cr8(&*self.handler, idx, &mut self.cr8_synced, run);
+                let (msr, value) = (m.index, m.data);
+                let ok = self.handler.msr_write(idx, msr, value).is_ok();
+                *m.error = u8::from(!ok);
+                if ok && msr == MSR_IA32_APIC_BASE {
+                    self.mirror_apic_base(value);
+                }
                 VcpuStep::Handled
             }
             Ok(VcpuExit::Hlt) => {
                 self.stats.halts += 1;
                 VcpuStep::Halted
             }
-            Ok(VcpuExit::IrqWindowOpen) | Ok(VcpuExit::Intr) => VcpuStep::Handled,
+            // KVM_EXIT_SET_TPR (the guest lowered CR8, without an in-kernel
+            // local APIC): the engine reads the new CR8 before the next
+            // entry and injects what it unmasked.
+            Ok(VcpuExit::IrqWindowOpen) | Ok(VcpuExit::Intr) | Ok(VcpuExit::SetTpr) => {
+                VcpuStep::Handled
+            }
             Ok(VcpuExit::Shutdown) => {
                 VcpuStep::Fatal(VcpuExitReason::TripleFault { rip: self.rip() })
             }
@@ -364,6 +430,19 @@ impl VcpuRunner {
             }
             Err(e) => VcpuStep::Fatal(VcpuExitReason::KvmError { errno: e.errno() }),
         }
+    }
+}
+
+/// Hand the guest's CR8 (from `kvm_run`, read through `run`) to `handler`
+/// if it changed since last exchanged (`synced`).
+fn pull_cr8(handler: &dyn VcpuExitHandler, vcpu: u32, synced: &mut u64, run: *const kvm_run) {
+    // SAFETY: `run` is the caller's kvm_run mapping, alive as long as its
+    // VcpuFd; `cr8` lies outside the exit union that the exit being handled
+    // borrows, and KVM does not write it while we are out of KVM_RUN.
+    let cr8 = unsafe { std::ptr::addr_of!((*run).cr8).read_volatile() };
+    if cr8 != *synced {
+        handler.guest_cr8(vcpu, cr8);
+        *synced = cr8;
     }
 }
 

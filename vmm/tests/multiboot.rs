@@ -89,3 +89,53 @@ fn multiboot_guest_exits_through_debug_exit_with_its_cpu_count() {
         "{vm}"
     );
 }
+
+/// A multiboot guest that raises and lowers pc-testdev's line 4 (port
+/// 0x2004) and exits with status 0 through isa-debug-exit:
+///
+/// ```text
+///   mov al, 1 ; mov dx, 0x2004 ; out dx, al ; mov al, 0 ; out dx, al
+///   xor eax, eax ; out 0xf4, eax ; hlt
+/// ```
+fn irq_line_image() -> Vec<u8> {
+    let mut img = image();
+    img.truncate(32);
+    img.extend_from_slice(&[
+        0xb0, 0x01, 0x66, 0xba, 0x04, 0x20, 0xee, 0xb0, 0x00, 0xee, 0x31, 0xc0, 0xe7, 0xf4, 0xf4,
+    ]);
+    img
+}
+
+#[test]
+fn pc_testdev_lines_work_confined_under_every_interrupt_controller() {
+    if !kvm_or_skip("pc_testdev_lines_work_confined_under_every_interrupt_controller") {
+        return;
+    }
+    // Under `host` the vCPU thread sets the line with KVM_IRQ_LINE (KVM's
+    // I/O APIC), under `haiku` in Pacer's own: both within its filter.
+    let dir = TempDir::new("multiboot-irq");
+    std::fs::write(dir.0.join("irq.bin"), irq_line_image()).unwrap();
+    for policy in ["host", "haiku"] {
+        let cfg = dir.0.join("irq.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[host]\npolicy = \"{policy}\"\nlog_dir = \"logs\"\n\n[[vm]]\nname = \"irq\"\n\
+                 vcpus = 1\nmemory_mib = 16\nkernel = \"irq.bin\"\ntimeout_s = 30\n"
+            ),
+        )
+        .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_pacer"))
+            .args(["run", cfg.to_str().unwrap(), "--exit-status-from-guest"])
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!text.contains("forbidden system call"), "{policy}: {text}");
+        // Wrote 0: status (0 << 1) | 1.
+        assert_eq!(out.status.code(), Some(1), "{policy}: {text}");
+    }
+}

@@ -245,3 +245,35 @@ fn every_policy_dispatch_and_workload_runs_confined() {
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("[idle] FAILED: timeout"), "{out}");
 }
+
+#[test]
+fn a_guest_write_of_ia32_apic_base_runs_confined_under_pacers_own_apic() {
+    if !kvm_or_skip("a_guest_write_of_ia32_apic_base_runs_confined_under_pacers_own_apic") {
+        return;
+    }
+    // The vCPU thread hands the value on to KVM (KVM_SET_MSRS) as well
+    // as to Pacer's local APIC.
+    let dir = TempDir::new("seccomp-apic-base");
+    let kernel = dir.0.join("apicbase.elf");
+    std::fs::write(
+        &kernel,
+        tiny_elf(&[
+            0xb9, 0x1b, 0x00, 0x00, 0x00, // mov ecx, 0x1b (IA32_APIC_BASE)
+            0x0f, 0x32, // rdmsr
+            0x0f, 0x30, // wrmsr (the same value)
+            0x31, 0xc0, // xor eax, eax
+            0x66, 0xba, 0x08, 0x0e, // mov dx, 0xE08
+            0xef, // out dx, eax
+            0xf4, // hlt
+        ]),
+    )
+    .unwrap();
+    let cfg = dir.config(&format!(
+        "[host]\npolicy = \"haiku\"\nlog_dir = \"logs\"\n\n[[vm]]\nname = \"apicbase\"\nvcpus = 1\n\
+         memory_mib = 4\nkernel = \"{}\"\ntimeout_s = 30\n",
+        kernel.display()
+    ));
+    let (code, out, err) = pacer(&["run", cfg.to_str().unwrap(), "--exit-status-from-guest"]);
+    assert!(!err.contains("forbidden system call"), "{err}");
+    assert_eq!(code, 0, "{out}{err}");
+}

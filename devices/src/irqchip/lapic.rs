@@ -15,7 +15,7 @@ mod timer;
 
 use super::message::{DeliveryMode, Destination, Message, RouteKey};
 use super::regs::*;
-use super::{CpuEvents, IrqChipHost, MsrFault};
+use super::{CpuEvents, GuestCpu, IrqChipHost, MsrFault};
 use serde::Serialize;
 use timer::Timer;
 
@@ -411,16 +411,21 @@ impl Lapic {
     // ------------------------------------------------------------------
     // IA32_APIC_BASE.
 
-    /// A WRMSR to IA32_APIC_BASE. The BSP flag is read-only.
+    /// A WRMSR to IA32_APIC_BASE. The BSP flag is read-only; EXTD is
+    /// reserved without x2APIC in the guest's CPUID.
     pub(crate) fn write_apic_base(
         &mut self,
         value: u64,
-        phys_addr_bits: u8,
+        cpu: GuestCpu,
         host: &dyn IrqChipHost,
     ) -> Result<(), MsrFault> {
-        let bits = u32::from(phys_addr_bits.clamp(APIC_BASE_ADDR_SHIFT as u8, MAX_PHYS_ADDR_BITS));
+        let bits = u32::from(
+            cpu.phys_addr_bits
+                .clamp(APIC_BASE_ADDR_SHIFT as u8, MAX_PHYS_ADDR_BITS),
+        );
         let above_phys = !((1u64 << bits) - 1);
-        if value & (APIC_BASE_RESERVED_LOW | above_phys) != 0 {
+        let no_x2apic = if cpu.x2apic { 0 } else { APIC_BASE_EXTD };
+        if value & (APIC_BASE_RESERVED_LOW | above_phys | no_x2apic) != 0 {
             return Err(MsrFault::ReservedBits {
                 msr: MSR_IA32_APIC_BASE,
                 value,

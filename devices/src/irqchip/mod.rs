@@ -117,9 +117,20 @@ pub trait IrqChipHost: Send + Sync {
     /// kicks it out of KVM_RUN. Always called with no chip lock held; may
     /// name the calling vCPU itself.
     fn notify(&self, vcpu: u32);
-    /// The guest's MAXPHYADDR (CPUID 0x80000008 EAX bits 7:0): IA32_APIC_BASE
-    /// bits at and above it are reserved.
-    fn guest_phys_addr_bits(&self) -> u8;
+    /// What the guest's CPUID says that IA32_APIC_BASE depends on.
+    fn guest_cpu(&self) -> GuestCpu;
+}
+
+/// The guest's CPUID as far as its local APIC is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestCpu {
+    /// MAXPHYADDR (CPUID 0x80000008 EAX bits 7:0): IA32_APIC_BASE bits at
+    /// and above it are reserved.
+    pub phys_addr_bits: u8,
+    /// CPUID.1:ECX.x2APIC (bit 21): without it IA32_APIC_BASE.EXTD is
+    /// reserved (a write setting it faults), so the APIC never leaves
+    /// xAPIC mode.
+    pub x2apic: bool,
 }
 
 /// Why an MSR access faults: the guest gets #GP.
@@ -200,7 +211,7 @@ impl Notify {
 /// The VM-wide interrupt controller.
 pub struct IrqChip {
     host: Arc<dyn IrqChipHost>,
-    phys_addr_bits: u8,
+    cpu: GuestCpu,
     lapics: Box<[LapicSlot]>,
     ioapic: Mutex<IoApic>,
 }
@@ -225,7 +236,7 @@ impl IrqChip {
             })
             .collect();
         Arc::new(IrqChip {
-            phys_addr_bits: host.guest_phys_addr_bits(),
+            cpu: host.guest_cpu(),
             host,
             lapics,
             ioapic: Mutex::new(IoApic::new()),
@@ -388,9 +399,9 @@ impl IrqChip {
     }
 
     pub fn msr_write(&self, vcpu: u32, msr: u32, value: u64) -> Result<(), MsrFault> {
-        let bits = self.phys_addr_bits;
+        let cpu = self.cpu;
         let effects = self
-            .with_lapic(vcpu, |l, host| l.msr_write(msr, value, bits, host))
+            .with_lapic(vcpu, |l, host| l.msr_write(msr, value, cpu, host))
             .unwrap_or(Err(MsrFault::NoSuchVcpu(vcpu)))?;
         self.finish(vcpu, effects);
         Ok(())

@@ -12,7 +12,7 @@ use devices::irqchip::regs::{
     DEFAULT_APIC_BASE, IOAPIC_DEFAULT_BASE, IOAPIC_MMIO_LEN, MSR_IA32_APIC_BASE,
     MSR_IA32_TSC_DEADLINE, X2APIC_MSR_FIRST,
 };
-use devices::irqchip::{IrqChip, IrqChipHost};
+use devices::irqchip::{GuestCpu, IrqChip, IrqChipHost};
 use devices::{IoContext, MmioBus};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,8 +41,11 @@ impl IrqChipHost for Host {
     fn notify(&self, _vcpu: u32) {
         self.notified.fetch_add(1, Ordering::Relaxed);
     }
-    fn guest_phys_addr_bits(&self) -> u8 {
-        40
+    fn guest_cpu(&self) -> GuestCpu {
+        GuestCpu {
+            phys_addr_bits: 40,
+            x2apic: true,
+        }
     }
 }
 

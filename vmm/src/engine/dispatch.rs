@@ -138,7 +138,9 @@ impl Engine {
         }
         // A start-up IPI to a running processor is ignored (SDM).
         ctl.events.sipi = None;
-        if std::mem::take(&mut ctl.events.nmi) {
+        // One KVM_NMI each: KVM delivers the first and holds the second
+        // until the guest's IRET from the first (its NMI window).
+        for _ in 0..std::mem::take(&mut ctl.events.nmis) {
             if let Err(r) = runner.inject_nmi() {
                 return Some(Stop::Exit(r));
             }
@@ -311,20 +313,24 @@ impl Engine {
     /// The interrupt controller posted something for `v`.
     pub(crate) fn notify_vcpu(&self, vm: &EngineVm, v: &EngineVcpu) {
         let mut ctl = v.ctl();
+        if let RunState::Running { cpu } = ctl.state {
+            drop(ctl);
+            // Out of KVM_RUN, so the interrupt is injected at once —
+            // unless this is its own executor (a self-IPI, an EOI),
+            // which looks at the controller before the next entry. NMI,
+            // INIT and SIPI stay in the controller, whose pending hint
+            // `next_entry` checks: taken here, they would wait for the
+            // vCPU's next turn.
+            if let Some(s) = self.slot(cpu) {
+                if s.executor.load(Ordering::Acquire) != crate::signals::current_tid() {
+                    s.signal_executor();
+                }
+            }
+            return;
+        }
         let taken = vm.irq.take_events(v.index);
         ctl.events.merge(taken);
         match ctl.state {
-            RunState::Running { cpu } => {
-                drop(ctl);
-                // Out of KVM_RUN, so the interrupt is injected at once —
-                // unless this is its own executor (a self-IPI, an EOI),
-                // which looks at the controller before the next entry.
-                if let Some(s) = self.slot(cpu) {
-                    if s.executor.load(Ordering::Acquire) != crate::signals::current_tid() {
-                        s.signal_executor();
-                    }
-                }
-            }
             RunState::Halted { interruptible }
                 if irq::halt_is_over(vm.irq.as_ref(), v.index, &ctl.events, interruptible) =>
             {

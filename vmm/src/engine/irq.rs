@@ -9,6 +9,12 @@
 //! accepted it, so an injection KVM still holds from an entry that a kick
 //! cut short (EEXIST) never loses a vector.
 //!
+//! NMIs go to KVM (KVM_NMI) as they come; KVM delivers one and holds one
+//! behind it until the guest's IRET. While KVM holds one the guest could
+//! take, no fixed interrupt is injected (KVM would put it first): the
+//! vCPU asks for an interrupt window instead, as a processor takes the
+//! NMI before any maskable interrupt.
+//!
 //! One quirk of the development machines' software KVM (no VT-x): after a
 //! signal-kicked KVM_RUN with the guest in ring 3 the ready flag reads 0
 //! and no window exit follows, yet ring 3 always runs with interrupts
@@ -22,15 +28,22 @@ use crate::vcpu::{VcpuExitReason, VcpuRunner, VcpuStep};
 /// NMI, INIT and start-up IPIs sent to one vCPU.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CpuEvents {
-    pub nmi: bool,
+    /// NMIs received and not yet injected, at most [`MAX_PENDING_NMIS`]:
+    /// one to deliver and one latched behind it, as a processor keeps them.
+    pub nmis: u32,
     pub init: bool,
     /// The vector of the latest start-up IPI.
     pub sipi: Option<u8>,
 }
 
+/// A processor delivers one NMI and latches at most one more; further NMIs
+/// that arrive before the first is delivered are lost (KVM caps its own
+/// queue the same way).
+pub const MAX_PENDING_NMIS: u32 = 2;
+
 impl CpuEvents {
     pub fn merge(&mut self, other: CpuEvents) {
-        self.nmi |= other.nmi;
+        self.nmis = (self.nmis + other.nmis).min(MAX_PENDING_NMIS);
         self.init |= other.init;
         if other.sipi.is_some() {
             self.sipi = other.sipi;
@@ -96,7 +109,10 @@ pub fn deliver_interrupt(
     };
     let (ready, _if_flag) = runner.interrupt_window();
     let can = ready || (*last == VcpuStep::Interrupted && runner.cpl()? == 3);
-    if !can {
+    // An NMI KVM still holds (the one latched behind an NMI handler, due
+    // at its IRET) goes first: KVM would inject an earlier KVM_INTERRUPT
+    // before it. So wait for the window after it.
+    if !can || runner.nmi_deliverable_in_kvm()? {
         runner.request_interrupt_window(true);
         return Ok(());
     }
@@ -145,7 +161,7 @@ pub fn halt_is_over(
     events: &CpuEvents,
     interruptible: bool,
 ) -> bool {
-    events.nmi
+    events.nmis > 0
         || events.init
         || events.sipi.is_some()
         || (interruptible && src.pending_interrupt(index).is_some())
@@ -155,7 +171,7 @@ pub fn halt_is_over(
 // Pacer's own interrupt controller (devices::irqchip) as the engine sees it.
 
 use super::{Engine, VmSlot};
-use devices::irqchip::{IrqChip, IrqChipHost};
+use devices::irqchip::{GuestCpu, IrqChip, IrqChipHost};
 use std::sync::{OnceLock, Weak};
 
 impl InterruptSource for IrqChip {
@@ -173,7 +189,7 @@ impl InterruptSource for IrqChip {
     fn take_events(&self, vcpu: u32) -> CpuEvents {
         let e = IrqChip::take_events(self, vcpu);
         CpuEvents {
-            nmi: e.nmis > 0,
+            nmis: e.nmis.min(MAX_PENDING_NMIS),
             init: e.init,
             sipi: e.sipi,
         }
@@ -219,16 +235,16 @@ pub struct ChipHost {
     /// The VM's slot in the engine, known once its vCPUs are added.
     vm: OnceLock<VmSlot>,
     tsc: TscClock,
-    phys_addr_bits: u8,
+    cpu: GuestCpu,
 }
 
 impl ChipHost {
-    pub fn new(engine: &std::sync::Arc<Engine>, tsc: TscClock, phys_addr_bits: u8) -> ChipHost {
+    pub fn new(engine: &std::sync::Arc<Engine>, tsc: TscClock, cpu: GuestCpu) -> ChipHost {
         ChipHost {
             engine: std::sync::Arc::downgrade(engine),
             vm: OnceLock::new(),
             tsc,
-            phys_addr_bits,
+            cpu,
         }
     }
 
@@ -258,14 +274,73 @@ impl IrqChipHost for ChipHost {
             e.notify(*vm, vcpu);
         }
     }
-    fn guest_phys_addr_bits(&self) -> u8 {
-        self.phys_addr_bits
+    fn guest_cpu(&self) -> GuestCpu {
+        self.cpu
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
+    /// A host for a chip that never arms timers or wakes anyone.
+    struct StillHost;
+
+    impl IrqChipHost for StillHost {
+        fn now_ns(&self) -> u64 {
+            0
+        }
+        fn guest_tsc_to_ns(&self, _vcpu: u32, tsc: u64) -> u64 {
+            tsc
+        }
+        fn ns_to_guest_tsc(&self, _vcpu: u32, ns: u64) -> u64 {
+            ns
+        }
+        fn set_timer(&self, _vcpu: u32, _deadline_ns: Option<u64>) {}
+        fn notify(&self, _vcpu: u32) {}
+        fn guest_cpu(&self) -> GuestCpu {
+            GuestCpu {
+                phys_addr_bits: 39,
+                x2apic: true,
+            }
+        }
+    }
+
+    #[test]
+    fn nmis_keep_their_count_up_to_one_latched() {
+        let chip = IrqChip::new(1, Arc::new(StillHost));
+        // x2APIC mode, then NMIs to itself (physical destination 0).
+        chip.msr_write(0, 0x1b, 0xfee0_0000 | 0x800 | 0x400 | 0x100)
+            .unwrap();
+        let nmi = || chip.msr_write(0, 0x830, 0x4400).unwrap();
+        nmi();
+        nmi();
+        let src: &dyn InterruptSource = &*chip;
+        assert!(src.has_pending_hint(0));
+        // Two NMIs before the vCPU looked: one to deliver, one latched.
+        assert_eq!(src.take_events(0).nmis, 2);
+        assert!(!src.has_pending_hint(0));
+        for _ in 0..3 {
+            nmi();
+        }
+        let mut events = src.take_events(0);
+        assert_eq!(events.nmis, MAX_PENDING_NMIS, "a third one is lost");
+        events.merge(CpuEvents {
+            nmis: 1,
+            ..CpuEvents::default()
+        });
+        assert_eq!(events.nmis, MAX_PENDING_NMIS);
+        let mut one = CpuEvents {
+            nmis: 1,
+            ..CpuEvents::default()
+        };
+        one.merge(CpuEvents {
+            nmis: 1,
+            ..CpuEvents::default()
+        });
+        assert_eq!(one.nmis, 2);
+    }
 
     #[test]
     fn tsc_clock_is_linear_both_ways() {

@@ -119,6 +119,12 @@ impl VcpuExitHandler for ExitHandler {
         }
     }
 
+    fn guest_cr8(&self, vcpu: u32, cr8: u64) {
+        if let Some(chip) = &self.irqchip {
+            chip.set_cr8(vcpu, cr8);
+        }
+    }
+
     fn stopping(&self) -> bool {
         self.shared.is_stopping()
     }

@@ -7,24 +7,25 @@
 use super::VmError;
 use crate::engine::irq::{ChipHost, TscClock};
 use crate::engine::Engine;
-use devices::irqchip::IrqChip;
+use devices::irqchip::{GuestCpu, IrqChip};
 use kvm_ioctls::{VcpuFd, VmFd};
 use std::sync::Arc;
 
-/// Build the interrupt controller of a VM with `vcpus` vCPUs: the local
-/// APIC MSRs exit to user space, and the guest TSC is mapped to the
-/// engine's clock through the boot vCPU's IA32_TSC.
+/// Build the interrupt controller of a VM with `vcpus` vCPUs whose CPUID
+/// `guest_cpu` describes: the local APIC MSRs exit to user space, and the
+/// guest TSC is mapped to the engine's clock through the boot vCPU's
+/// IA32_TSC.
 pub(super) fn create_irqchip(
     engine: &Arc<Engine>,
     vm_fd: &VmFd,
     boot_vcpu: &VcpuFd,
     tsc_khz: u32,
-    phys_addr_bits: u8,
+    guest_cpu: GuestCpu,
     vcpus: u32,
 ) -> Result<(Arc<ChipHost>, Arc<IrqChip>), VmError> {
     user_space_apic_msrs(vm_fd)?;
     let tsc = tsc_clock(boot_vcpu, tsc_khz)?;
-    let host = Arc::new(ChipHost::new(engine, tsc, phys_addr_bits));
+    let host = Arc::new(ChipHost::new(engine, tsc, guest_cpu));
     let chip = IrqChip::new(vcpus, host.clone());
     Ok((host, chip))
 }

@@ -33,7 +33,7 @@ use crate::msr;
 use crate::results::{ResultsLog, VmResult};
 use crate::vcpu::VcpuError;
 // `::devices` is the devices crate; `devices` here is `devices.rs`.
-use ::devices::irqchip::IrqChip;
+use ::devices::irqchip::{GuestCpu, IrqChip};
 use ::devices::serial::SerialConsole;
 use ::devices::VmEventSink;
 use exits::ExitHandler;
@@ -177,7 +177,12 @@ impl Vm {
                 &vm_fd,
                 &vcpus[0].1,
                 tsc_khz,
-                cpuid::phys_addr_bits(&vm_cpuid),
+                GuestCpu {
+                    phys_addr_bits: cpuid::phys_addr_bits(&vm_cpuid),
+                    // Every vCPU's CPUID has x2APIC unless the config
+                    // switches it off (`cpuid::for_vcpu`).
+                    x2apic: config.cpuid.x2apic != Some(false),
+                },
                 config.vcpus,
             )?),
         };

@@ -10,7 +10,7 @@
 
 use super::super::message::{DeliveryMode, DestFormat, Destination, Message};
 use super::super::regs::*;
-use super::super::{IrqChipHost, MsrFault};
+use super::super::{GuestCpu, IrqChipHost, MsrFault};
 use super::timer::{timer_mode_of, TimerMode};
 use super::{ApicMode, Effects, Lapic};
 
@@ -323,12 +323,12 @@ impl Lapic {
         &mut self,
         msr: u32,
         value: u64,
-        phys_addr_bits: u8,
+        cpu: GuestCpu,
         host: &dyn IrqChipHost,
     ) -> Result<Effects, MsrFault> {
         match msr {
             MSR_IA32_APIC_BASE => self
-                .write_apic_base(value, phys_addr_bits, host)
+                .write_apic_base(value, cpu, host)
                 .map(|()| Effects::default()),
             MSR_IA32_TSC_DEADLINE => Ok(Effects {
                 notify_self: self.write_tsc_deadline(value, host),

@@ -11,7 +11,7 @@ mod registers;
 mod timer;
 
 use super::regs::*;
-use super::{IrqChip, IrqChipHost};
+use super::{GuestCpu, IrqChip, IrqChipHost};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -21,6 +21,8 @@ pub(super) const PHYS_ADDR_BITS: u8 = 40;
 
 #[derive(Default)]
 pub(super) struct FakeHost {
+    /// A guest CPU without x2APIC in its CPUID.
+    no_x2apic: bool,
     now: AtomicU64,
     timers: Mutex<Vec<(u32, Option<u64>)>>,
     notified: Mutex<Vec<u32>>,
@@ -64,14 +66,26 @@ impl IrqChipHost for FakeHost {
     fn notify(&self, vcpu: u32) {
         self.notified.lock().unwrap().push(vcpu);
     }
-    fn guest_phys_addr_bits(&self) -> u8 {
-        PHYS_ADDR_BITS
+    fn guest_cpu(&self) -> GuestCpu {
+        GuestCpu {
+            phys_addr_bits: PHYS_ADDR_BITS,
+            x2apic: !self.no_x2apic,
+        }
     }
 }
 
 /// A chip with `vcpus` vCPUs in their power-up state.
 pub(super) fn chip(vcpus: u32) -> (Arc<IrqChip>, Arc<FakeHost>) {
     let host = Arc::new(FakeHost::default());
+    (IrqChip::new(vcpus, host.clone()), host)
+}
+
+/// A chip for a guest whose CPUID has no x2APIC.
+pub(super) fn chip_without_x2apic(vcpus: u32) -> (Arc<IrqChip>, Arc<FakeHost>) {
+    let host = Arc::new(FakeHost {
+        no_x2apic: true,
+        ..FakeHost::default()
+    });
     (IrqChip::new(vcpus, host.clone()), host)
 }
 

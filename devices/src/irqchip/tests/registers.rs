@@ -369,6 +369,37 @@ fn apic_base_reserved_bits_and_bsp() {
 }
 
 #[test]
+fn extd_is_reserved_without_x2apic_in_cpuid() {
+    // kvm-unit-tests' xAPIC `apic` variant: "enable unsupported x2apic".
+    let (chip, _) = chip_without_x2apic(1);
+    let x2apic = DEFAULT_APIC_BASE | APIC_BASE_ENABLE | APIC_BASE_EXTD;
+    assert_eq!(
+        chip.msr_write(0, MSR_IA32_APIC_BASE, x2apic),
+        Err(MsrFault::ReservedBits {
+            msr: MSR_IA32_APIC_BASE,
+            value: x2apic
+        })
+    );
+    // Nothing changed: still xAPIC at the default base (a bare EN | EXTD,
+    // base 0, must not move the page either).
+    assert!(chip
+        .msr_write(0, MSR_IA32_APIC_BASE, APIC_BASE_ENABLE | APIC_BASE_EXTD)
+        .is_err());
+    let state = chip.lapic_state(0).unwrap();
+    assert_eq!(state.mode, ApicMode::XApic);
+    assert_eq!(
+        state.apic_base,
+        DEFAULT_APIC_BASE | APIC_BASE_ENABLE | APIC_BASE_BSP
+    );
+    // xAPIC transitions still work.
+    chip.msr_write(0, MSR_IA32_APIC_BASE, DEFAULT_APIC_BASE)
+        .unwrap();
+    chip.msr_write(0, MSR_IA32_APIC_BASE, DEFAULT_APIC_BASE | APIC_BASE_ENABLE)
+        .unwrap();
+    assert_eq!(chip.lapic_state(0).unwrap().mode, ApicMode::XApic);
+}
+
+#[test]
 fn xapic_base_relocation() {
     let (chip, _) = enabled_chip(2);
     let new_base = 0xFED4_0000u64;
