@@ -12,8 +12,9 @@
 //! (`notes.rs`: what tells a vmlinux from the bench guest); config
 //! validation uses it, so a wrong kernel is a validation error (exit code
 //! 2). [`load`] puts everything in guest memory and returns the
-//! [`EntryState`]; [`vcpu::configure_vcpu`] sets a vCPU's CPUID, MSRs and
-//! registers. Addresses of every boot structure: `layout.rs`.
+//! [`EntryState`]; [`vm_cpuid`] gives the CPUID every vCPU of a VM starts
+//! from, and [`configure_vcpu`] sets a vCPU's CPUID, MSRs and registers.
+//! Addresses of every boot structure: `layout.rs`.
 
 pub mod acpi;
 pub mod elf;
@@ -26,6 +27,8 @@ pub mod notes;
 pub mod regs;
 pub mod vcpu;
 pub mod zero_page;
+
+pub use vcpu::{configure_vcpu, vm_cpuid, VcpuBoot};
 
 use crate::config::VmConfig;
 use multiboot::{MultibootError, MultibootHeader};

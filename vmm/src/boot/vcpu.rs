@@ -1,6 +1,8 @@
 //! Everything a vCPU needs before its first KVM_RUN: its CPUID table
-//! (topology for its index, the VM's CPUID overrides), the boot MSRs, and
-//! the register state of the entry the kernel format asks for. Under the
+//! (the VM-wide base from [`vm_cpuid`]: TSC frequency, TSC-deadline bit,
+//! the paravirtual features the local APIC in use can serve; then the
+//! topology for its index and the VM's CPUID overrides), the boot MSRs,
+//! and the register state of the entry the kernel format asks for. Under the
 //! in-kernel irqchip only vCPU 0 starts from this state; KVM holds the
 //! others until the guest sends INIT/SIPI, which resets them as on
 //! hardware.
@@ -9,10 +11,10 @@ use super::regs::{
     boot_fpu, long_mode_regs, long_mode_sregs, multiboot_regs, protected_mode_sregs,
 };
 use super::{BootError, EntryState};
-use crate::cpuid::{self, CpuidOverrides};
+use crate::cpuid::{self, CpuidError, CpuidOverrides};
 use crate::msr;
 use kvm_bindings::CpuId;
-use kvm_ioctls::VcpuFd;
+use kvm_ioctls::{Kvm, VcpuFd};
 
 /// What every vCPU of a VM shares at boot.
 pub struct VcpuBoot<'a> {
@@ -26,6 +28,26 @@ pub struct VcpuBoot<'a> {
     pub entry: EntryState,
     /// For log lines.
     pub vm_name: &'a str,
+}
+
+/// The CPUID table every vCPU of a VM starts from: what KVM supports, the
+/// TSC frequency (`tsc_khz`, leaf 0x40000010), the TSC-deadline timer bit
+/// where the local APIC has that mode, and, under Pacer's own interrupt
+/// controller (`in_kernel_irqchip` false), without the KVM paravirtual
+/// features only KVM's in-kernel local APIC implements.
+pub fn vm_cpuid(kvm: &Kvm, tsc_khz: u32, in_kernel_irqchip: bool) -> Result<CpuId, CpuidError> {
+    let mut table = cpuid::supported(kvm)?;
+    if !in_kernel_irqchip || kvm.check_extension(kvm_ioctls::Cap::TscDeadlineTimer) {
+        // Pacer's LAPIC and KVM's in-kernel one (with the capability)
+        // have the TSC-deadline timer mode; older kernels leave the
+        // CPUID bit to the VMM.
+        cpuid::set_tsc_deadline(&mut table);
+    }
+    cpuid::set_tsc_khz(&mut table, tsc_khz)?;
+    if !in_kernel_irqchip {
+        cpuid::hide_in_kernel_apic_features(&mut table);
+    }
+    Ok(table)
 }
 
 fn regs_err(what: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> BootError {

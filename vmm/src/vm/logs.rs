@@ -1,0 +1,122 @@
+//! A VM's files in the run's log directory: `<vm>.console.log` (COM1, if
+//! the console goes to a log), `<vm>.results.jsonl` (the results log), and
+//! for a Linux guest `<vm>.user.log`, its user command's output cut from
+//! the console log when the VM stops. Every file is created with the VM:
+//! the controller thread that fills the user log at the end may only open
+//! files read-only once confined (seccomp).
+
+use super::{Vm, VmError};
+use crate::boot::GuestKind;
+use crate::config::VmConfig;
+use std::path::{Path, PathBuf};
+
+/// The files of one VM (all None without a log directory).
+pub(super) struct LogFiles {
+    /// Where the results log goes.
+    pub results: Option<PathBuf>,
+    /// The console log, open for writing.
+    pub console: Option<(PathBuf, std::fs::File)>,
+    /// A Linux guest's user command output (only with a console log).
+    pub user_log: Option<(PathBuf, std::fs::File)>,
+}
+
+impl LogFiles {
+    /// Create `log_dir` and the VM's console and user logs in it.
+    pub(super) fn open(log_dir: Option<&Path>, config: &VmConfig) -> Result<LogFiles, VmError> {
+        let Some(dir) = log_dir else {
+            return Ok(LogFiles {
+                results: None,
+                console: None,
+                user_log: None,
+            });
+        };
+        std::fs::create_dir_all(dir).map_err(|source| VmError::File {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let console = if config.console.to_log() {
+            Some(open_log(dir, format!("{}.console.log", config.name))?)
+        } else {
+            None
+        };
+        let user_log = match (&console, config.guest) {
+            (Some(_), GuestKind::Linux) => {
+                Some(open_log(dir, format!("{}.user.log", config.name))?)
+            }
+            _ => None,
+        };
+        Ok(LogFiles {
+            results: Some(dir.join(format!("{}.results.jsonl", config.name))),
+            console,
+            user_log,
+        })
+    }
+}
+
+fn open_log(dir: &Path, file: String) -> Result<(PathBuf, std::fs::File), VmError> {
+    let path = dir.join(file);
+    let f = std::fs::File::create(&path).map_err(|source| VmError::File {
+        path: path.clone(),
+        source,
+    })?;
+    Ok((path, f))
+}
+
+impl Vm {
+    /// A Linux guest's user command output, cut from its console log with
+    /// the UnixBench-style suite's parser, into `<log_dir>/<vm>.user.log`
+    /// (None: not a Linux guest, no console log, no user command).
+    pub(super) fn write_user_log(&self) -> Option<PathBuf> {
+        let (console, (path, file)) = (self.console_log.as_ref()?, self.user_log.as_ref()?);
+        match save_user_output(console, file) {
+            Ok(true) => Some(path.clone()),
+            Ok(false) => None,
+            Err(e) => {
+                log::warn!("[{}] user command output: {e}", self.config.name);
+                None
+            }
+        }
+    }
+}
+
+/// Cut the user command's output (between `UB user begin` and `UB user
+/// end`, or to the end if the guest stopped mid-command) out of a console
+/// log into `out`. Ok(false): the log has no user command.
+fn save_user_output(console: &Path, mut out: &std::fs::File) -> std::io::Result<bool> {
+    use std::io::Write;
+    let text = std::fs::read(console)?;
+    match crate::unixbench::parse_log(&String::from_utf8_lossy(&text)).user_output {
+        Some(user) => out.write_all(user.as_bytes()).map(|()| true),
+        None => Ok(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_output_cut_from_the_console_log() {
+        let dir = std::env::temp_dir().join(format!("pacer-userlog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let console = dir.join("deb.console.log");
+        let out = dir.join("deb.user.log");
+        std::fs::write(
+            &console,
+            "[    1.0] Linux version 6.1\r\nUB init kernel=6.1 cpus=2 mem_kib=1 suite=x\r\n\
+             UB user begin\r\nhello from /user\r\nline 2\r\nUB user end status=0\r\nUB done end=reboot\r\n",
+        )
+        .unwrap();
+        let file = || std::fs::File::create(&out).unwrap();
+        assert!(save_user_output(&console, &file()).unwrap());
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap(),
+            "hello from /user\nline 2\n"
+        );
+        std::fs::write(&console, "UB done end=reboot\n").unwrap();
+        assert!(!save_user_output(&console, &file()).unwrap());
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "");
+        assert!(save_user_output(&dir.join("missing"), &file()).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,431 @@
+//! One VM: a KVM VM with its guest RAM, vCPUs and devices, and its
+//! lifecycle: create -> start -> stop on guest request / fatal vCPU exit /
+//! timeout -> result. A failing VM stops only itself.
+//!
+//! [`Vm::create`] orchestrates, in this order: the KVM VM (and KVM's
+//! in-kernel irqchip under `policy = "host"`), guest RAM (`guest_ram.rs`),
+//! the vCPUs and the VM-wide CPUID (`crate::boot::vm_cpuid`), Pacer's
+//! interrupt controller under the scheduled policies (`irqchip.rs`), the
+//! kernel and each vCPU's entry state (`crate::boot`), the log files
+//! (`logs.rs`), the state everything shares (`shared.rs`), the devices on
+//! their buses (`devices.rs`) and the exit handler over them (`exits.rs`).
+//! Starting, pausing and stopping the vCPUs under either scheduling is
+//! `vcpus.rs`; waiting for the stop and building the result is here.
+
+mod devices;
+mod exits;
+mod guest_ram;
+mod irqchip;
+mod logs;
+mod shared;
+mod vcpus;
+
+pub use shared::{StopCause, StopHandle, VmEvent, VmShared};
+pub use vcpus::VcpuScheduling;
+
+use crate::boot;
+use crate::config::VmConfig;
+use crate::cpuid;
+use crate::engine::irq::ChipHost;
+use crate::engine::EngineError;
+use crate::memory;
+use crate::msr;
+use crate::results::{ResultsLog, VmResult};
+use crate::vcpu::VcpuError;
+// `::devices` is the devices crate; `devices` here is `devices.rs`.
+use ::devices::irqchip::{GuestCpu, IrqChip};
+use ::devices::serial::SerialConsole;
+use ::devices::VmEventSink;
+use exits::ExitHandler;
+use kvm_ioctls::{Kvm, VmFd};
+use logs::LogFiles;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use vcpus::RunningVcpus;
+use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+
+/// TSS address for Intel VMX (3 pages just below the 4 GiB BIOS area).
+const KVM_TSS_ADDRESS: usize = 0xfffb_d000;
+
+/// Errors of this module.
+#[derive(Debug, thiserror::Error)]
+pub enum VmError {
+    #[error("cannot open /dev/kvm: {0}")]
+    Kvm(kvm_ioctls::Error),
+    #[error("KVM_CREATE_VM failed: {0}")]
+    CreateVm(kvm_ioctls::Error),
+    #[error("KVM_CREATE_IRQCHIP failed: {0}")]
+    Irqchip(kvm_ioctls::Error),
+    #[error("guest memory: {0}")]
+    Memory(#[from] memory::MemoryError),
+    #[error("KVM_SET_USER_MEMORY_REGION failed: {0}")]
+    Memslot(kvm_ioctls::Error),
+    #[error("KVM_CREATE_VCPU {index} failed: {source}")]
+    CreateVcpu {
+        index: u32,
+        source: kvm_ioctls::Error,
+    },
+    #[error("CPUID: {0}")]
+    Cpuid(#[from] cpuid::CpuidError),
+    #[error("MSRs: {0}")]
+    Msr(#[from] msr::MsrError),
+    #[error("KVM_GET_TSC_KHZ failed: {0}")]
+    TscKhz(kvm_ioctls::Error),
+    #[error("boot: {0}")]
+    Boot(#[from] boot::BootError),
+    #[error("vcpu{index}: {source}")]
+    ConfigureVcpu { index: u32, source: boot::BootError },
+    #[error("device setup: {0}")]
+    Device(String),
+    #[error("cannot create {path}: {source}")]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("results: {0}")]
+    Results(#[from] crate::results::ResultsError),
+    #[error("vCPU: {0}")]
+    Vcpu(#[from] VcpuError),
+    #[error("engine: {0}")]
+    Engine(#[from] EngineError),
+}
+
+/// How the VM is run.
+#[derive(Debug, Clone)]
+pub struct VmOptions {
+    /// Directory for `<vm>.console.log` and `<vm>.results.jsonl` (None: no
+    /// files, results kept in memory).
+    pub log_dir: Option<PathBuf>,
+    pub scheduling: VcpuScheduling,
+    /// Reference instant of the whole run (for `t_run_ms`).
+    pub run_start: Instant,
+}
+
+impl Default for VmOptions {
+    fn default() -> Self {
+        VmOptions {
+            log_dir: None,
+            scheduling: VcpuScheduling::Host { pin: true },
+            run_start: Instant::now(),
+        }
+    }
+}
+
+impl VmOptions {
+    /// Whether KVM's in-kernel irqchip serves this VM.
+    fn in_kernel_irqchip(&self) -> bool {
+        matches!(self.scheduling, VcpuScheduling::Host { .. })
+    }
+}
+
+/// One VM.
+pub struct Vm {
+    config: VmConfig,
+    // Field order matters for drop: vCPU threads first, then the VM fd, then
+    // the memory the memslots point into.
+    vcpus: Option<RunningVcpus>,
+    pending_vcpus: Vec<(u32, kvm_ioctls::VcpuFd)>,
+    serial: Arc<Mutex<SerialConsole>>,
+    shared: Arc<VmShared>,
+    // Devices may hold the VM fd (interrupt lines); both go before memory.
+    handler: Arc<ExitHandler>,
+    /// Pacer's interrupt controller and its host side (scheduled policies).
+    irqchip: Option<(Arc<ChipHost>, Arc<IrqChip>)>,
+    _vm_fd: Arc<VmFd>,
+    mem: Arc<GuestMemoryMmap>,
+    tsc_khz: u32,
+    cmdline: String,
+    console_log: Option<PathBuf>,
+    /// A Linux guest's `<vm>.user.log`, created with the console log (the
+    /// controller thread that fills it at the end may not create files
+    /// once confined); empty if the guest ran no user command.
+    user_log: Option<(PathBuf, std::fs::File)>,
+    options: VmOptions,
+    started: bool,
+}
+
+impl Vm {
+    /// Build the VM (nothing runs until [`Vm::start`]).
+    pub fn create(kvm: &Kvm, config: &VmConfig, options: VmOptions) -> Result<Vm, VmError> {
+        let start = Instant::now();
+        let vm_fd = Arc::new(kvm.create_vm().map_err(VmError::CreateVm)?);
+        if let Err(e) = vm_fd.set_tss_address(KVM_TSS_ADDRESS) {
+            log::debug!("[{}] KVM_SET_TSS_ADDR: {e}", config.name);
+        }
+        if options.in_kernel_irqchip() {
+            vm_fd.create_irq_chip().map_err(VmError::Irqchip)?;
+        }
+        let mem = guest_ram::create_guest_ram(&vm_fd, config.memory_mib)?;
+
+        // vCPUs.
+        let mut vcpus = Vec::with_capacity(config.vcpus as usize);
+        for index in 0..config.vcpus {
+            let fd = vm_fd
+                .create_vcpu(index as u64)
+                .map_err(|source| VmError::CreateVcpu { index, source })?;
+            vcpus.push((index, fd));
+        }
+        let tsc_khz = vcpus[0].1.get_tsc_khz().map_err(VmError::TscKhz)?;
+        let vm_cpuid = boot::vm_cpuid(kvm, tsc_khz, options.in_kernel_irqchip())?;
+        // Pacer's interrupt controller for the scheduled policies.
+        let irqchip = match &options.scheduling {
+            VcpuScheduling::Host { .. } => None,
+            VcpuScheduling::Scheduled(engine) => Some(irqchip::create_irqchip(
+                engine,
+                &vm_fd,
+                &vcpus[0].1,
+                tsc_khz,
+                GuestCpu {
+                    phys_addr_bits: cpuid::phys_addr_bits(&vm_cpuid),
+                    // Every vCPU's CPUID has x2APIC unless the config
+                    // switches it off (`cpuid::for_vcpu`).
+                    x2apic: config.cpuid.x2apic != Some(false),
+                },
+                config.vcpus,
+            )?),
+        };
+        let t_vcpus = start.elapsed();
+
+        // Kernel, command line, boot structures, per-vCPU state. Under both
+        // interrupt controllers only the boot vCPU starts from the entry
+        // state: the others wait for INIT/SIPI from the guest, as on
+        // hardware (KVM's in-kernel LAPIC holds them; Pacer's engine keeps
+        // them in WaitForSipi).
+        let booted = boot::load(&mem, config, tsc_khz)?;
+        let cmdline = booted.cmdline;
+        let supported_msrs = msr::supported_msrs(kvm)?;
+        let vcpu_boot = boot::VcpuBoot {
+            supported_cpuid: &vm_cpuid,
+            supported_msrs: &supported_msrs,
+            vcpus: config.vcpus,
+            cpuid: &config.cpuid,
+            entry: booted.entry,
+            vm_name: &config.name,
+        };
+        for (index, fd) in &vcpus {
+            boot::configure_vcpu(fd, *index, &vcpu_boot).map_err(|source| {
+                VmError::ConfigureVcpu {
+                    index: *index,
+                    source,
+                }
+            })?;
+        }
+        let t_boot = start.elapsed();
+
+        // Files and devices.
+        let logs = LogFiles::open(options.log_dir.as_deref(), config)?;
+        let results = ResultsLog::create(&config.name, tsc_khz, logs.results.as_deref())?;
+        let shared = Arc::new(VmShared::new(
+            &config.name,
+            start,
+            options.run_start,
+            results,
+        ));
+        let sink: Arc<dyn VmEventSink> = shared.clone();
+        let chip = irqchip.as_ref().map(|(_, chip)| chip.clone());
+        let console_log = logs.console.as_ref().map(|(p, _)| p.clone());
+        let devices = devices::create_devices(
+            config,
+            &vm_fd,
+            &mem,
+            chip.as_ref(),
+            sink,
+            logs.console.map(|(_, f)| f),
+        )?;
+        let handler = Arc::new(ExitHandler::new(
+            shared.clone(),
+            devices.bus,
+            devices.mmio,
+            chip,
+        ));
+
+        log::debug!(
+            "[{}] created in {:.2} ms (KVM VM, memory and vCPUs {:.2} ms, kernel and boot structures {:.2} ms)",
+            config.name,
+            start.elapsed().as_secs_f64() * 1e3,
+            t_vcpus.as_secs_f64() * 1e3,
+            (t_boot - t_vcpus).as_secs_f64() * 1e3
+        );
+        Ok(Vm {
+            config: config.clone(),
+            vcpus: None,
+            pending_vcpus: vcpus,
+            serial: devices.serial,
+            shared,
+            handler,
+            _vm_fd: vm_fd,
+            mem,
+            irqchip,
+            tsc_khz,
+            cmdline,
+            console_log,
+            user_log: logs.user_log,
+            options,
+            started: false,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub fn tsc_khz(&self) -> u32 {
+        self.tsc_khz
+    }
+
+    /// The full kernel command line given to the guest.
+    pub fn cmdline(&self) -> &str {
+        &self.cmdline
+    }
+
+    /// Guest RAM size in bytes.
+    pub fn memory_bytes(&self) -> u64 {
+        self.mem.iter().map(|r| r.len()).sum()
+    }
+
+    /// Receive this VM's events from now on.
+    pub fn subscribe(&self) -> Receiver<VmEvent> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.shared
+            .subscribers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(tx);
+        rx
+    }
+
+    /// Ask the VM to stop (from outside).
+    pub fn request_stop(&self) {
+        self.shared.stop(StopCause::Requested);
+    }
+
+    /// A handle for stopping this VM from another thread.
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(self.shared.clone())
+    }
+
+    /// Wait for the VM to stop (guest request, fatal exit, or the
+    /// configured timeout), stop all vCPUs and return the result.
+    pub fn wait(mut self) -> VmResult {
+        let cause = match self.shared.wait(self.config.timeout) {
+            Some(c) => c,
+            None => {
+                let t = self.config.timeout.unwrap_or_default();
+                self.shared.stop(StopCause::Timeout(t));
+                self.shared.wait(None).unwrap_or(StopCause::Timeout(t))
+            }
+        };
+        self.finish(cause)
+    }
+
+    fn finish(&mut self, cause: StopCause) -> VmResult {
+        let (outcomes, vcpu_sched) = self.stop_vcpus();
+        let mut serial = self.serial.lock().unwrap_or_else(|p| p.into_inner());
+        serial.flush();
+        let last_console_line = serial.last_line();
+        drop(serial);
+        let (status, ok, mut message) = cause.describe();
+        let wall_ms = self.shared.start.elapsed().as_secs_f64() * 1e3;
+        let mut res = self
+            .shared
+            .results
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if !ok && cause != StopCause::Requested {
+            let errors = res.guest_errors();
+            let why = crate::guest_report::guest_reason(&errors, last_console_line.as_deref());
+            if let Some(why) = why {
+                log::error!("[{}] {why}", self.config.name);
+                message = format!("{message}; {why}");
+            }
+        }
+        res.stopped(&status, ok, &message, wall_ms);
+        let work = res.work();
+        let total = work
+            .iter()
+            .filter_map(|w| w.units_per_s)
+            .reduce(|a, b| a + b);
+        VmResult {
+            name: self.config.name.clone(),
+            status,
+            ok,
+            message,
+            exit_status: cause.guest_exit_status(),
+            wall_ms,
+            tsc_khz: self.tsc_khz,
+            cmdline: self.cmdline.clone(),
+            milestones: res.milestones(),
+            work,
+            total_units_per_s: total,
+            vcpu_metrics: res.vcpu_metrics(),
+            guest_errors: res.guest_errors(),
+            markers: res.markers.clone(),
+            records: res.records.clone(),
+            rejected_records: res.rejected,
+            results_file: res.path().map(Path::to_path_buf),
+            console_log: self.console_log.clone(),
+            user_log: self.write_user_log(),
+            vcpu_stats: outcomes.iter().map(|o| o.stats).collect(),
+            vcpu_sched,
+        }
+    }
+
+    /// Create, run to completion, and report one VM; errors become a failed
+    /// result naming the VM.
+    pub fn run(kvm: &Kvm, config: &VmConfig, options: VmOptions) -> VmResult {
+        Self::run_with(kvm, config, options, |_| {})
+    }
+
+    /// [`Vm::run`], handing a [`StopHandle`] to `on_created` before the
+    /// vCPUs start.
+    pub fn run_with(
+        kvm: &Kvm,
+        config: &VmConfig,
+        options: VmOptions,
+        on_created: impl FnOnce(StopHandle),
+    ) -> VmResult {
+        let t0 = Instant::now();
+        let failed = |msg: String| {
+            log::error!("[{}] VM failed: {msg}", config.name);
+            let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
+            VmResult::error(&config.name, msg, wall_ms, &config.cmdline)
+        };
+        let mut vm = match Vm::create(kvm, config, options) {
+            Ok(vm) => vm,
+            Err(e) => return failed(e.to_string()),
+        };
+        on_created(vm.stop_handle());
+        if let Err(e) = vm.start() {
+            vm.shared.stop(StopCause::Requested);
+            let mut r = vm.wait();
+            r.ok = false;
+            r.status = "error".into();
+            r.message = e.to_string();
+            return r;
+        }
+        crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Controller);
+        vm.wait()
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        if self.vcpus.is_some() {
+            self.shared.stop(StopCause::Requested);
+            self.stop_vcpus();
+        }
+    }
+}
+
+/// Open /dev/kvm.
+pub fn open_kvm() -> Result<Kvm, VmError> {
+    let kvm = Kvm::new().map_err(VmError::Kvm)?;
+    if !kvm.check_extension(kvm_ioctls::Cap::ImmediateExit) {
+        // Kicks still work through the signal alone, but a kick that lands
+        // just before KVM_RUN is then only seen at the next exit.
+        log::warn!("KVM_CAP_IMMEDIATE_EXIT missing: vCPU kicks may be delayed");
+    }
+    Ok(kvm)
+}

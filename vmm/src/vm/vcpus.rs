@@ -1,0 +1,162 @@
+//! A VM's vCPUs once created: who runs them (host threads left to the
+//! host kernel with KVM's in-kernel irqchip, or Pacer's engine with
+//! Pacer's interrupt controller), starting them, pausing and resuming them
+//! together, and stopping them with their outcomes and scheduling
+//! statistics.
+
+use super::{Vm, VmError};
+use crate::engine::irq::{InterruptSource, NoInterrupts};
+use crate::engine::stats::VcpuSchedStats;
+use crate::engine::{Engine, VmSchedSpec, VmSlot};
+use crate::vcpu::{VcpuExitHandler, VcpuHandle, VcpuOutcome, VcpuRunner};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a stopping VM waits for its vCPUs to leave their CPUs.
+const VCPU_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Who schedules the VM's vCPUs.
+#[derive(Clone)]
+pub enum VcpuScheduling {
+    /// One thread per vCPU left to the host kernel, with KVM's in-kernel
+    /// irqchip (`policy = "host"`). `pin`: bind the threads to the VM's
+    /// core set.
+    Host { pin: bool },
+    /// Pacer's engine dispatches the vCPUs; no in-kernel irqchip (a guest
+    /// HLT exits to Pacer), Pacer's own interrupt controller.
+    Scheduled(Arc<Engine>),
+}
+
+impl std::fmt::Debug for VcpuScheduling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VcpuScheduling::Host { pin } => write!(f, "Host {{ pin: {pin} }}"),
+            VcpuScheduling::Scheduled(e) => write!(
+                f,
+                "Scheduled({}, {} dispatch)",
+                e.policy_name(),
+                e.dispatch_kind()
+            ),
+        }
+    }
+}
+
+/// The VM's vCPUs once started.
+pub(super) enum RunningVcpus {
+    /// Host-mode threads.
+    Host(Vec<VcpuHandle>),
+    /// Registered with the engine.
+    Scheduled(Arc<Engine>, VmSlot),
+}
+
+impl Vm {
+    /// Spawn the vCPU threads and let them run.
+    pub fn start(&mut self) -> Result<(), VmError> {
+        if self.started {
+            return Ok(());
+        }
+        self.started = true;
+        let runners: Vec<VcpuRunner> = self
+            .pending_vcpus
+            .drain(..)
+            .map(|(index, fd)| VcpuRunner::new(index, fd, self.handler.clone()))
+            .collect();
+        match self.options.scheduling.clone() {
+            VcpuScheduling::Host { pin } => {
+                let affinity = pin.then(|| self.config.cpus.clone());
+                let mut handles = Vec::with_capacity(runners.len());
+                for runner in runners {
+                    handles.push(VcpuHandle::spawn(
+                        &self.config.name,
+                        runner,
+                        affinity.clone(),
+                    )?);
+                }
+                let handles = self.vcpus.insert(RunningVcpus::Host(handles));
+                if let RunningVcpus::Host(handles) = handles {
+                    for h in handles.iter_mut() {
+                        h.start()?;
+                    }
+                }
+            }
+            VcpuScheduling::Scheduled(engine) => {
+                let spec = VmSchedSpec {
+                    name: self.config.name.clone(),
+                    class: self.config.class,
+                    priority: self.config.priority,
+                    cpus: self.config.cpus.clone(),
+                };
+                let handler: Arc<dyn VcpuExitHandler> = self.handler.clone();
+                let irq: Arc<dyn InterruptSource> = match &self.irqchip {
+                    Some((_, chip)) => chip.clone(),
+                    None => Arc::new(NoInterrupts),
+                };
+                let slot = engine.add_vm(&spec, runners, irq, handler)?;
+                if let Some((host, _)) = &self.irqchip {
+                    host.attach(slot);
+                }
+                engine.start_vm(slot);
+                self.vcpus = Some(RunningVcpus::Scheduled(engine, slot));
+            }
+        }
+        log::debug!(
+            "[{}] vCPUs running {:.2} ms after VM start",
+            self.config.name,
+            self.shared.start.elapsed().as_secs_f64() * 1e3
+        );
+        Ok(())
+    }
+
+    /// Pause every running vCPU (returns once all are out of KVM_RUN).
+    pub fn pause(&mut self, timeout: Duration) -> Result<(), VmError> {
+        match &mut self.vcpus {
+            Some(RunningVcpus::Host(handles)) => {
+                for h in handles.iter_mut() {
+                    if h.state() == crate::vcpu::VcpuState::Running {
+                        h.pause(timeout)?;
+                    }
+                }
+            }
+            Some(RunningVcpus::Scheduled(engine, slot)) => engine.pause_vm(*slot, timeout)?,
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// Resume every paused vCPU.
+    pub fn resume(&mut self, timeout: Duration) -> Result<(), VmError> {
+        match &mut self.vcpus {
+            Some(RunningVcpus::Host(handles)) => {
+                for h in handles.iter_mut() {
+                    if h.state() == crate::vcpu::VcpuState::Paused {
+                        h.resume(timeout)?;
+                    }
+                }
+            }
+            Some(RunningVcpus::Scheduled(engine, slot)) => engine.resume_vm(*slot),
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// Stop every vCPU; their outcomes and scheduling statistics.
+    pub(super) fn stop_vcpus(&mut self) -> (Vec<VcpuOutcome>, Vec<VcpuSchedStats>) {
+        match self.vcpus.take() {
+            Some(RunningVcpus::Host(mut handles)) => {
+                for h in handles.iter_mut() {
+                    h.request_exit();
+                }
+                let outcomes: Vec<VcpuOutcome> = handles.into_iter().map(|h| h.join()).collect();
+                // The kernel's counters, read by each thread as it ended.
+                let sched = outcomes.iter().map(|o| o.thread_sched.clone()).collect();
+                (outcomes, sched)
+            }
+            Some(RunningVcpus::Scheduled(engine, slot)) => engine
+                .finish_vm(slot, VCPU_STOP_TIMEOUT)
+                .into_iter()
+                .map(|f| (f.outcome, f.sched))
+                .unzip(),
+            None => (Vec::new(), Vec::new()),
+        }
+    }
+}
