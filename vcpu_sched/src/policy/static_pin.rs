@@ -214,10 +214,11 @@ impl StaticPinning {
     }
 
     /// Give `id`, homed on `from`, a new home: the least-populated CPU in
-    /// service of its affinity (not `from`). Not while it runs (its CPU
-    /// calls this after stopping it). Returns the new home to kick if the
-    /// entity waits there and it is idle. `None`: no other CPU in service
-    /// may run it (it stays), or it runs, or it is gone.
+    /// service of its affinity (not `from`); if none is in service and
+    /// `from` is not allowed any more, the least-populated allowed CPU out
+    /// of service (it waits there). Not while it runs (its CPU calls this
+    /// after stopping it). Returns the new home to kick if the entity waits
+    /// there and it is idle. `None`: it stays, or it runs, or it is gone.
     fn rehome(&self, id: EntityId, from: usize) -> Option<CpuId> {
         let affinity = {
             let pc = self.cpus[from].lock();
@@ -226,11 +227,18 @@ impl StaticPinning {
         };
         let to = {
             let a = self.alloc.lock();
-            affinity
-                .iter()
-                .map(|c| c.0 as usize)
-                .filter(|c| *c != from && self.cpu_in_service(*c))
-                .min_by_key(|c| (a.assigned[*c], *c))?
+            let others = || affinity.iter().map(|c| c.0 as usize).filter(|c| *c != from);
+            match others()
+                .filter(|c| self.cpu_in_service(*c))
+                .min_by_key(|c| (a.assigned[*c], *c))
+            {
+                Some(c) => c,
+                // No other allowed CPU in service: wait for `from` if it
+                // is allowed, else for an allowed CPU out of service (a
+                // home outside the affinity would run it there).
+                None if affinity.contains(CpuId(from as u32)) => return None,
+                None => others().min_by_key(|c| (a.assigned[*c], *c))?,
+            }
         };
         self.move_home(id, from, to)
     }
