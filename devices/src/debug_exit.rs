@@ -7,7 +7,7 @@
 //! `iosize=0x4` and writes its status with a 32-bit `outl`, so the device
 //! claims 4 ports and accepts 1-, 2- and 4-byte writes, zero-extended.
 
-use crate::bus::{IoContext, PioDevice};
+use crate::exit_port::ExitPort;
 use crate::{StopRequest, VmEventSink};
 use std::sync::Arc;
 
@@ -19,36 +19,16 @@ pub fn debug_exit_status(value: u32) -> u64 {
     (u64::from(value) << 1) | 1
 }
 
-pub struct DebugExit {
-    sink: Arc<dyn VmEventSink>,
-}
-
-impl DebugExit {
-    pub fn new(sink: Arc<dyn VmEventSink>) -> Self {
-        Self { sink }
-    }
-}
-
-impl PioDevice for DebugExit {
-    fn read(&mut self, _ctx: IoContext, _offset: u16, data: &mut [u8]) {
-        data.fill(0xff);
-    }
-
-    fn write(&mut self, ctx: IoContext, offset: u16, data: &[u8]) {
-        if offset != 0 || data.is_empty() {
-            return;
-        }
-        let mut b = [0u8; 4];
-        let n = data.len().min(4);
-        b[..n].copy_from_slice(&data[..n]);
-        self.sink
-            .stop_request(ctx.vcpu, StopRequest::DebugExit(u32::from_le_bytes(b)));
-    }
+/// The isa-debug-exit device: an exit port whose writes ask for
+/// [`StopRequest::DebugExit`].
+pub fn debug_exit(sink: Arc<dyn VmEventSink>) -> ExitPort {
+    ExitPort::asking(sink, StopRequest::DebugExit)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bus::{IoContext, PioDevice};
     use crate::result_port::tests::Sink;
 
     #[test]
@@ -62,7 +42,7 @@ mod tests {
     #[test]
     fn writes_request_a_stop_with_the_raw_value() {
         let sink = Arc::new(Sink::default());
-        let mut d = DebugExit::new(sink.clone());
+        let mut d = debug_exit(sink.clone());
         let ctx = IoContext { vcpu: 1 };
         d.write(ctx, 0, &1u32.to_le_bytes());
         d.write(ctx, 0, &[3]);

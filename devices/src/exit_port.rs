@@ -1,5 +1,6 @@
 //! The exit port (0xE08): a 32-bit OUT asks the VMM to stop the VM with that
-//! status (0 = success).
+//! status (0 = success). The same device, asking for another kind of stop,
+//! is QEMU's isa-debug-exit ([`crate::debug_exit`]).
 
 use crate::bus::{IoContext, PioDevice};
 use crate::{StopRequest, VmEventSink};
@@ -10,11 +11,19 @@ pub const EXIT_PORT_LEN: u16 = 4;
 
 pub struct ExitPort {
     sink: Arc<dyn VmEventSink>,
+    /// The stop a written value asks for.
+    request: fn(u32) -> StopRequest,
 }
 
 impl ExitPort {
+    /// Pacer's exit port: a written value is the guest's exit status.
     pub fn new(sink: Arc<dyn VmEventSink>) -> Self {
-        Self { sink }
+        Self::asking(sink, StopRequest::GuestExit)
+    }
+
+    /// An exit port whose writes ask for `request(value)`.
+    pub fn asking(sink: Arc<dyn VmEventSink>, request: fn(u32) -> StopRequest) -> Self {
+        Self { sink, request }
     }
 }
 
@@ -32,7 +41,7 @@ impl PioDevice for ExitPort {
         let n = data.len().min(4);
         b[..n].copy_from_slice(&data[..n]);
         self.sink
-            .stop_request(ctx.vcpu, StopRequest::GuestExit(u32::from_le_bytes(b)));
+            .stop_request(ctx.vcpu, (self.request)(u32::from_le_bytes(b)));
     }
 }
 

@@ -5,7 +5,7 @@
 //! the same set; only the interrupt lines differ.
 
 use crate::bus::{BusError, PioBus, SharedDevice};
-use crate::debug_exit::{DebugExit, DEBUG_EXIT_LEN, DEBUG_EXIT_PORT};
+use crate::debug_exit::{debug_exit, DEBUG_EXIT_LEN, DEBUG_EXIT_PORT};
 use crate::fw_cfg::{FwCfg, FW_CFG_LEN, FW_CFG_PORT};
 use crate::irq::InterruptLine;
 use crate::pc_testdev::{PcTestDev, PC_TESTDEV_IRQ_BASE, PC_TESTDEV_IRQ_LINES};
@@ -26,7 +26,7 @@ pub fn insert_qemu_test_devices(
         (
             DEBUG_EXIT_PORT,
             DEBUG_EXIT_LEN,
-            Arc::new(Mutex::new(DebugExit::new(sink))),
+            Arc::new(Mutex::new(debug_exit(sink))),
         ),
         (
             FW_CFG_PORT,
