@@ -69,23 +69,7 @@ fn tiny_vmlinux_of(code: &[u8], msg: &[u8]) -> Vec<u8> {
     let (ehsize, phsize) = (64u64, 56u64);
     let load_off = ehsize + 2 * phsize;
     let note_off = load_off + load.len() as u64;
-    let mut e = Vec::new();
-    e.extend_from_slice(b"\x7fELF");
-    e.extend_from_slice(&[2, 1, 1, 0]);
-    e.extend_from_slice(&[0; 8]);
-    e.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
-    e.extend_from_slice(&62u16.to_le_bytes()); // EM_X86_64
-    e.extend_from_slice(&1u32.to_le_bytes());
-    e.extend_from_slice(&BASE.to_le_bytes()); // e_entry
-    e.extend_from_slice(&ehsize.to_le_bytes()); // e_phoff
-    e.extend_from_slice(&0u64.to_le_bytes()); // e_shoff
-    e.extend_from_slice(&0u32.to_le_bytes()); // e_flags
-    e.extend_from_slice(&(ehsize as u16).to_le_bytes());
-    e.extend_from_slice(&(phsize as u16).to_le_bytes());
-    e.extend_from_slice(&2u16.to_le_bytes()); // e_phnum
-    e.extend_from_slice(&64u16.to_le_bytes());
-    e.extend_from_slice(&0u16.to_le_bytes());
-    e.extend_from_slice(&0u16.to_le_bytes());
+    let mut e = common::elf64_header(BASE, 2);
     let phdr = |e: &mut Vec<u8>, kind: u32, flags: u32, off: u64, addr: u64, size: u64| {
         e.extend_from_slice(&kind.to_le_bytes());
         e.extend_from_slice(&flags.to_le_bytes());

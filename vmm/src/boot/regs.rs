@@ -87,12 +87,7 @@ pub fn long_mode_sregs(sregs: &mut kvm_sregs) {
         present: 1,
         ..Default::default()
     };
-    sregs.cs = code;
-    sregs.ds = data;
-    sregs.es = data;
-    sregs.fs = data;
-    sregs.gs = data;
-    sregs.ss = data;
+    load_segments(sregs, code, data);
     sregs.tr = tss;
     sregs.gdt.base = GDT_ADDR;
     sregs.gdt.limit = (boot_gdt().len() * 8 - 1) as u16;
@@ -104,6 +99,16 @@ pub fn long_mode_sregs(sregs: &mut kvm_sregs) {
     sregs.efer = BOOT_EFER;
 }
 
+/// CS = `code`, every data segment register = `data` (flat boot segments).
+fn load_segments(sregs: &mut kvm_sregs, code: kvm_segment, data: kvm_segment) {
+    sregs.cs = code;
+    sregs.ds = data;
+    sregs.es = data;
+    sregs.fs = data;
+    sregs.gs = data;
+    sregs.ss = data;
+}
+
 /// Put `sregs` in the multiboot entry state: CS a 32-bit read/execute
 /// segment and DS/ES/FS/GS/SS read/write data segments, all with base 0
 /// and limit 4 GiB; CR0.PE set, paging off; no long mode. (A20 is always
@@ -111,12 +116,7 @@ pub fn long_mode_sregs(sregs: &mut kvm_sregs) {
 pub fn protected_mode_sregs(sregs: &mut kvm_sregs) {
     let code = segment(CODE_SEL, 0xb, 0, 1);
     let data = segment(DATA_SEL, 0x3, 0, 1);
-    sregs.cs = code;
-    sregs.ds = data;
-    sregs.es = data;
-    sregs.fs = data;
-    sregs.gs = data;
-    sregs.ss = data;
+    load_segments(sregs, code, data);
     sregs.gdt.base = GDT_ADDR;
     sregs.gdt.limit = (protected_mode_gdt().len() * 8 - 1) as u16;
     sregs.idt.base = IDT_ADDR;

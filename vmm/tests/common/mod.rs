@@ -66,13 +66,10 @@ pub fn vm_table(name: &str, workload: &str) -> String {
     )
 }
 
-/// A minimal ELF64 executable: `code` loaded at 1 MiB physical, entry at its
-/// first byte (a hand-assembled test guest; no toolchain needed).
-pub fn tiny_elf(code: &[u8]) -> Vec<u8> {
-    const BASE: u64 = 0x10_0000;
-    let ehsize = 64u64;
-    let phsize = 56u64;
-    let off = ehsize + phsize;
+/// The 64-byte header of an x86-64 ELF executable entered at `entry`, with
+/// `phnum` program headers right after it and no sections.
+pub fn elf64_header(entry: u64, phnum: u16) -> Vec<u8> {
+    let (ehsize, phsize) = (64u16, 56u16);
     let mut e = Vec::new();
     e.extend_from_slice(b"\x7fELF");
     e.extend_from_slice(&[2, 1, 1, 0]); // 64-bit, little endian, v1, SysV
@@ -80,17 +77,28 @@ pub fn tiny_elf(code: &[u8]) -> Vec<u8> {
     e.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
     e.extend_from_slice(&62u16.to_le_bytes()); // EM_X86_64
     e.extend_from_slice(&1u32.to_le_bytes());
-    e.extend_from_slice(&BASE.to_le_bytes()); // e_entry
-    e.extend_from_slice(&ehsize.to_le_bytes()); // e_phoff
+    e.extend_from_slice(&entry.to_le_bytes()); // e_entry
+    e.extend_from_slice(&u64::from(ehsize).to_le_bytes()); // e_phoff
     e.extend_from_slice(&0u64.to_le_bytes()); // e_shoff
     e.extend_from_slice(&0u32.to_le_bytes()); // e_flags
-    e.extend_from_slice(&(ehsize as u16).to_le_bytes());
-    e.extend_from_slice(&(phsize as u16).to_le_bytes());
-    e.extend_from_slice(&1u16.to_le_bytes()); // e_phnum
+    e.extend_from_slice(&ehsize.to_le_bytes());
+    e.extend_from_slice(&phsize.to_le_bytes());
+    e.extend_from_slice(&phnum.to_le_bytes());
     e.extend_from_slice(&64u16.to_le_bytes()); // e_shentsize
     e.extend_from_slice(&0u16.to_le_bytes()); // e_shnum
     e.extend_from_slice(&0u16.to_le_bytes()); // e_shstrndx
-                                              // PT_LOAD, R+X
+    e
+}
+
+/// A minimal ELF64 executable: `code` loaded at 1 MiB physical, entry at its
+/// first byte (a hand-assembled test guest; no toolchain needed).
+pub fn tiny_elf(code: &[u8]) -> Vec<u8> {
+    const BASE: u64 = 0x10_0000;
+    let ehsize = 64u64;
+    let phsize = 56u64;
+    let off = ehsize + phsize;
+    let mut e = elf64_header(BASE, 1);
+    // PT_LOAD, R+X
     e.extend_from_slice(&1u32.to_le_bytes());
     e.extend_from_slice(&5u32.to_le_bytes());
     e.extend_from_slice(&off.to_le_bytes()); // p_offset
