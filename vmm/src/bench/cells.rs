@@ -9,6 +9,9 @@
 //! always follows the same neighbour.
 
 use super::matrix::{Matrix, Runner};
+use super::unixbench::SuiteSpec;
+use super::workload::Workload;
+use crate::boot::GuestKind;
 use crate::config::{Config, Console, HostConfig, VmConfig};
 use crate::engine::policy::Policy;
 use std::path::{Path, PathBuf};
@@ -54,17 +57,19 @@ impl Cell {
 
     /// Why this cell cannot run, known before running it: a policy that
     /// cannot honour the layout's priorities or classes (as `pacer
-    /// validate` would refuse it), or a workload kind this build cannot run.
+    /// validate` would refuse it), or a Linux image that is not built.
     pub fn static_na(&self, m: &Matrix) -> Option<String> {
-        let w = &m.workloads[self.workload];
         let layout = &m.layouts[self.layout];
-        let kinds = layout
-            .vms
-            .iter()
-            .map(|v| m.workloads[v.workload.unwrap_or(self.workload)].kind);
-        for k in kinds.chain([w.kind]) {
-            if let Some(why) = k.unavailable() {
-                return Some(format!("workload kind {k}: {why}"));
+        for i in 0..layout.vms.len() {
+            let Some(suite) = &vm_workload(m, self, i).suite else {
+                continue;
+            };
+            let images = [Some(&suite.kernel), suite.initramfs.as_ref()];
+            if let Some(missing) = images.into_iter().flatten().find(|p| !p.is_file()) {
+                return Some(format!(
+                    "{} is not built (bash guests/linux/build.sh)",
+                    missing.display()
+                ));
             }
         }
         for v in &layout.vms {
@@ -113,13 +118,36 @@ pub fn expand(m: &Matrix) -> Vec<Cell> {
     cells
 }
 
-/// The guest command line of a VM of `cell` (workload words only; the VMM
-/// or the QEMU peer appends `tsc_khz=` and `vcpus=`).
-pub fn vm_args(m: &Matrix, cell: &Cell, vm: usize) -> String {
+/// The workload VM `vm` of `cell` runs (its own, or the cell's).
+pub fn vm_workload<'m>(m: &'m Matrix, cell: &Cell, vm: usize) -> &'m Workload {
     let v = &m.layouts[cell.layout].vms[vm];
-    m.workloads[v.workload.unwrap_or(cell.workload)]
-        .guest_args()
-        .join(" ")
+    &m.workloads[v.workload.unwrap_or(cell.workload)]
+}
+
+/// What a VM of a cell boots.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VmBoot {
+    /// The matrix's bench guest with these workload words (the VMM or the
+    /// QEMU peer appends `tsc_khz=` and `vcpus=`).
+    Bench { kernel: PathBuf, args: String },
+    /// A Linux guest running the suite (its image in `suite`); `cmdline`
+    /// follows the platform's own words (`console=ttyS0 reboot=k`).
+    Linux { suite: SuiteSpec, cmdline: String },
+}
+
+/// What VM `vm` of `cell` boots.
+pub fn vm_boot(m: &Matrix, cell: &Cell, vm: usize) -> VmBoot {
+    let w = vm_workload(m, cell, vm);
+    match &w.suite {
+        Some(suite) => VmBoot::Linux {
+            suite: suite.clone(),
+            cmdline: suite.guest_cmdline(m.layouts[cell.layout].vms[vm].vcpus),
+        },
+        None => VmBoot::Bench {
+            kernel: m.kernel.clone(),
+            args: w.guest_args().join(" "),
+        },
+    }
 }
 
 /// The config a Pacer cell runs: the layout's VMs with their workloads,
@@ -139,21 +167,29 @@ pub fn pacer_config(m: &Matrix, cell: &Cell, log_dir: &Path) -> Option<Config> {
         .vms
         .iter()
         .enumerate()
-        .map(|(i, v)| VmConfig {
-            name: v.name.clone(),
-            guest: crate::boot::GuestKind::Bench,
-            vcpus: v.vcpus,
-            memory_mib: v.memory_mib,
-            kernel: m.kernel.clone(),
-            initrd: None,
-            modules: Vec::new(),
-            cpuid: Default::default(),
-            cmdline: vm_args(m, cell, i),
-            cpus: v.cpus.clone(),
-            class: v.class,
-            priority: v.priority,
-            console: Console::Log,
-            timeout: Some(m.cell_timeout),
+        .map(|(i, v)| {
+            let (guest, kernel, initrd, cmdline) = match vm_boot(m, cell, i) {
+                VmBoot::Bench { kernel, args } => (GuestKind::Bench, kernel, None, args),
+                VmBoot::Linux { suite, cmdline } => {
+                    (GuestKind::Linux, suite.kernel, suite.initramfs, cmdline)
+                }
+            };
+            VmConfig {
+                name: v.name.clone(),
+                guest,
+                vcpus: v.vcpus,
+                memory_mib: v.memory_mib,
+                kernel,
+                initrd,
+                modules: Vec::new(),
+                cpuid: Default::default(),
+                cmdline,
+                cpus: v.cpus.clone(),
+                class: v.class,
+                priority: v.priority,
+                console: Console::Log,
+                timeout: Some(m.cell_timeout),
+            }
         })
         .collect();
     Some(Config {

@@ -19,6 +19,14 @@
 //! kind = "cpu"                # cpu | sleep | pingpong | burst | spinlock | mixed | unixbench
 //! duration_ms = 500           # parameters of the kind (see workload.rs)
 //!
+//! [[workload]]
+//! name = "ub"
+//! kind = "unixbench"          # a Linux guest running the UnixBench-style suite
+//! kernel = "../guests/out/linux/vmlinux"   # relative to this file, as above
+//! initramfs = "../guests/out/linux/initramfs.cpio.gz"
+//! copies = [1, "vcpus"]       # also: passes = 3 or "10,3", tests = "pipe,spawn",
+//!                             # seconds = 2 (per pass), cmdline = "quiet"
+//!
 //! [[layout]]
 //! name = "2x1"
 //! workloads = ["cpu"]         # optional: only these workloads run on this layout
@@ -33,6 +41,7 @@
 //! A VM with its own `workload` runs it in every cell of its layout (the
 //! hog beside a latency-sensitive VM); the others run the cell's workload.
 
+use super::unixbench::SuiteSpec;
 use super::workload::{Workload, WorkloadKind};
 use crate::config::{line_col, Diagnostic, HostInfo};
 use crate::engine::policy::Policy;
@@ -396,6 +405,7 @@ fn workload_entry(
     i: usize,
     table: &BTreeMap<String, Spanned<toml::Value>>,
     table_span: Range<usize>,
+    base: &Path,
 ) -> Option<Workload> {
     let field = |k: &str| format!("workload[{i}].{k}");
     let string = |c: &mut Checker<'_>, key: &str| -> Option<Spanned<String>> {
@@ -489,7 +499,11 @@ fn workload_entry(
                 continue;
             }
         };
-        if text.is_empty() || text.chars().any(|ch| ch.is_whitespace() || ch == '"') {
+        // A Linux guest's own command line may have several words.
+        let words_allowed = kind == WorkloadKind::UnixBench && key == "cmdline";
+        if text.is_empty()
+            || (!words_allowed && text.chars().any(|ch| ch.is_whitespace() || ch == '"'))
+        {
             c.err(
                 value.span(),
                 field(key),
@@ -519,11 +533,36 @@ fn workload_entry(
             }
         }
     }
+    let suite = if kind == WorkloadKind::UnixBench {
+        // Image paths are relative to the matrix file, as its `kernel`.
+        for key in ["kernel", "initramfs"] {
+            if let Some(p) = params.get_mut(key) {
+                *p = base.join(&*p).display().to_string();
+            }
+        }
+        match SuiteSpec::from_params(&params) {
+            Ok(spec) => Some(spec),
+            Err(errors) => {
+                for (key, message) in errors {
+                    let span = table
+                        .get(key)
+                        .or_else(|| table.get("kind"))
+                        .map(|v| v.span())
+                        .unwrap_or_default();
+                    c.err(span, field(key), message);
+                }
+                return None;
+            }
+        }
+    } else {
+        None
+    };
     Some(Workload {
         name,
         kind,
         params,
         extra_args,
+        suite,
     })
 }
 
@@ -683,7 +722,7 @@ impl Matrix {
                 .map(|v| v.span())
                 .min_by_key(|s| s.start)
                 .unwrap_or_default();
-            if let Some(w) = workload_entry(&mut c, i, t, span) {
+            if let Some(w) = workload_entry(&mut c, i, t, span, &base) {
                 if workloads.iter().any(|x| x.name == w.name) {
                     let s = t.get("name").map(|n| n.span()).unwrap_or_default();
                     c.err(
@@ -1138,6 +1177,52 @@ vm = [ { name = "hi", vcpus = 1, priority = 20 } ]
         let m = fx.parse(&text).unwrap();
         assert_eq!(m.workloads[1].kind, WorkloadKind::UnixBench);
         assert_eq!(m.workloads[1].params["copies"], "1,vcpus");
+        // The image is looked for next to the matrix file, when a cell runs.
+        let suite = m.workloads[1].suite.as_ref().unwrap();
+        assert_eq!(suite.kernel, fx.dir.join("linux/vmlinux"));
+        assert_eq!(suite.passes, Some((3, 3)));
+        assert!(m.workloads[0].suite.is_none());
+        // A Linux command line may have several words.
+        let words = text.replace("passes = 3", "passes = 3\ncmdline = \"quiet loglevel=3\"");
+        let m = fx.parse(&words).unwrap();
+        assert_eq!(
+            m.workloads[1].suite.as_ref().unwrap().cmdline,
+            "quiet loglevel=3"
+        );
+    }
+
+    #[test]
+    fn unixbench_parameters_are_checked_with_positions() {
+        let fx = Fixture::new("ubbad");
+        let text = GOOD.replace(
+            "kind = \"sleep\"\ninterval_us = 500",
+            "kind = \"unixbench\"\ncopies = [1, 0]\ntests = \"dhrystone\"",
+        );
+        let e = fx.errors(&text);
+        let line_of = |needle: &str| text[..text.find(needle).unwrap()].lines().count() + 1;
+        let kind_line = line_of("kind = \"unixbench\"");
+        assert!(
+            e.contains(&format!(
+                "m.toml:{kind_line}:8: workload[1].kernel: a unixbench workload needs `kernel`"
+            )),
+            "{e}"
+        );
+        assert!(
+            e.contains(&format!(
+                "m.toml:{}:10: workload[1].copies: \"0\" is not a copy count",
+                line_of("copies = [1, 0]")
+            )),
+            "{e}"
+        );
+        assert!(
+            e.contains("workload[1].tests: \"dhrystone\" is not one of"),
+            "{e}"
+        );
+        // A bench guest's parameters still take no spaces.
+        let spaced = GOOD.replace("interval_us = 500", "interval_us = \"5 00\"");
+        assert!(fx
+            .errors(&spaced)
+            .contains("cannot be passed on a kernel command line"));
     }
 
     proptest::proptest! {

@@ -76,6 +76,8 @@ pub enum Unit {
     PerSecond,
     Ratio,
     Count,
+    /// A benchmark score or index (one decimal).
+    Score,
 }
 
 /// Where a VM of the cell came from (its layout entry and priority).
@@ -100,6 +102,19 @@ pub fn info(metric: &str) -> MetricInfo {
     let last = metric.rsplit('.').next().unwrap_or(metric);
     if metric.contains(".bucket.") {
         return m(Unit::Count, Better::Neither, Combine::Sum, false);
+    }
+    // The suite's whole-VM values (unixbench.rs): VMs of a cell average.
+    if let Some(rest) = metric.strip_prefix("unixbench.") {
+        return if rest.starts_with("failed_passes.") {
+            m(Unit::Count, Better::Lower, Combine::Sum, false)
+        } else {
+            m(
+                Unit::Score,
+                Better::Higher,
+                Combine::Mean,
+                rest.starts_with("index."),
+            )
+        };
     }
     if metric.starts_with("jain.") {
         return m(
@@ -147,6 +162,14 @@ pub fn title(metric: &str) -> String {
         "sched.wake_latency_ns.p99" => "wake p99 (sched)".into(),
         "sched.migrations_per_s" => "migrations/s".into(),
         "sleep_latency_ns.p99_ns" => "sleep p99".into(),
+        "unixbench.index.copies_1" => "UB index (1 copy)".into(),
+        "unixbench.index.copies_vcpus" => "UB index (copy per vCPU)".into(),
+        _ if metric.starts_with("unixbench.index.copies_") => {
+            format!(
+                "UB index ({} copies)",
+                &metric["unixbench.index.copies_".len()..]
+            )
+        }
         _ => metric
             .replace("_per_s", "/s")
             .replace("_latency_ns", " latency")
@@ -172,6 +195,7 @@ pub fn format_value(metric: &str, v: f64) -> String {
             }
         }
         Unit::Ratio => format!("{v:.3}"),
+        Unit::Score => format!("{v:.1}"),
         Unit::PerSecond | Unit::Count => {
             let a = v.abs();
             if a >= 1e9 {

@@ -13,7 +13,9 @@
 //! of a cell), [`run`] (the runner, resume), [`metrics`] (the one adapter
 //! from VM results and console lines to metrics), [`store`] (JSONL + CSV),
 //! [`summary`] (medians, ratios, the table), [`plots`], [`report`] (HTML),
-//! [`qemu`] (the QEMU peer), [`progress`] (the terminal progress bar).
+//! [`qemu`] (the QEMU peer), [`progress`] (the terminal progress bar),
+//! [`unixbench`] (the `unixbench` workload: a Linux guest's boot and the
+//! suite's console lines as metrics).
 
 pub mod cells;
 pub mod command;
@@ -26,6 +28,7 @@ pub mod report;
 pub mod run;
 pub mod store;
 pub mod summary;
+pub mod unixbench;
 pub mod workload;
 
 pub use matrix::{Matrix, MatrixError};

@@ -434,11 +434,15 @@ pub fn write_all(summary: &Summary, records: &[CellRecord], dir: &Path) -> PlotS
     }
     let palette = &palette;
 
-    // Throughput relative to the baseline (or to the best policy).
+    // Throughput relative to the baseline (or to the best policy): the
+    // guest's first rate, or the suite's index.
     let rate = |g: &super::summary::GroupSummary| {
         g.columns
             .iter()
-            .find(|c| c.metric.ends_with("_per_s") && !c.metric.starts_with("sched."))
+            .find(|c| {
+                (c.metric.ends_with("_per_s") && !c.metric.starts_with("sched."))
+                    || c.metric.starts_with("unixbench.index.")
+            })
             .cloned()
     };
     let norms: Vec<Option<f64>> = summary

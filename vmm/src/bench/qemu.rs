@@ -1,17 +1,24 @@
-//! The QEMU peer: the same bench guest image under `qemu-system-x86_64`
-//! with KVM, as an extra `qemu` column. QEMU boots an ELF through `-kernel`
+//! The QEMU peer: the same guest images under `qemu-system-x86_64` with
+//! KVM, as an extra `qemu` column. QEMU boots an ELF through `-kernel`
 //! only when it carries a PVH entry (the Xen ELF note
-//! XEN_ELFNOTE_PHYS32_ENTRY, type 18, in a PT_NOTE segment), so until the
-//! guest has one the column is `n/a (no PVH entry in the guest image)`.
+//! XEN_ELFNOTE_PHYS32_ENTRY, type 18, in a PT_NOTE segment); a bzImage
+//! always. An image QEMU cannot boot makes the column `n/a` with the
+//! reason ([`qemu_boots`]).
 //!
 //! Each VM of a cell is one QEMU process (`-smp` = its vCPUs, pinned to its
-//! core set, its serial console to a file). The guest prints one
+//! core set, its serial console to a file). The bench guest prints one
 //! `pacer-result vcpu=N workload=...` line per vCPU on the console
-//! (guests/PROTOCOL.md); the VM is done when every vCPU has reported (QEMU
-//! knows nothing of Pacer's exit port, so it is stopped then), or when
-//! QEMU exits, or at the cell's time limit (stopped: `timeout`).
+//! (guests/PROTOCOL.md): that VM is done when every vCPU has reported
+//! (QEMU knows nothing of Pacer's exit port, so it is stopped then). A
+//! Linux VM runs the UnixBench-style suite and is done at its `UB done`
+//! line (it powers off by itself too; `unixbench.rs` reads its lines).
+//! Either is also done when QEMU exits, or at the cell's time limit
+//! (stopped: `timeout`).
 
+use super::cells::VmBoot;
 use super::metrics::{self, Sample};
+use super::unixbench::SuiteSpec;
+use crate::boot::linux::PLATFORM_CMDLINE;
 use crate::host_cpus::HostCpuSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -120,7 +127,7 @@ pub fn find_qemu() -> Option<PathBuf> {
 /// set up `host` (this project's software KVM refuses an MSR it sets).
 pub const CPU_MODELS: [&str; 2] = ["host", "qemu64,+x2apic,+tsc-deadline"];
 
-/// A usable QEMU peer for one guest image.
+/// A usable QEMU on this host.
 #[derive(Debug, Clone)]
 pub struct QemuPeer {
     pub binary: PathBuf,
@@ -128,9 +135,68 @@ pub struct QemuPeer {
     pub version: String,
     /// `-cpu` (one of [`CPU_MODELS`]).
     pub cpu: String,
-    pub kernel: PathBuf,
-    /// Passed on the command line as Pacer does (KVM_GET_TSC_KHZ).
+    /// Passed on the bench guest's command line as Pacer does
+    /// (KVM_GET_TSC_KHZ).
     pub tsc_khz: Option<u32>,
+}
+
+/// Whether QEMU's `-kernel` boots `image`: a bzImage (setup header
+/// "HdrS"), or an ELF with a PVH entry.
+pub fn qemu_boots(image: &Path) -> Result<(), String> {
+    let bytes = std::fs::read(image).map_err(|e| format!("{}: {e}", image.display()))?;
+    if bytes.get(0x202..0x206) == Some(b"HdrS") {
+        return Ok(());
+    }
+    match pvh_entry(&bytes).map_err(|e| format!("{}: {e}", image.display()))? {
+        Some(_) => Ok(()),
+        None => Err(format!("no PVH entry in {}", image.display())),
+    }
+}
+
+/// One VM of a cell under QEMU.
+#[derive(Debug, Clone)]
+pub struct QemuVm {
+    pub name: String,
+    pub group: String,
+    pub vcpus: u32,
+    pub memory_mib: u64,
+    pub cpus: HostCpuSet,
+    pub boot: VmBoot,
+}
+
+impl QemuVm {
+    /// The guest has said all it will say.
+    fn finished(&self, console: &str) -> bool {
+        match &self.boot {
+            VmBoot::Bench { .. } => {
+                let (_, reported) = metrics::console_samples(console, "", "");
+                reported.len() >= self.vcpus as usize || guest_refused(console)
+            }
+            VmBoot::Linux { .. } => SuiteSpec::finished(console),
+        }
+    }
+
+    /// Its samples from the console, or what is missing.
+    fn samples(&self, console: &str) -> Result<Vec<Sample>, String> {
+        match &self.boot {
+            VmBoot::Bench { .. } => {
+                let (samples, reported) =
+                    metrics::console_samples(console, &self.name, &self.group);
+                if reported.len() >= self.vcpus as usize {
+                    Ok(samples)
+                } else {
+                    Err(format!(
+                        "{} of {} vCPUs reported",
+                        reported.len(),
+                        self.vcpus
+                    ))
+                }
+            }
+            VmBoot::Linux { suite, .. } => {
+                suite.samples(console, &self.name, &self.group, self.vcpus)
+            }
+        }
+    }
 }
 
 /// What one VM under QEMU produced.
@@ -154,15 +220,8 @@ fn kvm_tsc_khz() -> Option<u32> {
 }
 
 impl QemuPeer {
-    /// The peer for `kernel`, or why the `qemu` column is `n/a`.
-    pub fn detect(kernel: &Path) -> Result<QemuPeer, String> {
-        let image = std::fs::read(kernel).map_err(|e| format!("{}: {e}", kernel.display()))?;
-        if pvh_entry(&image)
-            .map_err(|e| format!("{}: {e}", kernel.display()))?
-            .is_none()
-        {
-            return Err("no PVH entry in the guest image".into());
-        }
+    /// The peer, or why the `qemu` column is `n/a`.
+    pub fn detect() -> Result<QemuPeer, String> {
         let binary = find_qemu().ok_or_else(|| {
             format!("{QEMU_BINARY} is not installed (Debian: apt-get install qemu-system-x86)")
         })?;
@@ -200,24 +259,27 @@ impl QemuPeer {
             binary,
             version,
             cpu: cpu.to_string(),
-            kernel: kernel.to_path_buf(),
             tsc_khz: kvm_tsc_khz(),
         })
     }
 
     /// QEMU's arguments for one VM.
-    pub fn args(
-        &self,
-        vcpus: u32,
-        memory_mib: u64,
-        guest_args: &str,
-        console: &Path,
-    ) -> Vec<String> {
-        let mut append = format!("{guest_args} vcpus={vcpus}");
-        if let Some(khz) = self.tsc_khz {
-            append += &format!(" tsc_khz={khz}");
-        }
-        [
+    pub fn args(&self, vm: &QemuVm, console: &Path) -> Vec<String> {
+        let (kernel, initrd, append) = match &vm.boot {
+            VmBoot::Bench { kernel, args } => {
+                let mut append = format!("{args} vcpus={}", vm.vcpus);
+                if let Some(khz) = self.tsc_khz {
+                    append += &format!(" tsc_khz={khz}");
+                }
+                (kernel, None, append)
+            }
+            VmBoot::Linux { suite, cmdline } => (
+                &suite.kernel,
+                suite.initramfs.as_ref(),
+                format!("{PLATFORM_CMDLINE} {cmdline}"),
+            ),
+        };
+        let mut args: Vec<String> = [
             "-accel",
             "kvm",
             "-cpu",
@@ -233,19 +295,25 @@ impl QemuPeer {
         ]
         .iter()
         .map(|s| s.to_string())
-        .chain([
+        .collect();
+        args.extend([
             "-smp".into(),
-            vcpus.to_string(),
+            vm.vcpus.to_string(),
             "-m".into(),
-            memory_mib.to_string(),
+            vm.memory_mib.to_string(),
             "-kernel".into(),
-            self.kernel.display().to_string(),
+            kernel.display().to_string(),
+        ]);
+        if let Some(initrd) = initrd {
+            args.extend(["-initrd".into(), initrd.display().to_string()]);
+        }
+        args.extend([
             "-append".into(),
             append,
             "-serial".into(),
             format!("file:{}", console.display()),
-        ])
-        .collect()
+        ]);
+        args
     }
 
     fn spawn(&self, args: &[String], cpus: &HostCpuSet) -> Result<Child, QemuError> {
@@ -275,11 +343,10 @@ impl QemuPeer {
         cmd.spawn().map_err(QemuError::Spawn)
     }
 
-    /// Run the VMs of one cell at once: (name, group, vcpus, memory,
-    /// guest args, core set) each; consoles go to `dir`.
+    /// Run the VMs of one cell at once; consoles go to `dir`.
     pub fn run_vms(
         &self,
-        vms: &[(String, String, u32, u64, String, HostCpuSet)],
+        vms: &[QemuVm],
         dir: &Path,
         limit: Duration,
         should_stop: &dyn Fn() -> bool,
@@ -287,10 +354,10 @@ impl QemuPeer {
         std::fs::create_dir_all(dir).map_err(QemuError::Io)?;
         let start = Instant::now();
         let mut running = Vec::new();
-        for (name, _, vcpus, mem, args, cpus) in vms {
-            let console = dir.join(format!("{name}.console.log"));
+        for vm in vms {
+            let console = dir.join(format!("{}.console.log", vm.name));
             let _ = std::fs::remove_file(&console);
-            let child = self.spawn(&self.args(*vcpus, *mem, args, &console), cpus);
+            let child = self.spawn(&self.args(vm, &console), &vm.cpus);
             match child {
                 Ok(c) => running.push((Some(c), console)),
                 Err(e) => {
@@ -311,9 +378,7 @@ impl QemuPeer {
             for (i, (child, console)) in running.iter_mut().enumerate() {
                 let Some(c) = child.as_mut() else { continue };
                 let text = std::fs::read_to_string(&*console).unwrap_or_default();
-                let (_, reported) = metrics::console_samples(&text, "", "");
-                let finished = reported.len() >= vms[i].2 as usize || guest_refused(&text);
-                if finished {
+                if vms[i].finished(&text) {
                     let _ = c.kill();
                     let _ = c.wait();
                     *child = None;
@@ -352,29 +417,31 @@ impl QemuPeer {
             .into_iter()
             .zip(vms)
             .zip(exit_status)
-            .map(|(((_, console), (name, group, vcpus, ..)), exited)| {
+            .map(|(((_, console), vm), exited)| {
                 let text = std::fs::read_to_string(&console).unwrap_or_default();
-                let (samples, reported) = metrics::console_samples(&text, name, group);
-                let complete = reported.len() >= *vcpus as usize;
-                let error = (!complete).then(|| {
-                    let why = if timed_out {
-                        format!(
-                            "stopped at the cell's time limit ({:.0} s)",
-                            limit.as_secs_f64()
-                        )
-                    } else {
-                        exited.unwrap_or_else(|| "QEMU stopped".into())
-                    };
-                    format!(
-                        "vm {name}: {} of {vcpus} vCPUs reported; {why}; console {}",
-                        reported.len(),
-                        console.display()
-                    )
-                });
+                let (samples, error) = match vm.samples(&text) {
+                    Ok(samples) => (samples, None),
+                    Err(missing) => {
+                        let why = if timed_out {
+                            format!(
+                                "stopped at the cell's time limit ({:.0} s)",
+                                limit.as_secs_f64()
+                            )
+                        } else {
+                            exited.unwrap_or_else(|| "QEMU stopped".into())
+                        };
+                        let error = format!(
+                            "vm {}: {missing}; {why}; console {}",
+                            vm.name,
+                            console.display()
+                        );
+                        (Vec::new(), Some(error))
+                    }
+                };
                 QemuVmOutcome {
                     samples,
+                    timed_out: timed_out && error.is_some(),
                     error,
-                    timed_out: timed_out && !complete,
                     unknown_workload: guest_refused(&text),
                     console,
                 }
@@ -493,15 +560,37 @@ mod tests {
     }
 
     #[test]
-    fn todays_bench_guest_has_no_pvh_entry_or_says_so() {
-        let img = std::fs::read(guests::bench_guest_elf()).unwrap();
-        let entry = pvh_entry(&img).unwrap();
-        match QemuPeer::detect(guests::bench_guest_elf()) {
-            Err(why) if entry.is_none() => {
-                assert_eq!(why, "no PVH entry in the guest image")
-            }
-            Err(why) => assert!(why.contains("qemu") || why.contains("kvm"), "{why}"),
-            Ok(p) => assert!(p.version.contains("QEMU"), "{p:?}"),
+    fn qemu_boots_the_bench_guest_and_bzimages_not_bare_elfs() {
+        assert_eq!(qemu_boots(guests::bench_guest_elf()), Ok(()));
+        let dir = std::env::temp_dir().join(format!("pacer-qemu-boots-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bare = dir.join("bare.elf");
+        std::fs::write(&bare, elf_with_notes(&[])).unwrap();
+        let e = qemu_boots(&bare).unwrap_err();
+        assert!(
+            e.starts_with("no PVH entry in") && e.contains("bare.elf"),
+            "{e}"
+        );
+        let mut bz = vec![0u8; 0x400];
+        bz[0x202..0x206].copy_from_slice(b"HdrS");
+        let bz_path = dir.join("bzImage");
+        std::fs::write(&bz_path, bz).unwrap();
+        assert_eq!(qemu_boots(&bz_path), Ok(()));
+        assert!(qemu_boots(&dir.join("missing")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+        if let Ok(p) = QemuPeer::detect() {
+            assert!(p.version.contains("QEMU"), "{p:?}");
+        }
+    }
+
+    fn vm(boot: VmBoot) -> QemuVm {
+        QemuVm {
+            name: "a".into(),
+            group: "a".into(),
+            vcpus: 2,
+            memory_mib: 32,
+            cpus: HostCpuSet::default(),
+            boot,
         }
     }
 
@@ -511,14 +600,37 @@ mod tests {
             binary: "qemu".into(),
             version: String::new(),
             cpu: "host".into(),
-            kernel: "/g.elf".into(),
             tsc_khz: Some(2000),
         };
-        let a = peer.args(2, 32, "workload=cpu duration_ms=5", Path::new("/d/a.log"));
+        let bench = vm(VmBoot::Bench {
+            kernel: "/g.elf".into(),
+            args: "workload=cpu duration_ms=5".into(),
+        });
+        let a = peer.args(&bench, Path::new("/d/a.log"));
         let s = a.join(" ");
         assert!(s.contains("-accel kvm -cpu host"), "{s}");
-        assert!(s.contains("-smp 2 -m 32 -kernel /g.elf"), "{s}");
+        assert!(s.contains("-smp 2 -m 32 -kernel /g.elf -append"), "{s}");
         assert!(a.contains(&"workload=cpu duration_ms=5 vcpus=2 tsc_khz=2000".to_string()));
         assert!(s.ends_with("-serial file:/d/a.log"), "{s}");
+
+        let params = [
+            ("kernel", "/l/vmlinux"),
+            ("initramfs", "/l/initramfs.cpio.gz"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let suite = SuiteSpec::from_params(&params).unwrap();
+        let cmdline = suite.guest_cmdline(2);
+        let a = peer.args(&vm(VmBoot::Linux { suite, cmdline }), Path::new("/d/l.log"));
+        let s = a.join(" ");
+        assert!(
+            s.contains("-kernel /l/vmlinux -initrd /l/initramfs.cpio.gz -append"),
+            "{s}"
+        );
+        assert!(
+            a.contains(&"console=ttyS0 reboot=k ub.copies=1,2 ub.end=poweroff".to_string()),
+            "{s}"
+        );
     }
 }

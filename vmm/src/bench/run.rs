@@ -16,10 +16,10 @@
 //! to implement — the first cell whose guest answers UNKNOWN_WORKLOAD
 //! marks every later cell with that workload kind.
 
-use super::cells::{self, Cell};
+use super::cells::{self, Cell, VmBoot};
 use super::matrix::{Matrix, Runner};
 use super::metrics::{self, VmMeta};
-use super::qemu::QemuPeer;
+use super::qemu::{qemu_boots, QemuPeer, QemuVm};
 use super::store::{CellRecord, CellStatus, Store, StoreError};
 use super::workload::WorkloadKind;
 use super::{plots, report, summary::Summary};
@@ -118,6 +118,8 @@ struct Ctx<'a> {
     m: &'a Matrix,
     out: &'a Path,
     qemu: Option<Result<QemuPeer, String>>,
+    /// Whether QEMU boots each guest image (checked once per image).
+    qemu_images: HashMap<PathBuf, Result<(), String>>,
     /// Workload kinds the guest image answered UNKNOWN_WORKLOAD to.
     unsupported: HashMap<WorkloadKind, String>,
 }
@@ -178,11 +180,22 @@ impl Ctx<'_> {
             return Some(why.clone());
         }
         if self.m.policies[cell.policy].runner == Runner::Qemu {
-            let peer = self
-                .qemu
-                .get_or_insert_with(|| QemuPeer::detect(&self.m.kernel));
+            let peer = self.qemu.get_or_insert_with(QemuPeer::detect);
             if let Err(why) = peer {
                 return Some(why.clone());
+            }
+            for i in 0..self.m.layouts[cell.layout].vms.len() {
+                let image = match cells::vm_boot(self.m, cell, i) {
+                    VmBoot::Bench { kernel, .. } => kernel,
+                    VmBoot::Linux { suite, .. } => suite.kernel,
+                };
+                let boots = self
+                    .qemu_images
+                    .entry(image)
+                    .or_insert_with_key(|image| qemu_boots(image));
+                if let Err(why) = boots {
+                    return Some(why.clone());
+                }
             }
         }
         None
@@ -233,8 +246,21 @@ impl Ctx<'_> {
         let mut errors = Vec::new();
         let mut refused = Vec::new();
         let mut timeout = false;
-        for (vm, spec) in results.vms.iter().zip(&layout.vms) {
+        for (i, (vm, spec)) in results.vms.iter().zip(&layout.vms).enumerate() {
             rec.samples.extend(metrics::vm_samples(vm, &spec.group));
+            if let Some(suite) = &cells::vm_workload(self.m, cell, i).suite {
+                // A Linux VM's results are the suite's lines on its console.
+                let console = vm
+                    .console_log
+                    .as_ref()
+                    .and_then(|p| std::fs::read_to_string(p).ok())
+                    .unwrap_or_default();
+                match suite.samples(&console, &vm.name, &spec.group, spec.vcpus) {
+                    Ok(samples) => rec.samples.extend(samples),
+                    Err(missing) if vm.ok => errors.push(format!("vm {}: {missing}", vm.name)),
+                    Err(_) => {} // the VM's own failure below says more
+                }
+            }
             if metrics::unknown_workload(vm) {
                 refused.push(self.m.workloads[spec.workload.unwrap_or(cell.workload)].kind);
             }
@@ -270,19 +296,17 @@ impl Ctx<'_> {
             return Some(rec);
         };
         let layout = &self.m.layouts[cell.layout];
-        let vms: Vec<_> = layout
+        let vms: Vec<QemuVm> = layout
             .vms
             .iter()
             .enumerate()
-            .map(|(i, v)| {
-                (
-                    v.name.clone(),
-                    v.group.clone(),
-                    v.vcpus,
-                    v.memory_mib,
-                    cells::vm_args(self.m, cell, i),
-                    v.cpus.clone(),
-                )
+            .map(|(i, v)| QemuVm {
+                name: v.name.clone(),
+                group: v.group.clone(),
+                vcpus: v.vcpus,
+                memory_mib: v.memory_mib,
+                cpus: v.cpus.clone(),
+                boot: cells::vm_boot(self.m, cell, i),
             })
             .collect();
         let dir = self.out.join("logs").join(cell.dir_name(self.m));
@@ -335,19 +359,22 @@ impl Ctx<'_> {
     }
 }
 
-/// Rough wall time of the cells still to run (for the first ETA).
+/// Rough wall time of the cells still to run (for the first ETA): the
+/// longest VM of each cell (the suite's own estimate for a Linux VM).
 fn estimate_s(m: &Matrix, cells: &[Cell]) -> f64 {
     cells
         .iter()
         .map(|c| {
-            let own = m.layouts[c.layout]
-                .vms
-                .iter()
-                .filter_map(|v| v.workload)
-                .map(|w| m.workloads[w].duration_ms())
-                .max()
-                .unwrap_or(0);
-            own.max(m.workloads[c.workload].duration_ms()) as f64 / 1e3 + 0.1
+            let longest = (0..m.layouts[c.layout].vms.len())
+                .map(|i| {
+                    let w = cells::vm_workload(m, c, i);
+                    match &w.suite {
+                        Some(suite) => suite.estimate_s(m.layouts[c.layout].vms[i].vcpus),
+                        None => w.duration_ms() as f64 / 1e3,
+                    }
+                })
+                .fold(0.0, f64::max);
+            longest + 0.1
         })
         .sum()
 }
@@ -384,6 +411,7 @@ pub fn run_matrix(
         m,
         out: &opts.out,
         qemu: None,
+        qemu_images: HashMap::new(),
         unsupported: HashMap::new(),
     };
     let interrupted = AtomicBool::new(false);

@@ -126,10 +126,11 @@ pub fn cell_value(samples: &[Sample], col: &Column) -> Option<f64> {
         .filter(|s| s.metric == col.metric && (col.scope == ALL || s.group == col.scope));
     let mut values: Vec<f64> = Vec::new();
     for s in matching {
-        if s.vcpu.is_none() {
-            // A cell-wide (or whole-VM) value stands as it is.
+        if s.vm == "*" {
+            // A cell-wide value stands as it is.
             return Some(s.value);
         }
+        // Per-vCPU values, or whole-VM ones (one per VM): combined alike.
         values.push(s.value);
     }
     if values.is_empty() {
@@ -474,5 +475,40 @@ mod tests {
         // The worst vCPU counts: 90 us vs 9 us.
         assert_eq!(g.row("host").unwrap().values[ci].unwrap().median, 90_000.0);
         assert_eq!(g.row("haiku").unwrap().ratios[ci][0], Some(0.1));
+    }
+
+    #[test]
+    fn whole_vm_suite_indexes_average_over_the_vms() {
+        // Two Linux VMs of one group, each with its own index.
+        let vm_sample = |vm: &str, metric: &str, value| Sample {
+            vm: vm.into(),
+            group: "linux".into(),
+            vcpu: None,
+            metric: metric.into(),
+            value,
+        };
+        let mk = |policy: &str, a: f64, b: f64| {
+            let mut r = record(&format!("two/ub/{policy}/r1"), policy, CellStatus::Ok, &[]);
+            r.samples = vec![
+                vm_sample("linux-1", "unixbench.index.copies_1", a),
+                vm_sample("linux-2", "unixbench.index.copies_1", b),
+                vm_sample("linux-1", "unixbench.score.pipe.copies_1", 1.0),
+                vm_sample("linux-1", "unixbench.failed_passes.copies_1", 0.0),
+            ];
+            r
+        };
+        let recs = vec![mk("host", 400.0, 600.0), mk("haiku", 450.0, 650.0)];
+        let s = Summary::build(&recs, &[], &["host".into()]);
+        let g = &s.groups[0];
+        let titles: Vec<String> = g.columns.iter().map(Column::title).collect();
+        // Only the index is a headline column.
+        assert_eq!(titles, ["UB index (1 copy)"]);
+        let host = g.row("host").unwrap().values[0].unwrap().median;
+        assert_eq!(host, 500.0);
+        assert_eq!(g.row("haiku").unwrap().ratios[0][0], Some(1.1));
+        assert_eq!(
+            metrics::format_value("unixbench.index.copies_1", 1234.56),
+            "1234.6"
+        );
     }
 }

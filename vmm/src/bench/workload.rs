@@ -5,10 +5,8 @@
 //! - the bench guest's workloads (`cpu`, `sleep`, `pingpong`, `burst`,
 //!   `spinlock`, `mixed`), passed on the guest's command line as
 //!   `workload=KIND key=value ...` (guests/PROTOCOL.md);
-//! - `unixbench`, the UnixBench-style suite inside a Linux guest. It has
-//!   its own image and its own result adapter; until the Linux boot lands
-//!   in Pacer its cells are reported `n/a` with the reason
-//!   ([`WorkloadKind::unavailable`]).
+//! - `unixbench`, the UnixBench-style suite inside a Linux guest, with its
+//!   own image, command line and result adapter (`unixbench.rs`).
 //!
 //! Validation accepts every kind named here, so a typo is an error with
 //! its position. Whether the guest image *implements* a bench kind is only
@@ -17,6 +15,7 @@
 //! workload's cells `n/a` (see `run.rs`). That keeps one source of truth
 //! (the guest itself) and lets a matrix name workloads ahead of the guest.
 
+use super::unixbench::SuiteSpec;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -85,23 +84,21 @@ impl WorkloadKind {
             WorkloadKind::Burst => &["period_us", "run_us"],
             WorkloadKind::Spinlock => &["cs_ns", "gap_ns"],
             WorkloadKind::Mixed => &["mixed"],
-            // The Linux image, its command line, copies (1 and/or "vcpus"),
-            // passes per test.
+            // The Linux image, its command line, copies (counts and/or
+            // "vcpus"), passes, tests, seconds per pass (unixbench.rs).
             WorkloadKind::UnixBench => {
-                return vec!["kernel", "initramfs", "cmdline", "copies", "passes"];
+                return vec![
+                    "kernel",
+                    "initramfs",
+                    "cmdline",
+                    "copies",
+                    "passes",
+                    "tests",
+                    "seconds",
+                ];
             }
         };
         BENCH_COMMON.iter().chain(own).copied().collect()
-    }
-
-    /// Why cells of this kind cannot run in this build, if they cannot.
-    pub fn unavailable(self) -> Option<&'static str> {
-        match self {
-            WorkloadKind::UnixBench => Some(
-                "pacer bench has no unixbench cells yet: boot configs/linux.toml with pacer run, then pacer unixbench --report its console log",
-            ),
-            _ => None,
-        }
     }
 }
 
@@ -121,6 +118,9 @@ pub struct Workload {
     pub params: BTreeMap<String, String>,
     /// Extra `key=value` words passed to the guest unchecked (`args`).
     pub extra_args: Vec<String>,
+    /// A `unixbench` workload's parameters, parsed (paths resolved
+    /// against the matrix file); `None` for the bench guest's workloads.
+    pub suite: Option<SuiteSpec>,
 }
 
 impl Workload {
@@ -162,8 +162,7 @@ mod tests {
         assert!(WorkloadKind::Sleep.params().contains(&"interval_us"));
         assert!(WorkloadKind::Cpu.params().contains(&"duration_ms"));
         assert!(!WorkloadKind::UnixBench.params().contains(&"duration_ms"));
-        assert!(WorkloadKind::UnixBench.unavailable().is_some());
-        assert!(WorkloadKind::Cpu.unavailable().is_none());
+        assert!(WorkloadKind::UnixBench.params().contains(&"copies"));
     }
 
     #[test]
@@ -176,6 +175,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             extra_args: vec!["debug=1".into()],
+            suite: None,
         };
         assert_eq!(
             w.guest_args(),

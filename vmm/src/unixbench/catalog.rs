@@ -1,7 +1,7 @@
 //! UnixBench's twelve index tests as this suite runs them: name (the
-//! `test=` value in result lines), a short honest title, the unit, and
-//! UnixBench's baseline score (the index of a test is score / baseline x
-//! 10). Must agree with the test table in guests/linux/suite/main.c (a
+//! `test=` value in result lines), a short honest title, the unit, the
+//! seconds a pass runs, and UnixBench's baseline score (the index of a
+//! test is score / baseline x 10). Must agree with the test table in guests/linux/suite/main.c (a
 //! test runs `ubench list` against it).
 
 /// One index test.
@@ -11,6 +11,8 @@ pub struct TestInfo {
     pub title: &'static str,
     pub unit: &'static str,
     pub baseline: f64,
+    /// How long one pass runs unless told otherwise (`--seconds`).
+    pub seconds: f64,
     /// UnixBench's "long" tests run 10 passes, the others 3.
     pub long_repeat: bool,
 }
@@ -22,6 +24,7 @@ pub const TESTS: [TestInfo; 12] = [
         "Integer mix (dhry2reg-style)",
         "lps",
         116700.0,
+        10.0,
         true,
     ),
     t(
@@ -29,14 +32,16 @@ pub const TESTS: [TestInfo; 12] = [
         "Whetstone-style, double",
         "MWIPS",
         55.0,
+        10.0,
         true,
     ),
-    t("execl", "Execl throughput", "lps", 43.0, false),
+    t("execl", "Execl throughput", "lps", 43.0, 30.0, false),
     t(
         "fstime",
         "File copy 1024 B x 2000 blocks",
         "KBps",
         3960.0,
+        30.0,
         false,
     ),
     t(
@@ -44,6 +49,7 @@ pub const TESTS: [TestInfo; 12] = [
         "File copy 256 B x 500 blocks",
         "KBps",
         1655.0,
+        30.0,
         false,
     ),
     t(
@@ -51,20 +57,50 @@ pub const TESTS: [TestInfo; 12] = [
         "File copy 4096 B x 8000 blocks",
         "KBps",
         5800.0,
+        30.0,
         false,
     ),
-    t("pipe", "Pipe throughput (512 B)", "lps", 12440.0, true),
+    t(
+        "pipe",
+        "Pipe throughput (512 B)",
+        "lps",
+        12440.0,
+        10.0,
+        true,
+    ),
     t(
         "context1",
         "Pipe-based context switching",
         "lps",
         4000.0,
+        10.0,
         true,
     ),
-    t("spawn", "Process creation", "lps", 126.0, false),
-    t("syscall", "System call overhead", "lps", 15000.0, true),
-    t("shell1", "Shell scripts (1 concurrent)", "lpm", 42.4, false),
-    t("shell8", "Shell scripts (8 concurrent)", "lpm", 6.0, false),
+    t("spawn", "Process creation", "lps", 126.0, 30.0, false),
+    t(
+        "syscall",
+        "System call overhead",
+        "lps",
+        15000.0,
+        10.0,
+        true,
+    ),
+    t(
+        "shell1",
+        "Shell scripts (1 concurrent)",
+        "lpm",
+        42.4,
+        60.0,
+        false,
+    ),
+    t(
+        "shell8",
+        "Shell scripts (8 concurrent)",
+        "lpm",
+        6.0,
+        60.0,
+        false,
+    ),
 ];
 
 const fn t(
@@ -72,6 +108,7 @@ const fn t(
     title: &'static str,
     unit: &'static str,
     baseline: f64,
+    seconds: f64,
     long_repeat: bool,
 ) -> TestInfo {
     TestInfo {
@@ -79,6 +116,7 @@ const fn t(
         title,
         unit,
         baseline,
+        seconds,
         long_repeat,
     }
 }

@@ -146,6 +146,7 @@ mod tests {
         for (l, t) in listed.iter().zip(catalog::TESTS.iter()) {
             assert_eq!(l[0], t.name);
             assert_eq!(l[1], t.unit);
+            assert_eq!(l[2].parse::<f64>().ok(), Some(t.seconds), "{}", t.name);
             assert_eq!(l[3], if t.long_repeat { "long" } else { "short" });
         }
     }

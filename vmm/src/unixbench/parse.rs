@@ -9,6 +9,7 @@
 //! UB error test=execl copies=1 pass=2 msg=worker-failed
 //! UB end copies=1 status=ok errors=0 seconds=1234.5
 //! UB user begin / UB user end status=0      (frame the user command's output)
+//! UB done end=poweroff                      (the guest's init is through)
 //! ```
 //! A line counts only if `UB ` starts it or follows a non-alphanumeric
 //! character (so `[  3.1] UB ...` and `vm0| UB ...` work), every field
@@ -50,6 +51,8 @@ pub struct Log {
     pub user_status: Option<i32>,
     /// `UB init kernel=...` fields, when the log is a guest's.
     pub guest_kernel: Option<String>,
+    /// The guest's init printed `UB done`: everything it meant to run ran.
+    pub done: bool,
 }
 
 impl Log {
@@ -147,7 +150,7 @@ enum Line<'a> {
     UserBegin,
     UserEnd(Option<i32>),
     Init(&'a str),
-    Other,
+    Done,
 }
 
 fn classify(line: &str) -> Option<Line<'_>> {
@@ -193,7 +196,7 @@ fn classify(line: &str) -> Option<Line<'_>> {
             }
         }
         "init" => Line::Init(f.get("kernel").copied().unwrap_or("")),
-        "done" => Line::Other,
+        "done" => Line::Done,
         _ => return None,
     })
 }
@@ -268,7 +271,7 @@ pub fn parse_log(text: &str) -> Log {
                 log.user_status = status;
             }
             Some(Line::Init(kernel)) => log.guest_kernel = Some(kernel.to_string()),
-            Some(Line::Other) => {}
+            Some(Line::Done) => log.done = true,
         }
     }
     if let Some(partial) = user {
@@ -369,10 +372,14 @@ UB begin\n\
         assert_eq!(log.user_status, Some(3));
         assert_eq!(log.guest_kernel.as_deref(), Some("6.1.0-56-amd64"));
         assert!(log.runs.is_empty(), "the user's lines are not the suite's");
+        assert!(log.done);
 
         let cut = parse_log("UB user begin\npartial\n");
         assert_eq!(cut.user_output.as_deref(), Some("partial\n"));
         assert_eq!(cut.user_status, None);
+        assert!(!cut.done);
+        // a user command that prints the marker does not end the guest's run
+        assert!(!parse_log("UB user begin\nUB done end=x\n").done);
     }
 
     #[test]

@@ -179,3 +179,84 @@ pub fn marker_span_ms(r: &vmm::results::VmResult) -> (f64, f64) {
     };
     (t("first_instruction"), t("workload_done"))
 }
+
+/// Where the Linux stand-in loads (1 MiB).
+pub const LINUX_STANDIN_BASE: u64 = 0x10_0000;
+
+/// 64-bit code (GNU as, then bytes):
+///
+/// ```text
+///     mov $'1', %bl ; cmpl $0x53726448, 0x202(%rsi) ; jne fail     # "HdrS"
+///     mov $'2', %bl ; mov 0x228(%rsi), %eax                        # cmd_line_ptr
+///     movabs $"console=", %rcx ; cmp %rcx, (%rax) ; jne fail
+///     mov $'3', %bl ; cmpb $3, 0x1e8(%rsi) ; jne fail              # e820_entries
+///     mov $'4', %bl ; mov 0x218(%rsi), %eax ; cmpb $0x5a, (%rax) ; jne fail   # ramdisk_image
+///     mov $'5', %bl ; movabs $"RSD PTR ", %rcx ; cmp %rcx, 0xe0000 ; jne fail
+///     mov $'6', %bl ; cmpl $"_MP_", 0xf0000 ; jne fail
+///     lea msg(%rip), %rsi ; mov $0x3f8, %dx
+/// 1:  lodsb ; test %al, %al ; jz 2f ; out %al, %dx ; jmp 1b       # the message on COM1
+/// 2:  mov $0x604, %dx ; mov $0x3401, %ax ; out %ax, %dx ; hlt     # SLP_TYP 5 | SLP_EN | SCI_EN
+/// fail:
+///     mov $0x3f8, %dx ; mov %bl, %al ; out %al, %dx ; mov $10, %al ; out %al, %dx
+///     mov $0x64, %dx ; mov $0xfe, %al ; out %al, %dx ; hlt        # i8042 reset
+/// msg:
+/// ```
+pub const LINUX_STANDIN_CODE: [u8; 0x92] = [
+    0xb3, 0x31, 0x81, 0xbe, 0x02, 0x02, 0x00, 0x00, 0x48, 0x64, 0x72, 0x53, 0x75, 0x72, 0xb3, 0x32,
+    0x8b, 0x86, 0x28, 0x02, 0x00, 0x00, 0x48, 0xb9, 0x63, 0x6f, 0x6e, 0x73, 0x6f, 0x6c, 0x65, 0x3d,
+    0x48, 0x39, 0x08, 0x75, 0x5b, 0xb3, 0x33, 0x80, 0xbe, 0xe8, 0x01, 0x00, 0x00, 0x03, 0x75, 0x50,
+    0xb3, 0x34, 0x8b, 0x86, 0x18, 0x02, 0x00, 0x00, 0x80, 0x38, 0x5a, 0x75, 0x43, 0xb3, 0x35, 0x48,
+    0xb9, 0x52, 0x53, 0x44, 0x20, 0x50, 0x54, 0x52, 0x20, 0x48, 0x39, 0x0c, 0x25, 0x00, 0x00, 0x0e,
+    0x00, 0x75, 0x2d, 0xb3, 0x36, 0x81, 0x3c, 0x25, 0x00, 0x00, 0x0f, 0x00, 0x5f, 0x4d, 0x50, 0x5f,
+    0x75, 0x1e, 0x48, 0x8d, 0x35, 0x29, 0x00, 0x00, 0x00, 0x66, 0xba, 0xf8, 0x03, 0xac, 0x84, 0xc0,
+    0x74, 0x03, 0xee, 0xeb, 0xf8, 0x66, 0xba, 0x04, 0x06, 0x66, 0xb8, 0x01, 0x34, 0x66, 0xef, 0xf4,
+    0x66, 0xba, 0xf8, 0x03, 0x88, 0xd8, 0xee, 0xb0, 0x0a, 0xee, 0x66, 0xba, 0x64, 0x00, 0xb0, 0xfe,
+    0xee, 0xf4,
+];
+
+/// An ELF64 x86-64 executable: one PT_LOAD (`code` + `msg` at 1 MiB,
+/// entry at its first byte) and one PT_NOTE with a "Linux" note.
+pub fn tiny_vmlinux_of(code: &[u8], msg: &[u8]) -> Vec<u8> {
+    let mut note = Vec::new();
+    note.extend_from_slice(&6u32.to_le_bytes()); // namesz ("Linux\0")
+    note.extend_from_slice(&4u32.to_le_bytes()); // descsz
+    note.extend_from_slice(&0x100u32.to_le_bytes()); // LINUX_ELFNOTE_BUILD_SALT
+    note.extend_from_slice(b"Linux\0\0\0");
+    note.extend_from_slice(b"6.1\0");
+    let mut load = code.to_vec();
+    load.extend_from_slice(msg);
+
+    let (ehsize, phsize) = (64u64, 56u64);
+    let load_off = ehsize + 2 * phsize;
+    let note_off = load_off + load.len() as u64;
+    let mut e = elf64_header(LINUX_STANDIN_BASE, 2);
+    let phdr = |e: &mut Vec<u8>, kind: u32, flags: u32, off: u64, addr: u64, size: u64| {
+        e.extend_from_slice(&kind.to_le_bytes());
+        e.extend_from_slice(&flags.to_le_bytes());
+        e.extend_from_slice(&off.to_le_bytes());
+        e.extend_from_slice(&addr.to_le_bytes());
+        e.extend_from_slice(&addr.to_le_bytes());
+        e.extend_from_slice(&size.to_le_bytes());
+        e.extend_from_slice(&size.to_le_bytes());
+        e.extend_from_slice(&(if kind == 1 { 0x1000u64 } else { 4 }).to_le_bytes());
+    };
+    phdr(
+        &mut e,
+        1,
+        5,
+        load_off,
+        LINUX_STANDIN_BASE,
+        load.len() as u64,
+    );
+    phdr(&mut e, 4, 4, note_off, 0, note.len() as u64);
+    e.extend_from_slice(&load);
+    e.extend_from_slice(&note);
+    e
+}
+
+/// The Linux stand-in printing `msg` (NUL-terminated) on COM1 after its
+/// boot-protocol checks, then powering off (it needs an initramfs whose
+/// first byte is 0x5A).
+pub fn linux_standin(msg: &[u8]) -> Vec<u8> {
+    tiny_vmlinux_of(&LINUX_STANDIN_CODE, msg)
+}
