@@ -316,12 +316,13 @@ impl QemuPeer {
         args
     }
 
-    fn spawn(&self, args: &[String], cpus: &HostCpuSet) -> Result<Child, QemuError> {
+    fn spawn(&self, args: &[String], cpus: &HostCpuSet, log: &Path) -> Result<Child, QemuError> {
+        let log = std::fs::File::create(log).map_err(QemuError::Io)?;
         let mut cmd = Command::new(&self.binary);
         cmd.args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .stderr(log);
         // SAFETY: between fork and exec the child makes two system calls
         // (async-signal-safe) on data built before the fork: it binds
         // itself to the VM's core set (every thread QEMU creates inherits
@@ -343,7 +344,8 @@ impl QemuPeer {
         cmd.spawn().map_err(QemuError::Spawn)
     }
 
-    /// Run the VMs of one cell at once; consoles go to `dir`.
+    /// Run the VMs of one cell at once; consoles (`NAME.console.log`) and
+    /// QEMU's own messages (`NAME.qemu.log`) go to `dir`.
     pub fn run_vms(
         &self,
         vms: &[QemuVm],
@@ -357,7 +359,8 @@ impl QemuPeer {
         for vm in vms {
             let console = dir.join(format!("{}.console.log", vm.name));
             let _ = std::fs::remove_file(&console);
-            let child = self.spawn(&self.args(vm, &console), &vm.cpus);
+            let log = dir.join(format!("{}.qemu.log", vm.name));
+            let child = self.spawn(&self.args(vm, &console), &vm.cpus, &log);
             match child {
                 Ok(c) => running.push((Some(c), console)),
                 Err(e) => {
@@ -378,17 +381,21 @@ impl QemuPeer {
             for (i, (child, console)) in running.iter_mut().enumerate() {
                 let Some(c) = child.as_mut() else { continue };
                 let text = std::fs::read_to_string(&*console).unwrap_or_default();
+                let log = dir.join(format!("{}.qemu.log", vms[i].name));
+                let qemu_says = std::fs::read_to_string(&log).unwrap_or_default();
                 if vms[i].finished(&text) {
                     let _ = c.kill();
                     let _ = c.wait();
                     *child = None;
                 } else if let Ok(Some(st)) = c.try_wait() {
-                    let mut err = String::new();
-                    if let Some(mut e) = c.stderr.take() {
-                        use std::io::Read;
-                        let _ = e.read_to_string(&mut err);
-                    }
-                    exit_status[i] = Some(format!("QEMU exited ({st}) {}", err.trim()));
+                    exit_status[i] = Some(format!("QEMU exited ({st}) {}", qemu_says.trim()));
+                    *child = None;
+                } else if let Some(why) = guest_stopped_by_kvm(&qemu_says) {
+                    // QEMU pauses a guest KVM could not run and waits: the
+                    // cell would sit out its whole time limit.
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    exit_status[i] = Some(format!("QEMU stopped the guest: {why}"));
                     *child = None;
                 } else {
                     all_done = false;
@@ -491,6 +498,26 @@ fn probe_cpu(binary: &Path, model: &str) -> Result<(), String> {
 /// How long a paused QEMU must survive to count as working.
 const PROBE_WAIT: Duration = Duration::from_millis(1500);
 
+/// QEMU's message when KVM could not run the guest (it then pauses the VM
+/// instead of exiting): `KVM internal error. Suberror: 1` and the like.
+fn guest_stopped_by_kvm(qemu_log: &str) -> Option<String> {
+    let mut lines = qemu_log.lines().map(str::trim);
+    let mut why = vec![lines
+        .find(|l| l.starts_with("KVM internal error"))?
+        .to_string()];
+    // What follows: "extra data[N]" lines, a reason, then the register dump.
+    for line in lines {
+        if let Some(rip) = line.split_whitespace().find(|w| w.starts_with("RIP=")) {
+            why.push(format!("at RIP {}", &rip[4..]));
+            break;
+        }
+        if !line.starts_with("extra data") && !line.contains('=') && !line.is_empty() {
+            why.push(line.to_string());
+        }
+    }
+    Some(why.join(", "))
+}
+
 /// The guest's console says it does not know the workload.
 fn guest_refused(console: &str) -> bool {
     console.contains("unknown workload")
@@ -541,6 +568,27 @@ mod tests {
         n.extend_from_slice(desc);
         n.resize(n.len().div_ceil(4) * 4, 0);
         n
+    }
+
+    #[test]
+    fn a_guest_kvm_could_not_run_is_noticed() {
+        // What QEMU 7.2 printed for Linux's first CMPXCHG16B on this
+        // machine's software KVM (shortened).
+        let log = "qemu-system-x86_64: warning: host doesn't support requested feature\n\
+                   KVM internal error. Suberror: 1\n\
+                   extra data[0]: 0x0000000000000001\n\
+                   extra data[1]: 0x74204dc70f48f00f\n\
+                   emulation failure\n\
+                   RAX=ffff888004840040 RBX=0000000000000000\n\
+                   RIP=ffffffff8132ae50 RFL=00000246 [---Z-P-] CPL=0 II=0 A20=1 SMM=0 HLT=0\n";
+        assert_eq!(
+            guest_stopped_by_kvm(log).as_deref(),
+            Some("KVM internal error. Suberror: 1, emulation failure, at RIP ffffffff8132ae50")
+        );
+        assert_eq!(
+            guest_stopped_by_kvm("qemu-system-x86_64: warning: x\n"),
+            None
+        );
     }
 
     #[test]
