@@ -92,16 +92,25 @@ pub fn pin_current_thread(cpus: &HostCpuSet) -> std::io::Result<()> {
     pin_thread(0, cpus)
 }
 
+impl HostCpuSet {
+    /// The set as the kernel's affinity mask (CPUs at or above
+    /// CPU_SETSIZE are left out).
+    pub fn to_cpu_set(&self) -> libc::cpu_set_t {
+        // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        for c in self.iter() {
+            if (c.0 as usize) < libc::CPU_SETSIZE as usize {
+                // SAFETY: the index is below CPU_SETSIZE, checked above.
+                unsafe { libc::CPU_SET(c.0 as usize, &mut set) };
+            }
+        }
+        set
+    }
+}
+
 /// Bind thread `tid` of this process (0: the calling thread) to `cpus`.
 pub fn pin_thread(tid: libc::pid_t, cpus: &HostCpuSet) -> std::io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for c in cpus.iter() {
-        if (c.0 as usize) < libc::CPU_SETSIZE as usize {
-            // SAFETY: the index is below CPU_SETSIZE, checked above.
-            unsafe { libc::CPU_SET(c.0 as usize, &mut set) };
-        }
-    }
+    let set = cpus.to_cpu_set();
     // SAFETY: `set` is a valid cpu_set_t and its size is passed; `tid` is 0
     // or a thread of this process (the kernel checks it).
     let r = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };

@@ -7,7 +7,8 @@
 //! layout whose VM wanted a run the console lacks fails with what is
 //! missing; a VM of the bench guest beside the Linux VM runs its own
 //! workload in the same cell; QEMU cannot boot the stand-in (no PVH note),
-//! so its column is n/a with that reason.
+//! so its column is n/a with that reason; the `native` column runs the
+//! suite's real host binary (found beside the kernel) for 0.1 s passes.
 
 mod common;
 
@@ -52,7 +53,7 @@ host_cpus = "0-1"
 repetitions = 1
 cell_timeout_s = 60
 baseline = "host"
-policies = ["host", "haiku", "qemu"]
+policies = ["host", "haiku", "qemu", "native"]
 memory_mib = 64
 
 [[workload]]
@@ -63,6 +64,7 @@ initramfs = "initramfs"
 copies = [1, "vcpus"]
 passes = 3
 tests = "dhry2reg,syscall"
+seconds = 0.1
 cmdline = "quiet loglevel=3"
 
 [[workload]]
@@ -108,6 +110,8 @@ fn unixbench_cells_score_the_linux_guests_console() {
     msg.push(0);
     std::fs::write(dir.0.join("vmlinux"), linux_standin(&msg)).unwrap();
     std::fs::write(dir.0.join("initramfs"), [0x5a; 512]).unwrap();
+    // The native column runs the suite's host binary found beside the kernel.
+    std::os::unix::fs::symlink(guests::ubench(), dir.0.join("ubench")).unwrap();
     let m = dir.0.join("m.toml");
     let kernel = guests::bench_guest_elf().display().to_string();
     std::fs::write(&m, MATRIX.replace("@KERNEL@", &kernel)).unwrap();
@@ -124,7 +128,7 @@ fn unixbench_cells_score_the_linux_guests_console() {
     // The four-vCPU layout fails: exit 1 after every cell is recorded.
     assert_eq!(run.status.code(), Some(1), "{text}");
     let (recs, _) = read_jsonl(&out.join("results.jsonl")).unwrap();
-    assert_eq!(recs.len(), 3 * 3, "{text}");
+    assert_eq!(recs.len(), 3 * 4, "{text}");
     let cell = |id: &str| {
         recs.iter()
             .find(|r| r.id == id)
@@ -174,6 +178,19 @@ fn unixbench_cells_score_the_linux_guests_console() {
         "{}",
         q.error
     );
+    // Native: the real suite on the host (0.1 s passes), one run per VM;
+    // a bench-guest VM has no native form.
+    for layout in ["alone", "four-vcpus"] {
+        let rec = cell(&format!("{layout}/ub/native/r1"));
+        assert_eq!(rec.status, CellStatus::Ok, "{rec:?}");
+        assert!(value(rec, "linux", "unixbench.index.copies_1") > 0.0);
+        assert!(value(rec, "linux", "unixbench.index.copies_vcpus") > 0.0);
+    }
+    let beside = cell("beside-hog/ub/native/r1");
+    assert_eq!(beside.status, CellStatus::NotApplicable, "{beside:?}");
+    assert!(beside
+        .error
+        .contains("VM hog: the bench guest runs only in a VM"));
     // The summary names the index and gives haiku's ratio to host (1.00:
     // the same console).
     assert!(stdout.contains("UB index (1 copy)"), "{stdout}");

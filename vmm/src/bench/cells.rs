@@ -9,6 +9,7 @@
 //! always follows the same neighbour.
 
 use super::matrix::{Matrix, Runner};
+use super::native;
 use super::unixbench::SuiteSpec;
 use super::workload::Workload;
 use crate::boot::GuestKind;
@@ -60,9 +61,21 @@ impl Cell {
     /// validate` would refuse it), or a Linux image that is not built.
     pub fn static_na(&self, m: &Matrix) -> Option<String> {
         let layout = &m.layouts[self.layout];
+        let runner = m.policies[self.policy].runner;
         for i in 0..layout.vms.len() {
-            let Some(suite) = &vm_workload(m, self, i).suite else {
-                continue;
+            let suite = match (&vm_workload(m, self, i).suite, runner) {
+                (None, Runner::Native) => {
+                    return Some(format!(
+                        "VM {}: the bench guest runs only in a VM (native runs the unixbench suite on the host)",
+                        layout.vms[i].name
+                    ))
+                }
+                (None, _) => continue,
+                (Some(suite), Runner::Native) => match native::unavailable(suite) {
+                    Some(why) => return Some(why),
+                    None => continue,
+                },
+                (Some(suite), _) => suite,
             };
             let images = [Some(&suite.kernel), suite.initramfs.as_ref()];
             if let Some(missing) = images.into_iter().flatten().find(|p| !p.is_file()) {
@@ -73,17 +86,18 @@ impl Cell {
             }
         }
         for v in &layout.vms {
-            match m.policies[self.policy].runner {
+            match runner {
                 Runner::Pacer { policy, .. } => {
                     if let Some(r) = policy.refuses_vm(v.class, v.priority) {
                         return Some(format!("VM {}: {}", v.name, r.explain(policy)));
                     }
                 }
-                Runner::Qemu => {
+                Runner::Qemu | Runner::Native => {
                     if v.class == SchedClass::Realtime || v.priority != PRIORITY_NORMAL {
                         return Some(format!(
-                            "VM {}: QEMU leaves vCPU threads to the host kernel, which knows nothing of VM priorities or classes",
-                            v.name
+                            "VM {}: {} leaves its threads to the host kernel, which knows nothing of VM priorities or classes",
+                            v.name,
+                            m.policies[self.policy].label
                         ));
                     }
                 }

@@ -10,7 +10,7 @@
 //! repetitions = 2
 //! cell_timeout_s = 30         # a cell still running then is stopped: "timeout"
 //! baseline = "host"           # or a list, e.g. ["host", "qemu"]; ratios in the summary
-//! policies = ["host", "haiku", "haiku:power-saving", "global-rr", "pinned", "qemu",
+//! policies = ["host", "haiku", "haiku:power-saving", "global-rr", "pinned", "qemu", "native",
 //!             { label = "haiku-w", policy = "haiku", dispatch = "workers" }]
 //! memory_mib = 32             # per VM unless the VM says otherwise
 //!
@@ -58,6 +58,9 @@ use vcpu_sched::{Mode, SchedClass};
 
 /// The label of the QEMU peer column in `policies`.
 pub const QEMU: &str = "qemu";
+/// The label of the native column (the `unixbench` suite on the host
+/// itself, no VM) in `policies`.
+pub const NATIVE: &str = "native";
 /// Default baseline of the ratios.
 pub const DEFAULT_BASELINE: &str = "host";
 const DEFAULT_MEMORY_MIB: u64 = 32;
@@ -106,6 +109,8 @@ pub enum Runner {
     },
     /// QEMU with KVM, running the same guest image (a peer to compare with).
     Qemu,
+    /// No VM: the `unixbench` suite on the host itself (`native.rs`).
+    Native,
 }
 
 /// One entry of the policy axis.
@@ -354,23 +359,26 @@ fn parse_policy(
             (label, t.policy.clone(), t.mode.clone(), t.dispatch)
         }
     };
-    if policy == QEMU {
+    if policy == QEMU || policy == NATIVE {
         if mode.is_some() || dispatch.is_some() {
             return Err((
                 "policies".into(),
-                "\"qemu\" takes no mode or dispatch (QEMU's vCPU threads are left to the host kernel)"
-                    .into(),
+                format!(
+                    "{policy:?} takes no mode or dispatch (the host kernel schedules its threads)"
+                ),
             ));
         }
-        return Ok(PolicySpec {
-            label,
-            runner: Runner::Qemu,
-        });
+        let runner = if policy == QEMU {
+            Runner::Qemu
+        } else {
+            Runner::Native
+        };
+        return Ok(PolicySpec { label, runner });
     }
     let policy: Policy = policy.parse().map_err(|e: String| {
         (
             "policies".to_string(),
-            format!("{e}, or \"qemu\" for the QEMU peer"),
+            format!("{e}, or \"qemu\" for the QEMU peer, or \"native\" for the suite on the host"),
         )
     })?;
     let mode = match &mode {
@@ -482,6 +490,8 @@ fn workload_entry(
         let text = match value.get_ref() {
             toml::Value::String(s) => s.clone(),
             toml::Value::Integer(n) if *n >= 0 => n.to_string(),
+            // The suite's seconds per pass may be fractional.
+            toml::Value::Float(f) if key == "seconds" && f.is_finite() && *f > 0.0 => f.to_string(),
             toml::Value::Array(a) if key == "copies" => a
                 .iter()
                 .map(|v| match v {

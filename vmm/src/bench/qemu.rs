@@ -17,11 +17,12 @@
 
 use super::cells::VmBoot;
 use super::metrics::{self, Sample};
+use super::procs::{self, Look, Proc, ProcOutcome};
 use super::unixbench::SuiteSpec;
 use crate::boot::linux::PLATFORM_CMDLINE;
 use crate::host_cpus::HostCpuSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The QEMU binary the peer runs.
@@ -199,18 +200,6 @@ impl QemuVm {
     }
 }
 
-/// What one VM under QEMU produced.
-#[derive(Debug, Clone)]
-pub struct QemuVmOutcome {
-    pub samples: Vec<Sample>,
-    /// None: every vCPU reported.
-    pub error: Option<String>,
-    pub timed_out: bool,
-    /// The guest said it does not know the workload.
-    pub unknown_workload: bool,
-    pub console: PathBuf,
-}
-
 /// The host's TSC frequency as KVM reports it to a vCPU.
 fn kvm_tsc_khz() -> Option<u32> {
     let kvm = kvm_ioctls::Kvm::new().ok()?;
@@ -316,34 +305,6 @@ impl QemuPeer {
         args
     }
 
-    fn spawn(&self, args: &[String], cpus: &HostCpuSet, log: &Path) -> Result<Child, QemuError> {
-        let log = std::fs::File::create(log).map_err(QemuError::Io)?;
-        let mut cmd = Command::new(&self.binary);
-        cmd.args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        // SAFETY: between fork and exec the child makes two system calls
-        // (async-signal-safe) on data built before the fork: it binds
-        // itself to the VM's core set (every thread QEMU creates inherits
-        // the mask), and asks to be killed if this thread dies, so a killed
-        // `pacer bench` leaves no QEMU behind.
-        let mask = cpu_mask(cpus);
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(move || {
-                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mask) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        cmd.spawn().map_err(QemuError::Spawn)
-    }
-
     /// Run the VMs of one cell at once; consoles (`NAME.console.log`) and
     /// QEMU's own messages (`NAME.qemu.log`) go to `dir`.
     pub fn run_vms(
@@ -352,108 +313,41 @@ impl QemuPeer {
         dir: &Path,
         limit: Duration,
         should_stop: &dyn Fn() -> bool,
-    ) -> Result<Vec<QemuVmOutcome>, QemuError> {
+    ) -> Result<Vec<ProcOutcome>, QemuError> {
         std::fs::create_dir_all(dir).map_err(QemuError::Io)?;
         let start = Instant::now();
-        let mut running = Vec::new();
+        let mut procs = Vec::new();
         for vm in vms {
             let console = dir.join(format!("{}.console.log", vm.name));
-            let _ = std::fs::remove_file(&console);
             let log = dir.join(format!("{}.qemu.log", vm.name));
-            let child = self.spawn(&self.args(vm, &console), &vm.cpus, &log);
-            match child {
-                Ok(c) => running.push((Some(c), console)),
-                Err(e) => {
-                    for (c, _) in running.iter_mut() {
-                        if let Some(c) = c.as_mut() {
-                            let _ = c.kill();
-                            let _ = c.wait();
-                        }
-                    }
-                    return Err(e);
-                }
-            }
+            let mut cmd = Command::new(&self.binary);
+            cmd.args(self.args(vm, &console));
+            // Dropping what started already stops it.
+            let p = Proc::spawn(&vm.name, &mut cmd, &vm.cpus, console, log, false)
+                .map_err(QemuError::Spawn)?;
+            procs.push(p);
         }
-        let mut exit_status: Vec<Option<String>> = vec![None; vms.len()];
-        let mut timed_out = false;
-        loop {
-            let mut all_done = true;
-            for (i, (child, console)) in running.iter_mut().enumerate() {
-                let Some(c) = child.as_mut() else { continue };
-                let text = std::fs::read_to_string(&*console).unwrap_or_default();
-                let log = dir.join(format!("{}.qemu.log", vms[i].name));
-                let qemu_says = std::fs::read_to_string(&log).unwrap_or_default();
-                if vms[i].finished(&text) {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    *child = None;
-                } else if let Ok(Some(st)) = c.try_wait() {
-                    exit_status[i] = Some(format!("QEMU exited ({st}) {}", qemu_says.trim()));
-                    *child = None;
-                } else if let Some(why) = guest_stopped_by_kvm(&qemu_says) {
-                    // QEMU pauses a guest KVM could not run and waits: the
-                    // cell would sit out its whole time limit.
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    exit_status[i] = Some(format!("QEMU stopped the guest: {why}"));
-                    *child = None;
-                } else {
-                    all_done = false;
-                }
+        let look = |i: usize, console: &str, qemu_says: &str| {
+            if vms[i].finished(console) {
+                Look::Done
+            } else if let Some(why) = guest_stopped_by_kvm(qemu_says) {
+                // QEMU pauses a guest KVM could not run and waits: the cell
+                // would sit out its whole time limit.
+                Look::Stuck(format!("QEMU stopped the guest: {why}"))
+            } else {
+                Look::Running
             }
-            if all_done {
-                break;
-            }
-            let stop = should_stop();
-            if stop || start.elapsed() >= limit {
-                timed_out = true;
-                for (child, _) in running.iter_mut() {
-                    if let Some(c) = child.as_mut() {
-                        let _ = c.kill();
-                        let _ = c.wait();
-                    }
-                }
-                if stop {
-                    return Err(QemuError::Stopped);
-                }
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(running
-            .into_iter()
-            .zip(vms)
-            .zip(exit_status)
-            .map(|(((_, console), vm), exited)| {
-                let text = std::fs::read_to_string(&console).unwrap_or_default();
-                let (samples, error) = match vm.samples(&text) {
-                    Ok(samples) => (samples, None),
-                    Err(missing) => {
-                        let why = if timed_out {
-                            format!(
-                                "stopped at the cell's time limit ({:.0} s)",
-                                limit.as_secs_f64()
-                            )
-                        } else {
-                            exited.unwrap_or_else(|| "QEMU stopped".into())
-                        };
-                        let error = format!(
-                            "vm {}: {missing}; {why}; console {}",
-                            vm.name,
-                            console.display()
-                        );
-                        (Vec::new(), Some(error))
-                    }
-                };
-                QemuVmOutcome {
-                    samples,
-                    timed_out: timed_out && error.is_some(),
-                    error,
-                    unknown_workload: guest_refused(&text),
-                    console,
-                }
-            })
-            .collect())
+        };
+        let timed_out = procs::watch(&mut procs, start, limit, should_stop, &look)
+            .map_err(|_| QemuError::Stopped)?;
+        let samples = |i: usize, console: &str| vms[i].samples(console);
+        Ok(procs::outcomes(
+            &procs,
+            timed_out,
+            limit,
+            &samples,
+            &guest_refused,
+        ))
     }
 }
 
@@ -521,19 +415,6 @@ fn guest_stopped_by_kvm(qemu_log: &str) -> Option<String> {
 /// The guest's console says it does not know the workload.
 fn guest_refused(console: &str) -> bool {
     console.contains("unknown workload")
-}
-
-fn cpu_mask(cpus: &HostCpuSet) -> libc::cpu_set_t {
-    // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for c in cpus.iter() {
-        // SAFETY: CPU_SET on a valid set with an index below CPU_SETSIZE
-        // (checked here; larger numbers are left out).
-        if (c.0 as usize) < libc::CPU_SETSIZE as usize {
-            unsafe { libc::CPU_SET(c.0 as usize, &mut set) };
-        }
-    }
-    set
 }
 
 #[cfg(test)]

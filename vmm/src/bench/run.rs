@@ -19,6 +19,8 @@
 use super::cells::{self, Cell, VmBoot};
 use super::matrix::{Matrix, Runner};
 use super::metrics::{self, VmMeta};
+use super::native::{self, NativeRun};
+use super::procs::ProcOutcome;
 use super::qemu::{qemu_boots, QemuPeer, QemuVm};
 use super::store::{CellRecord, CellStatus, Store, StoreError};
 use super::workload::WorkloadKind;
@@ -317,45 +319,96 @@ impl Ctx<'_> {
             }
             interrupted.load(Ordering::Acquire)
         };
-        let outcome = peer.run_vms(&vms, &dir, self.m.cell_timeout, &stop);
+        let outcome = peer
+            .run_vms(&vms, &dir, self.m.cell_timeout, &stop)
+            .map_err(|e| e.to_string());
         rec.wall_s = start.elapsed().as_secs_f64();
         if interrupted.load(Ordering::Acquire) {
             return None;
         }
-        match outcome {
+        self.judge(cell, &mut rec, outcome);
+        Some(rec)
+    }
+
+    /// Run one native cell (the suite on the host); None if a stop signal
+    /// ended it.
+    fn run_native(&mut self, cell: &Cell, interrupted: &AtomicBool) -> Option<CellRecord> {
+        let mut rec = self.record(cell, CellStatus::Ok, String::new());
+        let layout = &self.m.layouts[cell.layout];
+        // static_na made sure every VM runs the suite.
+        let runs: Vec<NativeRun> = layout
+            .vms
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| {
+                Some(NativeRun {
+                    name: v.name.clone(),
+                    group: v.group.clone(),
+                    vcpus: v.vcpus,
+                    cpus: v.cpus.clone(),
+                    suite: cells::vm_workload(self.m, cell, i).suite.clone()?,
+                })
+            })
+            .collect();
+        let dir = self.out.join("logs").join(cell.dir_name(self.m));
+        let start = Instant::now();
+        let stop = || {
+            if take_stop_signal().is_some() {
+                interrupted.store(true, Ordering::Release);
+            }
+            interrupted.load(Ordering::Acquire)
+        };
+        let outcome =
+            native::run(&runs, &dir, self.m.cell_timeout, &stop).map_err(|e| e.to_string());
+        rec.wall_s = start.elapsed().as_secs_f64();
+        if interrupted.load(Ordering::Acquire) {
+            return None;
+        }
+        self.judge(cell, &mut rec, outcome);
+        Some(rec)
+    }
+
+    /// Fill `rec` from the outcomes of a cell's processes (QEMU, native).
+    fn judge(
+        &mut self,
+        cell: &Cell,
+        rec: &mut CellRecord,
+        outcome: Result<Vec<ProcOutcome>, String>,
+    ) {
+        let layout = &self.m.layouts[cell.layout];
+        let outcomes = match outcome {
+            Ok(o) => o,
             Err(e) => {
                 rec.status = CellStatus::Failed;
-                rec.error = e.to_string();
+                rec.error = e;
+                return;
             }
-            Ok(vms_out) => {
-                let mut refused = Vec::new();
-                let mut errors = Vec::new();
-                let mut timeout = false;
-                for (o, spec) in vms_out.into_iter().zip(&layout.vms) {
-                    rec.samples.extend(o.samples);
-                    if o.unknown_workload {
-                        refused.push(self.m.workloads[spec.workload.unwrap_or(cell.workload)].kind);
-                    }
-                    timeout |= o.timed_out;
-                    errors.extend(o.error);
-                }
-                rec.samples
-                    .extend(metrics::cell_samples(&rec.samples, &self.meta(cell)));
-                if !refused.is_empty() {
-                    rec.status = CellStatus::NotApplicable;
-                    rec.error = self.learn_unsupported(&refused);
-                    rec.samples.clear();
-                } else if !errors.is_empty() {
-                    rec.status = if timeout {
-                        CellStatus::Timeout
-                    } else {
-                        CellStatus::Failed
-                    };
-                    rec.error = errors.join("; ");
-                }
+        };
+        let mut refused = Vec::new();
+        let mut errors = Vec::new();
+        let mut timeout = false;
+        for (o, spec) in outcomes.into_iter().zip(&layout.vms) {
+            rec.samples.extend(o.samples);
+            if o.unknown_workload {
+                refused.push(self.m.workloads[spec.workload.unwrap_or(cell.workload)].kind);
             }
+            timeout |= o.timed_out;
+            errors.extend(o.error);
         }
-        Some(rec)
+        rec.samples
+            .extend(metrics::cell_samples(&rec.samples, &self.meta(cell)));
+        if !refused.is_empty() {
+            rec.status = CellStatus::NotApplicable;
+            rec.error = self.learn_unsupported(&refused);
+            rec.samples.clear();
+        } else if !errors.is_empty() {
+            rec.status = if timeout {
+                CellStatus::Timeout
+            } else {
+                CellStatus::Failed
+            };
+            rec.error = errors.join("; ");
+        }
     }
 }
 
@@ -422,6 +475,7 @@ pub fn run_matrix(
             Some(why) => Some(ctx.record(cell, CellStatus::NotApplicable, why)),
             None => match m.policies[cell.policy].runner {
                 Runner::Qemu => ctx.run_qemu(cell, &interrupted),
+                Runner::Native => ctx.run_native(cell, &interrupted),
                 Runner::Pacer { .. } => ctx.run_pacer(cell, &interrupted),
             },
         };
