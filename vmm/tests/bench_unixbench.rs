@@ -16,34 +16,14 @@ use common::{kvm_or_skip, linux_standin, TempDir};
 use std::process::Command;
 use vmm::bench::store::{read_jsonl, CellRecord, CellStatus};
 
-/// The suite's lines as a guest prints them, with kernel noise: two tests,
-/// 1 copy and 2 copies, 3 passes (the worst dropped).
+/// A recorded console (shared with the adapter's unit test): the suite's
+/// lines as a guest prints them, with kernel noise; two tests, 1 copy and
+/// 2 copies, 3 passes (the worst dropped).
 /// 1 copy:   dhry2reg 466800 (= 4 x baseline 116700: index 40), syscall
 ///           90000 (= 6 x 15000: 60); index sqrt(40 x 60) = sqrt(2400)
 /// 2 copies: dhry2reg 933600 (80), syscall 180000 (120) with one failed
 ///           pass; index sqrt(80 x 120) = sqrt(9600)
-const CONSOLE: &str = "\
-[    2.512345] Run /init as init process\r
-UB init kernel=6.1.0-56-amd64 cpus=2 mem_kib=500000 suite=pacer-ubench-style-1\r
-UB begin suite=pacer-ubench-style version=1 cpus=2 copies=1 passes=3,3 seconds=default tests=dhry2reg,syscall\r
-UB test=dhry2reg copies=1 pass=1 score=466800.000 unit=lps seconds=10.000 count=4668000\r
-UB test=dhry2reg copies=1 pass=2 score=100.000 unit=lps seconds=10.000 count=1000\r
-UB test=dhry2reg copies=1 pass=3 score=466800.000 unit=lps seconds=10.000 count=4668000\r
-[   33.100000] clocksource: Switched to clocksource tsc\r
-UB test=syscall copies=1 pass=1 score=90000 unit=lps seconds=10.000 count=900000\r
-UB test=syscall copies=1 pass=2 score=5 unit=lps seconds=10.000 count=50\r
-UB test=syscall copies=1 pass=3 score=90000 unit=lps seconds=10.000 count=900000\r
-UB end copies=1 status=ok errors=0 seconds=60.0\r
-UB begin suite=pacer-ubench-style version=1 cpus=2 copies=2 passes=3,3 seconds=default tests=dhry2reg,syscall\r
-UB test=dhry2reg copies=2 pass=1 score=933600 unit=lps seconds=10.000 count=1\r
-UB test=dhry2reg copies=2 pass=2 score=933600 unit=lps seconds=10.000 count=1\r
-UB test=dhry2reg copies=2 pass=3 score=933600 unit=lps seconds=10.000 count=1\r
-UB test=syscall copies=2 pass=1 score=180000 unit=lps seconds=10.000 count=1\r
-UB error test=syscall copies=2 pass=2 msg=worker-failed\r
-UB test=syscall copies=2 pass=3 score=180000 unit=lps seconds=10.000 count=1\r
-UB end copies=2 status=errors errors=1 seconds=60.0\r
-UB done end=poweroff\r
-";
+const CONSOLE: &str = include_str!("data/unixbench-console.txt");
 
 const MATRIX: &str = r#"
 [matrix]

@@ -109,6 +109,14 @@ fn take_stop_signal() -> Option<&'static str> {
     }
 }
 
+/// For a cell of child processes: a stop signal arrived (now or before).
+fn stop_requested(interrupted: &AtomicBool) -> bool {
+    if take_stop_signal().is_some() {
+        interrupted.store(true, Ordering::Release);
+    }
+    interrupted.load(Ordering::Acquire)
+}
+
 fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -271,20 +279,8 @@ impl Ctx<'_> {
                 errors.push(format!("vm {}: {} ({})", vm.name, vm.status, vm.message));
             }
         }
-        rec.samples
-            .extend(metrics::cell_samples(&rec.samples, &self.meta(cell)));
-        if !refused.is_empty() {
-            rec.status = CellStatus::NotApplicable;
-            rec.error = self.learn_unsupported(&refused);
-            rec.samples.clear();
-        } else if !errors.is_empty() {
-            rec.status = if timeout {
-                CellStatus::Timeout
-            } else {
-                CellStatus::Failed
-            };
-            rec.error = format!("{}; logs in {}", errors.join("; "), log_dir.display());
-        }
+        errors.extend((!errors.is_empty()).then(|| format!("logs in {}", log_dir.display())));
+        self.conclude(cell, &mut rec, &refused, &errors, timeout);
         Some(rec)
     }
 
@@ -313,12 +309,7 @@ impl Ctx<'_> {
             .collect();
         let dir = self.out.join("logs").join(cell.dir_name(self.m));
         let start = Instant::now();
-        let stop = || {
-            if take_stop_signal().is_some() {
-                interrupted.store(true, Ordering::Release);
-            }
-            interrupted.load(Ordering::Acquire)
-        };
+        let stop = || stop_requested(interrupted);
         let outcome = peer
             .run_vms(&vms, &dir, self.m.cell_timeout, &stop)
             .map_err(|e| e.to_string());
@@ -352,12 +343,7 @@ impl Ctx<'_> {
             .collect();
         let dir = self.out.join("logs").join(cell.dir_name(self.m));
         let start = Instant::now();
-        let stop = || {
-            if take_stop_signal().is_some() {
-                interrupted.store(true, Ordering::Release);
-            }
-            interrupted.load(Ordering::Acquire)
-        };
+        let stop = || stop_requested(interrupted);
         let outcome =
             native::run(&runs, &dir, self.m.cell_timeout, &stop).map_err(|e| e.to_string());
         rec.wall_s = start.elapsed().as_secs_f64();
@@ -395,11 +381,24 @@ impl Ctx<'_> {
             timeout |= o.timed_out;
             errors.extend(o.error);
         }
+        self.conclude(cell, rec, &refused, &errors, timeout);
+    }
+
+    /// The cell-wide samples and the cell's status: `n/a` if a guest
+    /// refused its workload, failed or timed out on errors, else ok.
+    fn conclude(
+        &mut self,
+        cell: &Cell,
+        rec: &mut CellRecord,
+        refused: &[WorkloadKind],
+        errors: &[String],
+        timeout: bool,
+    ) {
         rec.samples
             .extend(metrics::cell_samples(&rec.samples, &self.meta(cell)));
         if !refused.is_empty() {
             rec.status = CellStatus::NotApplicable;
-            rec.error = self.learn_unsupported(&refused);
+            rec.error = self.learn_unsupported(refused);
             rec.samples.clear();
         } else if !errors.is_empty() {
             rec.status = if timeout {

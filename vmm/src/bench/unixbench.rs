@@ -314,37 +314,16 @@ mod tests {
         (a - b).abs() <= 1e-9 * b.abs().max(1.0)
     }
 
-    /// A recorded guest console: kernel lines around the suite's, two tests
-    /// with 1 copy and with 2 copies, 3 passes each (the worst dropped).
+    /// A recorded guest console (tests/data, also what the Linux stand-in
+    /// prints in tests/bench_unixbench.rs): kernel lines around the
+    /// suite's, two tests with 1 copy and with 2 copies, 3 passes each
+    /// (the worst dropped).
     /// 1 copy:  dhry2reg 466800, 466800, 100 -> 466800 = 4 x 116700 -> 40
     ///          syscall 90000, 90000, 5 -> 90000 = 6 x 15000 -> 60
     ///          index sqrt(40 x 60) = sqrt(2400)
     /// 2 copies: dhry2reg 933600 (x3) -> 80; syscall 180000 (x2) and one
     ///          failed pass -> 120; index sqrt(80 x 120) = sqrt(9600)
-    const CONSOLE: &str = "\
-[    0.000000] Linux version 6.1.0-56-amd64 (debian-kernel@lists.debian.org)\r
-[    2.512345] Run /init as init process\r
-UB init kernel=6.1.0-56-amd64 cpus=2 mem_kib=500000 suite=pacer-ubench-style-1\r
-UB begin suite=pacer-ubench-style version=1 cpus=2 copies=1 passes=3,3 seconds=default tests=dhry2reg,syscall\r
-UB test=dhry2reg copies=1 pass=1 score=466800.000 unit=lps seconds=10.000 count=4668000\r
-UB test=dhry2reg copies=1 pass=2 score=100.000 unit=lps seconds=10.000 count=1000\r
-[   33.100000] clocksource: Switched to clocksource tsc\r
-UB test=dhry2reg copies=1 pass=3 score=466800.000 unit=lps seconds=10.000 count=4668000\r
-UB test=syscall copies=1 pass=1 score=90000 unit=lps seconds=10.000 count=900000\r
-UB test=syscall copies=1 pass=2 score=5 unit=lps seconds=10.000 count=50\r
-UB test=syscall copies=1 pass=3 score=90000 unit=lps seconds=10.000 count=900000\r
-UB end copies=1 status=ok errors=0 seconds=60.0\r
-UB begin suite=pacer-ubench-style version=1 cpus=2 copies=2 passes=3,3 seconds=default tests=dhry2reg,syscall\r
-UB test=dhry2reg copies=2 pass=1 score=933600 unit=lps seconds=10.000 count=1\r
-UB test=dhry2reg copies=2 pass=2 score=933600 unit=lps seconds=10.000 count=1\r
-UB test=dhry2reg copies=2 pass=3 score=933600 unit=lps seconds=10.000 count=1\r
-UB test=syscall copies=2 pass=1 score=180000 unit=lps seconds=10.000 count=1\r
-UB error test=syscall copies=2 pass=2 msg=worker-failed\r
-UB test=syscall copies=2 pass=3 score=180000 unit=lps seconds=10.000 count=1\r
-UB end copies=2 status=errors errors=1 seconds=60.0\r
-UB done end=poweroff\r
-[   95.000000] reboot: Power down\r
-";
+    const CONSOLE: &str = include_str!("../../tests/data/unixbench-console.txt");
 
     fn two_tests() -> SuiteSpec {
         SuiteSpec::from_params(&params(&[
