@@ -1,8 +1,8 @@
 //! The simulation scenarios (the original seven, after Haiku, BFS, ULE,
 //! Linux O(1) and hackbench, LLC spreading, and a costly waker), run by
 //! the simulator from `vcpu_sched/scenarios/*.toml` under the default
-//! (Haiku) policy, with the
-//! comparison policies where a comparison is robust.
+//! (Haiku) policy, with the comparison policies where a comparison is
+//! robust.
 //!
 //! Kept fast for the debug build (short simulated durations); the CLI
 //! (`examples/sim.rs --compare`) runs the same files with every policy.
