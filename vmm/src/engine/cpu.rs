@@ -16,9 +16,11 @@
 //! exit before it. A cut that comes before the executor armed its timer
 //! is armed by the executor, which always arms at the end held here. The
 //! mutex orders the three, so a cut never re-arms the timer of a thread
-//! that has moved on; a cut naming an older turn is ignored. It is never
-//! held across anything but one timer_settime, and no wake or kick is
-//! made under it.
+//! that has moved on; a cut naming an older turn is ignored. The CPU
+//! that picks holds it across its `schedule` call (after `owner`), so a
+//! cut the scheduler makes for the turn it just dispatched waits for that
+//! turn to begin here instead of missing it. Otherwise it is held across
+//! one timer_settime at most, and no wake or kick is made under it.
 
 use super::clock::QuantumTimer;
 use super::vcpu_state::EngineVcpu;
@@ -27,9 +29,9 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use vcpu_sched::{CpuId, EntityId, QuantumCut};
 
-/// The quantum of a CPU's current turn.
+/// The quantum of a CPU's current turn (see [`CpuSlot::lock_turn`]).
 #[derive(Default)]
-struct TurnQuantum {
+pub struct TurnQuantum {
     /// The dispatched entity and the `now` of the `schedule` call that
     /// dispatched it (None while idle).
     turn: Option<(EntityId, u64)>,
@@ -74,11 +76,20 @@ impl CpuSlot {
         self.quantum.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Hold the turn while the scheduler picks the next one and until
+    /// [`CpuSlot::begin_turn`]: a cut the scheduler decides for the new
+    /// turn meanwhile waits, then finds it (it would not match the old
+    /// turn). Taken under `owner`; no scheduler lock is held while taking
+    /// it anywhere else.
+    pub fn lock_turn(&self) -> MutexGuard<'_, TurnQuantum> {
+        self.lock_quantum()
+    }
+
     /// A turn begins: `entity`, dispatched at `dispatched_at`, runs until
     /// `end`; `None`: the CPU idles. Called by whoever dispatched (under
-    /// `owner`), before the executor arms its timer.
-    pub fn begin_turn(&self, turn: Option<(EntityId, u64)>, end: u64) {
-        let mut q = self.lock_quantum();
+    /// `owner` and [`CpuSlot::lock_turn`]), before the executor arms its
+    /// timer.
+    pub fn begin_turn(&self, q: &mut TurnQuantum, turn: Option<(EntityId, u64)>, end: u64) {
         q.turn = turn;
         q.timer = None;
         self.quantum_end.store(end, Ordering::Release);
@@ -212,7 +223,7 @@ mod tests {
         let runner = EntityId::new(3, 0);
         let t0 = now_ns();
         let old_end = t0 + 20_000 * MS;
-        slot.begin_turn(Some((runner, t0)), old_end);
+        slot.begin_turn(&mut slot.lock_turn(), Some((runner, t0)), old_end);
         slot.arm_turn(&timer);
         // Cuts of another turn, or that would lengthen it, change nothing.
         let cut = |runner, dispatched_at, end| QuantumCut {
@@ -248,7 +259,7 @@ mod tests {
         let runner = EntityId::new(1, 2);
         // Turn 1 is cut after its executor disarmed: no kick reaches it.
         let t1 = now_ns();
-        slot.begin_turn(Some((runner, t1)), t1 + 20_000 * MS);
+        slot.begin_turn(&mut slot.lock_turn(), Some((runner, t1)), t1 + 20_000 * MS);
         slot.arm_turn(&timer);
         slot.disarm_turn(&timer);
         slot.cut_quantum(&QuantumCut {
@@ -265,7 +276,7 @@ mod tests {
         // own cut, made before the executor arms, does.
         let t2 = now_ns();
         let old_end = t2 + 20_000 * MS;
-        slot.begin_turn(Some((runner, t2)), old_end);
+        slot.begin_turn(&mut slot.lock_turn(), Some((runner, t2)), old_end);
         assert!(!slot.cut_quantum(&QuantumCut {
             runner,
             dispatched_at: t1,
@@ -281,7 +292,7 @@ mod tests {
         let seen = flag.wait(10_000 * MS).expect("the runner was kicked");
         assert!(seen >= new_end && seen < old_end);
         slot.disarm_turn(&timer);
-        slot.begin_turn(None, 0);
+        slot.begin_turn(&mut slot.lock_turn(), None, 0);
         assert_eq!(slot.quantum_end(), 0);
     }
 }

@@ -191,6 +191,7 @@ impl Engine {
         reason: StopReason,
     ) -> (Option<Arc<EngineVcpu>>, Vec<CpuId>) {
         slot.kick_pending.store(false, Ordering::Release);
+        let mut turn = slot.lock_turn();
         let now = now_ns();
         let mut reason = reason;
         let mut kicks = Vec::new();
@@ -234,9 +235,14 @@ impl Engine {
             None => (None, 0),
         };
         match &next {
-            Some(n) => slot.begin_turn(Some((n.entity, now)), now.saturating_add(quantum)),
-            None => slot.begin_turn(None, 0),
+            Some(n) => slot.begin_turn(
+                &mut turn,
+                Some((n.entity, now)),
+                now.saturating_add(quantum),
+            ),
+            None => slot.begin_turn(&mut turn, None, 0),
         }
+        drop(turn);
         if let Some(n) = &next {
             let mut ctl = n.ctl();
             ctl.ran_on.insert(slot.host);

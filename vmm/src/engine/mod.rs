@@ -41,7 +41,8 @@
 //! whichever vCPU it is handed ([`workers`]). Both share every decision
 //! above; they differ only in who executes KVM_RUN.
 //!
-//! Lock order: a CPU's `owner` before a vCPU's `ctl`; the scheduler's own
+//! Lock order: a CPU's `owner` before its turn ([`cpu::CpuSlot::lock_turn`])
+//! and before a vCPU's `ctl`; the scheduler's own
 //! locks are never held across a call out of it; no lock is held while
 //! signalling a thread or calling the interrupt controller.
 
