@@ -2,8 +2,9 @@
 //!
 //! N host threads play the host CPUs, M fake vCPUs play the guests. Each
 //! CPU thread asks the scheduler what to run, "enters KVM_RUN" (a short
-//! spin per guest step), and leaves it when the quantum deadline passes,
-//! when it is kicked (a per-CPU flag + condvar, the IPI), or when the guest
+//! spin per guest step), and leaves it when the quantum deadline passes
+//! (which a wake that queues behind it may bring forward:
+//! `WakeDecision::shorten_quantum`), when it is kicked (a per-CPU flag + condvar, the IPI), or when the guest
 //! halts. Halted vCPUs are woken by other threads: a timer thread (the
 //! guest's APIC timer) and other vCPUs sending IPIs (`wake_by`: the
 //! scheduler may place a vCPU next to the vCPU of its VM that woke it).
@@ -70,11 +71,15 @@ struct Vcpu {
     halts: AtomicU64,
 }
 
-/// A host CPU: the kick flag and the condvar its thread parks on when idle.
+/// A host CPU: the kick flag and the condvar its thread parks on when
+/// idle, and its turn: the running entity, when it was dispatched, and
+/// the end of its quantum (a wake's cut lowers it).
 struct HostCpu {
     kick: AtomicBool,
     lock: Mutex<()>,
     cv: Condvar,
+    turn: Mutex<Option<(EntityId, Nanos)>>,
+    deadline: AtomicU64,
 }
 
 struct Vmm {
@@ -112,7 +117,17 @@ impl Vmm {
         };
         match decision {
             Ok(Some(d)) if d.kick => self.kick(d.cpu),
-            Ok(_) => {}
+            Ok(Some(d)) => {
+                // Queued behind the runner: its quantum may end earlier
+                // (if that CPU still runs the turn the cut names).
+                if let Some(cut) = d.shorten_quantum {
+                    let hc = &self.cpus[d.cpu.0 as usize];
+                    if *hc.turn.lock() == Some((cut.runner, cut.dispatched_at)) {
+                        hc.deadline.fetch_min(cut.end, Ordering::AcqRel);
+                    }
+                }
+            }
+            Ok(None) => {}
             Err(e) => eprintln!("wake {}: {e}", self.vcpus[v].name),
         }
     }
@@ -198,13 +213,20 @@ impl Vmm {
         let hc = &self.cpus[cpu.0 as usize];
         let mut reason = StopReason::Idle;
         while !self.stop.load(Ordering::Acquire) {
-            let d = match self.sched.schedule(cpu, self.now(), reason) {
+            let now = self.now();
+            // The turn's identity and deadline change together, under the
+            // lock a cut checks them with.
+            let mut turn = hc.turn.lock();
+            let d = match self.sched.schedule(cpu, now, reason) {
                 Ok(d) => d,
                 Err(e) => {
                     eprintln!("schedule on {cpu:?}: {e}");
                     return;
                 }
             };
+            *turn = d.entity.map(|id| (id, now));
+            hc.deadline.store(now + d.quantum, Ordering::Release);
+            drop(turn);
             // Idle CPUs the policy wants woken for work left queued here.
             for &k in &d.kicks {
                 self.kick(k);
@@ -227,7 +249,6 @@ impl Vmm {
                 "{} dispatched on two CPUs at once",
                 vc.name
             );
-            let deadline = self.now() + d.quantum;
             // "KVM_RUN" until the quantum timer, a kick or a halt.
             reason = loop {
                 if hc.kick.swap(false, Ordering::AcqRel) {
@@ -236,7 +257,7 @@ impl Vmm {
                 if self.guest_step(v) {
                     break StopReason::Blocked;
                 }
-                if self.now() >= deadline {
+                if self.now() >= hc.deadline.load(Ordering::Acquire) {
                     break StopReason::QuantumEnd;
                 }
                 if self.stop.load(Ordering::Acquire) {
@@ -369,6 +390,8 @@ fn main() {
                 kick: AtomicBool::new(false),
                 lock: Mutex::new(()),
                 cv: Condvar::new(),
+                turn: Mutex::new(None),
+                deadline: AtomicU64::new(0),
             })
             .collect(),
         vcpus,

@@ -37,8 +37,8 @@ pub use stats::{
 pub use topology::{CoreId, Distance, LlcId, PackageId, Topology};
 pub use tunables::{Mode, Tunables};
 pub use types::{
-    CpuId, Dispatch, EntityId, EntitySpec, Nanos, SchedClass, SchedError, StopReason, VmId,
-    WakeDecision,
+    CpuId, Dispatch, EntityId, EntitySpec, Nanos, QuantumCut, SchedClass, SchedError, StopReason,
+    VmId, WakeDecision,
 };
 
 /// The README's example, compiled and run as a doctest.

@@ -537,10 +537,7 @@ mod tests {
     }
 
     fn wake(cpu: u32, kick: bool) -> Option<WakeDecision> {
-        Some(WakeDecision {
-            cpu: CpuId(cpu),
-            kick,
-        })
+        Some(WakeDecision::new(CpuId(cpu), kick))
     }
 
     #[test]

@@ -363,6 +363,10 @@ pub struct CpuStats {
     pub running: Option<EntityId>,
     #[serde(default)]
     pub running_priority: Option<u8>,
+    /// Times a wake that queued behind this CPU's runner cut the runner's
+    /// quantum short (haiku; see [`crate::WakeDecision::shorten_quantum`]).
+    #[serde(default)]
+    pub quantum_cuts: u64,
 }
 
 fn in_service_default() -> bool {
@@ -751,6 +755,7 @@ mod tests {
                     in_service: true,
                     running: Some(EntityId::new(c, 0)),
                     running_priority: Some(8),
+                    quantum_cuts: 0,
                 })
                 .collect(),
             cores: vec![CoreStats {

@@ -140,6 +140,43 @@ pub struct WakeDecision {
     /// The caller must interrupt `cpu` (IPI / signal) so that it calls
     /// `schedule(cpu, now, StopReason::Preempted)` (or `Idle` if it idles).
     pub kick: bool,
+    /// The entity now waits behind `cpu`'s runner without preempting it,
+    /// and the runner's time slice, recomputed with the ready count that
+    /// includes the newcomer, ends earlier than the slice it was given
+    /// (haiku only; never with `kick`). The caller brings the runner's
+    /// quantum timer forward to [`QuantumCut::end`] if `cpu` still runs
+    /// the turn the cut names, and reports that stop as
+    /// [`StopReason::QuantumEnd`], as for any quantum end.
+    #[serde(default)]
+    pub shorten_quantum: Option<QuantumCut>,
+}
+
+impl WakeDecision {
+    /// Queued on `cpu`, kicking it or not, with no quantum to shorten.
+    pub fn new(cpu: CpuId, kick: bool) -> WakeDecision {
+        WakeDecision {
+            cpu,
+            kick,
+            shorten_quantum: None,
+        }
+    }
+}
+
+/// A running entity's quantum brought forward (see
+/// [`WakeDecision::shorten_quantum`]). It names the turn it applies to: the
+/// entity and the `now` of the `schedule` call that dispatched it, so a
+/// caller that acts on it late never cuts a later turn of that CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct QuantumCut {
+    /// The entity running on the decision's CPU.
+    pub runner: EntityId,
+    /// When it was dispatched (the `now` of that `schedule` call).
+    pub dispatched_at: Nanos,
+    /// The new end of its quantum (absolute, the caller's clock): earlier
+    /// than the end it was given, never before `dispatched_at` plus the
+    /// mode's minimal quantum (or its whole slice, if that was shorter),
+    /// never before the `now` of the wake.
+    pub end: Nanos,
 }
 
 /// Static description of an entity when it is added.

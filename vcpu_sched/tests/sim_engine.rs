@@ -100,16 +100,10 @@ impl VcpuScheduler for TestFifo {
         Ok(Some(match idle {
             Some(c) if self.bug != Bug::ForgetKicks => {
                 g.kicked[c.0 as usize] = true;
-                WakeDecision { cpu: c, kick: true }
+                WakeDecision::new(c, true)
             }
-            Some(c) => WakeDecision {
-                cpu: c,
-                kick: false,
-            },
-            None => WakeDecision {
-                cpu: aff.first().unwrap_or(CpuId(0)),
-                kick: false,
-            },
+            Some(c) => WakeDecision::new(c, false),
+            None => WakeDecision::new(aff.first().unwrap_or(CpuId(0)), false),
         }))
     }
     fn wake_by(

@@ -11,7 +11,7 @@
 //!
 //! | kind | threads | allowed beyond the common set |
 //! |---|---|---|
-//! | [`ThreadKind::Vcpu`] | `<vm>/vcpu<N>`, `pacer/cpu<N>` (workers) | `ioctl` with KVM_RUN, KVM_GET/SET_REGS, KVM_GET/SET_SREGS, KVM_INTERRUPT, KVM_NMI, KVM_SET_MSRS, KVM_GET_VCPU_EVENTS, KVM_IRQ_LINE only; `timer_create`/`timer_settime`/`timer_delete`; read-only `openat`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (under policy host a vCPU thread reads its own scheduling counters in /proc as it ends) |
+//! | [`ThreadKind::Vcpu`] | `<vm>/vcpu<N>`, `pacer/cpu<N>` (workers) | `ioctl` with KVM_RUN, KVM_GET/SET_REGS, KVM_GET/SET_SREGS, KVM_INTERRUPT, KVM_NMI, KVM_SET_MSRS, KVM_GET_VCPU_EVENTS, KVM_IRQ_LINE only; `timer_create`/`timer_delete`; read-only `openat`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (under policy host a vCPU thread reads its own scheduling counters in /proc as it ends) |
 //! | [`ThreadKind::Timers`] | `pacer/timers` | nothing |
 //! | [`ThreadKind::Controller`] | `<vm>/ctl` after its vCPUs started | `openat` read-only, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the kernel's per-thread scheduling statistics) |
 //! | [`ThreadKind::Service`] | `pacer/signals`, `pacer/status` | `rt_sigtimedwait`; `openat`, `statx` (the SIGUSR1 snapshot file) |
@@ -23,7 +23,9 @@
 //! this process only, `getpid`, `gettid`), time (`clock_gettime`,
 //! `clock_nanosleep`, `nanosleep`), `sched_yield`, `sched_getaffinity`,
 //! `sched_setaffinity` (the engine binds a vCPU's thread to its CPU from
-//! whichever thread dispatches it), `getrandom`, `fcntl(F_GETFD)`, `restart_syscall`, `exit`, `exit_group`.
+//! whichever thread dispatches it), `timer_settime` (a wake on any thread
+//! may bring the running vCPU's quantum timer forward), `getrandom`,
+//! `fcntl(F_GETFD)`, `restart_syscall`, `exit`, `exit_group`.
 //! No thread may start a process or a thread, open a socket, trace, mount,
 //! change credentials, or map executable memory.
 //!
@@ -150,6 +152,9 @@ fn common() -> Result<Rules, String> {
             // The engine dispatches from whichever thread wakes a vCPU
             // (a timer, a device, a stop) and binds the vCPU's thread then.
             libc::SYS_sched_setaffinity,
+            // A wake from any of those threads may cut the running vCPU's
+            // quantum and re-arm that vCPU's timer (a timer of this process).
+            libc::SYS_timer_settime,
             libc::SYS_getrandom,
             libc::SYS_restart_syscall,
             libc::SYS_exit,
@@ -220,14 +225,7 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
             // Under policy host a vCPU thread reads its own scheduling
             // counters (/proc/self/task/<tid>/sched*) as it ends.
             read_only_files(&mut r)?;
-            allow(
-                &mut r,
-                &[
-                    libc::SYS_timer_create,
-                    libc::SYS_timer_settime,
-                    libc::SYS_timer_delete,
-                ],
-            );
+            allow(&mut r, &[libc::SYS_timer_create, libc::SYS_timer_delete]);
         }
         ThreadKind::Timers => {}
         ThreadKind::Controller => read_only_files(&mut r)?,

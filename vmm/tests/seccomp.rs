@@ -235,6 +235,19 @@ fn every_policy_dispatch_and_workload_runs_confined() {
     assert!(!err.contains("forbidden system call"), "{err}");
     assert_eq!(code, 0, "{out}{err}");
     assert!(json.exists());
+    // A waker queued behind a hog on one CPU: its wakes come from the
+    // guest-timer thread and cut the hog's quantum, re-arming the hog's
+    // timer from there (both dispatch mechanisms).
+    for dispatch in ["threads", "workers"] {
+        let cfg = dir.config(&format!(
+            "[host]\ncpus = \"0\"\npolicy = \"haiku\"\ndispatch = \"{dispatch}\"\nlog_dir = \"logs\"\n\n{}{}",
+            vm_table("waker", "burst duration_ms=300"),
+            vm_table("hog", "cpu duration_ms=300") + "priority = 5\n"
+        ));
+        let (code, out, err) = pacer(&["run", cfg.to_str().unwrap()]);
+        assert!(!err.contains("forbidden system call"), "{dispatch}: {err}");
+        assert_eq!(code, 0, "{dispatch}: {out}{err}");
+    }
     // A timeout, confined too.
     let cfg = dir.config(&format!(
         "[host]\npolicy = \"haiku\"\nlog_dir = \"logs\"\n\n{}",

@@ -369,6 +369,7 @@ impl CpuAccount {
             in_service: true,
             running: self.current,
             running_priority: None,
+            quantum_cuts: 0,
         }
     }
 }

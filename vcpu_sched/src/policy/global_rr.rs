@@ -12,7 +12,8 @@
 //!   class and keeps the unused part of its quantum;
 //! - the quantum is fixed: the mode's `base_quantum`. A preempted entity
 //!   resumes with what is left of it, or a full quantum when less than half
-//!   the minimal quantum is left;
+//!   the minimal quantum is left. Nothing depends on the ready count, so a
+//!   wake never shortens the runner's quantum (`shorten_quantum` is None);
 //! - hard affinity is respected: a CPU takes the first queued entity allowed
 //!   on it;
 //! - wake: if a CPU of the affinity is idle (and not already kicked), the
@@ -384,12 +385,9 @@ impl super::VcpuScheduler for GlobalRoundRobin {
         let target = self.kick_target(st, id, class, last);
         if let Some(cpu) = target {
             st.cpus[cpu.0 as usize].kick_pending = true;
-            return Ok(Some(WakeDecision { cpu, kick: true }));
+            return Ok(Some(WakeDecision::new(cpu, true)));
         }
-        Ok(Some(WakeDecision {
-            cpu: last,
-            kick: false,
-        }))
+        Ok(Some(WakeDecision::new(last, false)))
     }
 
     /// No placement to make near the waker: one queue.
@@ -701,13 +699,7 @@ mod tests {
             None
         );
         let d = s.wake(e, 10 * US).unwrap().unwrap();
-        assert_eq!(
-            d,
-            WakeDecision {
-                cpu: CpuId(0),
-                kick: true
-            }
-        );
+        assert_eq!(d, WakeDecision::new(CpuId(0), true));
         assert_eq!(s.wake(e, 11 * US).unwrap(), None);
         let run = s
             .schedule(CpuId(0), 15 * US, StopReason::Preempted)
@@ -737,18 +729,12 @@ mod tests {
         // CPU 0 busy: b goes to idle CPU 1.
         assert_eq!(
             s.wake(b, 1).unwrap().unwrap(),
-            WakeDecision {
-                cpu: CpuId(1),
-                kick: true
-            }
+            WakeDecision::new(CpuId(1), true)
         );
         // CPU 1 already kicked: c just waits (last CPU = first of its affinity).
         assert_eq!(
             s.wake(c, 2).unwrap().unwrap(),
-            WakeDecision {
-                cpu: CpuId(0),
-                kick: false
-            }
+            WakeDecision::new(CpuId(0), false)
         );
         assert_eq!(
             s.schedule(CpuId(1), 3, StopReason::Preempted)
@@ -767,10 +753,7 @@ mod tests {
         // CPU 0 still runs a; b goes back to its last CPU, 1, now idle.
         assert_eq!(
             s.wake(b, 30).unwrap().unwrap(),
-            WakeDecision {
-                cpu: CpuId(1),
-                kick: true
-            }
+            WakeDecision::new(CpuId(1), true)
         );
     }
 
@@ -886,10 +869,7 @@ mod tests {
         // A realtime wake kicks the CPU running timeshare.
         assert_eq!(
             s.wake(rt, 3).unwrap().unwrap(),
-            WakeDecision {
-                cpu: CpuId(0),
-                kick: true
-            }
+            WakeDecision::new(CpuId(0), true)
         );
         assert_eq!(
             s.schedule(CpuId(0), 4, StopReason::Preempted)
@@ -908,10 +888,7 @@ mod tests {
         // A timeshare wake does not preempt timeshare, but does preempt idle class.
         assert_eq!(
             s.wake(t, 7).unwrap().unwrap(),
-            WakeDecision {
-                cpu: CpuId(0),
-                kick: true
-            }
+            WakeDecision::new(CpuId(0), true)
         );
     }
 

@@ -12,6 +12,14 @@
 //!    the CPUs to kick (`Dispatch::kicks`): when the stopped entity goes
 //!    back to a queue while an allowed CPU is idle, that CPU must be told,
 //!    or a runnable vCPU would wait while a CPU it may use idles.
+//!    When the entity queues behind a running one without a kick, the
+//!    answer may carry `shorten_quantum`: the runner's time slice,
+//!    recomputed with the ready count that now includes the newcomer,
+//!    ends earlier. The caller brings that runner's quantum timer forward
+//!    (if the CPU still runs the turn the cut names) and reports the stop
+//!    as `QuantumEnd`; the scheduler already measures the runner against
+//!    the cut quantum, so a kick that stops it at that time counts as a
+//!    quantum end too.
 //! 4. Waking an entity that is still running (its block has not been
 //!    reported yet) is remembered: its next `Blocked` stop keeps it
 //!    runnable instead, so a wake-up is never lost.

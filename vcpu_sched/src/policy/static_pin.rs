@@ -12,7 +12,9 @@
 //!   even when other CPUs' entities wait (counted as idle-while-waiting when
 //!   their affinity allows this CPU);
 //! - the quantum is fixed: the mode's `base_quantum`; a preempted entity
-//!   keeps the unused part and goes back to the head of its queue;
+//!   keeps the unused part and goes back to the head of its queue (no
+//!   ready-count cap, so a wake never shortens the runner's quantum:
+//!   `shorten_quantum` is None);
 //! - a wake kicks the home CPU only when it is idle;
 //! - changes while running: an entity whose home leaves its affinity gets
 //!   a new home (the least-populated allowed CPU in service; a running one
@@ -482,10 +484,7 @@ impl super::VcpuScheduler for StaticPinning {
         if kick {
             pc.acct.kick_pending = true;
         }
-        Ok(Some(WakeDecision {
-            cpu: CpuId(home as u32),
-            kick,
-        }))
+        Ok(Some(WakeDecision::new(CpuId(home as u32), kick)))
     }
 
     /// No placement to make near the waker: every entity has its home.
@@ -834,18 +833,12 @@ mod tests {
         let c = ts(&s, "0-1"); // home 0, behind a
         assert_eq!(
             s.wake(a, 0).unwrap().unwrap(),
-            WakeDecision {
-                cpu: CpuId(0),
-                kick: true
-            }
+            WakeDecision::new(CpuId(0), true)
         );
         // CPU 0 already kicked: no second kick.
         assert_eq!(
             s.wake(c, 1).unwrap().unwrap(),
-            WakeDecision {
-                cpu: CpuId(0),
-                kick: false
-            }
+            WakeDecision::new(CpuId(0), false)
         );
         assert_eq!(
             s.schedule(CpuId(0), 10, StopReason::Idle).unwrap(),
@@ -853,10 +846,7 @@ mod tests {
         );
         assert_eq!(
             s.wake(b, 20).unwrap().unwrap(),
-            WakeDecision {
-                cpu: CpuId(1),
-                kick: true
-            }
+            WakeDecision::new(CpuId(1), true)
         );
         assert_eq!(
             s.schedule(CpuId(0), 1010, StopReason::QuantumEnd)
@@ -964,10 +954,7 @@ mod tests {
         // No kick while busy (static pinning never preempts on wake).
         assert_eq!(
             s.wake(r, 100 * US).unwrap().unwrap(),
-            WakeDecision {
-                cpu: CpuId(0),
-                kick: false
-            }
+            WakeDecision::new(CpuId(0), false)
         );
         assert_eq!(
             s.schedule(CpuId(0), 400 * US, StopReason::Preempted)

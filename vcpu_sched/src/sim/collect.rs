@@ -123,6 +123,7 @@ impl Engine {
                 schedule_calls: cpu.sched_calls,
                 kicks: cpu.kicks,
                 kicks_wasted: cpu.kicks_wasted,
+                quantum_cuts: cpu.quantum_cuts,
                 smt_corun_foreign_ns: cpu.smt_foreign,
                 home_vcpus: home_of.iter().filter(|h| **h == Some(c)).count() as u32,
             })

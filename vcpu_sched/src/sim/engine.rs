@@ -402,7 +402,29 @@ impl Engine {
         if d.kick {
             self.send_kick(c, now);
         }
+        if let Some(cut) = d.shorten_quantum {
+            self.cut_quantum(c, cut, now);
+        }
         Ok(())
+    }
+
+    /// Bring CPU `c`'s quantum timer forward as the wake's decision asks,
+    /// if it still runs the turn the cut names (the timer is re-armed at
+    /// once: a VMM re-arms the runner's timer from the waker's thread).
+    fn cut_quantum(&mut self, c: usize, cut: crate::QuantumCut, now: Nanos) {
+        let same_turn = self.cpus[c]
+            .current
+            .is_some_and(|e| self.ents[e as usize].id == cut.runner)
+            && self.cpus[c].dispatched_at == cut.dispatched_at;
+        if !same_turn || cut.end >= self.cpus[c].quantum_end {
+            return;
+        }
+        if self.in_window(now) {
+            self.cpus[c].quantum_cuts += 1;
+        }
+        self.account(c, now);
+        self.cpus[c].quantum_end = cut.end;
+        self.arm(c, now);
     }
 
     pub(super) fn do_schedule(
@@ -502,6 +524,7 @@ impl Engine {
         let cpu = &mut self.cpus[c];
         cpu.current = Some(e as u32);
         cpu.since = now;
+        cpu.dispatched_at = now;
         cpu.quantum_end = now.saturating_add(q);
         if self.ents[e].phase == Phase::Fresh {
             self.start_burst(e);

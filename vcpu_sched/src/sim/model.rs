@@ -81,6 +81,8 @@ pub(super) struct Cpu {
     pub core: u32,
     pub current: Option<u32>,
     pub since: Nanos,
+    /// When the current entity was dispatched (names its turn).
+    pub dispatched_at: Nanos,
     pub quantum_end: Nanos,
     pub timer_gen: u32,
     pub kick_pending: bool,
@@ -89,6 +91,8 @@ pub(super) struct Cpu {
     pub sched_calls: u64,
     pub kicks: u64,
     pub kicks_wasted: u64,
+    /// Quantum timers brought forward by wake decisions.
+    pub quantum_cuts: u64,
     /// Since when this CPU runs a vCPU while a sibling runs another VM's.
     pub foreign_since: Option<Nanos>,
     pub smt_foreign: Nanos,
@@ -232,6 +236,7 @@ impl Model {
                 core: c.core.0,
                 current: None,
                 since: 0,
+                dispatched_at: 0,
                 quantum_end: 0,
                 timer_gen: 0,
                 kick_pending: false,
@@ -240,6 +245,7 @@ impl Model {
                 sched_calls: 0,
                 kicks: 0,
                 kicks_wasted: 0,
+                quantum_cuts: 0,
                 foreign_since: None,
                 smt_foreign: 0,
             })

@@ -108,6 +108,9 @@ pub struct CpuReport {
     /// Kicks after which the CPU kept running what it ran before (the same
     /// entity, or idle): an IPI and an exit spent for nothing.
     pub kicks_wasted: u64,
+    /// Wakes that queued behind this CPU's runner and brought its quantum
+    /// timer forward ([`crate::WakeDecision::shorten_quantum`]), in the window.
+    pub quantum_cuts: u64,
     /// Time this CPU ran a vCPU while an SMT sibling ran a vCPU of another
     /// VM (measured by the simulator; 0 under SMT isolation), ns.
     pub smt_corun_foreign_ns: Nanos,
@@ -281,13 +284,22 @@ impl SimReport {
         }
         let _ = writeln!(
             s,
-            "\n{:<4} {:>5} {:>7} {:>10} {:>10} {:>8} {:>8} {:>6} {:>10}",
-            "cpu", "core", "util", "ctxsw/s", "sched", "kicks", "wasted", "homes", "smt-vm ms"
+            "\n{:<4} {:>5} {:>7} {:>10} {:>10} {:>8} {:>8} {:>8} {:>6} {:>10}",
+            "cpu",
+            "core",
+            "util",
+            "ctxsw/s",
+            "sched",
+            "kicks",
+            "wasted",
+            "cuts",
+            "homes",
+            "smt-vm ms"
         );
         for c in &self.cpus {
             let _ = writeln!(
                 s,
-                "{:<4} {:>5} {:>7.3} {:>10.0} {:>10} {:>8} {:>8} {:>6} {:>10.3}",
+                "{:<4} {:>5} {:>7.3} {:>10.0} {:>10} {:>8} {:>8} {:>8} {:>6} {:>10.3}",
                 c.cpu.0,
                 c.core,
                 c.utilisation,
@@ -295,6 +307,7 @@ impl SimReport {
                 c.schedule_calls,
                 c.kicks,
                 c.kicks_wasted,
+                c.quantum_cuts,
                 c.home_vcpus,
                 c.smt_corun_foreign_ns as f64 / 1e6
             );

@@ -45,6 +45,9 @@ pub struct QuantumTimer {
 // SAFETY: a timer_t is a kernel handle; timer_settime/timer_delete may be
 // called from any thread of the process.
 unsafe impl Send for QuantumTimer {}
+// SAFETY: as for Send: `arm` and `disarm` are single timer_settime calls,
+// which the kernel serialises per timer; the handle itself never changes.
+unsafe impl Sync for QuantumTimer {}
 
 impl QuantumTimer {
     /// A timer that sends the kick signal to the calling thread.

@@ -1,16 +1,43 @@
 //! One scheduled host CPU: which vCPU owns it, which thread executes there
-//! now (the one a kick signals), and whether the scheduler asked it to
-//! reschedule.
+//! now (the one a kick signals), whether the scheduler asked it to
+//! reschedule, and when the current turn's time slice ends.
 //!
 //! Every change of ownership happens under `owner`: the executor giving the
 //! CPU back, and a waker dispatching onto an idle CPU. The executor runs
 //! the guest without holding it.
+//!
+//! The slice's end lives here, not with the vCPU, because a wake on
+//! another thread may bring it forward (`WakeDecision::shorten_quantum`:
+//! a vCPU queued behind the runner changed the ready count its slice was
+//! computed from). `quantum` holds the turn the end belongs to and the
+//! quantum timer of the thread executing it; a cut re-arms that timer
+//! from the waker's thread (timer_settime works on any timer of the
+//! process), so the runner leaves KVM_RUN at the new end with no extra
+//! exit before it. A cut that comes before the executor armed its timer
+//! is armed by the executor, which always arms at the end held here. The
+//! mutex orders the three, so a cut never re-arms the timer of a thread
+//! that has moved on; a cut naming an older turn is ignored. The CPU
+//! that picks holds it across its `schedule` call (after `owner`), so a
+//! cut the scheduler makes for the turn it just dispatched waits for that
+//! turn to begin here instead of missing it. Otherwise it is held across
+//! one timer_settime at most, and no wake or kick is made under it.
 
+use super::clock::QuantumTimer;
 use super::vcpu_state::EngineVcpu;
 use crate::host_cpus::HostCpu;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use vcpu_sched::CpuId;
+use vcpu_sched::{CpuId, EntityId, QuantumCut};
+
+/// The quantum of a CPU's current turn (see [`CpuSlot::lock_turn`]).
+#[derive(Default)]
+pub struct TurnQuantum {
+    /// The dispatched entity and the `now` of the `schedule` call that
+    /// dispatched it (None while idle).
+    turn: Option<(EntityId, u64)>,
+    /// The executor's timer, while it runs the turn.
+    timer: Option<Arc<QuantumTimer>>,
+}
 
 /// A scheduled host CPU.
 pub struct CpuSlot {
@@ -25,6 +52,10 @@ pub struct CpuSlot {
     pub kick_pending: AtomicBool,
     /// Kernel thread id of the thread executing on this CPU (0: none).
     pub executor: AtomicI32,
+    quantum: Mutex<TurnQuantum>,
+    /// End of the current turn's slice (CLOCK_MONOTONIC ns), read before
+    /// every entry; written under `quantum`.
+    quantum_end: AtomicU64,
 }
 
 impl CpuSlot {
@@ -36,7 +67,67 @@ impl CpuSlot {
             idle: Condvar::new(),
             kick_pending: AtomicBool::new(false),
             executor: AtomicI32::new(0),
+            quantum: Mutex::new(TurnQuantum::default()),
+            quantum_end: AtomicU64::new(0),
         }
+    }
+
+    fn lock_quantum(&self) -> MutexGuard<'_, TurnQuantum> {
+        self.quantum.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Hold the turn while the scheduler picks the next one and until
+    /// [`CpuSlot::begin_turn`]: a cut the scheduler decides for the new
+    /// turn meanwhile waits, then finds it (it would not match the old
+    /// turn). Taken under `owner`; no scheduler lock is held while taking
+    /// it anywhere else.
+    pub fn lock_turn(&self) -> MutexGuard<'_, TurnQuantum> {
+        self.lock_quantum()
+    }
+
+    /// A turn begins: `entity`, dispatched at `dispatched_at`, runs until
+    /// `end`; `None`: the CPU idles. Called by whoever dispatched (under
+    /// `owner` and [`CpuSlot::lock_turn`]), before the executor arms its
+    /// timer.
+    pub fn begin_turn(&self, q: &mut TurnQuantum, turn: Option<(EntityId, u64)>, end: u64) {
+        q.turn = turn;
+        q.timer = None;
+        self.quantum_end.store(end, Ordering::Release);
+    }
+
+    /// End of the current turn's slice.
+    pub fn quantum_end(&self) -> u64 {
+        self.quantum_end.load(Ordering::Acquire)
+    }
+
+    /// The executor of the current turn arms its `timer` at the turn's end
+    /// (cut or not) and leaves it to cuts until [`CpuSlot::disarm_turn`].
+    pub fn arm_turn(&self, timer: &Arc<QuantumTimer>) {
+        let mut q = self.lock_quantum();
+        timer.arm(self.quantum_end.load(Ordering::Acquire));
+        q.timer = Some(timer.clone());
+    }
+
+    /// The executor's turn is over: disarm `timer`, which cuts no longer
+    /// reach.
+    pub fn disarm_turn(&self, timer: &QuantumTimer) {
+        let mut q = self.lock_quantum();
+        q.timer = None;
+        timer.disarm();
+    }
+
+    /// Bring the current turn's end forward as a wake's decision asks;
+    /// false if the CPU runs another turn by now or the end is not earlier.
+    pub fn cut_quantum(&self, cut: &QuantumCut) -> bool {
+        let q = self.lock_quantum();
+        if q.turn != Some((cut.runner, cut.dispatched_at)) || cut.end >= self.quantum_end() {
+            return false;
+        }
+        self.quantum_end.store(cut.end, Ordering::Release);
+        if let Some(timer) = &q.timer {
+            timer.arm(cut.end);
+        }
+        true
     }
 
     pub fn lock_owner(&self) -> MutexGuard<'_, Option<Arc<EngineVcpu>>> {
@@ -71,5 +162,137 @@ impl CpuSlot {
             log::warn!("kick of CPU {} (thread {tid}) failed: {e}", self.host);
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::clock::now_ns;
+    use crate::signals::{register_kick_handler, set_current_kvm_run};
+    use kvm_bindings::kvm_run;
+
+    const MS: u64 = 1_000_000;
+
+    /// A stand-in for a vCPU's `kvm_run` that the kick handler of the
+    /// calling thread marks, as it marks a real one to stop KVM_RUN.
+    struct KickFlag(Box<kvm_run>);
+
+    impl KickFlag {
+        fn install() -> KickFlag {
+            register_kick_handler().unwrap();
+            let mut run = Box::new(kvm_run::default());
+            set_current_kvm_run(&mut *run);
+            KickFlag(run)
+        }
+
+        fn kicked(&self) -> bool {
+            // SAFETY: a valid, live kvm_run; the signal handler of this
+            // thread may write the byte, hence the volatile read.
+            unsafe { std::ptr::addr_of!(self.0.immediate_exit).read_volatile() != 0 }
+        }
+
+        /// Wait up to `limit_ns` for the kick; the time it was seen.
+        fn wait(&self, limit_ns: u64) -> Option<u64> {
+            let until = now_ns() + limit_ns;
+            while now_ns() < until {
+                if self.kicked() {
+                    return Some(now_ns());
+                }
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            None
+        }
+    }
+
+    impl Drop for KickFlag {
+        fn drop(&mut self) {
+            set_current_kvm_run(std::ptr::null_mut());
+        }
+    }
+
+    fn slot() -> CpuSlot {
+        CpuSlot::new(CpuId(0), HostCpu(0))
+    }
+
+    #[test]
+    fn a_cut_brings_the_running_turns_timer_forward() {
+        let flag = KickFlag::install();
+        let timer = Arc::new(QuantumTimer::for_current_thread().unwrap());
+        let slot = Arc::new(slot());
+        let runner = EntityId::new(3, 0);
+        let t0 = now_ns();
+        let old_end = t0 + 20_000 * MS;
+        slot.begin_turn(&mut slot.lock_turn(), Some((runner, t0)), old_end);
+        slot.arm_turn(&timer);
+        // Cuts of another turn, or that would lengthen it, change nothing.
+        let cut = |runner, dispatched_at, end| QuantumCut {
+            runner,
+            dispatched_at,
+            end,
+        };
+        assert!(!slot.cut_quantum(&cut(EntityId::new(4, 0), t0, t0 + MS)));
+        assert!(!slot.cut_quantum(&cut(runner, t0 + 1, t0 + MS)));
+        assert!(!slot.cut_quantum(&cut(runner, t0, old_end + MS)));
+        assert_eq!(slot.quantum_end(), old_end);
+        // The waker is another thread; the timer kicks this one.
+        let new_end = now_ns() + 50 * MS;
+        let waker = {
+            let slot = slot.clone();
+            std::thread::spawn(move || slot.cut_quantum(&cut(runner, t0, new_end)))
+        };
+        assert!(waker.join().unwrap(), "the cut applies to the running turn");
+        assert_eq!(slot.quantum_end(), new_end);
+        let seen = flag.wait(10_000 * MS).expect("the runner was kicked");
+        assert!(
+            seen >= new_end && seen < old_end,
+            "kicked at the cut end, not the old one"
+        );
+        slot.disarm_turn(&timer);
+    }
+
+    #[test]
+    fn a_cut_before_the_executor_arms_is_armed_by_it_and_a_past_turn_is_left_alone() {
+        let flag = KickFlag::install();
+        let timer = Arc::new(QuantumTimer::for_current_thread().unwrap());
+        let slot = slot();
+        let runner = EntityId::new(1, 2);
+        // Turn 1 is cut after its executor disarmed: no kick reaches it.
+        let t1 = now_ns();
+        slot.begin_turn(&mut slot.lock_turn(), Some((runner, t1)), t1 + 20_000 * MS);
+        slot.arm_turn(&timer);
+        slot.disarm_turn(&timer);
+        slot.cut_quantum(&QuantumCut {
+            runner,
+            dispatched_at: t1,
+            end: t1,
+        });
+        assert_eq!(
+            flag.wait(100 * MS),
+            None,
+            "a disarmed timer is not re-armed"
+        );
+        // Turn 2 of the same entity: a cut of turn 1 does not apply; its
+        // own cut, made before the executor arms, does.
+        let t2 = now_ns();
+        let old_end = t2 + 20_000 * MS;
+        slot.begin_turn(&mut slot.lock_turn(), Some((runner, t2)), old_end);
+        assert!(!slot.cut_quantum(&QuantumCut {
+            runner,
+            dispatched_at: t1,
+            end: t2,
+        }));
+        let new_end = now_ns() + 20 * MS;
+        assert!(slot.cut_quantum(&QuantumCut {
+            runner,
+            dispatched_at: t2,
+            end: new_end,
+        }));
+        slot.arm_turn(&timer);
+        let seen = flag.wait(10_000 * MS).expect("the runner was kicked");
+        assert!(seen >= new_end && seen < old_end);
+        slot.disarm_turn(&timer);
+        slot.begin_turn(&mut slot.lock_turn(), None, 0);
+        assert_eq!(slot.quantum_end(), 0);
     }
 }

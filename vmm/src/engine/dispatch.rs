@@ -47,17 +47,16 @@ pub enum Next {
 }
 
 impl Engine {
-    /// Before the next KVM_RUN of `v`, dispatched on `slot` until
-    /// `quantum_end`, whose previous KVM_RUN ended with `last`
-    /// ([`VcpuStep::Start`] at the start of a turn). Injects what is
-    /// pending when the vCPU goes on.
+    /// Before the next KVM_RUN of `v`, dispatched on `slot` until the
+    /// slot's quantum end (which a wake may have brought forward), whose
+    /// previous KVM_RUN ended with `last` ([`VcpuStep::Start`] at the
+    /// start of a turn). Injects what is pending when the vCPU goes on.
     pub(crate) fn next_entry(
         &self,
         vm: &EngineVm,
         v: &EngineVcpu,
         slot: &CpuSlot,
         runner: &mut VcpuRunner,
-        quantum_end: u64,
         last: &VcpuStep,
     ) -> Next {
         RUNNING_ENTITY.set(Some(v.entity));
@@ -93,7 +92,7 @@ impl Engine {
         if slot.kick_pending.load(Ordering::Acquire) {
             return Next::Stop(Stop::Preempted);
         }
-        if now_ns() >= quantum_end {
+        if now_ns() >= slot.quantum_end() {
             return Next::Stop(Stop::Quantum);
         }
         irq::sync_cr8(vm.irq.as_ref(), runner);
@@ -192,6 +191,7 @@ impl Engine {
         reason: StopReason,
     ) -> (Option<Arc<EngineVcpu>>, Vec<CpuId>) {
         slot.kick_pending.store(false, Ordering::Release);
+        let mut turn = slot.lock_turn();
         let now = now_ns();
         let mut reason = reason;
         let mut kicks = Vec::new();
@@ -234,9 +234,17 @@ impl Engine {
             Some((v, q)) => (Some(v), q),
             None => (None, 0),
         };
+        match &next {
+            Some(n) => slot.begin_turn(
+                &mut turn,
+                Some((n.entity, now)),
+                now.saturating_add(quantum),
+            ),
+            None => slot.begin_turn(&mut turn, None, 0),
+        }
+        drop(turn);
         if let Some(n) = &next {
             let mut ctl = n.ctl();
-            ctl.quantum_end = now.saturating_add(quantum);
             ctl.ran_on.insert(slot.host);
             if self.dispatch_kind() == DispatchKind::Threads {
                 let tid = n.thread_id();
@@ -273,7 +281,15 @@ impl Engine {
         log::trace!("wake {} ({:?}) -> {d:?}", v.name, v.entity);
         match d {
             Ok(Some(d)) if d.kick => self.kick_cpu(d.cpu),
-            Ok(_) => {}
+            Ok(Some(d)) => {
+                // Queued behind the runner, whose slice the policy cut:
+                // its timer fires earlier (no exit before then).
+                if let (Some(cut), Some(slot)) = (d.shorten_quantum, self.slot(d.cpu)) {
+                    let cut_now = slot.cut_quantum(&cut);
+                    log::trace!("cut cpu {} to {} ns: {cut_now}", slot.host, cut.end);
+                }
+            }
+            Ok(None) => {}
             Err(e) => log::debug!("wake {}: {e}", v.name),
         }
     }

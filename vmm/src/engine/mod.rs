@@ -15,7 +15,10 @@
 //! ([`dispatch`]):
 //! - its time slice ends: a POSIX timer of the thread that runs it sends
 //!   the kick signal ([`clock::QuantumTimer`]), KVM_RUN returns EINTR, and
-//!   the CPU calls `schedule(QuantumEnd)`;
+//!   the CPU calls `schedule(QuantumEnd)`. A wake that queues another vCPU
+//!   behind it may bring that end forward (the policy's
+//!   `WakeDecision::shorten_quantum`): the waker's thread re-arms the
+//!   timer ([`cpu::CpuSlot::cut_quantum`]);
 //! - the scheduler kicks its CPU (a wake that may preempt it): the same
 //!   signal, `schedule(Preempted)`;
 //! - the guest halts with nothing to take: `schedule(Blocked)` — exact,
@@ -38,7 +41,8 @@
 //! whichever vCPU it is handed ([`workers`]). Both share every decision
 //! above; they differ only in who executes KVM_RUN.
 //!
-//! Lock order: a CPU's `owner` before a vCPU's `ctl`; the scheduler's own
+//! Lock order: a CPU's `owner` before its turn ([`cpu::CpuSlot::lock_turn`])
+//! and before a vCPU's `ctl`; the scheduler's own
 //! locks are never held across a call out of it; no lock is held while
 //! signalling a thread or calling the interrupt controller.
 

@@ -23,11 +23,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use vcpu_sched::CpuId;
 
-/// The current turn of a dispatched vCPU.
+/// The current turn of a dispatched vCPU (its slice ends at its CPU's
+/// `quantum_end`).
 #[derive(Debug, Clone, Copy)]
 struct Turn {
     cpu: CpuId,
-    quantum_end: u64,
 }
 
 struct ThreadGate {
@@ -35,7 +35,7 @@ struct ThreadGate {
     vm: Arc<EngineVm>,
     vcpu: Arc<EngineVcpu>,
     turn: Option<Turn>,
-    timer: Option<QuantumTimer>,
+    timer: Option<Arc<QuantumTimer>>,
     poll: HaltPoll,
 }
 
@@ -67,7 +67,6 @@ impl ThreadGate {
         let RunState::Running { cpu } = ctl.state else {
             return None;
         };
-        let quantum_end = ctl.quantum_end;
         let pinned = ctl.pinned_to;
         drop(ctl);
         let slot = self.engine.slot(cpu)?;
@@ -80,18 +79,20 @@ impl ThreadGate {
             }
         }
         slot.executor.store(current_tid(), Ordering::Release);
-        Some(Turn { cpu, quantum_end })
+        Some(Turn { cpu })
     }
 
+    /// Arm the quantum timer for turn `t` (at its CPU's quantum end, which
+    /// wakes may bring forward while it runs).
     fn arm(&self, t: &Turn) {
-        if let Some(timer) = &self.timer {
-            timer.arm(t.quantum_end);
+        if let (Some(timer), Some(slot)) = (&self.timer, self.engine.slot(t.cpu)) {
+            slot.arm_turn(timer);
         }
     }
 
-    fn disarm(&self) {
-        if let Some(timer) = &self.timer {
-            timer.disarm();
+    fn disarm(&self, t: &Turn) {
+        if let (Some(timer), Some(slot)) = (&self.timer, self.engine.slot(t.cpu)) {
+            slot.disarm_turn(timer);
         }
     }
 }
@@ -101,7 +102,7 @@ impl VcpuGate for ThreadGate {
         if last == VcpuStep::Start {
             self.vcpu.tid.store(current_tid(), Ordering::Release);
             match QuantumTimer::for_current_thread() {
-                Ok(t) => self.timer = Some(t),
+                Ok(t) => self.timer = Some(Arc::new(t)),
                 Err(e) => {
                     // Without it a vCPU would keep its CPU for ever.
                     log::error!("{}: {e}", self.vcpu.name);
@@ -130,18 +131,14 @@ impl VcpuGate for ThreadGate {
             let Some(slot) = self.engine.slot(turn.cpu) else {
                 return GateDecision::Exit(VcpuExitReason::Stopped);
             };
-            let stop = match self.engine.next_entry(
-                &self.vm,
-                &self.vcpu,
-                slot,
-                runner,
-                turn.quantum_end,
-                &last,
-            ) {
+            let stop = match self
+                .engine
+                .next_entry(&self.vm, &self.vcpu, slot, runner, &last)
+            {
                 Next::Enter => return GateDecision::Run,
                 Next::Stop(stop) => stop,
             };
-            self.disarm();
+            self.disarm(&turn);
             let exit = match &stop {
                 Stop::Exit(r) => Some(r.clone()),
                 _ => None,
@@ -158,12 +155,9 @@ impl VcpuGate for ThreadGate {
             }
             self.turn = None;
             let idle = next.is_none();
-            if let Some(n) = next.filter(|n| Arc::ptr_eq(n, &self.vcpu)) {
+            if next.is_some_and(|n| Arc::ptr_eq(&n, &self.vcpu)) {
                 // Picked again: straight back into the guest.
-                let t = Turn {
-                    cpu: turn.cpu,
-                    quantum_end: n.ctl().quantum_end,
-                };
+                let t = Turn { cpu: turn.cpu };
                 self.arm(&t);
                 self.turn = Some(t);
                 last = VcpuStep::Start;

@@ -55,8 +55,6 @@ impl RunState {
 #[derive(Debug)]
 pub struct VcpuCtl {
     pub state: RunState,
-    /// End of the current time slice (CLOCK_MONOTONIC ns), while Running.
-    pub quantum_end: u64,
     /// The host CPU its own thread is bound to (threads dispatch), so a
     /// thread is re-bound only when the vCPU migrates.
     pub pinned_to: Option<HostCpu>,
@@ -103,7 +101,6 @@ impl EngineVcpu {
             name,
             ctl: Mutex::new(VcpuCtl {
                 state,
-                quantum_end: 0,
                 pinned_to: None,
                 ran_on: HostCpuSet::new(),
                 events: CpuEvents::default(),

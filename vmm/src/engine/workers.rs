@@ -40,7 +40,7 @@ fn worker(engine: &Engine, i: usize) {
         log::warn!("pacer/cpu{}: cannot bind to its CPU: {e}", slot.host);
     }
     let timer = match QuantumTimer::for_current_thread() {
-        Ok(t) => t,
+        Ok(t) => Arc::new(t),
         Err(e) => {
             log::error!("pacer/cpu{}: {e}; this CPU runs no vCPU", slot.host);
             return;
@@ -89,7 +89,7 @@ fn run_turn(
     engine: &Engine,
     slot: &super::cpu::CpuSlot,
     v: &Arc<EngineVcpu>,
-    timer: &QuantumTimer,
+    timer: &Arc<QuantumTimer>,
 ) -> StopReason {
     let Some(vm) = engine.vm(v.vm) else {
         return engine.end_turn(v, Stop::Exit(VcpuExitReason::Stopped));
@@ -98,17 +98,17 @@ fn run_turn(
         log::error!("{}: dispatched while its vCPU is held elsewhere", v.name);
         return engine.end_turn(v, Stop::Exit(VcpuExitReason::Stopped));
     };
-    let quantum_end = v.ctl().quantum_end;
     set_current_kvm_run(runner.kvm_run_ptr());
-    timer.arm(quantum_end);
+    // At the CPU's quantum end, which wakes may bring forward meanwhile.
+    slot.arm_turn(timer);
     let mut last = VcpuStep::Start;
     let stop = loop {
-        match engine.next_entry(&vm, v, slot, &mut runner, quantum_end, &last) {
+        match engine.next_entry(&vm, v, slot, &mut runner, &last) {
             Next::Enter => last = runner.run_once(),
             Next::Stop(s) => break s,
         }
     };
-    timer.disarm();
+    slot.disarm_turn(timer);
     set_current_kvm_run(std::ptr::null_mut());
     if let Stop::Exit(r) = &stop {
         if *r != VcpuExitReason::Stopped {

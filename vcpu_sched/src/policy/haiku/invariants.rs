@@ -124,8 +124,13 @@ impl HaikuScheduler {
 
     pub(super) fn check_cpus(&self) -> Result<(), String> {
         for (c, slot) in self.m.cpus.iter().enumerate() {
+            // Accounting lock first (the lock order).
+            let turn = self.acct[c].lock().turn;
             let raw = slot.running.load(Ordering::SeqCst);
             if raw == NO_ENTITY {
+                if let Some(t) = turn {
+                    return Err(format!("idle CPU {c} keeps the turn of {:?}", t.entity));
+                }
                 continue;
             }
             let g = self
@@ -133,12 +138,29 @@ impl HaikuScheduler {
                 .get(raw as usize)
                 .ok_or("CPU runs an out-of-range id")?
                 .lock();
-            let ok = g
+            let Some(e) = g
                 .entity
                 .as_ref()
-                .is_some_and(|e| e.state == RunState::Running(CpuId(c as u32)));
-            if !ok {
+                .filter(|e| e.state == RunState::Running(CpuId(c as u32)))
+            else {
                 return Err(format!("CPU {c} runs entity {raw} whose state disagrees"));
+            };
+            // Its turn: the dispatch's, cut (if at all) only forward and
+            // never below the minimal quantum after the dispatch.
+            let Some(t) = turn.filter(|t| t.entity == e.id) else {
+                return Err(format!("CPU {c} runs {:?} without its turn", e.id));
+            };
+            let given = e.dispatched_at + e.quantum_full.saturating_sub(t.used_before).max(1);
+            if t.dispatched_at != e.dispatched_at
+                || t.full > e.quantum_full
+                || t.end > given
+                || t.end < t.floor
+                || (t.realtime && t.end != given)
+            {
+                return Err(format!(
+                    "CPU {c}: turn {t:?} disagrees with {:?} (dispatched {}, quantum {})",
+                    e.id, e.dispatched_at, e.quantum_full
+                ));
             }
         }
         if !self.m.smt_isolation {

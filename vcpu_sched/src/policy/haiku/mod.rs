@@ -20,8 +20,10 @@
 //! # Locks
 //! * one lock per entity slot (a fixed-capacity slab allocated at `new`);
 //! * one lock per core queue and one per logical CPU's pinned queue;
-//! * per CPU: an accounting lock, taken only by that CPU's `schedule`
-//!   (and `snapshot`);
+//! * per CPU: an accounting lock, taken by that CPU's `schedule`, by
+//!   `snapshot`, and by a wake that queued behind that CPU's runner
+//!   without preempting it (to cut the runner's quantum, after releasing
+//!   the woken entity's lock);
 //! * the free list of slots, taken only by `add_entity` / `remove_entity`
 //!   and when the CPU holding a removed entity frees it.
 //!
@@ -107,6 +109,31 @@
 //! a hog's first load update ends its bursty status), so it waits at most
 //! (sum_{X != W} (P_X + 20) + 1) * base_quantum * m1.
 //!
+//! # The runner's quantum is re-checked at enqueue (beyond Haiku)
+//! Haiku computes a slice once, at dispatch: min(base(E), cap), the cap
+//! being maximum_latency / (ready entities per CPU of the core), so that
+//! every ready entity of the core runs within the mode's maximum latency.
+//! An entity that queues behind the runner afterwards is not in that
+//! count: a hog dispatched alone at a low E keeps up to base * m1 (5 ms in
+//! low-latency mode) while a waker waits behind it. Linux's CFS re-checks
+//! the slice at every tick; here it is re-checked when a wake enqueues
+//! without preempting, the only moment the answer can change between
+//! two dispatches of the CPU (`cut_runner_quantum`, rule in
+//! `quantum::cut_end`): with the ready count that now includes the
+//! newcomer, the runner's quantum becomes min(its quantum, cap); if that
+//! ends earlier than its slice, the decision carries the new end
+//! (`WakeDecision::shorten_quantum`), never before the minimal quantum
+//! after its dispatch nor before the wake, never later than it was.
+//! Realtime runners are never cut. The CPU's accounting lock holds the
+//! cut turn (`CpuAcct::turn`); its next `schedule` measures the time used
+//! against the cut quantum, so a stop at the new end is a quantum end
+//! whether the caller reports `QuantumEnd` or a kick. A kicking wake cuts
+//! nothing (the CPU schedules, and what runs next gets a slice of the new
+//! count). Changes while running, a CPU leaving service and the rebalance
+//! of a stopped entity to another core's queue also enqueue behind a
+//! runner without a cut: they are rare, and the runner's next dispatch
+//! counts them.
+//!
 //! # Bursty entities (beyond Haiku)
 //! A timeshare entity whose load estimate is at most `tunables::BURSTY_LOAD`
 //! (375, FreeBSD ULE's interactivity threshold) is not penalised; this is
@@ -122,13 +149,14 @@ mod stats;
 use super::{SchedConfig, VcpuScheduler};
 use crate::entity::{Entity, Priority, RunState};
 use crate::mode::{ops_for, ModeOps};
-use crate::placement::{Machine, OUT_OF_SERVICE_PRIO};
+use crate::placement::{Machine, NO_ENTITY, OUT_OF_SERVICE_PRIO};
+use crate::quantum::{cut_end, Turn};
 use crate::stats::SchedSnapshot;
 use crate::tunables::{Mode, QuantumTable, Tunables};
 use crate::validate::{validate_config, validate_spec, validate_topology};
 use crate::{
-    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, LlcId, Nanos, SchedClass, SchedError,
-    StopReason, Topology, WakeDecision,
+    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, LlcId, Nanos, QuantumCut, SchedClass,
+    SchedError, StopReason, Topology, WakeDecision,
 };
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
@@ -176,6 +204,12 @@ struct CpuAcct {
     /// CPUs this `schedule` call must have kicked for entities it placed
     /// elsewhere (scratch, empty between calls: no allocation usually).
     kicks: Vec<CpuId>,
+    /// The quantum of the entity running here (None while idle): set by
+    /// the dispatch, cut by wakes that queue behind it, applied to the
+    /// entity when it stops.
+    turn: Option<Turn>,
+    /// Quanta of runners here that wakes cut short.
+    quantum_cuts: u64,
 }
 
 /// The entity `id` names in a slot of generation `generation`: an error
@@ -323,7 +357,44 @@ impl HaikuScheduler {
         e.woken_at = Some(now);
         e.counters.wakes += 1;
         let waker_llc = near.filter(|(vm, _)| *vm == e.vm).map(|(_, llc)| llc);
-        Ok(Some(self.place_woken(e, id, seq, now, waker_llc)))
+        let d = self.place_woken(e, id, seq, now, waker_llc);
+        // The runner's accounting lock comes before any entity lock.
+        drop(guard);
+        Ok(Some(self.cut_runner_quantum(d, now)))
+    }
+
+    /// A woken entity queued on `d.cpu` without preempting its runner:
+    /// recompute the runner's quantum with the ready count that now
+    /// includes it, and cut it if it ends earlier (see
+    /// `quantum::cut_end`). The accounting lock of that CPU serialises the
+    /// cut with its `schedule`, which applies it to the entity at its stop.
+    fn cut_runner_quantum(&self, d: WakeDecision, now: Nanos) -> WakeDecision {
+        let slot = &self.m.cpus[d.cpu.0 as usize];
+        if d.kick || slot.running.load(Ordering::Acquire) == NO_ENTITY {
+            return d;
+        }
+        let core = self.m.core_of(d.cpu);
+        let mut acct = self.acct[d.cpu.0 as usize].lock();
+        let ready = self.m.ready_on_core(core);
+        let cpus = self.m.core_cpus(core).len();
+        let table = self.table();
+        let Some(turn) = acct.turn.as_mut() else {
+            return d;
+        };
+        let Some(end) = cut_end(table, turn, ready, cpus, now) else {
+            return d;
+        };
+        turn.cut_to(end);
+        let cut = QuantumCut {
+            runner: turn.entity,
+            dispatched_at: turn.dispatched_at,
+            end,
+        };
+        acct.quantum_cuts += 1;
+        WakeDecision {
+            shorten_quantum: Some(cut),
+            ..d
+        }
     }
 
     /// The VM of `waker` and the LLC of the CPU it runs on (or last ran

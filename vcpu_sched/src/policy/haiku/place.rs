@@ -246,21 +246,21 @@ impl HaikuScheduler {
         let q = self.m.queue_for(e.allowed(), cpu);
         self.m.roll(self.m.core_of_queue(q), now);
         if let Some((y, kick)) = self.enqueue_served(e, id, seq, q, false, now) {
-            return WakeDecision { cpu: y, kick };
+            return WakeDecision::new(y, kick);
         }
         if kick {
-            return WakeDecision { cpu, kick };
+            return WakeDecision::new(cpu, kick);
         }
         fence(Ordering::SeqCst);
         let idle = self.m.find_idle_cpu(&self.candidate(e, id, Some(cpu), now));
         match idle {
-            Some(y) if self.move_queued(e, id, seq, y) => WakeDecision { cpu: y, kick: true },
+            Some(y) if self.move_queued(e, id, seq, y) => WakeDecision::new(y, true),
             Some(y) => {
                 // Being dispatched already: give the claimed CPU back.
                 self.m.set_available(y);
-                WakeDecision { cpu, kick: false }
+                WakeDecision::new(cpu, false)
             }
-            None => WakeDecision { cpu, kick: false },
+            None => WakeDecision::new(cpu, false),
         }
     }
 

@@ -8,7 +8,7 @@
 use super::{CpuAcct, HaikuScheduler, Slot, LEFTOVER_KICKS, MAX_PICK_ATTEMPTS};
 use crate::entity::{After, Entity, QueueRef, RunState};
 use crate::placement::{IDLE_PRIO, NO_ENTITY};
-use crate::quantum::{full_quantum, time_left};
+use crate::quantum::{full_quantum, time_left, Turn};
 use crate::run_queue::QueueEntry;
 use crate::{CoreId, CpuId, Dispatch, EntityId, Nanos, SchedClass, StopReason};
 use std::sync::atomic::{fence, Ordering};
@@ -34,6 +34,7 @@ impl HaikuScheduler {
     ) -> Option<EntityId> {
         let _p = crate::profiler::scope("haiku::stop_running");
         let slot = &self.m.cpus[cpu.0 as usize];
+        let turn = acct.turn.take();
         // Only this CPU writes its own slot's running entity (under its
         // accounting lock); others read it as a hint (preemption, SMT
         // statistics), so plain release stores: no locked instruction.
@@ -50,6 +51,11 @@ impl HaikuScheduler {
         let e = entity
             .as_mut()
             .filter(|e| e.state == RunState::Running(cpu))?;
+        if let Some(t) = turn.filter(|t| t.entity == e.id) {
+            // A wake cut its quantum (`cut_runner_quantum`): measure the
+            // time used against the cut one.
+            e.quantum_full = e.quantum_full.min(t.full);
+        }
         let ran = now.saturating_sub(e.dispatched_at);
         e.counters.run_time = e.counters.run_time.saturating_add(ran);
         e.used = e.used.saturating_add(ran);
@@ -255,6 +261,15 @@ impl HaikuScheduler {
         e.state = RunState::Running(cpu);
         let slice = self.slice_for(e, core);
         e.dispatched_at = now;
+        acct.turn = Some(Turn::new(
+            self.table(),
+            entry.id,
+            now,
+            e.used,
+            e.quantum_full,
+            slice,
+            e.prio.class == SchedClass::Realtime,
+        ));
         let slot = &self.m.cpus[cpu.0 as usize];
         slot.prio
             .store(e.prio.effective() as i32, Ordering::Release);

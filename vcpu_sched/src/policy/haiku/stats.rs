@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 impl HaikuScheduler {
     /// Counters and state of every entity, every CPU and every core at `now`.
     pub(super) fn take_snapshot(&self, now: Nanos) -> SchedSnapshot {
-        let entities: Vec<EntityStats> = self
+        let mut entities: Vec<EntityStats> = self
             .slots
             .iter()
             .filter_map(|s| {
@@ -29,9 +29,22 @@ impl HaikuScheduler {
                 .ok()
                 .map(|i| entities[i].id)
         };
-        let cpus = (0..self.m.cpus.len() as u32)
+        let cpus: Vec<CpuStats> = (0..self.m.cpus.len() as u32)
             .map(|c| self.cpu_stats(CpuId(c), now, &id_of))
             .collect();
+        // A runner whose quantum a wake cut shows the cut one (its entity
+        // takes it when it stops; the entity rows were read before).
+        for cpu in &cpus {
+            let Some(turn) = self.acct[cpu.cpu.0 as usize].lock().turn else {
+                continue;
+            };
+            if let Ok(i) = entities.binary_search_by_key(&turn.entity.index(), |e| e.id.index()) {
+                let row = &mut entities[i];
+                if row.id == turn.entity && row.state == EntityState::Running {
+                    row.quantum = row.quantum.min(turn.full);
+                }
+            }
+        }
         let cores = (0..self.m.cores.len() as u32)
             .map(|c| self.core_stats(CoreId(c), now))
             .collect();
@@ -115,6 +128,7 @@ impl HaikuScheduler {
             running,
             running_priority: running
                 .map(|_| slot.prio.load(Ordering::Acquire).clamp(0, 255) as u8),
+            quantum_cuts: a.quantum_cuts,
         }
     }
 

@@ -83,6 +83,12 @@ impl Drv {
         if let Some(d) = d.filter(|d| d.kick) {
             self.sched(d.cpu, self.kick_reason(d.cpu));
         }
+        // A cut quantum: its timer fires earlier.
+        if let Some((c, cut)) = d.and_then(|d| Some((d.cpu.0 as usize, d.shorten_quantum?))) {
+            assert_eq!(self.run[c], Some(cut.runner), "a cut names the runner");
+            assert!(cut.end < self.slice_end[c], "a cut never lengthens");
+            self.slice_end[c] = cut.end;
+        }
         self.s.check_invariants().unwrap();
         d
     }
@@ -455,12 +461,7 @@ fn wake_pending_race_keeps_entity_runnable() {
     let a = d.ts(1, None);
     d.wake(a);
     assert_eq!(
-        d.wake(a)
-            .unwrap_or(WakeDecision {
-                cpu: CpuId(9),
-                kick: true
-            })
-            .cpu,
+        d.wake(a).unwrap_or(WakeDecision::new(CpuId(9), true)).cpu,
         CpuId(9)
     );
     assert_eq!(
@@ -584,18 +585,24 @@ fn quantum_is_recomputed_from_time_used_and_ready_count() {
         1500 * US,
         "slice = quantum - time used"
     );
-    // Nine more ready entities: cap = 5000 / 10 = 500 us < time left.
+    // Nine more ready entities: cap = 5000 / 10 = 500 us < the 500 used
+    // before this dispatch: the wakes cut a's slice to the minimal
+    // quantum (100 us) after its dispatch.
+    let t1 = d.now;
     for _ in 0..9 {
         let x = d.ts(1, None);
         d.wake(x);
     }
+    assert_eq!(d.slice_end[0], t1 + 100 * US);
+    // Stopped there, even by a kick, its quantum counts as ended (penalty,
+    // used reset): it goes behind the nine, the first of which gets a
+    // capped slice.
     d.now += 100 * US;
     d.sched(CpuId(0), StopReason::Preempted);
-    assert_eq!(d.cpu_of(a), Some(0));
-    // Used 600 us >= the capped quantum: it counts as ended (penalty, used
-    // reset) and a fresh capped slice is given.
+    assert_ne!(d.cpu_of(a), Some(0));
     assert_eq!(d.slice_end[0] - d.now, 500 * US, "capped by ready count");
     assert_eq!(d.stats(a).quantum_ends, 1);
+    assert_eq!(d.stats(a).quantum_used, 0);
 }
 
 #[test]
@@ -1232,4 +1239,135 @@ fn snapshot_shows_penalty_quantum_and_queues() {
     assert_eq!(snap.cores[0].ready, 1);
     assert_eq!(snap.cores[0].running, 2);
     assert!(snap.cpus.iter().any(|c| c.running == Some(runner)));
+}
+
+/// A priority-5 entity dispatched alone on CPU 0 at `d.now` (slice 3500
+/// us: the base quantum of E = 5, below the cap of one ready entity).
+fn long_slice_runner(d: &mut Drv) -> EntityId {
+    let a = d.add(1, SchedClass::Timeshare, 5, None);
+    d.wake(a);
+    assert_eq!(d.cpu_of(a), Some(0));
+    assert_eq!(d.slice_end[0] - d.now, 3500 * US, "alone: base quantum");
+    a
+}
+
+#[test]
+fn a_wake_behind_a_long_slice_cuts_it_to_the_cap_of_two() {
+    let mut d = Drv::new("1x1x1", |_| {});
+    d.now = 10 * MS;
+    let t0 = d.now;
+    let a = long_slice_runner(&mut d);
+    d.now += 300 * US;
+    let b = d.add(1, SchedClass::Timeshare, 5, None);
+    let w = d.wake(b).unwrap();
+    assert!(!w.kick, "equal E: b waits");
+    assert_eq!(
+        w.shorten_quantum,
+        Some(crate::QuantumCut {
+            runner: a,
+            dispatched_at: t0,
+            end: t0 + 2500 * US,
+        }),
+        "dispatch + max_latency / 2 ready"
+    );
+    let snap = d.s.snapshot(d.now);
+    assert_eq!(snap.cpus[0].quantum_cuts, 1);
+    assert_eq!(d.stats(a).quantum, 2500 * US, "the snapshot shows the cut");
+    // The timer fires at the cut end: a quantum end, not a preemption.
+    d.run_until(t0 + 2500 * US);
+    assert_eq!(d.cpu_of(b), Some(0));
+    assert_eq!(d.slice_end[0] - d.now, 2500 * US, "b: 2 ready too");
+    let sa = d.stats(a);
+    assert_eq!((sa.quantum_ends, sa.preemptions), (1, 0));
+}
+
+#[test]
+fn a_kick_at_the_cut_end_counts_as_the_quantum_end() {
+    // A caller whose cut timer and a kick race reports Preempted: the
+    // scheduler measures the time used against the cut quantum.
+    let mut d = Drv::new("1x1x1", |_| {});
+    let a = long_slice_runner(&mut d);
+    let b = d.add(1, SchedClass::Timeshare, 5, None);
+    assert!(d.wake(b).unwrap().shorten_quantum.is_some());
+    d.now += 2500 * US;
+    d.sched(CpuId(0), StopReason::Preempted);
+    let sa = d.stats(a);
+    assert_eq!((sa.quantum_ends, sa.preemptions), (1, 0));
+    assert_eq!(d.cpu_of(b), Some(0));
+}
+
+#[test]
+fn a_runner_past_the_new_cap_is_cut_to_now() {
+    // a ran 3000 us of its 3500 when b came: by 2 ready its quantum (2500)
+    // is over, so it ends at the wake (dispatch + time used).
+    let mut d = Drv::new("1x1x1", |_| {});
+    let a = long_slice_runner(&mut d);
+    d.now += 3000 * US;
+    let b = d.add(1, SchedClass::Timeshare, 5, None);
+    let cut = d.wake(b).unwrap().shorten_quantum.unwrap();
+    assert_eq!((cut.runner, cut.end), (a, d.now));
+    d.run_until(d.now);
+    assert_eq!(d.cpu_of(b), Some(0));
+    assert_eq!(d.stats(a).quantum_ends, 1);
+}
+
+#[test]
+fn a_cut_counts_time_used_before_the_dispatch_and_keeps_the_minimal_quantum() {
+    let mut d = Drv::new("1x1x1", |_| {});
+    let a = long_slice_runner(&mut d);
+    // Preempted by a realtime entity after 800 us: 2700 us left.
+    d.now += 800 * US;
+    let rt = d.add(2, SchedClass::Realtime, 110, None);
+    assert!(d.wake(rt).unwrap().kick);
+    d.now += 10 * US;
+    d.sched(CpuId(0), StopReason::Blocked);
+    assert_eq!(d.cpu_of(a), Some(0));
+    let t1 = d.now;
+    assert_eq!(d.slice_end[0] - t1, 2700 * US);
+    // b: 2 ready -> a's quantum is 2500, of which 800 were used.
+    let b = d.add(1, SchedClass::Timeshare, 5, None);
+    let cut = d.wake(b).unwrap().shorten_quantum.unwrap();
+    assert_eq!((cut.dispatched_at, cut.end), (t1, t1 + 1700 * US));
+    // Eight more: cap 5000 / 10 = 500 us < the 800 used; never below the
+    // minimal quantum (100 us) after the dispatch.
+    for _ in 0..8 {
+        let x = d.add(1, SchedClass::Timeshare, 5, None);
+        d.wake(x);
+    }
+    assert_eq!(d.slice_end[0], t1 + 100 * US);
+}
+
+#[test]
+fn a_realtime_runner_is_never_cut() {
+    let mut d = Drv::new("1x1x1", |_| {});
+    let rt = d.add(2, SchedClass::Realtime, 100, None);
+    d.wake(rt);
+    for _ in 0..10 {
+        let x = d.ts(1, None);
+        let w = d.wake(x).unwrap();
+        assert!(!w.kick && w.shorten_quantum.is_none());
+    }
+    assert_eq!(d.s.snapshot(d.now).cpus[0].quantum_cuts, 0);
+}
+
+#[test]
+fn a_preempting_wake_cuts_nothing() {
+    // The kick makes the CPU schedule: what runs next gets a slice of the
+    // new count anyway.
+    let mut d = Drv::new("1x1x1", |_| {});
+    let _hog = hog_with_penalty(&mut d);
+    let bursty = d.ts(1, None);
+    let w = d.wake(bursty).unwrap();
+    assert!(w.kick);
+    assert_eq!(w.shorten_quantum, None);
+}
+
+#[test]
+fn a_wake_onto_an_idle_cpu_cuts_nothing() {
+    let mut d = Drv::new("1x2x1", |_| {});
+    let _a = long_slice_runner(&mut d);
+    let b = d.add(1, SchedClass::Timeshare, 5, None);
+    let w = d.wake(b).unwrap();
+    assert!(w.kick && w.shorten_quantum.is_none(), "{w:?}");
+    assert_eq!(d.slice_end[0] - d.now, 3500 * US, "a keeps its slice");
 }
