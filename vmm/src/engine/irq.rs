@@ -22,6 +22,19 @@
 //! the engine looks at the guest's privilege level (one KVM_GET_SREGS) and
 //! injects in ring 3 anyway. On hardware KVM the flag is 1 in that case and
 //! the extra look never happens.
+//!
+//! Except when the flag is right: there, every guest exception taken in
+//! ring 3 (the bench guest's `ud2` system calls) passes through KVM, and a
+//! kick that lands there leaves the vCPU in ring 3 with the exception
+//! still held by KVM (KVM_GET_VCPU_EVENTS shows it). An interrupt injected
+//! then goes in behind the exception, whose gate clears IF, and is
+//! delivered only where the guest sets IF again: in `sti; hlt`, after the
+//! STI and before the HLT, so the wake-up it carries is spent before the
+//! guest halts, and it halts for good (two vCPUs waiting for each other's
+//! IPI: the ping-pong hang). So the ring-3 override of the flag holds only
+//! while KVM holds no event of its own ([`VcpuRunner::kvm_holds_event`]);
+//! otherwise the vCPU asks for an interrupt window like any other, and the
+//! window (or the guest's next exit) comes once it runs its handler.
 
 use crate::vcpu::{VcpuExitReason, VcpuRunner, VcpuStep};
 
@@ -108,7 +121,8 @@ pub fn deliver_interrupt(
         return Ok(());
     };
     let (ready, _if_flag) = runner.interrupt_window();
-    let can = ready || (*last == VcpuStep::Interrupted && runner.cpl()? == 3);
+    let can = ready
+        || (*last == VcpuStep::Interrupted && runner.cpl()? == 3 && !runner.kvm_holds_event()?);
     // An NMI KVM still holds (the one latched behind an NMI handler, due
     // at its IRET) goes first: KVM would inject an earlier KVM_INTERRUPT
     // before it. So wait for the window after it.
