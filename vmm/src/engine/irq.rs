@@ -88,6 +88,11 @@ pub trait InterruptSource: Send + Sync {
     }
     /// The guest changed CR8.
     fn set_cr8(&self, _vcpu: u32, _cr8: u64) {}
+    /// The controller's registers of `vcpu` for the SIGUSR1 snapshot (a
+    /// halted vCPU with a vector requested, say), if it has any.
+    fn debug_state(&self, _vcpu: u32) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// A VM without an interrupt controller (tests, tiny guests).
@@ -216,6 +221,9 @@ impl InterruptSource for IrqChip {
     }
     fn set_cr8(&self, vcpu: u32, cr8: u64) {
         IrqChip::set_cr8(self, vcpu, cr8)
+    }
+    fn debug_state(&self, vcpu: u32) -> Option<serde_json::Value> {
+        serde_json::to_value(self.lapic_state(vcpu)?).ok()
     }
 }
 
@@ -354,6 +362,25 @@ mod tests {
             ..CpuEvents::default()
         });
         assert_eq!(one.nmis, 2);
+    }
+
+    #[test]
+    fn the_snapshot_shows_a_requested_vector() {
+        let chip = IrqChip::new(1, Arc::new(StillHost));
+        // x2APIC mode, software-enabled, then a fixed IPI 0xfd to itself.
+        chip.msr_write(0, 0x1b, 0xfee0_0000 | 0x800 | 0x400 | 0x100)
+            .unwrap();
+        chip.msr_write(0, 0x80f, 0x1ff).unwrap();
+        let src: &dyn InterruptSource = &*chip;
+        let irr_word_7 = |src: &dyn InterruptSource| {
+            src.debug_state(0).expect("a local APIC")["irr"][7]
+                .as_u64()
+                .unwrap()
+        };
+        assert_eq!(irr_word_7(src), 0);
+        chip.msr_write(0, 0x830, 0xfd).unwrap();
+        assert_eq!(irr_word_7(src), 1 << (0xfd - 0xe0), "vector 0xfd requested");
+        assert!(src.debug_state(1).is_none(), "no such vCPU");
     }
 
     #[test]
