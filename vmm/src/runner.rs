@@ -92,11 +92,13 @@ impl StatusLine {
     }
 }
 
-/// The SIGUSR1 file: the vCPUs by VM and index, then the scheduler's
-/// whole snapshot (entities by handle, CPUs, cores).
+/// The SIGUSR1 file: the vCPUs by VM and index as the scheduler sees them,
+/// then as the engine and the interrupt controller do, then the
+/// scheduler's whole snapshot (entities by handle, CPUs, cores).
 #[derive(serde::Serialize)]
 struct SnapshotFile<'a> {
     vcpus: Vec<crate::engine::stats::VcpuNow>,
+    engine: Vec<crate::engine::stats::VcpuEngineNow>,
     scheduler: &'a vcpu_sched::SchedSnapshot,
 }
 
@@ -110,6 +112,7 @@ fn write_snapshot(
     let snap = engine.snapshot();
     let file = SnapshotFile {
         vcpus: engine.vcpus_now(&snap),
+        engine: engine.vcpus_engine_now(),
         scheduler: &snap,
     };
     let json = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;

@@ -25,7 +25,7 @@
 
 use crate::host_cpus::{pin_current_thread, HostCpuSet};
 use crate::signals::{self, kick_signal};
-use kvm_bindings::{kvm_interrupt, kvm_regs, kvm_run, kvm_segment, kvm_sregs};
+use kvm_bindings::{kvm_interrupt, kvm_regs, kvm_run, kvm_segment, kvm_sregs, kvm_vcpu_events};
 use kvm_ioctls::{VcpuExit, VcpuFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
@@ -243,6 +243,11 @@ impl VcpuRunner {
         self.fd.get_kvm_run().request_interrupt_window = on as u8;
     }
 
+    /// Whether the next entry asks for an interrupt-window exit.
+    pub fn interrupt_window_requested(&mut self) -> bool {
+        self.fd.get_kvm_run().request_interrupt_window != 0
+    }
+
     /// Queue external interrupt `vector` for the next entry (KVM_INTERRUPT).
     pub fn inject_interrupt(&mut self, vector: u8) -> Result<(), VcpuExitReason> {
         let irq = kvm_interrupt { irq: vector as u32 };
@@ -275,15 +280,30 @@ impl VcpuRunner {
         if !self.nmis_in_kvm {
             return Ok(false);
         }
-        let e = self
-            .fd
-            .get_vcpu_events()
-            .map_err(|e| VcpuExitReason::KvmError { errno: e.errno() })?;
+        let e = self.vcpu_events()?;
         if e.nmi.pending == 0 && e.nmi.injected == 0 {
             self.nmis_in_kvm = false;
             return Ok(false);
         }
         Ok(e.nmi.injected != 0 || e.nmi.masked == 0)
+    }
+
+    /// The exception, interrupt and NMI state KVM holds (KVM_GET_VCPU_EVENTS).
+    pub fn vcpu_events(&self) -> Result<kvm_vcpu_events, VcpuExitReason> {
+        self.fd
+            .get_vcpu_events()
+            .map_err(|e| VcpuExitReason::KvmError { errno: e.errno() })
+    }
+
+    /// Whether KVM holds an event it delivers before anything injected now:
+    /// an exception (a guest trap caught while KVM delivers it), an NMI or
+    /// an interrupt being injected. One KVM_GET_VCPU_EVENTS.
+    pub fn kvm_holds_event(&self) -> Result<bool, VcpuExitReason> {
+        let e = self.vcpu_events()?;
+        Ok(e.exception.injected != 0
+            || e.exception.pending != 0
+            || e.nmi.injected != 0
+            || e.interrupt.injected != 0)
     }
 
     /// The guest's current privilege level (CS.DPL), one KVM_GET_SREGS.

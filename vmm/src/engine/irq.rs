@@ -22,6 +22,19 @@
 //! the engine looks at the guest's privilege level (one KVM_GET_SREGS) and
 //! injects in ring 3 anyway. On hardware KVM the flag is 1 in that case and
 //! the extra look never happens.
+//!
+//! Except when the flag is right: there, every guest exception taken in
+//! ring 3 (the bench guest's `ud2` system calls) passes through KVM, and a
+//! kick that lands there leaves the vCPU in ring 3 with the exception
+//! still held by KVM (KVM_GET_VCPU_EVENTS shows it). An interrupt injected
+//! then goes in behind the exception, whose gate clears IF, and is
+//! delivered only where the guest sets IF again: in `sti; hlt`, after the
+//! STI and before the HLT, so the wake-up it carries is spent before the
+//! guest halts, and it halts for good (two vCPUs waiting for each other's
+//! IPI: the ping-pong hang). So the ring-3 override of the flag holds only
+//! while KVM holds no event of its own ([`VcpuRunner::kvm_holds_event`]);
+//! otherwise the vCPU asks for an interrupt window like any other, and the
+//! window (or the guest's next exit) comes once it runs its handler.
 
 use crate::vcpu::{VcpuExitReason, VcpuRunner, VcpuStep};
 
@@ -75,6 +88,11 @@ pub trait InterruptSource: Send + Sync {
     }
     /// The guest changed CR8.
     fn set_cr8(&self, _vcpu: u32, _cr8: u64) {}
+    /// The controller's registers of `vcpu` for the SIGUSR1 snapshot (a
+    /// halted vCPU with a vector requested, say), if it has any.
+    fn debug_state(&self, _vcpu: u32) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// A VM without an interrupt controller (tests, tiny guests).
@@ -108,7 +126,8 @@ pub fn deliver_interrupt(
         return Ok(());
     };
     let (ready, _if_flag) = runner.interrupt_window();
-    let can = ready || (*last == VcpuStep::Interrupted && runner.cpl()? == 3);
+    let can = ready
+        || (*last == VcpuStep::Interrupted && runner.cpl()? == 3 && !runner.kvm_holds_event()?);
     // An NMI KVM still holds (the one latched behind an NMI handler, due
     // at its IRET) goes first: KVM would inject an earlier KVM_INTERRUPT
     // before it. So wait for the window after it.
@@ -202,6 +221,9 @@ impl InterruptSource for IrqChip {
     }
     fn set_cr8(&self, vcpu: u32, cr8: u64) {
         IrqChip::set_cr8(self, vcpu, cr8)
+    }
+    fn debug_state(&self, vcpu: u32) -> Option<serde_json::Value> {
+        serde_json::to_value(self.lapic_state(vcpu)?).ok()
     }
 }
 
@@ -340,6 +362,25 @@ mod tests {
             ..CpuEvents::default()
         });
         assert_eq!(one.nmis, 2);
+    }
+
+    #[test]
+    fn the_snapshot_shows_a_requested_vector() {
+        let chip = IrqChip::new(1, Arc::new(StillHost));
+        // x2APIC mode, software-enabled, then a fixed IPI 0xfd to itself.
+        chip.msr_write(0, 0x1b, 0xfee0_0000 | 0x800 | 0x400 | 0x100)
+            .unwrap();
+        chip.msr_write(0, 0x80f, 0x1ff).unwrap();
+        let src: &dyn InterruptSource = &*chip;
+        let irr_word_7 = |src: &dyn InterruptSource| {
+            src.debug_state(0).expect("a local APIC")["irr"][7]
+                .as_u64()
+                .unwrap()
+        };
+        assert_eq!(irr_word_7(src), 0);
+        chip.msr_write(0, 0x830, 0xfd).unwrap();
+        assert_eq!(irr_word_7(src), 1 << (0xfd - 0xe0), "vector 0xfd requested");
+        assert!(src.debug_state(1).is_none(), "no such vCPU");
     }
 
     #[test]

@@ -62,7 +62,7 @@ use self::clock::now_ns;
 use self::cpu::CpuSlot;
 use self::cpu_map::CpuMap;
 use self::irq::InterruptSource;
-use self::stats::{VcpuNow, VcpuSchedStats};
+use self::stats::{VcpuEngineNow, VcpuNow, VcpuSchedStats};
 use self::timers::{TimerKey, Timers};
 use self::vcpu_state::{EngineVcpu, RunState};
 use crate::host_cpus::HostCpuSet;
@@ -588,6 +588,35 @@ impl Engine {
             .flat_map(|vm| {
                 vm.vcpus.iter().filter_map(|v| {
                     VcpuNow::from_snapshot(snap, &vm.name, v.index, v.entity, &self.cpus)
+                })
+            })
+            .collect()
+    }
+
+    /// Every vCPU of the live VMs as the engine and its VM's interrupt
+    /// controller see it now.
+    pub fn vcpus_engine_now(&self) -> Vec<VcpuEngineNow> {
+        let vms = self.vms.read().unwrap_or_else(|p| p.into_inner());
+        vms.iter()
+            .flatten()
+            .flat_map(|vm| {
+                vm.vcpus.iter().map(|v| {
+                    let (run_state, events, awaiting_sipi) = {
+                        let ctl = v.ctl();
+                        (
+                            format!("{:?}", ctl.state),
+                            format!("{:?}", ctl.events),
+                            ctl.awaiting_sipi,
+                        )
+                    };
+                    VcpuEngineNow {
+                        vm: vm.name.clone(),
+                        vcpu: v.index,
+                        run_state,
+                        events,
+                        awaiting_sipi,
+                        interrupt_controller: vm.irq.debug_state(v.index),
+                    }
                 })
             })
             .collect()

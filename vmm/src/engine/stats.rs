@@ -115,6 +115,24 @@ impl VcpuNow {
     }
 }
 
+/// One vCPU as the engine and its VM's interrupt controller see it now
+/// (the SIGUSR1 snapshot, next to the scheduler's [`VcpuNow`]): what a
+/// guest that stopped making progress is diagnosed from — a vCPU halted
+/// with a vector requested, or both sides of an IPI halted with nothing.
+#[derive(Debug, Clone, Serialize)]
+pub struct VcpuEngineNow {
+    pub vm: String,
+    pub vcpu: u32,
+    /// The engine's run state (`Halted { interruptible: true }`, ...).
+    pub run_state: String,
+    /// NMI, INIT and start-up IPIs taken from the controller, not yet acted on.
+    pub events: String,
+    pub awaiting_sipi: bool,
+    /// The interrupt controller's registers of this vCPU (Pacer's local
+    /// APIC: IRR, ISR, PPR, LVT, timer, ...).
+    pub interrupt_controller: Option<serde_json::Value>,
+}
+
 impl VcpuSchedStats {
     /// The row of `entity` in a `vcpu_sched` snapshot (zeros if absent).
     pub fn from_snapshot(snap: &SchedSnapshot, entity: EntityId, _cpus: &CpuMap) -> Self {
