@@ -20,6 +20,7 @@ use super::metrics::{self, Sample};
 use super::procs::{self, Look, Proc, ProcOutcome};
 use super::unixbench::SuiteSpec;
 use crate::boot::linux::PLATFORM_CMDLINE;
+use crate::boot::notes;
 use crate::host_cpus::HostCpuSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -27,9 +28,6 @@ use std::time::{Duration, Instant};
 
 /// The QEMU binary the peer runs.
 pub const QEMU_BINARY: &str = "qemu-system-x86_64";
-/// The Xen ELF note type QEMU looks for (XEN_ELFNOTE_PHYS32_ENTRY).
-pub const XEN_ELFNOTE_PHYS32_ENTRY: u32 = 18;
-const PT_NOTE: u32 = 4;
 
 /// Errors of this module.
 #[derive(Debug, thiserror::Error)]
@@ -49,70 +47,14 @@ pub enum QemuError {
     Stopped,
 }
 
-fn u16_at(b: &[u8], o: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?))
-}
-fn u32_at(b: &[u8], o: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?))
-}
-fn u64_at(b: &[u8], o: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?))
-}
-
-/// The PVH entry point of an ELF64 image, if it has one.
+/// The PVH entry point of an ELF64 image, if it has one (the note reader
+/// is the boot path's, `boot::notes`; a file whose headers point past its
+/// end has no notes).
 pub fn pvh_entry(image: &[u8]) -> Result<Option<u64>, String> {
     if image.get(0..4) != Some(b"\x7fELF") || image.get(4) != Some(&2) {
         return Err("not an ELF64 file".into());
     }
-    let bad = || "truncated ELF header".to_string();
-    let phoff = u64_at(image, 32).ok_or_else(bad)? as usize;
-    let phentsize = u16_at(image, 54).ok_or_else(bad)? as usize;
-    let phnum = u16_at(image, 56).ok_or_else(bad)? as usize;
-    for i in 0..phnum {
-        let ph = phoff.saturating_add(i.saturating_mul(phentsize));
-        let (Some(ptype), Some(off), Some(size)) = (
-            u32_at(image, ph),
-            u64_at(image, ph + 8),
-            u64_at(image, ph + 32),
-        ) else {
-            return Err(format!("program header {i} is outside the file"));
-        };
-        if ptype != PT_NOTE {
-            continue;
-        }
-        let (start, end) = (off as usize, off.saturating_add(size) as usize);
-        let notes = image
-            .get(start..end)
-            .ok_or_else(|| format!("PT_NOTE {i} is outside the file"))?;
-        let mut p = 0usize;
-        while p + 12 <= notes.len() {
-            let namesz = u32_at(notes, p).unwrap_or(0) as usize;
-            let descsz = u32_at(notes, p + 4).unwrap_or(0) as usize;
-            let ntype = u32_at(notes, p + 8).unwrap_or(0);
-            let name_at = p + 12;
-            let desc_at = name_at + namesz.div_ceil(4) * 4;
-            let next = desc_at + descsz.div_ceil(4) * 4;
-            if next > notes.len() {
-                break;
-            }
-            let name = &notes[name_at..name_at + namesz];
-            if name.strip_suffix(b"\0").unwrap_or(name) == b"Xen"
-                && ntype == XEN_ELFNOTE_PHYS32_ENTRY
-            {
-                let desc = &notes[desc_at..desc_at + descsz];
-                let entry = match descsz {
-                    4 => u32_at(desc, 0).map(u64::from),
-                    8 => u64_at(desc, 0),
-                    _ => None,
-                };
-                return entry
-                    .map(Some)
-                    .ok_or_else(|| format!("PVH note with a {descsz}-byte entry"));
-            }
-            p = next;
-        }
-    }
-    Ok(None)
+    Ok(notes::scan_bytes(image).pvh_entry)
 }
 
 /// Where `qemu-system-x86_64` is, from `PATH`.
@@ -420,36 +362,7 @@ fn guest_refused(console: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A minimal ELF64 with one PT_NOTE segment holding `notes`.
-    fn elf_with_notes(notes: &[u8]) -> Vec<u8> {
-        let mut img = vec![0u8; 64 + 56];
-        img[0..4].copy_from_slice(b"\x7fELF");
-        img[4] = 2;
-        img[5] = 1;
-        img[18] = 62;
-        img[32..40].copy_from_slice(&64u64.to_le_bytes()); // e_phoff
-        img[54..56].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
-        img[56..58].copy_from_slice(&1u16.to_le_bytes()); // e_phnum
-        let ph = 64;
-        img[ph..ph + 4].copy_from_slice(&PT_NOTE.to_le_bytes());
-        img[ph + 8..ph + 16].copy_from_slice(&(120u64).to_le_bytes());
-        img[ph + 32..ph + 40].copy_from_slice(&(notes.len() as u64).to_le_bytes());
-        img.extend_from_slice(notes);
-        img
-    }
-
-    fn note(name: &[u8], ntype: u32, desc: &[u8]) -> Vec<u8> {
-        let mut n = Vec::new();
-        n.extend_from_slice(&(name.len() as u32).to_le_bytes());
-        n.extend_from_slice(&(desc.len() as u32).to_le_bytes());
-        n.extend_from_slice(&ntype.to_le_bytes());
-        n.extend_from_slice(name);
-        n.resize(n.len().div_ceil(4) * 4, 0);
-        n.extend_from_slice(desc);
-        n.resize(n.len().div_ceil(4) * 4, 0);
-        n
-    }
+    use crate::boot::notes::tests::{elf64_with_notes as elf_with_notes, note};
 
     #[test]
     fn a_guest_kvm_could_not_run_is_noticed() {
@@ -474,18 +387,18 @@ mod tests {
 
     #[test]
     fn finds_the_pvh_note() {
-        let mut notes = note(b"GNU\0", 3, &[1, 2, 3, 4, 5, 6, 7, 8]);
-        notes.extend(note(b"Xen\0", 18, &0x10_0040u32.to_le_bytes()));
+        let mut notes = note(b"GNU", 3, &[1, 2, 3, 4, 5, 6, 7, 8]);
+        notes.extend(note(b"Xen", 18, &0x10_0040u32.to_le_bytes()));
         assert_eq!(pvh_entry(&elf_with_notes(&notes)), Ok(Some(0x10_0040)));
         // Another Xen note type, or no notes: no PVH entry.
-        let other = note(b"Xen\0", 17, &0x1234u32.to_le_bytes());
+        let other = note(b"Xen", 17, &0x1234u32.to_le_bytes());
         assert_eq!(pvh_entry(&elf_with_notes(&other)), Ok(None));
         assert_eq!(pvh_entry(&elf_with_notes(&[])), Ok(None));
         assert!(pvh_entry(b"MZ....").is_err());
-        // A header pointing past the end is an error, not a panic.
+        // A header pointing past the end: no notes, not a panic.
         let mut bad = elf_with_notes(&notes);
         bad.truncate(100);
-        assert!(pvh_entry(&bad).is_err());
+        assert_eq!(pvh_entry(&bad), Ok(None));
     }
 
     #[test]

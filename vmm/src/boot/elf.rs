@@ -147,15 +147,22 @@ pub fn write_boot_structures(
         slot.r#type = e.kind;
     }
     params.e820_entries = map.len().min(params.e820_table.len()) as u8;
+    write_zero_page_and_tables(mem, &params)
+}
+
+/// The zero page at its address, then the boot GDT and the identity-mapped
+/// page tables every 64-bit entry (bench guest, Linux) starts on.
+pub(crate) fn write_zero_page_and_tables(
+    mem: &GuestMemoryMmap,
+    params: &boot_params,
+) -> Result<(), BootError> {
     LinuxBootConfigurator::write_bootparams::<GuestMemoryMmap>(
-        &BootParams::new(&params, GuestAddress(ZERO_PAGE_ADDR)),
+        &BootParams::new(params, GuestAddress(ZERO_PAGE_ADDR)),
         mem,
     )
     .map_err(BootError::BootParams)?;
-
     write_gdt(mem, &boot_gdt())?;
-    write_page_tables(mem)?;
-    Ok(())
+    write_page_tables(mem)
 }
 
 /// Number of 2 MiB pages the boot page tables map: the first 4 GiB, or all

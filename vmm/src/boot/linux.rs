@@ -32,15 +32,12 @@
 //! then the user's `cmdline`, so the user's words win where Linux takes the
 //! last occurrence of a parameter.
 
-use super::elf::{load_initrd, write_page_tables};
-use super::layout::{CMDLINE_ADDR, HIMEM_START, LINUX_ACPI_START, MPTABLE_START, ZERO_PAGE_ADDR};
-use super::regs::boot_gdt;
+use super::elf::{load_initrd, write_zero_page_and_tables};
+use super::layout::{CMDLINE_ADDR, HIMEM_START, LINUX_ACPI_START, MPTABLE_START};
 use super::zero_page::{self, ZeroPage};
-use super::{acpi, mptable, write_gdt, BootError, KernelFormat};
+use super::{acpi, mptable, BootError, KernelFormat};
 use crate::memory::{e820_map, ram_size, MMIO_GAP_START};
 use linux_loader::cmdline::Cmdline;
-use linux_loader::configurator::linux::LinuxBootConfigurator;
-use linux_loader::configurator::{BootConfigurator, BootParams};
 use linux_loader::loader::bootparam::setup_header;
 use linux_loader::loader::bzimage::BzImage;
 use linux_loader::loader::elf::Elf;
@@ -302,13 +299,7 @@ pub fn load(
         e820: &map,
         rsdp_addr: LINUX_ACPI_START,
     });
-    LinuxBootConfigurator::write_bootparams::<GuestMemoryMmap>(
-        &BootParams::new(&params, GuestAddress(ZERO_PAGE_ADDR)),
-        mem,
-    )
-    .map_err(BootError::BootParams)?;
-    write_gdt(mem, &boot_gdt())?;
-    write_page_tables(mem)?;
+    write_zero_page_and_tables(mem, &params)?;
     Ok(LinuxBoot {
         entry: k.entry,
         cmdline: text,
@@ -319,6 +310,7 @@ pub fn load(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::boot::layout::ZERO_PAGE_ADDR;
     use crate::memory::create_guest_memory;
     use linux_loader::loader::bootparam::boot_params;
 
