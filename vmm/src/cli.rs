@@ -82,6 +82,10 @@ pub enum Command {
         /// Run without the per-thread seccomp filters (for debugging).
         #[arg(long)]
         no_seccomp: bool,
+        /// Record a scheduling trace into FILE (scheduled policies; read it
+        /// with `pacer trace summary|export|plot FILE`).
+        #[arg(long, value_name = "FILE", conflicts_with = "compare")]
+        trace: Option<PathBuf>,
     },
     /// Check a config file (fields, paths, CPU sets) without starting anything.
     Validate {
@@ -94,6 +98,8 @@ pub enum Command {
     Bench(crate::bench::command::BenchArgs),
     /// Run a scheduler simulation scenario (deterministic, no KVM).
     Sim(crate::sim_command::SimArgs),
+    /// Read a scheduling trace (`pacer run --trace`): summary, export, plot.
+    Trace(crate::trace::command::TraceArgs),
     /// Print the host CPU topology as vcpu_sched sees it.
     Topology {
         /// A synthetic topology instead of the host's, e.g. 2x22x2.
@@ -117,6 +123,7 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
         Command::Unixbench(args) => crate::unixbench::cli::run(&args),
         Command::Bench(args) => crate::bench::command::main(args),
         Command::Sim(args) => crate::sim_command::main(args),
+        Command::Trace(args) => crate::trace::command::main(args),
         Command::Validate { file, policy } => {
             match Config::load_overridden(&file, Overrides { policy }) {
                 Ok(c) => {
@@ -153,12 +160,15 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
             compare,
             exit_status_from_guest,
             no_seccomp,
+            trace,
         } => {
             // Before any VM starts: a result that cannot be written is bad input.
-            if let Some(path) = &json {
-                if let Err(why) = crate::preflight::check_output_file(path) {
-                    eprintln!("pacer run: --json: {why}");
-                    return EXIT_BAD_INPUT;
+            for (flag, path) in [("--json", &json), ("--trace", &trace)] {
+                if let Some(path) = path {
+                    if let Err(why) = crate::preflight::check_output_file(path) {
+                        eprintln!("pacer run: {flag}: {why}");
+                        return EXIT_BAD_INPUT;
+                    }
                 }
             }
             if !no_seccomp {
@@ -167,7 +177,7 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 let kinds: &[ThreadKind] = if compare.is_empty() {
                     &ThreadKind::ALL
                 } else {
-                    &ThreadKind::ALL[..4]
+                    &ThreadKind::ALL[..5]
                 };
                 if let Err(e) = crate::seccomp::enable(kinds) {
                     eprintln!("pacer run: running without seccomp filters: {e}");
@@ -191,10 +201,18 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 );
                 return EXIT_BAD_INPUT;
             }
-            let opts = RunOptions { run_start, status };
+            let opts = RunOptions {
+                run_start,
+                status,
+                trace,
+            };
             let results = match runner::run(&config, &opts, &print_event) {
                 Ok(r) => r,
-                Err(e @ runner::RunError::LogDir(_)) => {
+                Err(
+                    e @ (runner::RunError::LogDir(_)
+                    | runner::RunError::TraceUnderHost
+                    | runner::RunError::Trace(_)),
+                ) => {
                     eprintln!("pacer run: {e}");
                     return EXIT_BAD_INPUT;
                 }
@@ -207,6 +225,18 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 out(&format!(
                     "pacer: this run's logs and results: {}\n",
                     dir.display()
+                ));
+            }
+            if let Some(t) = &results.trace {
+                out(&format!(
+                    "pacer: scheduling trace: {} ({} events, {} lost{})\n",
+                    t.path.display(),
+                    t.records,
+                    t.lost,
+                    t.error
+                        .as_ref()
+                        .map(|e| format!("; incomplete: {e}"))
+                        .unwrap_or_default()
                 ));
             }
             if let Some(path) = json {
@@ -278,7 +308,11 @@ fn run_compare(
     let mut all_ok = true;
     for (p, config) in configs {
         out(&format!("== policy {p}\n"));
-        let opts = RunOptions { run_start, status };
+        let opts = RunOptions {
+            run_start,
+            status,
+            trace: None,
+        };
         match runner::run(&config, &opts, &print_event) {
             Ok(r) => {
                 all_ok &= r.ok;

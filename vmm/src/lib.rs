@@ -35,6 +35,7 @@ pub mod runner;
 pub mod seccomp;
 pub mod signals;
 pub mod sim_command;
+pub mod trace;
 pub mod unixbench;
 pub mod vcpu;
 pub mod vm;

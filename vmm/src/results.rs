@@ -155,6 +155,8 @@ pub struct RunResults {
     pub run_dir: Option<PathBuf>,
     pub ok: bool,
     pub vms: Vec<VmResult>,
+    /// The scheduling trace, when one was recorded (`--trace`).
+    pub trace: Option<crate::trace::TraceOutcome>,
 }
 
 /// Collects a VM's events and appends them to its JSON-lines file.
@@ -592,6 +594,7 @@ mod tests {
                 run_dir: None,
                 ok: true,
                 vms: vec![r],
+                trace: None,
             }
         };
         let t = format_comparison(&[

@@ -25,6 +25,10 @@ pub enum RunError {
     Kvm(#[from] crate::vm::VmError),
     #[error("{0}")]
     LogDir(#[from] crate::run_dir::RunDirError),
+    #[error("{0}")]
+    Trace(#[from] crate::trace::tracer::TraceError),
+    #[error("--trace: policy host leaves the vCPU threads to the host kernel; Pacer has no scheduling to record (use haiku, global-rr or pinned)")]
+    TraceUnderHost,
 }
 
 /// Options of a run.
@@ -34,6 +38,8 @@ pub struct RunOptions {
     pub run_start: Instant,
     /// Report a one-line status every second ([`RunEvent::Status`]).
     pub status: bool,
+    /// Record a scheduling trace into this file (scheduled policies).
+    pub trace: Option<std::path::PathBuf>,
 }
 
 /// What the runner reports while it runs.
@@ -156,24 +162,38 @@ pub fn run(
     opts: &RunOptions,
     on_event: &(dyn Fn(RunEvent<'_>) + Sync),
 ) -> Result<RunResults, RunError> {
+    if opts.trace.is_some() && config.host.policy == Policy::Host {
+        return Err(RunError::TraceUnderHost);
+    }
     // This run's own directory, before anything starts.
     let run_dir = crate::run_dir::create(&config.host.log_dir)?;
     // Before any thread starts: every thread inherits the blocked mask.
     let guard = SignalGuard::install();
     let guard = &guard;
+    let mut tracer = None;
     let engine = match config.host.policy {
         Policy::Host => None,
-        Policy::Scheduled(policy) => Some(Engine::new(
-            EngineConfig {
-                policy,
-                mode: config.host.mode,
-                smt_isolation: config.host.smt_isolation,
-                tunables: config.host.tunables.clone(),
-                dispatch: config.host.dispatch,
-                halt_poll_ns: config.host.halt_poll_us * 1000,
-            },
-            CpuMap::from_host(&config.host.cpus)?,
-        )?),
+        Policy::Scheduled(policy) => {
+            let cpus = CpuMap::from_host(&config.host.cpus)?;
+            if let Some(path) = &opts.trace {
+                tracer = Some(crate::trace::Tracer::start(
+                    &crate::trace::TraceConfig::new(path),
+                    trace_meta(config, &cpus),
+                )?);
+            }
+            Some(Engine::new(
+                EngineConfig {
+                    policy,
+                    mode: config.host.mode,
+                    smt_isolation: config.host.smt_isolation,
+                    tunables: config.host.tunables.clone(),
+                    dispatch: config.host.dispatch,
+                    halt_poll_ns: config.host.halt_poll_us * 1000,
+                    trace: tracer.as_ref().map(|t| t.trace()),
+                },
+                cpus,
+            )?)
+        }
     };
     let scheduling = match &engine {
         None => VcpuScheduling::Host { pin: true },
@@ -269,12 +289,29 @@ pub fn run(
     if let Some(e) = &engine {
         e.shutdown();
     }
+    let trace = tracer.map(crate::trace::Tracer::outcome);
+    if let Some(e) = trace.as_ref().and_then(|t| t.error.as_ref()) {
+        log::warn!("{e}");
+    }
     Ok(RunResults {
         config: config.path.clone(),
         run_dir: Some(run_dir),
         ok: results.iter().all(|r| r.ok),
         vms: results,
+        trace,
     })
+}
+
+/// What a trace says about the run it records.
+fn trace_meta(config: &Config, cpus: &CpuMap) -> crate::trace::format::RunMeta {
+    crate::trace::format::RunMeta {
+        policy: config.host.policy.to_string(),
+        mode: config.host.mode.to_string(),
+        dispatch: config.host.dispatch.to_string(),
+        topology: cpus.topology().clone(),
+        start_ns: crate::engine::clock::now_ns(),
+        config: Some(config.path.display().to_string()),
+    }
 }
 
 fn failed(name: &str, msg: &str) -> VmResult {

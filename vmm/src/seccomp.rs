@@ -13,6 +13,7 @@
 //! |---|---|---|
 //! | [`ThreadKind::Vcpu`] | `<vm>/vcpu<N>`, `pacer/cpu<N>` (workers) | `ioctl` with KVM_RUN, KVM_GET/SET_REGS, KVM_GET/SET_SREGS, KVM_INTERRUPT, KVM_NMI, KVM_SET_MSRS, KVM_GET_VCPU_EVENTS, KVM_IRQ_LINE only; `timer_create`/`timer_delete`; read-only `openat`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (under policy host a vCPU thread reads its own scheduling counters in /proc as it ends) |
 //! | [`ThreadKind::Timers`] | `pacer/timers` | nothing |
+//! | [`ThreadKind::Trace`] | `pacer/trace` (`run --trace`) | nothing: it writes the trace file opened before it started |
 //! | [`ThreadKind::Controller`] | `<vm>/ctl` after its vCPUs started | `openat` read-only, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the kernel's per-thread scheduling statistics) |
 //! | [`ThreadKind::Service`] | `pacer/signals`, `pacer/status` | `rt_sigtimedwait`; `openat`, `statx` (the SIGUSR1 snapshot file) |
 //! | [`ThreadKind::Runner`] | the thread that called `runner::run` (the main thread), once every other thread started | `openat`, `mkdir`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the `--json` file) |
@@ -79,16 +80,18 @@ pub enum ThreadKind {
     Timers,
     Controller,
     Service,
+    Trace,
     Runner,
 }
 
 impl ThreadKind {
     /// Every kind; [`ThreadKind::Runner`] last.
-    pub const ALL: [ThreadKind; 5] = [
+    pub const ALL: [ThreadKind; 6] = [
         ThreadKind::Vcpu,
         ThreadKind::Timers,
         ThreadKind::Controller,
         ThreadKind::Service,
+        ThreadKind::Trace,
         ThreadKind::Runner,
     ];
 
@@ -227,7 +230,7 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
             read_only_files(&mut r)?;
             allow(&mut r, &[libc::SYS_timer_create, libc::SYS_timer_delete]);
         }
-        ThreadKind::Timers => {}
+        ThreadKind::Timers | ThreadKind::Trace => {}
         ThreadKind::Controller => read_only_files(&mut r)?,
         ThreadKind::Service => {
             allow(
