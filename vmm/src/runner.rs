@@ -175,24 +175,24 @@ pub fn run(
         Policy::Host => None,
         Policy::Scheduled(policy) => {
             let cpus = CpuMap::from_host(&config.host.cpus)?;
+            let mut engine_config = EngineConfig {
+                policy,
+                mode: config.host.mode,
+                smt_isolation: config.host.smt_isolation,
+                tunables: config.host.tunables.clone(),
+                dispatch: config.host.dispatch,
+                halt_poll_ns: config.host.halt_poll_us * 1000,
+                trace: None,
+            };
             if let Some(path) = &opts.trace {
-                tracer = Some(crate::trace::Tracer::start(
+                let t = crate::trace::Tracer::start(
                     &crate::trace::TraceConfig::new(path),
-                    trace_meta(config, &cpus),
-                )?);
+                    trace_meta(config, &engine_config, &cpus),
+                )?;
+                engine_config.trace = Some(t.trace());
+                tracer = Some(t);
             }
-            Some(Engine::new(
-                EngineConfig {
-                    policy,
-                    mode: config.host.mode,
-                    smt_isolation: config.host.smt_isolation,
-                    tunables: config.host.tunables.clone(),
-                    dispatch: config.host.dispatch,
-                    halt_poll_ns: config.host.halt_poll_us * 1000,
-                    trace: tracer.as_ref().map(|t| t.trace()),
-                },
-                cpus,
-            )?)
+            Some(Engine::new(engine_config, cpus)?)
         }
     };
     let scheduling = match &engine {
@@ -303,7 +303,11 @@ pub fn run(
 }
 
 /// What a trace says about the run it records.
-fn trace_meta(config: &Config, cpus: &CpuMap) -> crate::trace::format::RunMeta {
+fn trace_meta(
+    config: &Config,
+    engine: &EngineConfig,
+    cpus: &CpuMap,
+) -> crate::trace::format::RunMeta {
     crate::trace::format::RunMeta {
         policy: config.host.policy.to_string(),
         mode: config.host.mode.to_string(),
@@ -311,6 +315,7 @@ fn trace_meta(config: &Config, cpus: &CpuMap) -> crate::trace::format::RunMeta {
         topology: cpus.topology().clone(),
         start_ns: crate::engine::clock::now_ns(),
         config: Some(config.path.display().to_string()),
+        sched: Some(engine.sched_config()),
     }
 }
 

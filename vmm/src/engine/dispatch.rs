@@ -178,6 +178,7 @@ impl Engine {
                 (Stop::Blocked, _) => StopWhy::Halted,
                 (Stop::Exit(_), _) => StopWhy::Exited,
             },
+            thread_cpu_ns: super::clock::thread_cpu_ns(),
         });
         match stop {
             Stop::Quantum => {

@@ -133,6 +133,19 @@ pub struct EngineConfig {
     pub trace: Option<crate::trace::Trace>,
 }
 
+impl EngineConfig {
+    /// The scheduler's configuration.
+    pub fn sched_config(&self) -> SchedConfig {
+        SchedConfig {
+            policy: self.policy,
+            mode: self.mode,
+            tunables: self.tunables.clone(),
+            smt_isolation: self.smt_isolation,
+            ..SchedConfig::default()
+        }
+    }
+}
+
 /// How a VM's vCPUs are to be scheduled.
 #[derive(Debug, Clone)]
 pub struct VmSchedSpec {
@@ -204,16 +217,7 @@ impl Engine {
     pub fn new(config: EngineConfig, cpus: CpuMap) -> Result<Arc<Engine>, EngineError> {
         crate::signals::register_kick_handler()
             .map_err(|e| EngineError::Thread(std::io::Error::from_raw_os_error(e.errno())))?;
-        let sched = vcpu_sched::build(
-            cpus.topology().clone(),
-            SchedConfig {
-                policy: config.policy,
-                mode: config.mode,
-                tunables: config.tunables,
-                smt_isolation: config.smt_isolation,
-                ..SchedConfig::default()
-            },
-        )?;
+        let sched = vcpu_sched::build(cpus.topology().clone(), config.sched_config())?;
         let slots = cpus
             .topology()
             .cpus

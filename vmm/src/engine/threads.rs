@@ -9,7 +9,7 @@
 //! An idle CPU has no thread; a wake that kicks it dispatches onto it from
 //! the waker's thread ([`Engine::kick_cpu`]).
 
-use super::clock::{now_ns, HaltPoll, QuantumTimer};
+use super::clock::{now_ns, thread_cpu_ns, HaltPoll, QuantumTimer};
 use super::dispatch::{Next, Stop};
 use super::trace_points::cpu16;
 use super::vcpu_state::{EngineVcpu, RunState, VcpuCtl};
@@ -90,6 +90,7 @@ impl ThreadGate {
         self.engine.record(|| Event::Unpark {
             cpu: cpu16(slot.host),
             vcpu: v.trace_ref(),
+            thread_cpu_ns: thread_cpu_ns(),
         });
         Some(Turn { cpu })
     }
@@ -169,6 +170,11 @@ impl VcpuGate for ThreadGate {
             let idle = next.is_none();
             if next.is_some_and(|n| Arc::ptr_eq(&n, &self.vcpu)) {
                 // Picked again: straight back into the guest.
+                self.engine.record(|| Event::Unpark {
+                    cpu: cpu16(slot.host),
+                    vcpu: self.vcpu.trace_ref(),
+                    thread_cpu_ns: thread_cpu_ns(),
+                });
                 let t = Turn { cpu: turn.cpu };
                 self.arm(&t);
                 self.turn = Some(t);

@@ -99,6 +99,11 @@ fn run_turn(
         return engine.end_turn(slot, v, Stop::Exit(VcpuExitReason::Stopped));
     };
     set_current_kvm_run(runner.kvm_run_ptr());
+    engine.record(|| crate::trace::Event::Unpark {
+        cpu: super::trace_points::cpu16(slot.host),
+        vcpu: v.trace_ref(),
+        thread_cpu_ns: super::clock::thread_cpu_ns(),
+    });
     // At the CPU's quantum end, which wakes may bring forward meanwhile.
     slot.arm_turn(timer);
     let mut last = VcpuStep::Start;

@@ -13,7 +13,7 @@ pub fn subjects(e: &Event) -> (Option<u16>, Option<VcpuRef>) {
         | Event::Stop { cpu, vcpu, .. }
         | Event::ExitSeen { cpu, vcpu }
         | Event::Inject { cpu, vcpu, .. }
-        | Event::Unpark { cpu, vcpu } => (Some(cpu), Some(vcpu)),
+        | Event::Unpark { cpu, vcpu, .. } => (Some(cpu), Some(vcpu)),
         Event::Cut { cpu, woken, .. } => (Some(cpu), Some(woken)),
         Event::Migrate { vcpu, to, .. } => (Some(to), Some(vcpu)),
         Event::Wake { vcpu, cpu, .. } => (cpu, Some(vcpu)),

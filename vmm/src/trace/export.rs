@@ -130,7 +130,7 @@ pub fn document(trace: &TraceFile) -> Value {
                     );
                 }
             }
-            Event::Stop { cpu, vcpu, why } => {
+            Event::Stop { cpu, vcpu, why, .. } => {
                 if let Some(mut o) = on_cpu.remove(&cpu) {
                     o.args["stop"] = json!(why.as_str());
                     slice(&mut ev, CPU_PID, u64::from(cpu), o, t);

@@ -44,6 +44,10 @@ pub struct RunMeta {
     /// The config file the run came from, if any.
     #[serde(default)]
     pub config: Option<String>,
+    /// The scheduler's whole configuration (tunables included), so a
+    /// replay runs the policy as it ran.
+    #[serde(default)]
+    pub sched: Option<vcpu_sched::SchedConfig>,
 }
 
 /// A VM that joined the run's engine.
@@ -72,7 +76,7 @@ pub struct RingMeta {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Meta {
-    Run(RunMeta),
+    Run(Box<RunMeta>),
     Vm(VmMeta),
     Ring(RingMeta),
 }

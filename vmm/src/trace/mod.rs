@@ -23,6 +23,7 @@ pub mod format;
 pub mod plot;
 pub mod read;
 pub mod record;
+pub mod replay;
 pub mod ring;
 pub mod summary;
 pub mod tracer;

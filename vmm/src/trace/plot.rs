@@ -13,6 +13,9 @@ use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// Pixels to the right of the lanes for the legend.
+const LEGEND_WIDTH: u32 = 200;
+
 /// A turn on a CPU lane.
 struct Bar {
     lane: usize,
@@ -108,6 +111,8 @@ fn draw_on<DB: DrawingBackend>(
     t: &Timeline,
 ) -> Result<(), String> {
     root.fill(&WHITE).map_err(e)?;
+    let width = root.dim_in_pixel().0;
+    let (root, legend) = root.split_horizontally(width.saturating_sub(LEGEND_WIDTH));
     let (first, _) = trace.span();
     let ms = |ns: u64| (ns as f64 - first as f64) / 1e6;
     let (x0, x1) = (ms(t.from), ms(t.to).max(ms(t.from) + 1e-3));
@@ -173,35 +178,43 @@ fn draw_on<DB: DrawingBackend>(
                 .map(|&(l, at)| Cross::new((ms(at), y(l) + 0.08), 4, RED.stroke_width(2))),
         )
         .map_err(e)?;
-    // Legend: one entry per vCPU seen, then the marks.
+    // Legend, beside the lanes: one entry per vCPU seen, then the marks.
     let mut seen: Vec<VcpuRef> = t.bars.iter().map(|b| b.vcpu).collect();
     seen.sort();
     seen.dedup();
+    let style = ("sans-serif", 13).into_font().color(&BLACK);
+    let mut y = 50;
     for v in seen {
-        let c = colour(v);
-        chart
-            .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
-            .map_err(e)?
-            .label(trace.vcpu_name(v))
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
+        legend
+            .draw(&Rectangle::new(
+                [(8, y - 5), (22, y + 5)],
+                colour(v).filled(),
+            ))
+            .map_err(e)?;
+        legend
+            .draw(&Text::new(trace.vcpu_name(v), (28, y - 7), style.clone()))
+            .map_err(e)?;
+        y += 20;
     }
-    chart
-        .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
-        .map_err(e)?
-        .label("| wake sent to the CPU")
-        .legend(|(x, y)| PathElement::new([(x + 7, y - 6), (x + 7, y + 6)], BLACK.stroke_width(1)));
-    chart
-        .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
-        .map_err(e)?
-        .label("x preemption")
-        .legend(|(x, y)| Cross::new((x + 7, y), 4, RED.stroke_width(2)));
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 13))
-        .draw()
+    legend
+        .draw(&PathElement::new(
+            [(15, y - 6), (15, y + 6)],
+            BLACK.stroke_width(1),
+        ))
+        .map_err(e)?;
+    legend
+        .draw(&Text::new(
+            "wake sent to the CPU",
+            (28, y - 7),
+            style.clone(),
+        ))
+        .map_err(e)?;
+    y += 20;
+    legend
+        .draw(&Cross::new((15, y), 4, RED.stroke_width(2)))
+        .map_err(e)?;
+    legend
+        .draw(&Text::new("preemption", (28, y - 7), style))
         .map_err(e)?;
     root.present().map_err(e)
 }

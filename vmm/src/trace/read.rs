@@ -121,7 +121,7 @@ impl TraceFile {
                             r.topology
                                 .validate()
                                 .map_err(|e| ReadError::at(start, format!("run topology: {e}")))?;
-                            run = Some(r);
+                            run = Some(*r);
                         }
                         Meta::Vm(v) => {
                             if vms.iter().any(|o| o.id == v.id) {
@@ -218,8 +218,10 @@ mod tests {
 
     fn file_with(records: &[Record], end: bool) -> Vec<u8> {
         let mut b = format::header().to_vec();
-        let run = serde_json::to_vec(&Meta::Run(crate::trace::tracer::tests_support::run_meta()))
-            .unwrap();
+        let run = serde_json::to_vec(&Meta::Run(Box::new(
+            crate::trace::tracer::tests_support::run_meta(),
+        )))
+        .unwrap();
         b.extend(format::frame_header(format::TAG_META, run.len() as u32));
         b.extend(run);
         let mut payload = Vec::new();

@@ -121,11 +121,14 @@ pub enum Event {
     },
     /// `schedule` on `cpu` found nothing to run: the CPU idles.
     Idle { cpu: u16 },
-    /// `vcpu` gave `cpu` back.
+    /// `vcpu` gave `cpu` back. `thread_cpu_ns`: the CPU time of the
+    /// thread that ran it (CLOCK_THREAD_CPUTIME_ID), so that a turn's
+    /// CPU time is this less its `Unpark`'s, host preemption excluded.
     Stop {
         cpu: u16,
         vcpu: VcpuRef,
         why: StopWhy,
+        thread_cpu_ns: u64,
     },
     /// A wake of `woken` cut the slice of what `cpu` runs: it now ends
     /// `end_in_ns` after this event.
@@ -160,9 +163,14 @@ pub enum Event {
     /// `vcpu`'s thread stops polling and sleeps until its vCPU is
     /// dispatched again.
     Park { vcpu: VcpuRef },
-    /// `vcpu`'s thread takes `cpu` again after it was dispatched (woken
-    /// from its sleep, or found while polling).
-    Unpark { cpu: u16, vcpu: VcpuRef },
+    /// A thread takes `cpu` to run `vcpu` (its own thread woken from its
+    /// sleep or found while polling, picked again, or a worker), with that
+    /// thread's CPU time (see `Stop`).
+    Unpark {
+        cpu: u16,
+        vcpu: VcpuRef,
+        thread_cpu_ns: u64,
+    },
     /// `count` events were lost (a ring was full): written by the drain.
     Lost { count: u64 },
 }
@@ -276,11 +284,17 @@ impl Record {
                 r.kind = Kind::Idle as u8;
                 r.cpu = cpu;
             }
-            Event::Stop { cpu, vcpu, why } => {
+            Event::Stop {
+                cpu,
+                vcpu,
+                why,
+                thread_cpu_ns,
+            } => {
                 r.kind = Kind::Stop as u8;
                 r.cpu = cpu;
                 set_vcpu(&mut r, vcpu);
                 r.arg = why as u8;
+                r.z = thread_cpu_ns;
             }
             Event::Cut {
                 cpu,
@@ -356,10 +370,15 @@ impl Record {
                 r.kind = Kind::Park as u8;
                 set_vcpu(&mut r, vcpu);
             }
-            Event::Unpark { cpu, vcpu } => {
+            Event::Unpark {
+                cpu,
+                vcpu,
+                thread_cpu_ns,
+            } => {
                 r.kind = Kind::Unpark as u8;
                 r.cpu = cpu;
                 set_vcpu(&mut r, vcpu);
+                r.z = thread_cpu_ns;
             }
             Event::Lost { count } => {
                 r.kind = Kind::Lost as u8;
@@ -413,6 +432,7 @@ impl Record {
                 why: *StopWhy::ALL
                     .get(usize::from(self.arg))
                     .ok_or(bad("unknown stop reason"))?,
+                thread_cpu_ns: self.z,
             },
             Kind::Cut => Event::Cut {
                 cpu: cpu()?,
@@ -477,6 +497,7 @@ impl Record {
             Kind::Unpark => Event::Unpark {
                 cpu: cpu()?,
                 vcpu: vcpu()?,
+                thread_cpu_ns: self.z,
             },
             Kind::Lost => Event::Lost { count: self.z },
         })
@@ -590,7 +611,11 @@ mod tests {
                 to: 1,
             },
             Event::Park { vcpu: V },
-            Event::Unpark { cpu: 1, vcpu: V },
+            Event::Unpark {
+                cpu: 1,
+                vcpu: V,
+                thread_cpu_ns: 7_000_000,
+            },
             Event::Lost { count: 12345 },
         ];
         for why in StopWhy::ALL {
@@ -598,6 +623,7 @@ mod tests {
                 cpu: 0,
                 vcpu: V,
                 why,
+                thread_cpu_ns: 9_000_000,
             });
         }
         for cause in [

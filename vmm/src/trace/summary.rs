@@ -135,6 +135,10 @@ pub struct VcpuRow {
     pub run_ns: u64,
     /// Run time over the trace's span.
     pub run_share: f64,
+    /// The CPU time its thread got in those turns over the span: what
+    /// `run_share` would be if the host kernel had given the vCPU's CPU to
+    /// no other process meanwhile.
+    pub thread_cpu_share: f64,
     pub dispatches: u64,
     pub halts: u64,
     pub wakes: u64,
@@ -300,7 +304,7 @@ fn follow(trace: &TraceFile) -> (Vec<Path>, Vec<Path>) {
                     }
                 }
             }
-            Event::Stop { cpu, vcpu, why } => {
+            Event::Stop { cpu, vcpu, why, .. } => {
                 cpus.entry(cpu).or_default().running = None;
                 running.remove(&vcpu);
                 if matches!(why, StopWhy::Halted | StopWhy::Exited | StopWhy::WaitSipi) {
@@ -328,6 +332,25 @@ fn follow(trace: &TraceFile) -> (Vec<Path>, Vec<Path>) {
         }
     }
     (wakes, irqs)
+}
+
+/// For every wake that kicked its target CPU: decision -> the woken vCPU
+/// dispatched (`to_running` false) or running (true), ns: what a kick
+/// costs before the vCPU is given the CPU, or before it uses it.
+pub fn wake_mechanism_ns(trace: &TraceFile, to_running: bool) -> Vec<u64> {
+    follow(trace)
+        .0
+        .iter()
+        .filter(|p| p.t[KICK].is_some())
+        .filter_map(|p| {
+            let until = if to_running {
+                p.t[RUNNING].or(p.t[DISPATCHED])?
+            } else {
+                p.t[DISPATCHED]?
+            };
+            Some(until - p.t[DECISION]?)
+        })
+        .collect()
 }
 
 /// Rows per path class, classes in order of count.
@@ -470,6 +493,8 @@ fn vcpu_rows(trace: &TraceFile, wakes: &[Path]) -> Vec<VcpuRow> {
     struct Acc {
         since: Option<u64>,
         run: u64,
+        cpu0: Option<u64>,
+        cpu: u64,
         dispatches: u64,
         halts: u64,
         wakes: u64,
@@ -487,10 +512,23 @@ fn vcpu_rows(trace: &TraceFile, wakes: &[Path]) -> Vec<VcpuRow> {
                 a.dispatches += 1;
                 a.since.get_or_insert(e.t_ns);
             }
-            Event::Stop { vcpu, why, .. } => {
+            Event::Unpark {
+                vcpu,
+                thread_cpu_ns,
+                ..
+            } => acc.entry(vcpu).or_default().cpu0 = Some(thread_cpu_ns),
+            Event::Stop {
+                vcpu,
+                why,
+                thread_cpu_ns,
+                ..
+            } => {
                 let a = acc.entry(vcpu).or_default();
                 if let Some(s) = a.since.take() {
                     a.run += e.t_ns.saturating_sub(s);
+                }
+                if let Some(c0) = a.cpu0.take() {
+                    a.cpu += thread_cpu_ns.saturating_sub(c0);
                 }
                 match why {
                     StopWhy::Halted => a.halts += 1,
@@ -517,6 +555,7 @@ fn vcpu_rows(trace: &TraceFile, wakes: &[Path]) -> Vec<VcpuRow> {
                 vcpu: trace.vcpu_name(v),
                 run_ns: a.run,
                 run_share: a.run as f64 / span as f64,
+                thread_cpu_share: a.cpu as f64 / span as f64,
                 dispatches: a.dispatches,
                 halts: a.halts,
                 wakes: a.wakes,
@@ -692,9 +731,15 @@ impl Summary {
         }
         let _ = writeln!(
             s,
-            "\n  {:<20} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>12}",
+            "\nPer vCPU: run% = dispatch -> stop over the span (the scheduler's view); cpu% = the CPU\n\
+             time its thread got in those turns (lower when the host gave that CPU to other processes)."
+        );
+        let _ = writeln!(
+            s,
+            "  {:<20} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>12}",
             "vCPU",
             "run%",
+            "cpu%",
             "disp",
             "halts",
             "wakes",
@@ -707,9 +752,10 @@ impl Summary {
         for v in &self.vcpus {
             let _ = writeln!(
                 s,
-                "  {:<20} {:>6.1} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>12}",
+                "  {:<20} {:>6.1} {:>6.1} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>12}",
                 v.vcpu,
                 100.0 * v.run_share,
+                100.0 * v.thread_cpu_share,
                 v.dispatches,
                 v.halts,
                 v.wakes,

@@ -189,7 +189,7 @@ impl Tracer {
             bytes: 0,
         };
         out.bytes(&format::header()).map_err(file_err)?;
-        out.meta(&Meta::Run(run)).map_err(file_err)?;
+        out.meta(&Meta::Run(Box::new(run))).map_err(file_err)?;
         out.w.flush().map_err(file_err)?;
         let inner = Arc::new(Inner {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -414,6 +414,7 @@ pub(crate) mod tests_support {
             topology: vcpu_sched::Topology::from_spec("1x2x1").unwrap(),
             start_ns: 0,
             config: None,
+            sched: None,
         }
     }
 }
