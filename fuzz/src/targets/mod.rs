@@ -5,6 +5,7 @@ pub mod elf;
 pub mod irqchip;
 pub mod pio;
 pub mod record;
+pub mod trace;
 
 use crate::driver::Target;
 
@@ -16,6 +17,7 @@ pub fn all() -> Vec<Box<dyn Target>> {
         Box::new(irqchip::MmioTarget::new()),
         Box::new(record::RecordTarget::new()),
         Box::new(elf::ElfTarget::new()),
+        Box::new(trace::TraceTarget::new()),
     ]
 }
 

@@ -3,7 +3,8 @@
 //! without a browser: one lane per host CPU, a bar per turn coloured by
 //! the vCPU's VM (lighter for higher vCPU indexes), a tick above the lane
 //! for each wake sent to that CPU and a red mark for each preemption.
-//! PNG or SVG by the output's extension.
+//! PNG or SVG by the output's extension (both need the TrueType font
+//! the bench report uses, which `ci/install.sh` installs).
 
 use super::read::TraceFile;
 use super::record::{Event, StopWhy, VcpuRef};
@@ -224,12 +225,14 @@ fn draw_on<DB: DrawingBackend>(
 pub fn draw(trace: &TraceFile, from: u64, to: u64, out: &Path) -> Result<(), String> {
     let t = timeline(trace, from, to);
     let size = (1400, 150 + 70 * t.lanes.len() as u32);
-    match out.extension().and_then(|x| x.to_str()) {
+    let ext = out.extension().and_then(|x| x.to_str());
+    if matches!(ext, Some("svg" | "png")) {
+        // Both backends lay text out with the registered font.
+        font()?;
+    }
+    match ext {
         Some("svg") => draw_on(SVGBackend::new(out, size).into_drawing_area(), trace, &t),
-        Some("png") => {
-            font()?;
-            draw_on(BitMapBackend::new(out, size).into_drawing_area(), trace, &t)
-        }
+        Some("png") => draw_on(BitMapBackend::new(out, size).into_drawing_area(), trace, &t),
         _ => Err(format!(
             "{}: the output must end in .png or .svg",
             out.display()
