@@ -2,12 +2,14 @@
 //!
 //! ```text
 //! pacer run FILE [--policy P | --compare P1,P2] [--json results.json] [--status]
-//!                [--exit-status-from-guest] [--no-seccomp]   run the VMs of FILE
+//!                [--exit-status-from-guest] [--no-seccomp] [--trace T]   run the VMs of FILE
 //! pacer validate FILE [--policy P]              check FILE without starting anything
 //! pacer topology [--spec 2x22x2]         print the host (or a synthetic) topology
 //! pacer unixbench --host | --report LOG  UnixBench-style suite (unixbench::cli)
 //! pacer bench MATRIX --out DIR [--resume] run a benchmark matrix (vmm::bench)
 //! pacer sim SCENARIO [--compare ...]     run a scheduler simulation scenario
+//! pacer sim --replay T [--topology S] [--policy P]   replay a scheduling trace
+//! pacer trace summary|export|plot|dump T read a scheduling trace (trace::command)
 //! ```
 //! Exit codes: 0 ok, 1 a VM failed, 2 bad input. With
 //! `--exit-status-from-guest` (one VM only) `pacer run` exits instead with

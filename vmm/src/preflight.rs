@@ -9,8 +9,10 @@
 //!   swapped for a FIFO between the two checks cannot block either;
 //! - a log directory must be creatable and writable: its nearest existing
 //!   ancestor must be a directory this process may write into;
-//! - the `--json` output must not be a directory and its directory must be
-//!   writable (or creatable).
+//! - the `--json` (and `--trace`) output must not be a directory and its
+//!   directory must be writable (or creatable);
+//! - any other file read from a user (a scheduling trace) goes through the
+//!   same regular-file, capped read ([`read_regular_file`]).
 //!
 //! Nothing here creates or changes a file.
 

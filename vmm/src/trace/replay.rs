@@ -20,9 +20,11 @@
 //!   depends on it: a ping-pong peer that gets its answer before it halts
 //!   would have halted without it);
 //! - a run that went on without a halt for more than a quarter of the
-//!   recording (a CPU-bound loop) runs until the time it ended: such
-//!   loops are bounded by wall time, not by the CPU they got (a hog given
-//!   more CPU does not stop sooner).
+//!   recording and got more than a tenth of it (a CPU-bound loop) runs
+//!   until the time it ended: such loops are bounded by wall time, not by
+//!   the CPU they got (a hog given more CPU does not stop sooner). A long
+//!   run that got less (a vCPU starved while runnable) cannot be told
+//!   from a loop by its events; it is replayed as the work it did.
 //!
 //! The recorded wake mechanism's cost (a kicking wake decision -> the
 //! woken vCPU dispatched, or, counting thread CPU, running: the median
@@ -118,13 +120,15 @@ impl Acc {
 
     /// The run in progress ends at `t` (a halt, a yield, an IPI it sent
     /// or took, its VM's stop, the recording's end): a CPU-bound loop
-    /// (no halt for more than a quarter of the recording) runs until `t`,
-    /// anything else for the guest time it ran.
+    /// (no halt for more than a quarter of the recording, more than a
+    /// tenth of it on a CPU) runs until `t`, anything else for the guest
+    /// time it ran.
     fn end_run_at(&mut self, t: u64, t0: u64, end: u64) {
         if self.run == 0 {
             return;
         }
-        if t.saturating_sub(self.run_began.max(t0)) * 4 > end.saturating_sub(t0) {
+        let span = end.saturating_sub(t0);
+        if t.saturating_sub(self.run_began.max(t0)) * 4 > span && self.run * 10 > span {
             self.run = 0;
             self.script.push(Step::RunUntil(t - t0));
         } else {
