@@ -32,6 +32,7 @@ pub mod preflight;
 pub mod results;
 pub mod run_dir;
 pub mod runner;
+pub mod sched_rules;
 pub mod seccomp;
 pub mod signals;
 pub mod sim_command;
