@@ -3,6 +3,8 @@
 //! ```text
 //! pacer run FILE [--policy P | --compare P1,P2] [--json results.json] [--status]
 //!                [--exit-status-from-guest] [--no-seccomp]   run the VMs of FILE
+//!                [--api-socket PATH] [--api-http 127.0.0.1:PORT]  with the control API
+//! pacer ctl SOCKET ls | stats | set | pause | resume | stop | watch  (crate::ctl_command)
 //! pacer validate FILE [--policy P]              check FILE without starting anything
 //! pacer topology [--spec 2x22x2]         print the host (or a synthetic) topology
 //! pacer unixbench --host | --report LOG  UnixBench-style suite (unixbench::cli)
@@ -82,6 +84,8 @@ pub enum Command {
         /// Run without the per-thread seccomp filters (for debugging).
         #[arg(long)]
         no_seccomp: bool,
+        #[command(flatten)]
+        api: crate::ctl_command::ApiArgs,
     },
     /// Check a config file (fields, paths, CPU sets) without starting anything.
     Validate {
@@ -102,6 +106,8 @@ pub enum Command {
     },
     /// UnixBench-style suite: run it on the host, or score a guest's console log.
     Unixbench(crate::unixbench::cli::UnixbenchArgs),
+    /// Operate a running `pacer run --api-socket`: list, inspect, change, pause, stop.
+    Ctl(crate::ctl_command::CtlArgs),
 }
 
 /// Write to stdout, ignoring errors (a closed pipe must not turn into a
@@ -117,6 +123,7 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
         Command::Unixbench(args) => crate::unixbench::cli::run(&args),
         Command::Bench(args) => crate::bench::command::main(args),
         Command::Sim(args) => crate::sim_command::main(args),
+        Command::Ctl(args) => crate::ctl_command::main(args),
         Command::Validate { file, policy } => {
             match Config::load_overridden(&file, Overrides { policy }) {
                 Ok(c) => {
@@ -153,6 +160,7 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
             compare,
             exit_status_from_guest,
             no_seccomp,
+            api,
         } => {
             // Before any VM starts: a result that cannot be written is bad input.
             if let Some(path) = &json {
@@ -167,13 +175,19 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 let kinds: &[ThreadKind] = if compare.is_empty() {
                     &ThreadKind::ALL
                 } else {
-                    &ThreadKind::ALL[..4]
+                    ThreadKind::all_but_runner()
                 };
                 if let Err(e) = crate::seccomp::enable(kinds) {
                     eprintln!("pacer run: running without seccomp filters: {e}");
                 }
             }
             if !compare.is_empty() {
+                if api.options().is_enabled() {
+                    eprintln!(
+                        "pacer run: --api-socket and --api-http serve one run, not --compare"
+                    );
+                    return EXIT_BAD_INPUT;
+                }
                 return run_compare(&file, &compare, json, status, run_start);
             }
             let config = match Config::load_overridden(&file, Overrides { policy }) {
@@ -191,10 +205,14 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 );
                 return EXIT_BAD_INPUT;
             }
-            let opts = RunOptions { run_start, status };
+            let opts = RunOptions {
+                run_start,
+                status,
+                api: api.options(),
+            };
             let results = match runner::run(&config, &opts, &print_event) {
                 Ok(r) => r,
-                Err(e @ runner::RunError::LogDir(_)) => {
+                Err(e @ (runner::RunError::LogDir(_) | runner::RunError::Api(_))) => {
                     eprintln!("pacer run: {e}");
                     return EXIT_BAD_INPUT;
                 }
@@ -251,6 +269,9 @@ fn print_event(ev: RunEvent<'_>) {
             eprintln!("pacer: scheduler snapshot written to {}", path.display())
         }
         RunEvent::Snapshot(Err(why)) => eprintln!("pacer: no snapshot: {why}"),
+        RunEvent::ApiReady { socket, page } => {
+            eprintln!("{}", crate::ctl_command::api_ready_line(socket, page))
+        }
     }
 }
 
@@ -278,7 +299,11 @@ fn run_compare(
     let mut all_ok = true;
     for (p, config) in configs {
         out(&format!("== policy {p}\n"));
-        let opts = RunOptions { run_start, status };
+        let opts = RunOptions {
+            run_start,
+            status,
+            api: Default::default(),
+        };
         match runner::run(&config, &opts, &print_event) {
             Ok(r) => {
                 all_ok &= r.ok;

@@ -12,12 +12,14 @@
 //! [`unixbench`] (the UnixBench-style suite's scoring and host reference),
 //! [`cli`].
 
+pub mod api;
 pub mod bench;
 pub mod boot;
 pub mod cli;
 pub mod config;
 pub mod config_errors;
 pub mod cpuid;
+pub mod ctl_command;
 pub mod engine;
 pub mod guest_metrics;
 pub mod guest_params;

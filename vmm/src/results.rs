@@ -155,6 +155,9 @@ pub struct RunResults {
     pub run_dir: Option<PathBuf>,
     pub ok: bool,
     pub vms: Vec<VmResult>,
+    /// What was changed through the control API while the VMs ran (also
+    /// `control.jsonl` in the run directory).
+    pub control_changes: Vec<crate::api::audit::ControlChange>,
 }
 
 /// Collects a VM's events and appends them to its JSON-lines file.
@@ -592,6 +595,7 @@ mod tests {
                 run_dir: None,
                 ok: true,
                 vms: vec![r],
+                control_changes: Vec::new(),
             }
         };
         let t = format_comparison(&[

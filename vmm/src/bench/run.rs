@@ -238,6 +238,7 @@ impl Ctx<'_> {
         let opts = RunOptions {
             run_start: start,
             status: false,
+            api: Default::default(),
         };
         let result = runner::run(&config, &opts, &on_event);
         rec.wall_s = start.elapsed().as_secs_f64();
