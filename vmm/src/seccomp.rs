@@ -15,7 +15,7 @@
 //! | [`ThreadKind::Timers`] | `pacer/timers` | nothing |
 //! | [`ThreadKind::Controller`] | `<vm>/ctl` after its vCPUs started | `openat` read-only, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the kernel's per-thread scheduling statistics) |
 //! | [`ThreadKind::Service`] | `pacer/signals`, `pacer/status` | `rt_sigtimedwait`; `openat`, `statx` (the SIGUSR1 snapshot file) |
-//! | [`ThreadKind::Api`] | `pacer/api` (the control API, `--api-socket`) | `poll`/`ppoll`, `accept4`, `read`/`recvfrom`, `sendto` without an address (writes to a connected socket), `getsockopt` for SO_PEERCRED only (the peer's uid), `unlink`/`unlinkat` (its socket, at the end); its listeners and its record file are made before it is confined |
+//! | [`ThreadKind::Api`] | `pacer/api` (the control API, `--api-socket`) | `poll`/`ppoll`, `accept4`, `read`/`recvfrom`, `sendto` without an address (writes to a connected socket), `getsockopt` for SO_PEERCRED only, read-only `openat` (glibc's malloc reads /proc/sys/vm/overcommit_memory when it first shrinks a thread's heap) (the peer's uid), `unlink`/`unlinkat` (its socket, at the end); its listeners and its record file are made before it is confined |
 //! | [`ThreadKind::Runner`] | the thread that called `runner::run` (the main thread), once every other thread started | `openat`, `mkdir`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the `--json` file) |
 //!
 //! The common set: `futex`, `write`, `close`, memory (`mmap` and
@@ -258,6 +258,11 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
                     libc::SYS_unlinkat,
                 ],
             );
+            // Read-only: glibc's malloc reads /proc/sys/vm/overcommit_memory
+            // the first time a thread's heap shrinks (the API's answers
+            // come and go).
+            let write_flags = (libc::O_ACCMODE | libc::O_CREAT | libc::O_TRUNC) as u64;
+            r.insert(libc::SYS_openat, without_bits(2, write_flags)?);
             // Answers on connected sockets only: no address to send to.
             r.insert(libc::SYS_sendto, vec![rule(vec![cond(4, Op::Eq, 0)?])?]);
             // The peer's credentials, nothing else of a socket's options.

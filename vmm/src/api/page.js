@@ -146,6 +146,7 @@ function render(s) {
 
 async function poll() {
   const error = document.getElementById("error");
+  let failures = 0;
   for (let n = 0; n < polls; n++) {
     try {
       const r = await fetch("/api/v1/status?after=" + after, { cache: "no-store" });
@@ -160,9 +161,14 @@ async function poll() {
       }
       if (last) render(last);
       error.textContent = "";
+      failures = 0;
     } catch (e) {
-      error.textContent = "no answer from Pacer (" + e.message + "); the run may have ended";
-      await new Promise((ok) => setTimeout(ok, 2000));
+      // Once is a dropped connection (retried at once); twice, the run is gone.
+      failures += 1;
+      if (failures > 1) {
+        error.textContent = "no answer from Pacer (" + e.message + "); the run may have ended";
+        await new Promise((ok) => setTimeout(ok, 2000));
+      }
     }
   }
 }

@@ -6,7 +6,8 @@
 //! it start no thread, and a client that sends half a request, or reads
 //! its event stream slowly, must cost a bounded buffer and nothing else.
 //! So every socket is non-blocking; a request is read until whole (or
-//! refused: too long, malformed, or not whole within [`READ_TIMEOUT`]),
+//! refused: too long, malformed, or not whole within [`READ_TIMEOUT`] of
+//! the connection; one that sends nothing is closed after [`IDLE_TIMEOUT`]),
 //! answered, and the connection closed. Event-stream clients and long
 //! polls stay, and are fed at each sample. Only a pause or resume holds
 //! the loop, for as long as the VM takes to answer (a few ms; at most
@@ -27,6 +28,8 @@ use vmm_sys_util::eventfd::EventFd;
 
 /// A request must be whole within this long after the connection opens.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection that has sent nothing is closed after this long.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most connections at once (more are answered 503 and closed).
 pub const MAX_CONNECTIONS: usize = 32;
 /// An event-stream client that falls this far behind is dropped.
@@ -197,7 +200,11 @@ pub fn serve(listeners: Listeners, ctx: &ApiContext<'_>, wake: &EventFd, done: &
             next_tick = (next_tick + TICK).max(now);
         }
         for c in conns.iter_mut().filter(|c| c.phase == Phase::Reading) {
-            if c.opened.elapsed() > READ_TIMEOUT {
+            if c.input.is_empty() && c.opened.elapsed() > IDLE_TIMEOUT {
+                // A connection opened ahead of use (browsers do) and never
+                // used: closed without a word, which a client expects.
+                c.closed = true;
+            } else if !c.input.is_empty() && c.opened.elapsed() > READ_TIMEOUT {
                 c.answer(&Response::error(
                     408,
                     &format!(
@@ -357,11 +364,9 @@ fn read_from(c: &mut Conn, ctx: &ApiContext<'_>, history: &VecDeque<(u64, String
         Reply::Now(r) => c.answer(&r),
         Reply::Events => {
             c.phase = Phase::Events;
+            // From the next sample on: the last one may be a second old.
             c.out = http::event_stream_head();
             c.sent = 0;
-            if let Some((_, last)) = history.back() {
-                c.out.extend_from_slice(&http::event(last));
-            }
         }
         Reply::Wait { after } => c.phase = Phase::Waiting(after),
     }
