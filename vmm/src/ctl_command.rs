@@ -210,6 +210,11 @@ pub fn set_words(words: &[String]) -> Result<SetRequest, CtlError> {
     Ok(SetRequest { target, pairs })
 }
 
+/// The members of a JSON list (none if it is not one).
+fn items(v: &Value) -> impl Iterator<Item = &Value> {
+    v.as_array().into_iter().flatten()
+}
+
 fn text(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
@@ -281,7 +286,7 @@ fn ls_table(v: &Value) -> String {
         "CLASS".into(),
         "PRIORITY".into(),
     ]];
-    for vm in v["vms"].as_array().into_iter().flatten() {
+    for vm in items(&v["vms"]) {
         rows.push(
             ["name", "state", "vcpus", "cpus", "class", "priority"]
                 .iter()
@@ -302,7 +307,7 @@ fn stats_table(v: &Value) -> String {
     .map(|h| h.to_string())
     .collect::<Vec<_>>()];
     let mut notes = String::new();
-    for vm in v["vms"].as_array().into_iter().flatten() {
+    for vm in items(&v["vms"]) {
         let name = text(&vm["name"]);
         let Some(vcpus) = vm["vcpus"].as_array() else {
             notes.push_str(&format!(
@@ -351,10 +356,7 @@ fn stats_table(v: &Value) -> String {
 
 fn set_lines(v: &Value) -> String {
     let target = text(&v["target"]);
-    v["changed"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    items(&v["changed"])
         .map(|c| {
             format!(
                 "{target}: {} {} -> {}\n",
@@ -367,10 +369,7 @@ fn set_lines(v: &Value) -> String {
 }
 
 fn watch_lines(v: &Value) -> String {
-    let cpus: Vec<String> = v["cpus"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let cpus: Vec<String> = items(&v["cpus"])
         .map(|c| {
             let who = match (c["vm"].as_str(), c["in_service"].as_bool()) {
                 (_, Some(false)) => "out of service".to_string(),
@@ -391,11 +390,8 @@ fn watch_lines(v: &Value) -> String {
         text(&v["mode"]),
         cpus.join(" | ")
     );
-    for vm in v["vms"].as_array().into_iter().flatten() {
-        let vcpus: Vec<String> = vm["vcpus"]
-            .as_array()
-            .into_iter()
-            .flatten()
+    for vm in items(&v["vms"]) {
+        let vcpus: Vec<String> = items(&vm["vcpus"])
             .map(|c| {
                 format!(
                     "{} run {} wait {} p99 {}",

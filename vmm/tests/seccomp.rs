@@ -123,15 +123,21 @@ fn child_makes_a_system_call_on_a_vcpu_thread() {
 }
 
 fn child(call: &str) -> (Option<i32>, String, String) {
+    child_test("child_makes_a_system_call_on_a_vcpu_thread", CHILD, call)
+}
+
+/// Run the ignored test `test` of this binary as a child process, with
+/// `env` set to `call`: its exit code, stdout and stderr.
+fn child_test(test: &str, env: &str, call: &str) -> (Option<i32>, String, String) {
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--ignored",
             "--exact",
-            "child_makes_a_system_call_on_a_vcpu_thread",
+            test,
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(CHILD, call)
+        .env(env, call)
         .output()
         .unwrap();
     (
@@ -370,21 +376,10 @@ fn child_makes_a_system_call_on_the_api_thread() {
 #[test]
 fn the_api_thread_may_serve_its_socket_and_nothing_more() {
     let run = |call: &str| {
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "child_makes_a_system_call_on_the_api_thread",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(API_CHILD, call)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
+        child_test(
+            "child_makes_a_system_call_on_the_api_thread",
+            API_CHILD,
+            call,
         )
     };
     for allowed in ["peercred", "send", "heap"] {

@@ -187,11 +187,7 @@ pub const KEYS: &[Key] = &[
                     set.to_list()
                 ));
             }
-            let engine = s.engine;
-            Ok(Some(Box::new(move || {
-                set.iter()
-                    .try_for_each(|c| engine.set_cpu_service(c, false))
-            })))
+            Ok(Some(service(s.engine, set, false)))
         },
     },
     Key {
@@ -199,13 +195,7 @@ pub const KEYS: &[Key] = &[
         scope: Scope::Host,
         syntax: "host CPUs to put back in Pacer's service, e.g. \"1\"",
         read: |s| out_list(&s.out_of_service()),
-        prepare: |s, value, _| {
-            let set = service_list(s, value)?;
-            let engine = s.engine;
-            Ok(Some(Box::new(move || {
-                set.iter().try_for_each(|c| engine.set_cpu_service(c, true))
-            })))
-        },
+        prepare: |s, value, _| Ok(Some(service(s.engine, service_list(s, value)?, true))),
     },
 ];
 
@@ -243,6 +233,14 @@ fn service_list(s: &Site<'_>, value: &str) -> Result<HostCpuSet, String> {
     let set = sched_rules::cpu_list(value)?;
     sched_rules::core_set(&set, &s.ctx.host_cpus)?;
     Ok(set)
+}
+
+/// Put `set` in service or take it out.
+fn service(engine: &Engine, set: HostCpuSet, in_service: bool) -> Action<'_> {
+    Box::new(move || {
+        set.iter()
+            .try_for_each(|c| engine.set_cpu_service(c, in_service))
+    })
 }
 
 /// A refusal: the HTTP status and the one-line reason.
