@@ -145,6 +145,8 @@ fn write_snapshot(
 pub struct StopRegistry {
     stopped: AtomicBool,
     vms: Mutex<Vec<StopHandle>>,
+    /// The VMs that have ended (those that failed to start included).
+    ended: Mutex<Vec<String>>,
 }
 
 impl StopRegistry {
@@ -164,6 +166,22 @@ impl StopRegistry {
             .iter()
             .find(|h| h.name() == name)
             .cloned()
+    }
+
+    /// Whether the VM named `name` has ended.
+    pub fn has_ended(&self, name: &str) -> bool {
+        self.ended
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|n| n == name)
+    }
+
+    fn ended(&self, name: &str) {
+        self.ended
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(name.to_string());
     }
 
     pub fn stop_all(&self) {
@@ -319,6 +337,7 @@ pub fn run(
                     .name(format!("{}/ctl", vm.name))
                     .spawn_scoped(s, move || {
                         let r = Vm::run_with(kvm, vm, options, |h| registry.register(h));
+                        registry.ended(&vm.name);
                         vms_left.fetch_sub(1, Ordering::AcqRel);
                         on_event(RunEvent::VmFinished(&r));
                         r

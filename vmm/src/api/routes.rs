@@ -77,32 +77,33 @@ pub fn route(
             &format!("{} {}: expected {allowed}", req.method, req.path),
         ))
     };
-    let uid = match (post, peer) {
-        (true, Peer::Tcp) => {
-            return Reply::Now(Response::error(
-                403,
-                "changes are taken on the API socket only (its peer's uid is recorded); this TCP port is read-only",
-            ))
-        }
-        (_, Peer::Unix(uid)) => uid,
-        (_, Peer::Tcp) => 0,
+    // Who may change things: a peer of the socket, whose uid is recorded.
+    let writer = match peer {
+        Peer::Unix(uid) => Some(uid),
+        Peer::Tcp => None,
     };
-    match parts.as_slice() {
-        [] if get => Reply::Now(Response::asset("text/html; charset=utf-8", PAGE_HTML)),
-        ["page.js"] if get => {
+    if post && writer.is_none() {
+        return Reply::Now(Response::error(
+            403,
+            "changes are taken on the API socket only (its peer's uid is recorded); this TCP port is read-only",
+        ));
+    }
+    match (parts.as_slice(), writer) {
+        ([], _) if get => Reply::Now(Response::asset("text/html; charset=utf-8", PAGE_HTML)),
+        (["page.js"], _) if get => {
             Reply::Now(Response::asset("text/javascript; charset=utf-8", PAGE_JS))
         }
-        ["api", "v1", "vms"] if get => Reply::Now(Response::json(200, &view::vm_list(ctx))),
-        ["api", "v1", "stats"] if get => match view::stats(ctx, req.param("vm")) {
+        (["api", "v1", "vms"], _) if get => Reply::Now(Response::json(200, &view::vm_list(ctx))),
+        (["api", "v1", "stats"], _) if get => match view::stats(ctx, req.param("vm")) {
             Some(v) => Reply::Now(Response::json(200, &v)),
             None => Reply::Now(Response::error(
                 404,
                 &format!("no VM named {}", quoted(req.param("vm").unwrap_or(""))),
             )),
         },
-        ["api", "v1", "keys"] if get => Reply::Now(Response::json(200, &keys())),
-        ["api", "v1", "events"] if get => Reply::Events,
-        ["api", "v1", "status"] if get => {
+        (["api", "v1", "keys"], _) if get => Reply::Now(Response::json(200, &keys())),
+        (["api", "v1", "events"], _) if get => Reply::Events,
+        (["api", "v1", "status"], _) if get => {
             let after = match req.param("after").map(str::parse::<u64>) {
                 None => history.back().map_or(0, |(seq, _)| seq.saturating_sub(1)),
                 Some(Ok(n)) => n,
@@ -118,13 +119,17 @@ pub fn route(
                 None => Reply::Wait { after },
             }
         }
-        ["api", "v1", "set"] if post => Reply::Now(match set::set(ctx, uid, &req.body) {
-            Ok(v) => Response::json(200, &v),
-            Err((status, why)) => Response::error(status, &why),
-        }),
-        ["api", "v1", "vms", name, action] if post => Reply::Now(vm_action(ctx, uid, name, action)),
-        ["api", "v1", "set"] | ["api", "v1", "vms", _, _] => wrong_method("POST"),
-        [] | ["page.js"] | ["api", "v1", "vms" | "stats" | "keys" | "events" | "status"] => {
+        (["api", "v1", "set"], Some(uid)) if post => {
+            Reply::Now(match set::set(ctx, uid, &req.body) {
+                Ok(v) => Response::json(200, &v),
+                Err((status, why)) => Response::error(status, &why),
+            })
+        }
+        (["api", "v1", "vms", name, action], Some(uid)) if post => {
+            Reply::Now(vm_action(ctx, uid, name, action))
+        }
+        (["api", "v1", "set"] | ["api", "v1", "vms", _, _], _) => wrong_method("POST"),
+        ([] | ["page.js"] | ["api", "v1", "vms" | "stats" | "keys" | "events" | "status"], _) => {
             wrong_method("GET")
         }
         _ => Reply::Now(Response::error(

@@ -12,7 +12,7 @@
 use super::audit::SCHEMA_VERSION;
 use super::ApiContext;
 use crate::engine::vcpu_state::RunState;
-use crate::engine::EngineVm;
+use crate::engine::{Engine, EngineVm};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,6 +21,9 @@ use vcpu_sched::{EntityId, SchedSnapshot};
 
 /// A VM's state as the API names it.
 pub fn vm_state(ctx: &ApiContext<'_>, name: &str) -> &'static str {
+    if ctx.vms.has_ended(name) {
+        return "stopped";
+    }
     match ctx.vms.find(name) {
         None => "starting",
         Some(h) if h.is_stopping() => "stopped",
@@ -88,8 +91,7 @@ fn engine_state(s: RunState) -> &'static str {
 }
 
 /// One vCPU's live row.
-fn vcpu_row(ctx: &ApiContext<'_>, vm: &EngineVm, index: usize, e: &EntityStats) -> Value {
-    let engine = ctx.engine.expect("rows exist only with an engine");
+fn vcpu_row(engine: &Engine, vm: &EngineVm, index: usize, e: &EntityStats) -> Value {
     let cpus = engine.cpu_map();
     let run_state = vm.vcpus[index].state();
     json!({
@@ -146,17 +148,17 @@ pub fn stats(ctx: &ApiContext<'_>, only: Option<&str>) -> Option<Value> {
     if let Some(name) = only {
         ctx.configs.iter().find(|c| c.name == name)?;
     }
-    let snap = ctx.engine.map(|e| e.snapshot());
+    let snap = ctx.engine.map(|e| (e, e.snapshot()));
     let live: HashMap<String, Value> = snap
         .as_ref()
-        .map(|snap| {
+        .map(|(engine, snap)| {
             live_rows(ctx, snap)
                 .into_iter()
                 .map(|(vm, rows)| {
                     let list: Vec<Value> = rows
                         .iter()
                         .enumerate()
-                        .filter_map(|(i, r)| r.map(|e| vcpu_row(ctx, &vm, i, e)))
+                        .filter_map(|(i, r)| r.map(|e| vcpu_row(engine, &vm, i, e)))
                         .collect();
                     (vm.name.clone(), Value::Array(list))
                 })
