@@ -24,8 +24,8 @@ use std::path::PathBuf;
 /// The control API options of `pacer run`.
 #[derive(Debug, Clone, Args)]
 pub struct ApiArgs {
-    /// Serve the control API on this Unix socket (mode 0600): `pacer ctl`,
-    /// `curl --unix-socket`, the live page.
+    /// Serve the control API on this Unix socket (mode 0600), for `pacer
+    /// ctl` and `curl --unix-socket`.
     #[arg(long, value_name = "PATH")]
     pub api_socket: Option<PathBuf>,
     /// Also serve the live page (and read-only API) on this loopback TCP

@@ -351,8 +351,22 @@ fn every_endpoint_against_running_vms() {
     let sample = &next["samples"][0];
     assert_eq!(sample["vcpu_count"], 3, "{sample}");
     assert!(sample["vms"][0]["host_share"].is_number(), "{sample}");
-    let keys = run.json(&["ls"]);
-    assert!(keys.is_object());
+    // The keys `set` takes, and the page, on the socket too.
+    let keys = raw(&run.socket, b"GET /api/v1/keys HTTP/1.1\r\n\r\n");
+    let keys: Value = serde_json::from_str(keys.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let names: Vec<&str> = keys["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["affinity", "priority", "class", "mode", "offline", "online"]
+    );
+    let page = raw(&run.socket, b"GET / HTTP/1.1\r\n\r\n");
+    assert!(page.starts_with("HTTP/1.1 200 OK") && page.contains("<script src=\"/page.js\">"));
+    assert!(raw(&run.socket, b"GET /page.js HTTP/1.1\r\n\r\n").contains("text/javascript"));
 
     // Malformed, oversized and half-sent requests: refused with a reason,
     // and the VMs run on.
