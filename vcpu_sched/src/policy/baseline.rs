@@ -245,6 +245,8 @@ impl EntityAccount {
             migrations: self.migrations,
             preemptions: self.preemptions,
             quantum_ends: self.quantum_ends,
+            boosted_wakes: 0,
+            recent_share: 0,
             blocks: self.blocks,
             wakes: self.wakes,
             load,
