@@ -268,6 +268,8 @@ pub(crate) struct Entity {
     /// currently ready there (else blocked with the epoch it left in).
     pub load_core: Option<CoreId>,
     pub charged: u32,
+    /// The share weight charged to `load_core` while ready.
+    pub charged_weight: u32,
     pub load_ready: bool,
     pub load_epoch: Option<u64>,
     pub counters: EntityCounters,
@@ -306,6 +308,7 @@ impl Entity {
             share: RecentShare::new(now),
             load_core: None,
             charged: 0,
+            charged_weight: 0,
             load_ready: false,
             load_epoch: None,
             counters: EntityCounters::default(),
@@ -364,28 +367,48 @@ impl Entity {
     /// The entity is ready on `core`: charge its load there.
     pub fn charge_ready(&mut self, m: &Machine, core: CoreId) {
         let load = self.load.load;
+        let weight = self.share_weight();
         match self.load_core {
             Some(c) if c == core && self.load_ready => return,
             Some(c) if self.load_ready => {
-                m.load_of(c).remove(self.charged, true);
-                m.load_of(core).add(load, None);
+                m.load_of(c).remove(self.charged, true, self.charged_weight);
+                m.load_of(core).add(load, None, weight);
             }
             Some(c) if c == core => {
                 let left = self.load_epoch.map(|ep| (ep, self.charged));
-                m.load_of(core).add(load, left);
+                m.load_of(core).add(load, left, weight);
             }
-            _ => m.load_of(core).add(load, None),
+            _ => m.load_of(core).add(load, None, weight),
         }
         self.load_core = Some(core);
         self.charged = load;
+        self.charged_weight = weight;
         self.load_ready = true;
+    }
+
+    /// The weight this entity's share counts with: its base priority
+    /// (Haiku's scale, so 20 is entitled to twice what 10 is).
+    pub fn share_weight(&self) -> u32 {
+        self.prio.base.max(1) as u32
+    }
+
+    /// Its base priority changed: follow the weight on its core if ready.
+    pub fn reweigh(&mut self, m: &Machine) {
+        let weight = self.share_weight();
+        if let (Some(c), true) = (self.load_core, self.load_ready) {
+            m.load_of(c).reweigh(self.charged_weight, weight);
+            self.charged_weight = weight;
+        }
     }
 
     /// The entity blocks: it stops being ready but keeps counting in the
     /// core's epoch sum until the epoch rolls.
     pub fn uncharge_block(&mut self, m: &Machine) {
         if let (Some(c), true) = (self.load_core, self.load_ready) {
-            self.load_epoch = Some(m.load_of(c).remove(self.charged, false));
+            self.load_epoch = Some(
+                m.load_of(c)
+                    .remove(self.charged, false, self.charged_weight),
+            );
             self.load_ready = false;
         }
     }
@@ -393,7 +416,7 @@ impl Entity {
     /// The entity is removed: it leaves the core's load at once.
     pub fn uncharge_remove(&mut self, m: &Machine) {
         if let (Some(c), true) = (self.load_core, self.load_ready) {
-            m.load_of(c).remove(self.charged, true);
+            m.load_of(c).remove(self.charged, true, self.charged_weight);
             self.load_ready = false;
         }
     }

@@ -16,12 +16,13 @@
 //! timeshare entity keeps its *recent share*: the fraction of wall-clock
 //! time it ran, as an exponentially decayed average with half-life
 //! `tunables::SHARE_HALF_LIFE` (sleeping and waiting in a queue both count
-//! as not running). When it wakes, it is *entitled* to
-//! (CPUs of its core) / (entities ready there, itself included), the share
-//! every contender would get under equal division. A wake below that
-//! entitlement is *boosted*: its penalty is forgiven (E = P, as a bursty
-//! entity's after a long sleep) and it counts as interactive until it
-//! blocks or uses a whole quantum, so it may preempt a CPU-bound runner of
+//! as not running). When it wakes, it is *entitled* to its weight's part
+//! of its core's CPUs: its weight over the weights of the entities ready
+//! there, itself included, the weight being its base priority (so 20 is
+//! entitled to twice what 10 is, and boosting keeps Haiku's order of
+//! priorities). A wake below that entitlement is *boosted*: E = P until
+//! it blocks or has had its share, its penalties kept underneath, and it
+//! counts as interactive, so it may preempt a CPU-bound runner of
 //! lower E (the limited wake preemption of D15985 and Xen credit1's BOOST
 //! for a vCPU that wakes UNDER its credit; EEVDF gives a sleeper with
 //! positive lag the same precedence). A boosted entity that blocks early
@@ -29,14 +30,17 @@
 //!
 //! The rule is self-limiting: a vCPU that wants more than its entitlement
 //! is boosted only while it is below it, so it settles at its fair share
-//! and the hog keeps the rest (checked by the simulator's scenarios 9-11
-//! and the property tests). It reads only the entity's own history and
-//! its core's ready count: no workload names, no layout.
+//! and the hog keeps the rest (checked by the simulator's scenarios 9-13
+//! and the property tests). A waker just above its entitlement is *due*
+//! when its decaying share falls to it (`time_to_fall`): the policy cuts
+//! the runner then and boosts the waiter. It reads only the entity's own
+//! history and the weights ready on its core: no workload names, no
+//! layout.
 //!
 //! Fixed point: a share is in 1/`SHARE_SCALE` of a CPU; the decay factor
-//! 2^(-dt / half-life) comes from a table of 64 steps per half-life, so an
-//! update is a table load, a shift and two multiplies (no floating point
-//! on the wake path).
+//! 2^(-dt / half-life) comes from a table of 64 steps per half-life,
+//! linear in between, so an update is a division, a table load, a shift
+//! and a few multiplies (no floating point on the wake path).
 
 use crate::Nanos;
 
@@ -171,14 +175,15 @@ pub(crate) fn time_to_fall(share: u32, entitled: u32, half_life: Nanos) -> Nanos
     t
 }
 
-/// The share an entity waking onto a core is entitled to: the core's CPUs
-/// divided among the entities ready there and the waker, in
-/// 1/`SHARE_SCALE` (at most one CPU). A whole CPU means the core is not
-/// contended: there is nothing to boost over then.
-pub(crate) fn entitlement(core_cpus: usize, ready_on_core: usize) -> u32 {
-    let contenders = (ready_on_core + 1) as u64;
+/// The share an entity of share weight `weight` is entitled to on a core
+/// of `core_cpus` CPUs where `others` is the weight of the other entities
+/// ready there: its weight's part of the core's CPUs, in 1/`SHARE_SCALE`
+/// (at most one CPU). A whole CPU means the core is not contended: there
+/// is nothing to boost over then.
+pub(crate) fn entitlement(core_cpus: usize, weight: u32, others: u64) -> u32 {
+    let weight = weight.max(1) as u64;
     let cpus = core_cpus.max(1) as u64;
-    (cpus * SHARE_SCALE as u64 / contenders).min(SHARE_SCALE as u64) as u32
+    (cpus * weight * SHARE_SCALE as u64 / (weight + others)).min(SHARE_SCALE as u64) as u32
 }
 
 #[cfg(test)]
@@ -284,10 +289,17 @@ mod tests {
 
     #[test]
     fn entitlement_divides_the_core_among_its_contenders() {
-        assert_eq!(entitlement(1, 0), SHARE_SCALE);
-        assert_eq!(entitlement(1, 1), SHARE_SCALE / 2);
-        assert_eq!(entitlement(1, 3), SHARE_SCALE / 4);
-        assert_eq!(entitlement(2, 3), SHARE_SCALE / 2);
-        assert_eq!(entitlement(2, 0), SHARE_SCALE, "never more than one CPU");
+        assert_eq!(entitlement(1, 10, 0), SHARE_SCALE);
+        assert_eq!(entitlement(1, 10, 10), SHARE_SCALE / 2);
+        assert_eq!(entitlement(1, 10, 30), SHARE_SCALE / 4);
+        assert_eq!(entitlement(2, 10, 30), SHARE_SCALE / 2);
+        assert_eq!(
+            entitlement(2, 10, 0),
+            SHARE_SCALE,
+            "never more than one CPU"
+        );
+        // By weight: 20 next to 10 is entitled to two thirds, 10 to one.
+        assert_eq!(entitlement(1, 20, 10), SHARE_SCALE * 2 / 3);
+        assert_eq!(entitlement(1, 10, 20), SHARE_SCALE / 3);
     }
 }

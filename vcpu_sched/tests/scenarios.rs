@@ -176,6 +176,35 @@ fn s10_costly_burst_vs_hog_halves_the_cpu() {
 }
 
 #[test]
+fn s10_the_boost_keeps_the_order_of_priorities() {
+    // The entitlement weighs entities by base priority: a waker of
+    // priority 5 next to a hog of 10 is entitled to a third, one of 20 to
+    // two thirds (it asks ~95 %).
+    let w = load("10_costly_burst_vs_hog.toml");
+    let share_at = |p: u8| {
+        let mut w = w.clone();
+        let waker = w.groups.iter_mut().find(|g| g.name == "waker").unwrap();
+        waker.priority = p;
+        let r = run_with(&w, PolicyKind::Haiku);
+        clean(&r);
+        run_cpus(&r, "waker")
+    };
+    let (low, normal, high) = (share_at(5), share_at(10), share_at(20));
+    assert!(
+        low < normal && normal < high,
+        "{low:.3} {normal:.3} {high:.3}"
+    );
+    assert!(
+        (0.28..=0.38).contains(&low),
+        "priority 5: {low:.3}, a third expected"
+    );
+    assert!(
+        (0.56..=0.70).contains(&high),
+        "priority 20: {high:.3}, two thirds expected"
+    );
+}
+
+#[test]
 fn s11_costly_noisy_neighbour_sleepers_within_a_base_quantum() {
     let w = load("11_costly_noisy_neighbour.toml");
     let r = run_with(&w, PolicyKind::Haiku);

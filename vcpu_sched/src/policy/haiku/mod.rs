@@ -414,7 +414,9 @@ impl HaikuScheduler {
             .or_else(|| e.affinity.first())
             .unwrap_or(CpuId(0));
         let core = self.m.core_of(home);
-        let entitled = entitlement(self.m.core_cpus(core).len(), self.m.ready_on_core(core));
+        // The waker is not ready yet: every weight ready there is another's.
+        let others = self.m.load_of(core).ready_weight();
+        let entitled = entitlement(self.m.core_cpus(core).len(), e.share_weight(), others);
         if entitled >= SHARE_SCALE {
             // Nothing to contend with there.
             return None;
@@ -512,9 +514,13 @@ impl HaikuScheduler {
         }
         let t = self.tun();
         let core = self.m.core_of_queue(queue);
-        // The waker waits in this queue: it is among the ready ones.
-        let ready = self.m.ready_on_core(core).saturating_sub(1);
-        let entitled = entitlement(self.m.core_cpus(core).len(), ready);
+        // The waker waits in this queue: its own weight is in the sum.
+        let others = self
+            .m
+            .load_of(core)
+            .ready_weight()
+            .saturating_sub(e.charged_weight as u64);
+        let entitled = entitlement(self.m.core_cpus(core).len(), e.share_weight(), others);
         // The wake predicted the due time from its own reading; the two
         // readings of the decay may differ by rounding.
         let slack = SHARE_SCALE / 1024;

@@ -82,7 +82,14 @@ impl HaikuScheduler {
         // whose quantum ends below its entitlement keeps it (the penalty
         // step underneath still counts).
         let owed = e.prio.is_boosted() && reason != StopReason::Yielded && {
-            let entitled = entitlement(self.m.core_cpus(core).len(), self.m.ready_on_core(core));
+            // The stopped entity is still charged to this core if ready.
+            let mine = if e.load_ready {
+                e.charged_weight as u64
+            } else {
+                0
+            };
+            let others = self.m.load_of(core).ready_weight().saturating_sub(mine);
+            let entitled = entitlement(self.m.core_cpus(core).len(), e.share_weight(), others);
             entitled < SHARE_SCALE && e.share.value_at(now, self.tun().share_half_life) < entitled
         };
         let after = e.after_stop(reason, self.tun(), self.mode());
