@@ -58,13 +58,22 @@ const DECAY: [u32; STEPS as usize] = [
 /// 2^(-dt / half_life) in 1/`SHARE_SCALE`: the table's steps of 1/64
 /// half-life, linear in between (within 0.01 % of the curve).
 fn decay_factor(dt: Nanos, half_life: Nanos) -> u32 {
-    let half_life = half_life.max(1) as u128;
-    // In 1/1024 of a step; after 17 half-lives nothing of 2^16 is left.
-    let fine = dt as u128 * STEPS as u128 * 1024 / half_life;
-    if fine >= 17 * STEPS as u128 * 1024 {
+    const FINE: u64 = STEPS * 1024;
+    let half_life = half_life.max(1);
+    // After 17 half-lives nothing of 2^16 is left.
+    if dt / 17 >= half_life {
         return 0;
     }
-    let (steps, frac) = ((fine / 1024) as u64, (fine % 1024) as u32);
+    // In 1/1024 of a step; u64 unless dt * 2^16 overflows (dt > 78 h),
+    // which only a half-life of days could still decay.
+    let fine = match dt.checked_mul(FINE) {
+        Some(x) => x / half_life,
+        None => (dt as u128 * FINE as u128 / half_life as u128) as u64,
+    };
+    if fine >= 17 * FINE {
+        return 0;
+    }
+    let (steps, frac) = (fine / 1024, (fine % 1024) as u32);
     let i = (steps % STEPS) as usize;
     let hi = DECAY[i];
     let lo = DECAY.get(i + 1).copied().unwrap_or(SHARE_SCALE / 2);
@@ -80,12 +89,25 @@ pub(crate) struct RecentShare {
     value: u32,
     /// The time `value` was brought up to.
     at: Nanos,
+    /// When the measurement began (the entity was added).
+    since: Nanos,
 }
 
 impl RecentShare {
     /// A share of 0 measured from `now`.
     pub fn new(now: Nanos) -> RecentShare {
-        RecentShare { value: 0, at: now }
+        RecentShare {
+            value: 0,
+            at: now,
+            since: now,
+        }
+    }
+
+    /// Whether it has a history yet: at least one half-life measured. A
+    /// new entity's share of 0 says nothing about it (a hog added next
+    /// to others would be boosted at its first wake).
+    pub fn measured(&self, now: Nanos, half_life: Nanos) -> bool {
+        now.saturating_sub(self.since) >= half_life
     }
 
     /// The entity did not run from `at` to `now` (slept or waited).
@@ -209,6 +231,14 @@ mod tests {
     }
 
     #[test]
+    fn a_new_share_is_not_a_measurement() {
+        let s = RecentShare::new(5 * MS);
+        assert!(!s.measured(5 * MS, 8 * MS));
+        assert!(!s.measured(12 * MS, 8 * MS));
+        assert!(s.measured(13 * MS, 8 * MS));
+    }
+
+    #[test]
     fn half_life_halves_an_idle_share() {
         let hl = 4 * MS;
         let mut s = RecentShare::new(0);
@@ -245,6 +275,7 @@ mod tests {
             let s = RecentShare {
                 value: share,
                 at: 0,
+                since: 0,
             };
             assert!(s.value_at(t, hl) < 30_000, "share {share} at {t}");
         }

@@ -401,7 +401,11 @@ impl HaikuScheduler {
     /// Haiku's rules alone apply.
     fn judge_share(&self, e: &mut Entity, now: Nanos) -> Option<Nanos> {
         let t = self.tun();
-        if !t.share_boost || e.prio.class != SchedClass::Timeshare || e.is_bursty(t.bursty_load) {
+        if !t.share_boost
+            || e.prio.class != SchedClass::Timeshare
+            || e.is_bursty(t.bursty_load)
+            || !e.share.measured(now, t.share_half_life)
+        {
             return None;
         }
         let home = e
