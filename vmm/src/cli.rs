@@ -62,7 +62,7 @@ pub enum Command {
     Run {
         /// The config file (TOML).
         file: PathBuf,
-        /// Use this policy instead of the file's: haiku, global-rr, pinned, host.
+        /// Use this policy instead of the file's: haiku, global-rr, pinned, eevdf, host.
         #[arg(long)]
         policy: Option<Policy>,
         /// Also write all results as one JSON document here.

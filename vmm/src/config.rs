@@ -3,7 +3,7 @@
 //! ```toml
 //! [host]
 //! cpus = "0-1"            # or [0, 1]; default: all online CPUs
-//! policy = "haiku"        # haiku | global-rr | pinned | host
+//! policy = "haiku"        # haiku | global-rr | pinned | eevdf | host
 //! mode = "low-latency"    # low-latency | power-saving
 //! smt_isolation = false   # SMT siblings only co-run one VM (haiku)
 //! dispatch = "threads"    # threads | workers: how the engine runs vCPUs
@@ -1637,6 +1637,25 @@ workload = "cpu report_ms=50"
             e.contains("host.smt_isolation") && e.contains("pinned"),
             "{e}"
         );
+        // eevdf (every timeshare vCPU at nice 0): priorities and SMT
+        // isolation refused in the words of the other comparison policies,
+        // the realtime class honoured.
+        let eevdf = |t: &str| t.replace("policy = \"haiku\"", "policy = \"eevdf\"");
+        let e = fx.errors(&eevdf(GOOD));
+        assert!(
+            e.contains("vm[0].priority")
+                && e.contains("policy \"eevdf\" orders vCPUs by class only")
+                && e.contains("(host.policy)"),
+            "{e}"
+        );
+        let e = fx.errors(&eevdf(&smt));
+        assert!(
+            e.contains("host.smt_isolation") && e.contains("eevdf"),
+            "{e}"
+        );
+        let c = fx.parse(&eevdf(&rt)).unwrap();
+        assert_eq!(c.host.policy.as_str(), "eevdf");
+        assert_eq!(c.vms[0].class, SchedClass::Realtime);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use vcpu_sched::PolicyKind;
 pub struct SimArgs {
     /// The scenario file (TOML; see vcpu_sched/scenarios/).
     pub file: PathBuf,
-    /// Run under this policy (repeatable): haiku, global-rr, pinned.
+    /// Run under this policy (repeatable): haiku, global-rr, pinned, eevdf.
     #[arg(long)]
     pub policy: Vec<PolicyKind>,
     /// Run under every policy and print a summary line per policy.
