@@ -3,6 +3,8 @@
 //! ```text
 //! pacer run FILE [--policy P | --compare P1,P2] [--json results.json] [--status]
 //!                [--exit-status-from-guest] [--no-seccomp] [--trace T]   run the VMs of FILE
+//!                [--api-socket PATH] [--api-http 127.0.0.1:PORT]  with the control API
+//! pacer ctl SOCKET ls | stats | set | pause | resume | stop | watch  (crate::ctl_command)
 //! pacer validate FILE [--policy P]              check FILE without starting anything
 //! pacer topology [--spec 2x22x2]         print the host (or a synthetic) topology
 //! pacer unixbench --host | --report LOG  UnixBench-style suite (unixbench::cli)
@@ -62,7 +64,7 @@ pub enum Command {
     Run {
         /// The config file (TOML).
         file: PathBuf,
-        /// Use this policy instead of the file's: haiku, global-rr, pinned, host.
+        /// Use this policy instead of the file's: haiku, global-rr, pinned, eevdf, host.
         #[arg(long)]
         policy: Option<Policy>,
         /// Also write all results as one JSON document here.
@@ -88,6 +90,8 @@ pub enum Command {
         /// with `pacer trace summary|export|plot FILE`).
         #[arg(long, value_name = "FILE", conflicts_with = "compare")]
         trace: Option<PathBuf>,
+        #[command(flatten)]
+        api: crate::ctl_command::ApiArgs,
     },
     /// Check a config file (fields, paths, CPU sets) without starting anything.
     Validate {
@@ -110,6 +114,8 @@ pub enum Command {
     },
     /// UnixBench-style suite: run it on the host, or score a guest's console log.
     Unixbench(crate::unixbench::cli::UnixbenchArgs),
+    /// Operate a running `pacer run --api-socket`: list, inspect, change, pause, stop.
+    Ctl(crate::ctl_command::CtlArgs),
 }
 
 /// Write to stdout, ignoring errors (a closed pipe must not turn into a
@@ -126,6 +132,7 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
         Command::Bench(args) => crate::bench::command::main(args),
         Command::Sim(args) => crate::sim_command::main(args),
         Command::Trace(args) => crate::trace::command::main(args),
+        Command::Ctl(args) => crate::ctl_command::main(args),
         Command::Validate { file, policy } => {
             match Config::load_overridden(&file, Overrides { policy }) {
                 Ok(c) => {
@@ -163,6 +170,7 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
             exit_status_from_guest,
             no_seccomp,
             trace,
+            api,
         } => {
             // Before any VM starts: a result that cannot be written is bad input.
             for (flag, path) in [("--json", &json), ("--trace", &trace)] {
@@ -179,13 +187,19 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 let kinds: &[ThreadKind] = if compare.is_empty() {
                     &ThreadKind::ALL
                 } else {
-                    &ThreadKind::ALL[..5]
+                    ThreadKind::all_but_runner()
                 };
                 if let Err(e) = crate::seccomp::enable(kinds) {
                     eprintln!("pacer run: running without seccomp filters: {e}");
                 }
             }
             if !compare.is_empty() {
+                if api.options().is_enabled() {
+                    eprintln!(
+                        "pacer run: --api-socket and --api-http serve one run, not --compare"
+                    );
+                    return EXIT_BAD_INPUT;
+                }
                 return run_compare(&file, &compare, json, status, run_start);
             }
             let config = match Config::load_overridden(&file, Overrides { policy }) {
@@ -207,11 +221,13 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 run_start,
                 status,
                 trace,
+                api: api.options(),
             };
             let results = match runner::run(&config, &opts, &print_event) {
                 Ok(r) => r,
                 Err(
                     e @ (runner::RunError::LogDir(_)
+                    | runner::RunError::Api(_)
                     | runner::RunError::TraceUnderHost
                     | runner::RunError::Trace(_)),
                 ) => {
@@ -283,6 +299,9 @@ fn print_event(ev: RunEvent<'_>) {
             eprintln!("pacer: scheduler snapshot written to {}", path.display())
         }
         RunEvent::Snapshot(Err(why)) => eprintln!("pacer: no snapshot: {why}"),
+        RunEvent::ApiReady { socket, page } => {
+            eprintln!("{}", crate::ctl_command::api_ready_line(socket, page))
+        }
     }
 }
 
@@ -314,6 +333,7 @@ fn run_compare(
             run_start,
             status,
             trace: None,
+            api: Default::default(),
         };
         match runner::run(&config, &opts, &print_event) {
             Ok(r) => {

@@ -12,12 +12,14 @@
 //! [`unixbench`] (the UnixBench-style suite's scoring and host reference),
 //! [`cli`].
 
+pub mod api;
 pub mod bench;
 pub mod boot;
 pub mod cli;
 pub mod config;
 pub mod config_errors;
 pub mod cpuid;
+pub mod ctl_command;
 pub mod engine;
 pub mod guest_metrics;
 pub mod guest_params;
@@ -32,6 +34,7 @@ pub mod preflight;
 pub mod results;
 pub mod run_dir;
 pub mod runner;
+pub mod sched_rules;
 pub mod seccomp;
 pub mod signals;
 pub mod sim_command;

@@ -157,6 +157,9 @@ pub struct RunResults {
     pub vms: Vec<VmResult>,
     /// The scheduling trace, when one was recorded (`--trace`).
     pub trace: Option<crate::trace::TraceOutcome>,
+    /// What was changed through the control API while the VMs ran (also
+    /// `control.jsonl` in the run directory).
+    pub control_changes: Vec<crate::api::audit::ControlChange>,
 }
 
 /// Collects a VM's events and appends them to its JSON-lines file.
@@ -595,6 +598,7 @@ mod tests {
                 ok: true,
                 vms: vec![r],
                 trace: None,
+                control_changes: Vec::new(),
             }
         };
         let t = format_comparison(&[

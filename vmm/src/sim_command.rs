@@ -27,7 +27,7 @@ pub struct SimArgs {
     /// processes).
     #[arg(long, value_enum, default_value_t, requires = "replay")]
     pub demand: crate::trace::replay::Demand,
-    /// Run under this policy (repeatable): haiku, global-rr, pinned.
+    /// Run under this policy (repeatable): haiku, global-rr, pinned, eevdf.
     #[arg(long)]
     pub policy: Vec<PolicyKind>,
     /// Run under every policy and print a summary line per policy.

@@ -24,6 +24,7 @@ fn traced(config: &Config, path: &std::path::Path) -> Result<vmm::results::RunRe
         run_start: std::time::Instant::now(),
         status: false,
         trace: Some(path.to_path_buf()),
+        api: Default::default(),
     };
     run(config, &opts, &|_| {})
 }

@@ -32,6 +32,7 @@ fn exit_status(tag: &str, policy: &str, code: &[u8]) -> u64 {
         run_start: Instant::now(),
         status: false,
         trace: None,
+        api: Default::default(),
     };
     let r = run(&config, &opts, &|_| {}).unwrap();
     let vm = &r.vms[0];

@@ -248,6 +248,7 @@ impl Ctx<'_> {
             run_start: start,
             status: false,
             trace,
+            api: Default::default(),
         };
         let result = runner::run(&config, &opts, &on_event);
         rec.wall_s = start.elapsed().as_secs_f64();

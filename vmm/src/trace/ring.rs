@@ -5,6 +5,12 @@
 //! the new record and counts it instead of waiting: tracing never stalls
 //! the engine.
 //!
+//! The slots are a mapping of their own (mmap), not a heap allocation:
+//! a thread's ring is freed when the thread ends, under its seccomp
+//! filter, and returning a large block to malloc may trim a thread heap,
+//! which makes glibc read /proc/sys/vm/overcommit_memory the first time;
+//! a munmap is allowed to every thread.
+//!
 //! A ring per *thread* rather than per host CPU: several threads share a
 //! CPU (a preempted vCPU thread, the waker that dispatches onto it, the
 //! timer thread), and a per-CPU buffer would need writers to claim slots
@@ -14,12 +20,64 @@
 
 use super::record::Record;
 use crossbeam_utils::CachePadded;
-use std::cell::UnsafeCell;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// `len` records in an anonymous mapping of their own.
+struct Slots {
+    ptr: NonNull<Record>,
+    len: usize,
+}
+
+impl Slots {
+    /// A zeroed mapping for `len` records (None if the kernel refuses).
+    fn map(len: usize) -> Option<Slots> {
+        let bytes = len.checked_mul(std::mem::size_of::<Record>())?;
+        // SAFETY: an anonymous private mapping with no address hint; the
+        // result is checked before use.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        // All-zero bytes are a valid `Record` (plain integers), so the
+        // mapping is `len` initialised records.
+        Some(Slots {
+            ptr: NonNull::new(p.cast())?,
+            len,
+        })
+    }
+
+    fn slot(&self, i: usize) -> *mut Record {
+        debug_assert!(i < self.len);
+        // SAFETY: i < len: inside the mapping.
+        unsafe { self.ptr.as_ptr().add(i) }
+    }
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, of this size, unmapped once.
+        unsafe {
+            libc::munmap(
+                self.ptr.as_ptr().cast(),
+                self.len * std::mem::size_of::<Record>(),
+            )
+        };
+    }
+}
 
 /// A bounded SPSC ring (see the module comment).
 pub struct Ring {
-    slots: Box<[UnsafeCell<Record>]>,
+    slots: Slots,
     /// Records written (the producer's counter; slot = head % capacity).
     head: CachePadded<AtomicU64>,
     /// Records taken by the consumer.
@@ -42,22 +100,21 @@ unsafe impl Sync for Ring {}
 unsafe impl Send for Ring {}
 
 impl Ring {
-    pub fn new(capacity: usize, id: u32, thread: String) -> Ring {
-        let capacity = capacity.max(1);
-        Ring {
-            slots: (0..capacity)
-                .map(|_| UnsafeCell::new(Record::default()))
-                .collect(),
+    /// A ring of `capacity` records (at least one); None if the memory
+    /// cannot be mapped.
+    pub fn new(capacity: usize, id: u32, thread: String) -> Option<Ring> {
+        Some(Ring {
+            slots: Slots::map(capacity.max(1))?,
             head: CachePadded::new(AtomicU64::new(0)),
             tail: CachePadded::new(AtomicU64::new(0)),
             dropped: AtomicU64::new(0),
             thread,
             id,
-        }
+        })
     }
 
     pub fn capacity(&self) -> usize {
-        self.slots.len()
+        self.slots.len
     }
 
     /// Append `r`, or count it dropped if the ring is full. Only the
@@ -66,18 +123,17 @@ impl Ring {
     pub fn push(&self, r: Record) {
         let head = self.head.load(Ordering::Relaxed);
         let tail = self.tail.load(Ordering::Acquire);
-        let cap = self.slots.len() as u64;
+        let cap = self.slots.len as u64;
         if head - tail >= cap {
             // Single producer: a plain load and store is an increment.
             let d = self.dropped.load(Ordering::Relaxed);
             self.dropped.store(d + 1, Ordering::Relaxed);
             return;
         }
-        let slot = &self.slots[(head % cap) as usize];
         // SAFETY: head - tail < capacity, so this slot is outside
         // [tail, head): the consumer does not read it until the release
         // store below publishes it; only this thread writes slots.
-        unsafe { *slot.get() = r };
+        unsafe { self.slots.slot((head % cap) as usize).write(r) };
         self.head.store(head + 1, Ordering::Release);
     }
 
@@ -86,12 +142,12 @@ impl Ring {
     pub fn drain(&self, out: &mut Vec<Record>) -> usize {
         let tail = self.tail.load(Ordering::Relaxed);
         let head = self.head.load(Ordering::Acquire);
-        let cap = self.slots.len() as u64;
+        let cap = self.slots.len as u64;
         for i in tail..head {
             // SAFETY: slots in [tail, head) were published by the
             // producer's release store of head and are not written again
             // until the release store of tail below hands them back.
-            out.push(unsafe { *self.slots[(i % cap) as usize].get() });
+            out.push(unsafe { self.slots.slot((i % cap) as usize).read() });
         }
         self.tail.store(head, Ordering::Release);
         (head - tail) as usize
@@ -119,7 +175,7 @@ mod tests {
 
     #[test]
     fn a_full_ring_drops_and_counts_instead_of_waiting() {
-        let ring = Ring::new(4, 0, "t".into());
+        let ring = Ring::new(4, 0, "t".into()).unwrap();
         for i in 0..10 {
             ring.push(rec(i));
         }
@@ -141,7 +197,7 @@ mod tests {
 
     #[test]
     fn a_producer_and_the_drain_on_two_threads_lose_nothing_they_do_not_count() {
-        let ring = std::sync::Arc::new(Ring::new(64, 0, "t".into()));
+        let ring = std::sync::Arc::new(Ring::new(64, 0, "t".into()).unwrap());
         let n = 200_000u64;
         let producer = {
             let ring = ring.clone();

@@ -89,6 +89,8 @@ struct Inner {
     meta: Mutex<Vec<Meta>>,
     /// Set once the drain has stopped: later events are ignored.
     closed: AtomicBool,
+    /// Events lost because their thread could not get a ring.
+    unrecorded: AtomicU64,
     stop: Mutex<bool>,
     wake: Condvar,
 }
@@ -128,30 +130,35 @@ impl Trace {
             let mut mine = mine.borrow_mut();
             match &*mine {
                 Some((id, ring)) if *id == self.inner.id => ring.push(r),
-                _ => {
-                    let ring = self.register();
-                    ring.push(r);
-                    *mine = Some((self.inner.id, ring));
-                }
+                _ => match self.register() {
+                    Some(ring) => {
+                        ring.push(r);
+                        *mine = Some((self.inner.id, ring));
+                    }
+                    None => {
+                        self.inner.unrecorded.fetch_add(1, Ordering::Relaxed);
+                    }
+                },
             }
         });
     }
 
-    /// A ring for the calling thread (once per thread and tracer).
-    fn register(&self) -> Arc<Ring> {
+    /// A ring for the calling thread (once per thread and tracer); None
+    /// if its memory cannot be mapped (the event is counted as lost).
+    fn register(&self) -> Option<Arc<Ring>> {
         let id = self.inner.next_ring.fetch_add(1, Ordering::Relaxed);
         let thread = std::thread::current()
             .name()
             .unwrap_or("unnamed")
             .to_string();
-        let ring = Arc::new(Ring::new(self.inner.ring_capacity, id, thread.clone()));
+        let ring = Arc::new(Ring::new(self.inner.ring_capacity, id, thread.clone())?);
         self.meta(Meta::Ring(RingMeta {
             id,
             thread,
             capacity: ring.capacity(),
         }));
         lock(&self.inner.rings).push(ring.clone());
-        ring
+        Some(ring)
     }
 
     /// Add a metadata frame (written at the next drain).
@@ -187,6 +194,7 @@ impl Tracer {
         let mut out = Out {
             w: std::io::BufWriter::with_capacity(1 << 20, file),
             bytes: 0,
+            scratch: Vec::new(),
         };
         out.bytes(&format::header()).map_err(file_err)?;
         out.meta(&Meta::Run(Box::new(run))).map_err(file_err)?;
@@ -198,6 +206,7 @@ impl Tracer {
             next_ring: AtomicU32::new(0),
             meta: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
+            unrecorded: AtomicU64::new(0),
             stop: Mutex::new(false),
             wake: Condvar::new(),
         });
@@ -282,6 +291,9 @@ impl Drop for Tracer {
 struct Out {
     w: std::io::BufWriter<std::fs::File>,
     bytes: u64,
+    /// A frame's payload, kept from drain to drain (no allocation churn
+    /// on the confined drain thread).
+    scratch: Vec<u8>,
 }
 
 impl Out {
@@ -307,13 +319,15 @@ impl Out {
 
     fn records(&mut self, records: &[Record]) -> std::io::Result<()> {
         let per_frame = format::MAX_FRAME_BYTES as usize / RECORD_BYTES;
+        let mut payload = std::mem::take(&mut self.scratch);
         for chunk in records.chunks(per_frame) {
-            let mut payload = Vec::with_capacity(chunk.len() * RECORD_BYTES);
+            payload.clear();
             for r in chunk {
                 payload.extend_from_slice(&r.to_bytes());
             }
             self.frame(format::TAG_RECORDS, &payload)?;
         }
+        self.scratch = payload;
         Ok(())
     }
 }
@@ -374,10 +388,16 @@ fn drain_once(inner: &Inner, d: &mut Drain, out: &mut Out) -> std::io::Result<()
     let meta = std::mem::take(&mut *lock(&inner.meta));
     let rings: Vec<Arc<Ring>> = lock(&inner.rings).clone();
     d.buf.clear();
-    for ring in &rings {
-        ring.drain(&mut d.buf);
-        let lost = ring.dropped();
-        let seen = d.lost_seen.entry(ring.id).or_insert(0);
+    let no_ring = (u32::MAX, inner.unrecorded.load(Ordering::Relaxed));
+    let losses = rings
+        .iter()
+        .map(|ring| {
+            ring.drain(&mut d.buf);
+            (ring.id, ring.dropped())
+        })
+        .collect::<Vec<_>>();
+    for (id, lost) in losses.into_iter().chain([no_ring]) {
+        let seen = d.lost_seen.entry(id).or_insert(0);
         if lost > *seen {
             d.buf.push(Record::new(
                 crate::engine::clock::now_ns(),
