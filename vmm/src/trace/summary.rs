@@ -45,6 +45,11 @@ pub struct Quantiles {
 }
 
 impl Quantiles {
+    /// The quantiles of `v`; None when it is empty (not measured).
+    pub fn of_some(v: Vec<u64>) -> Option<Quantiles> {
+        (!v.is_empty()).then(|| Quantiles::of(v))
+    }
+
     pub fn of(mut v: Vec<u64>) -> Quantiles {
         if v.is_empty() {
             return Quantiles::default();
@@ -108,8 +113,8 @@ pub struct PathClass {
     /// Paths that reached the guest's handler.
     pub complete: u64,
     pub steps: Vec<StepRow>,
-    /// Cause -> handler, over complete paths.
-    pub total: Quantiles,
+    /// Cause -> handler, over complete paths (null: none reached it).
+    pub total: Option<Quantiles>,
 }
 
 /// The round trips between two vCPUs that wake each other by IPI.
@@ -137,8 +142,8 @@ pub struct VcpuRow {
     pub run_share: f64,
     /// The CPU time its thread got in those turns over the span: what
     /// `run_share` would be if the host kernel had given the vCPU's CPU to
-    /// no other process meanwhile.
-    pub thread_cpu_share: f64,
+    /// no other process meanwhile (null: no turn recorded it).
+    pub thread_cpu_share: Option<f64>,
     pub dispatches: u64,
     pub halts: u64,
     pub wakes: u64,
@@ -146,8 +151,8 @@ pub struct VcpuRow {
     pub quantum_ends: u64,
     pub yields: u64,
     pub migrations: u64,
-    /// Decision -> dispatched, over its wakes.
-    pub wake_to_dispatch: Quantiles,
+    /// Decision -> dispatched, over its wakes (null: it was never woken).
+    pub wake_to_dispatch: Option<Quantiles>,
 }
 
 /// What `pacer trace summary` prints (and writes as JSON).
@@ -380,7 +385,7 @@ fn classes(paths: &[Path]) -> Vec<PathClass> {
                 }
             }
             let complete: Vec<&&Path> = ps.iter().filter(|p| p.t[HANDLER].is_some()).collect();
-            let total = Quantiles::of(
+            let total = Quantiles::of_some(
                 complete
                     .iter()
                     .filter_map(|p| {
@@ -495,6 +500,7 @@ fn vcpu_rows(trace: &TraceFile, wakes: &[Path]) -> Vec<VcpuRow> {
         run: u64,
         cpu0: Option<u64>,
         cpu: u64,
+        cpu_seen: bool,
         dispatches: u64,
         halts: u64,
         wakes: u64,
@@ -529,6 +535,7 @@ fn vcpu_rows(trace: &TraceFile, wakes: &[Path]) -> Vec<VcpuRow> {
                 }
                 if let Some(c0) = a.cpu0.take() {
                     a.cpu += thread_cpu_ns.saturating_sub(c0);
+                    a.cpu_seen = true;
                 }
                 match why {
                     StopWhy::Halted => a.halts += 1,
@@ -555,7 +562,7 @@ fn vcpu_rows(trace: &TraceFile, wakes: &[Path]) -> Vec<VcpuRow> {
                 vcpu: trace.vcpu_name(v),
                 run_ns: a.run,
                 run_share: a.run as f64 / span as f64,
-                thread_cpu_share: a.cpu as f64 / span as f64,
+                thread_cpu_share: a.cpu_seen.then(|| a.cpu as f64 / span as f64),
                 dispatches: a.dispatches,
                 halts: a.halts,
                 wakes: a.wakes,
@@ -563,7 +570,7 @@ fn vcpu_rows(trace: &TraceFile, wakes: &[Path]) -> Vec<VcpuRow> {
                 quantum_ends: a.quantum_ends,
                 yields: a.yields,
                 migrations: a.migrations,
-                wake_to_dispatch: Quantiles::of(
+                wake_to_dispatch: Quantiles::of_some(
                     wakes
                         .iter()
                         .filter(|p| p.vcpu == v)
@@ -655,14 +662,14 @@ impl Summary {
                         q.count
                     );
                 }
-                if c.total.count > 0 {
+                if let Some(total) = c.total {
                     let _ = writeln!(
                         s,
                         "    {:<28} {:>10} {:>10} {:>7}",
                         "total, to the handler",
-                        us(c.total.p50_ns),
-                        us(c.total.p99_ns),
-                        c.total.count
+                        us(total.p50_ns),
+                        us(total.p99_ns),
+                        total.count
                     );
                 }
             }
@@ -752,10 +759,11 @@ impl Summary {
         for v in &self.vcpus {
             let _ = writeln!(
                 s,
-                "  {:<20} {:>6.1} {:>6.1} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>12}",
+                "  {:<20} {:>6.1} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>12}",
                 v.vcpu,
                 100.0 * v.run_share,
-                100.0 * v.thread_cpu_share,
+                v.thread_cpu_share
+                    .map_or("-".into(), |c| format!("{:.1}", 100.0 * c)),
                 v.dispatches,
                 v.halts,
                 v.wakes,
@@ -763,7 +771,7 @@ impl Summary {
                 v.quantum_ends,
                 v.yields,
                 v.migrations,
-                us(v.wake_to_dispatch.p99_ns)
+                v.wake_to_dispatch.map_or("-".into(), |q| us(q.p99_ns))
             );
         }
         s
