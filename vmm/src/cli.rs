@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! pacer run FILE [--policy P | --compare P1,P2] [--json results.json] [--status]
-//!                [--exit-status-from-guest] [--no-seccomp]   run the VMs of FILE
+//!                [--exit-status-from-guest] [--no-seccomp] [--trace T]   run the VMs of FILE
 //!                [--api-socket PATH] [--api-http 127.0.0.1:PORT]  with the control API
 //! pacer ctl SOCKET ls | stats | set | pause | resume | stop | watch  (crate::ctl_command)
 //! pacer validate FILE [--policy P]              check FILE without starting anything
@@ -10,6 +10,8 @@
 //! pacer unixbench --host | --report LOG  UnixBench-style suite (unixbench::cli)
 //! pacer bench MATRIX --out DIR [--resume] run a benchmark matrix (vmm::bench)
 //! pacer sim SCENARIO [--compare ...]     run a scheduler simulation scenario
+//! pacer sim --replay T [--topology S] [--policy P]   replay a scheduling trace
+//! pacer trace summary|export|plot|dump T read a scheduling trace (trace::command)
 //! ```
 //! Exit codes: 0 ok, 1 a VM failed, 2 bad input. With
 //! `--exit-status-from-guest` (one VM only) `pacer run` exits instead with
@@ -84,6 +86,10 @@ pub enum Command {
         /// Run without the per-thread seccomp filters (for debugging).
         #[arg(long)]
         no_seccomp: bool,
+        /// Record a scheduling trace into FILE (scheduled policies; read it
+        /// with `pacer trace summary|export|plot FILE`).
+        #[arg(long, value_name = "FILE", conflicts_with = "compare")]
+        trace: Option<PathBuf>,
         #[command(flatten)]
         api: crate::ctl_command::ApiArgs,
     },
@@ -98,6 +104,8 @@ pub enum Command {
     Bench(crate::bench::command::BenchArgs),
     /// Run a scheduler simulation scenario (deterministic, no KVM).
     Sim(crate::sim_command::SimArgs),
+    /// Read a scheduling trace (`pacer run --trace`): summary, export, plot.
+    Trace(crate::trace::command::TraceArgs),
     /// Print the host CPU topology as vcpu_sched sees it.
     Topology {
         /// A synthetic topology instead of the host's, e.g. 2x22x2.
@@ -123,6 +131,7 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
         Command::Unixbench(args) => crate::unixbench::cli::run(&args),
         Command::Bench(args) => crate::bench::command::main(args),
         Command::Sim(args) => crate::sim_command::main(args),
+        Command::Trace(args) => crate::trace::command::main(args),
         Command::Ctl(args) => crate::ctl_command::main(args),
         Command::Validate { file, policy } => {
             match Config::load_overridden(&file, Overrides { policy }) {
@@ -160,13 +169,16 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
             compare,
             exit_status_from_guest,
             no_seccomp,
+            trace,
             api,
         } => {
             // Before any VM starts: a result that cannot be written is bad input.
-            if let Some(path) = &json {
-                if let Err(why) = crate::preflight::check_output_file(path) {
-                    eprintln!("pacer run: --json: {why}");
-                    return EXIT_BAD_INPUT;
+            for (flag, path) in [("--json", &json), ("--trace", &trace)] {
+                if let Some(path) = path {
+                    if let Err(why) = crate::preflight::check_output_file(path) {
+                        eprintln!("pacer run: {flag}: {why}");
+                        return EXIT_BAD_INPUT;
+                    }
                 }
             }
             if !no_seccomp {
@@ -208,11 +220,17 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
             let opts = RunOptions {
                 run_start,
                 status,
+                trace,
                 api: api.options(),
             };
             let results = match runner::run(&config, &opts, &print_event) {
                 Ok(r) => r,
-                Err(e @ (runner::RunError::LogDir(_) | runner::RunError::Api(_))) => {
+                Err(
+                    e @ (runner::RunError::LogDir(_)
+                    | runner::RunError::Api(_)
+                    | runner::RunError::TraceUnderHost
+                    | runner::RunError::Trace(_)),
+                ) => {
                     eprintln!("pacer run: {e}");
                     return EXIT_BAD_INPUT;
                 }
@@ -225,6 +243,18 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 out(&format!(
                     "pacer: this run's logs and results: {}\n",
                     dir.display()
+                ));
+            }
+            if let Some(t) = &results.trace {
+                out(&format!(
+                    "pacer: scheduling trace: {} ({} events, {} lost{})\n",
+                    t.path.display(),
+                    t.records,
+                    t.lost,
+                    t.error
+                        .as_ref()
+                        .map(|e| format!("; incomplete: {e}"))
+                        .unwrap_or_default()
                 ));
             }
             if let Some(path) = json {
@@ -302,6 +332,7 @@ fn run_compare(
         let opts = RunOptions {
             run_start,
             status,
+            trace: None,
             api: Default::default(),
         };
         match runner::run(&config, &opts, &print_event) {

@@ -38,6 +38,7 @@ pub mod sched_rules;
 pub mod seccomp;
 pub mod signals;
 pub mod sim_command;
+pub mod trace;
 pub mod unixbench;
 pub mod vcpu;
 pub mod vm;
