@@ -14,6 +14,7 @@ echo "== host topology as vcpu_sched sees it"
 ./target/release/pacer topology
 if [ -c /dev/kvm ]; then
     echo "== two VMs (configs/demo.toml) under Pacer's haiku scheduler, then left to the host kernel"
+    mkdir -p results
     ./target/release/pacer run configs/demo.toml --compare haiku,host --json results/demo.json
 else
     echo "SKIPPED: /dev/kvm not available, not booting the demo VMs"
