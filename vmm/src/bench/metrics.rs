@@ -116,6 +116,14 @@ pub fn info(metric: &str) -> MetricInfo {
             )
         };
     }
+    // A VM's part of the cell's total, and whether the parts follow the
+    // VMs' priorities (`cell_samples`).
+    if metric.starts_with("share.") {
+        return m(Unit::Ratio, Better::Neither, Combine::Sum, false);
+    }
+    if metric.starts_with("priority_order.") {
+        return m(Unit::Ratio, Better::Higher, Combine::Mean, false);
+    }
     if metric.starts_with("jain.") {
         return m(
             Unit::Ratio,
@@ -159,11 +167,14 @@ pub fn title(metric: &str) -> String {
     match metric {
         "units_per_s" => "units/s".into(),
         "jain.sched.run_ns" => "Jain (run time)".into(),
+        "share.units_per_s" => "share of units/s".into(),
+        "priority_order.units_per_s" => "priority order (units/s)".into(),
         "sched.wake_latency_ns.p99" => "wake p99 (sched)".into(),
         "sched.migrations_per_s" => "migrations/s".into(),
         "sleep_latency_ns.p99_ns" => "sleep p99".into(),
         "unixbench.index.copies_1" => "UB index (1 copy)".into(),
         "unixbench.index.copies_vcpus" => "UB index (copy per vCPU)".into(),
+        _ if metric.starts_with("jain.") => format!("Jain ({})", title(&metric["jain.".len()..])),
         _ if metric.starts_with("unixbench.index.copies_") => {
             format!(
                 "UB index ({} copies)",
@@ -385,7 +396,7 @@ pub fn cell_samples(samples: &[Sample], meta: &BTreeMap<String, VmMeta>) -> Vec<
             *e = e.min(j);
         }
     }
-    lowest
+    let mut out: Vec<Sample> = lowest
         .into_iter()
         .map(|(metric, value)| Sample {
             vm: "*".into(),
@@ -394,7 +405,60 @@ pub fn cell_samples(samples: &[Sample], meta: &BTreeMap<String, VmMeta>) -> Vec<
             metric: format!("jain.{metric}"),
             value,
         })
-        .collect()
+        .collect();
+    out.extend(shares(samples, meta, "units_per_s"));
+    out
+}
+
+/// Each VM's share of the cell's total `rate` (`share.RATE`, per VM) and,
+/// when the VMs have different priorities, `priority_order.RATE`: the
+/// fraction of VM pairs of different priority in which the higher
+/// priority got strictly more (1 = the shares follow the priorities).
+fn shares(samples: &[Sample], meta: &BTreeMap<String, VmMeta>, rate: &str) -> Vec<Sample> {
+    let mut per_vm: BTreeMap<&str, f64> = BTreeMap::new();
+    for s in samples.iter().filter(|s| s.metric == rate && s.vm != "*") {
+        *per_vm.entry(&s.vm).or_default() += s.value;
+    }
+    let total: f64 = per_vm.values().sum();
+    if per_vm.len() < 2 || total <= 0.0 {
+        return Vec::new();
+    }
+    let mut out: Vec<Sample> = per_vm
+        .iter()
+        .map(|(vm, v)| Sample {
+            vm: vm.to_string(),
+            group: meta
+                .get(*vm)
+                .map_or_else(|| vm.to_string(), |m| m.group.clone()),
+            vcpu: None,
+            metric: format!("share.{rate}"),
+            value: v / total,
+        })
+        .collect();
+    let prio = |vm: &str| meta.get(vm).map_or(0, |m| m.priority);
+    let vms: Vec<(&str, f64)> = per_vm.iter().map(|(k, v)| (*k, *v)).collect();
+    let (mut pairs, mut ordered) = (0u32, 0u32);
+    for (i, a) in vms.iter().enumerate() {
+        for b in &vms[i + 1..] {
+            let (pa, pb) = (prio(a.0), prio(b.0));
+            if pa == pb {
+                continue;
+            }
+            pairs += 1;
+            let (hi, lo) = if pa > pb { (a.1, b.1) } else { (b.1, a.1) };
+            ordered += u32::from(hi > lo);
+        }
+    }
+    if pairs > 0 {
+        out.push(Sample {
+            vm: "*".into(),
+            group: "*".into(),
+            vcpu: None,
+            metric: format!("priority_order.{rate}"),
+            value: f64::from(ordered) / f64::from(pairs),
+        });
+    }
+    out
 }
 
 /// Console keys of a `pacer-result` line that name the same quantity as a
@@ -661,7 +725,48 @@ mod tests {
             .find(|x| x.metric == "jain.sched.run_ns")
             .unwrap();
         assert!((run.value - 0.9).abs() < 1e-12, "{run:?}");
-        assert!(cell.iter().all(|x| x.vm == "*" && x.vcpu.is_none()));
+        assert!(cell
+            .iter()
+            .all(|x| x.vcpu.is_none() && (x.vm == "*") != x.metric.starts_with("share.")));
+    }
+
+    #[test]
+    fn shares_and_priority_order() {
+        let mut s = vm_samples(&vm("p20", &[600.0]), "p20");
+        s.extend(vm_samples(&vm("p10", &[300.0]), "p10"));
+        s.extend(vm_samples(&vm("p5", &[100.0]), "p5"));
+        let meta: BTreeMap<String, VmMeta> = [("p20", 20), ("p10", 10), ("p5", 5)]
+            .into_iter()
+            .map(|(n, p)| {
+                (
+                    n.to_string(),
+                    VmMeta {
+                        group: n.into(),
+                        priority: p,
+                    },
+                )
+            })
+            .collect();
+        let cell = cell_samples(&s, &meta);
+        let share = |vm: &str| {
+            cell.iter()
+                .find(|x| x.vm == vm && x.metric == "share.units_per_s")
+                .map(|x| x.value)
+        };
+        assert_eq!(share("p20"), Some(0.6));
+        assert_eq!(share("p5"), Some(0.1));
+        let order = |c: &[Sample]| {
+            c.iter()
+                .find(|x| x.metric == "priority_order.units_per_s")
+                .map(|x| x.value)
+        };
+        assert_eq!(order(&cell), Some(1.0));
+        // p5 ahead of p10: one pair of three out of order.
+        let mut s = vm_samples(&vm("p20", &[600.0]), "p20");
+        s.extend(vm_samples(&vm("p10", &[100.0]), "p10"));
+        s.extend(vm_samples(&vm("p5", &[300.0]), "p5"));
+        let o = order(&cell_samples(&s, &meta)).unwrap();
+        assert!((o - 2.0 / 3.0).abs() < 1e-12, "{o}");
     }
 
     #[test]

@@ -503,7 +503,12 @@ pub fn run_matrix(
 /// Summary, plots and report from what the store holds.
 fn finish(m: &Matrix, store: &Store, ctx: &Ctx<'_>) -> Result<BenchOutcome, RunMatrixError> {
     let order: Vec<String> = m.policies.iter().map(|p| p.label.clone()).collect();
-    let summary = Summary::build(store.records(), &order, &m.baselines);
+    let headline = |layout: &str, workload: &str| {
+        let li = m.layouts.iter().position(|l| l.name == layout)?;
+        let wi = m.workloads.iter().position(|w| w.name == workload)?;
+        Some(super::headline::resolve(m, li, wi))
+    };
+    let summary = Summary::build(store.records(), &order, &m.baselines, &headline);
     let dir = store.dir();
     let json = serde_json::to_string_pretty(&summary).unwrap_or_default();
     std::fs::write(dir.join("summary.json"), json + "\n")
