@@ -293,7 +293,11 @@ fn run_compare(
             }
         }
     }
-    out(&format!("\n{}", crate::results::format_comparison(&runs)));
+    out(&format!(
+        "\n{}\n{}",
+        crate::compare::format(&crate::compare::compare(&runs)),
+        crate::compare::format_vcpus(&runs)
+    ));
     if let Some(path) = json {
         let doc: Vec<serde_json::Value> = runs
             .iter()

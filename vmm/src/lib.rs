@@ -9,12 +9,15 @@
 //! [`engine`] (Pacer's own vCPU scheduling), [`host_cpus`] (OS CPU
 //! numbers), [`signals`], [`runner`] (many VMs), [`results`],
 //! [`guest_metrics`] (per-vCPU workload metrics from the guest's records),
+//! [`compare`] (`run --compare`: per VM its headline under each policy,
+//! ratios, verdict), [`units`] (how quantities are printed),
 //! [`unixbench`] (the UnixBench-style suite's scoring and host reference),
 //! [`cli`].
 
 pub mod bench;
 pub mod boot;
 pub mod cli;
+pub mod compare;
 pub mod config;
 pub mod config_errors;
 pub mod cpuid;
@@ -35,6 +38,7 @@ pub mod runner;
 pub mod seccomp;
 pub mod signals;
 pub mod sim_command;
+pub mod units;
 pub mod unixbench;
 pub mod vcpu;
 pub mod vm;

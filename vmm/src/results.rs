@@ -481,77 +481,6 @@ fn format_metrics(vm: &str, m: &VcpuMetrics) -> String {
     s
 }
 
-/// The guest's headline metric of a vCPU, with its unit: work units/s,
-/// sleep p99, round trips/s, lock acquisitions/s or burst run fraction.
-pub fn headline_metric(m: &VcpuMetrics) -> Option<(f64, &'static str)> {
-    if let Some(u) = m.units_per_s {
-        return Some((u, "units/s"));
-    }
-    if let Some(l) = &m.sleep_latency_ns {
-        return Some((l.p99_ns as f64 / 1e3, "us sleep p99"));
-    }
-    if let Some(r) = m.roundtrips_per_s {
-        return Some((r, "round trips/s"));
-    }
-    if let Some(a) = m.acquisitions_per_s {
-        return Some((a, "acquisitions/s"));
-    }
-    m.burst.as_ref().map(|b| (b.run_fraction, "run fraction"))
-}
-
-/// The same config run under several policies, one row per vCPU and a
-/// column group per policy: the guest's headline metric, then run time,
-/// ready-wait, wake p99 and migrations.
-pub fn format_comparison(runs: &[(String, RunResults)]) -> String {
-    let mut out = String::new();
-    let Some((_, first)) = runs.first() else {
-        return out;
-    };
-    out += &format!("{:<18}", "vm/vcpu");
-    for (policy, _) in runs {
-        out += &format!(
-            " | {:^52}",
-            format!("{policy}: guest metric, run/wait ms, wake p99, migr")
-        );
-    }
-    out += "\n";
-    for (vi, vm) in first.vms.iter().enumerate() {
-        let n = vm.vcpu_sched.len().max(vm.vcpu_metrics.len());
-        for v in 0..n {
-            out += &format!("{:<18}", format!("{}/vcpu{v}", vm.name));
-            for (_, run) in runs {
-                let Some(r) = run.vms.get(vi) else {
-                    out += &format!(" | {:52}", "-");
-                    continue;
-                };
-                let metric = r
-                    .vcpu_metrics
-                    .iter()
-                    .find(|m| m.vcpu == v as u32)
-                    .and_then(headline_metric)
-                    .map(|(x, unit)| format!("{x:.0} {unit}"))
-                    .unwrap_or_else(|| r.status.clone());
-                let sched = r.vcpu_sched.get(v).cloned().unwrap_or_default();
-                let wake = if sched.wake_latency_ns.max == 0 {
-                    "-".to_string()
-                } else {
-                    format!("{:.0} us", sched.wake_latency_ns.p99 as f64 / 1e3)
-                };
-                out += &format!(
-                    " | {:<22} {:>6.0}/{:<6.0} {:>9} {:>5}",
-                    metric,
-                    sched.run_ns as f64 / 1e6,
-                    sched.ready_wait_ns as f64 / 1e6,
-                    wake,
-                    sched.migrations
-                );
-            }
-            out += "\n";
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -565,58 +494,6 @@ mod tests {
             values,
             text: None,
         }
-    }
-
-    #[test]
-    fn comparison_has_a_row_per_vcpu_and_a_column_group_per_policy() {
-        let vm = |units: f64, wait_ms: u64| {
-            let mut r = VmResult::error("a", String::new(), 1.0, "");
-            r.status = "success".into();
-            r.vcpu_metrics = (0..2)
-                .map(|v| VcpuMetrics {
-                    vcpu: v,
-                    units_per_s: Some(units),
-                    ..Default::default()
-                })
-                .collect();
-            r.vcpu_sched = (0..2)
-                .map(|_| crate::engine::stats::VcpuSchedStats {
-                    run_ns: 500_000_000,
-                    ready_wait_ns: wait_ms * 1_000_000,
-                    migrations: 3,
-                    ..Default::default()
-                })
-                .collect();
-            RunResults {
-                config: PathBuf::from("c.toml"),
-                run_dir: None,
-                ok: true,
-                vms: vec![r],
-            }
-        };
-        let t = format_comparison(&[
-            ("haiku".into(), vm(1234.0, 7)),
-            ("host".into(), vm(999.0, 42)),
-        ]);
-        let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(lines.len(), 3, "{t}");
-        assert!(
-            lines[0].contains("haiku:") && lines[0].contains("host:"),
-            "{t}"
-        );
-        assert!(
-            lines[1].starts_with("a/vcpu0") && lines[2].starts_with("a/vcpu1"),
-            "{t}"
-        );
-        assert!(
-            lines[1].contains("1234 units/s") && lines[1].contains("999 units/s"),
-            "{t}"
-        );
-        assert!(
-            lines[1].contains("500/7") && lines[1].contains("500/42"),
-            "{t}"
-        );
-        assert!(format_comparison(&[]).is_empty());
     }
 
     #[test]

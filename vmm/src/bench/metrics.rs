@@ -188,39 +188,34 @@ pub fn title(metric: &str) -> String {
     }
 }
 
-/// Format a value for a table.
+/// Buckets per power of two of the histogram a latency metric is read
+/// from (the guest's or the scheduler's), None for other metrics.
+pub fn histogram_buckets(metric: &str) -> Option<u64> {
+    if info(metric).unit != Unit::Nanoseconds || !(metric.contains("p50") || metric.contains("p99"))
+    {
+        return None;
+    }
+    Some(if metric.starts_with("sched.") {
+        crate::units::SCHED_SUB_BUCKETS
+    } else {
+        crate::units::GUEST_SUB_BUCKETS
+    })
+}
+
+/// Format a value for a table: units that scale, a latency percentile no
+/// finer than its histogram bucket (`units`).
 pub fn format_value(metric: &str, v: f64) -> String {
     if !v.is_finite() {
         return "-".into();
     }
     match info(metric).unit {
-        Unit::Nanoseconds => {
-            if v < 1e3 {
-                format!("{v:.0}ns")
-            } else if v < 1e6 {
-                format!("{:.1}us", v / 1e3)
-            } else if v < 1e9 {
-                format!("{:.2}ms", v / 1e6)
-            } else {
-                format!("{:.2}s", v / 1e9)
-            }
-        }
+        Unit::Nanoseconds => match histogram_buckets(metric) {
+            Some(sub) => crate::units::latency(v, sub),
+            None => crate::units::duration3(v),
+        },
         Unit::Ratio => format!("{v:.3}"),
         Unit::Score => format!("{v:.1}"),
-        Unit::PerSecond | Unit::Count => {
-            let a = v.abs();
-            if a >= 1e9 {
-                format!("{:.2}G", v / 1e9)
-            } else if a >= 1e6 {
-                format!("{:.2}M", v / 1e6)
-            } else if a >= 1e4 {
-                format!("{:.1}k", v / 1e3)
-            } else if a >= 100.0 || v == v.trunc() {
-                format!("{v:.0}")
-            } else {
-                format!("{v:.2}")
-            }
-        }
+        Unit::PerSecond | Unit::Count => crate::units::number(v),
     }
 }
 
@@ -791,7 +786,15 @@ mod tests {
 
     #[test]
     fn formatting() {
-        assert_eq!(format_value("sleep_latency_ns.p99_ns", 1500.0), "1.5us");
+        assert_eq!(format_value("sleep_latency_ns.p99_ns", 1500.0), "1.50 us");
+        assert_eq!(
+            format_value("sleep_latency_ns.p99_ns", 8_388_608.0),
+            "8.4 ms"
+        );
+        assert_eq!(
+            format_value("sched.wake_latency_ns.p99", 2_228_200.0),
+            "2.2 ms"
+        );
         assert_eq!(format_value("units_per_s", 2.5e6), "2.50M");
         assert_eq!(format_value("jain.sched.run_ns", 0.99), "0.990");
         assert_eq!(title("units_per_s"), "units/s");
