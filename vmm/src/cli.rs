@@ -19,6 +19,7 @@
 //! collides with them. The results JSON has the full value (`exit_status`).
 
 use crate::config::{Config, Overrides};
+use crate::documents::run::{RunDocument, RunEntry};
 use crate::engine::policy::Policy;
 use crate::results::format_summary;
 use crate::runner::{self, RunEvent, RunOptions};
@@ -210,12 +211,10 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 ));
             }
             if let Some(path) = json {
-                let text = serde_json::to_string_pretty(&results).unwrap_or_default();
-                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    let _ = std::fs::create_dir_all(dir);
-                }
-                if let Err(source) = std::fs::write(&path, text + "\n") {
-                    eprintln!("{}", CliError::WriteJson { path, source });
+                let doc =
+                    RunDocument::new(file.clone(), vec![RunEntry::of(&config, &results)], None);
+                if let Err(e) = write_json(&path, &doc) {
+                    eprintln!("{e}");
                     return EXIT_VM_FAILED;
                 }
             }
@@ -275,6 +274,7 @@ fn run_compare(
         }
     }
     let mut runs = Vec::new();
+    let mut entries = Vec::new();
     let mut all_ok = true;
     for (p, config) in configs {
         out(&format!("== policy {p}\n"));
@@ -282,6 +282,7 @@ fn run_compare(
         match runner::run(&config, &opts, &print_event) {
             Ok(r) => {
                 all_ok &= r.ok;
+                entries.push(RunEntry::of(&config, &r));
                 runs.push((p.to_string(), r));
             }
             Err(e) => {
@@ -293,19 +294,16 @@ fn run_compare(
             }
         }
     }
+    let comparison = crate::compare::compare(&runs);
     out(&format!(
         "\n{}\n{}",
-        crate::compare::format(&crate::compare::compare(&runs)),
+        crate::compare::format(&comparison),
         crate::compare::format_vcpus(&runs)
     ));
     if let Some(path) = json {
-        let doc: Vec<serde_json::Value> = runs
-            .iter()
-            .map(|(p, r)| serde_json::json!({ "policy": p, "results": r }))
-            .collect();
-        let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
-        if let Err(source) = std::fs::write(&path, text + "\n") {
-            eprintln!("{}", CliError::WriteJson { path, source });
+        let doc = RunDocument::new(file.to_path_buf(), entries, Some(comparison));
+        if let Err(e) = write_json(&path, &doc) {
+            eprintln!("{e}");
             return EXIT_VM_FAILED;
         }
     }
@@ -314,6 +312,18 @@ fn run_compare(
     } else {
         EXIT_VM_FAILED
     }
+}
+
+/// Write a JSON document (pretty, one trailing newline).
+fn write_json(path: &std::path::Path, doc: &impl serde::Serialize) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(doc).unwrap_or_default();
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    std::fs::write(path, text + "\n").map_err(|source| CliError::WriteJson {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// The process exit code for a guest exit status under

@@ -29,12 +29,22 @@ pub const SAME_WITHIN: f64 = 0.05;
 /// The headline metrics a VM is judged by, latency-sensitive first; a VM
 /// gets a row for each one its vCPUs reported.
 const HEADLINES: [&str; 5] = [
-    "sleep_latency_ns.p99_ns",
+    "sleep.wake_latency.p99_ns",
     "burst.run_fraction",
-    "roundtrips_per_s",
-    "acquisitions_per_s",
-    "units_per_s",
+    "pingpong.roundtrips_per_s",
+    "spinlock.acquisitions_per_s",
+    "cpu.units_per_s",
 ];
+
+/// A VM's headline figure under one policy.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PolicyValue {
+    pub policy: String,
+    /// Null: not measured under it.
+    pub value: Option<f64>,
+    /// Value over the first policy's value.
+    pub ratio: Option<f64>,
+}
 
 /// One VM's headline metric under every policy.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -42,10 +52,8 @@ pub struct Row {
     pub vm: String,
     pub metric: String,
     pub better: Better,
-    /// Per policy, in the order run (null: not measured under it).
-    pub values: Vec<Option<f64>>,
-    /// Per policy: value / the first policy's value.
-    pub ratios: Vec<Option<f64>>,
+    /// Per policy, in the order run.
+    pub values: Vec<PolicyValue>,
     /// The policy that did better, if one did beyond the noise.
     pub winner: Option<String>,
     pub verdict: String,
@@ -172,20 +180,21 @@ pub fn compare(runs: &[(String, RunResults)]) -> Comparison {
                 continue;
             }
             let better = metrics::info(metric).better;
-            let ratios = values
-                .iter()
-                .map(|v| {
-                    let base = values[0].filter(|b| *b != 0.0)?;
-                    Some((*v)? / base)
-                })
-                .collect();
             let (winner, verdict) = verdict(metric, better, &policies, &values);
+            let base = values[0].filter(|b| *b != 0.0);
             rows.push(Row {
                 vm: vm.name.clone(),
                 metric: metric.to_string(),
                 better,
-                values,
-                ratios,
+                values: policies
+                    .iter()
+                    .zip(&values)
+                    .map(|(p, v)| PolicyValue {
+                        policy: p.clone(),
+                        value: *v,
+                        ratio: base.and_then(|b| Some((*v)? / b)),
+                    })
+                    .collect(),
                 winner,
                 verdict,
             });
@@ -216,10 +225,10 @@ pub fn format(c: &Comparison) -> String {
             r.vm.clone(),
             format!("{} ({dir})", metrics::title(&r.metric)),
         ];
-        for (i, (v, ratio)) in r.values.iter().zip(&r.ratios).enumerate() {
-            line.push(match (v, ratio) {
-                (Some(v), Some(x)) if i > 0 => format!("{} ({x:.2}x)", show(&r.metric, *v)),
-                (Some(v), _) => show(&r.metric, *v),
+        for (i, pv) in r.values.iter().enumerate() {
+            line.push(match (pv.value, pv.ratio) {
+                (Some(v), Some(x)) if i > 0 => format!("{} ({x:.2}x)", show(&r.metric, v)),
+                (Some(v), _) => show(&r.metric, v),
                 (None, _) => "-".into(),
             });
         }
@@ -356,14 +365,17 @@ mod tests {
         assert_eq!(c.rows.len(), 2);
         let lat = &c.rows[0];
         // The worst vCPU's p99: 4.19 ms under haiku, 8.39 ms under host.
-        assert_eq!(lat.metric, "sleep_latency_ns.p99_ns");
-        assert_eq!(lat.values, [Some(4_194_304.0), Some(8_388_608.0)]);
-        assert_eq!(lat.ratios[1], Some(2.0));
+        assert_eq!(lat.metric, "sleep.wake_latency.p99_ns");
+        let values: Vec<Option<f64>> = lat.values.iter().map(|v| v.value).collect();
+        assert_eq!(values, [Some(4_194_304.0), Some(8_388_608.0)]);
+        assert_eq!(lat.values[1].ratio, Some(2.0));
+        assert_eq!(lat.values[1].policy, "host");
         assert_eq!(lat.winner.as_deref(), Some("haiku"));
         assert_eq!(lat.verdict, "haiku did better: 2.00x lower than host");
         // Units/s add up over vCPUs; 0.5 % apart is no difference.
         let hog = &c.rows[1];
-        assert_eq!(hog.values, [Some(400_000.0), Some(402_000.0)]);
+        let values: Vec<Option<f64>> = hog.values.iter().map(|v| v.value).collect();
+        assert_eq!(values, [Some(400_000.0), Some(402_000.0)]);
         assert_eq!(hog.winner, None);
         assert!(
             hog.verdict
@@ -387,12 +399,12 @@ mod tests {
     fn latencies_in_one_bucket_are_the_same() {
         let values = [Some(8_388_608.0), Some(8_650_000.0)];
         let p = ["a".to_string(), "b".to_string()];
-        let (w, v) = verdict("sleep_latency_ns.p99_ns", Better::Lower, &p, &values);
+        let (w, v) = verdict("sleep.wake_latency.p99_ns", Better::Lower, &p, &values);
         assert_eq!(w, None);
         assert!(v.contains("within one histogram bucket"), "{v}");
         let three = ["a".to_string(), "b".to_string(), "c".to_string()];
         let (w, v) = verdict(
-            "units_per_s",
+            "cpu.units_per_s",
             Better::Higher,
             &three,
             &[Some(100.0), Some(300.0), Some(200.0)],

@@ -21,6 +21,7 @@ pub mod compare;
 pub mod config;
 pub mod config_errors;
 pub mod cpuid;
+pub mod documents;
 pub mod engine;
 pub mod guest_metrics;
 pub mod guest_params;

@@ -3,6 +3,7 @@
 //! written with a single `write` so nothing is lost if Pacer dies), the
 //! in-memory collection, the per-VM summary and the final JSON.
 
+use crate::documents::run::{self as events, MarkerDoc, RecordDoc};
 use crate::guest_metrics::{self, GuestErrorEntry, LatencySummary, VcpuMetrics};
 use devices::{Marker, RecordError, RecordKind, ResultRecord};
 use serde::Serialize;
@@ -76,8 +77,9 @@ pub struct VcpuWork {
     pub done: bool,
 }
 
-/// Outcome of one VM.
-#[derive(Debug, Clone, Serialize)]
+/// Outcome of one VM. Serialized as the published `pacer-run` shape
+/// (`documents::run::VmDoc`), never field by field.
+#[derive(Debug, Clone)]
 pub struct VmResult {
     pub name: String,
     /// "success", "reset", "guest_exit", "triple_fault", "internal_error",
@@ -147,8 +149,15 @@ impl VmResult {
     }
 }
 
-/// The final JSON of `pacer run --json`.
-#[derive(Debug, Clone, Serialize)]
+impl Serialize for VmResult {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        crate::documents::run::VmDoc::of(self).serialize(s)
+    }
+}
+
+/// The results of one run (`documents::run::RunEntry` is what `--json`
+/// writes of it).
+#[derive(Debug, Clone)]
 pub struct RunResults {
     pub config: PathBuf,
     /// This run's directory of consoles and results (`run_dir`).
@@ -179,7 +188,7 @@ impl ResultsLog {
             })?),
             None => None,
         };
-        Ok(ResultsLog {
+        let mut log = ResultsLog {
             vm: vm.to_string(),
             tsc_khz,
             path: path.map(Path::to_path_buf),
@@ -188,7 +197,9 @@ impl ResultsLog {
             records: Vec::new(),
             rejected: 0,
             write_error_reported: false,
-        })
+        };
+        log.append(events::events_start(vm, tsc_khz));
+        Ok(log)
     }
 
     pub fn path(&self) -> Option<&Path> {
@@ -223,10 +234,7 @@ impl ResultsLog {
             t_ms,
             t_run_ms,
         };
-        self.append(serde_json::json!({
-            "type": "marker", "vm": self.vm, "vcpu": vcpu, "marker": e.marker,
-            "t_ms": t_ms, "t_run_ms": t_run_ms,
-        }));
+        self.append(events::event("marker", &self.vm, MarkerDoc::of(&e)));
         self.markers.push(e);
     }
 
@@ -248,29 +256,26 @@ impl ResultsLog {
             record,
             units_per_s,
         };
-        let mut v = serde_json::to_value(&e).unwrap_or_default();
-        if let Some(o) = v.as_object_mut() {
-            o.insert("type".into(), "record".into());
-            o.insert("vm".into(), self.vm.clone().into());
-        }
-        self.append(v);
+        self.append(events::event("record", &self.vm, RecordDoc::of(&e)));
         self.records.push(e);
     }
 
     pub fn rejected(&mut self, vcpu: u32, err: &RecordError, t_ms: f64) {
         self.rejected += 1;
-        self.append(serde_json::json!({
-            "type": "rejected", "vm": self.vm, "vcpu": vcpu, "error": err.to_string(), "t_ms": t_ms,
-        }));
+        let fields = serde_json::json!({
+            "vcpu": vcpu, "error": err.to_string(), "t_ns": crate::documents::ms_to_ns(t_ms),
+        });
+        self.append(events::event("rejected", &self.vm, fields));
     }
 
-    /// The stop line, which also carries the per-vCPU metrics.
+    /// The stop line, which also carries the per-vCPU guest figures.
     pub fn stopped(&mut self, status: &str, ok: bool, message: &str, t_ms: f64) {
-        let metrics = self.vcpu_metrics();
-        self.append(serde_json::json!({
-            "type": "stop", "vm": self.vm, "status": status, "ok": ok, "message": message, "t_ms": t_ms,
-            "vcpu_metrics": metrics,
-        }));
+        let vcpus = events::events_vcpus(&self.vcpu_metrics(), &self.work(), self.tsc_khz);
+        let fields = serde_json::json!({
+            "status": status, "ok": ok, "message": crate::documents::nonempty(message),
+            "t_ns": crate::documents::ms_to_ns(t_ms), "vcpus": vcpus,
+        });
+        self.append(events::event("stop", &self.vm, fields));
     }
 
     /// Per-vCPU workload metrics from the records so far.
@@ -516,11 +521,20 @@ mod tests {
             11.0,
         );
         log.rejected(0, &RecordError::BadMagic(1), 10.0);
+        log.stopped("success", true, "", 12.0);
         let text = std::fs::read_to_string(&p).unwrap();
-        assert_eq!(text.lines().count(), 4);
-        let first: serde_json::Value = serde_json::from_str(text.lines().nth(1).unwrap()).unwrap();
-        assert_eq!(first["kind"], "work_sample");
-        assert_eq!(first["units_per_s"], 10000.0);
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 6);
+        assert_eq!(lines[0]["type"], "start");
+        assert_eq!(lines[0]["schema"], "pacer-vm-events");
+        assert_eq!(lines[2]["kind"], "work_sample");
+        assert_eq!(lines[2]["data"]["units"], 10);
+        assert_eq!(lines[2]["t_ns"], 6_000_000);
+        assert_eq!(lines[5]["message"], serde_json::Value::Null);
+        assert_eq!(lines[5]["vcpus"][0]["guest"]["cpu"]["units_per_s"], 10000.0);
         let m = log.milestones();
         assert_eq!(m.first_instruction_ms, Some(5.0));
         assert_eq!(m.first_result_ms, Some(6.0));

@@ -243,7 +243,7 @@ vm = [ { name = "small", vcpus = 1, memory_mib = 2 } ]
     if html.contains("no TrueType font found") {
         println!("SKIPPED: plots (no TrueType font on this machine)");
     } else {
-        for name in ["throughput", "fairness"] {
+        for name in ["headline", "fairness"] {
             for ext in ["svg", "png"] {
                 let p = out.join("plots").join(format!("{name}.{ext}"));
                 let len = std::fs::metadata(&p)

@@ -113,7 +113,7 @@ fn run_exit_codes_0_and_1() {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(v["ok"], true);
-    assert_eq!(v["vms"][0]["status"], "success");
+    assert_eq!(v["runs"][0]["vms"][0]["status"], "success");
 
     let bad = dir.config(&format!(
         "[host]\nlog_dir = \"logs\"\n\n{}",
@@ -169,8 +169,11 @@ fn sigterm_stops_all_vms_and_still_reports() {
     assert!(stdout.contains("[long] FAILED: stopped"), "{stdout}");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(v["vms"][0]["status"], "stopped");
-    assert!(!v["vms"][0]["records"].as_array().unwrap().is_empty());
+    assert_eq!(v["runs"][0]["vms"][0]["status"], "stopped");
+    assert!(!v["runs"][0]["vms"][0]["records"]
+        .as_array()
+        .unwrap()
+        .is_empty());
 }
 
 #[test]

@@ -71,8 +71,27 @@ pub struct GroupHeadline {
     /// A VM group, or [`ALL_VMS`].
     pub under_test: String,
     pub metrics: Vec<HeadlineMetric>,
-    /// The other VM groups' own figures: what they paid. (group, metric)
-    pub costs: Vec<(String, HeadlineMetric)>,
+    /// The other VM groups' own figures: what they paid.
+    pub costs: Vec<Cost>,
+}
+
+/// Another VM group's own headline figure, shown as the price it paid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Cost {
+    /// The VM entry (group) of the layout.
+    pub vm: String,
+    pub metric: String,
+    pub better: Better,
+}
+
+impl Cost {
+    pub fn new(vm: &str, h: HeadlineMetric) -> Cost {
+        Cost {
+            vm: vm.to_string(),
+            metric: h.metric,
+            better: h.better,
+        }
+    }
 }
 
 impl GroupHeadline {
@@ -93,7 +112,7 @@ impl GroupHeadline {
             let costs: Vec<String> = self
                 .costs
                 .iter()
-                .map(|(g, h)| format!("{} of {g}", metrics::title(&h.metric)))
+                .map(|c| format!("{} of {}", metrics::title(&c.metric), c.vm))
                 .collect();
             s += &format!("; cost: {}", costs.join(", "));
         }
@@ -115,11 +134,11 @@ pub fn direction(b: Better) -> &'static str {
 pub fn kind_metrics(w: &Workload) -> Vec<HeadlineMetric> {
     let one = |k: WorkloadKind| -> Option<&'static str> {
         Some(match k {
-            WorkloadKind::Cpu => "units_per_s",
-            WorkloadKind::Sleep => "sleep_latency_ns.p99_ns",
-            WorkloadKind::Pingpong => "roundtrips_per_s",
+            WorkloadKind::Cpu => "cpu.units_per_s",
+            WorkloadKind::Sleep => "sleep.wake_latency.p99_ns",
+            WorkloadKind::Pingpong => "pingpong.roundtrips_per_s",
             WorkloadKind::Burst => "burst.run_fraction",
-            WorkloadKind::Spinlock => "acquisitions_per_s",
+            WorkloadKind::Spinlock => "spinlock.acquisitions_per_s",
             WorkloadKind::Mixed | WorkloadKind::UnixBench => return None,
         })
     };
@@ -204,7 +223,7 @@ pub fn resolve(m: &Matrix, li: usize, wi: usize) -> GroupHeadline {
             .filter(|g| *g != under_test)
             .filter_map(|g| {
                 let first = workload_of(g).map(kind_metrics)?.into_iter().next()?;
-                Some((g.to_string(), first))
+                Some(Cost::new(g, first))
             })
             .collect()
     };
@@ -230,13 +249,13 @@ mod tests {
         assert_eq!(
             h.metrics,
             [HeadlineMetric {
-                metric: "sleep_latency_ns.p99_ns".into(),
+                metric: "sleep.wake_latency.p99_ns".into(),
                 better: Better::Lower
             }]
         );
         assert_eq!(
             h.costs,
-            [("hog".to_string(), HeadlineMetric::named("units_per_s"))]
+            [Cost::new("hog", HeadlineMetric::named("cpu.units_per_s"))]
         );
         assert!(
             h.describe().contains("under test: VM a"),
@@ -246,7 +265,7 @@ mod tests {
         // Layout "prio": one VM, no hog: all under test, no cost.
         let h = resolve(&m, 1, 0);
         assert_eq!(h.under_test, ALL_VMS);
-        assert_eq!(h.metrics, [HeadlineMetric::named("units_per_s")]);
+        assert_eq!(h.metrics, [HeadlineMetric::named("cpu.units_per_s")]);
         assert!(h.costs.is_empty());
     }
 
@@ -255,7 +274,7 @@ mod tests {
         let fx = Fixture::new("headline-explicit");
         let text = GOOD.replace(
             "name = \"pair\"",
-            "name = \"pair\"\nunder_test = \"a\"\nheadline = [{ metric = \"sched.wake_latency_ns.p99\", better = \"lower\" }, \"units_per_s\"]",
+            "name = \"pair\"\nunder_test = \"a\"\nheadline = [{ metric = \"sched.wake_latency.p99_ns\", better = \"lower\" }, \"cpu.units_per_s\"]",
         );
         let m = fx.parse(&text).unwrap();
         let h = resolve(&m, 0, 0);
@@ -264,10 +283,10 @@ mod tests {
             h.metrics,
             [
                 HeadlineMetric {
-                    metric: "sched.wake_latency_ns.p99".into(),
+                    metric: "sched.wake_latency.p99_ns".into(),
                     better: Better::Lower
                 },
-                HeadlineMetric::named("units_per_s"),
+                HeadlineMetric::named("cpu.units_per_s"),
             ]
         );
         // A VM entry that does not exist, a direction that is not one.
@@ -334,8 +353,11 @@ mod tests {
         assert_eq!(h.under_test, "waker");
         assert_eq!(h.metrics[0].metric, "burst.run_fraction");
         assert_eq!(h.metrics[0].better, Better::Higher);
-        assert_eq!(h.costs[0].0, "hog");
-        assert_eq!(at("pingpong-vs-hog").metrics[0].metric, "roundtrips_per_s");
+        assert_eq!(h.costs[0].vm, "hog");
+        assert_eq!(
+            at("pingpong-vs-hog").metrics[0].metric,
+            "pingpong.roundtrips_per_s"
+        );
         for l in ["noisy-neighbour", "mixed-vs-hog"] {
             assert_eq!(at(l).metrics[0].better, Better::Lower, "{l}");
         }
@@ -352,6 +374,6 @@ mod tests {
             suite: None,
         };
         let names: Vec<String> = kind_metrics(&w).into_iter().map(|h| h.metric).collect();
-        assert_eq!(names, ["sleep_latency_ns.p99_ns", "units_per_s"]);
+        assert_eq!(names, ["sleep.wake_latency.p99_ns", "cpu.units_per_s"]);
     }
 }

@@ -31,7 +31,7 @@
 //! name = "2x1"
 //! workloads = ["cpu"]         # optional: only these workloads run on this layout
 //! under_test = "a"            # optional: the VM entry judged (or "all"); headline.rs
-//! headline = { metric = "units_per_s", better = "higher" }   # optional, or a list
+//! headline = { metric = "cpu.units_per_s", better = "higher" }   # optional, or a list
 //! vm = [
 //!   { name = "a", vcpus = 1, cpus = "0" },
 //!   { name = "b", count = 2, vcpus = 2, cpus = "0-1", priority = 10,

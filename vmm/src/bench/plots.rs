@@ -716,7 +716,7 @@ pub fn write_all(summary: &Summary, records: &[CellRecord], dir: &Path) -> PlotS
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use super::super::headline::{GroupHeadline, HeadlineMetric};
+    use super::super::headline::{Cost, GroupHeadline, HeadlineMetric};
     use super::super::metrics::Sample;
     use super::super::store::tests::record;
     use super::*;
@@ -751,26 +751,26 @@ pub(crate) mod tests {
                 r.layout = "nn".into();
                 r.workload = "sleep".into();
                 r.samples = vec![
-                    sample("lat", Some(0), "sleep_latency_ns.p99_ns", p99 * f),
+                    sample("lat", Some(0), "sleep.wake_latency.p99_ns", p99 * f),
                     sample(
                         "lat",
                         Some(0),
-                        "sleep_latency_ns.histogram.bucket.1023",
+                        "sleep.wake_latency.histogram.bucket.1023",
                         90.0,
                     ),
                     sample(
                         "lat",
                         Some(0),
-                        "sleep_latency_ns.histogram.bucket.65535",
+                        "sleep.wake_latency.histogram.bucket.65535",
                         9.0,
                     ),
                     sample(
                         "lat",
                         Some(0),
-                        &format!("sleep_latency_ns.histogram.bucket.{}", p99 as u64),
+                        &format!("sleep.wake_latency.histogram.bucket.{}", p99 as u64),
                         1.0,
                     ),
-                    sample("hog", Some(0), "units_per_s", units * f),
+                    sample("hog", Some(0), "cpu.units_per_s", units * f),
                     sample("hog", Some(0), "sched.migrations_per_s", migr * f),
                 ];
                 recs.push(r);
@@ -783,7 +783,7 @@ pub(crate) mod tests {
                 r.layout = "solo".into();
                 r.workload = "cpu".into();
                 r.samples
-                    .push(sample("a", Some(0), "sched.wake_latency_ns.p99", 5000.0));
+                    .push(sample("a", Some(0), "sched.wake_latency.p99_ns", 5000.0));
                 recs.push(r);
             }
         }
@@ -794,12 +794,12 @@ pub(crate) mod tests {
         Some(match layout {
             "nn" => GroupHeadline {
                 under_test: "lat".into(),
-                metrics: vec![HeadlineMetric::named("sleep_latency_ns.p99_ns")],
-                costs: vec![("hog".into(), HeadlineMetric::named("units_per_s"))],
+                metrics: vec![HeadlineMetric::named("sleep.wake_latency.p99_ns")],
+                costs: vec![Cost::new("hog", HeadlineMetric::named("cpu.units_per_s"))],
             },
             _ => GroupHeadline {
                 under_test: "all".into(),
-                metrics: vec![HeadlineMetric::named("units_per_s")],
+                metrics: vec![HeadlineMetric::named("cpu.units_per_s")],
                 costs: Vec::new(),
             },
         })

@@ -73,7 +73,7 @@ impl Progress {
                 self.bar.inc(1);
                 let n = self.bar.position();
                 let what = match r.status {
-                    CellStatus::Ok => format!("ok ({:.1} s)", r.wall_s),
+                    CellStatus::Ok => format!("ok ({:.1} s)", r.wall_s()),
                     s => format!("{}: {}", s.as_str(), r.error.lines().next().unwrap_or("")),
                 };
                 self.line(&format!("[{n}/{}] {}: {what}", self.todo, r.id));

@@ -316,7 +316,7 @@ pub fn write(
         .iter()
         .filter(|r| r.status == CellStatus::NotApplicable)
         .count();
-    let wall: f64 = records.iter().map(|r| r.wall_s).sum();
+    let wall: f64 = records.iter().map(CellRecord::wall_s).sum();
     let _ = writeln!(
         h,
         "<p>{} cells recorded: {ok} ok, {na} n/a, {} failed or timed out; {:.0} s of cell time. \
@@ -373,7 +373,7 @@ pub fn write(
             "<tr><td>{}</td><td>{}</td><td>{:.1} s</td><td style=\"text-align:left\">{}</td></tr>",
             esc(&r.id),
             r.status.as_str(),
-            r.wall_s,
+            r.wall_s(),
             esc(&r.error)
         );
     }

@@ -129,7 +129,7 @@ pub struct Best {
 }
 
 /// One policy's line of a group.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct PolicyRow {
     pub policy: String,
     pub ok: usize,
@@ -145,7 +145,7 @@ pub struct PolicyRow {
 }
 
 /// One (layout, workload) pair.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct GroupSummary {
     pub layout: String,
     pub workload: String,
@@ -175,8 +175,12 @@ impl GroupSummary {
 }
 
 /// The whole summary.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct Summary {
+    pub header: crate::documents::Header,
+    /// The matrix as run (set by the runner; null when summarising records
+    /// alone).
+    pub matrix: Option<crate::documents::matrix::MatrixView>,
     pub baselines: Vec<String>,
     pub groups: Vec<GroupSummary>,
 }
@@ -256,14 +260,14 @@ fn columns(cells: &[&CellRecord], h: Option<&GroupHeadline>) -> Vec<Column> {
                 push(&mut out, col(ALL));
             }
         }
-        for (g, hm) in &h.costs {
+        for c in &h.costs {
             push(
                 &mut out,
                 Column {
-                    scope: g.clone(),
-                    metric: hm.metric.clone(),
+                    scope: c.vm.clone(),
+                    metric: c.metric.clone(),
                     role: Role::Cost,
-                    better: hm.better,
+                    better: c.better,
                 },
             );
         }
@@ -490,6 +494,8 @@ impl Summary {
             })
             .collect();
         Summary {
+            header: crate::documents::Header::new(crate::documents::BENCH_SUMMARY),
+            matrix: None,
             baselines: baselines.to_vec(),
             groups,
         }
@@ -617,7 +623,7 @@ mod tests {
         let s = Summary::build(&recs, &order, &["host".into()], &|_, _| None);
         assert_eq!(s.groups.len(), 1);
         let g = &s.groups[0];
-        let ci = g.column_index(ALL, "units_per_s").unwrap();
+        let ci = g.column_index(ALL, "cpu.units_per_s").unwrap();
         let host = g.row("host").unwrap();
         let st = host.values[ci].unwrap();
         // Per cell the vCPUs add up: 200, 300, 250.
@@ -661,11 +667,11 @@ mod tests {
         let mk = |policy: &str, p99: [f64; 2], units: f64| {
             let mut r = record(&format!("nn/mix/{policy}/r1"), policy, CellStatus::Ok, &[]);
             r.samples = vec![
-                sample("lat", 0, "sleep_latency_ns.p99_ns", p99[0]),
-                sample("lat", 1, "sleep_latency_ns.p99_ns", p99[1]),
-                sample("lat", 0, "sleep_latency_ns.p50_ns", 1000.0),
-                sample("hog", 0, "units_per_s", units),
-                sample("hog", 0, "sched.wake_latency_ns.p99", 5000.0),
+                sample("lat", 0, "sleep.wake_latency.p99_ns", p99[0]),
+                sample("lat", 1, "sleep.wake_latency.p99_ns", p99[1]),
+                sample("lat", 0, "sleep.wake_latency.p50_ns", 1000.0),
+                sample("hog", 0, "cpu.units_per_s", units),
+                sample("hog", 0, "sched.wake_latency.p99_ns", 5000.0),
             ];
             r
         };
@@ -683,7 +689,7 @@ mod tests {
         assert!(titles.contains(&"units/s [hog]".to_string()), "{titles:?}");
         // p50 is not a headline column.
         assert!(!titles.iter().any(|t| t.contains("p50")), "{titles:?}");
-        let ci = g.column_index("lat", "sleep_latency_ns.p99_ns").unwrap();
+        let ci = g.column_index("lat", "sleep.wake_latency.p99_ns").unwrap();
         // The worst vCPU counts: 90 us vs 9 us.
         assert_eq!(g.row("host").unwrap().values[ci].unwrap().median, 90_000.0);
         assert_eq!(g.row("haiku").unwrap().ratios[ci][0], Some(0.1));

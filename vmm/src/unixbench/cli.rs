@@ -104,7 +104,13 @@ fn finish(log: &Log, reference: Option<&Log>, what: &str, a: &UnixbenchArgs) -> 
         out(&format!("({} malformed UB lines skipped)\n", log.rejected));
     }
     if let Some(path) = &a.json {
-        let json = serde_json::to_string_pretty(&sections).unwrap_or_default();
+        let doc = crate::documents::unixbench::UnixbenchDocument::new(
+            what,
+            a.report.clone(),
+            a.host_ref.clone(),
+            &sections,
+        );
+        let json = serde_json::to_string_pretty(&doc).unwrap_or_default();
         if let Err(e) = write_file(path, &(json + "\n")) {
             eprintln!("pacer unixbench: {e}");
             return EXIT_VM_FAILED;
@@ -224,9 +230,10 @@ mod tests {
         );
         let json: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("out.json")).unwrap()).unwrap();
+        assert_eq!(json["schema"], "pacer-unixbench");
         // syscall index 30000 / 15000 x 10 = 20, host ref the same log
         for side in ["result", "reference"] {
-            let index = json[0][side]["index"].as_f64().unwrap();
+            let index = json["sections"][0][side]["index"].as_f64().unwrap();
             assert!((index - 20.0).abs() < 1e-9, "{side} index {index}");
         }
 
