@@ -84,16 +84,17 @@ impl Producer {
     }
 }
 
-/// `pacer 0.1.0 (commit 0123456789ab)`, for `--version`.
-pub fn version_line() -> String {
-    match COMMIT {
+/// `0.1.0 (commit 0123456789ab)`, for `--version`.
+pub fn version_line() -> &'static str {
+    static LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    LINE.get_or_init(|| match COMMIT {
         Some(c) => format!(
             "{} (commit {})",
             env!("CARGO_PKG_VERSION"),
             &c[..c.len().min(12)]
         ),
         None => format!("{} (commit unknown)", env!("CARGO_PKG_VERSION")),
-    }
+    })
 }
 
 /// The fields every document starts with.
