@@ -5,6 +5,7 @@
 
 use crate::documents::run::{self as events, MarkerDoc, RecordDoc};
 use crate::guest_metrics::{self, GuestErrorEntry, LatencySummary, VcpuMetrics};
+use crate::units;
 use devices::{Marker, RecordError, RecordKind, ResultRecord};
 use serde::Serialize;
 use std::fs::File;
@@ -341,7 +342,7 @@ impl ResultsLog {
 }
 
 fn ms(v: Option<f64>) -> String {
-    v.map(|x| format!("{x:.1} ms"))
+    v.map(|x| units::duration3(x * 1e6))
         .unwrap_or_else(|| "-".into())
 }
 
@@ -360,27 +361,27 @@ pub fn format_summary(r: &VmResult) -> String {
     );
     let m = &r.milestones;
     s += &format!(
-        "[{}]   first instruction {}, kernel ready {}, first result {}, wall {:.1} ms\n",
+        "[{}]   first instruction {}, kernel ready {}, first result {}, wall {}\n",
         r.name,
         ms(m.first_instruction_ms),
         ms(m.kernel_ready_ms),
         ms(m.first_result_ms),
-        r.wall_ms
+        ms(Some(r.wall_ms))
     );
     for w in &r.work {
         s += &format!(
-            "[{}]   vcpu{}: {} work units in {:.1} ms{} -> {} units/s\n",
+            "[{}]   vcpu{}: {} work units in {}{} -> {} units/s\n",
             r.name,
             w.vcpu,
             w.units,
             if r.tsc_khz > 0 {
-                w.ticks as f64 / r.tsc_khz as f64
+                ms(Some(w.ticks as f64 / r.tsc_khz as f64))
             } else {
-                0.0
+                "-".into()
             },
             if w.done { "" } else { " (incomplete)" },
             w.units_per_s
-                .map(|u| format!("{u:.0}"))
+                .map(units::number)
                 .unwrap_or_else(|| "-".into())
         );
     }
@@ -389,15 +390,15 @@ pub fn format_summary(r: &VmResult) -> String {
     }
     for (i, v) in r.vcpu_sched.iter().enumerate() {
         s += &format!(
-            "[{}]   vcpu{i}: scheduled: run {:.1} ms, ready-wait {:.1} ms, {} wake-ups (p99 {}), {} migrations, {} preemptions, CPUs {}\n",
+            "[{}]   vcpu{i}: scheduled: run {}, ready-wait {}, {} wake-ups (p99 {}), {} migrations, {} preemptions, CPUs {}\n",
             r.name,
-            v.run_ns as f64 / 1e6,
-            v.ready_wait_ns as f64 / 1e6,
+            units::duration3(v.run_ns as f64),
+            units::duration3(v.ready_wait_ns as f64),
             v.wakeups,
             if v.wake_latency_ns.max == 0 {
                 "-".to_string()
             } else {
-                format!("{:.1} us", v.wake_latency_ns.p99 as f64 / 1e3)
+                units::latency(v.wake_latency_ns.p99 as f64, units::SCHED_SUB_BUCKETS)
             },
             v.migrations,
             v.preemptions,
@@ -425,19 +426,15 @@ pub fn format_summary(r: &VmResult) -> String {
     s
 }
 
+/// A guest latency distribution: percentiles no finer than the guest's
+/// histogram bucket, the (exact) maximum to three digits.
 fn latency(l: &LatencySummary) -> String {
-    let t = |ns: u64| {
-        if ns < 10_000 {
-            format!("{ns} ns")
-        } else {
-            format!("{:.1} us", ns as f64 / 1e3)
-        }
-    };
+    let p = |ns: u64| units::latency(ns as f64, units::GUEST_SUB_BUCKETS);
     format!(
         "p50 {}, p99 {}, max {} over {}",
-        t(l.p50_ns),
-        t(l.p99_ns),
-        t(l.max_ns),
+        p(l.p50_ns),
+        p(l.p99_ns),
+        units::duration3(l.max_ns as f64),
         l.count
     )
 }

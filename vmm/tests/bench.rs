@@ -129,10 +129,12 @@ fn resume_after_sigkill_keeps_finished_cells() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&resumed.stdout);
-    assert_eq!(resumed.status.code(), Some(0), "{stdout}");
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert_eq!(resumed.status.code(), Some(0), "{stdout}{stderr}");
+    // Progress is status: stderr.
     assert!(
-        stdout.contains(&format!("{} already done (resumed)", kept.len())),
-        "{stdout}"
+        stderr.contains(&format!("{} already done (resumed)", kept.len())),
+        "{stderr}"
     );
     let after = std::fs::read(&jsonl).unwrap();
     assert!(
