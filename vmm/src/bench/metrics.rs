@@ -184,6 +184,7 @@ pub fn title(metric: &str) -> String {
         "pingpong.roundtrips_per_s" => "round trips/s".into(),
         "spinlock.acquisitions_per_s" => "acquisitions/s".into(),
         "burst.run_fraction" => "run fraction".into(),
+        "burst.busy_fraction" => "busy fraction".into(),
         "burst.wake_latency.p99_ns" => "burst wake p99".into(),
         "sched.migrations_per_s" => "migrations/s".into(),
         "sleep.wake_latency.p99_ns" => "sleep p99".into(),

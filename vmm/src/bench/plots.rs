@@ -336,8 +336,25 @@ fn plot(name: &str, title: &str) -> Plot {
     }
 }
 
-/// Write `name`.svg and `name`.png of a bar chart in `dir`.
+/// Write `name`.svg and `name`.png of a bar chart in `dir`, leaving out
+/// the categories without any bar.
 fn write_bars(dir: &Path, name: &str, b: &Bars<'_>) -> Result<Plot, String> {
+    let keep: Vec<usize> = (0..b.categories.len())
+        .filter(|&ci| {
+            b.series
+                .iter()
+                .any(|(_, v)| v.get(ci).is_some_and(Option::is_some))
+        })
+        .collect();
+    let b = &Bars {
+        categories: keep.iter().map(|&ci| b.categories[ci].clone()).collect(),
+        series: b
+            .series
+            .iter()
+            .map(|(n, v)| (n.clone(), keep.iter().map(|&ci| v[ci]).collect()))
+            .collect(),
+        ..*b
+    };
     let (svg, png) = (
         dir.join(format!("{name}.svg")),
         dir.join(format!("{name}.png")),
@@ -463,6 +480,22 @@ fn histogram_cdf(
     Some((chosen.trim_end_matches(".histogram").to_string(), points))
 }
 
+/// An axis label for a ratio: two significant digits at most, no
+/// trailing zeros (0.001, 0.05, 0.5, 1, 1.2, 10), so a log axis that
+/// spans decades below 1 does not read 0.00.
+fn ratio_label(v: f64) -> String {
+    if v <= 0.0 || !v.is_finite() {
+        return "0".into();
+    }
+    let decimals = (1.0 - v.log10().floor()).max(0.0) as usize;
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
 /// The ratio bars of column `ci` of every group (None: the group has no
 /// such column), relative to the first baseline with a value (else the
 /// best median), turned so that right of 1 is better when `turn`.
@@ -550,7 +583,7 @@ pub fn write_all(summary: &Summary, records: &[CellRecord], dir: &Path) -> PlotS
         .first()
         .map_or("the best policy", String::as_str);
     let plain = |g: &GroupSummary| (g.key(), String::new());
-    let fmt_ratio: fn(f64) -> String = |v| format!("{v:.2}");
+    let fmt_ratio: fn(f64) -> String = ratio_label;
 
     // The headline of the VM under test.
     let first = |role: Role| move |g: &GroupSummary| g.columns.iter().position(|c| c.role == role);
@@ -638,7 +671,7 @@ pub fn write_all(summary: &Summary, records: &[CellRecord], dir: &Path) -> PlotS
                     .collect(),
                 reference: Some(1.0),
                 palette,
-                format: |v| format!("{v:.2}"),
+                format: ratio_label,
             },
         ));
     }
@@ -856,6 +889,15 @@ pub(crate) mod tests {
         } else {
             println!("plots kept in {}", dir.display());
         }
+    }
+
+    #[test]
+    fn ratio_labels_keep_their_digits() {
+        let labels: Vec<String> = [0.001, 0.05, 0.5, 1.0, 1.2, 10.0, 0.0]
+            .into_iter()
+            .map(ratio_label)
+            .collect();
+        assert_eq!(labels, ["0.001", "0.05", "0.5", "1", "1.2", "10", "0"]);
     }
 
     #[test]

@@ -58,7 +58,7 @@ fn ratio_text(summary: &Summary, g: &GroupSummary, ci: usize, policy: &str) -> S
 /// One line per group: the VM under test's headline and who did best
 /// (only when the ranges say so), then what the neighbours paid.
 fn at_a_glance(out: &mut String, summary: &Summary) {
-    out.push_str("<h2>At a glance</h2>\n<table><tr><th>layout / workload</th><th>under test</th><th>headline</th><th>cost to the neighbours</th></tr>\n");
+    out.push_str("<h2>At a glance</h2>\n<table class=\"glance\"><tr><th>layout / workload</th><th>under test</th><th>headline</th><th>cost to the neighbours</th></tr>\n");
     for g in &summary.groups {
         let no_results = || {
             g.rows
@@ -92,9 +92,20 @@ fn at_a_glance(out: &mut String, summary: &Summary) {
                         )
                     }
                 }
-                None if g.rows.iter().any(|r| r.values[ci].is_some()) => {
-                    "one policy only".to_string()
-                }
+                // No direction, or one policy: the figures themselves.
+                None if g.rows.iter().any(|r| r.values[ci].is_some()) => g
+                    .rows
+                    .iter()
+                    .filter_map(|r| {
+                        let st = r.values[ci]?;
+                        Some(format!(
+                            "{} {}",
+                            esc(&r.policy),
+                            metrics::format_value(&col.metric, st.median)
+                        ))
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 None => continue,
             };
             headline.push(format!(
@@ -299,7 +310,7 @@ pub fn write(
          td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:right;vertical-align:top}}\
          th{{background:#eee}} td:first-child{{text-align:left}}\
          td.best{{background:#d8f5d0}} .na{{color:#777}} .fail{{color:#b00}}\
-         th.headline{{background:#cfe3ff}} th.cost{{background:#f3e3c8}}\
+         th.headline{{background:#cfe3ff}} th.cost{{background:#f3e3c8}} table.glance th{{text-align:left}}\
          small{{color:#555}} img{{max-width:100%;border:1px solid #ddd;margin:.3em 0}}\
          pre{{background:#f6f6f6;padding:.6em;overflow-x:auto}}\
          </style></head><body>\n<h1>{t}</h1>\n",

@@ -222,14 +222,23 @@ fn columns(cells: &[&CellRecord], h: Option<&GroupHeadline>) -> Vec<Column> {
         .collect();
     let samples = || ok.iter().flat_map(|c| c.samples.iter());
     let cell_wide = |m: &str| samples().any(|s| s.metric == m && s.vm == "*");
-    let groups_of = |m: &str| {
-        let mut g: Vec<&str> = Vec::new();
-        for s in samples().filter(|s| s.metric == m && s.vm != "*") {
-            if !g.contains(&s.group.as_str()) {
-                g.push(&s.group);
-            }
+    // VM groups in the layout's order (the order their samples come in).
+    let mut order: Vec<&str> = Vec::new();
+    for s in samples().filter(|s| s.vm != "*") {
+        if !order.contains(&s.group.as_str()) {
+            order.push(&s.group);
         }
-        g
+    }
+    let groups_of = |m: &str| {
+        let with: Vec<&str> = samples()
+            .filter(|s| s.metric == m && s.vm != "*")
+            .map(|s| s.group.as_str())
+            .collect();
+        order
+            .iter()
+            .copied()
+            .filter(|g| with.contains(g))
+            .collect::<Vec<&str>>()
     };
     let mut out: Vec<Column> = Vec::new();
     let push = |out: &mut Vec<Column>, c: Column| {
@@ -362,12 +371,19 @@ fn best_of(col: &Column, ci: usize, rows: &[PolicyRow]) -> Option<Best> {
         })
         .map(|(p, _)| *p)
         .collect();
-    let single = have.iter().any(|(_, s)| s.n < 2);
-    let clear = overlap.is_empty() && !single;
+    let single: Vec<&str> = have
+        .iter()
+        .filter(|(_, s)| s.n < 2)
+        .map(|(p, _)| *p)
+        .collect();
+    let clear = overlap.is_empty() && single.is_empty();
     let verdict = if clear {
         format!("best: {leader} (its range does not overlap any other policy's)")
-    } else if single {
-        format!("{leader} leads, but with one repetition there is no range to judge by")
+    } else if !single.is_empty() {
+        format!(
+            "{leader} leads, but {} ran once: no range to judge by",
+            single.join(", ")
+        )
     } else {
         format!(
             "no clear best: {leader} leads, but its range overlaps {}'s",
