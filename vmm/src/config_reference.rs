@@ -644,6 +644,23 @@ mod tests {
         }
     }
 
+    /// `k`'s range `lo..=hi` is accepted at both ends and refused one step
+    /// beyond, with the key named; `parse` tries one value.
+    fn holds_at_both_ends(
+        k: &Key,
+        (lo, hi): (i64, i64),
+        parse: impl Fn(i64) -> Result<(), String>,
+    ) {
+        for (v, ok) in [(lo, true), (hi, true), (lo - 1, false), (hi + 1, false)] {
+            match (ok, parse(v)) {
+                (true, Err(e)) => panic!("{} = {v} refused: {e}", k.path),
+                (false, Ok(())) => panic!("{} = {v} accepted", k.path),
+                (false, Err(e)) => assert!(e.contains(&k.path.replace("[]", "[0]")), "{e}"),
+                (true, Ok(())) => {}
+            }
+        }
+    }
+
     #[test]
     fn the_document_in_the_repository_is_what_this_module_prints() {
         let path =
@@ -713,21 +730,15 @@ mod tests {
             if let Err(e) = fx.config(&host, &vm) {
                 panic!("{}: {e}", k.path);
             }
-            if let (Some((lo, hi)), "host" | "vm[]") = (k.int_range, section) {
-                for (v, ok) in [(lo, true), (hi, true), (lo - 1, false), (hi + 1, false)] {
+            if let (Some(range), "host" | "vm[]") = (k.int_range, section) {
+                holds_at_both_ends(k, range, |v| {
                     let line = format!("{name} = {v}");
-                    let r = if section == "host" {
-                        fx.config(&line, "")
+                    if section == "host" {
+                        fx.config(&line, "").map(|_| ())
                     } else {
-                        fx.config("", &line)
-                    };
-                    match (ok, r) {
-                        (true, Err(e)) => panic!("{} = {v} refused: {e}", k.path),
-                        (false, Ok(_)) => panic!("{} = {v} accepted", k.path),
-                        (false, Err(e)) => assert!(e.contains(&k.path.replace("[]", "[0]")), "{e}"),
-                        (true, Ok(_)) => {}
+                        fx.config("", &line).map(|_| ())
                     }
-                }
+                });
             }
         }
     }
@@ -806,20 +817,14 @@ mod tests {
             if let Err(e) = r {
                 panic!("{}: {e}", k.path);
             }
-            if let (Some((lo, hi)), "matrix" | "layout[].vm[]") = (k.int_range, section) {
-                for (v, ok) in [(lo, true), (hi, true), (lo - 1, false), (hi + 1, false)] {
-                    let r = if section == "matrix" {
+            if let (Some(range), "matrix" | "layout[].vm[]") = (k.int_range, section) {
+                holds_at_both_ends(k, range, |v| {
+                    if section == "matrix" {
                         parse_matrix(&fx, &format!("{name} = {v}"), "", "")
                     } else {
                         parse_matrix(&fx, "", "", &format!(", {name} = {v}"))
-                    };
-                    match (ok, r) {
-                        (true, Err(e)) => panic!("{} = {v} refused: {e}", k.path),
-                        (false, Ok(_)) => panic!("{} = {v} accepted", k.path),
-                        (false, Err(e)) => assert!(e.contains(&k.path.replace("[]", "[0]")), "{e}"),
-                        (true, Ok(_)) => {}
                     }
-                }
+                });
             }
         }
     }
