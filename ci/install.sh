@@ -12,11 +12,26 @@ command -v ld >/dev/null || need_apt+=(binutils)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need_apt+=(libc6-dev)
 # A TrueType font for the text of `pacer bench`'s PNG/SVG plots.
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
+apt_updated=false
 if ((${#need_apt[@]})); then
     echo "ci/install.sh: installing ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
+    apt_updated=true
     apt-get install -y -qq "${need_apt[@]}"
+fi
+
+# Headless Chromium for the live page's browser test (vmm/tests/api.rs).
+# Optional: where it cannot be installed the test prints SKIPPED.
+if ! command -v chromium >/dev/null; then
+    echo "ci/install.sh: installing chromium (the live page's browser test)"
+    export DEBIAN_FRONTEND=noninteractive
+    if { $apt_updated || timeout 300 apt-get update -qq; } &&
+        timeout 600 apt-get install -y -qq --no-install-recommends chromium >/dev/null; then
+        chromium --version 2>/dev/null || true
+    else
+        echo "ci/install.sh: SKIPPED: chromium could not be installed; the browser test will be skipped"
+    fi
 fi
 
 if ! command -v cargo >/dev/null; then

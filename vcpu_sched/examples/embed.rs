@@ -23,7 +23,7 @@
 //! next vCPU added.
 //!
 //! ```text
-//! cargo run --release -p vcpu_sched --example embed [-- --policy haiku|global_rr|static_pin] [--ms 1500]
+//! cargo run --release -p vcpu_sched --example embed [-- --policy haiku|global-rr|pinned|eevdf] [--ms 1500]
 //! ```
 
 use parking_lot::{Condvar, Mutex};
@@ -310,7 +310,7 @@ fn main() {
             }
             "--ms" => ms = args.next().and_then(|s| s.parse().ok()).unwrap_or(ms),
             _ => {
-                eprintln!("usage: embed [--policy haiku|global-rr|pinned] [--ms N]");
+                eprintln!("usage: embed [--policy haiku|global-rr|pinned|eevdf] [--ms N]");
                 std::process::exit(2);
             }
         }

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p vcpu_sched --example sim -- vcpu_sched/scenarios/01_overload_balance.toml \
-//!     [--policy haiku|global-rr|pinned] [--compare] [--json out.json] [--seed N]
+//!     [--policy haiku|global-rr|pinned|eevdf] [--compare] [--json out.json] [--seed N]
 //!     [--duration-ms N] [--topology SPEC] [--scale N] [--quiet] [--trace N] [--snapshot]
 //! ```
 //!
@@ -19,7 +19,7 @@ use vcpu_sched::sim::front::{run_scenario, FrontError, SimOptions};
 use vcpu_sched::PolicyKind;
 
 fn usage() -> String {
-    "usage: sim SCENARIO.toml [--policy haiku|global-rr|pinned] [--compare] [--json OUT] \
+    "usage: sim SCENARIO.toml [--policy haiku|global-rr|pinned|eevdf] [--compare] [--json OUT] \
      [--seed N] [--duration-ms N] [--topology SPEC] [--scale N] [--quiet] [--trace N] [--snapshot]"
         .to_string()
 }

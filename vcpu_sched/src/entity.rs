@@ -17,6 +17,7 @@
 use crate::load::EntityLoad;
 use crate::placement::{Allowed, Machine};
 use crate::quantum::{base_quantum, time_left};
+use crate::share::RecentShare;
 use crate::stats::MigrationCounts;
 use crate::tunables::{Mode, QuantumTable, Tunables};
 use crate::{
@@ -31,6 +32,9 @@ pub(crate) struct Priority {
     pub base: u8,
     pub penalty: u8,
     pub additional: u32,
+    /// A fair-share wake boost is in force (`share.rs`): E is the base
+    /// priority until it ends, the penalties underneath are kept.
+    boosted: bool,
     effective: u8,
     base_quantum: Nanos,
     /// The mode whose quantum table `base_quantum` comes from (the mode
@@ -46,6 +50,7 @@ impl Priority {
             base,
             penalty: 0,
             additional: 0,
+            boosted: false,
             effective: base,
             base_quantum: 0,
             quantum_mode: mode,
@@ -105,6 +110,29 @@ impl Priority {
         self.recompute(t, mode);
     }
 
+    /// Start a fair-share wake boost: E = P until [`Priority::unboost`],
+    /// with penalty and additional penalty kept for after it (Xen
+    /// credit1's BOOST is as temporary). Timeshare only.
+    pub fn boost(&mut self, t: &Tunables, mode: Mode) {
+        if self.penalised() && !self.boosted {
+            self.boosted = true;
+            self.recompute(t, mode);
+        }
+    }
+
+    /// End a boost: E is the penalised one again.
+    pub fn unboost(&mut self, t: &Tunables, mode: Mode) {
+        if self.boosted {
+            self.boosted = false;
+            self.recompute(t, mode);
+        }
+    }
+
+    /// A fair-share wake boost is in force.
+    pub fn is_boosted(&self) -> bool {
+        self.boosted
+    }
+
     /// Cancel the penalty (long sleep, priority change). As in Haiku's
     /// `CancelPenalty`, the additional penalty is kept: it only rotates E
     /// inside 1..=P - penalty.
@@ -131,6 +159,7 @@ impl Priority {
     pub fn set_base(&mut self, base: u8, t: &Tunables, mode: Mode) {
         self.base = base;
         self.penalty = 0;
+        self.boosted = false;
         self.recompute(t, mode);
     }
 
@@ -145,6 +174,7 @@ impl Priority {
         self.effective = match self.class {
             SchedClass::Realtime => self.base,
             SchedClass::Idle => 0,
+            SchedClass::Timeshare if self.boosted => self.base,
             SchedClass::Timeshare => {
                 let e = self.base.saturating_sub(self.penalty);
                 if e > 0 {
@@ -195,6 +225,8 @@ pub(crate) struct EntityCounters {
     pub quantum_ends: u64,
     pub blocks: u64,
     pub wakes: u64,
+    /// Wakes below its entitled share (see `share.rs`).
+    pub boosted_wakes: u64,
 }
 
 /// One vCPU.
@@ -230,10 +262,14 @@ pub(crate) struct Entity {
     pub last_cpu: Option<CpuId>,
     pub last_core_active: Nanos,
     pub load: EntityLoad,
+    /// Recent share of a CPU (the fair-share wake boost reads it).
+    pub share: RecentShare,
     /// Core its load is charged to, the value charged, and whether it is
     /// currently ready there (else blocked with the epoch it left in).
     pub load_core: Option<CoreId>,
     pub charged: u32,
+    /// The share weight charged to `load_core` while ready.
+    pub charged_weight: u32,
     pub load_ready: bool,
     pub load_epoch: Option<u64>,
     pub counters: EntityCounters,
@@ -269,8 +305,10 @@ impl Entity {
             last_cpu: None,
             last_core_active: 0,
             load: EntityLoad::default(),
+            share: RecentShare::new(now),
             load_core: None,
             charged: 0,
+            charged_weight: 0,
             load_ready: false,
             load_epoch: None,
             counters: EntityCounters::default(),
@@ -282,6 +320,14 @@ impl Entity {
     /// penalties are not applied to it.
     pub fn is_bursty(&self, bursty_load: u32) -> bool {
         self.prio.class == SchedClass::Timeshare && self.load.load <= bursty_load
+    }
+
+    /// Interactive now: bursty by load, or woken below its fair share
+    /// (boosted). An interactive waker may preempt a CPU-bound runner of
+    /// lower E, and an interactive runner is preempted only by a waker
+    /// `wake_preempt_priority_delta` above it.
+    pub fn is_interactive(&self, bursty_load: u32) -> bool {
+        self.prio.is_boosted() || self.is_bursty(bursty_load)
     }
 
     /// Single allowed CPU, if pinned.
@@ -321,28 +367,48 @@ impl Entity {
     /// The entity is ready on `core`: charge its load there.
     pub fn charge_ready(&mut self, m: &Machine, core: CoreId) {
         let load = self.load.load;
+        let weight = self.share_weight();
         match self.load_core {
             Some(c) if c == core && self.load_ready => return,
             Some(c) if self.load_ready => {
-                m.load_of(c).remove(self.charged, true);
-                m.load_of(core).add(load, None);
+                m.load_of(c).remove(self.charged, true, self.charged_weight);
+                m.load_of(core).add(load, None, weight);
             }
             Some(c) if c == core => {
                 let left = self.load_epoch.map(|ep| (ep, self.charged));
-                m.load_of(core).add(load, left);
+                m.load_of(core).add(load, left, weight);
             }
-            _ => m.load_of(core).add(load, None),
+            _ => m.load_of(core).add(load, None, weight),
         }
         self.load_core = Some(core);
         self.charged = load;
+        self.charged_weight = weight;
         self.load_ready = true;
+    }
+
+    /// The weight this entity's share counts with: its base priority
+    /// (Haiku's scale, so 20 is entitled to twice what 10 is).
+    pub fn share_weight(&self) -> u32 {
+        self.prio.base.max(1) as u32
+    }
+
+    /// Its base priority changed: follow the weight on its core if ready.
+    pub fn reweigh(&mut self, m: &Machine) {
+        let weight = self.share_weight();
+        if let (Some(c), true) = (self.load_core, self.load_ready) {
+            m.load_of(c).reweigh(self.charged_weight, weight);
+            self.charged_weight = weight;
+        }
     }
 
     /// The entity blocks: it stops being ready but keeps counting in the
     /// core's epoch sum until the epoch rolls.
     pub fn uncharge_block(&mut self, m: &Machine) {
         if let (Some(c), true) = (self.load_core, self.load_ready) {
-            self.load_epoch = Some(m.load_of(c).remove(self.charged, false));
+            self.load_epoch = Some(
+                m.load_of(c)
+                    .remove(self.charged, false, self.charged_weight),
+            );
             self.load_ready = false;
         }
     }
@@ -350,7 +416,7 @@ impl Entity {
     /// The entity is removed: it leaves the core's load at once.
     pub fn uncharge_remove(&mut self, m: &Machine) {
         if let (Some(c), true) = (self.load_core, self.load_ready) {
-            m.load_of(c).remove(self.charged, true);
+            m.load_of(c).remove(self.charged, true, self.charged_weight);
             self.load_ready = false;
         }
     }
@@ -369,9 +435,11 @@ impl Entity {
 
     // ---- quanta and penalties ----
 
-    /// A quantum ended: penalty step (not for bursty entities), used reset.
+    /// A quantum ended: penalty step (not for bursty entities), used
+    /// reset; a boost ends with the quantum it was given for.
     pub fn end_quantum(&mut self, t: &Tunables, mode: Mode) {
         self.counters.quantum_ends += 1;
+        self.prio.unboost(t, mode);
         if !self.is_bursty(t.bursty_load) {
             self.prio.quantum_ended(t, mode);
         }
@@ -415,9 +483,10 @@ impl Entity {
             StopReason::Blocked => {
                 if self.quantum_over(table) {
                     self.end_quantum(t, mode);
-                } else if !self.is_bursty(t.bursty_load) {
+                } else if !self.is_interactive(t.bursty_load) {
                     self.prio.blocked_early(t, mode);
                 }
+                self.prio.unboost(t, mode);
                 self.counters.blocks += 1;
                 After::Block
             }
@@ -427,6 +496,7 @@ impl Entity {
     /// Dispatched on `cpu` at `now`: ready wait, wake latency, migration
     /// distance.
     pub fn account_dispatch(&mut self, m: &Machine, cpu: CpuId, now: Nanos) {
+        self.share.idle_until(now, m.tun.share_half_life);
         self.counters.ready_wait = self
             .counters
             .ready_wait

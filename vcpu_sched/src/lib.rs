@@ -18,6 +18,7 @@ pub mod policy;
 pub mod profiler;
 mod quantum;
 mod run_queue;
+mod share;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod stats;

@@ -71,6 +71,9 @@ impl EntityLoad {
 pub(crate) struct CoreLoad {
     /// Sum of the loads of entities ready on the core now.
     current: AtomicI64,
+    /// Sum of the share weights of entities ready on the core now (the
+    /// fair-share boost's entitlement divides the core by it).
+    weight: AtomicU64,
     /// Sum over entities ready on the core during the current epoch.
     epoch_load: AtomicI64,
     epoch: AtomicU64,
@@ -86,7 +89,8 @@ impl CoreLoad {
     /// last left this core and the load it had then (`None` if it was not
     /// counted here): if that epoch is still current its load is still in
     /// the epoch sum, so only the difference is added.
-    pub fn add(&self, load: u32, left: Option<(u64, u32)>) {
+    pub fn add(&self, load: u32, left: Option<(u64, u32)>, weight: u32) {
+        self.weight.fetch_add(weight as u64, Ordering::Relaxed);
         let _r = self.roll.read();
         self.current.fetch_add(load as i64, Ordering::Relaxed);
         let counted = match left {
@@ -100,7 +104,8 @@ impl CoreLoad {
     /// An entity stops being ready on the core. With `force` (it moves to
     /// another core, or is removed) it leaves the epoch sum at once; otherwise
     /// it keeps counting until the epoch rolls. Returns the current epoch.
-    pub fn remove(&self, load: u32, force: bool) -> u64 {
+    pub fn remove(&self, load: u32, force: bool, weight: u32) -> u64 {
+        self.weight.fetch_sub(weight as u64, Ordering::Relaxed);
         let _r = self.roll.read();
         self.current.fetch_sub(load as i64, Ordering::Relaxed);
         if force {
@@ -156,6 +161,17 @@ impl CoreLoad {
         (sum / cpus.max(1) as u64).min(u32::MAX as u64) as u32
     }
 
+    /// Sum of the share weights of the entities ready on the core now.
+    pub fn ready_weight(&self) -> u64 {
+        self.weight.load(Ordering::Relaxed)
+    }
+
+    /// A ready entity's share weight changed from `old` to `new`.
+    pub fn reweigh(&self, old: u32, new: u32) {
+        self.weight.fetch_add(new as u64, Ordering::Relaxed);
+        self.weight.fetch_sub(old as u64, Ordering::Relaxed);
+    }
+
     /// The current epoch's number.
     pub fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Relaxed)
@@ -204,23 +220,24 @@ mod tests {
         let t = Tunables::default();
         let c = CoreLoad::default();
         c.maybe_roll(0, 1, &t);
-        c.add(400, None);
+        c.add(400, None, 10);
         assert_eq!(c.per_cpu(1), 400);
         // Blocks: still counted this epoch.
-        let ep = c.remove(400, false);
+        let ep = c.remove(400, false, 10);
         assert_eq!(c.per_cpu(1), 400);
         // Wakes in the same epoch: not counted twice.
-        c.add(400, Some((ep, 400)));
+        c.add(400, Some((ep, 400)), 10);
         assert_eq!(c.per_cpu(1), 400);
-        let ep = c.remove(400, false);
+        let ep = c.remove(400, false, 10);
         // Epoch rolls: the sleeper drops out.
         c.maybe_roll(2 * MS, 1, &t);
         assert_eq!(c.per_cpu(1), 0);
         // Wakes in a later epoch: counted again.
-        c.add(400, Some((ep, 400)));
+        c.add(400, Some((ep, 400)), 10);
         assert_eq!(c.per_cpu(1), 400);
         // Forced removal (migration) leaves at once.
-        c.remove(400, true);
+        c.remove(400, true, 10);
+        assert_eq!(c.ready_weight(), 0);
         assert_eq!(c.per_cpu(1), 0);
     }
 

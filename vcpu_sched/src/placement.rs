@@ -51,8 +51,8 @@ pub(crate) struct CpuSlot {
     pub running: AtomicU32,
     /// Effective priority of the running entity, `IDLE_PRIO` if none.
     pub prio: AtomicI32,
-    /// The running entity is bursty (see [`Candidate::bursty`]).
-    pub bursty: AtomicBool,
+    /// The running entity is interactive (see [`Candidate::interactive`]).
+    pub interactive: AtomicBool,
     /// VM of the running entity (meaningful only while running).
     pub vm: AtomicU32,
     /// Pinned queue: entities that may run only here or on part of the core.
@@ -193,9 +193,10 @@ pub(crate) struct Candidate<'a> {
     pub warm: bool,
     /// Load estimate, 0..=1000.
     pub load: u32,
-    /// A timeshare entity whose load is at most `tunables::BURSTY_LOAD`
-    /// (FreeBSD ULE's interactive threads).
-    pub bursty: bool,
+    /// An interactive timeshare entity: bursty (load at most
+    /// `tunables::BURSTY_LOAD`, FreeBSD ULE's interactive threads) or
+    /// woken below its fair share (`share.rs`).
+    pub interactive: bool,
     /// Time of the event being placed (load epochs of the cores read).
     pub now: Nanos,
     /// Rotating start of bounded searches, from the entity's own event
@@ -221,7 +222,7 @@ impl Machine {
                 CachePadded::new(CpuSlot {
                     running: AtomicU32::new(NO_ENTITY),
                     prio: AtomicI32::new(IDLE_PRIO),
-                    bursty: AtomicBool::new(false),
+                    interactive: AtomicBool::new(false),
                     vm: AtomicU32::new(0),
                     pinned: Mutex::new(RunQueue::default()),
                     pinned_len: AtomicUsize::new(0),
@@ -853,8 +854,8 @@ impl Machine {
     /// Whether waker `c` must preempt what runs on `cpu`: realtime beats
     /// lower priorities (so every timeshare entity); timeshare preempts
     /// idle-class runners, a timeshare runner whose E is behind by `delta`
-    /// (limited preemption, FreeBSD ULE), and - a bursty waker only - a
-    /// CPU-bound timeshare runner of any lower E. Without the last rule a
+    /// (limited preemption, FreeBSD ULE), and - an interactive waker
+    /// only - a CPU-bound timeshare runner of any lower E. Without the last rule a
     /// vCPU that wakes every millisecond waits out a hog's whole quantum
     /// whenever the hog's penalty cycle has it within `delta` of the
     /// waker: the latency a guest's timer sees would be the quantum. (At
@@ -875,9 +876,9 @@ impl Machine {
                 running == 0
                     || (running < crate::tunables::PRIORITY_REALTIME_MIN as i32
                         && (effective >= running + delta as i32
-                            || (c.bursty
+                            || (c.interactive
                                 && effective > running
-                                && !slot.bursty.load(Ordering::Relaxed))))
+                                && !slot.interactive.load(Ordering::Relaxed))))
             }
             SchedClass::Idle => false,
         }

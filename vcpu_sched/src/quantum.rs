@@ -141,7 +141,9 @@ impl Turn {
 /// its core of `core_cpus` CPUs (the runner and the newcomer included), or
 /// `None` if it keeps its end. The full quantum becomes min(full,
 /// `quantum_cap`), the rule of the dispatch, so the end is the dispatch
-/// plus that quantum less what was used before it; but never before
+/// plus that quantum less what was used before it, or `due` if that is
+/// earlier (the moment a waiting waker's share is due, `share.rs`); but
+/// never before
 /// `turn.floor` (the minimal quantum after the dispatch), never before
 /// `now` (a runner that already ran past the new quantum stops now), never
 /// later than the end it has. Realtime turns are never cut (bounded
@@ -152,6 +154,7 @@ pub(crate) fn cut_end(
     ready: usize,
     core_cpus: usize,
     now: Nanos,
+    due: Option<Nanos>,
 ) -> Option<Nanos> {
     if turn.realtime {
         return None;
@@ -160,7 +163,8 @@ pub(crate) fn cut_end(
     let by_cap = turn
         .dispatched_at
         .saturating_add(full.saturating_sub(turn.used_before));
-    let end = by_cap.max(turn.floor).max(now);
+    let end = by_cap.min(due.unwrap_or(Nanos::MAX));
+    let end = end.max(turn.floor).max(now);
     (end < turn.end).then_some(end)
 }
 
@@ -235,14 +239,24 @@ mod tests {
         let t = QuantumTable::LOW_LATENCY;
         // Dispatched alone at E=0: 5000 us; a second ready entity caps at 2500.
         let mut hog = turn(0, 5000 * US, false);
-        assert_eq!(cut_end(&t, &hog, 2, 1, 300 * US), Some(2500 * US));
+        assert_eq!(cut_end(&t, &hog, 2, 1, 300 * US, None), Some(2500 * US));
         hog.cut_to(2500 * US);
         assert_eq!(hog.full, 2500 * US);
         // A third one: 5000 / 3.
-        assert_eq!(cut_end(&t, &hog, 3, 1, 400 * US), Some(1_666_666));
+        assert_eq!(cut_end(&t, &hog, 3, 1, 400 * US, None), Some(1_666_666));
         // The same count again changes nothing; the cap never lengthens.
-        assert_eq!(cut_end(&t, &hog, 2, 1, 400 * US), None);
-        assert_eq!(cut_end(&t, &hog, 1, 1, 400 * US), None);
+        assert_eq!(cut_end(&t, &hog, 2, 1, 400 * US, None), None);
+        assert_eq!(cut_end(&t, &hog, 1, 1, 400 * US, None), None);
+        // A due time earlier than the cap's end wins, bounded by the floor.
+        assert_eq!(
+            cut_end(&t, &hog, 2, 1, 400 * US, Some(900 * US)),
+            Some(900 * US)
+        );
+        assert_eq!(
+            cut_end(&t, &hog, 1, 1, 400 * US, Some(10 * US)),
+            Some(400 * US),
+            "never before now"
+        );
     }
 
     #[test]
@@ -252,14 +266,14 @@ mod tests {
         // leaves 1700 us after the dispatch.
         let r = turn(800 * US, 5000 * US, false);
         assert_eq!(r.end, 4200 * US);
-        assert_eq!(cut_end(&t, &r, 2, 1, 100 * US), Some(1700 * US));
+        assert_eq!(cut_end(&t, &r, 2, 1, 100 * US, None), Some(1700 * US));
         // 2450 used before: the cap would leave 50 us; the floor is the
         // minimal quantum (100 us) after the dispatch.
         let r = turn(2450 * US, 5000 * US, false);
-        assert_eq!(cut_end(&t, &r, 2, 1, 10 * US), Some(100 * US));
+        assert_eq!(cut_end(&t, &r, 2, 1, 10 * US, None), Some(100 * US));
         // A slice shorter than the minimal quantum is never cut.
         let r = turn(4950 * US, 5000 * US, false);
-        assert_eq!(cut_end(&t, &r, 100, 1, 10 * US), None);
+        assert_eq!(cut_end(&t, &r, 100, 1, 10 * US, None), None);
     }
 
     #[test]
@@ -268,7 +282,7 @@ mod tests {
         // It ran 3000 us of 5000 when the second entity came: its quantum
         // by the new count (2500) is over, so it ends at the wake.
         let mut r = turn(0, 5000 * US, false);
-        assert_eq!(cut_end(&t, &r, 2, 1, 3000 * US), Some(3000 * US));
+        assert_eq!(cut_end(&t, &r, 2, 1, 3000 * US, None), Some(3000 * US));
         r.cut_to(3000 * US);
         assert_eq!(r.full, 3000 * US);
         assert_eq!(time_left(&t, r.full, 3000 * US), None, "ended at the cut");
@@ -277,10 +291,10 @@ mod tests {
     #[test]
     fn realtime_and_two_cpu_cores() {
         let t = QuantumTable::LOW_LATENCY;
-        assert_eq!(cut_end(&t, &turn(0, 5000 * US, true), 10, 1, 0), None);
+        assert_eq!(cut_end(&t, &turn(0, 5000 * US, true), 10, 1, 0, None), None);
         // Two CPUs per core: 4 ready -> n = 2 -> 2500.
         let r = turn(0, 5000 * US, false);
-        assert_eq!(cut_end(&t, &r, 3, 2, 0), None);
-        assert_eq!(cut_end(&t, &r, 4, 2, 0), Some(2500 * US));
+        assert_eq!(cut_end(&t, &r, 3, 2, 0, None), None);
+        assert_eq!(cut_end(&t, &r, 4, 2, 0, None), Some(2500 * US));
     }
 }

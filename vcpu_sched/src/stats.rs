@@ -266,6 +266,14 @@ pub struct EntityStats {
     pub wakes: u64,
     /// The load estimate ("load if it ran alone"), 0..=1000.
     pub load: u32,
+    /// Wakes below its entitled share, boosted (haiku's fair-share wake
+    /// boost; 0 elsewhere).
+    #[serde(default)]
+    pub boosted_wakes: u64,
+    /// Its recent share of a CPU (decayed run time over wall time),
+    /// 0..=1000 (haiku; 0 elsewhere).
+    #[serde(default)]
+    pub recent_share: u32,
     /// Where it is now.
     #[serde(default)]
     pub state: EntityState,
@@ -720,6 +728,8 @@ mod tests {
             blocks: 5,
             wakes: 6,
             load: 500,
+            boosted_wakes: 0,
+            recent_share: 0,
             state: EntityState::Running,
             class: SchedClass::Timeshare,
             effective_priority: 8,

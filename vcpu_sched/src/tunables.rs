@@ -87,6 +87,20 @@ pub const WAKE_PREEMPT_PRIORITY_DELTA: u8 = 5;
 /// preemption can never let it in.
 pub const BURSTY_LOAD: u32 = 375;
 
+/// Half-life of an entity's recent CPU share (`share.rs`), the history
+/// the fair-share wake boost reads. Beyond Haiku. Long enough to span
+/// several slices of a contended core (the mode's maximum latency is
+/// 5 ms), so one long wait or one long run does not swing it; short
+/// enough that a vCPU starved for a few slices is boosted at its next
+/// wake.
+pub const SHARE_HALF_LIFE: Nanos = 8 * MS;
+
+/// The fair-share wake boost is on: a timeshare entity woken below its
+/// entitled share of its core is forgiven its penalty and may preempt a
+/// CPU-bound runner of lower E (`share.rs`). Off: Haiku's rules alone
+/// (plus the bursty rule).
+pub const SHARE_BOOST: bool = true;
+
 /// Entity table capacity when the caller does not say.
 pub const DEFAULT_MAX_ENTITIES: usize = 65_536;
 
@@ -187,6 +201,8 @@ pub struct Tunables {
     pub balance_candidates: u32,
     pub wake_preempt_priority_delta: u8,
     pub bursty_load: u32,
+    pub share_half_life: Nanos,
+    pub share_boost: bool,
 }
 
 impl Default for Tunables {
@@ -209,6 +225,8 @@ impl Default for Tunables {
             balance_candidates: BALANCE_CANDIDATES,
             wake_preempt_priority_delta: WAKE_PREEMPT_PRIORITY_DELTA,
             bursty_load: BURSTY_LOAD,
+            share_half_life: SHARE_HALF_LIFE,
+            share_boost: SHARE_BOOST,
         }
     }
 }

@@ -208,6 +208,9 @@ pub(crate) fn validate_config(c: &SchedConfig, kind: PolicyKind) -> Result<(), S
             c.tunables.load_medium, c.tunables.load_high
         ));
     }
+    if c.tunables.share_half_life == 0 {
+        return bad("share_half_life must be positive".into());
+    }
     if c.smt_isolation && kind != PolicyKind::Haiku {
         return bad(format!(
             "smt_isolation: the {kind} policy cannot keep SMT siblings to one VM; only haiku can"

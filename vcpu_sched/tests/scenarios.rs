@@ -1,5 +1,6 @@
 //! The simulation scenarios (the original seven, after Haiku, BFS, ULE,
-//! Linux O(1) and hackbench, LLC spreading, and a costly waker), run by
+//! Linux O(1) and hackbench, LLC spreading, a costly waker, and the
+//! seeds matrix's rows with this KVM's wake costs), run by
 //! the simulator from `vcpu_sched/scenarios/*.toml` under the default
 //! (Haiku) policy, with the comparison policies where a comparison is
 //! robust.
@@ -110,32 +111,148 @@ fn s02_half_load_smt_one_hog_per_core_no_migration() {
     assert!(r.total.useful_cpus > 1.99);
 }
 
+/// Share of a CPU a group's members ran, in CPUs.
+fn run_cpus(r: &SimReport, group: &str) -> f64 {
+    r.group(group).unwrap().throughput.run_ns as f64 / r.window_ns as f64
+}
+
+/// The workload with the fair-share wake boost switched off: Haiku's
+/// rules alone, the "before" of scenarios 9-13.
+fn without_boost(w: &Workload) -> Workload {
+    let mut w = w.clone();
+    w.sched.tunables.share_boost = false;
+    w
+}
+
 #[test]
-fn s09_costly_waker_waits_at_most_the_cut_slice_of_the_hog() {
-    // Too heavy to count as bursty, the waker never preempts the hog; what
-    // bounds its wait is the hog's slice. Cut when the waker queues (two
-    // ready: 5 ms / 2), it waits about 2.5 ms, and at most the mode's
-    // maximum latency when the hog wins the pick once more. Without the
-    // cut it waited out slices computed when the hog ran alone (p50 4.3
-    // ms, p99 7.1 ms).
+fn s09_costly_waker_gets_its_fair_share_quickly() {
+    // Too heavy to count as bursty, the waker got 5.5 % of the CPU and
+    // p99 4.9 ms under Haiku's rules alone. Below its half at a wake it
+    // preempts; above it, it waits until its share is due.
     let w = load("09_costly_waker.toml");
     let r = run_with(&w, PolicyKind::Haiku);
     clean(&r);
-    let waker = r.group("waker").unwrap();
-    assert!(
-        waker.wake_latency.p50 <= 2500 * MS / 1000,
-        "waker p50 wake latency {} ns > 2.5 ms\n{}",
-        waker.wake_latency.p50,
-        r.to_table()
-    );
-    assert!(
-        waker.wake_latency.p99 <= 5 * MS,
-        "waker p99 wake latency {} ns > 5 ms\n{}",
-        waker.wake_latency.p99,
-        r.to_table()
-    );
-    assert!(r.cpus[0].quantum_cuts > 0);
+    let (waker, hog) = (run_cpus(&r, "waker"), run_cpus(&r, "hog"));
+    let table = r.to_table();
+    assert!(waker >= 0.45, "waker ran {waker:.3} of the CPU\n{table}");
+    assert!(hog >= 0.45, "hog ran {hog:.3} of the CPU\n{table}");
+    let lat = r.group("waker").unwrap().wake_latency;
+    assert!(lat.p99 <= MS, "waker p99 {} ns > 1 ms\n{table}", lat.p99);
+    let before = run_with(&without_boost(&w), PolicyKind::Haiku);
+    clean(&before);
+    assert!(run_cpus(&before, "waker") < 0.1, "the failure this fixes");
     assert!(r.total.useful_cpus > 0.99);
+}
+
+#[test]
+fn s10_costly_burst_vs_hog_halves_the_cpu() {
+    // The bench guest's burst waker as this KVM runs it (scenario file):
+    // it needs ~95 % of a CPU, so next to the hog each gets half.
+    let w = load("10_costly_burst_vs_hog.toml");
+    let r = run_with(&w, PolicyKind::Haiku);
+    clean(&r);
+    let table = r.to_table();
+    for g in ["waker", "hog"] {
+        let share = run_cpus(&r, g);
+        assert!(
+            (0.45..=0.55).contains(&share),
+            "{g} ran {share:.3}\n{table}"
+        );
+    }
+    let lat = r.group("waker").unwrap().wake_latency;
+    assert!(lat.p99 < 2_500_000, "waker p99 {} ns\n{table}", lat.p99);
+    // Haiku's rules alone: 3 % useful work and 5 ms waits (as the guests
+    // showed); the boost more than doubles the waker's useful work.
+    let before = run_with(&without_boost(&w), PolicyKind::Haiku);
+    clean(&before);
+    let (now, then) = (
+        r.group("waker").unwrap().throughput.useful_cpus,
+        before.group("waker").unwrap().throughput.useful_cpus,
+    );
+    assert!(
+        now >= 2.0 * then,
+        "useful {now:.3} vs {then:.3} without the boost"
+    );
+}
+
+#[test]
+fn s10_the_boost_keeps_the_order_of_priorities() {
+    // The entitlement weighs entities by base priority: a waker of
+    // priority 5 next to a hog of 10 is entitled to a third, one of 20 to
+    // two thirds (it asks ~95 %).
+    let w = load("10_costly_burst_vs_hog.toml");
+    let share_at = |p: u8| {
+        let mut w = w.clone();
+        let waker = w.groups.iter_mut().find(|g| g.name == "waker").unwrap();
+        waker.priority = p;
+        let r = run_with(&w, PolicyKind::Haiku);
+        clean(&r);
+        run_cpus(&r, "waker")
+    };
+    let (low, normal, high) = (share_at(5), share_at(10), share_at(20));
+    assert!(
+        low < normal && normal < high,
+        "{low:.3} {normal:.3} {high:.3}"
+    );
+    assert!(
+        (0.28..=0.38).contains(&low),
+        "priority 5: {low:.3}, a third expected"
+    );
+    assert!(
+        (0.56..=0.70).contains(&high),
+        "priority 20: {high:.3}, two thirds expected"
+    );
+}
+
+#[test]
+fn s11_costly_noisy_neighbour_sleepers_within_a_base_quantum() {
+    let w = load("11_costly_noisy_neighbour.toml");
+    let r = run_with(&w, PolicyKind::Haiku);
+    clean(&r);
+    let table = r.to_table();
+    let lat = r.group("sleep").unwrap().wake_latency;
+    assert!(lat.p99 <= MS, "sleepers p99 {} ns\n{table}", lat.p99);
+    let left = 2.0 - run_cpus(&r, "sleep");
+    let hogs = r.group("hog").unwrap().throughput.useful_cpus;
+    assert!(
+        hogs >= 0.9 * left,
+        "hogs {hogs:.3} of {left:.3} left\n{table}"
+    );
+}
+
+#[test]
+fn s12_costly_pingpong_keeps_half_its_alone_rate_next_to_hogs() {
+    let w = load("12_costly_pingpong_vs_hog.toml");
+    let r = run_with(&w, PolicyKind::Haiku);
+    clean(&r);
+    let mut alone = w.clone();
+    alone.groups.retain(|g| g.name != "hog");
+    let a = run_with(&alone, PolicyKind::Haiku);
+    clean(&a);
+    let (with, solo) = (
+        r.group("pp").unwrap().throughput.bursts_per_sec,
+        a.group("pp").unwrap().throughput.bursts_per_sec,
+    );
+    let table = r.to_table();
+    assert!(with >= 0.5 * solo, "{with:.0} vs {solo:.0} alone\n{table}");
+    // Haiku's rules alone: each wake waits out a hog's slice.
+    let before = run_with(&without_boost(&w), PolicyKind::Haiku);
+    let then = before.group("pp").unwrap().throughput.bursts_per_sec;
+    assert!(then < 0.25 * solo, "the failure this fixes: {then:.0}");
+}
+
+#[test]
+fn s13_costly_mixed_vs_hog_sleeper_within_a_base_quantum() {
+    let w = load("13_costly_mixed_vs_hog.toml");
+    let r = run_with(&w, PolicyKind::Haiku);
+    clean(&r);
+    let lat = r.group("mix_sleep").unwrap().wake_latency;
+    assert!(
+        lat.p99 <= MS,
+        "sleeper p99 {} ns\n{}",
+        lat.p99,
+        r.to_table()
+    );
 }
 
 #[test]
@@ -363,10 +480,48 @@ fn every_scenario_file_parses_and_round_trips() {
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))
         .collect();
     files.sort();
-    assert_eq!(files.len(), 9, "{files:?}");
+    assert_eq!(files.len(), 13, "{files:?}");
     for f in files {
         let w = Workload::from_file(&f).unwrap();
         assert_eq!(Workload::from_toml(&w.to_toml()).unwrap(), w, "{f:?}");
         vcpu_sched::Topology::from_spec(&w.topology).unwrap();
+    }
+}
+
+/// The EEVDF model stands in for the guests' `host` column where the
+/// seeds matrix and the simulator can be compared (vcpu_sched/README.md,
+/// "eevdf"): on bursty-vs-hog the host kernel splits the CPU about
+/// evenly between the waker and the hog and the waker's p99 wake latency
+/// is about one 4 ms tick (3.9 ms on the guests); four hogs on two CPUs
+/// go 2 + 2; and the model never breaks the protocol's promises.
+#[test]
+fn eevdf_stands_in_for_the_host_kernel() {
+    let r = run_with(&load("10_costly_burst_vs_hog.toml"), PolicyKind::Eevdf);
+    clean(&r);
+    let share = |g: &str| r.group(g).unwrap().throughput.run_ns as f64 / r.window_ns as f64;
+    let (waker, hog) = (share("waker"), share("hog"));
+    assert!(
+        (0.45..=0.55).contains(&waker) && (0.45..=0.55).contains(&hog),
+        "waker {waker:.3}, hog {hog:.3}\n{}",
+        r.to_table()
+    );
+    let p99 = r.group("waker").unwrap().wake_latency.p99;
+    assert!(
+        (3 * MS..=5 * MS).contains(&p99),
+        "waker p99 {p99} ns, expected about one tick\n{}",
+        r.to_table()
+    );
+    let r = run_with(&load("01_overload_balance.toml"), PolicyKind::Eevdf);
+    clean(&r);
+    let hogs = r.group("hog").unwrap();
+    assert!(hogs.jain_fairness >= 0.99, "{}", r.to_table());
+    for f in [
+        "03_bursty_waker.toml",
+        "07_noisy_neighbour.toml",
+        "11_costly_noisy_neighbour.toml",
+        "12_costly_pingpong_vs_hog.toml",
+        "13_costly_mixed_vs_hog.toml",
+    ] {
+        clean(&run_with(&load(f), PolicyKind::Eevdf));
     }
 }

@@ -9,6 +9,8 @@
 //! pacer bench MATRIX --out DIR [--resume] [--dry-run]   (bench::command)
 //! pacer sim SCENARIO [--policy P] [--compare [P1,P2]]    (sim_command)
 //! pacer unixbench --host | --report LOG                  (unixbench::cli)
+//!                [--api-socket PATH] [--api-http 127.0.0.1:PORT]  with the control API
+//! pacer ctl SOCKET ls | stats | set | pause | resume | stop | watch  (crate::ctl_command)
 //! pacer completions SHELL | man [--out DIR] | config-reference
 //! ```
 //! One spelling per flag across subcommands: `--policy P[:MODE]` picks a
@@ -131,7 +133,7 @@ pub enum Command {
         #[arg(value_name = "FILE")]
         file: PathBuf,
         /// Use this policy instead of the file's, optionally with a mode:
-        /// haiku, haiku:power-saving, global-rr, pinned, host.
+        /// haiku, haiku:power-saving, global-rr, pinned, eevdf, host.
         #[arg(long, value_name = "POLICY[:MODE]")]
         policy: Option<PolicyChoice>,
         /// Also write the run as one JSON document here (schema
@@ -151,7 +153,7 @@ pub enum Command {
             value_name = "POLICY[:MODE],..",
             value_delimiter = ',',
             num_args = 0..=1,
-            default_missing_value = "haiku,global-rr,pinned,host",
+            default_missing_value = "haiku,global-rr,pinned,eevdf,host",
             conflicts_with = "policy"
         )]
         compare: Vec<PolicyChoice>,
@@ -171,6 +173,8 @@ pub enum Command {
         /// file's `log_dir` (relative to the current directory).
         #[arg(long, value_name = "DIR")]
         log_dir: Option<PathBuf>,
+        #[command(flatten)]
+        api: crate::ctl_command::ApiArgs,
     },
     /// Check a config file (fields, paths, CPU sets, the host's limits)
     /// without starting anything.
@@ -224,6 +228,9 @@ pub enum Command {
     /// Print the reference of every config and matrix key (Markdown).
     #[command(after_help = REFERENCE_HELP)]
     ConfigReference,
+    /// Operate a running `pacer run --api-socket`: list, inspect, change, pause, stop.
+    #[command(after_help = crate::ctl_command::HELP)]
+    Ctl(crate::ctl_command::CtlArgs),
 }
 
 const RUN_HELP: &str = "Examples:
@@ -342,6 +349,7 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
         Command::Unixbench(args) => crate::unixbench::cli::run(&args),
         Command::Bench(args) => crate::bench::command::main(args),
         Command::Sim(args) => crate::sim_command::main(args),
+        Command::Ctl(args) => crate::ctl_command::main(args),
         Command::Validate {
             file,
             policy,
@@ -383,6 +391,7 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
             no_seccomp,
             mode,
             log_dir,
+            api,
         } => {
             // Before any VM starts: a result that cannot be written is bad input.
             if let Some(path) = &json {
@@ -397,13 +406,19 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 let kinds: &[ThreadKind] = if compare.is_empty() {
                     &ThreadKind::ALL
                 } else {
-                    &ThreadKind::ALL[..4]
+                    ThreadKind::all_but_runner()
                 };
                 if let Err(e) = crate::seccomp::enable(kinds) {
                     eprintln!("pacer run: running without seccomp filters: {e}");
                 }
             }
             if !compare.is_empty() {
+                if api.options().is_enabled() {
+                    eprintln!(
+                        "pacer run: --api-socket and --api-http serve one run, not --compare"
+                    );
+                    return EXIT_BAD_INPUT;
+                }
                 let runs = RunsOf {
                     file: &file,
                     log_dir: log_dir.as_deref(),
@@ -428,10 +443,14 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 );
                 return EXIT_BAD_INPUT;
             }
-            let opts = RunOptions { run_start, status };
+            let opts = RunOptions {
+                run_start,
+                status,
+                api: api.options(),
+            };
             let results = match runner::run(&config, &opts, &print_event) {
                 Ok(r) => r,
-                Err(e @ runner::RunError::LogDir(_)) => {
+                Err(e @ (runner::RunError::LogDir(_) | runner::RunError::Api(_))) => {
                     eprintln!("pacer run: {e}");
                     return EXIT_BAD_INPUT;
                 }
@@ -508,6 +527,9 @@ fn print_event(ev: RunEvent<'_>) {
             path.display()
         )),
         RunEvent::Snapshot(Err(why)) => eprintln!("pacer: no snapshot: {why}"),
+        RunEvent::ApiReady { socket, page } => {
+            eprintln!("{}", crate::ctl_command::api_ready_line(socket, page))
+        }
     }
 }
 
@@ -542,6 +564,7 @@ fn run_compare(runs_of: &RunsOf<'_>, policies: &[PolicyChoice]) -> i32 {
         let opts = RunOptions {
             run_start: runs_of.run_start,
             status: runs_of.status,
+            api: Default::default(),
         };
         match runner::run(&config, &opts, &print_event) {
             Ok(r) => {

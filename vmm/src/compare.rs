@@ -340,6 +340,7 @@ mod tests {
             run_dir: None,
             ok: true,
             vms,
+            control_changes: Vec::new(),
         }
     }
 

@@ -3,7 +3,7 @@
 //! ```toml
 //! [host]
 //! cpus = "0-1"            # or [0, 1]; default: all online CPUs
-//! policy = "haiku"        # haiku | global-rr | pinned | host
+//! policy = "haiku"        # haiku | global-rr | pinned | eevdf | host
 //! mode = "low-latency"    # low-latency | power-saving
 //! smt_isolation = false   # SMT siblings only co-run one VM (haiku)
 //! dispatch = "threads"    # threads | workers: how the engine runs vCPUs
@@ -44,8 +44,9 @@ use crate::config_errors::{one_line, quoted, SpanIndex};
 use crate::cpuid::CpuidOverrides;
 use crate::engine::policy::Policy;
 use crate::engine::DispatchKind;
-use crate::host_cpus::{HostCpu, HostCpuSet};
+use crate::host_cpus::HostCpuSet;
 use crate::host_resources::HostResources;
+use crate::sched_rules::class_name;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::fmt;
@@ -53,7 +54,6 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
-use vcpu_sched::tunables::{PRIORITY_NORMAL, PRIORITY_REALTIME_MAX, PRIORITY_REALTIME_MIN};
 use vcpu_sched::{Mode, SchedClass, Tunables};
 
 /// Highest vCPU count per VM (APIC ids 0..=253; 0xff is broadcast).
@@ -313,46 +313,11 @@ impl Checker<'_> {
     }
 
     fn cpus(&mut self, raw: &Spanned<RawCpus>, field: &str) -> Option<HostCpuSet> {
-        let span = raw.span();
-        match raw.get_ref() {
-            RawCpus::List(s) => match HostCpuSet::parse_list(s) {
-                Ok(set) => Some(set),
-                Err(vcpu_sched::CpuSetError::BadList { input, reason }) => {
-                    self.err(
-                        span,
-                        field,
-                        format!(
-                            "expected a CPU list such as \"0-3,8\", found {} ({})",
-                            quoted(&input),
-                            one_line(&reason)
-                        ),
-                    );
-                    None
-                }
-                Err(e @ vcpu_sched::CpuSetError::TooLarge { .. }) => {
-                    self.err(span, field, format!("expected a CPU list, found {e}"));
-                    None
-                }
-            },
-            RawCpus::Ids(ids) => {
-                let mut set = HostCpuSet::new();
-                for &id in ids {
-                    if !(0..=vcpu_sched::cpuset::MAX_CPU_ID as i64).contains(&id) {
-                        self.err(
-                            span,
-                            field,
-                            format!(
-                                "expected CPU numbers from 0 to {}, found {id}",
-                                vcpu_sched::cpuset::MAX_CPU_ID
-                            ),
-                        );
-                        return None;
-                    }
-                    set.insert(HostCpu(id as u32));
-                }
-                Some(set)
-            }
-        }
+        let parsed = match raw.get_ref() {
+            RawCpus::List(s) => crate::sched_rules::cpu_list(s),
+            RawCpus::Ids(ids) => crate::sched_rules::cpu_ids(ids),
+        };
+        parsed.map_err(|why| self.err(raw.span(), field, why)).ok()
     }
 
     fn path(&mut self, base: &Path, raw: &Spanned<String>, field: &str) -> Option<PathBuf> {
@@ -963,65 +928,34 @@ impl Config {
                 Some(s) => {
                     let parsed = c.cpus(s, &f("cpus"));
                     let set = parsed.clone().unwrap_or_default();
-                    let outside = set.difference(&host_cpus);
-                    if parsed.is_none() {
-                        // Reported by `cpus`.
-                    } else if !outside.is_empty() && !host_cpus.is_empty() {
-                        // (An empty host set was reported at host.cpus.)
-                        c.err(
-                            s.span(),
-                            f("cpus"),
-                            format!(
-                                "expected CPUs within [host] cpus, found CPUs {} outside the host CPU set {}",
-                                outside.to_list(),
-                                host_cpus.to_list()
-                            ),
-                        );
-                    } else if set.is_empty() {
-                        c.err(
-                            s.span(),
-                            f("cpus"),
-                            "expected at least one CPU, found an empty core set",
-                        );
+                    // (An empty host set was reported at host.cpus.)
+                    if parsed.is_some() && !host_cpus.is_empty() {
+                        if let Err(why) = crate::sched_rules::core_set(&set, &host_cpus) {
+                            c.err(s.span(), f("cpus"), why);
+                        }
                     }
                     set
                 }
                 None => host_cpus.clone(),
             };
             let class = v.class.as_ref().map(|c| *c.get_ref()).unwrap_or_default();
-            let range = match class {
-                SchedClass::Realtime => PRIORITY_REALTIME_MIN..=PRIORITY_REALTIME_MAX,
-                SchedClass::Timeshare => 1..=vcpu_sched::tunables::PRIORITY_MAX_TIMESHARE,
-                SchedClass::Idle => 0..=0,
-            };
             let priority = match &v.priority {
                 Some(p) => {
-                    let val = *p.get_ref();
-                    if !(i64::from(*range.start())..=i64::from(*range.end())).contains(&val) {
-                        c.err(
-                            p.span(),
-                            f("priority"),
-                            format!(
-                                "expected a {} VM's priority between {} and {}, found {val}",
-                                class_name(class),
-                                range.start(),
-                                range.end()
-                            ),
-                        );
-                    }
-                    val.clamp(i64::from(*range.start()), i64::from(*range.end())) as u8
+                    crate::sched_rules::priority(class, *p.get_ref()).unwrap_or_else(|why| {
+                        c.err(p.span(), f("priority"), why);
+                        let range = crate::sched_rules::priority_range(class);
+                        (*p.get_ref()).clamp(i64::from(*range.start()), i64::from(*range.end()))
+                            as u8
+                    })
                 }
-                None if class == SchedClass::Timeshare => PRIORITY_NORMAL,
-                None => *range.start(),
+                None => crate::sched_rules::default_priority(class),
             };
-            if class == SchedClass::Idle {
+            if let Err(why) = crate::sched_rules::vm_class(class) {
                 let span = v.class.as_ref().map(|c| c.span()).unwrap_or(0..0);
-                c.err(
-                    span,
-                    f("class"),
-                    "expected a VM class \"timeshare\" or \"realtime\", found \"idle\"",
-                );
-            } else if let Some(refusal) = policy.refuses_vm(class, priority) {
+                c.err(span, f("class"), why);
+            } else if let Err((refusal, why)) =
+                crate::sched_rules::honoured(policy, class, priority, &policy_origin)
+            {
                 let span = match (refusal, &v.priority, &v.class) {
                     (crate::engine::policy::Refusal::Priority, Some(p), _) => p.span(),
                     (_, _, Some(c)) => c.span(),
@@ -1032,11 +966,7 @@ impl Config {
                     crate::engine::policy::Refusal::Priority => f("priority"),
                     crate::engine::policy::Refusal::Class => f("class"),
                 };
-                c.err(
-                    span,
-                    field,
-                    format!("{} ({policy_origin})", refusal.explain(policy)),
-                );
+                c.err(span, field, why);
             }
             let mut cmdline: Vec<String> = Vec::new();
             if let Some(cl) = &v.cmdline {
@@ -1212,15 +1142,6 @@ impl Config {
             },
             vms,
         })
-    }
-}
-
-/// The config spelling of a VM class.
-fn class_name(class: SchedClass) -> &'static str {
-    match class {
-        SchedClass::Realtime => "realtime",
-        SchedClass::Timeshare => "timeshare",
-        SchedClass::Idle => "idle",
     }
 }
 
@@ -1716,6 +1637,25 @@ workload = "cpu report_ms=50"
             e.contains("host.smt_isolation") && e.contains("pinned"),
             "{e}"
         );
+        // eevdf (every timeshare vCPU at nice 0): priorities and SMT
+        // isolation refused in the words of the other comparison policies,
+        // the realtime class honoured.
+        let eevdf = |t: &str| t.replace("policy = \"haiku\"", "policy = \"eevdf\"");
+        let e = fx.errors(&eevdf(GOOD));
+        assert!(
+            e.contains("vm[0].priority")
+                && e.contains("policy \"eevdf\" orders vCPUs by class only")
+                && e.contains("(host.policy)"),
+            "{e}"
+        );
+        let e = fx.errors(&eevdf(&smt));
+        assert!(
+            e.contains("host.smt_isolation") && e.contains("eevdf"),
+            "{e}"
+        );
+        let c = fx.parse(&eevdf(&rt)).unwrap();
+        assert_eq!(c.host.policy.as_str(), "eevdf");
+        assert_eq!(c.vms[0].class, SchedClass::Realtime);
     }
 
     #[test]

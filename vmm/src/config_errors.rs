@@ -72,7 +72,7 @@ pub fn expectation(pattern: &str) -> Option<&'static str> {
             "a CPU list in quotes such as \"0-3,8\", or an array of CPU numbers such as [0, 1]"
         }
         "host.cpus[]" | "vm[].cpus[]" => "a CPU number (an integer from 0)",
-        "host.policy" => "one of \"haiku\", \"global-rr\", \"pinned\", \"host\"",
+        "host.policy" => "one of \"haiku\", \"global-rr\", \"pinned\", \"eevdf\", \"host\"",
         "host.mode" => "one of \"low-latency\", \"power-saving\"",
         "host.smt_isolation" => "true or false",
         "host.dispatch" => "one of \"threads\", \"workers\"",

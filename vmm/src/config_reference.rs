@@ -66,7 +66,7 @@ const NAME_RULE: &str = "1-64 characters of [A-Za-z0-9_-], unique";
 pub fn host_config() -> Vec<Key> {
     let mut k = vec![
         key("host.cpus", "CPU list string or array of integers", "", "every online CPU", "online CPUs", "Host CPUs Pacer may use, e.g. \"0-3,8\" or [0, 1].", "\"0\"", None),
-        key("host.policy", "string", "", "\"haiku\"", "haiku | global-rr | pinned | host", "Who schedules the vCPUs (host: the host kernel, with KVM's in-kernel irqchip). `--policy` overrides it.", "\"pinned\"", None),
+        key("host.policy", "string", "", "\"haiku\"", "haiku | global-rr | pinned | eevdf | host", "Who schedules the vCPUs (host: the host kernel, with KVM's in-kernel irqchip). `--policy` overrides it.", "\"pinned\"", None),
         key("host.mode", "string", "", "\"low-latency\"", "low-latency | power-saving", "Haiku's mode (time slices, placement). `--mode` or `--policy P:MODE` override it.", "\"power-saving\"", None),
         key("host.smt_isolation", "boolean", "", "false", "true only under haiku", "SMT siblings only ever run vCPUs of one VM at a time.", "false", None),
         key("host.dispatch", "string", "", "\"threads\"", "threads | workers", "How the engine runs a dispatched vCPU: its own thread, or a worker per CPU.", "\"workers\"", None),
@@ -274,7 +274,7 @@ pub fn matrix() -> Vec<Key> {
             "string",
             "",
             "required",
-            "haiku | global-rr | pinned | host | qemu | native",
+            "haiku | global-rr | pinned | eevdf | host | qemu | native",
             "Who runs the cells.",
             "",
             None,

@@ -14,6 +14,7 @@
 //! [`unixbench`] (the UnixBench-style suite's scoring and host reference),
 //! [`cli`].
 
+pub mod api;
 pub mod bench;
 pub mod boot;
 pub mod cli;
@@ -22,6 +23,7 @@ pub mod config;
 pub mod config_errors;
 pub mod config_reference;
 pub mod cpuid;
+pub mod ctl_command;
 pub mod documents;
 pub mod engine;
 pub mod guest_metrics;
@@ -38,6 +40,7 @@ pub mod preflight;
 pub mod results;
 pub mod run_dir;
 pub mod runner;
+pub mod sched_rules;
 pub mod seccomp;
 pub mod signals;
 pub mod sim_command;

@@ -165,6 +165,9 @@ pub struct RunResults {
     pub run_dir: Option<PathBuf>,
     pub ok: bool,
     pub vms: Vec<VmResult>,
+    /// What was changed through the control API while the VMs ran (also
+    /// `control.jsonl` in the run directory).
+    pub control_changes: Vec<crate::api::audit::ControlChange>,
 }
 
 /// Collects a VM's events and appends them to its JSON-lines file.

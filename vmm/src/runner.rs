@@ -2,6 +2,8 @@
 //! `<vm>/ctl`) creates it, runs it to completion and returns its result; a
 //! failing VM never stops the others. The runner prints nothing: it
 //! reports through [`RunEvent`]s to its caller (the CLI prints them).
+//! With [`RunOptions::api`] it also serves the control API (`crate::api`)
+//! on a thread of its own (`pacer/api`) for as long as the VMs run.
 
 use crate::config::Config;
 use crate::engine::cpu_map::CpuMap;
@@ -25,6 +27,11 @@ pub enum RunError {
     Kvm(#[from] crate::vm::VmError),
     #[error("{0}")]
     LogDir(#[from] crate::run_dir::RunDirError),
+    /// The control API cannot listen where it was asked to (bad input).
+    #[error("{0}")]
+    Api(#[from] crate::api::ApiError),
+    #[error("cannot start the API thread: {0}")]
+    ApiThread(std::io::Error),
 }
 
 /// Options of a run.
@@ -34,6 +41,8 @@ pub struct RunOptions {
     pub run_start: Instant,
     /// Report a one-line status every second ([`RunEvent::Status`]).
     pub status: bool,
+    /// Serve the control API (`--api-socket`, `--api-http`).
+    pub api: crate::api::ApiOptions,
 }
 
 /// What the runner reports while it runs.
@@ -47,6 +56,12 @@ pub enum RunEvent<'a> {
     Status(String),
     /// SIGUSR1: the scheduler's snapshot was written here (or why not).
     Snapshot(Result<std::path::PathBuf, String>),
+    /// The control API listens (before any VM starts): its socket, and
+    /// the address of the live page on TCP if one was asked for.
+    ApiReady {
+        socket: Option<&'a std::path::Path>,
+        page: Option<std::net::SocketAddr>,
+    },
 }
 
 /// Successive status lines from the engine's counters.
@@ -124,6 +139,8 @@ fn write_snapshot(
 pub struct StopRegistry {
     stopped: AtomicBool,
     vms: Mutex<Vec<StopHandle>>,
+    /// The VMs that have ended (those that failed to start included).
+    ended: Mutex<Vec<String>>,
 }
 
 impl StopRegistry {
@@ -133,6 +150,32 @@ impl StopRegistry {
             h.stop();
         }
         vms.push(h);
+    }
+
+    /// The handle of the VM named `name`, once it has started.
+    pub fn find(&self, name: &str) -> Option<StopHandle> {
+        self.vms
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|h| h.name() == name)
+            .cloned()
+    }
+
+    /// Whether the VM named `name` has ended.
+    pub fn has_ended(&self, name: &str) -> bool {
+        self.ended
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|n| n == name)
+    }
+
+    fn ended(&self, name: &str) {
+        self.ended
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(name.to_string());
     }
 
     pub fn stop_all(&self) {
@@ -153,6 +196,31 @@ pub fn run(
     // This run's own directory, before anything starts.
     let run_dir = crate::run_dir::create(&config.host.log_dir)?;
     crate::run_dir::keep_config(&run_dir, config);
+    // The control API listens before anything starts: a path or port it
+    // cannot have is bad input, and the user can connect as VMs start.
+    let api = match opts.api.is_enabled() {
+        false => None,
+        true => {
+            let listeners = crate::api::bind(&opts.api)?;
+            let record = run_dir.join("control.jsonl");
+            let file =
+                std::fs::File::create(&record).map_err(|source| crate::api::ApiError::Record {
+                    path: record.clone(),
+                    source,
+                })?;
+            let wake = vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK)
+                .map_err(RunError::ApiThread)?;
+            on_event(RunEvent::ApiReady {
+                socket: listeners.socket_path(),
+                page: listeners.http_addr(),
+            });
+            Some((
+                listeners,
+                crate::api::audit::Audit::new(opts.run_start, Some(file)),
+                wake,
+            ))
+        }
+    };
     // Before any thread starts: every thread inherits the blocked mask.
     let guard = SignalGuard::install();
     let guard = &guard;
@@ -182,7 +250,36 @@ pub fn run(
     let vms_left = &std::sync::atomic::AtomicUsize::new(config.vms.len());
     let engine_ref = engine.as_deref();
     let log_dir = &run_dir;
+    let (api_listeners, api_rest) = match api {
+        Some((l, audit, wake)) => (Some(l), Some((audit, wake))),
+        None => (None, None),
+    };
+    let api_rest = &api_rest;
     let results = std::thread::scope(|s| {
+        let api_thread = match (api_listeners, api_rest) {
+            (Some(listeners), Some((audit, wake))) => {
+                let ctx = crate::api::ApiContext {
+                    engine: engine_ref,
+                    vms: registry,
+                    configs: &config.vms,
+                    policy: config.host.policy,
+                    host_cpus: config.host.cpus.clone(),
+                    audit,
+                    run_start: opts.run_start,
+                };
+                match std::thread::Builder::new()
+                    .name("pacer/api".into())
+                    .spawn_scoped(s, move || crate::api::serve(listeners, &ctx, wake, done))
+                {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        log::error!("cannot start the API thread: {e}; the run goes on without it");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         if let Some(g) = guard {
             let _ = std::thread::Builder::new()
                 .name("pacer/signals".into())
@@ -235,6 +332,7 @@ pub fn run(
                     .name(format!("{}/ctl", vm.name))
                     .spawn_scoped(s, move || {
                         let r = Vm::run_with(kvm, vm, options, |h| registry.register(h));
+                        registry.ended(&vm.name);
                         vms_left.fetch_sub(1, Ordering::AcqRel);
                         on_event(RunEvent::VmFinished(&r));
                         r
@@ -259,6 +357,9 @@ pub fn run(
         if let Some(Ok(t)) = status {
             t.thread().unpark();
         }
+        if let (Some(_), Some((_, wake))) = (&api_thread, api_rest) {
+            let _ = wake.write(1);
+        }
         results
     });
     if let Some(e) = &engine {
@@ -269,6 +370,10 @@ pub fn run(
         run_dir: Some(run_dir),
         ok: results.iter().all(|r| r.ok),
         vms: results,
+        control_changes: api_rest
+            .as_ref()
+            .map(|(audit, _)| audit.changes())
+            .unwrap_or_default(),
     })
 }
 

@@ -15,6 +15,7 @@
 //! | [`ThreadKind::Timers`] | `pacer/timers` | nothing |
 //! | [`ThreadKind::Controller`] | `<vm>/ctl` after its vCPUs started | `openat` read-only, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the kernel's per-thread scheduling statistics) |
 //! | [`ThreadKind::Service`] | `pacer/signals`, `pacer/status` | `rt_sigtimedwait`; `openat`, `statx` (the SIGUSR1 snapshot file) |
+//! | [`ThreadKind::Api`] | `pacer/api` (the control API, `--api-socket`) | `poll`/`ppoll`, `accept4`, `read`/`recvfrom`, `sendto` without an address (writes to a connected socket), `getsockopt` for SO_PEERCRED only, read-only `openat` (glibc's malloc reads /proc/sys/vm/overcommit_memory when it first shrinks a thread's heap) (the peer's uid), `unlink`/`unlinkat` (its socket, at the end); its listeners and its record file are made before it is confined |
 //! | [`ThreadKind::Runner`] | the thread that called `runner::run` (the main thread), once every other thread started | `openat`, `mkdir`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the `--json` file) |
 //!
 //! The common set: `futex`, `write`, `close`, memory (`mmap` and
@@ -79,18 +80,26 @@ pub enum ThreadKind {
     Timers,
     Controller,
     Service,
+    Api,
     Runner,
 }
 
 impl ThreadKind {
     /// Every kind; [`ThreadKind::Runner`] last.
-    pub const ALL: [ThreadKind; 5] = [
+    pub const ALL: [ThreadKind; 6] = [
         ThreadKind::Vcpu,
         ThreadKind::Timers,
         ThreadKind::Controller,
         ThreadKind::Service,
+        ThreadKind::Api,
         ThreadKind::Runner,
     ];
+
+    /// Every kind but [`ThreadKind::Runner`] (a thread that starts one
+    /// run after another stays unconfined).
+    pub fn all_but_runner() -> &'static [ThreadKind] {
+        &Self::ALL[..Self::ALL.len() - 1]
+    }
 
     fn bit(self) -> u8 {
         1 << self as u8
@@ -235,6 +244,36 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
                 &[libc::SYS_rt_sigtimedwait, libc::SYS_openat, libc::SYS_statx],
             );
         }
+        ThreadKind::Api => {
+            allow(
+                &mut r,
+                &[
+                    libc::SYS_poll,
+                    libc::SYS_ppoll,
+                    libc::SYS_accept4,
+                    libc::SYS_read,
+                    libc::SYS_recvfrom,
+                    // Its socket, removed as the run ends.
+                    libc::SYS_unlink,
+                    libc::SYS_unlinkat,
+                ],
+            );
+            // Read-only: glibc's malloc reads /proc/sys/vm/overcommit_memory
+            // the first time a thread's heap shrinks (the API's answers
+            // come and go).
+            let write_flags = (libc::O_ACCMODE | libc::O_CREAT | libc::O_TRUNC) as u64;
+            r.insert(libc::SYS_openat, without_bits(2, write_flags)?);
+            // Answers on connected sockets only: no address to send to.
+            r.insert(libc::SYS_sendto, vec![rule(vec![cond(4, Op::Eq, 0)?])?]);
+            // The peer's credentials, nothing else of a socket's options.
+            r.insert(
+                libc::SYS_getsockopt,
+                vec![rule(vec![
+                    cond(1, Op::Eq, libc::SOL_SOCKET as u64)?,
+                    cond(2, Op::Eq, libc::SO_PEERCRED as u64)?,
+                ])?],
+            );
+        }
         ThreadKind::Runner => {
             read_only_files(&mut r)?;
             // The --json file may be created anywhere the user names.
@@ -333,6 +372,13 @@ const NAMES: &[(libc::c_long, &str)] = &[
     (libc::SYS_writev, "writev"),
     (libc::SYS_pread64, "pread64"),
     (libc::SYS_readlink, "readlink"),
+    (libc::SYS_accept4, "accept4"),
+    (libc::SYS_getsockopt, "getsockopt"),
+    (libc::SYS_recvfrom, "recvfrom"),
+    (libc::SYS_sendto, "sendto"),
+    (libc::SYS_ppoll, "ppoll"),
+    (libc::SYS_unlink, "unlink"),
+    (libc::SYS_unlinkat, "unlinkat"),
 ];
 
 /// Append `s` to `buf` at `*n` (truncating).

@@ -27,8 +27,8 @@ pub struct SimArgs {
     /// The scenario file (TOML; see vcpu_sched/scenarios/).
     #[arg(value_name = "SCENARIO")]
     pub file: PathBuf,
-    /// Run under this policy: haiku, global-rr, pinned (repeat the flag
-    /// for several) [default: haiku].
+    /// Run under this policy: haiku, global-rr, pinned, eevdf (repeat the
+    /// flag for several) [default: haiku].
     #[arg(long, value_name = "POLICY")]
     pub policy: Vec<PolicyKind>,
     /// Run under each of these policies and print a summary line per

@@ -40,7 +40,7 @@ fn bad_configs_exit_2_naming_field_and_line() {
             format!("[host]\npolicy = \"global_rr\"\n\n{}", vm_table("a", "cpu")),
             &[
                 ":2:10:",
-                "host.policy: expected one of \"haiku\", \"global-rr\", \"pinned\", \"host\"",
+                "host.policy: expected one of \"haiku\", \"global-rr\", \"pinned\", \"eevdf\", \"host\"",
             ],
         ),
         (

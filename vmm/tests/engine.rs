@@ -27,7 +27,7 @@ fn every_policy_and_dispatch_runs_overcommitted_vms() {
     }
     let dir = TempDir::new("engine-all");
     let online = vmm::host_cpus::online_cpus().unwrap();
-    for policy in ["haiku", "global-rr", "pinned"] {
+    for policy in ["haiku", "global-rr", "pinned", "eevdf"] {
         for dispatch in [DispatchKind::Threads, DispatchKind::Workers] {
             // engine-smoke's shape: 2-vCPU VMs, more vCPUs than host CPUs.
             let n = online.len();

@@ -224,6 +224,16 @@ fn run_results(dir: &TempDir) -> vmm::results::RunResults {
             full_result(dir),
             vmm::results::VmResult::error("dead", "no kernel".into(), 1.0, ""),
         ],
+        control_changes: vec![vmm::api::audit::ControlChange {
+            schema_version: 1,
+            t_run_ms: 120,
+            unix_time_ms: 1_700_000_000_000,
+            uid: 0,
+            target: "all/0".into(),
+            key: "priority".into(),
+            previous: Some("10".into()),
+            value: "20".into(),
+        }],
     }
 }
 

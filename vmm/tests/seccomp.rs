@@ -4,8 +4,10 @@
 //! exit is stopped: the test runs itself again as a child process (the trap
 //! ends the process) whose guest writes a port, and the handler on the
 //! vCPU thread calls socket(2); an allowed call in the same place goes
-//! through. And every policy, dispatch and workload runs confined under the
-//! `pacer` binary, whose filters are on by default.
+//! through. The control API's thread may answer on its sockets and read
+//! its peers' uids, and nothing more (a child process again, no /dev/kvm
+//! needed). And every policy, dispatch and workload runs confined under
+//! the `pacer` binary, whose filters are on by default.
 
 mod common;
 
@@ -121,15 +123,21 @@ fn child_makes_a_system_call_on_a_vcpu_thread() {
 }
 
 fn child(call: &str) -> (Option<i32>, String, String) {
+    child_test("child_makes_a_system_call_on_a_vcpu_thread", CHILD, call)
+}
+
+/// Run the ignored test `test` of this binary as a child process, with
+/// `env` set to `call`: its exit code, stdout and stderr.
+fn child_test(test: &str, env: &str, call: &str) -> (Option<i32>, String, String) {
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--ignored",
             "--exact",
-            "child_makes_a_system_call_on_a_vcpu_thread",
+            test,
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(CHILD, call)
+        .env(env, call)
         .output()
         .unwrap();
     (
@@ -289,4 +297,114 @@ fn a_guest_write_of_ia32_apic_base_runs_confined_under_pacers_own_apic() {
     let (code, out, err) = pacer(&["run", cfg.to_str().unwrap(), "--exit-status-from-guest"]);
     assert!(!err.contains("forbidden system call"), "{err}");
     assert_eq!(code, 0, "{out}{err}");
+}
+
+/// The environment variable that makes the ignored API test the child.
+const API_CHILD: &str = "PACER_SECCOMP_API_CHILD";
+
+/// The child: a thread confined as the control API's makes one call,
+/// named by [`API_CHILD`]. Runs only when the parent sets it.
+#[test]
+#[ignore = "run by the_api_thread_may_serve_its_socket_and_nothing_more in a child process"]
+fn child_makes_a_system_call_on_the_api_thread() {
+    let Ok(call) = std::env::var(API_CHILD) else {
+        return;
+    };
+    // Made before the filter, as the API's listeners are.
+    let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+    vmm::seccomp::enable(&vmm::seccomp::ThreadKind::ALL).unwrap();
+    let r = std::thread::Builder::new()
+        .name("pacer/api".into())
+        .spawn(move || {
+            vmm::seccomp::install(vmm::seccomp::ThreadKind::Api).unwrap();
+            use std::os::fd::AsRawFd;
+            let fd = a.as_raw_fd();
+            let mut buf = [0u8; 64];
+            let mut len = buf.len() as libc::socklen_t;
+            // SAFETY: plain system calls with valid arguments.
+            unsafe {
+                match call.as_str() {
+                    "peercred" => libc::getsockopt(
+                        fd,
+                        libc::SOL_SOCKET,
+                        libc::SO_PEERCRED,
+                        buf.as_mut_ptr().cast(),
+                        &mut len,
+                    ) as i64,
+                    "sotype" => libc::getsockopt(
+                        fd,
+                        libc::SOL_SOCKET,
+                        libc::SO_TYPE,
+                        buf.as_mut_ptr().cast(),
+                        &mut len,
+                    ) as i64,
+                    "send" => libc::send(fd, b"x".as_ptr().cast(), 1, libc::MSG_NOSIGNAL) as i64,
+                    // Grow this thread's malloc heap and give it back: glibc
+                    // reads /proc/sys/vm/overcommit_memory the first time
+                    // it shrinks a thread's heap.
+                    "heap" => {
+                        let blocks: Vec<Vec<u8>> =
+                            (0..100_000).map(|i| vec![i as u8; 512]).collect();
+                        let n = blocks.len() as i64;
+                        drop(blocks);
+                        n
+                    }
+                    "socket" => libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) as i64,
+                    "create" => libc::open(
+                        c"/tmp/pacer-seccomp-api-probe".as_ptr(),
+                        libc::O_WRONLY | libc::O_CREAT,
+                        0o600,
+                    ) as i64,
+                    "connect" => {
+                        let addr: libc::sockaddr_un = std::mem::zeroed();
+                        libc::connect(
+                            fd,
+                            (&addr as *const libc::sockaddr_un).cast(),
+                            std::mem::size_of::<libc::sockaddr_un>() as u32,
+                        ) as i64
+                    }
+                    other => panic!("unknown call {other}"),
+                }
+            }
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    println!("SYSCALL RETURNED {r}");
+}
+
+#[test]
+fn the_api_thread_may_serve_its_socket_and_nothing_more() {
+    let run = |call: &str| {
+        child_test(
+            "child_makes_a_system_call_on_the_api_thread",
+            API_CHILD,
+            call,
+        )
+    };
+    for allowed in ["peercred", "send", "heap"] {
+        let (code, out, err) = run(allowed);
+        assert_eq!(code, Some(0), "{allowed}: {out}{err}");
+        assert!(out.contains("SYSCALL RETURNED"), "{allowed}: {out}{err}");
+    }
+    for (forbidden, name) in [
+        ("sotype", "getsockopt"),
+        ("socket", "socket"),
+        ("create", "openat"),
+        ("connect", "connect"),
+    ] {
+        let (code, out, err) = run(forbidden);
+        assert_eq!(
+            code,
+            Some(vmm::seccomp::EXIT_FORBIDDEN_SYSCALL),
+            "{forbidden}: {out}{err}"
+        );
+        assert!(
+            err.contains(&format!(
+                "pacer: thread pacer/api made a forbidden system call, {name}"
+            )),
+            "{forbidden}: {err}"
+        );
+        assert!(!out.contains("SYSCALL RETURNED"), "{out}");
+    }
 }

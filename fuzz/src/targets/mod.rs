@@ -1,5 +1,6 @@
 //! The fuzz targets: every input a guest or a user controls.
 
+pub mod api;
 pub mod config;
 pub mod elf;
 pub mod irqchip;
@@ -16,6 +17,7 @@ pub fn all() -> Vec<Box<dyn Target>> {
         Box::new(irqchip::MmioTarget::new()),
         Box::new(record::RecordTarget::new()),
         Box::new(elf::ElfTarget::new()),
+        Box::new(api::ApiTarget::new()),
     ]
 }
 

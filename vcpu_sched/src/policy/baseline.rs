@@ -1,6 +1,7 @@
-//! Bookkeeping of the two comparison policies (`global-rr` and `pinned`).
+//! Bookkeeping of the comparison policies (`global-rr`, `pinned` and
+//! `eevdf`).
 //!
-//! Both implement the event protocol (see [`crate::policy`]) with plain
+//! They implement the event protocol (see [`crate::policy`]) with plain
 //! per-entity and per-CPU records and fill the same [`crate::SchedSnapshot`]
 //! from them. The default policy keeps its own, lock-free-friendly
 //! records (`entity`, `placement`); only the validation in
@@ -15,7 +16,11 @@
 //! - [`CoreCorun`]: SMT co-run accounting (time a CPU ran one VM while a
 //!   sibling ran another);
 //! - [`ClassFifo`]: a ready queue with one FIFO per class (realtime, then
-//!   timeshare, then idle), used by the baseline policies.
+//!   timeshare, then idle), used by the baseline policies;
+//! - [`EntityTable`]: the slots, generations and free list of the policies
+//!   that keep every entity under one lock (`global-rr`, `eevdf`), with the
+//!   rule that a slot removed while its entity runs is reused only after
+//!   its CPU's next `schedule`.
 //!
 //! None of these types locks anything: the owning policy keeps them under
 //! whatever lock protects the data they describe. Methods never panic on
@@ -23,7 +28,9 @@
 //! impossible transition is refused and reported through the return value).
 
 use crate::stats::{CpuStats, EntityState, EntityStats, LatencyHistogram, MigrationCounts};
-use crate::{CpuId, CpuSet, EntityId, EntitySpec, Nanos, SchedClass, StopReason, Topology, VmId};
+use crate::{
+    CpuId, CpuSet, EntityId, EntitySpec, Nanos, SchedClass, SchedError, StopReason, Topology, VmId,
+};
 use std::collections::VecDeque;
 
 /// Order of the classes: 0 runs first (realtime), 2 last (idle).
@@ -245,6 +252,8 @@ impl EntityAccount {
             migrations: self.migrations,
             preemptions: self.preemptions,
             quantum_ends: self.quantum_ends,
+            boosted_wakes: 0,
+            recent_share: 0,
             blocks: self.blocks,
             wakes: self.wakes,
             load,
@@ -494,6 +503,149 @@ impl ClassFifo {
     /// All queued entities, in pick order.
     pub fn iter(&self) -> impl Iterator<Item = EntityId> + '_ {
         self.queues.iter().flat_map(|q| q.iter().copied())
+    }
+}
+
+/// An entity record kept in an [`EntityTable`]: it knows its handle.
+pub(crate) trait Tabled {
+    /// The handle it was added under.
+    fn id(&self) -> EntityId;
+}
+
+/// A slot of an [`EntityTable`].
+#[derive(Debug)]
+pub(crate) enum Slot<E> {
+    /// Unused (its index is on the free list).
+    Free,
+    /// A registered entity.
+    Live(Box<E>),
+    /// Removed while running: the slot is freed when its CPU calls
+    /// `schedule`, so the index cannot be reused while a CPU still runs it.
+    Zombie(EntityId),
+}
+
+/// The entity table of a policy that keeps everything under one lock:
+/// slots indexed by [`EntityId::index`], the generation of each slot
+/// (bumped when its entity is removed, so an old handle is
+/// [`SchedError::StaleEntity`] for good) and a free list.
+#[derive(Debug)]
+pub(crate) struct EntityTable<E> {
+    slots: Vec<Slot<E>>,
+    generations: Vec<u32>,
+    free: Vec<u32>,
+    capacity: usize,
+}
+
+impl<E: Tabled> EntityTable<E> {
+    /// An empty table that holds at most `capacity` entities.
+    pub fn new(capacity: usize) -> Self {
+        EntityTable {
+            slots: Vec::new(),
+            generations: Vec::new(),
+            free: Vec::new(),
+            capacity,
+        }
+    }
+
+    /// The error for a handle that does not name a live entity.
+    pub fn not_live(&self, id: EntityId) -> SchedError {
+        match self.generations.get(id.index() as usize) {
+            Some(&g) => SchedError::for_handle(id, g),
+            None => SchedError::UnknownEntity(id),
+        }
+    }
+
+    /// The live entity of `id`, or the error a caller gets for it.
+    pub fn live(&self, id: EntityId) -> Result<&E, SchedError> {
+        self.get(id).ok_or_else(|| self.not_live(id))
+    }
+
+    /// The live entity of `id`, mutable, or the error a caller gets for it.
+    pub fn live_mut(&mut self, id: EntityId) -> Result<&mut E, SchedError> {
+        let err = self.not_live(id);
+        self.get_mut(id).ok_or(err)
+    }
+
+    /// The live entity of `id` (ids taken from a queue or a CPU).
+    pub fn get(&self, id: EntityId) -> Option<&E> {
+        match self.slots.get(id.index() as usize) {
+            Some(Slot::Live(e)) if e.id() == id => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The live entity of `id`, mutable.
+    pub fn get_mut(&mut self, id: EntityId) -> Option<&mut E> {
+        match self.slots.get_mut(id.index() as usize) {
+            Some(Slot::Live(e)) if e.id() == id => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Register the entity `make` builds for its new handle.
+    pub fn insert(&mut self, make: impl FnOnce(EntityId) -> E) -> Result<EntityId, SchedError> {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None if self.slots.len() < self.capacity => {
+                self.slots.push(Slot::Free);
+                self.generations.push(0);
+                self.slots.len() as u32 - 1
+            }
+            None => return Err(SchedError::TooManyEntities(self.capacity)),
+        };
+        let id = EntityId::new(index, self.generations[index as usize]);
+        self.slots[index as usize] = Slot::Live(Box::new(make(id)));
+        Ok(id)
+    }
+
+    /// Remove the live entity of `id`: its handle is stale from now on.
+    /// One that still `runs` keeps its slot until [`end_zombie`](Self::end_zombie).
+    pub fn remove(&mut self, id: EntityId, runs: bool) {
+        if let Some(g) = self.generations.get_mut(id.index() as usize) {
+            *g = g.wrapping_add(1);
+        }
+        if runs {
+            self.slots[id.index() as usize] = Slot::Zombie(id);
+        } else {
+            self.release(id.index());
+        }
+    }
+
+    /// The CPU that ran `id` called `schedule`: if `id` was removed while
+    /// running, free its slot now. Returns whether it was.
+    pub fn end_zombie(&mut self, id: EntityId) -> bool {
+        match self.slots.get(id.index() as usize) {
+            Some(Slot::Zombie(z)) if *z == id => {
+                self.release(id.index());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn release(&mut self, index: u32) {
+        if let Some(slot) = self.slots.get_mut(index as usize) {
+            *slot = Slot::Free;
+            self.free.push(index);
+        }
+    }
+
+    /// The live entities, in slot order.
+    pub fn iter(&self) -> impl Iterator<Item = &E> + '_ {
+        self.slots.iter().filter_map(|s| match s {
+            Slot::Live(e) => Some(&**e),
+            _ => None,
+        })
+    }
+
+    /// Every slot with the handle its index and generation make (for the
+    /// policies' invariant checks).
+    #[cfg(test)]
+    pub fn slots(&self) -> impl Iterator<Item = (EntityId, &Slot<E>)> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (EntityId::new(i as u32, self.generations[i]), s))
     }
 }
 

@@ -28,7 +28,8 @@
 //!   for work; the mode switches the quantum.
 
 use super::baseline::{
-    class_rank, utilisation, ClassFifo, CoreCorun, CpuAccount, EntityAccount, RunState,
+    class_rank, utilisation, ClassFifo, CoreCorun, CpuAccount, EntityAccount, EntityTable,
+    RunState, Tabled,
 };
 use crate::stats::{CoreStats, EntityState, EntityStats};
 use crate::tunables::{Mode, Tunables};
@@ -49,78 +50,21 @@ struct Entity {
     affinity: CpuSet,
 }
 
-/// A slot of the entity table.
-#[derive(Debug)]
-enum Slot {
-    /// Unused (its index is on the free list).
-    Free,
-    /// A registered entity.
-    Live(Box<Entity>),
-    /// Removed while running: the slot is freed when its CPU calls
-    /// `schedule`, so the index cannot be reused while a CPU still runs it.
-    Zombie(EntityId),
+impl Tabled for Entity {
+    fn id(&self) -> EntityId {
+        self.acct.id
+    }
 }
 
 /// Everything, under the one lock.
 #[derive(Debug)]
 struct State {
-    entities: Vec<Slot>,
-    /// Generation of each slot (bumped when its entity is removed).
-    generations: Vec<u32>,
-    free: Vec<u32>,
+    table: EntityTable<Entity>,
     ready: ClassFifo,
     cpus: Vec<CpuAccount>,
     cores: Vec<CoreCorun>,
     /// Per CPU: in service (`set_cpu_enabled`).
     in_service: Vec<bool>,
-}
-
-impl State {
-    /// The error for a handle that does not name a live entity.
-    fn not_live(&self, id: EntityId) -> SchedError {
-        match self.generations.get(id.index() as usize) {
-            Some(&g) => SchedError::for_handle(id, g),
-            None => SchedError::UnknownEntity(id),
-        }
-    }
-
-    fn live(&self, id: EntityId) -> Result<&Entity, SchedError> {
-        match self.entities.get(id.index() as usize) {
-            Some(Slot::Live(e)) if e.acct.id == id => Ok(e),
-            _ => Err(self.not_live(id)),
-        }
-    }
-
-    fn live_mut(&mut self, id: EntityId) -> Result<&mut Entity, SchedError> {
-        let err = self.not_live(id);
-        match self.entities.get_mut(id.index() as usize) {
-            Some(Slot::Live(e)) if e.acct.id == id => Ok(e),
-            _ => Err(err),
-        }
-    }
-
-    /// The live entity of a slot index (ids taken from the queue or a CPU).
-    fn by_index(&self, id: EntityId) -> Option<&Entity> {
-        match self.entities.get(id.index() as usize) {
-            Some(Slot::Live(e)) if e.acct.id == id => Some(e),
-            _ => None,
-        }
-    }
-
-    /// The entity of `id` was removed: its handle is stale from now on.
-    fn retire(&mut self, id: EntityId) {
-        if let Some(g) = self.generations.get_mut(id.index() as usize) {
-            *g = g.wrapping_add(1);
-        }
-    }
-
-    /// Return a slot to the free list.
-    fn release(&mut self, index: u32) {
-        if let Some(slot) = self.entities.get_mut(index as usize) {
-            *slot = Slot::Free;
-            self.free.push(index);
-        }
-    }
 }
 
 /// The global round-robin policy (see the module documentation).
@@ -129,7 +73,6 @@ pub struct GlobalRoundRobin {
     /// Both modes' quantum tables (the mode picks one, `set_mode` switches).
     tunables: Tunables,
     mode: AtomicU8,
-    max_entities: usize,
     idle_core_search: AtomicBool,
     state: Mutex<State>,
 }
@@ -143,9 +86,7 @@ impl GlobalRoundRobin {
         validate_topology(&topology)?;
         validate_config(&config, super::PolicyKind::GlobalRoundRobin)?;
         let state = State {
-            entities: Vec::new(),
-            generations: Vec::new(),
-            free: Vec::new(),
+            table: EntityTable::new(config.max_entities),
             ready: ClassFifo::default(),
             cpus: topology
                 .cpus
@@ -162,7 +103,6 @@ impl GlobalRoundRobin {
         Ok(GlobalRoundRobin {
             tunables: config.tunables,
             mode: AtomicU8::new(config.mode as u8),
-            max_entities: config.max_entities,
             idle_core_search: AtomicBool::new(config.idle_core_search),
             state: Mutex::new(state),
             topology,
@@ -196,7 +136,7 @@ impl GlobalRoundRobin {
         near: CpuId,
         idle_only: bool,
     ) -> Option<CpuId> {
-        let class = st.live(id).ok()?.acct.class;
+        let class = st.table.live(id).ok()?.acct.class;
         let k = self.kick_target(st, id, class, near)?;
         if idle_only && !st.cpus[k.0 as usize].is_free_idle() {
             return None;
@@ -225,7 +165,7 @@ impl GlobalRoundRobin {
         class: crate::SchedClass,
         last: CpuId,
     ) -> Option<CpuId> {
-        let affinity = &st.live(id).ok()?.affinity;
+        let affinity = &st.table.live(id).ok()?.affinity;
         let idle = affinity
             .iter()
             .filter(|c| st.in_service[c.0 as usize] && st.cpus[c.0 as usize].is_free_idle())
@@ -242,7 +182,7 @@ impl GlobalRoundRobin {
                     return None;
                 }
                 let running = cpu.current()?;
-                let running_rank = match st.by_index(running) {
+                let running_rank = match st.table.get(running) {
                     Some(r) => class_rank(r.acct.class),
                     // A removed entity: that CPU reschedules anyway.
                     None => return None,
@@ -257,20 +197,21 @@ impl GlobalRoundRobin {
     /// violation. Used by the tests.
     #[cfg(test)]
     fn check(&self) -> Result<(), String> {
+        use super::baseline::Slot;
         let st = self.state.lock();
         let mut queued = std::collections::HashMap::new();
         for id in st.ready.iter() {
             *queued.entry(id).or_insert(0) += 1;
         }
-        for (i, slot) in st.entities.iter().enumerate() {
-            let gen = st.generations[i];
+        for (slot_id, slot) in st.table.slots() {
+            let i = slot_id.index() as usize;
             let id = match slot {
-                Slot::Live(e) if e.acct.id != EntityId::new(i as u32, gen) => {
-                    return Err(format!("slot {i} (generation {gen}) holds {:?}", e.acct.id));
+                Slot::Live(e) if e.acct.id != slot_id => {
+                    return Err(format!("slot {slot_id} holds {:?}", e.acct.id));
                 }
                 Slot::Live(e) => e.acct.id,
                 Slot::Zombie(id) => *id,
-                Slot::Free => EntityId::new(i as u32, gen),
+                Slot::Free => slot_id,
             };
             let q = queued.get(&id).copied().unwrap_or(0);
             let running_on: Vec<CpuId> = st
@@ -327,40 +268,23 @@ impl super::VcpuScheduler for GlobalRoundRobin {
     fn add_entity(&self, spec: EntitySpec, now: Nanos) -> Result<EntityId, SchedError> {
         let _p = crate::profiler::scope("global_rr::add_entity");
         let affinity = validate_spec(&spec, &self.topology)?;
-        let mut st = self.state.lock();
-        let index = match st.free.pop() {
-            Some(i) => i,
-            None if st.entities.len() < self.max_entities => {
-                st.entities.push(Slot::Free);
-                st.generations.push(0);
-                st.entities.len() as u32 - 1
-            }
-            None => return Err(SchedError::TooManyEntities(self.max_entities)),
-        };
-        let id = EntityId::new(index, st.generations[index as usize]);
-        st.entities[index as usize] = Slot::Live(Box::new(Entity {
+        self.state.lock().table.insert(|id| Entity {
             acct: EntityAccount::new(id, &spec, now),
             affinity,
-        }));
-        Ok(id)
+        })
     }
 
     fn remove_entity(&self, id: EntityId, _now: Nanos) -> Result<(), SchedError> {
         let _p = crate::profiler::scope("global_rr::remove_entity");
         let mut st = self.state.lock();
         let (state, class) = {
-            let e = st.live(id)?;
+            let e = st.table.live(id)?;
             (e.acct.state(), e.acct.class)
         };
-        st.retire(id);
-        match state {
-            RunState::Running(_) => st.entities[id.index() as usize] = Slot::Zombie(id),
-            RunState::Ready => {
-                st.ready.remove(id, class);
-                st.release(id.index());
-            }
-            RunState::Blocked => st.release(id.index()),
+        if state == RunState::Ready {
+            st.ready.remove(id, class);
         }
+        st.table.remove(id, matches!(state, RunState::Running(_)));
         Ok(())
     }
 
@@ -369,7 +293,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
         let mut guard = self.state.lock();
         let st = &mut *guard;
         let (class, last) = {
-            let e = st.live_mut(id)?;
+            let e = st.table.live_mut(id)?;
             if !e.acct.wake(now) {
                 return Ok(None);
             }
@@ -397,7 +321,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
         waker: EntityId,
         now: Nanos,
     ) -> Result<Option<WakeDecision>, SchedError> {
-        self.state.lock().live(waker)?;
+        self.state.lock().table.live(waker)?;
         self.wake(id, now)
     }
 
@@ -414,34 +338,32 @@ impl super::VcpuScheduler for GlobalRoundRobin {
         // Account the stop of whatever ran here.
         let mut requeued = None;
         if let Some(cur) = st.cpus[ci].current() {
-            match st.entities.get_mut(cur.index() as usize) {
-                Some(Slot::Zombie(z)) if *z == cur => st.release(cur.index()),
-                Some(Slot::Live(e)) if e.acct.state() == RunState::Running(cpu) => {
-                    if e.acct.stop(now, reason) {
-                        let class = e.acct.class;
-                        requeued = Some((cur, class));
-                        if matches!(reason, StopReason::Preempted | StopReason::Idle) {
-                            st.ready.push_front(cur, class);
-                        } else {
-                            e.acct.slice_used = 0;
-                            st.ready.push_back(cur, class);
-                        }
+            // A zombie (removed while it ran) just frees its slot.
+            let running = (!st.table.end_zombie(cur))
+                .then(|| st.table.get_mut(cur))
+                .flatten()
+                .filter(|e| e.acct.state() == RunState::Running(cpu));
+            if let Some(e) = running {
+                if e.acct.stop(now, reason) {
+                    let class = e.acct.class;
+                    requeued = Some((cur, class));
+                    if matches!(reason, StopReason::Preempted | StopReason::Idle) {
+                        st.ready.push_front(cur, class);
                     } else {
                         e.acct.slice_used = 0;
+                        st.ready.push_back(cur, class);
                     }
+                } else {
+                    e.acct.slice_used = 0;
                 }
-                _ => {}
             }
         }
 
         // Pick the first queued entity allowed here (nothing out of service).
-        let entities = &st.entities;
+        let table = &st.table;
         let pick = if st.in_service[ci] {
             st.ready
-                .pop_first(|id| match entities.get(id.index() as usize) {
-                    Some(Slot::Live(e)) => e.affinity.contains(cpu),
-                    _ => false,
-                })
+                .pop_first(|id| table.get(id).is_some_and(|e| e.affinity.contains(cpu)))
         } else {
             None
         };
@@ -457,7 +379,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
         }
         match pick {
             Some(id) => {
-                let Some(Slot::Live(e)) = st.entities.get_mut(id.index() as usize) else {
+                let Some(e) = st.table.get_mut(id) else {
                     // Unreachable by construction (only live entities are queued).
                     st.cpus[ci].idle(now, false);
                     self.set_corun(st, cpu, None, now);
@@ -496,7 +418,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
     ) -> Result<Vec<CpuId>, SchedError> {
         let _p = crate::profiler::scope("global_rr::set_priority");
         let mut st = self.state.lock();
-        let e = st.live_mut(id)?;
+        let e = st.table.live_mut(id)?;
         validate_priority(e.acct.class, priority)?;
         e.acct.priority = priority;
         Ok(Vec::new())
@@ -513,7 +435,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
         validate_priority(class, priority)?;
         let mut guard = self.state.lock();
         let st = &mut *guard;
-        let e = st.live_mut(id)?;
+        let e = st.table.live_mut(id)?;
         let (old, state) = (e.acct.class, e.acct.state());
         e.acct.class = class;
         e.acct.priority = priority;
@@ -538,7 +460,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
         let affinity = validate_affinity(&affinity, &self.topology)?;
         let mut guard = self.state.lock();
         let st = &mut *guard;
-        let e = st.live_mut(id)?;
+        let e = st.table.live_mut(id)?;
         e.affinity = affinity;
         let near = e.acct.last_cpu().unwrap_or(CpuId(0));
         match e.acct.state() {
@@ -594,16 +516,13 @@ impl super::VcpuScheduler for GlobalRoundRobin {
         let st = self.state.lock();
         let core_of = |c: CpuId| self.topology.cpus[c.0 as usize].core;
         let entities: Vec<EntityStats> = st
-            .entities
+            .table
             .iter()
-            .filter_map(|s| match s {
-                Slot::Live(e) => {
-                    let mut row = e.acct.stats(now);
-                    row.core = row.cpu.map(core_of);
-                    row.affinity = e.affinity.clone();
-                    Some(row)
-                }
-                _ => None,
+            .map(|e| {
+                let mut row = e.acct.stats(now);
+                row.core = row.cpu.map(core_of);
+                row.affinity = e.affinity.clone();
+                row
             })
             .collect();
         let cpus = self
@@ -620,7 +539,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
                 s.in_service = st.in_service[info.id.0 as usize];
                 s.running_priority = s
                     .running
-                    .and_then(|r| st.by_index(r))
+                    .and_then(|r| st.table.get(r))
                     .map(|r| r.acct.priority);
                 s
             })

@@ -32,6 +32,7 @@
 //! All methods take `&self` and are safe to call from many threads at once.
 
 mod baseline;
+pub mod eevdf;
 pub mod global_rr;
 pub mod haiku;
 pub mod static_pin;
@@ -43,8 +44,9 @@ use crate::{
 };
 use serde::{Deserialize, Serialize};
 
-/// Which policy to build. Spelled `haiku`, `global-rr` and `pinned`
-/// everywhere: config files, scenario files, command lines, snapshots.
+/// Which policy to build. Spelled `haiku`, `global-rr`, `pinned` and
+/// `eevdf` everywhere: config files, scenario files, command lines,
+/// snapshots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub enum PolicyKind {
     /// The Haiku-derived default policy.
@@ -57,14 +59,18 @@ pub enum PolicyKind {
     /// One entity per CPU, no balancing (what `taskset` users do).
     #[serde(rename = "pinned")]
     StaticPinning,
+    /// A model of Linux's EEVDF fair scheduler (what `host` gets).
+    #[serde(rename = "eevdf")]
+    Eevdf,
 }
 
 impl PolicyKind {
     /// Every policy, default first.
-    pub const ALL: [PolicyKind; 3] = [
+    pub const ALL: [PolicyKind; 4] = [
         PolicyKind::Haiku,
         PolicyKind::GlobalRoundRobin,
         PolicyKind::StaticPinning,
+        PolicyKind::Eevdf,
     ];
 
     /// The one spelling of the policy's name.
@@ -73,6 +79,7 @@ impl PolicyKind {
             PolicyKind::Haiku => "haiku",
             PolicyKind::GlobalRoundRobin => "global-rr",
             PolicyKind::StaticPinning => "pinned",
+            PolicyKind::Eevdf => "eevdf",
         }
     }
 }
@@ -224,5 +231,6 @@ pub fn build(
             Box::new(global_rr::GlobalRoundRobin::new(topology, config)?)
         }
         PolicyKind::StaticPinning => Box::new(static_pin::StaticPinning::new(topology, config)?),
+        PolicyKind::Eevdf => Box::new(eevdf::Eevdf::new(topology, config)?),
     })
 }

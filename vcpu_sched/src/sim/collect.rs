@@ -14,12 +14,13 @@ impl Engine {
         let window = self.end - self.warmup;
         let secs = window as f64 / 1e9;
         let ncpu = self.cpus.len();
-        let tp = |bursts: u64, useful: Nanos, spin: Nanos, run: Nanos| Throughput {
+        let tp = |bursts: u64, useful: Nanos, spin: Nanos, cost: Nanos, run: Nanos| Throughput {
             bursts,
             bursts_per_sec: bursts as f64 / secs,
             useful_ns: useful,
             useful_cpus: useful as f64 / window as f64,
             spin_ns: spin,
+            overhead_ns: cost,
             run_ns: run,
         };
         let mut vcpus = Vec::with_capacity(self.ents.len());
@@ -42,7 +43,7 @@ impl Engine {
                 group: g.name.clone(),
                 vm: ent.vm,
                 priority: g.priority,
-                throughput: tp(ent.bursts, ent.useful, ent.spin, ent.run),
+                throughput: tp(ent.bursts, ent.useful, ent.spin, ent.overhead, ent.run),
                 wake_latency: summarise(&mut ent.latencies),
                 ready_wait_ns: ent.ready_wait,
                 home_cpu: home.map(|c| CpuId(c as u32)),
@@ -59,8 +60,9 @@ impl Engine {
             let b = vs.iter().map(|v| v.throughput.bursts).sum();
             let u = vs.iter().map(|v| v.throughput.useful_ns).sum();
             let s = vs.iter().map(|v| v.throughput.spin_ns).sum();
+            let c = vs.iter().map(|v| v.throughput.overhead_ns).sum();
             let r = vs.iter().map(|v| v.throughput.run_ns).sum();
-            tp(b, u, s, r)
+            tp(b, u, s, c, r)
         };
         let ncores = self.topo.cores.len();
         let mut groups = Vec::with_capacity(self.groups.len());

@@ -232,6 +232,13 @@ impl Engine {
         loop {
             let ent = &self.ents[e];
             match ent.phase {
+                Phase::WakeCost if ent.cost_left == 0 => {
+                    self.ents[e].phase = Phase::Work;
+                    continue;
+                }
+                Phase::BlockCost if ent.cost_left == 0 => {
+                    stop = self.finish_burst(e, now)?;
+                }
                 Phase::Work if ent.work_left == 0 => {
                     if ent.lock != NONE {
                         let l = ent.lock as usize;
@@ -375,6 +382,7 @@ impl Engine {
     pub(super) fn wake(&mut self, e: usize, now: Nanos, by: Option<usize>) -> Result<(), SimError> {
         let ent = &mut self.ents[e];
         ent.sleep_gen = ent.sleep_gen.wrapping_add(1);
+        ent.woke = true;
         let id = ent.id;
         self.sched_calls += 1;
         let decision = match by {

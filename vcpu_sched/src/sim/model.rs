@@ -25,6 +25,10 @@ pub(super) enum State {
 pub(super) enum Phase {
     /// No burst in progress (starts one when dispatched).
     Fresh,
+    /// Paying the cost of the wake that started this burst (not useful).
+    WakeCost,
+    /// Paying the cost of the block that ends this burst (not useful).
+    BlockCost,
     /// Working outside the lock.
     Work,
     /// Spinning on the VM lock.
@@ -49,6 +53,8 @@ pub(super) struct Group {
     pub target: Target,
     pub fanout: u32,
     pub lock_fraction: Option<f64>,
+    pub wake_cost: Option<super::dist::Dist>,
+    pub block_cost: Option<super::dist::Dist>,
 }
 
 pub(super) struct Ent {
@@ -61,6 +67,13 @@ pub(super) struct Ent {
     pub phase: Phase,
     pub work_left: Nanos,
     pub crit_left: Nanos,
+    /// Wake cost still to pay before the burst's work.
+    pub cost_left: Nanos,
+    /// Woken from a sleep since its last burst: the next burst pays the
+    /// group's wake cost first.
+    pub woke: bool,
+    /// The tick a `Sleep::Period` vCPU sleeps until, chosen at work end.
+    pub next_tick: Nanos,
     pub sleep_gen: u32,
     pub pending_msg: bool,
     pub latency_pending: bool,
@@ -71,6 +84,8 @@ pub(super) struct Ent {
     pub bursts: u64,
     pub useful: Nanos,
     pub spin: Nanos,
+    /// Run time spent on wake and block costs.
+    pub overhead: Nanos,
     pub run: Nanos,
     pub ready_wait: Nanos,
     pub migrations: u64,
@@ -157,6 +172,8 @@ impl Model {
                 target,
                 fanout: g.message.as_ref().map_or(0, |m| m.fanout),
                 lock_fraction: g.lock.as_ref().map(|l| l.hold_fraction),
+                wake_cost: g.wake_cost.clone(),
+                block_cost: g.block_cost.clone(),
             });
             first += g.count;
         }
@@ -213,6 +230,9 @@ impl Model {
                     phase: Phase::Fresh,
                     work_left: 0,
                     crit_left: 0,
+                    cost_left: 0,
+                    woke: false,
+                    next_tick: 0,
                     sleep_gen: 0,
                     pending_msg: false,
                     latency_pending: false,
@@ -222,6 +242,7 @@ impl Model {
                     bursts: 0,
                     useful: 0,
                     spin: 0,
+                    overhead: 0,
                     run: 0,
                     ready_wait: 0,
                     migrations: 0,
@@ -296,6 +317,11 @@ impl Engine {
                 ent.crit_left -= p;
                 ent.useful += p.min(wdt);
             }
+            Phase::WakeCost | Phase::BlockCost => {
+                let p = dt.min(ent.cost_left);
+                ent.cost_left -= p;
+                ent.overhead += p.min(wdt);
+            }
             Phase::WaitLock => ent.spin += wdt,
             Phase::Fresh => {}
         }
@@ -310,6 +336,7 @@ impl Engine {
         let phase_end = match ent.phase {
             Phase::Work => now + ent.work_left,
             Phase::Crit => now + ent.crit_left,
+            Phase::WakeCost | Phase::BlockCost => now + ent.cost_left,
             Phase::WaitLock => Nanos::MAX,
             Phase::Fresh => now,
         };
@@ -326,10 +353,20 @@ impl Engine {
             Some(f) => ((total as f64 * f).round() as Nanos).clamp(1, total),
             None => 0,
         };
+        let cost = match (&self.groups[g].wake_cost, self.ents[e].woke) {
+            (Some(d), true) => d.sample(&mut self.rng),
+            _ => 0,
+        };
         let ent = &mut self.ents[e];
         ent.work_left = total - crit;
         ent.crit_left = crit;
-        ent.phase = Phase::Work;
+        ent.cost_left = cost;
+        ent.woke = false;
+        ent.phase = if cost > 0 {
+            Phase::WakeCost
+        } else {
+            Phase::Work
+        };
     }
 
     /// Release the VM lock held by `e`; hand it to the first spinner that is
@@ -369,7 +406,9 @@ impl Engine {
         }
     }
 
-    /// A burst completed: send messages, then continue, yield or block.
+    /// A burst's work completed: count it, send its messages, choose the
+    /// next tick of a periodic sleeper, then pay the block cost (if the
+    /// vCPU is about to block) or finish the burst.
     pub(super) fn burst_done(
         &mut self,
         e: usize,
@@ -407,6 +446,32 @@ impl Engine {
                 self.ents[t].pending_msg = true;
             }
         }
+        if let Sleep::Period(p) = self.groups[g].sleep {
+            // The next tick after now (a tick exactly now was missed).
+            self.ents[e].next_tick = now + (p - now % p);
+        }
+        let blocks = !self.groups[g].yield_after_burst
+            && !self.ents[e].pending_msg
+            && self.groups[g].sleep != Sleep::Never;
+        if let (true, Some(d)) = (blocks, &self.groups[g].block_cost) {
+            let cost = d.sample(&mut self.rng);
+            if cost > 0 {
+                let ent = &mut self.ents[e];
+                ent.cost_left = cost;
+                ent.phase = Phase::BlockCost;
+                return Ok(None);
+            }
+        }
+        self.finish_burst(e, now)
+    }
+
+    /// The burst is over (block cost paid): yield, go on, or block.
+    pub(super) fn finish_burst(
+        &mut self,
+        e: usize,
+        now: Nanos,
+    ) -> Result<Option<StopReason>, SimError> {
+        let g = self.ents[e].group as usize;
         self.ents[e].phase = Phase::Fresh;
         if self.groups[g].yield_after_burst {
             return Ok(Some(StopReason::Yielded));
@@ -420,6 +485,13 @@ impl Engine {
             Sleep::Never => None,
             Sleep::UntilMessage => Some(None),
             Sleep::For(d) => Some(Some(d.sample(&mut self.rng))),
+            // The tick chosen at work end passed meanwhile: no block, but
+            // the way back from the guest's sleep call still costs.
+            Sleep::Period(_) if self.ents[e].next_tick <= now => {
+                self.ents[e].woke = true;
+                None
+            }
+            Sleep::Period(_) => Some(Some(self.ents[e].next_tick - now)),
         };
         match sleep {
             None => {

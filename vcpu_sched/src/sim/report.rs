@@ -20,7 +20,10 @@ pub struct Throughput {
     pub useful_cpus: f64,
     /// CPU time spent spinning on a held lock, ns.
     pub spin_ns: Nanos,
-    /// Time on a CPU (useful + spinning), ns.
+    /// CPU time spent on the cost of wakes and blocks (the workload's
+    /// `wake_cost` and `block_cost`: not useful), ns.
+    pub overhead_ns: Nanos,
+    /// Time on a CPU (useful + spinning + overhead), ns.
     pub run_ns: Nanos,
 }
 

@@ -73,7 +73,7 @@ pub fn main(args: BenchArgs) -> i32 {
     // Every VM thread confined; the thread that runs cell after cell
     // (and starts QEMU) is not.
     if !args.no_seccomp {
-        let kinds = &crate::seccomp::ThreadKind::ALL[..4];
+        let kinds = crate::seccomp::ThreadKind::all_but_runner();
         if let Err(e) = crate::seccomp::enable(kinds) {
             eprintln!("pacer bench: running without seccomp filters: {e}");
         }

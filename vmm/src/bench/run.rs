@@ -246,6 +246,7 @@ impl Ctx<'_> {
         let opts = RunOptions {
             run_start: start,
             status: false,
+            api: Default::default(),
         };
         let result = runner::run(&config, &opts, &on_event);
         rec.wall_ns = start.elapsed().as_nanos() as u64;

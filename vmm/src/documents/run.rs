@@ -513,6 +513,39 @@ impl VmDoc {
     }
 }
 
+/// A change made through the control API while the VMs ran (the same
+/// record as the run directory's `control.jsonl`, times in ns).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ControlChangeDoc {
+    /// Since `pacer run` started.
+    pub t_run_ns: u64,
+    /// Wall-clock time, since the Unix epoch.
+    pub unix_time_ns: u64,
+    /// The uid of the API socket's peer that asked.
+    pub uid: u32,
+    /// `VM`, `VM/VCPU` or `host`.
+    pub target: String,
+    /// The key set (`affinity`, `priority`, `mode`, ...) or `state`.
+    pub key: String,
+    /// The value before (null when there was none to read).
+    pub previous: Option<String>,
+    pub value: String,
+}
+
+impl ControlChangeDoc {
+    pub fn of(c: &crate::api::audit::ControlChange) -> ControlChangeDoc {
+        ControlChangeDoc {
+            t_run_ns: c.t_run_ms.saturating_mul(1_000_000),
+            unix_time_ns: c.unix_time_ms.saturating_mul(1_000_000),
+            uid: c.uid,
+            target: c.target.clone(),
+            key: c.key.clone(),
+            previous: c.previous.clone(),
+            value: c.value.clone(),
+        }
+    }
+}
+
 /// One run of the config under one policy.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunEntry {
@@ -525,6 +558,9 @@ pub struct RunEntry {
     pub run_dir: Option<PathBuf>,
     pub ok: bool,
     pub vms: Vec<VmDoc>,
+    /// What was changed through the control API (`--api-socket`) while
+    /// the VMs ran; empty without the API.
+    pub control_changes: Vec<ControlChangeDoc>,
 }
 
 impl RunEntry {
@@ -538,6 +574,7 @@ impl RunEntry {
             run_dir: r.run_dir.clone(),
             ok: r.ok,
             vms: r.vms.iter().map(VmDoc::of).collect(),
+            control_changes: r.control_changes.iter().map(ControlChangeDoc::of).collect(),
         }
     }
 }

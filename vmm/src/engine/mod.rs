@@ -47,6 +47,7 @@
 //! signalling a thread or calling the interrupt controller.
 
 pub mod clock;
+pub mod control;
 pub mod cpu;
 pub mod cpu_map;
 pub mod dispatch;

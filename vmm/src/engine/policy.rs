@@ -1,6 +1,9 @@
 //! Which scheduler runs the vCPUs, spelled the same everywhere (config
-//! files, `--policy`, results): `haiku`, `global-rr`, `pinned` — the
-//! policies of `vcpu_sched` — and `host`, where Pacer schedules nothing.
+//! files, `--policy`, results): `haiku`, `global-rr`, `pinned`, `eevdf` —
+//! the policies of `vcpu_sched` — and `host`, where Pacer schedules
+//! nothing. `eevdf` is the model of the host kernel's own policy carried
+//! out by Pacer's engine, so `host` against `eevdf` separates the policy
+//! from the mechanism (KVM's in-kernel path against Pacer's).
 //!
 //! What each policy can honour is decided here, once, so that `pacer
 //! validate` rejects a config the chosen policy would silently ignore.
@@ -29,10 +32,11 @@ impl Default for Policy {
 
 impl Policy {
     /// Every policy: the scheduled ones (default first), then `host`.
-    pub const ALL: [Policy; 4] = [
+    pub const ALL: [Policy; 5] = [
         Policy::Scheduled(PolicyKind::Haiku),
         Policy::Scheduled(PolicyKind::GlobalRoundRobin),
         Policy::Scheduled(PolicyKind::StaticPinning),
+        Policy::Scheduled(PolicyKind::Eevdf),
         Policy::Host,
     ];
 
@@ -60,7 +64,8 @@ impl Policy {
             (Policy::Host, SchedClass::Realtime) => Some(Refusal::Class),
             (Policy::Host, _) => Some(Refusal::Priority),
             (Policy::Scheduled(PolicyKind::Haiku), _) => None,
-            // The baselines order by class only (realtime before timeshare).
+            // The baselines order by class only (realtime before timeshare);
+            // eevdf gives every timeshare vCPU nice 0.
             (Policy::Scheduled(_), SchedClass::Timeshare) => Some(Refusal::Priority),
             (Policy::Scheduled(_), _) => None,
         }
@@ -72,9 +77,10 @@ impl Policy {
     }
 
     /// Whether `[host] mode` changes anything (the Haiku mode tables; the
-    /// baselines take their fixed quantum from the mode too).
+    /// baselines take their fixed quantum from the mode too; EEVDF has no
+    /// modes).
     pub fn uses_mode(self) -> bool {
-        self != Policy::Host
+        !matches!(self, Policy::Host | Policy::Scheduled(PolicyKind::Eevdf))
     }
 }
 
@@ -205,7 +211,7 @@ mod tests {
         }
         assert_eq!(Policy::default().as_str(), "haiku");
         let e = "global_rr".parse::<Policy>().unwrap_err();
-        assert!(e.contains("haiku, global-rr, pinned, host"), "{e}");
+        assert!(e.contains("haiku, global-rr, pinned, eevdf, host"), "{e}");
     }
 
     #[test]
@@ -227,5 +233,22 @@ mod tests {
         );
         assert!(haiku.honours_smt_isolation() && !rr.honours_smt_isolation());
         assert!(Refusal::Priority.explain(rr).contains("global-rr"));
+        // eevdf: every timeshare vCPU at nice 0, realtime above it, no
+        // SMT isolation, no modes.
+        let eevdf = Policy::Scheduled(PolicyKind::Eevdf);
+        assert_eq!("eevdf".parse::<Policy>().unwrap(), eevdf);
+        assert_eq!(eevdf.refuses_vm(SchedClass::Timeshare, 10), None);
+        assert_eq!(
+            eevdf.refuses_vm(SchedClass::Timeshare, 20),
+            Some(Refusal::Priority)
+        );
+        assert_eq!(eevdf.refuses_vm(SchedClass::Realtime, 110), None);
+        assert!(!eevdf.honours_smt_isolation() && !eevdf.uses_mode());
+        assert!(rr.uses_mode() && !Policy::Host.uses_mode());
+        assert_eq!(
+            Refusal::Priority.explain(eevdf),
+            "policy \"eevdf\" orders vCPUs by class only and ignores timeshare \
+             priorities; remove `priority` or use \"haiku\""
+        );
     }
 }

@@ -20,7 +20,7 @@ mod logs;
 mod shared;
 mod vcpus;
 
-pub use shared::{StopCause, StopHandle, VmEvent, VmShared};
+pub use shared::{StopCause, StopHandle, VmEvent, VmRequest, VmShared};
 pub use vcpus::VcpuScheduling;
 
 use crate::boot;
@@ -45,6 +45,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use vcpus::RunningVcpus;
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+
+/// How long a pause or resume asked from outside may take.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// TSS address for Intel VMX (3 pages just below the 4 GiB BIOS area).
 const KVM_TSS_ADDRESS: usize = 0xfffb_d000;
@@ -309,15 +312,35 @@ impl Vm {
     /// Wait for the VM to stop (guest request, fatal exit, or the
     /// configured timeout), stop all vCPUs and return the result.
     pub fn wait(mut self) -> VmResult {
-        let cause = match self.shared.wait(self.config.timeout) {
-            Some(c) => c,
-            None => {
-                let t = self.config.timeout.unwrap_or_default();
-                self.shared.stop(StopCause::Timeout(t));
-                self.shared.wait(None).unwrap_or(StopCause::Timeout(t))
+        let deadline = self.config.timeout.map(|t| Instant::now() + t);
+        let cause = loop {
+            match self.shared.wait(deadline) {
+                shared::Woken::Stop(c) => break c,
+                shared::Woken::Request(req, answer) => {
+                    let _ = answer.send(self.carry_out(req));
+                }
+                shared::Woken::Timeout => {
+                    let t = self.config.timeout.unwrap_or_default();
+                    self.shared.stop(StopCause::Timeout(t));
+                }
             }
         };
         self.finish(cause)
+    }
+
+    /// A pause or resume asked through a [`StopHandle`] (the control API).
+    fn carry_out(&mut self, req: VmRequest) -> Result<(), String> {
+        let r = match req {
+            VmRequest::Pause => self.pause(REQUEST_TIMEOUT),
+            VmRequest::Resume => self.resume(REQUEST_TIMEOUT),
+        };
+        match r {
+            Ok(()) => {
+                self.shared.set_paused(req == VmRequest::Pause);
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     fn finish(&mut self, cause: StopCause) -> VmResult {

@@ -2,12 +2,15 @@
 //! (the first one wins; the controller waits on it), the results log the
 //! guest's markers and records go to, and the subscribers to the VM's
 //! events. Devices reach it as their `VmEventSink`; a `StopHandle` lets
-//! anything outside the VM stop it.
+//! anything outside the VM stop it, pause it or resume it: a pause or
+//! resume is a request the controller thread (which owns the VM's vCPUs)
+//! carries out between two waits for the stop, answering on a channel.
 
 use crate::results::ResultsLog;
 use crate::vcpu::VcpuExitReason;
 use devices::debug_exit::debug_exit_status;
 use devices::{Marker, RecordError, ResultRecord, StopRequest, VmEventSink};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
@@ -115,13 +118,38 @@ pub enum VmEvent {
     Stopping(StopCause),
 }
 
+/// What the owner of a running VM may ask its controller to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VmRequest {
+    Pause,
+    Resume,
+}
+
+/// A request and where its answer goes.
+type Pending = (VmRequest, Sender<Result<(), String>>);
+
+/// What the controller waits for: the stop, or a request.
+#[derive(Default)]
+struct Mailbox {
+    cause: Option<StopCause>,
+    requests: VecDeque<Pending>,
+}
+
+/// Why the controller's wait ended.
+pub(super) enum Woken {
+    Stop(StopCause),
+    Request(VmRequest, Sender<Result<(), String>>),
+    Timeout,
+}
+
 /// The VM-wide state shared by vCPU threads and devices.
 pub struct VmShared {
     pub(super) name: String,
     pub(super) start: Instant,
     run_start: Instant,
     stopping: AtomicBool,
-    cause: Mutex<Option<StopCause>>,
+    paused: AtomicBool,
+    mailbox: Mutex<Mailbox>,
     cond: Condvar,
     pub(super) results: Mutex<ResultsLog>,
     pub(super) subscribers: Mutex<Vec<Sender<VmEvent>>>,
@@ -141,7 +169,8 @@ impl VmShared {
             start,
             run_start,
             stopping: AtomicBool::new(false),
-            cause: Mutex::new(None),
+            paused: AtomicBool::new(false),
+            mailbox: Mutex::new(Mailbox::default()),
             cond: Condvar::new(),
             results: Mutex::new(results),
             subscribers: Mutex::new(Vec::new()),
@@ -164,8 +193,8 @@ impl VmShared {
     /// Request the VM to stop; the first cause wins.
     pub fn stop(&self, cause: StopCause) {
         {
-            let mut c = self.cause.lock().unwrap_or_else(|p| p.into_inner());
-            if c.is_some() {
+            let mut m = self.mailbox.lock().unwrap_or_else(|p| p.into_inner());
+            if m.cause.is_some() {
                 return;
             }
             let (status, ok, msg) = cause.describe();
@@ -174,7 +203,7 @@ impl VmShared {
             } else {
                 log::error!("[{}] VM stopped: {status}: {msg}", self.name);
             }
-            *c = Some(cause.clone());
+            m.cause = Some(cause.clone());
             self.stopping.store(true, Ordering::Release);
         }
         self.cond.notify_all();
@@ -185,24 +214,54 @@ impl VmShared {
         self.stopping.load(Ordering::Acquire)
     }
 
-    /// Wait until a stop cause exists or `timeout` passes.
-    pub(super) fn wait(&self, timeout: Option<Duration>) -> Option<StopCause> {
-        let deadline = timeout.map(|t| Instant::now() + t);
-        let mut c = self.cause.lock().unwrap_or_else(|p| p.into_inner());
+    /// Whether the VM is paused (by a request).
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Acquire)
+    }
+
+    pub(super) fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Release);
+    }
+
+    /// Ask the controller to pause or resume the VM; the answer comes on
+    /// the returned channel (an error if the VM is stopping).
+    pub fn request(&self, req: VmRequest) -> std::sync::mpsc::Receiver<Result<(), String>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut m = self.mailbox.lock().unwrap_or_else(|p| p.into_inner());
+        if m.cause.is_some() {
+            let _ = tx.send(Err(format!("VM {} is stopping", self.name)));
+        } else {
+            m.requests.push_back((req, tx));
+            self.cond.notify_all();
+        }
+        rx
+    }
+
+    /// Wait until a stop cause exists (it wins over requests), a request
+    /// arrives, or `deadline` passes.
+    pub(super) fn wait(&self, deadline: Option<Instant>) -> Woken {
+        let mut m = self.mailbox.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            if let Some(cause) = c.as_ref() {
-                return Some(cause.clone());
+            if let Some(cause) = m.cause.as_ref() {
+                let cause = cause.clone();
+                for (_, tx) in m.requests.drain(..) {
+                    let _ = tx.send(Err(format!("VM {} is stopping", self.name)));
+                }
+                return Woken::Stop(cause);
+            }
+            if let Some((req, tx)) = m.requests.pop_front() {
+                return Woken::Request(req, tx);
             }
             match deadline {
-                None => c = self.cond.wait(c).unwrap_or_else(|p| p.into_inner()),
+                None => m = self.cond.wait(m).unwrap_or_else(|p| p.into_inner()),
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        return None;
+                        return Woken::Timeout;
                     }
-                    c = self
+                    m = self
                         .cond
-                        .wait_timeout(c, left)
+                        .wait_timeout(m, left)
                         .unwrap_or_else(|p| p.into_inner())
                         .0;
                 }
@@ -264,7 +323,8 @@ impl VmEventSink for VmShared {
     }
 }
 
-/// A cloneable handle that stops a VM from anywhere (signal handling, UIs).
+/// A cloneable handle that stops, pauses or resumes a VM from anywhere
+/// (signal handling, the control API).
 #[derive(Clone)]
 pub struct StopHandle(pub(super) Arc<VmShared>);
 
@@ -275,5 +335,23 @@ impl StopHandle {
     /// Ask the VM to stop (its result says "stopped by request").
     pub fn stop(&self) {
         self.0.stop(StopCause::Requested);
+    }
+    pub fn is_stopping(&self) -> bool {
+        self.0.is_stopping()
+    }
+    pub fn is_paused(&self) -> bool {
+        self.0.is_paused()
+    }
+    /// Pause or resume the VM; returns once every vCPU is out of the guest
+    /// (pause) or runnable again (resume), or why not, within `timeout`.
+    pub fn request(&self, req: VmRequest, timeout: std::time::Duration) -> Result<(), String> {
+        match self.0.request(req).recv_timeout(timeout) {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "VM {} did not answer within {:.1} s",
+                self.0.name,
+                timeout.as_secs_f64()
+            )),
+        }
     }
 }

@@ -134,6 +134,23 @@
 //! runner without a cut: they are rare, and the runner's next dispatch
 //! counts them.
 //!
+//! # Fair-share wake boost (beyond Haiku)
+//! A vCPU whose every wake does real work is not bursty by load, so
+//! Haiku's rules penalise it like a hog and it waits out the hog's slice
+//! at every wake (`share.rs` has the whole story). At a wake, a timeshare
+//! entity below its entitled share of its core (the core's CPUs over the
+//! ready entities, itself included) is *boosted*: E = P until it blocks
+//! or has had its share (a quantum end below its entitlement keeps the
+//! boost), the penalties kept underneath, and it counts as interactive
+//! (`must_preempt`). One above its entitlement by less than the mode's
+//! maximum latency of waiting is *due* at the moment its share falls to
+//! it: the runner it queues behind is cut then, and when that turn ends
+//! the waiter is boosted and moved to the front of its new level
+//! (`boost_due`; the CPU's accounting lock names it, `CpuAcct::due`).
+//! CPU-bound entities that never block are never boosted, so Haiku's
+//! penalty cycle still orders them, and the starvation bound holds.
+//! `tunables.share_boost = false` gives Haiku's rules alone.
+//!
 //! # Bursty entities (beyond Haiku)
 //! A timeshare entity whose load estimate is at most `tunables::BURSTY_LOAD`
 //! (375, FreeBSD ULE's interactivity threshold) is not penalised; this is
@@ -151,6 +168,7 @@ use crate::entity::{Entity, Priority, RunState};
 use crate::mode::{ops_for, ModeOps};
 use crate::placement::{Machine, NO_ENTITY, OUT_OF_SERVICE_PRIO};
 use crate::quantum::{cut_end, Turn};
+use crate::share::{entitlement, time_to_fall, SHARE_SCALE};
 use crate::stats::SchedSnapshot;
 use crate::tunables::{Mode, QuantumTable, Tunables};
 use crate::validate::{validate_config, validate_spec, validate_topology};
@@ -210,6 +228,10 @@ struct CpuAcct {
     turn: Option<Turn>,
     /// Quanta of runners here that wakes cut short.
     quantum_cuts: u64,
+    /// A waker queued behind the runner here whose fair share falls due
+    /// by the end of this turn (`judge_share`): boosted when the turn
+    /// ends, if it still waits and is below its share then.
+    due: Option<(EntityId, Nanos)>,
 }
 
 /// The entity `id` names in a slot of generation `generation`: an error
@@ -354,21 +376,77 @@ impl HaikuScheduler {
             }
             e.used = 0;
         }
+        let due = self.judge_share(e, now).map(|at| (id, at));
         e.woken_at = Some(now);
         e.counters.wakes += 1;
         let waker_llc = near.filter(|(vm, _)| *vm == e.vm).map(|(_, llc)| llc);
         let d = self.place_woken(e, id, seq, now, waker_llc);
         // The runner's accounting lock comes before any entity lock.
         drop(guard);
-        Ok(Some(self.cut_runner_quantum(d, now)))
+        Ok(Some(self.cut_runner_quantum(d, now, due)))
+    }
+
+    /// The fair-share wake boost (`share.rs`), judged on the core the
+    /// waking entity last ran on (its first allowed CPU's for a new one).
+    /// A timeshare entity that is not bursty and wakes below its entitled
+    /// share there is boosted (E = P, penalties kept underneath) and counts
+    /// as interactive until it blocks or its quantum ends: it may preempt
+    /// a CPU-bound runner. One that is above it, but would fall below it
+    /// within the mode's maximum latency of waiting, returns that moment
+    /// (the *due* time): it waits at its own E, the runner it queues
+    /// behind is cut at the due time instead of at the ready-count cap
+    /// (`cut_runner_quantum`), and when that turn ends the waker is
+    /// boosted (`boost_due`), so a vCPU that hovers at its fair share
+    /// waits for the share it is owed, not for a whole slice. Otherwise
+    /// Haiku's rules alone apply.
+    fn judge_share(&self, e: &mut Entity, now: Nanos) -> Option<Nanos> {
+        let t = self.tun();
+        if !t.share_boost
+            || e.prio.class != SchedClass::Timeshare
+            || e.is_bursty(t.bursty_load)
+            || !e.share.measured(now, t.share_half_life)
+        {
+            return None;
+        }
+        let home = e
+            .last_cpu
+            .filter(|c| e.affinity.contains(*c))
+            .or_else(|| e.affinity.first())
+            .unwrap_or(CpuId(0));
+        let core = self.m.core_of(home);
+        // The waker is not ready yet: every weight ready there is another's.
+        let others = self.m.load_of(core).ready_weight();
+        let entitled = entitlement(self.m.core_cpus(core).len(), e.share_weight(), others);
+        if entitled >= SHARE_SCALE {
+            // Nothing to contend with there.
+            return None;
+        }
+        let share = e.share.value_at(now, t.share_half_life);
+        if share < entitled {
+            e.prio.boost(t, self.mode());
+            e.counters.boosted_wakes += 1;
+            return None;
+        }
+        let wait = time_to_fall(share, entitled, t.share_half_life);
+        if wait >= self.table().maximum_latency {
+            return None;
+        }
+        e.counters.boosted_wakes += 1;
+        Some(now.saturating_add(wait))
     }
 
     /// A woken entity queued on `d.cpu` without preempting its runner:
     /// recompute the runner's quantum with the ready count that now
-    /// includes it, and cut it if it ends earlier (see
-    /// `quantum::cut_end`). The accounting lock of that CPU serialises the
+    /// includes it, and cut it if it ends earlier, or at `due` (the
+    /// waker's fair share is due then, `judge_share`) if that is earlier
+    /// (see `quantum::cut_end`). The accounting lock of that CPU serialises the
     /// cut with its `schedule`, which applies it to the entity at its stop.
-    fn cut_runner_quantum(&self, d: WakeDecision, now: Nanos) -> WakeDecision {
+    fn cut_runner_quantum(
+        &self,
+        d: WakeDecision,
+        now: Nanos,
+        due: Option<(EntityId, Nanos)>,
+    ) -> WakeDecision {
         let slot = &self.m.cpus[d.cpu.0 as usize];
         if d.kick || slot.running.load(Ordering::Acquire) == NO_ENTITY {
             return d;
@@ -378,10 +456,19 @@ impl HaikuScheduler {
         let ready = self.m.ready_on_core(core);
         let cpus = self.m.core_cpus(core).len();
         let table = self.table();
-        let Some(turn) = acct.turn.as_mut() else {
+        let CpuAcct {
+            turn, due: owed, ..
+        } = &mut *acct;
+        let Some(turn) = turn.as_mut() else {
             return d;
         };
-        let Some(end) = cut_end(table, turn, ready, cpus, now) else {
+        if let Some((waker, at)) = due {
+            // The earliest due waker of the turn is the one boosted at its end.
+            if owed.is_none_or(|(_, other)| at < other) {
+                *owed = Some((waker, at));
+            }
+        }
+        let Some(end) = cut_end(table, turn, ready, cpus, now, due.map(|(_, at)| at)) else {
             return d;
         };
         turn.cut_to(end);
@@ -395,6 +482,57 @@ impl HaikuScheduler {
             shorten_quantum: Some(cut),
             ..d
         }
+    }
+
+    /// The turn a due waker waited behind ended (`CpuAcct::due`): boost it
+    /// if it still waits in a queue and is below its entitled share of
+    /// that queue's core now, and move it to the front of its boosted
+    /// level so the CPU that is picking takes it. No entity lock is held.
+    fn boost_due(&self, waker: EntityId, now: Nanos) {
+        let Ok(slot) = self.slot(waker) else {
+            return;
+        };
+        let mut guard = slot.lock();
+        let Slot {
+            seq,
+            entity,
+            generation,
+        } = &mut *guard;
+        let Ok(e) = live(entity, *generation, waker) else {
+            return;
+        };
+        let RunState::Queued {
+            queue,
+            seq: s,
+            level,
+        } = e.state
+        else {
+            return;
+        };
+        if e.prio.is_boosted() {
+            return;
+        }
+        let t = self.tun();
+        let core = self.m.core_of_queue(queue);
+        // The waker waits in this queue: its own weight is in the sum.
+        let others = self
+            .m
+            .load_of(core)
+            .ready_weight()
+            .saturating_sub(e.charged_weight as u64);
+        let entitled = entitlement(self.m.core_cpus(core).len(), e.share_weight(), others);
+        // The wake predicted the due time from its own reading; the two
+        // readings of the decay may differ by rounding.
+        let slack = SHARE_SCALE / 1024;
+        if entitled >= SHARE_SCALE || e.share.value_at(now, t.share_half_life) > entitled + slack {
+            return;
+        }
+        if !self.m.remove(queue, waker, s, level) {
+            // Being popped right now: it runs anyway.
+            return;
+        }
+        e.prio.boost(t, self.mode());
+        self.enqueue(e, waker, seq, queue, true);
     }
 
     /// The VM of `waker` and the LLC of the CPU it runs on (or last ran
@@ -506,6 +644,9 @@ impl VcpuScheduler for HaikuScheduler {
         self.m.claim(cpu);
         acct.forced_idle = false;
         let requeued = self.stop_running(cpu, now, reason, &mut acct);
+        if let Some((waker, _)) = acct.due.take() {
+            self.boost_due(waker, now);
+        }
         if !self.m.in_service(cpu) {
             // Out of service: hand on whatever still waits for this CPU,
             // run nothing, and stay claimed (never offered to wakers).

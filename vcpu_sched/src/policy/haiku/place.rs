@@ -40,7 +40,7 @@ impl HaikuScheduler {
             prev,
             warm,
             load: e.load.load,
-            bursty: e.is_bursty(self.tun().bursty_load),
+            interactive: e.is_interactive(self.tun().bursty_load),
             now,
             rotor: (id.index() as usize)
                 .wrapping_mul(7)

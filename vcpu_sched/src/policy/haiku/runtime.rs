@@ -94,6 +94,7 @@ impl HaikuScheduler {
         self.change_entity(id, now, false, |e| {
             validate_priority(e.prio.class, priority)?;
             e.prio.set_base(priority, t, mode);
+            e.reweigh(&self.m);
             Ok(())
         })
     }
@@ -109,6 +110,7 @@ impl HaikuScheduler {
         let (t, mode) = (self.tun(), self.mode());
         self.change_entity(id, now, true, |e| {
             e.prio.set_class(class, priority, t, mode);
+            e.reweigh(&self.m);
             Ok(())
         })
     }

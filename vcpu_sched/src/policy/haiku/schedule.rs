@@ -10,6 +10,7 @@ use crate::entity::{After, Entity, QueueRef, RunState};
 use crate::placement::{IDLE_PRIO, NO_ENTITY};
 use crate::quantum::{full_quantum, time_left, Turn};
 use crate::run_queue::QueueEntry;
+use crate::share::{entitlement, SHARE_SCALE};
 use crate::{CoreId, CpuId, Dispatch, EntityId, Nanos, SchedClass, StopReason};
 use std::sync::atomic::{fence, Ordering};
 
@@ -60,6 +61,7 @@ impl HaikuScheduler {
         e.counters.run_time = e.counters.run_time.saturating_add(ran);
         e.used = e.used.saturating_add(ran);
         e.load.ran(ran);
+        e.share.ran_until(now, self.tun().share_half_life);
         acct.busy = acct.busy.saturating_add(ran);
         if acct.foreign_at_dispatch || self.m.sibling_foreign(cpu, e.vm) {
             acct.foreign = acct.foreign.saturating_add(ran);
@@ -76,7 +78,24 @@ impl HaikuScheduler {
         }
         let id = e.id;
         e.refresh_load(&self.m);
+        // A boost lasts until the entity blocks or has had its share: one
+        // whose quantum ends below its entitlement keeps it (the penalty
+        // step underneath still counts).
+        let owed = e.prio.is_boosted() && reason != StopReason::Yielded && {
+            // The stopped entity is still charged to this core if ready.
+            let mine = if e.load_ready {
+                e.charged_weight as u64
+            } else {
+                0
+            };
+            let others = self.m.load_of(core).ready_weight().saturating_sub(mine);
+            let entitled = entitlement(self.m.core_cpus(core).len(), e.share_weight(), others);
+            entitled < SHARE_SCALE && e.share.value_at(now, self.tun().share_half_life) < entitled
+        };
         let after = e.after_stop(reason, self.tun(), self.mode());
+        if owed && after == After::Back {
+            e.prio.boost(self.tun(), self.mode());
+        }
         if after == After::Block {
             e.state = RunState::Blocked;
             e.slept_at = now;
@@ -273,8 +292,8 @@ impl HaikuScheduler {
         let slot = &self.m.cpus[cpu.0 as usize];
         slot.prio
             .store(e.prio.effective() as i32, Ordering::Release);
-        slot.bursty
-            .store(e.is_bursty(self.tun().bursty_load), Ordering::Relaxed);
+        slot.interactive
+            .store(e.is_interactive(self.tun().bursty_load), Ordering::Relaxed);
         slot.vm.store(e.vm.0, Ordering::Release);
         slot.running.store(entry.id.index(), Ordering::Release);
         acct.dispatches += 1;

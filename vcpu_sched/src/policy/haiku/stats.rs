@@ -92,6 +92,10 @@ impl HaikuScheduler {
             blocks: e.counters.blocks,
             wakes: e.counters.wakes,
             load: e.load.load,
+            boosted_wakes: e.counters.boosted_wakes,
+            recent_share: (e.share.value_at(now, self.tun().share_half_life) as u64
+                * crate::tunables::LOAD_SCALE as u64
+                / crate::share::SHARE_SCALE as u64) as u32,
             state,
             class: e.prio.class,
             effective_priority: e.prio.effective(),

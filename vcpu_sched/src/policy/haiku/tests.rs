@@ -386,8 +386,10 @@ fn bursty_waker_keeps_its_base_priority() {
 fn cpu_bound_waker_within_the_delta_does_not_preempt() {
     // Two hogs share CPU 0 until both are CPU-bound; then, whenever `b`
     // blocks and wakes at once while `a` runs at an E within the delta
-    // below b's, b must wait: only bursty wakers preempt inside the delta.
-    let mut d = Drv::new("1x1x1", |_| {});
+    // below b's, b must wait: only interactive wakers preempt inside the
+    // delta. (With the fair-share boost a `b` below its share is
+    // interactive: `fair_share_boost_*` below.)
+    let mut d = Drv::new("1x1x1", |c| c.tunables.share_boost = false);
     let a = d.ts(1, None);
     let b = d.ts(2, None);
     d.wake(a);
@@ -1370,4 +1372,107 @@ fn a_wake_onto_an_idle_cpu_cuts_nothing() {
     let w = d.wake(b).unwrap();
     assert!(w.kick && w.shorten_quantum.is_none(), "{w:?}");
     assert_eq!(d.slice_end[0] - d.now, 3500 * US, "a keeps its slice");
+}
+
+/// One CPU, a hog `h` and a vCPU `w` that were both CPU-bound for 30 ms
+/// (neither bursty), `w` on the CPU when it returns.
+fn hog_and_costly_waker() -> (Drv, EntityId, EntityId) {
+    let mut d = Drv::new("1x1x1", |_| {});
+    let h = d.ts(1, None);
+    let w = d.ts(2, None);
+    d.wake(h);
+    d.wake(w);
+    d.run_until(30 * MS);
+    while d.cpu_of(w) != Some(0) {
+        let next = d.slice_end[0];
+        d.run_until(next);
+    }
+    assert!(d.stats(w).load > crate::tunables::BURSTY_LOAD, "not bursty");
+    (d, h, w)
+}
+
+#[test]
+fn fair_share_boost_lets_a_starved_waker_preempt_a_hog() {
+    let (mut d, h, w) = hog_and_costly_waker();
+    // w blocks for 400 us (too short to cancel its penalty) while the hog
+    // runs: its share falls below its half.
+    d.sched(CpuId(0), StopReason::Blocked);
+    assert_eq!(d.cpu_of(h), Some(0));
+    d.now += 400 * US;
+    let pen = d.s.debug_priority(w).2;
+    assert!(pen > 0, "w collected penalties while CPU-bound");
+    assert!(d.stats(w).recent_share < 500);
+    let dec = d.wake(w).unwrap();
+    assert!(dec.kick, "a waker below its share preempts the hog");
+    assert_eq!(d.cpu_of(w), Some(0));
+    let (e, _, kept) = d.s.debug_priority(w);
+    assert_eq!(e, 10, "boosted to its base priority");
+    assert_eq!(kept, pen, "the penalty stays underneath the boost");
+    assert_eq!(d.stats(w).boosted_wakes, 1);
+    // The boost ends when it blocks: E is the penalised one again.
+    d.now += 100 * US;
+    d.sched(CpuId(0), StopReason::Blocked);
+    assert!(d.s.debug_priority(w).0 < 10);
+}
+
+#[test]
+fn fair_share_waker_above_its_share_waits_until_it_is_due() {
+    // w blocks after each run and wakes 10 us later; over many rounds
+    // some wakes find it below its half (it preempts), others above it:
+    // then it waits, the hog's slice is cut to when w's share falls to
+    // its half (well inside the ready-count cap of 2.5 ms), and when the
+    // hog stops there w runs next.
+    let (mut d, h, w) = hog_and_costly_waker();
+    let (mut preempted, mut due) = (0, 0);
+    for _ in 0..400 {
+        if d.cpu_of(w) == Some(0) {
+            d.now += 200 * US;
+            d.sched(CpuId(0), StopReason::Blocked);
+            d.now += 10 * US;
+            let below = d.stats(w).recent_share < 500;
+            let dec = d.wake(w).unwrap();
+            if below {
+                assert!(dec.kick, "below its share: preempts");
+                preempted += 1;
+            } else if let Some(cut) = dec.shorten_quantum {
+                assert!(!dec.kick);
+                assert_eq!(cut.runner, h);
+                assert!(cut.end < d.now + 2500 * US, "cut to the due time");
+                d.run_until(cut.end);
+                assert_eq!(d.cpu_of(w), Some(0), "w runs when its share is due");
+                assert_eq!(d.s.debug_priority(w).0, 10, "boosted at the due time");
+                due += 1;
+            }
+        } else {
+            let next = d.slice_end[0];
+            d.run_until(next);
+        }
+    }
+    assert!(preempted > 0 && due > 0, "preempted {preempted}, due {due}");
+}
+
+#[test]
+fn fair_share_boost_off_is_haiku_alone() {
+    // The same starved waker with the boost switched off waits behind
+    // the hog (its penalised E is within the delta or below).
+    let mut d = Drv::new("1x1x1", |c| c.tunables.share_boost = false);
+    let h = d.ts(1, None);
+    let w = d.ts(2, None);
+    d.wake(h);
+    d.wake(w);
+    d.run_until(30 * MS);
+    while d.cpu_of(w) != Some(0) {
+        let next = d.slice_end[0];
+        d.run_until(next);
+    }
+    d.sched(CpuId(0), StopReason::Blocked);
+    d.now += 400 * US;
+    let eh = d.s.debug_priority(h).0;
+    let ew = d.s.debug_priority(w).0;
+    let dec = d.wake(w).unwrap();
+    assert_eq!(
+        dec.kick,
+        ew >= eh + crate::tunables::WAKE_PREEMPT_PRIORITY_DELTA
+    );
+    assert_eq!(d.stats(w).boosted_wakes, 0);
 }

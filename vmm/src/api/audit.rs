@@ -1,0 +1,118 @@
+//! The record of every change made through the control API: what changed
+//! (target, key, the value before and after), when (ms into the run and
+//! wall-clock time) and by whom (the uid of the socket's peer, from
+//! SO_PEERCRED). Each change is a line of `<run dir>/control.jsonl` as it
+//! is made (one `write` per line) and an entry of the run's results
+//! (`control_changes` in `--json`).
+
+use serde::Serialize;
+use std::io::Write;
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// The version of the `control.jsonl` line and of the API's documents.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One change made while the VMs ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ControlChange {
+    pub schema_version: u32,
+    /// Milliseconds since the run started.
+    pub t_run_ms: u64,
+    /// Wall-clock time, milliseconds since the Unix epoch.
+    pub unix_time_ms: u64,
+    /// Who asked: the uid of the peer of the API socket.
+    pub uid: u32,
+    /// `VM`, `VM/VCPU` or `host`.
+    pub target: String,
+    /// The key set (`affinity`, `priority`, `mode`, ...) or the action
+    /// (`state` for pause, resume, stop).
+    pub key: String,
+    /// The value before the change (`null` when there was none to read).
+    pub previous: Option<String>,
+    pub value: String,
+}
+
+/// The run's change record.
+pub struct Audit {
+    run_start: Instant,
+    file: Option<Mutex<std::fs::File>>,
+    changes: Mutex<Vec<ControlChange>>,
+}
+
+impl Audit {
+    /// Record into `file` (opened before the API thread is confined) and
+    /// memory.
+    pub fn new(run_start: Instant, file: Option<std::fs::File>) -> Audit {
+        Audit {
+            run_start,
+            file: file.map(Mutex::new),
+            changes: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Record one change.
+    pub fn record(&self, uid: u32, target: &str, key: &str, previous: Option<String>, value: &str) {
+        let change = ControlChange {
+            schema_version: SCHEMA_VERSION,
+            t_run_ms: self.run_start.elapsed().as_millis() as u64,
+            unix_time_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            uid,
+            target: target.to_string(),
+            key: key.to_string(),
+            previous,
+            value: value.to_string(),
+        };
+        log::info!(
+            "control: uid {uid} set {target} {key}={value} (was {})",
+            change.previous.as_deref().unwrap_or("-")
+        );
+        if let Some(f) = &self.file {
+            let mut line = serde_json::to_string(&change).unwrap_or_default();
+            line.push('\n');
+            let mut f = f.lock().unwrap_or_else(|p| p.into_inner());
+            if let Err(e) = f.write_all(line.as_bytes()) {
+                log::error!("cannot record a control change: {e}");
+            }
+        }
+        self.changes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(change);
+    }
+
+    /// Every change so far, in order.
+    pub fn changes(&self) -> Vec<ControlChange> {
+        self.changes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_go_to_the_file_and_to_memory() {
+        let path = std::env::temp_dir().join(format!("pacer-audit-{}.jsonl", std::process::id()));
+        let audit = Audit::new(Instant::now(), Some(std::fs::File::create(&path).unwrap()));
+        audit.record(1000, "a/0", "affinity", Some("0-1".into()), "1");
+        audit.record(0, "host", "mode", None, "power-saving");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["uid"], 1000);
+        assert_eq!(lines[0]["previous"], "0-1");
+        assert_eq!(lines[1]["previous"], serde_json::Value::Null);
+        assert_eq!(lines[1]["schema_version"], SCHEMA_VERSION);
+        assert_eq!(audit.changes()[0].value, "1");
+    }
+}

@@ -1,0 +1,174 @@
+//! The client side of the control API, for `pacer ctl`: one request per
+//! connection on the Unix socket, the answer's JSON or the server's
+//! one-line reason; and the event stream, one sample at a time.
+
+use super::http::percent_encode;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long a request may take (a pause waits for the VM's answer).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// Longest answer taken.
+const MAX_ANSWER_BYTES: usize = 64 << 20;
+
+/// Errors of this module.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{}: cannot connect: {source} (is `pacer run --api-socket {}` running?)", .path.display(), .path.display())]
+    Connect {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The server refused (4xx) or failed (5xx): its one-line reason.
+    #[error("{message}")]
+    Refused { status: u16, message: String },
+    #[error("{}: not an answer of Pacer's API: {why}", .path.display())]
+    BadAnswer { path: PathBuf, why: String },
+}
+
+/// A client of one API socket.
+pub struct Client {
+    path: PathBuf,
+}
+
+impl Client {
+    pub fn new(path: &Path) -> Client {
+        Client {
+            path: path.to_path_buf(),
+        }
+    }
+
+    fn io(&self, source: std::io::Error) -> ClientError {
+        ClientError::Io {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn bad(&self, why: impl Into<String>) -> ClientError {
+        ClientError::BadAnswer {
+            path: self.path.clone(),
+            why: why.into(),
+        }
+    }
+
+    /// Connect and send one request.
+    fn send(&self, method: &str, target: &str, body: &[u8]) -> Result<UnixStream, ClientError> {
+        let mut s = UnixStream::connect(&self.path).map_err(|source| ClientError::Connect {
+            path: self.path.clone(),
+            source,
+        })?;
+        s.set_read_timeout(Some(REQUEST_TIMEOUT))
+            .map_err(|e| self.io(e))?;
+        let head = format!(
+            "{method} {target} HTTP/1.1\r\nHost: pacer\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).map_err(|e| self.io(e))?;
+        s.write_all(body).map_err(|e| self.io(e))?;
+        Ok(s)
+    }
+
+    /// `GET path?query`.
+    pub fn get(&self, path: &str, query: &[(&str, &str)]) -> Result<Value, ClientError> {
+        let mut target = path.to_string();
+        for (i, (k, v)) in query.iter().enumerate() {
+            target.push(if i == 0 { '?' } else { '&' });
+            target.push_str(&format!("{}={}", percent_encode(k), percent_encode(v)));
+        }
+        self.call("GET", &target, b"")
+    }
+
+    /// `POST path` with a JSON body.
+    pub fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.call("POST", path, body.to_string().as_bytes())
+    }
+
+    fn call(&self, method: &str, target: &str, body: &[u8]) -> Result<Value, ClientError> {
+        let s = self.send(method, target, body)?;
+        let mut answer = Vec::new();
+        s.take(MAX_ANSWER_BYTES as u64 + 1)
+            .read_to_end(&mut answer)
+            .map_err(|e| self.io(e))?;
+        let (status, head_len) = self.head(&answer)?;
+        let json: Value = serde_json::from_slice(&answer[head_len..])
+            .map_err(|e| self.bad(format!("status {status}, body not JSON: {e}")))?;
+        if status == 200 {
+            Ok(json)
+        } else {
+            Err(ClientError::Refused {
+                status,
+                message: json["error"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("status {status}")),
+            })
+        }
+    }
+
+    /// The status and head length of an answer.
+    fn head(&self, answer: &[u8]) -> Result<(u16, usize), ClientError> {
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut r = httparse::Response::new(&mut headers);
+        match r.parse(answer) {
+            Ok(httparse::Status::Complete(n)) => Ok((r.code.unwrap_or(0), n)),
+            Ok(httparse::Status::Partial) => Err(self.bad("the answer ended early")),
+            Err(e) => Err(self.bad(e.to_string())),
+        }
+    }
+
+    /// Follow the event stream: `on_sample` gets each sample until it
+    /// returns false or the run ends.
+    pub fn events(&self, mut on_sample: impl FnMut(&Value) -> bool) -> Result<(), ClientError> {
+        let mut s = self.send("GET", "/api/v1/events", b"")?;
+        // Samples come every second; a silent server is a stopped one.
+        s.set_read_timeout(Some(Duration::from_secs(30)))
+            .map_err(|e| self.io(e))?;
+        let mut buf = Vec::new();
+        let mut head_done = false;
+        let mut chunk = [0u8; 8192];
+        loop {
+            let n = s.read(&mut chunk).map_err(|e| self.io(e))?;
+            if n == 0 {
+                return Ok(());
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            if !head_done {
+                let (status, len) = match self.head(&buf) {
+                    Ok(h) => h,
+                    Err(_) if buf.len() < 8192 => continue,
+                    Err(e) => return Err(e),
+                };
+                if status != 200 {
+                    return Err(self.bad(format!("event stream answered {status}")));
+                }
+                buf.drain(..len);
+                head_done = true;
+            }
+            while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
+                let event: Vec<u8> = buf.drain(..end + 2).collect();
+                let text = String::from_utf8_lossy(&event);
+                for line in text.lines() {
+                    if let Some(data) = line.strip_prefix("data: ") {
+                        let v: Value = serde_json::from_str(data)
+                            .map_err(|e| self.bad(format!("event not JSON: {e}")))?;
+                        if !on_sample(&v) {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+            if buf.len() > MAX_ANSWER_BYTES {
+                return Err(self.bad("an event longer than the limit"));
+            }
+        }
+    }
+}

@@ -1,0 +1,374 @@
+//! The API thread: one `poll(2)` loop over the listeners, the connections
+//! and a wake-up eventfd, and a once-a-second sample of the scheduler.
+//!
+//! Why one thread and a loop rather than a thread per connection (as
+//! tiny_http does): the thread is confined by a seccomp filter that lets
+//! it start no thread, and a client that sends half a request, or reads
+//! its event stream slowly, must cost a bounded buffer and nothing else.
+//! So every socket is non-blocking; a request is read until whole (or
+//! refused: too long, malformed, or not whole within [`READ_TIMEOUT`] of
+//! the connection; one that sends nothing is closed after [`IDLE_TIMEOUT`]),
+//! answered, and the connection closed. Event-stream clients and long
+//! polls stay, and are fed at each sample. Only a pause or resume holds
+//! the loop, for as long as the VM takes to answer (a few ms; at most
+//! `routes::VM_REQUEST_TIMEOUT`).
+
+use super::http::{self, Parsed, Response};
+use super::routes::{self, Peer, Reply};
+use super::view::Sampler;
+use super::{ApiContext, Listeners};
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use vmm_sys_util::eventfd::EventFd;
+
+/// A request must be whole within this long after the connection opens.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection that has sent nothing is closed after this long.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most connections at once (more are answered 503 and closed).
+pub const MAX_CONNECTIONS: usize = 32;
+/// An event-stream client that falls this far behind is dropped.
+const MAX_PENDING_OUT: usize = 1 << 20;
+/// Samples kept for long polls and new pages (two minutes).
+const HISTORY: usize = 120;
+/// Time between samples.
+const TICK: Duration = Duration::from_secs(1);
+
+enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    fn fd(&self) -> RawFd {
+        match self {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tcp(s) => s.as_raw_fd(),
+        }
+    }
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => s.read(buf),
+        }
+    }
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(buf),
+            Stream::Tcp(s) => s.write(buf),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Reading,
+    /// Writing the answer; closed once sent.
+    Answering,
+    /// An event stream: open until the client or the run ends.
+    Events,
+    /// A long poll for the samples after this one.
+    Waiting(u64),
+}
+
+struct Conn {
+    stream: Stream,
+    peer: Peer,
+    input: Vec<u8>,
+    out: Vec<u8>,
+    sent: usize,
+    phase: Phase,
+    opened: Instant,
+    closed: bool,
+}
+
+impl Conn {
+    fn answer(&mut self, r: &Response) {
+        self.out = r.to_bytes();
+        self.sent = 0;
+        self.phase = Phase::Answering;
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        if self.out.len() - self.sent > MAX_PENDING_OUT {
+            self.closed = true;
+            return;
+        }
+        self.out.extend_from_slice(bytes);
+    }
+
+    /// Write what is pending; close an answered connection once done.
+    fn flush(&mut self) {
+        while self.sent < self.out.len() {
+            match self.stream.write(&self.out[self.sent..]) {
+                Ok(0) => {
+                    self.closed = true;
+                    return;
+                }
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.closed = true;
+                    return;
+                }
+            }
+        }
+        self.out.clear();
+        self.sent = 0;
+        if self.phase == Phase::Answering {
+            self.closed = true;
+        }
+    }
+
+    fn wants_out(&self) -> bool {
+        self.sent < self.out.len()
+    }
+}
+
+/// The peer's uid (SO_PEERCRED).
+fn peer_uid(fd: RawFd) -> Option<u32> {
+    // SAFETY: ucred is plain data.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a valid socket and a buffer of `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(cred.uid)
+}
+
+/// Accept one connection, non-blocking; `None` when none waits.
+fn accept(fd: RawFd) -> Option<RawFd> {
+    // SAFETY: accept4 on our listening socket; no address is asked for.
+    let c = unsafe {
+        libc::accept4(
+            fd,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        )
+    };
+    (c >= 0).then_some(c)
+}
+
+/// Serve until `done` (the run's end writes `wake`). Call on the API
+/// thread; it confines itself first.
+pub fn serve(listeners: Listeners, ctx: &ApiContext<'_>, wake: &EventFd, done: &AtomicBool) {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Api);
+    let mut conns: Vec<Conn> = Vec::new();
+    let mut sampler = Sampler::default();
+    let mut history: VecDeque<(u64, String)> = VecDeque::new();
+    let mut next_tick = Instant::now();
+    let unix_fd = listeners.unix.as_ref().map(|(l, _)| l.as_raw_fd());
+    let tcp_fd = listeners.tcp.as_ref().map(|l| l.as_raw_fd());
+    while !done.load(Ordering::Acquire) {
+        let now = Instant::now();
+        if now >= next_tick {
+            let sample = sampler.sample(ctx);
+            let seq = sample["seq"].as_u64().unwrap_or(0);
+            let text = sample.to_string();
+            let event = http::event(&text);
+            history.push_back((seq, text));
+            while history.len() > HISTORY {
+                history.pop_front();
+            }
+            for c in &mut conns {
+                match c.phase {
+                    Phase::Events => c.push(&event),
+                    Phase::Waiting(after) => {
+                        if let Some(r) = routes::samples_after(&history, after) {
+                            c.answer(&r);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            next_tick = (next_tick + TICK).max(now);
+        }
+        for c in conns.iter_mut().filter(|c| c.phase == Phase::Reading) {
+            if c.input.is_empty() && c.opened.elapsed() > IDLE_TIMEOUT {
+                // A connection opened ahead of use (browsers do) and never
+                // used: closed without a word, which a client expects.
+                c.closed = true;
+            } else if !c.input.is_empty() && c.opened.elapsed() > READ_TIMEOUT {
+                c.answer(&Response::error(
+                    408,
+                    &format!(
+                        "the request was not whole within {} s",
+                        READ_TIMEOUT.as_secs()
+                    ),
+                ));
+            }
+        }
+        for c in conns.iter_mut().filter(|c| c.wants_out()) {
+            c.flush();
+        }
+        conns.retain(|c| !c.closed);
+
+        // Poll: the wake-up, the listeners, every connection.
+        let mut fds = vec![pollfd(wake.as_raw_fd(), libc::POLLIN)];
+        for fd in [unix_fd, tcp_fd].into_iter().flatten() {
+            fds.push(pollfd(fd, libc::POLLIN));
+        }
+        let first_conn = fds.len();
+        for c in &conns {
+            let ev = if c.wants_out() {
+                libc::POLLOUT
+            } else {
+                libc::POLLIN
+            };
+            fds.push(pollfd(c.stream.fd(), ev));
+        }
+        let wait = next_tick.saturating_duration_since(Instant::now());
+        // SAFETY: `fds` is a valid array of pollfd of that length.
+        let n = unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                wait.as_millis().min(1000) as i32,
+            )
+        };
+        if n <= 0 {
+            continue;
+        }
+        if fds[0].revents != 0 {
+            let _ = wake.read();
+        }
+        for (i, c) in conns.iter_mut().enumerate() {
+            let re = fds[first_conn + i].revents;
+            if re == 0 {
+                continue;
+            }
+            if re & libc::POLLOUT != 0 {
+                c.flush();
+            }
+            if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                read_from(c, ctx, &history, me);
+            }
+        }
+        // New connections.
+        for (fd, tcp) in [(unix_fd, false), (tcp_fd, true)] {
+            let Some(fd) = fd else { continue };
+            while let Some(c) = accept(fd) {
+                let (stream, peer) = if tcp {
+                    // SAFETY: a new connected socket we own.
+                    (Stream::Tcp(unsafe { TcpStream::from_raw_fd(c) }), Peer::Tcp)
+                } else {
+                    let uid = peer_uid(c).unwrap_or(u32::MAX);
+                    // SAFETY: a new connected socket we own.
+                    (
+                        Stream::Unix(unsafe { UnixStream::from_raw_fd(c) }),
+                        Peer::Unix(uid),
+                    )
+                };
+                let mut conn = Conn {
+                    stream,
+                    peer,
+                    input: Vec::new(),
+                    out: Vec::new(),
+                    sent: 0,
+                    phase: Phase::Reading,
+                    opened: Instant::now(),
+                    closed: false,
+                };
+                if conns.len() >= MAX_CONNECTIONS {
+                    conn.answer(&Response::error(
+                        503,
+                        &format!("more than {MAX_CONNECTIONS} connections at once"),
+                    ));
+                    conn.flush();
+                    continue;
+                }
+                conns.push(conn);
+            }
+        }
+        conns.retain(|c| !c.closed);
+    }
+    drop(conns);
+    if let Some((_, path)) = &listeners.unix {
+        if let Err(e) = std::fs::remove_file(path) {
+            log::warn!("cannot remove the API socket {}: {e}", path.display());
+        }
+    }
+}
+
+fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
+/// Read what `c` sent; answer it once whole.
+fn read_from(c: &mut Conn, ctx: &ApiContext<'_>, history: &VecDeque<(u64, String)>, me: u32) {
+    let mut chunk = [0u8; 4096];
+    loop {
+        match c.stream.read(&mut chunk) {
+            Ok(0) => {
+                c.closed = true;
+                return;
+            }
+            Ok(n) if c.phase == Phase::Reading => {
+                c.input.extend_from_slice(&chunk[..n]);
+                if c.input.len() > http::MAX_HEAD_BYTES + http::MAX_BODY_BYTES {
+                    break;
+                }
+            }
+            // Anything more from an answered or streaming client is ignored.
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => {
+                c.closed = true;
+                return;
+            }
+        }
+    }
+    if c.phase != Phase::Reading {
+        return;
+    }
+    let req = match http::parse_request(&c.input) {
+        Parsed::Partial => return,
+        Parsed::Refused(status, why) => {
+            log::debug!("API request refused: {status} {why}");
+            c.answer(&Response::error(status, &why));
+            return c.flush();
+        }
+        Parsed::Done(req) => req,
+    };
+    if let Peer::Unix(uid) = c.peer {
+        if uid != me && uid != 0 {
+            c.answer(&Response::error(
+                403,
+                &format!("uid {uid} may not use the API of uid {me}"),
+            ));
+            return c.flush();
+        }
+    }
+    match routes::route(&req, c.peer, ctx, history) {
+        Reply::Now(r) => c.answer(&r),
+        Reply::Events => {
+            c.phase = Phase::Events;
+            // From the next sample on: the last one may be a second old.
+            c.out = http::event_stream_head();
+            c.sent = 0;
+        }
+        Reply::Wait { after } => c.phase = Phase::Waiting(after),
+    }
+    c.flush();
+}

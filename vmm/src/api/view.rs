@@ -1,0 +1,311 @@
+//! What the control API shows: the VM list (`GET /api/v1/vms`), the live
+//! per-vCPU scheduler state and statistics (`GET /api/v1/stats`), and the
+//! per-second status sample (`/api/v1/status`, `/api/v1/events`, the live
+//! page). Every document carries `schema_version`; figures carry their
+//! unit in their name, once; what is not measured is `null`.
+//!
+//! Statistics come from the scheduler's snapshot (`vcpu_sched`'s own
+//! accounting, as `--status` and the SIGUSR1 file use it), matched to VMs
+//! and vCPUs through the engine; a sample's fractions are the differences
+//! between two snapshots one interval apart.
+
+use super::audit::SCHEMA_VERSION;
+use super::ApiContext;
+use crate::engine::vcpu_state::RunState;
+use crate::engine::{Engine, EngineVm};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use vcpu_sched::stats::{EntityStats, LatencySummary};
+use vcpu_sched::{EntityId, SchedSnapshot};
+
+/// A VM's state as the API names it.
+pub fn vm_state(ctx: &ApiContext<'_>, name: &str) -> &'static str {
+    if ctx.vms.has_ended(name) {
+        return "stopped";
+    }
+    match ctx.vms.find(name) {
+        None => "starting",
+        Some(h) if h.is_stopping() => "stopped",
+        Some(h) if h.is_paused() => "paused",
+        Some(_) => "running",
+    }
+}
+
+/// `GET /api/v1/vms`.
+pub fn vm_list(ctx: &ApiContext<'_>) -> Value {
+    let vms: Vec<Value> = ctx
+        .configs
+        .iter()
+        .map(|c| {
+            json!({
+                "name": c.name,
+                "state": vm_state(ctx, &c.name),
+                "vcpus": c.vcpus,
+                "cpus": c.cpus.to_list(),
+                "class": crate::sched_rules::class_name(c.class),
+                "priority": c.priority,
+            })
+        })
+        .collect();
+    json!({
+        "schema_version": SCHEMA_VERSION,
+        "policy": ctx.policy.as_str(),
+        "mode": ctx.engine.map(|e| e.mode().as_str()),
+        "host_cpus": ctx.host_cpus.to_list(),
+        "cpus_out_of_service": ctx.engine.map(|e| out_of_service(e, &e.snapshot())),
+        "vms": vms,
+    })
+}
+
+/// The scheduled CPUs out of service, as a list ("" when none).
+fn out_of_service(e: &crate::engine::Engine, snap: &SchedSnapshot) -> String {
+    let cpus = e.cpu_map();
+    let out: crate::host_cpus::HostCpuSet = snap
+        .cpus
+        .iter()
+        .filter(|c| !c.in_service)
+        .filter_map(|c| cpus.host(c.cpu))
+        .collect();
+    out.to_list()
+}
+
+fn latency(l: &LatencySummary) -> Value {
+    if l.count == 0 {
+        Value::Null
+    } else {
+        json!({ "p50": l.p50, "p99": l.p99, "max": l.max })
+    }
+}
+
+/// The engine's name of a run state.
+fn engine_state(s: RunState) -> &'static str {
+    match s {
+        RunState::Ready => "ready",
+        RunState::Running { .. } => "running",
+        RunState::Halted { .. } => "halted",
+        RunState::WaitForSipi => "wait_for_sipi",
+        RunState::Paused => "paused",
+        RunState::Exited => "exited",
+    }
+}
+
+/// One vCPU's live row.
+fn vcpu_row(engine: &Engine, vm: &EngineVm, index: usize, e: &EntityStats) -> Value {
+    let cpus = engine.cpu_map();
+    let run_state = vm.vcpus[index].state();
+    json!({
+        "vcpu": index,
+        "state": e.state.as_str(),
+        "engine_state": engine_state(run_state),
+        "host_cpu": match e.state {
+            vcpu_sched::stats::EntityState::Blocked => None,
+            _ => e.cpu.and_then(|c| cpus.host(c)).map(|h| h.0),
+        },
+        "affinity": engine.host_set(&e.affinity).to_list(),
+        "class": crate::sched_rules::class_name(e.class),
+        "base_priority": e.base_priority,
+        "effective_priority": e.effective_priority,
+        "penalty": e.penalty,
+        "quantum_ns": e.quantum,
+        "quantum_used_ns": e.quantum_used,
+        "run_ns": e.run_time,
+        "ready_wait_ns": e.ready_wait,
+        "wakeups": e.wakes,
+        "wake_latency_ns": latency(&e.wake_latency),
+        "migrations": e.migrations.total(),
+        "preemptions": e.preemptions,
+        "load_permille": e.load,
+    })
+}
+
+/// The live VMs of the engine with each vCPU's row in `snap`.
+pub fn live_rows<'s>(
+    ctx: &ApiContext<'_>,
+    snap: &'s SchedSnapshot,
+) -> Vec<(Arc<EngineVm>, Vec<Option<&'s EntityStats>>)> {
+    let Some(engine) = ctx.engine else {
+        return Vec::new();
+    };
+    let by_id: HashMap<EntityId, &EntityStats> = snap.entities.iter().map(|e| (e.id, e)).collect();
+    // In the config's order, whichever VM the engine took first.
+    let mut vms = engine.live_vms();
+    vms.sort_by_key(|vm| ctx.configs.iter().position(|c| c.name == vm.name));
+    vms.into_iter()
+        .map(|vm| {
+            let rows = vm
+                .vcpus
+                .iter()
+                .map(|v| by_id.get(&v.entity).copied())
+                .collect();
+            (vm, rows)
+        })
+        .collect()
+}
+
+/// `GET /api/v1/stats[?vm=NAME]`: `None` if `only` names no VM.
+pub fn stats(ctx: &ApiContext<'_>, only: Option<&str>) -> Option<Value> {
+    if let Some(name) = only {
+        ctx.configs.iter().find(|c| c.name == name)?;
+    }
+    let snap = ctx.engine.map(|e| (e, e.snapshot()));
+    let live: HashMap<String, Value> = snap
+        .as_ref()
+        .map(|(engine, snap)| {
+            live_rows(ctx, snap)
+                .into_iter()
+                .map(|(vm, rows)| {
+                    let list: Vec<Value> = rows
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, r)| r.map(|e| vcpu_row(engine, &vm, i, e)))
+                        .collect();
+                    (vm.name.clone(), Value::Array(list))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let vms: Vec<Value> = ctx
+        .configs
+        .iter()
+        .filter(|c| only.is_none_or(|n| n == c.name))
+        .map(|c| {
+            json!({
+                "name": c.name,
+                "state": vm_state(ctx, &c.name),
+                // Not scheduled by Pacer (policy host) or not in the
+                // engine (starting, stopped): no rows.
+                "vcpus": live.get(&c.name).cloned().unwrap_or(Value::Null),
+            })
+        })
+        .collect();
+    Some(json!({
+        "schema_version": SCHEMA_VERSION,
+        "t_run_ms": ctx.run_start.elapsed().as_millis() as u64,
+        "policy": ctx.policy.as_str(),
+        "mode": ctx.engine.map(|e| e.mode().as_str()),
+        "vms": vms,
+    }))
+}
+
+/// Successive per-second samples: each the difference from the last.
+#[derive(Default)]
+pub struct Sampler {
+    seq: u64,
+    /// Per entity: run and ready-wait time at the last sample.
+    last: HashMap<EntityId, (u64, u64)>,
+    /// Per CPU: busy time at the last sample.
+    last_busy: HashMap<u32, u64>,
+    last_now: Option<u64>,
+}
+
+impl Sampler {
+    /// The next sample (`seq` counts from 1).
+    pub fn sample(&mut self, ctx: &ApiContext<'_>) -> Value {
+        self.seq += 1;
+        let t_run_ms = ctx.run_start.elapsed().as_millis() as u64;
+        let Some(engine) = ctx.engine else {
+            let vms: Vec<Value> = ctx
+                .configs
+                .iter()
+                .map(|c| json!({ "name": c.name, "state": vm_state(ctx, &c.name), "host_share": null, "vcpus": [] }))
+                .collect();
+            return json!({
+                "schema_version": SCHEMA_VERSION, "seq": self.seq, "t_run_ms": t_run_ms,
+                "interval_ms": null, "policy": ctx.policy.as_str(), "mode": null,
+                "vcpu_count": ctx.configs.iter().map(|c| c.vcpus).sum::<u32>(),
+                "cpus": [], "vms": vms,
+            });
+        };
+        let snap = engine.snapshot();
+        let dt = self
+            .last_now
+            .map(|t| snap.now.saturating_sub(t))
+            .filter(|d| *d > 0);
+        self.last_now = Some(snap.now);
+        let frac = |delta: u64| dt.map(|d| (delta as f64 / d as f64).clamp(0.0, 1.0));
+        let rows = live_rows(ctx, &snap);
+        let cpus = engine.cpu_map();
+        // Who runs where, from the vCPU rows (the CPU rows of a snapshot
+        // are read at another instant: one picture must agree with itself).
+        let mut on_cpu: HashMap<u32, (String, usize, u8)> = HashMap::new();
+        let mut vms = Vec::new();
+        let mut vcpu_count = 0;
+        let mut last = HashMap::new();
+        for (vm, vrows) in &rows {
+            let mut vm_run = 0u64;
+            let mut list = Vec::new();
+            for (i, e) in vrows.iter().enumerate() {
+                let Some(e) = e else { continue };
+                vcpu_count += 1;
+                let host_cpu = match e.state {
+                    vcpu_sched::stats::EntityState::Blocked => None,
+                    _ => e.cpu.and_then(|c| cpus.host(c)).map(|h| h.0),
+                };
+                if let (vcpu_sched::stats::EntityState::Running, Some(h)) = (e.state, host_cpu) {
+                    on_cpu.insert(h, (vm.name.clone(), i, e.effective_priority));
+                }
+                let (run0, wait0) = self
+                    .last
+                    .get(&e.id)
+                    .copied()
+                    .unwrap_or((e.run_time, e.ready_wait));
+                let run = e.run_time.saturating_sub(run0);
+                let wait = e.ready_wait.saturating_sub(wait0);
+                vm_run += run;
+                last.insert(e.id, (e.run_time, e.ready_wait));
+                list.push(json!({
+                    "vcpu": i,
+                    "state": e.state.as_str(),
+                    "engine_state": engine_state(vm.vcpus[i].state()),
+                    "host_cpu": host_cpu,
+                    "effective_priority": e.effective_priority,
+                    "run_fraction": frac(run),
+                    "ready_wait_fraction": frac(wait),
+                    "wake_latency_ns": latency(&e.wake_latency),
+                    "run_ns": e.run_time,
+                }));
+            }
+            let share =
+                dt.map(|d| (vm_run as f64 / (d as f64 * cpus.len().max(1) as f64)).clamp(0.0, 1.0));
+            vms.push(json!({
+                "name": vm.name,
+                "state": vm_state(ctx, &vm.name),
+                "host_share": share,
+                "vcpus": list,
+            }));
+        }
+        self.last = last;
+        let cpu_rows: Vec<Value> = snap
+            .cpus
+            .iter()
+            .map(|c| {
+                let busy0 = self
+                    .last_busy
+                    .insert(c.cpu.0, c.busy_time)
+                    .unwrap_or(c.busy_time);
+                let host = cpus.host(c.cpu).map(|h| h.0);
+                let who = host.and_then(|h| on_cpu.get(&h));
+                json!({
+                    "cpu": host,
+                    "in_service": c.in_service,
+                    "vm": who.map(|w| w.0.clone()),
+                    "vcpu": who.map(|w| w.1),
+                    "effective_priority": who.map(|w| w.2),
+                    "busy_fraction": frac(c.busy_time.saturating_sub(busy0)),
+                })
+            })
+            .collect();
+        json!({
+            "schema_version": SCHEMA_VERSION,
+            "seq": self.seq,
+            "t_run_ms": t_run_ms,
+            "interval_ms": dt.map(|d| d / 1_000_000),
+            "policy": ctx.policy.as_str(),
+            "mode": engine.mode().as_str(),
+            "vcpu_count": vcpu_count,
+            "cpus": cpu_rows,
+            "vms": vms,
+        })
+    }
+}

@@ -1,0 +1,163 @@
+//! Changes made while the VMs run (the control API's `set`): a vCPU's
+//! affinity, priority and class, the scheduler's mode, a host CPU's
+//! service.
+//!
+//! `vcpu_sched` makes each change itself (`set_affinity`, `set_priority`,
+//! `set_class`, `set_mode`, `set_cpu_enabled`: the handle, the penalty
+//! and the statistics are kept) and answers with the CPUs that must look
+//! again; the engine kicks them, as it does after a wake. A change that
+//! takes a vCPU off the CPU it runs on (an affinity without that CPU, the
+//! CPU out of service) returns once the vCPU has left that CPU, so the
+//! caller's next look at the scheduler sees the move done. The checks of
+//! the values themselves (a core set within `[host] cpus`, a priority
+//! within its class) are the config's (`crate::sched_rules`), made by the
+//! caller before it gets here.
+
+use super::clock::now_ns;
+use super::vcpu_state::{EngineVcpu, RunState};
+use super::{Engine, EngineError, EngineVm};
+use crate::host_cpus::{HostCpu, HostCpuSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vcpu_sched::{CpuId, CpuSet, Mode, Nanos, SchedClass, SchedError, VcpuScheduler};
+
+/// How long a change waits for a vCPU to leave a CPU it may no longer use.
+pub const MOVE_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Engine {
+    /// The live VM named `name`.
+    pub fn vm_named(&self, name: &str) -> Option<Arc<EngineVm>> {
+        self.vms
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .flatten()
+            .find(|vm| vm.name == name)
+            .cloned()
+    }
+
+    /// Every live VM of the engine.
+    pub fn live_vms(&self) -> Vec<Arc<EngineVm>> {
+        self.vms
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    /// The mode the scheduler runs in now.
+    pub fn mode(&self) -> Mode {
+        self.scheduler().mode()
+    }
+
+    /// Make one change in the scheduler and kick the CPUs it names.
+    fn change(
+        &self,
+        f: impl FnOnce(&dyn VcpuScheduler, Nanos) -> Result<Vec<CpuId>, SchedError>,
+    ) -> Result<(), EngineError> {
+        let kicks = f(self.scheduler(), now_ns())?;
+        for cpu in kicks {
+            self.kick_cpu(cpu);
+        }
+        Ok(())
+    }
+
+    /// Restrict `v` to the host CPUs `cpus` (which the caller checked are
+    /// scheduled); returns once `v` runs on none of the others.
+    pub fn set_vcpu_affinity(&self, v: &EngineVcpu, cpus: &HostCpuSet) -> Result<(), EngineError> {
+        let allowed = self.cpus.affinity(cpus);
+        let set = allowed.clone();
+        self.change(|s, now| s.set_affinity(v.entity, set, now))?;
+        self.wait_until(v, "affinity change", |state| match state {
+            RunState::Running { cpu } => allowed.contains(cpu),
+            _ => true,
+        })
+    }
+
+    /// Change the base priority of `v` within its class.
+    pub fn set_vcpu_priority(&self, v: &EngineVcpu, priority: u8) -> Result<(), EngineError> {
+        self.change(|s, now| s.set_priority(v.entity, priority, now))
+    }
+
+    /// Change the class of `v` and its base priority in that class.
+    pub fn set_vcpu_class(
+        &self,
+        v: &EngineVcpu,
+        class: SchedClass,
+        priority: u8,
+    ) -> Result<(), EngineError> {
+        self.change(|s, now| s.set_class(v.entity, class, priority, now))
+    }
+
+    /// Switch the scheduler's mode.
+    pub fn set_mode(&self, mode: Mode) -> Result<(), EngineError> {
+        self.change(|s, now| Ok(s.set_mode(mode, now)))
+    }
+
+    /// Put a scheduled host CPU in service or take it out; taking it out
+    /// returns once it runs no vCPU.
+    pub fn set_cpu_service(&self, cpu: HostCpu, in_service: bool) -> Result<(), EngineError> {
+        let id = self
+            .cpus
+            .sched(cpu)
+            .ok_or(SchedError::UnknownCpu(CpuId(cpu.0)))?;
+        self.change(|s, now| s.set_cpu_enabled(id, in_service, now))?;
+        if in_service {
+            return Ok(());
+        }
+        let deadline = Instant::now() + MOVE_TIMEOUT;
+        while self.slot(id).is_some_and(|s| s.lock_owner().is_some()) {
+            if Instant::now() >= deadline {
+                return Err(EngineError::Timeout {
+                    what: format!("taking CPU {cpu} out of service"),
+                    timeout: MOVE_TIMEOUT,
+                });
+            }
+            if let Some(s) = self.slot(id) {
+                s.signal_executor();
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(())
+    }
+
+    /// Wait (kicking its CPU) until `v`'s state satisfies `done`.
+    fn wait_until(
+        &self,
+        v: &EngineVcpu,
+        what: &str,
+        done: impl Fn(RunState) -> bool,
+    ) -> Result<(), EngineError> {
+        let deadline = Instant::now() + MOVE_TIMEOUT;
+        loop {
+            let state = v.state();
+            if done(state) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(EngineError::Timeout {
+                    what: format!("{what} of {}", v.name),
+                    timeout: MOVE_TIMEOUT,
+                });
+            }
+            if let RunState::Running { cpu } = state {
+                if let Some(s) = self.slot(cpu) {
+                    s.signal_executor();
+                }
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// The scheduled host CPUs (`[host] cpus`).
+    pub fn host_cpus(&self) -> HostCpuSet {
+        self.cpus.host_set(&self.cpus.topology().all_cpus())
+    }
+
+    /// A scheduler affinity as host CPUs.
+    pub fn host_set(&self, set: &CpuSet) -> HostCpuSet {
+        self.cpus.host_set(set)
+    }
+}

@@ -1,0 +1,174 @@
+//! The rules a VM's scheduling settings obey, in one place: a core set
+//! (a CPU list within `[host] cpus`), a class, a priority within its
+//! class's range, and what the run's policy can honour.
+//!
+//! Two callers, one wording: the config file (`config.rs`, which puts a
+//! `file:line:col: field:` in front of each message) and the control API
+//! (`api::set`, which changes a running VM and puts the target and key in
+//! front). A change made while the VMs run is therefore refused for exactly
+//! the reasons the same value would be refused in the file.
+
+use crate::config_errors::{one_line, quoted};
+use crate::engine::policy::Policy;
+use crate::host_cpus::{HostCpu, HostCpuSet};
+use vcpu_sched::tunables::{
+    PRIORITY_MAX_TIMESHARE, PRIORITY_NORMAL, PRIORITY_REALTIME_MAX, PRIORITY_REALTIME_MIN,
+};
+use vcpu_sched::SchedClass;
+
+/// A CPU list in the Linux syntax ("0-3,8").
+pub fn cpu_list(text: &str) -> Result<HostCpuSet, String> {
+    match HostCpuSet::parse_list(text) {
+        Ok(set) => Ok(set),
+        Err(vcpu_sched::CpuSetError::BadList { input, reason }) => Err(format!(
+            "expected a CPU list such as \"0-3,8\", found {} ({})",
+            quoted(&input),
+            one_line(&reason)
+        )),
+        Err(e @ vcpu_sched::CpuSetError::TooLarge { .. }) => {
+            Err(format!("expected a CPU list, found {e}"))
+        }
+    }
+}
+
+/// CPU numbers given one by one (`cpus = [0, 1]`).
+pub fn cpu_ids(ids: &[i64]) -> Result<HostCpuSet, String> {
+    let max = vcpu_sched::cpuset::MAX_CPU_ID;
+    let mut set = HostCpuSet::new();
+    for &id in ids {
+        if !(0..=i64::from(max)).contains(&id) {
+            return Err(format!("expected CPU numbers from 0 to {max}, found {id}"));
+        }
+        set.insert(HostCpu(id as u32));
+    }
+    Ok(set)
+}
+
+/// A VM's (or a vCPU's) core set: not empty, within `[host] cpus`.
+pub fn core_set(set: &HostCpuSet, host_cpus: &HostCpuSet) -> Result<(), String> {
+    let outside = set.difference(host_cpus);
+    if !outside.is_empty() {
+        Err(format!(
+            "expected CPUs within [host] cpus, found CPUs {} outside the host CPU set {}",
+            outside.to_list(),
+            host_cpus.to_list()
+        ))
+    } else if set.is_empty() {
+        Err("expected at least one CPU, found an empty core set".into())
+    } else {
+        Ok(())
+    }
+}
+
+/// The config spelling of a class.
+pub fn class_name(class: SchedClass) -> &'static str {
+    match class {
+        SchedClass::Realtime => "realtime",
+        SchedClass::Timeshare => "timeshare",
+        SchedClass::Idle => "idle",
+    }
+}
+
+/// A VM's class: timeshare or realtime (idle is the scheduler's own).
+pub fn vm_class(class: SchedClass) -> Result<SchedClass, String> {
+    match class {
+        SchedClass::Idle => {
+            Err("expected a VM class \"timeshare\" or \"realtime\", found \"idle\"".into())
+        }
+        c => Ok(c),
+    }
+}
+
+/// A class named in words (the control API; the config file has serde).
+pub fn class_from_name(name: &str) -> Result<SchedClass, String> {
+    match name {
+        "timeshare" => Ok(SchedClass::Timeshare),
+        "realtime" => Ok(SchedClass::Realtime),
+        other => Err(format!(
+            "expected a VM class \"timeshare\" or \"realtime\", found {}",
+            quoted(other)
+        )),
+    }
+}
+
+/// The priorities of a class.
+pub fn priority_range(class: SchedClass) -> std::ops::RangeInclusive<u8> {
+    match class {
+        SchedClass::Realtime => PRIORITY_REALTIME_MIN..=PRIORITY_REALTIME_MAX,
+        SchedClass::Timeshare => 1..=PRIORITY_MAX_TIMESHARE,
+        SchedClass::Idle => 0..=0,
+    }
+}
+
+/// A class's priority when none is given.
+pub fn default_priority(class: SchedClass) -> u8 {
+    match class {
+        SchedClass::Timeshare => PRIORITY_NORMAL,
+        c => *priority_range(c).start(),
+    }
+}
+
+/// A priority within its class's range.
+pub fn priority(class: SchedClass, value: i64) -> Result<u8, String> {
+    let range = priority_range(class);
+    if (i64::from(*range.start())..=i64::from(*range.end())).contains(&value) {
+        Ok(value as u8)
+    } else {
+        Err(format!(
+            "expected a {} VM's priority between {} and {}, found {value}",
+            class_name(class),
+            range.start(),
+            range.end()
+        ))
+    }
+}
+
+/// What `policy` cannot honour of a class and priority, in the user's
+/// words (`origin`: where the policy came from, e.g. `host.policy`).
+pub fn honoured(
+    policy: Policy,
+    class: SchedClass,
+    priority: u8,
+    origin: &str,
+) -> Result<(), (crate::engine::policy::Refusal, String)> {
+    match policy.refuses_vm(class, priority) {
+        None => Ok(()),
+        Some(r) => Err((r, format!("{} ({origin})", r.explain(policy)))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_wording_per_mistake() {
+        let host = HostCpuSet::parse_list("0-1").unwrap();
+        let three = HostCpuSet::parse_list("0-2").unwrap();
+        assert!(core_set(&three, &host)
+            .unwrap_err()
+            .contains("found CPUs 2 outside the host CPU set 0-1"));
+        assert!(core_set(&HostCpuSet::new(), &host)
+            .unwrap_err()
+            .contains("empty core set"));
+        assert_eq!(core_set(&host, &host), Ok(()));
+        assert!(cpu_list("x")
+            .unwrap_err()
+            .starts_with("expected a CPU list"));
+        assert!(cpu_ids(&[-1]).unwrap_err().contains("found -1"));
+        assert_eq!(priority(SchedClass::Timeshare, 99), Ok(99));
+        assert!(priority(SchedClass::Timeshare, 100)
+            .unwrap_err()
+            .contains("timeshare VM's priority between 1 and 99, found 100"));
+        assert!(priority(SchedClass::Realtime, 99).is_err());
+        assert_eq!(class_from_name("realtime"), Ok(SchedClass::Realtime));
+        assert!(class_from_name("idle").is_err());
+        assert!(vm_class(SchedClass::Idle).is_err());
+        assert_eq!(default_priority(SchedClass::Realtime), 100);
+        let pinned = "pinned".parse::<Policy>().unwrap();
+        assert!(honoured(pinned, SchedClass::Timeshare, 20, "--policy")
+            .unwrap_err()
+            .1
+            .ends_with("(--policy)"));
+    }
+}

@@ -1,0 +1,647 @@
+//! The control API against running VMs (`pacer run --api-socket`), driven
+//! through `pacer ctl` as a user would and through raw sockets where a
+//! client misbehaves; and the live page in a real browser. Tests that need
+//! /dev/kvm (or Chromium) print SKIPPED without it.
+
+mod common;
+
+use common::{kvm_or_skip, TempDir};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const PACER: &str = env!("CARGO_BIN_EXE_pacer");
+
+/// A `pacer run` in the background; killed if the test ends early.
+struct Run {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+    socket: PathBuf,
+}
+
+impl Run {
+    fn start(dir: &TempDir, config: &str, extra: &[&str]) -> Run {
+        let cfg = dir.config(config);
+        let socket = dir.0.join("api.sock");
+        let json = dir.0.join("results.json");
+        let mut child = Command::new(PACER)
+            .args([
+                "run",
+                cfg.to_str().unwrap(),
+                "--json",
+                json.to_str().unwrap(),
+            ])
+            .args(["--api-socket", socket.to_str().unwrap()])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start pacer run");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let pipe = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let run = Run {
+            child,
+            stderr,
+            socket,
+        };
+        let t0 = Instant::now();
+        while !run.socket.exists() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "no API socket: {}",
+                run.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        run
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// `pacer ctl SOCKET args...`: (exit code, stdout, stderr).
+    fn ctl(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(PACER)
+            .arg("ctl")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run pacer ctl");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// `pacer ctl --json ...`, which must succeed.
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let (code, out, err) = self.ctl(&all);
+        assert_eq!(code, 0, "ctl {args:?}: {out}{err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("ctl {args:?}: {e}: {out}"))
+    }
+
+    /// A `pacer ctl` that must be refused as bad input, with `needle`.
+    fn refused(&self, args: &[&str], needle: &str) {
+        let (code, out, err) = self.ctl(args);
+        assert_eq!(code, 2, "ctl {args:?} should be refused: {out}{err}");
+        assert!(err.contains(needle), "ctl {args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
+
+    /// One vCPU's row of `stats`.
+    fn vcpu(&self, vm: &str, vcpu: u64) -> Value {
+        let s = self.json(&["stats", vm]);
+        s["vms"][0]["vcpus"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{vm} has no rows: {s}"))
+            .iter()
+            .find(|r| r["vcpu"] == vcpu)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {vm}/{vcpu}: {s}"))
+    }
+
+    /// Wait for the run to end; its exit code and results.
+    fn finish(mut self, dir: &TempDir) -> (i32, Value, String) {
+        let t0 = Instant::now();
+        let code = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s.code().unwrap_or(-1);
+            }
+            assert!(t0.elapsed() < Duration::from_secs(60), "run did not end");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        // The stderr reader sees EOF once the process is gone.
+        std::thread::sleep(Duration::from_millis(100));
+        let json = std::fs::read_to_string(dir.0.join("results.json")).unwrap_or_default();
+        let results = serde_json::from_str(&json).unwrap_or(Value::Null);
+        (code, results, self.stderr())
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Send raw bytes on a fresh connection; the answer (status line first).
+fn raw(socket: &Path, bytes: &[u8]) -> String {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    answer
+}
+
+fn two_vms(workload_ms: u32) -> String {
+    format!(
+        "[host]\ncpus = \"0-1\"\npolicy = \"haiku\"\nlog_dir = \"logs\"\n\n\
+         [[vm]]\nname = \"a\"\nvcpus = 2\nmemory_mib = 32\nkernel = \"@KERNEL@\"\n\
+         workload = \"cpu duration_ms={workload_ms} report_ms=100\"\ntimeout_s = 120\n\n\
+         [[vm]]\nname = \"b\"\nvcpus = 1\nmemory_mib = 32\nkernel = \"@KERNEL@\"\n\
+         workload = \"cpu duration_ms={workload_ms} report_ms=100\"\ntimeout_s = 120\n"
+    )
+}
+
+/// Poll `f` until it holds (within `within`).
+fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    loop {
+        if f() {
+            return true;
+        }
+        if t0.elapsed() > within {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn every_endpoint_against_running_vms() {
+    if !kvm_or_skip("every_endpoint_against_running_vms") {
+        return;
+    }
+    let dir = TempDir::new("api-endpoints");
+    let run = Run::start(&dir, &two_vms(60_000), &[]);
+
+    // The socket: owner-only, the user who started pacer.
+    {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&run.socket).unwrap();
+        assert_eq!(m.mode() & 0o777, 0o600);
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(m.uid(), unsafe { libc::geteuid() });
+    }
+
+    // ls: both VMs, once they have started.
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            let (_, out, _) = run.ctl(&["ls"]);
+            out.lines().filter(|l| l.contains(" running ")).count() == 2
+        }),
+        "{}",
+        run.ctl(&["ls"]).1
+    );
+    let ls = run.json(&["ls"]);
+    assert_eq!(ls["policy"], "haiku");
+    assert_eq!(ls["schema_version"], 1);
+    assert_eq!(ls["vms"][0]["vcpus"], 2);
+    let (_, table, _) = run.ctl(&["stats"]);
+    assert!(table.contains("a/1") && table.contains("b/0"), "{table}");
+
+    // set affinity: the vCPU visibly moves in the next stats.
+    for (cpu, was) in [(1u64, "0-1"), (0, "1")] {
+        let (code, out, err) = run.ctl(&["set", "a/0", &format!("affinity={cpu}")]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert_eq!(out, format!("a/0: affinity {was} -> {cpu}\n"));
+        let row = run.vcpu("a", 0);
+        assert_eq!(row["affinity"], cpu.to_string(), "{row}");
+        let other = 1 - cpu;
+        assert_ne!(row["host_cpu"], other, "still on CPU {other}: {row}");
+        assert!(
+            eventually(Duration::from_secs(5), || run.vcpu("a", 0)["host_cpu"]
+                == cpu),
+            "a/0 never seen on CPU {cpu}: {}",
+            run.vcpu("a", 0)
+        );
+    }
+    // Refused by the config's own rules, in the config's own words.
+    let validate = {
+        let cfg =
+            dir.config(&two_vms(100).replace("name = \"a\"\n", "name = \"a\"\ncpus = \"0-3\"\n"));
+        let out = Command::new(PACER)
+            .args(["validate", cfg.to_str().unwrap()])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let rule = "expected CPUs within [host] cpus, found CPUs 2-3 outside the host CPU set 0-1";
+    assert!(validate.contains(rule), "{validate}");
+    run.refused(
+        &["set", "a/0", "affinity=0-3"],
+        &format!("a/0: affinity: {rule}"),
+    );
+    run.refused(
+        &["set", "a", "affinity=x"],
+        "a/0: affinity: expected a CPU list",
+    );
+    run.refused(
+        &["set", "b", "priority=100"],
+        "b/0: priority: expected a timeshare VM's priority between 1 and 99, found 100",
+    );
+    run.refused(&["set", "b", "turbo=1"], "unknown key \"turbo\"");
+    run.refused(
+        &["set", "b", "mode=power-saving"],
+        "mode is a key of the host",
+    );
+    run.refused(&["set", "affinity=1"], "affinity is a key of a VM or vCPU");
+    run.refused(&["set", "c/0", "priority=5"], "no VM named \"c\"");
+    run.refused(&["set", "a/7", "priority=5"], "VM a has vCPUs 0-1, not 7");
+    run.refused(&["set", "offline=0-1"], "at least one CPU left in service");
+    // A refused request changes nothing, even its valid keys.
+    run.refused(&["set", "b", "priority=30", "affinity=9"], "b/0: affinity");
+    assert_eq!(run.vcpu("b", 0)["base_priority"], 10);
+
+    // priority and class.
+    assert_eq!(run.ctl(&["set", "b", "priority=30"]).0, 0);
+    assert_eq!(run.vcpu("b", 0)["base_priority"], 30);
+    assert_eq!(
+        run.ctl(&["set", "b/0", "class=realtime", "priority=110"]).0,
+        0
+    );
+    let row = run.vcpu("b", 0);
+    assert_eq!(
+        (&row["class"], &row["base_priority"]),
+        (&"realtime".into(), &110.into()),
+        "{row}"
+    );
+    assert_eq!(run.ctl(&["set", "b", "class=timeshare"]).0, 0);
+    let row = run.vcpu("b", 0);
+    assert_eq!(
+        (&row["class"], &row["base_priority"]),
+        (&"timeshare".into(), &10.into()),
+        "{row}"
+    );
+
+    // The mode and a host CPU's service.
+    assert_eq!(run.ctl(&["set", "mode=power-saving"]).0, 0);
+    assert_eq!(run.json(&["ls"])["mode"], "power-saving");
+    assert_eq!(run.ctl(&["set", "mode=low-latency"]).0, 0);
+    assert_eq!(run.ctl(&["set", "offline=1"]).0, 0);
+    assert_eq!(run.json(&["ls"])["cpus_out_of_service"], "1");
+    let s = run.json(&["stats"]);
+    for vm in s["vms"].as_array().unwrap() {
+        for r in vm["vcpus"].as_array().unwrap() {
+            assert!(
+                !(r["state"] == "running" && r["host_cpu"] == 1),
+                "a vCPU runs on CPU 1 out of service: {s}"
+            );
+        }
+    }
+    assert_eq!(run.ctl(&["set", "online=1"]).0, 0);
+    assert_eq!(run.json(&["ls"])["cpus_out_of_service"], "");
+
+    // pause stops a VM's progress; the other goes on; resume.
+    let (code, out, err) = run.ctl(&["pause", "a"]);
+    assert_eq!((code, out.as_str()), (0, "a: paused\n"), "{err}");
+    let a0 = run.vcpu("a", 0);
+    assert_eq!(a0["engine_state"], "paused", "{a0}");
+    let b0 = run.vcpu("b", 0)["run_ns"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let a1 = run.vcpu("a", 0);
+    assert_eq!(a0["run_ns"], a1["run_ns"], "a paused yet ran");
+    assert!(
+        run.vcpu("b", 0)["run_ns"].as_u64().unwrap() > b0,
+        "b stopped too"
+    );
+    assert_eq!(run.json(&["ls"])["vms"][0]["state"], "paused");
+    assert_eq!(run.ctl(&["resume", "a"]).1, "a: running\n");
+    let ran = a1["run_ns"].as_u64().unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            run.vcpu("a", 0)["run_ns"].as_u64().unwrap() > ran
+        }),
+        "a does not run after resume"
+    );
+
+    // The per-second status: the event stream, and the long poll.
+    let (code, out, err) = run.ctl(&["watch", "--count", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("t=")).count(),
+        2,
+        "{out}"
+    );
+    assert!(out.contains("  a running share "), "{out}");
+    let last: Value = serde_json::from_str(
+        raw(&run.socket, b"GET /api/v1/status HTTP/1.1\r\n\r\n")
+            .split("\r\n\r\n")
+            .nth(1)
+            .unwrap(),
+    )
+    .unwrap();
+    let seq = last["samples"][0]["seq"].as_u64().unwrap();
+    let t0 = Instant::now();
+    let next = raw(
+        &run.socket,
+        format!("GET /api/v1/status?after={seq} HTTP/1.1\r\n\r\n").as_bytes(),
+    );
+    let next: Value = serde_json::from_str(next.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert!(next["samples"][0]["seq"].as_u64().unwrap() > seq, "{next}");
+    assert!(t0.elapsed() < Duration::from_secs(3));
+    let sample = &next["samples"][0];
+    assert_eq!(sample["vcpu_count"], 3, "{sample}");
+    assert!(sample["vms"][0]["host_share"].is_number(), "{sample}");
+    // The keys `set` takes, and the page, on the socket too.
+    let keys = raw(&run.socket, b"GET /api/v1/keys HTTP/1.1\r\n\r\n");
+    let keys: Value = serde_json::from_str(keys.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let names: Vec<&str> = keys["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["affinity", "priority", "class", "mode", "offline", "online"]
+    );
+    let page = raw(&run.socket, b"GET / HTTP/1.1\r\n\r\n");
+    assert!(page.starts_with("HTTP/1.1 200 OK") && page.contains("<script src=\"/page.js\">"));
+    assert!(raw(&run.socket, b"GET /page.js HTTP/1.1\r\n\r\n").contains("text/javascript"));
+
+    // Malformed, oversized and half-sent requests: refused with a reason,
+    // and the VMs run on.
+    let before = run.vcpu("b", 0)["run_ns"].as_u64().unwrap();
+    let half = {
+        let mut s = UnixStream::connect(&run.socket).unwrap();
+        s.write_all(b"GET /api/v1/vms HTTP/1.1\r\nHost: x\r\n")
+            .unwrap();
+        s
+    };
+    let cases: [(&[u8], &str); 6] = [
+        (b"\x00\x01\x02 garbage\r\n\r\n", "400 Bad Request"),
+        (
+            b"POST /api/v1/set HTTP/1.1\r\nContent-Length: 100000000\r\n\r\n",
+            "413 Content Too Large",
+        ),
+        (
+            b"POST /api/v1/set HTTP/1.1\r\nContent-Length: 9\r\n\r\n{\"target\"",
+            "expected a JSON object, found invalid JSON",
+        ),
+        (
+            b"DELETE /api/v1/vms HTTP/1.1\r\n\r\n",
+            "405 Method Not Allowed",
+        ),
+        (b"GET /etc/passwd HTTP/1.1\r\n\r\n", "404 Not Found"),
+        (
+            b"POST /api/v1/vms/a/explode HTTP/1.1\r\n\r\n",
+            "unknown action",
+        ),
+    ];
+    for (bytes, needle) in cases {
+        let a = raw(&run.socket, bytes);
+        assert!(a.contains(needle), "{needle}: {a}");
+        assert!(a.contains("{\"error\":"), "{a}");
+    }
+    let mut long = b"GET /".to_vec();
+    long.extend(std::iter::repeat_n(b'a', 20_000));
+    assert!(raw(&run.socket, &long).contains("431"), "long head");
+    // The half request is given up on, with a reason.
+    let mut half = half;
+    half.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut a = String::new();
+    let _ = half.read_to_string(&mut a);
+    assert!(a.contains("408 Request Timeout"), "{a}");
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            run.vcpu("b", 0)["run_ns"].as_u64().unwrap() > before
+        }),
+        "b stopped making progress"
+    );
+    assert_eq!(run.json(&["ls"])["vms"][1]["state"], "running");
+
+    // stop, one VM then the other: the run ends.
+    assert_eq!(run.ctl(&["stop", "b"]).1, "b: stopped\n");
+    assert_eq!(run.json(&["ls"])["vms"][1]["state"], "stopped");
+    run.refused(&["pause", "b"], "VM b is stopped");
+    run.refused(&["set", "b", "priority=5"], "VM b is stopped");
+    assert_eq!(run.ctl(&["stop", "a"]).0, 0);
+    let socket = run.socket.clone();
+    let (code, results, stderr) = run.finish(&dir);
+    assert!(!stderr.contains("forbidden system call"), "{stderr}");
+    assert_eq!(code, 1, "VMs stopped by request count as failed: {stderr}");
+    assert!(!socket.exists(), "the socket outlives the run");
+
+    // Every change is in the results, with who made it.
+    let changes = results["runs"][0]["control_changes"]
+        .as_array()
+        .expect("changes");
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    assert!(changes.iter().all(|c| c["uid"] == me), "{changes:?}");
+    let has = |target: &str, key: &str, value: &str| {
+        changes
+            .iter()
+            .any(|c| c["target"] == target && c["key"] == key && c["value"] == value)
+    };
+    assert!(has("a/0", "affinity", "1") && has("a/0", "affinity", "0"));
+    assert!(has("b", "priority", "30") && has("b/0", "class", "realtime"));
+    assert!(has("host", "mode", "power-saving") && has("host", "offline", "1"));
+    assert!(has("a", "state", "paused") && has("a", "state", "running"));
+    assert!(has("b", "state", "stopped"));
+    let first = changes.iter().find(|c| c["key"] == "affinity").unwrap();
+    assert_eq!(first["previous"], "0-1");
+    assert!(first["t_run_ns"].as_u64().unwrap() > 0);
+    let run_dir = results["runs"][0]["run_dir"].as_str().unwrap();
+    let lines = std::fs::read_to_string(Path::new(run_dir).join("control.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), changes.len());
+    // Refusals change nothing and are not recorded.
+    assert!(!has("b", "priority", "100"));
+}
+
+#[test]
+fn policy_host_pauses_and_stops_but_has_nothing_to_set() {
+    if !kvm_or_skip("policy_host_pauses_and_stops_but_has_nothing_to_set") {
+        return;
+    }
+    let dir = TempDir::new("api-host");
+    let run = Run::start(
+        &dir,
+        &two_vms(60_000).replace("policy = \"haiku\"", "policy = \"host\""),
+        &[],
+    );
+    assert!(eventually(Duration::from_secs(20), || {
+        run.json(&["ls"])["vms"][1]["state"] == "running"
+    }));
+    let s = run.json(&["stats", "a"]);
+    assert_eq!(s["vms"][0]["vcpus"], Value::Null, "{s}");
+    run.refused(&["set", "a", "priority=20"], "policy host has no scheduler");
+    assert_eq!(run.ctl(&["pause", "a"]).1, "a: paused\n");
+    assert_eq!(run.ctl(&["resume", "a"]).1, "a: running\n");
+    assert_eq!(run.ctl(&["stop", "a"]).0, 0);
+    assert_eq!(run.ctl(&["stop", "b"]).0, 0);
+    let (code, _, stderr) = run.finish(&dir);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(!stderr.contains("forbidden system call"), "{stderr}");
+}
+
+#[test]
+fn a_taken_path_or_a_public_address_is_bad_input() {
+    let dir = TempDir::new("api-taken");
+    let cfg = dir.config(&two_vms(100));
+    let file = dir.0.join("not-a-socket");
+    std::fs::write(&file, "x").unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(PACER)
+            .args(["run", cfg.to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["--api-socket", file.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("exists and is not a socket"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "x",
+        "the file was touched"
+    );
+    let (code, err) = run(&["--api-http", "0.0.0.0:0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("expected a loopback address"), "{err}");
+    let (code, err) = run(&["--api-socket", "x.sock", "--compare", "haiku,host"]);
+    assert_eq!(code, 2, "{err}");
+    // No server: ctl says so in one line.
+    let out = Command::new(PACER)
+        .args(["ctl", dir.0.join("none.sock").to_str().unwrap(), "ls"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot connect") && err.lines().count() == 1,
+        "{err}"
+    );
+}
+
+/// Chromium, as Debian packages it (installed by ci/install.sh).
+fn chromium() -> Option<PathBuf> {
+    ["chromium", "chromium-browser"].iter().find_map(|name| {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|p| p.join(name))
+                .find(|p| p.is_file())
+        })
+    })
+}
+
+/// Chromium headless on `url`: the given output option, a fresh profile,
+/// nothing from the network.
+fn chromium_run(browser: &Path, dir: &TempDir, output: &str, url: &str) -> (bool, String) {
+    let profile = dir.0.join(format!("profile-{}", output.len()));
+    let out = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--window-size=1000,640",
+            "--virtual-time-budget=20000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(output)
+        .arg(url)
+        .output()
+        .expect("run chromium");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn the_live_page_in_a_browser() {
+    if !kvm_or_skip("the_live_page_in_a_browser") {
+        return;
+    }
+    let Some(browser) = chromium() else {
+        println!("SKIPPED: no chromium (ci/install.sh installs Debian's); the_live_page_in_a_browser not run");
+        return;
+    };
+    let dir = TempDir::new("api-page");
+    let run = Run::start(&dir, &two_vms(60_000), &["--api-http", "127.0.0.1:0"]);
+    let mut url = String::new();
+    assert!(eventually(Duration::from_secs(10), || {
+        let err = run.stderr();
+        match err.split("live page on ").nth(1) {
+            Some(rest) => {
+                url = rest.split_whitespace().next().unwrap().to_string();
+                true
+            }
+            None => false,
+        }
+    }));
+    assert!(eventually(Duration::from_secs(20), || {
+        run.json(&["ls"])["vms"][1]["state"] == "running"
+    }));
+    // The TCP port is read-only.
+    let host = url.trim_start_matches("http://").trim_end_matches('/');
+    let mut tcp = std::net::TcpStream::connect(host).unwrap();
+    tcp.write_all(b"POST /api/v1/vms/a/stop HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+        .unwrap();
+    let mut a = String::new();
+    tcp.read_to_string(&mut a).unwrap();
+    assert!(
+        a.contains("403 Forbidden") && a.contains("read-only"),
+        "{a}"
+    );
+
+    // The page after a few samples: the vCPU count, and a figure that
+    // changed while it was open (the run's time).
+    let (ok, dom) = chromium_run(&browser, &dir, "--dump-dom", &format!("{url}?polls=4"));
+    assert!(ok, "chromium failed: {dom}");
+    assert!(dom.contains("data-vcpus=\"3\">3 vCPUs<"), "{dom}");
+    let t = dom.split("id=\"t\"").nth(1).expect("the time figure");
+    let first = t
+        .split("data-first=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
+    let now = t.split('>').nth(1).unwrap().split('<').next().unwrap();
+    assert_ne!(first, now, "the page never changed: {t}");
+    for needle in ["CPU 0", "CPU 1", "a/0", "a/1", "b/0", "<polyline"] {
+        assert!(dom.contains(needle), "{needle} missing: {dom}");
+    }
+    // A picture of it, under the test's output.
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("api-live-page.png");
+    let _ = std::fs::remove_file(&shot);
+    let (ok, out) = chromium_run(
+        &browser,
+        &dir,
+        &format!("--screenshot={}", shot.display()),
+        &format!("{url}?polls=4"),
+    );
+    assert!(ok, "{out}");
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "{}",
+        png.len()
+    );
+    println!("the live page: {}", shot.display());
+    assert_eq!(run.ctl(&["stop", "a"]).0, 0);
+    assert_eq!(run.ctl(&["stop", "b"]).0, 0);
+    let (_, _, stderr) = run.finish(&dir);
+    assert!(!stderr.contains("forbidden system call"), "{stderr}");
+}
