@@ -40,7 +40,10 @@ fn every_target_survives_a_short_run() {
         );
         names.push(r.target);
     }
-    assert_eq!(names, ["config", "pio", "irqchip", "record", "elf", "api"]);
+    assert_eq!(
+        names,
+        ["config", "pio", "irqchip", "record", "elf", "api", "trace"]
+    );
 }
 
 #[test]

@@ -4,12 +4,15 @@
 //! ```text
 //! pacer run FILE [--policy P[:MODE]] [--compare P1,P2,..] [--json FILE] [--status]
 //!                [--mode MODE] [--log-dir DIR] [--exit-status-from-guest] [--no-seccomp]
+//!                [--trace FILE]   record a scheduling trace
+//!                [--api-socket PATH] [--api-http 127.0.0.1:PORT]  with the control API
 //! pacer validate FILE [--policy P[:MODE]] [--mode MODE] [--log-dir DIR]
 //! pacer topology [--spec 2x22x2]      print the host (or a synthetic) topology
 //! pacer bench MATRIX --out DIR [--resume] [--dry-run]   (bench::command)
 //! pacer sim SCENARIO [--policy P] [--compare [P1,P2]]    (sim_command)
+//! pacer sim --replay TRACE [--topology S] [--policy P]   replay a scheduling trace
+//! pacer trace summary|export|plot|dump TRACE   read a scheduling trace (trace::command)
 //! pacer unixbench --host | --report LOG                  (unixbench::cli)
-//!                [--api-socket PATH] [--api-http 127.0.0.1:PORT]  with the control API
 //! pacer ctl SOCKET ls | stats | set | pause | resume | stop | watch  (crate::ctl_command)
 //! pacer completions SHELL | man [--out DIR] | config-reference
 //! ```
@@ -173,6 +176,10 @@ pub enum Command {
         /// file's `log_dir` (relative to the current directory).
         #[arg(long, value_name = "DIR")]
         log_dir: Option<PathBuf>,
+        /// Record a scheduling trace into FILE (scheduled policies; read it
+        /// with `pacer trace summary|export|plot FILE`).
+        #[arg(long, value_name = "FILE", conflicts_with = "compare")]
+        trace: Option<PathBuf>,
         #[command(flatten)]
         api: crate::ctl_command::ApiArgs,
     },
@@ -199,6 +206,9 @@ pub enum Command {
     /// Run a scheduler simulation scenario (deterministic, no KVM).
     #[command(after_help = crate::sim_command::HELP)]
     Sim(crate::sim_command::SimArgs),
+    /// Read a scheduling trace (`pacer run --trace`): summary, export, plot.
+    #[command(after_help = crate::trace::command::HELP)]
+    Trace(crate::trace::command::TraceArgs),
     /// Print the host CPU topology as vcpu_sched sees it.
     #[command(after_help = TOPOLOGY_HELP)]
     Topology {
@@ -349,6 +359,7 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
         Command::Unixbench(args) => crate::unixbench::cli::run(&args),
         Command::Bench(args) => crate::bench::command::main(args),
         Command::Sim(args) => crate::sim_command::main(args),
+        Command::Trace(args) => crate::trace::command::main(args),
         Command::Ctl(args) => crate::ctl_command::main(args),
         Command::Validate {
             file,
@@ -391,13 +402,16 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
             no_seccomp,
             mode,
             log_dir,
+            trace,
             api,
         } => {
             // Before any VM starts: a result that cannot be written is bad input.
-            if let Some(path) = &json {
-                if let Err(why) = crate::preflight::check_output_file(path) {
-                    eprintln!("pacer run: --json: {why}");
-                    return EXIT_BAD_INPUT;
+            for (flag, path) in [("--json", &json), ("--trace", &trace)] {
+                if let Some(path) = path {
+                    if let Err(why) = crate::preflight::check_output_file(path) {
+                        eprintln!("pacer run: {flag}: {why}");
+                        return EXIT_BAD_INPUT;
+                    }
                 }
             }
             if !no_seccomp {
@@ -446,11 +460,17 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
             let opts = RunOptions {
                 run_start,
                 status,
+                trace,
                 api: api.options(),
             };
             let results = match runner::run(&config, &opts, &print_event) {
                 Ok(r) => r,
-                Err(e @ (runner::RunError::LogDir(_) | runner::RunError::Api(_))) => {
+                Err(
+                    e @ (runner::RunError::LogDir(_)
+                    | runner::RunError::Api(_)
+                    | runner::RunError::TraceUnderHost
+                    | runner::RunError::Trace(_)),
+                ) => {
                     eprintln!("pacer run: {e}");
                     return EXIT_BAD_INPUT;
                 }
@@ -463,6 +483,18 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 self::status(&format!(
                     "pacer: this run's logs and results: {}\n",
                     dir.display()
+                ));
+            }
+            if let Some(t) = &results.trace {
+                self::status(&format!(
+                    "pacer: scheduling trace: {} ({} events, {} lost{})\n",
+                    t.path.display(),
+                    t.records,
+                    t.lost,
+                    t.error
+                        .as_ref()
+                        .map(|e| format!("; incomplete: {e}"))
+                        .unwrap_or_default()
                 ));
             }
             if let Some(path) = json {
@@ -564,6 +596,7 @@ fn run_compare(runs_of: &RunsOf<'_>, policies: &[PolicyChoice]) -> i32 {
         let opts = RunOptions {
             run_start: runs_of.run_start,
             status: runs_of.status,
+            trace: None,
             api: Default::default(),
         };
         match runner::run(&config, &opts, &print_event) {

@@ -340,6 +340,7 @@ mod tests {
             run_dir: None,
             ok: true,
             vms,
+            trace: None,
             control_changes: Vec::new(),
         }
     }

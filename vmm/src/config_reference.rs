@@ -300,6 +300,16 @@ pub fn matrix() -> Vec<Key> {
             None,
         ),
         key(
+            "matrix.trace",
+            "boolean",
+            "",
+            "false",
+            "",
+            "Record a scheduling trace of every cell a scheduled policy runs into DIR/traces/<cell>.trace (pacer trace).",
+            "true",
+            None,
+        ),
+        key(
             "matrix.dispatch",
             "string",
             "",

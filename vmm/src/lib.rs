@@ -44,6 +44,7 @@ pub mod sched_rules;
 pub mod seccomp;
 pub mod signals;
 pub mod sim_command;
+pub mod trace;
 pub mod units;
 pub mod unixbench;
 pub mod vcpu;

@@ -9,8 +9,10 @@
 //!   swapped for a FIFO between the two checks cannot block either;
 //! - a log directory must be creatable and writable: its nearest existing
 //!   ancestor must be a directory this process may write into;
-//! - the `--json` output must not be a directory and its directory must be
-//!   writable (or creatable).
+//! - the `--json` (and `--trace`) output must not be a directory and its
+//!   directory must be writable (or creatable);
+//! - any other file read from a user (a scheduling trace) goes through the
+//!   same regular-file, capped read ([`read_regular_file`]).
 //!
 //! Nothing here creates or changes a file.
 
@@ -49,6 +51,20 @@ fn invalid(msg: String) -> std::io::Error {
 /// Read a config file: a regular file of at most [`MAX_CONFIG_BYTES`], as
 /// UTF-8.
 pub fn read_config_file(path: &Path) -> std::io::Result<String> {
+    let bytes = read_regular_file(path, MAX_CONFIG_BYTES, "a config file")?;
+    String::from_utf8(bytes).map_err(|e| {
+        invalid(format!(
+            "not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        ))
+    })
+}
+
+/// Read a regular file of at most `max` bytes (`what` names it in the
+/// error): checked by path, then again on the descriptor opened
+/// non-blocking, and read no further than `max` + 1 bytes whatever the
+/// file claims.
+pub fn read_regular_file(path: &Path, max: u64, what: &str) -> std::io::Result<Vec<u8>> {
     let meta = std::fs::metadata(path)?;
     if !meta.is_file() {
         return Err(invalid(format!(
@@ -67,25 +83,20 @@ pub fn read_config_file(path: &Path) -> std::io::Result<String> {
             kind_of(meta.file_type())
         )));
     }
-    if meta.len() > MAX_CONFIG_BYTES {
+    if meta.len() > max {
         return Err(invalid(format!(
-            "{} bytes, more than the {MAX_CONFIG_BYTES} a config file may have",
+            "{} bytes, more than the {max} {what} may have",
             meta.len()
         )));
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
         return Err(invalid(format!(
-            "more than the {MAX_CONFIG_BYTES} bytes a config file may have"
+            "more than the {max} bytes {what} may have"
         )));
     }
-    String::from_utf8(bytes).map_err(|e| {
-        invalid(format!(
-            "not UTF-8 text (invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        ))
-    })
+    Ok(bytes)
 }
 
 /// Whether this process may write into directory `dir` (access(2), which

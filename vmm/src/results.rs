@@ -165,6 +165,8 @@ pub struct RunResults {
     pub run_dir: Option<PathBuf>,
     pub ok: bool,
     pub vms: Vec<VmResult>,
+    /// The scheduling trace, when one was recorded (`--trace`).
+    pub trace: Option<crate::trace::TraceOutcome>,
     /// What was changed through the control API while the VMs ran (also
     /// `control.jsonl` in the run directory).
     pub control_changes: Vec<crate::api::audit::ControlChange>,

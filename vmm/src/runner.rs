@@ -27,6 +27,10 @@ pub enum RunError {
     Kvm(#[from] crate::vm::VmError),
     #[error("{0}")]
     LogDir(#[from] crate::run_dir::RunDirError),
+    #[error("{0}")]
+    Trace(#[from] crate::trace::tracer::TraceError),
+    #[error("--trace: policy host leaves the vCPU threads to the host kernel; Pacer has no scheduling to record (use haiku, global-rr or pinned)")]
+    TraceUnderHost,
     /// The control API cannot listen where it was asked to (bad input).
     #[error("{0}")]
     Api(#[from] crate::api::ApiError),
@@ -41,6 +45,8 @@ pub struct RunOptions {
     pub run_start: Instant,
     /// Report a one-line status every second ([`RunEvent::Status`]).
     pub status: bool,
+    /// Record a scheduling trace into this file (scheduled policies).
+    pub trace: Option<std::path::PathBuf>,
     /// Serve the control API (`--api-socket`, `--api-http`).
     pub api: crate::api::ApiOptions,
 }
@@ -193,6 +199,9 @@ pub fn run(
     opts: &RunOptions,
     on_event: &(dyn Fn(RunEvent<'_>) + Sync),
 ) -> Result<RunResults, RunError> {
+    if opts.trace.is_some() && config.host.policy == Policy::Host {
+        return Err(RunError::TraceUnderHost);
+    }
     // This run's own directory, before anything starts.
     let run_dir = crate::run_dir::create(&config.host.log_dir)?;
     crate::run_dir::keep_config(&run_dir, config);
@@ -224,19 +233,30 @@ pub fn run(
     // Before any thread starts: every thread inherits the blocked mask.
     let guard = SignalGuard::install();
     let guard = &guard;
+    let mut tracer = None;
     let engine = match config.host.policy {
         Policy::Host => None,
-        Policy::Scheduled(policy) => Some(Engine::new(
-            EngineConfig {
+        Policy::Scheduled(policy) => {
+            let cpus = CpuMap::from_host(&config.host.cpus)?;
+            let mut engine_config = EngineConfig {
                 policy,
                 mode: config.host.mode,
                 smt_isolation: config.host.smt_isolation,
                 tunables: config.host.tunables.clone(),
                 dispatch: config.host.dispatch,
                 halt_poll_ns: config.host.halt_poll_us * 1000,
-            },
-            CpuMap::from_host(&config.host.cpus)?,
-        )?),
+                trace: None,
+            };
+            if let Some(path) = &opts.trace {
+                let t = crate::trace::Tracer::start(
+                    &crate::trace::TraceConfig::new(path),
+                    trace_meta(config, &engine_config, &cpus),
+                )?;
+                engine_config.trace = Some(t.trace());
+                tracer = Some(t);
+            }
+            Some(Engine::new(engine_config, cpus)?)
+        }
     };
     let scheduling = match &engine {
         None => VcpuScheduling::Host { pin: true },
@@ -365,16 +385,38 @@ pub fn run(
     if let Some(e) = &engine {
         e.shutdown();
     }
+    let trace = tracer.map(crate::trace::Tracer::outcome);
+    if let Some(e) = trace.as_ref().and_then(|t| t.error.as_ref()) {
+        log::warn!("{e}");
+    }
     Ok(RunResults {
         config: config.path.clone(),
         run_dir: Some(run_dir),
         ok: results.iter().all(|r| r.ok),
         vms: results,
+        trace,
         control_changes: api_rest
             .as_ref()
             .map(|(audit, _)| audit.changes())
             .unwrap_or_default(),
     })
+}
+
+/// What a trace says about the run it records.
+fn trace_meta(
+    config: &Config,
+    engine: &EngineConfig,
+    cpus: &CpuMap,
+) -> crate::trace::format::RunMeta {
+    crate::trace::format::RunMeta {
+        policy: config.host.policy.to_string(),
+        mode: config.host.mode.to_string(),
+        dispatch: config.host.dispatch.to_string(),
+        topology: cpus.topology().clone(),
+        start_ns: crate::engine::clock::now_ns(),
+        config: Some(config.path.display().to_string()),
+        sched: Some(engine.sched_config()),
+    }
 }
 
 fn failed(name: &str, msg: &str) -> VmResult {

@@ -13,6 +13,7 @@
 //! |---|---|---|
 //! | [`ThreadKind::Vcpu`] | `<vm>/vcpu<N>`, `pacer/cpu<N>` (workers) | `ioctl` with KVM_RUN, KVM_GET/SET_REGS, KVM_GET/SET_SREGS, KVM_INTERRUPT, KVM_NMI, KVM_SET_MSRS, KVM_GET_VCPU_EVENTS, KVM_IRQ_LINE only; `timer_create`/`timer_delete`; read-only `openat`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (under policy host a vCPU thread reads its own scheduling counters in /proc as it ends) |
 //! | [`ThreadKind::Timers`] | `pacer/timers` | nothing |
+//! | [`ThreadKind::Trace`] | `pacer/trace` (`run --trace`) | read-only `openat`, `read` (glibc's malloc, as for `Api`); it writes the trace file opened before it started |
 //! | [`ThreadKind::Controller`] | `<vm>/ctl` after its vCPUs started | `openat` read-only, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the kernel's per-thread scheduling statistics) |
 //! | [`ThreadKind::Service`] | `pacer/signals`, `pacer/status` | `rt_sigtimedwait`; `openat`, `statx` (the SIGUSR1 snapshot file) |
 //! | [`ThreadKind::Api`] | `pacer/api` (the control API, `--api-socket`) | `poll`/`ppoll`, `accept4`, `read`/`recvfrom`, `sendto` without an address (writes to a connected socket), `getsockopt` for SO_PEERCRED only, read-only `openat` (glibc's malloc reads /proc/sys/vm/overcommit_memory when it first shrinks a thread's heap) (the peer's uid), `unlink`/`unlinkat` (its socket, at the end); its listeners and its record file are made before it is confined |
@@ -80,17 +81,19 @@ pub enum ThreadKind {
     Timers,
     Controller,
     Service,
+    Trace,
     Api,
     Runner,
 }
 
 impl ThreadKind {
     /// Every kind; [`ThreadKind::Runner`] last.
-    pub const ALL: [ThreadKind; 6] = [
+    pub const ALL: [ThreadKind; 7] = [
         ThreadKind::Vcpu,
         ThreadKind::Timers,
         ThreadKind::Controller,
         ThreadKind::Service,
+        ThreadKind::Trace,
         ThreadKind::Api,
         ThreadKind::Runner,
     ];
@@ -184,10 +187,16 @@ fn common() -> Result<Rules, String> {
     Ok(r)
 }
 
-/// Read-only file access (no O_CREAT, O_WRONLY or O_RDWR).
-fn read_only_files(r: &mut Rules) -> Result<(), String> {
+/// `openat` for reading only (no O_CREAT, O_WRONLY, O_RDWR or O_TRUNC).
+fn read_only_openat(r: &mut Rules) -> Result<(), String> {
     let write_flags = (libc::O_ACCMODE | libc::O_CREAT | libc::O_TRUNC) as u64;
     r.insert(libc::SYS_openat, without_bits(2, write_flags)?);
+    Ok(())
+}
+
+/// Read-only file access (no O_CREAT, O_WRONLY or O_RDWR).
+fn read_only_files(r: &mut Rules) -> Result<(), String> {
+    read_only_openat(r)?;
     allow(
         r,
         &[
@@ -237,6 +246,13 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
             allow(&mut r, &[libc::SYS_timer_create, libc::SYS_timer_delete]);
         }
         ThreadKind::Timers => {}
+        ThreadKind::Trace => {
+            // Read-only: glibc's malloc reads /proc/sys/vm/overcommit_memory
+            // the first time a thread's heap shrinks (the drain's buffers
+            // grow and shrink with the event rate).
+            read_only_openat(&mut r)?;
+            allow(&mut r, &[libc::SYS_read]);
+        }
         ThreadKind::Controller => read_only_files(&mut r)?,
         ThreadKind::Service => {
             allow(
@@ -261,8 +277,7 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
             // Read-only: glibc's malloc reads /proc/sys/vm/overcommit_memory
             // the first time a thread's heap shrinks (the API's answers
             // come and go).
-            let write_flags = (libc::O_ACCMODE | libc::O_CREAT | libc::O_TRUNC) as u64;
-            r.insert(libc::SYS_openat, without_bits(2, write_flags)?);
+            read_only_openat(&mut r)?;
             // Answers on connected sockets only: no address to send to.
             r.insert(libc::SYS_sendto, vec![rule(vec![cond(4, Op::Eq, 0)?])?]);
             // The peer's credentials, nothing else of a socket's options.

@@ -1,6 +1,12 @@
 //! `pacer sim SCENARIO`: the deterministic scheduler simulator
 //! (`vcpu_sched::sim`), through the same front end as the `sim` example,
 //! so both print the same tables, summaries and speed lines.
+//!
+//! `pacer sim --replay TRACE`: the vCPUs of a recorded run (`pacer run
+//! --trace`) replayed through the simulator (`trace::replay`), on the
+//! recorded topology or `--topology`, under the recorded policy or each
+//! `--policy`; each report is followed by the per-vCPU comparison with the
+//! recording.
 
 use std::path::PathBuf;
 use vcpu_sched::sim::front::{run_scenario, FrontError, SimOptions};
@@ -25,8 +31,21 @@ Exit codes:
 #[derive(Debug, clap::Args)]
 pub struct SimArgs {
     /// The scenario file (TOML; see vcpu_sched/scenarios/).
-    #[arg(value_name = "SCENARIO")]
-    pub file: PathBuf,
+    #[arg(
+        value_name = "SCENARIO",
+        required_unless_present = "replay",
+        conflicts_with = "replay"
+    )]
+    pub file: Option<PathBuf>,
+    /// Replay the vCPUs of a scheduling trace (`pacer run --trace FILE`)
+    /// instead of a scenario.
+    #[arg(long, value_name = "TRACE")]
+    pub replay: Option<PathBuf>,
+    /// What a replayed turn asks for: its time on the CPU as scheduled,
+    /// or only the CPU time its thread got (without the host's other
+    /// processes).
+    #[arg(long, value_enum, default_value_t, requires = "replay")]
+    pub demand: crate::trace::replay::Demand,
     /// Run under this policy: haiku, global-rr, pinned, eevdf (repeat the
     /// flag for several) [default: haiku].
     #[arg(long, value_name = "POLICY")]
@@ -57,8 +76,9 @@ pub struct SimArgs {
     /// Multiply every group's vCPU count.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub scale: u32,
-    /// Print the first N scheduler calls.
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    /// Print the first N scheduler calls (`--trace` is a trace file, as
+    /// in `pacer run`; see --replay).
+    #[arg(long = "print-calls", value_name = "N", default_value_t = 0)]
     pub trace: u64,
     /// Add the policy's own snapshot table.
     #[arg(long)]
@@ -67,8 +87,11 @@ pub struct SimArgs {
 
 /// Run `pacer sim`; returns the exit code (0 ok, 1 a policy failed, 2 bad input).
 pub fn main(a: SimArgs) -> i32 {
+    if let Some(trace) = &a.replay {
+        return replay(&a, trace);
+    }
     let opts = SimOptions {
-        file: a.file,
+        file: a.file.unwrap_or_default(),
         policies: match a.compare {
             Some(list) if list.is_empty() => PolicyKind::ALL.to_vec(),
             Some(list) => list,
@@ -96,5 +119,86 @@ pub fn main(a: SimArgs) -> i32 {
             eprintln!("{e}");
             crate::cli::EXIT_VM_FAILED
         }
+    }
+}
+
+/// `pacer sim --replay TRACE`.
+fn replay(a: &SimArgs, path: &std::path::Path) -> i32 {
+    use crate::cli::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
+    use crate::trace::replay::{compare, comparison_table, replay_of};
+    let trace = match crate::trace::TraceFile::read(path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let topology = match a.topology.as_deref().map(vcpu_sched::Topology::from_spec) {
+        None => None,
+        Some(Ok(t)) => Some(t),
+        Some(Err(e)) => {
+            eprintln!("pacer sim: --topology: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let policies: Vec<Option<PolicyKind>> = match &a.compare {
+        Some(list) if list.is_empty() => PolicyKind::ALL.iter().copied().map(Some).collect(),
+        Some(list) => list.iter().copied().map(Some).collect(),
+        None if a.policy.is_empty() => vec![None],
+        None => a.policy.iter().copied().map(Some).collect(),
+    };
+    let mut doc = Vec::new();
+    let mut failed = false;
+    for p in policies {
+        let rec = match replay_of(&trace, topology.clone(), p, a.demand) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("{}: {e}", path.display());
+                return EXIT_BAD_INPUT;
+            }
+        };
+        let policy = rec.replay.sched.policy;
+        match rec.replay.run() {
+            Ok(report) => {
+                let rows = compare(&rec, &report);
+                if !crate::cli::quiet() {
+                    out(&format!("{}\n", report.to_table()));
+                }
+                out(&format!(
+                    "replay of {} under {policy} (kick latency {:.1} us, from the recording):\n{}\n",
+                    path.display(),
+                    rec.replay.kick_latency_us,
+                    comparison_table(policy.as_str(), &rows)
+                ));
+                doc.push(serde_json::json!({
+                    "policy": policy.as_str(),
+                    "vcpus": rows,
+                    "report": report,
+                }));
+            }
+            Err(e) => {
+                eprintln!("policy {policy}: {e}");
+                failed = true;
+            }
+        }
+    }
+    if let Some(json) = &a.json {
+        let text = serde_json::json!({
+            "schema_version": crate::trace::format::SCHEMA_VERSION,
+            "trace": path,
+            "replays": doc,
+        });
+        if let Err(e) = std::fs::write(
+            json,
+            serde_json::to_string_pretty(&text).unwrap_or_default() + "\n",
+        ) {
+            eprintln!("pacer sim: cannot write {}: {e}", json.display());
+            return EXIT_VM_FAILED;
+        }
+    }
+    if failed {
+        EXIT_VM_FAILED
+    } else {
+        EXIT_OK
     }
 }

@@ -168,6 +168,7 @@ cell_timeout_s = 1
 baseline = ["host", "qemu"]
 policies = ["host", "haiku", "qemu"]
 memory_mib = 16
+trace = true
 
 [[workload]]
 name = "short"
@@ -258,6 +259,10 @@ vm = [ { name = "small", vcpus = 1, memory_mib = 2 } ]
     }
     let summary = std::fs::read_to_string(out.join("summary.json")).unwrap();
     assert!(summary.contains("\"baselines\""));
+    // trace = true: a trace per cell of a scheduled policy, none for host.
+    let trace = vmm::trace::TraceFile::read(&out.join("traces/ok_short_haiku_r1.trace")).unwrap();
+    assert!(trace.complete && trace.vms.len() == 2);
+    assert!(!out.join("traces/ok_short_host_r1.trace").exists());
 }
 
 #[test]

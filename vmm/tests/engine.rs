@@ -145,6 +145,7 @@ fn pause_and_resume_under_the_engine() {
                 tunables: Default::default(),
                 dispatch,
                 halt_poll_ns: 200_000,
+                trace: None,
             },
             CpuMap::from_host(&online).unwrap(),
         )

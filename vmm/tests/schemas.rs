@@ -224,6 +224,13 @@ fn run_results(dir: &TempDir) -> vmm::results::RunResults {
             full_result(dir),
             vmm::results::VmResult::error("dead", "no kernel".into(), 1.0, ""),
         ],
+        trace: Some(vmm::trace::TraceOutcome {
+            path: dir.0.join("run.trace"),
+            records: 1000,
+            lost: 0,
+            bytes: 64_000,
+            error: None,
+        }),
         control_changes: vec![vmm::api::audit::ControlChange {
             schema_version: 1,
             t_run_ms: 120,

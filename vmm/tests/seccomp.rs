@@ -299,6 +299,34 @@ fn a_guest_write_of_ia32_apic_base_runs_confined_under_pacers_own_apic() {
     assert_eq!(code, 0, "{out}{err}");
 }
 
+#[test]
+fn a_traced_run_is_confined_too() {
+    if !kvm_or_skip("a_traced_run_is_confined_too") {
+        return;
+    }
+    // The drain thread (pacer/trace) writes the file it was given under
+    // its own filter; vCPU, timer and waker threads record into rings.
+    let dir = TempDir::new("seccomp-trace");
+    let vm = vm_table("pp", "pingpong duration_ms=200").replace("vcpus = 1", "vcpus = 2");
+    for dispatch in ["threads", "workers"] {
+        let cfg = dir.config(&format!(
+            "[host]\ncpus = \"0-1\"\npolicy = \"haiku\"\ndispatch = \"{dispatch}\"\nlog_dir = \"logs\"\n\n{vm}"
+        ));
+        let trace = dir.0.join(format!("{dispatch}.trace"));
+        let (code, out, err) = pacer(&[
+            "run",
+            cfg.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+        ]);
+        assert!(!err.contains("forbidden system call"), "{dispatch}: {err}");
+        assert_eq!(code, 0, "{dispatch}: {out}{err}");
+        assert!(out.contains("scheduling trace:"), "{out}");
+        let t = vmm::trace::TraceFile::read(&trace).unwrap();
+        assert!(t.complete && !t.events.is_empty(), "{dispatch}");
+    }
+}
+
 /// The environment variable that makes the ignored API test the child.
 const API_CHILD: &str = "PACER_SECCOMP_API_CHILD";
 

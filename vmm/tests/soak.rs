@@ -70,6 +70,7 @@ fn soak() {
             tunables: Default::default(),
             dispatch: config.host.dispatch,
             halt_poll_ns: config.host.halt_poll_us * 1000,
+            trace: None,
         },
         CpuMap::from_host(&config.host.cpus).unwrap(),
     )

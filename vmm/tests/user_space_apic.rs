@@ -31,6 +31,7 @@ fn exit_status(tag: &str, policy: &str, code: &[u8]) -> u64 {
     let opts = RunOptions {
         run_start: Instant::now(),
         status: false,
+        trace: None,
         api: Default::default(),
     };
     let r = run(&config, &opts, &|_| {}).unwrap();

@@ -36,6 +36,8 @@ pub enum ApicMode {
 pub(crate) struct Effects {
     /// An IPI (ICR or SELF IPI write).
     pub ipi: Option<Message>,
+    /// The vector an EOI write retired (the guest's handler ran).
+    pub eoi: Option<u8>,
     /// EOI of a level-triggered vector: broadcast to the I/O APIC.
     pub eoi_broadcast: Option<u8>,
     /// This vCPU has something new to take (TSC-deadline fired at once).

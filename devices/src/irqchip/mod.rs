@@ -51,7 +51,9 @@
 //! APICs are then locked one after the other). Each APIC also publishes
 //! what matching a destination needs in an atomic (`RouteKey`), so the
 //! router locks only the APICs a message is for.
-//! [`IrqChipHost::notify`] is called with no chip lock held;
+//! [`IrqChipHost::notify_because`] (which names the cause: timer, IPI and
+//! its sender, I/O APIC pin) and [`IrqChipHost::eoi`] (the vector an EOI
+//! retired) are called with no chip lock held;
 //! [`IrqChipHost::set_timer`] and the clock functions are called with that
 //! vCPU's local-APIC lock held (so one vCPU's `set_timer` calls arrive in
 //! order; an INIT from an I/O APIC pin also holds the I/O APIC's) and must
@@ -117,8 +119,28 @@ pub trait IrqChipHost: Send + Sync {
     /// kicks it out of KVM_RUN. Always called with no chip lock held; may
     /// name the calling vCPU itself.
     fn notify(&self, vcpu: u32);
+    /// [`IrqChipHost::notify`], saying why (the chip always calls this
+    /// one; a VMM that records what wakes its vCPUs overrides it).
+    fn notify_because(&self, vcpu: u32, _cause: NotifyCause) {
+        self.notify(vcpu);
+    }
+    /// vCPU `vcpu` wrote EOI and so retired `vector`: its handler for it
+    /// ran (for traces; no chip lock held).
+    fn eoi(&self, _vcpu: u32, _vector: u8) {}
     /// What the guest's CPUID says that IA32_APIC_BASE depends on.
     fn guest_cpu(&self) -> GuestCpu;
+}
+
+/// Why the chip notifies a vCPU ([`IrqChipHost::notify_because`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotifyCause {
+    /// Its local APIC timer expired (or a TSC deadline written in the past).
+    Timer,
+    /// An IPI from vCPU `from` (ICR or SELF IPI write).
+    Ipi { from: u32 },
+    /// An I/O APIC pin: a device line (`Some(pin)`), or an EOI or a
+    /// redirection-entry write that delivered a pin's interrupt (`None`).
+    Line { pin: Option<u8> },
 }
 
 /// The guest's CPUID as far as its local APIC is concerned.
@@ -184,14 +206,21 @@ struct LapicSlot {
 }
 
 /// vCPUs to notify once every lock is released (the first one without
-/// allocating: most messages have one destination).
-#[derive(Default)]
+/// allocating: most messages have one destination), and why.
 struct Notify {
+    cause: NotifyCause,
     first: Option<u32>,
     rest: Vec<u32>,
 }
 
 impl Notify {
+    fn new(cause: NotifyCause) -> Notify {
+        Notify {
+            cause,
+            first: None,
+            rest: Vec::new(),
+        }
+    }
     fn add(&mut self, vcpu: u32) {
         if self.first == Some(vcpu) || self.rest.contains(&vcpu) {
             return;
@@ -203,7 +232,7 @@ impl Notify {
     }
     fn send(self, host: &dyn IrqChipHost) {
         for vcpu in self.first.into_iter().chain(self.rest) {
-            host.notify(vcpu);
+            host.notify_because(vcpu, self.cause);
         }
     }
 }
@@ -267,17 +296,22 @@ impl IrqChip {
 
     /// Route what a register access sent out, then notify.
     fn finish(&self, vcpu: u32, effects: Effects) {
-        let mut notify = Notify::default();
+        if let Some(vector) = effects.eoi {
+            self.host.eoi(vcpu, vector);
+        }
         if effects.notify_self {
-            notify.add(vcpu);
+            self.host.notify_because(vcpu, NotifyCause::Timer);
         }
         if let Some(msg) = effects.ipi {
+            let mut notify = Notify::new(NotifyCause::Ipi { from: vcpu });
             self.route(&msg, &mut notify);
+            notify.send(&*self.host);
         }
         if let Some(vector) = effects.eoi_broadcast {
+            let mut notify = Notify::new(NotifyCause::Line { pin: None });
             lock(&self.ioapic).eoi(vector, &mut |m| self.route(m, &mut notify));
+            notify.send(&*self.host);
         }
-        notify.send(&*self.host);
     }
 
     /// Deliver a message to every APIC it is for (lowest priority: to one).
@@ -411,7 +445,7 @@ impl IrqChip {
     /// calls are harmless: the chip re-arms).
     pub fn timer_expired(&self, vcpu: u32) {
         if self.with_lapic(vcpu, |l, host| l.timer_expired(host)) == Some(true) {
-            self.host.notify(vcpu);
+            self.host.notify_because(vcpu, NotifyCause::Timer);
         }
     }
 
@@ -466,7 +500,9 @@ impl IrqChip {
 
     /// I/O APIC pin level (device interrupts); pins past 23 are ignored.
     pub fn set_irq(&self, pin: u32, high: bool) {
-        let mut notify = Notify::default();
+        let mut notify = Notify::new(NotifyCause::Line {
+            pin: u8::try_from(pin).ok(),
+        });
         lock(&self.ioapic).set_input(pin, high, &mut |m| self.route(m, &mut notify));
         notify.send(&*self.host);
     }
@@ -492,7 +528,7 @@ impl IrqChip {
     }
 
     fn ioapic_mmio_write(&self, offset: u64, data: &[u8]) {
-        let mut notify = Notify::default();
+        let mut notify = Notify::new(NotifyCause::Line { pin: None });
         lock(&self.ioapic).mmio_write(offset, data, &mut |m| self.route(m, &mut notify));
         notify.send(&*self.host);
     }

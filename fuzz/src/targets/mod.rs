@@ -6,6 +6,7 @@ pub mod elf;
 pub mod irqchip;
 pub mod pio;
 pub mod record;
+pub mod trace;
 
 use crate::driver::Target;
 
@@ -18,6 +19,7 @@ pub fn all() -> Vec<Box<dyn Target>> {
         Box::new(record::RecordTarget::new()),
         Box::new(elf::ElfTarget::new()),
         Box::new(api::ApiTarget::new()),
+        Box::new(trace::TraceTarget::new()),
     ]
 }
 

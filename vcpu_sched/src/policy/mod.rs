@@ -218,6 +218,11 @@ pub trait VcpuScheduler: Send + Sync {
     fn set_idle_core_search(&self, on: bool);
     /// Counters and histograms at `now`.
     fn snapshot(&self, now: Nanos) -> SchedSnapshot;
+    /// The effective priority `cpu` runs at now (None: idle, or a policy
+    /// without priorities). One atomic load, for a VMM's traces.
+    fn running_priority(&self, _cpu: CpuId) -> Option<u8> {
+        None
+    }
 }
 
 /// Build a scheduler of the configured policy for a topology.

@@ -28,6 +28,8 @@ pub struct Simulator {
     workload: Workload,
     sched: Box<dyn VcpuScheduler>,
     trace: u64,
+    /// Recorded vCPUs' scripts instead of the distributions (`replay.rs`).
+    pub(super) replay: Option<super::replay::Scripts>,
 }
 
 impl Simulator {
@@ -41,6 +43,7 @@ impl Simulator {
             workload,
             sched,
             trace: 0,
+            replay: None,
         })
     }
 
@@ -62,6 +65,7 @@ impl Simulator {
             workload,
             sched,
             trace: 0,
+            replay: None,
         })
     }
 
@@ -69,6 +73,7 @@ impl Simulator {
     pub fn run(self) -> Result<SimReport, SimError> {
         let mut e = Engine::setup(self.workload, self.sched)?;
         e.trace = self.trace;
+        e.replay = self.replay;
         let t0 = std::time::Instant::now();
         e.run()?;
         let wall = t0.elapsed().as_nanos() as u64;
@@ -104,6 +109,7 @@ pub(super) struct Engine {
     pub events: u64,
     pub sched_calls: u64,
     trace: u64,
+    pub(super) replay: Option<super::replay::Scripts>,
 }
 
 impl Engine {
@@ -143,6 +149,7 @@ impl Engine {
             events: 0,
             sched_calls: 0,
             trace: 0,
+            replay: None,
         })
     }
 
@@ -537,6 +544,7 @@ impl Engine {
         if self.ents[e].phase == Phase::Fresh {
             self.start_burst(e);
         }
+        self.replay_dispatched(e, now);
         self.try_take_lock_on_dispatch(e);
         self.arm(c, now);
         Ok(())

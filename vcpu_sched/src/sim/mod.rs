@@ -21,7 +21,9 @@
 //! - [`report`]: the results ([`SimReport`], text table and JSON), built by
 //!   `collect`;
 //! - [`front`]: the command-line front end shared by `pacer sim` and the
-//!   `sim` example.
+//!   `sim` example;
+//! - [`replay`]: recorded vCPUs (a VMM's scheduling trace) replayed by
+//!   script instead of distributions, on any topology and policy.
 //!
 //! ```no_run
 //! use vcpu_sched::sim::{self, Workload};
@@ -38,6 +40,7 @@ pub mod engine;
 mod events;
 pub mod front;
 mod model;
+pub mod replay;
 pub mod report;
 pub mod workload;
 

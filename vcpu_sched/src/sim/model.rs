@@ -347,6 +347,9 @@ impl Engine {
     }
 
     pub(super) fn start_burst(&mut self, e: usize) {
+        if self.replay_start_burst(e) {
+            return;
+        }
         let g = self.ents[e].group as usize;
         let total = self.groups[g].burst.sample(&mut self.rng).max(1);
         let crit = match self.groups[g].lock_fraction {
@@ -416,6 +419,9 @@ impl Engine {
     ) -> Result<Option<StopReason>, SimError> {
         if self.in_window(now) {
             self.ents[e].bursts += 1;
+        }
+        if let Some(stop) = self.replay_burst_done(e, now) {
+            return stop;
         }
         let g = self.ents[e].group as usize;
         let (target, fanout) = (self.groups[g].target, self.groups[g].fanout);

@@ -13,6 +13,7 @@
 //! policies = ["host", "haiku", "haiku:power-saving", "global-rr", "pinned", "qemu", "native",
 //!             { label = "haiku-w", policy = "haiku", dispatch = "workers" }]
 //! memory_mib = 32             # per VM unless the VM says otherwise
+//! trace = true                # a scheduling trace per Pacer cell (scheduled policies)
 //!
 //! [[workload]]
 //! name = "cpu"                # unique; what rows and files call it
@@ -201,6 +202,9 @@ pub struct Matrix {
     pub policies: Vec<PolicySpec>,
     pub workloads: Vec<Workload>,
     pub layouts: Vec<Layout>,
+    /// Record a scheduling trace of every cell a scheduled policy runs
+    /// (`<out>/traces/<cell>.trace`).
+    pub trace: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -240,6 +244,8 @@ struct RawHead {
     policies: Spanned<Vec<Spanned<RawPolicy>>>,
     dispatch: Option<DispatchKind>,
     memory_mib: Option<Spanned<i64>>,
+    #[serde(default)]
+    trace: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -1046,6 +1052,7 @@ impl Matrix {
             policies,
             workloads,
             layouts,
+            trace: head.trace,
         })
     }
 

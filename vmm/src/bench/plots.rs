@@ -55,8 +55,9 @@ pub struct PlotSet {
     pub skipped: Option<String>,
 }
 
-/// Register a font for plotters' "sans-serif" once.
-fn font() -> Result<(), String> {
+/// Register a font for plotters' "sans-serif" once (also used by
+/// `pacer trace plot`).
+pub(crate) fn font() -> Result<(), String> {
     static FONT: OnceLock<Result<(), String>> = OnceLock::new();
     FONT.get_or_init(|| {
         for f in FONT_FILES {
@@ -74,7 +75,8 @@ fn font() -> Result<(), String> {
     .clone()
 }
 
-fn e<E: std::fmt::Debug>(err: E) -> String {
+/// A plotters error as text.
+pub(crate) fn e<E: std::fmt::Debug>(err: E) -> String {
     format!("{err:?}")
 }
 
@@ -100,7 +102,7 @@ struct Bars<'a> {
 }
 
 /// The colour of a policy: its place in the run's policy list.
-fn colour(palette: &[String], name: &str) -> RGBAColor {
+pub(crate) fn colour(palette: &[String], name: &str) -> RGBAColor {
     let i = palette
         .iter()
         .position(|p| p == name)

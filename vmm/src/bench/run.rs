@@ -231,6 +231,13 @@ impl Ctx<'_> {
         vm_workloads.first().map(|&k| why(k)).unwrap_or_default()
     }
 
+    /// Where a cell's scheduling trace goes (matrix `trace = true`).
+    pub fn trace_path(&self, cell: &Cell) -> PathBuf {
+        self.out
+            .join("traces")
+            .join(format!("{}.trace", cell.dir_name(self.m)))
+    }
+
     /// Run one Pacer cell.
     fn run_pacer(&mut self, cell: &Cell, interrupted: &AtomicBool) -> Option<CellRecord> {
         let log_dir = self.out.join("logs").join(cell.dir_name(self.m));
@@ -243,9 +250,12 @@ impl Ctx<'_> {
                 interrupted.store(true, Ordering::Release);
             }
         };
+        let trace = (self.m.trace && config.host.policy != crate::engine::policy::Policy::Host)
+            .then(|| self.trace_path(cell));
         let opts = RunOptions {
             run_start: start,
             status: false,
+            trace,
             api: Default::default(),
         };
         let result = runner::run(&config, &opts, &on_event);

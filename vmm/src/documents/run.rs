@@ -558,6 +558,8 @@ pub struct RunEntry {
     pub run_dir: Option<PathBuf>,
     pub ok: bool,
     pub vms: Vec<VmDoc>,
+    /// The scheduling trace it recorded (`--trace FILE`), else null.
+    pub trace: Option<crate::trace::TraceOutcome>,
     /// What was changed through the control API (`--api-socket`) while
     /// the VMs ran; empty without the API.
     pub control_changes: Vec<ControlChangeDoc>,
@@ -574,6 +576,7 @@ impl RunEntry {
             run_dir: r.run_dir.clone(),
             ok: r.ok,
             vms: r.vms.iter().map(VmDoc::of).collect(),
+            trace: r.trace.clone(),
             control_changes: r.control_changes.iter().map(ControlChangeDoc::of).collect(),
         }
     }

@@ -6,9 +6,11 @@
 use super::clock::now_ns;
 use super::cpu::CpuSlot;
 use super::irq::{self, CpuEvents};
+use super::trace_points::cpu16;
 use super::vcpu_state::{EngineVcpu, RunState};
 use super::{DispatchKind, Engine, EngineVm};
 use crate::host_cpus::{pin_thread, HostCpuSet};
+use crate::trace::{Event, StopWhy};
 use crate::vcpu::{VcpuExitReason, VcpuRunner, VcpuStep};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -60,6 +62,12 @@ impl Engine {
         last: &VcpuStep,
     ) -> Next {
         RUNNING_ENTITY.set(Some(v.entity));
+        if *last == VcpuStep::Interrupted {
+            self.record(|| Event::ExitSeen {
+                cpu: cpu16(slot.host),
+                vcpu: v.trace_ref(),
+            });
+        }
         match last {
             VcpuStep::Fatal(r) => return Next::Stop(Stop::Exit(r.clone())),
             VcpuStep::Yielded => return Next::Stop(Stop::Yielded),
@@ -100,8 +108,14 @@ impl Engine {
             if let Some(stop) = self.take_cpu_events(vm, v, runner) {
                 return Next::Stop(stop);
             }
-            if let Err(r) = irq::deliver_interrupt(vm.irq.as_ref(), runner, last) {
-                return Next::Stop(Stop::Exit(r));
+            match irq::deliver_interrupt(vm.irq.as_ref(), runner, last) {
+                Ok(Some(vector)) => self.record(|| Event::Inject {
+                    cpu: cpu16(slot.host),
+                    vcpu: v.trace_ref(),
+                    vector,
+                }),
+                Ok(None) => {}
+                Err(r) => return Next::Stop(Stop::Exit(r)),
             }
         }
         Next::Enter
@@ -147,11 +161,25 @@ impl Engine {
         None
     }
 
-    /// The executor of `v` gives its CPU back for `stop`: record the new
-    /// state and return what to tell the scheduler.
-    pub(crate) fn end_turn(&self, v: &EngineVcpu, stop: Stop) -> StopReason {
+    /// The executor of `v` gives its CPU `slot` back for `stop`: record the
+    /// new state and return what to tell the scheduler.
+    pub(crate) fn end_turn(&self, slot: &CpuSlot, v: &EngineVcpu, stop: Stop) -> StopReason {
         RUNNING_ENTITY.set(None);
         let mut ctl = v.ctl();
+        self.record(|| Event::Stop {
+            cpu: cpu16(slot.host),
+            vcpu: v.trace_ref(),
+            why: match (&stop, ctl.state) {
+                (Stop::Quantum, _) => StopWhy::Quantum,
+                (Stop::Preempted, _) => StopWhy::Preempted,
+                (Stop::Yielded, _) => StopWhy::Yielded,
+                (Stop::Blocked, RunState::WaitForSipi) => StopWhy::WaitSipi,
+                (Stop::Blocked, RunState::Paused) => StopWhy::Paused,
+                (Stop::Blocked, _) => StopWhy::Halted,
+                (Stop::Exit(_), _) => StopWhy::Exited,
+            },
+            thread_cpu_ns: super::clock::thread_cpu_ns(),
+        });
         match stop {
             Stop::Quantum => {
                 v.set_state(&mut ctl, RunState::Ready);
@@ -234,6 +262,19 @@ impl Engine {
             Some((v, q)) => (Some(v), q),
             None => (None, 0),
         };
+        self.record(|| match &next {
+            Some(n) => Event::Dispatch {
+                cpu: cpu16(slot.host),
+                vcpu: n.trace_ref(),
+                quantum_ns: quantum,
+                priority: self.scheduler().running_priority(slot.id),
+                by_waker: reason == StopReason::Idle
+                    && self.dispatch_kind() == DispatchKind::Threads,
+            },
+            None => Event::Idle {
+                cpu: cpu16(slot.host),
+            },
+        });
         match &next {
             Some(n) => slot.begin_turn(
                 &mut turn,
@@ -246,6 +287,14 @@ impl Engine {
         if let Some(n) = &next {
             let mut ctl = n.ctl();
             ctl.ran_on.insert(slot.host);
+            if let Some(from) = ctl.last_cpu.filter(|c| *c != slot.host) {
+                self.record(|| Event::Migrate {
+                    vcpu: n.trace_ref(),
+                    from: cpu16(from),
+                    to: cpu16(slot.host),
+                });
+            }
+            ctl.last_cpu = Some(slot.host);
             if self.dispatch_kind() == DispatchKind::Threads {
                 let tid = n.thread_id();
                 if tid != 0 && ctl.pinned_to != Some(slot.host) {
@@ -279,17 +328,48 @@ impl Engine {
             None => self.scheduler().wake(v.entity, now_ns()),
         };
         log::trace!("wake {} ({:?}) -> {d:?}", v.name, v.entity);
+        let host = |cpu| {
+            self.slot(cpu)
+                .map_or(crate::trace::record::NONE16, |s| cpu16(s.host))
+        };
         match d {
-            Ok(Some(d)) if d.kick => self.kick_cpu(d.cpu),
+            Ok(Some(d)) if d.kick => {
+                self.record(|| Event::Wake {
+                    vcpu: v.trace_ref(),
+                    cpu: Some(host(d.cpu)),
+                    kick: true,
+                    cut: false,
+                });
+                self.kick_cpu(d.cpu)
+            }
             Ok(Some(d)) => {
                 // Queued behind the runner, whose slice the policy cut:
                 // its timer fires earlier (no exit before then).
+                let mut cut_now = false;
                 if let (Some(cut), Some(slot)) = (d.shorten_quantum, self.slot(d.cpu)) {
-                    let cut_now = slot.cut_quantum(&cut);
+                    cut_now = slot.cut_quantum(&cut);
                     log::trace!("cut cpu {} to {} ns: {cut_now}", slot.host, cut.end);
+                    if cut_now {
+                        self.record(|| Event::Cut {
+                            cpu: cpu16(slot.host),
+                            woken: v.trace_ref(),
+                            end_in_ns: cut.end.saturating_sub(super::clock::now_ns()),
+                        });
+                    }
                 }
+                self.record(|| Event::Wake {
+                    vcpu: v.trace_ref(),
+                    cpu: Some(host(d.cpu)),
+                    kick: false,
+                    cut: cut_now,
+                });
             }
-            Ok(None) => {}
+            Ok(None) => self.record(|| Event::Wake {
+                vcpu: v.trace_ref(),
+                cpu: None,
+                kick: false,
+                cut: false,
+            }),
             Err(e) => log::debug!("wake {}: {e}", v.name),
         }
     }
@@ -301,6 +381,10 @@ impl Engine {
         let Some(slot) = self.slot(cpu) else { return };
         slot.kick_pending.store(true, Ordering::Release);
         let mut owner = slot.lock_owner();
+        self.record(|| Event::Kick {
+            cpu: cpu16(slot.host),
+            busy: owner.is_some(),
+        });
         if owner.is_some() {
             drop(owner);
             let signalled = slot.signal_executor();
@@ -339,6 +423,10 @@ impl Engine {
             // vCPU's next turn.
             if let Some(s) = self.slot(cpu) {
                 if s.executor.load(Ordering::Acquire) != crate::signals::current_tid() {
+                    self.record(|| Event::Kick {
+                        cpu: cpu16(s.host),
+                        busy: true,
+                    });
                     s.signal_executor();
                 }
             }

@@ -114,16 +114,16 @@ impl InterruptSource for NoInterrupts {
 
 /// Inject the controller's highest pending interrupt into `runner` if the
 /// guest can take it now, or ask for an interrupt window. `last` is how the
-/// previous KVM_RUN ended.
+/// previous KVM_RUN ended. Returns the vector injected, if one was.
 pub fn deliver_interrupt(
     src: &dyn InterruptSource,
     runner: &mut VcpuRunner,
     last: &VcpuStep,
-) -> Result<(), VcpuExitReason> {
+) -> Result<Option<u8>, VcpuExitReason> {
     let index = runner.index;
     let Some(vector) = src.pending_interrupt(index) else {
         runner.request_interrupt_window(false);
-        return Ok(());
+        return Ok(None);
     };
     let (ready, _if_flag) = runner.interrupt_window();
     let can = ready
@@ -133,19 +133,19 @@ pub fn deliver_interrupt(
     // before it. So wait for the window after it.
     if !can || runner.nmi_deliverable_in_kvm()? {
         runner.request_interrupt_window(true);
-        return Ok(());
+        return Ok(None);
     }
     match runner.inject_interrupt(vector) {
         Ok(()) => {
             src.acknowledge(index, vector);
             runner.request_interrupt_window(false);
-            Ok(())
+            Ok(Some(vector))
         }
         // KVM still holds an earlier injection (an entry a kick cut short):
         // it goes in first; this vector stays pending in the controller.
         Err(VcpuExitReason::KvmError { errno }) if errno == libc::EEXIST => {
             runner.request_interrupt_window(true);
-            Ok(())
+            Ok(None)
         }
         Err(e) => Err(e),
     }
@@ -190,7 +190,7 @@ pub fn halt_is_over(
 // Pacer's own interrupt controller (devices::irqchip) as the engine sees it.
 
 use super::{Engine, VmSlot};
-use devices::irqchip::{GuestCpu, IrqChip, IrqChipHost};
+use devices::irqchip::{GuestCpu, IrqChip, IrqChipHost, NotifyCause};
 use std::sync::{OnceLock, Weak};
 
 impl InterruptSource for IrqChip {
@@ -256,6 +256,8 @@ pub struct ChipHost {
     engine: Weak<Engine>,
     /// The VM's slot in the engine, known once its vCPUs are added.
     vm: OnceLock<VmSlot>,
+    /// The run's trace and the VM's trace id, when recorded.
+    trace: OnceLock<(crate::trace::Trace, u16)>,
     tsc: TscClock,
     cpu: GuestCpu,
 }
@@ -265,6 +267,7 @@ impl ChipHost {
         ChipHost {
             engine: std::sync::Arc::downgrade(engine),
             vm: OnceLock::new(),
+            trace: OnceLock::new(),
             tsc,
             cpu,
         }
@@ -273,6 +276,11 @@ impl ChipHost {
     /// Attach to the VM's engine slot (after `Engine::add_vm`).
     pub fn attach(&self, vm: VmSlot) {
         let _ = self.vm.set(vm);
+        if let Some(e) = self.engine.upgrade() {
+            if let (Some(t), Some(v)) = (e.trace(), e.vm(vm.0)) {
+                let _ = self.trace.set((t.clone(), v.trace_id));
+            }
+        }
     }
 }
 
@@ -294,6 +302,34 @@ impl IrqChipHost for ChipHost {
     fn notify(&self, vcpu: u32) {
         if let (Some(e), Some(vm)) = (self.engine.upgrade(), self.vm.get()) {
             e.notify(*vm, vcpu);
+        }
+    }
+    fn notify_because(&self, vcpu: u32, cause: NotifyCause) {
+        if self.trace.get().is_none() {
+            return self.notify(vcpu);
+        }
+        let cause = match cause {
+            NotifyCause::Timer => crate::trace::Cause::Timer {
+                deadline_ns: super::trace_points::firing_deadline(),
+            },
+            NotifyCause::Ipi { from } => crate::trace::Cause::Ipi {
+                from: u16::try_from(from).unwrap_or(u16::MAX),
+            },
+            NotifyCause::Line { pin } => crate::trace::Cause::Line { pin },
+        };
+        if let (Some(e), Some(vm)) = (self.engine.upgrade(), self.vm.get()) {
+            e.notify_because(*vm, vcpu, cause);
+        }
+    }
+    fn eoi(&self, vcpu: u32, vector: u8) {
+        if let Some((t, vm)) = self.trace.get() {
+            t.emit(crate::trace::Event::Eoi {
+                vcpu: crate::trace::VcpuRef {
+                    vm: *vm,
+                    vcpu: vcpu as u16,
+                },
+                vector,
+            });
         }
     }
     fn guest_cpu(&self) -> GuestCpu {

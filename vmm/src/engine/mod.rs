@@ -56,6 +56,7 @@ pub mod policy;
 pub mod stats;
 pub mod threads;
 pub mod timers;
+pub mod trace_points;
 pub mod vcpu_state;
 pub mod workers;
 
@@ -129,6 +130,21 @@ pub struct EngineConfig {
     pub dispatch: DispatchKind,
     /// Longest halt-polling window (see [`clock::HaltPoll`]); 0 = off.
     pub halt_poll_ns: u64,
+    /// Record what the engine does into this trace (`pacer run --trace`).
+    pub trace: Option<crate::trace::Trace>,
+}
+
+impl EngineConfig {
+    /// The scheduler's configuration.
+    pub fn sched_config(&self) -> SchedConfig {
+        SchedConfig {
+            policy: self.policy,
+            mode: self.mode,
+            tunables: self.tunables.clone(),
+            smt_isolation: self.smt_isolation,
+            ..SchedConfig::default()
+        }
+    }
 }
 
 /// How a VM's vCPUs are to be scheduled.
@@ -144,6 +160,8 @@ pub struct VmSchedSpec {
 /// One VM of the engine.
 pub struct EngineVm {
     pub id: VmId,
+    /// How traces name it (VMs in order of arrival).
+    pub trace_id: u16,
     pub name: String,
     pub vcpus: Vec<Arc<EngineVcpu>>,
     pub irq: Arc<dyn InterruptSource>,
@@ -183,6 +201,10 @@ pub struct Engine {
     timers: Timers,
     workers: Mutex<Vec<JoinHandle<()>>>,
     shutdown: AtomicBool,
+    /// The run's trace, when recorded (see `trace_points.rs`).
+    trace: Option<crate::trace::Trace>,
+    /// The next VM's trace id.
+    next_trace_vm: std::sync::atomic::AtomicU16,
     me: Weak<Engine>,
 }
 
@@ -196,16 +218,7 @@ impl Engine {
     pub fn new(config: EngineConfig, cpus: CpuMap) -> Result<Arc<Engine>, EngineError> {
         crate::signals::register_kick_handler()
             .map_err(|e| EngineError::Thread(std::io::Error::from_raw_os_error(e.errno())))?;
-        let sched = vcpu_sched::build(
-            cpus.topology().clone(),
-            SchedConfig {
-                policy: config.policy,
-                mode: config.mode,
-                tunables: config.tunables,
-                smt_isolation: config.smt_isolation,
-                ..SchedConfig::default()
-            },
-        )?;
+        let sched = vcpu_sched::build(cpus.topology().clone(), config.sched_config())?;
         let slots = cpus
             .topology()
             .cpus
@@ -214,9 +227,9 @@ impl Engine {
             .collect();
         let engine = Arc::new_cyclic(|me: &Weak<Engine>| {
             let weak = me.clone();
-            let timers = Timers::start(Box::new(move |key| {
+            let timers = Timers::start(Box::new(move |key, deadline| {
                 if let Some(e) = weak.upgrade() {
-                    e.timer_fired(key);
+                    e.timer_fired(key, deadline);
                 }
             }));
             Engine {
@@ -230,6 +243,8 @@ impl Engine {
                 timers: timers.unwrap_or_else(|e| panic!("cannot start the timer thread: {e}")),
                 workers: Mutex::new(Vec::new()),
                 shutdown: AtomicBool::new(false),
+                trace: config.trace,
+                next_trace_vm: std::sync::atomic::AtomicU16::new(0),
                 me: me.clone(),
             }
         });
@@ -311,6 +326,7 @@ impl Engine {
         let mut vms = self.vms.write().unwrap_or_else(|p| p.into_inner());
         let slot = vms.iter().position(Option::is_none).unwrap_or(vms.len());
         let vm_id = VmId(slot as u32);
+        let trace_id = self.next_trace_vm.fetch_add(1, Ordering::Relaxed);
         let mut vcpus = Vec::with_capacity(runners.len());
         for runner in &runners {
             let entity = match self.sched.add_entity(
@@ -340,6 +356,7 @@ impl Engine {
             };
             let v = Arc::new(EngineVcpu::new(
                 slot,
+                trace_id,
                 runner.index,
                 entity,
                 format!("{}/vcpu{}", spec.name, runner.index),
@@ -358,8 +375,21 @@ impl Engine {
                 ents[i] = Some(v.clone());
             }
         }
+        if let Some(t) = &self.trace {
+            t.meta(crate::trace::format::Meta::Vm(
+                crate::trace::format::VmMeta {
+                    id: trace_id,
+                    name: spec.name.clone(),
+                    vcpus: vcpus.len() as u16,
+                    class: format!("{:?}", spec.class).to_lowercase(),
+                    priority: spec.priority,
+                    cpus: spec.cpus.iter().map(|c| c.0).collect(),
+                },
+            ));
+        }
         let vm = Arc::new(EngineVm {
             id: vm_id,
+            trace_id,
             name: spec.name.clone(),
             vcpus,
             irq,
@@ -398,6 +428,10 @@ impl Engine {
                 if ctl.state.is_blocked() {
                     bsp.set_state(&mut ctl, RunState::Ready);
                     drop(ctl);
+                    self.record(|| crate::trace::Event::Notify {
+                        vcpu: bsp.trace_ref(),
+                        cause: crate::trace::Cause::Start,
+                    });
                     self.wake(bsp);
                 }
             }
@@ -413,6 +447,19 @@ impl Engine {
         self.notify_vcpu(&vm, v);
     }
 
+    /// [`Engine::notify`], recording `cause` when tracing.
+    pub fn notify_because(&self, vm: VmSlot, vcpu: u32, cause: crate::trace::Cause) {
+        let Some(vm) = self.vm(vm.0) else { return };
+        let Some(v) = vm.vcpus.get(vcpu as usize) else {
+            return;
+        };
+        self.record(|| crate::trace::Event::Notify {
+            vcpu: v.trace_ref(),
+            cause,
+        });
+        self.notify_vcpu(&vm, v);
+    }
+
     /// Arm (or cancel) the host timer of `vcpu`'s local timer.
     pub fn set_guest_timer(&self, vm: VmSlot, vcpu: u32, deadline_ns: Option<u64>) {
         let key = timer_key(vm.0, vcpu);
@@ -422,10 +469,10 @@ impl Engine {
         }
     }
 
-    fn timer_fired(&self, key: TimerKey) {
+    fn timer_fired(&self, key: TimerKey, deadline_ns: u64) {
         let (vm, vcpu) = ((key >> 32) as usize, key as u32);
         if let Some(vm) = self.vm(vm) {
-            vm.irq.timer_expired(vcpu);
+            self.firing_timer(deadline_ns, || vm.irq.timer_expired(vcpu));
         }
     }
 
@@ -448,6 +495,10 @@ impl Engine {
             if ctl.state == RunState::Paused {
                 v.set_state(&mut ctl, RunState::Ready);
                 drop(ctl);
+                self.record(|| crate::trace::Event::Notify {
+                    vcpu: v.trace_ref(),
+                    cause: crate::trace::Cause::Resume,
+                });
                 self.wake(v);
             }
         }

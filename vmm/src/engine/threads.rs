@@ -9,12 +9,14 @@
 //! An idle CPU has no thread; a wake that kicks it dispatches onto it from
 //! the waker's thread ([`Engine::kick_cpu`]).
 
-use super::clock::{now_ns, HaltPoll, QuantumTimer};
+use super::clock::{now_ns, thread_cpu_ns, HaltPoll, QuantumTimer};
 use super::dispatch::{Next, Stop};
-use super::vcpu_state::{EngineVcpu, RunState};
+use super::trace_points::cpu16;
+use super::vcpu_state::{EngineVcpu, RunState, VcpuCtl};
 use super::{Engine, EngineError, EngineVm};
 use crate::host_cpus::{pin_current_thread, HostCpuSet};
 use crate::signals::current_tid;
+use crate::trace::Event;
 use crate::vcpu::{
     spawn_vcpu_thread, GateDecision, VcpuExitReason, VcpuGate, VcpuOutcome, VcpuRunner, VcpuStep,
 };
@@ -61,9 +63,15 @@ impl ThreadGate {
     /// Park until dispatched (Some) or the VM is gone (None).
     fn wait_dispatch(&mut self) -> Option<Turn> {
         let v = &self.vcpu;
-        let ctl = v.wait_until(v.ctl(), |c| {
-            matches!(c.state, RunState::Running { .. } | RunState::Exited)
-        });
+        let settled = |c: &VcpuCtl| matches!(c.state, RunState::Running { .. } | RunState::Exited);
+        let ctl = v.ctl();
+        let parked = !settled(&ctl);
+        if parked {
+            self.engine.record(|| Event::Park {
+                vcpu: v.trace_ref(),
+            });
+        }
+        let ctl = v.wait_until(ctl, settled);
         let RunState::Running { cpu } = ctl.state else {
             return None;
         };
@@ -79,6 +87,11 @@ impl ThreadGate {
             }
         }
         slot.executor.store(current_tid(), Ordering::Release);
+        self.engine.record(|| Event::Unpark {
+            cpu: cpu16(slot.host),
+            vcpu: v.trace_ref(),
+            thread_cpu_ns: thread_cpu_ns(),
+        });
         Some(Turn { cpu })
     }
 
@@ -143,7 +156,7 @@ impl VcpuGate for ThreadGate {
                 Stop::Exit(r) => Some(r.clone()),
                 _ => None,
             };
-            let reason = self.engine.end_turn(&self.vcpu, stop);
+            let reason = self.engine.end_turn(slot, &self.vcpu, stop);
             let mut owner = slot.lock_owner();
             let (next, kicks) = self.engine.reschedule_locked(slot, &mut owner, reason);
             drop(owner);
@@ -157,6 +170,11 @@ impl VcpuGate for ThreadGate {
             let idle = next.is_none();
             if next.is_some_and(|n| Arc::ptr_eq(&n, &self.vcpu)) {
                 // Picked again: straight back into the guest.
+                self.engine.record(|| Event::Unpark {
+                    cpu: cpu16(slot.host),
+                    vcpu: self.vcpu.trace_ref(),
+                    thread_cpu_ns: thread_cpu_ns(),
+                });
                 let t = Turn { cpu: turn.cpu };
                 self.arm(&t);
                 self.turn = Some(t);

@@ -20,8 +20,8 @@ use std::time::Duration;
 /// Who owns a timer (the caller's choice; one deadline per key).
 pub type TimerKey = u64;
 
-/// What fires.
-pub type TimerCallback = Box<dyn Fn(TimerKey) + Send + Sync>;
+/// What fires: the key and the deadline it was armed for.
+pub type TimerCallback = Box<dyn Fn(TimerKey, u64) + Send + Sync>;
 
 #[derive(Default)]
 struct State {
@@ -137,12 +137,12 @@ fn run(shared: &Shared, on_fire: &TimerCallback) {
             }
             st.heap.pop();
             st.armed.remove(&key);
-            due.push(key);
+            due.push((key, deadline));
         }
         if !due.is_empty() {
             drop(st);
-            for key in due.drain(..) {
-                on_fire(key);
+            for (key, deadline) in due.drain(..) {
+                on_fire(key, deadline);
             }
             st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
             continue;
@@ -170,7 +170,7 @@ mod tests {
     fn fires_in_deadline_order_and_honours_cancel_and_rearm() {
         let (tx, rx) = channel();
         let tx = Mutex::new(tx);
-        let timers = Timers::start(Box::new(move |k| {
+        let timers = Timers::start(Box::new(move |k, _deadline| {
             let _ = tx.lock().unwrap().send((k, now_ns()));
         }))
         .unwrap();

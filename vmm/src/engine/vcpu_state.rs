@@ -60,6 +60,8 @@ pub struct VcpuCtl {
     pub pinned_to: Option<HostCpu>,
     /// Every host CPU it ran on.
     pub ran_on: HostCpuSet,
+    /// The host CPU it ran on last (a dispatch elsewhere is a migration).
+    pub last_cpu: Option<HostCpu>,
     /// Start-up, INIT and NMI events taken from the interrupt controller
     /// and not yet acted upon.
     pub events: CpuEvents,
@@ -74,6 +76,8 @@ pub struct VcpuCtl {
 pub struct EngineVcpu {
     /// Index of its VM in the engine.
     pub vm: usize,
+    /// Its VM's trace id (see `trace_points.rs`).
+    pub trace_vm: u16,
     /// Its index in the VM (and APIC id).
     pub index: u32,
     pub entity: EntityId,
@@ -93,9 +97,17 @@ pub struct EngineVcpu {
 }
 
 impl EngineVcpu {
-    pub fn new(vm: usize, index: u32, entity: EntityId, name: String, state: RunState) -> Self {
+    pub fn new(
+        vm: usize,
+        trace_vm: u16,
+        index: u32,
+        entity: EntityId,
+        name: String,
+        state: RunState,
+    ) -> Self {
         EngineVcpu {
             vm,
+            trace_vm,
             index,
             entity,
             name,
@@ -103,6 +115,7 @@ impl EngineVcpu {
                 state,
                 pinned_to: None,
                 ran_on: HostCpuSet::new(),
+                last_cpu: None,
                 events: CpuEvents::default(),
                 awaiting_sipi: false,
                 exit_reason: None,

@@ -92,13 +92,18 @@ fn run_turn(
     timer: &Arc<QuantumTimer>,
 ) -> StopReason {
     let Some(vm) = engine.vm(v.vm) else {
-        return engine.end_turn(v, Stop::Exit(VcpuExitReason::Stopped));
+        return engine.end_turn(slot, v, Stop::Exit(VcpuExitReason::Stopped));
     };
     let Some(mut runner) = v.runner.lock().unwrap_or_else(|p| p.into_inner()).take() else {
         log::error!("{}: dispatched while its vCPU is held elsewhere", v.name);
-        return engine.end_turn(v, Stop::Exit(VcpuExitReason::Stopped));
+        return engine.end_turn(slot, v, Stop::Exit(VcpuExitReason::Stopped));
     };
     set_current_kvm_run(runner.kvm_run_ptr());
+    engine.record(|| crate::trace::Event::Unpark {
+        cpu: super::trace_points::cpu16(slot.host),
+        vcpu: v.trace_ref(),
+        thread_cpu_ns: super::clock::thread_cpu_ns(),
+    });
     // At the CPU's quantum end, which wakes may bring forward meanwhile.
     slot.arm_turn(timer);
     let mut last = VcpuStep::Start;
@@ -117,7 +122,7 @@ fn run_turn(
     }
     // Back before the scheduler may hand the vCPU to another worker.
     *v.runner.lock().unwrap_or_else(|p| p.into_inner()) = Some(runner);
-    engine.end_turn(v, stop)
+    engine.end_turn(slot, v, stop)
 }
 
 /// The outcome of a finished vCPU (workers dispatch): waits until no

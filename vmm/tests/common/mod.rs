@@ -55,6 +55,7 @@ pub fn run_config(dir: &TempDir, text: &str) -> vmm::results::RunResults {
     let opts = vmm::runner::RunOptions {
         run_start: std::time::Instant::now(),
         status: false,
+        trace: None,
         api: Default::default(),
     };
     vmm::runner::run(&config, &opts, &|_| {}).unwrap()

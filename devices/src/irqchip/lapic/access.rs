@@ -164,7 +164,7 @@ impl Lapic {
         match reg {
             Reg::Id => self.id = value >> ID_XAPIC_SHIFT,
             Reg::Tpr => self.tpr = value & TPR_MASK,
-            Reg::Eoi => effects.eoi_broadcast = self.eoi(),
+            Reg::Eoi => self.eoi(&mut effects),
             Reg::Ldr => self.ldr = value & LDR_XAPIC_MASK,
             Reg::Dfr => self.dfr = value | DFR_RESERVED_ONES,
             Reg::Svr => self.write_svr(value),
@@ -258,7 +258,7 @@ impl Lapic {
             }
             Reg::Eoi => {
                 check(0)?;
-                effects.eoi_broadcast = self.eoi();
+                self.eoi(&mut effects);
             }
             Reg::Svr => {
                 check(SVR_WRITABLE)?;
@@ -354,12 +354,13 @@ impl Lapic {
         self.esr = std::mem::take(&mut self.esr_pending);
     }
 
-    /// EOI: retire the highest in-service vector; a level-triggered one
-    /// (TMR set) is broadcast to the I/O APIC.
-    fn eoi(&mut self) -> Option<u8> {
-        let v = self.isr.highest()?;
+    /// EOI: retire the highest in-service vector (the host hears which);
+    /// a level-triggered one (TMR set) is broadcast to the I/O APIC.
+    fn eoi(&mut self, effects: &mut Effects) {
+        let Some(v) = self.isr.highest() else { return };
         self.isr.clear(v);
-        self.tmr.test(v).then_some(v)
+        effects.eoi = Some(v);
+        effects.eoi_broadcast = self.tmr.test(v).then_some(v);
     }
 
     fn write_lvt(&mut self, index: usize, value: u32, host: &dyn IrqChipHost) {

@@ -324,3 +324,15 @@ fn lines_and_device_do_not_keep_the_chip_alive() {
     assert_eq!(b, [0xFF; 4], "no chip: reads as nothing");
     assert_eq!(host.take_notified(), Vec::<u32>::new());
 }
+
+#[test]
+fn a_pin_notification_names_the_pin() {
+    let (chip, host) = enabled_chip(2);
+    program(&chip, 5, dest(1) | 0x35);
+    host.take_causes();
+    chip.set_irq(5, true);
+    assert_eq!(
+        host.take_causes(),
+        vec![(1, crate::irqchip::NotifyCause::Line { pin: Some(5) })]
+    );
+}

@@ -380,3 +380,18 @@ fn illegal_vector_raises_the_receivers_error_interrupt() {
     assert_eq!(read(&chip, 0, APIC_ESR), ESR_SEND_ILLEGAL_VECTOR);
     assert_eq!(read(&chip, 1, APIC_ESR), ESR_RECEIVE_ILLEGAL_VECTOR);
 }
+
+#[test]
+fn notifications_name_their_cause_and_eois_their_vector() {
+    let (chip, host) = enabled_chip(2);
+    send_ipi(&chip, 0, 1, ASSERT | 0x40);
+    assert_eq!(host.take_causes(), vec![(1, NotifyCause::Ipi { from: 0 })]);
+    // The receiver takes it and writes EOI: the host hears the vector.
+    assert_eq!(chip.acknowledge(1), Some(0x40));
+    assert!(host.take_eois().is_empty());
+    write(&chip, 1, APIC_EOI, 0);
+    assert_eq!(host.take_eois(), vec![(1, 0x40)]);
+    // An EOI with nothing in service retires nothing.
+    write(&chip, 1, APIC_EOI, 0);
+    assert!(host.take_eois().is_empty());
+}

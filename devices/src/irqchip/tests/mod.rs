@@ -11,7 +11,7 @@ mod registers;
 mod timer;
 
 use super::regs::*;
-use super::{GuestCpu, IrqChip, IrqChipHost};
+use super::{GuestCpu, IrqChip, IrqChipHost, NotifyCause};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -26,6 +26,9 @@ pub(super) struct FakeHost {
     now: AtomicU64,
     timers: Mutex<Vec<(u32, Option<u64>)>>,
     notified: Mutex<Vec<u32>>,
+    /// Every notification with its cause, and every EOI (vCPU, vector).
+    causes: Mutex<Vec<(u32, NotifyCause)>>,
+    eois: Mutex<Vec<(u32, u8)>>,
 }
 
 impl FakeHost {
@@ -48,6 +51,14 @@ impl FakeHost {
     pub(super) fn take_notified(&self) -> Vec<u32> {
         std::mem::take(&mut self.notified.lock().unwrap())
     }
+    /// Every notification and its cause since the last take.
+    pub(super) fn take_causes(&self) -> Vec<(u32, NotifyCause)> {
+        std::mem::take(&mut self.causes.lock().unwrap())
+    }
+    /// Every EOI hook call since the last take.
+    pub(super) fn take_eois(&self) -> Vec<(u32, u8)> {
+        std::mem::take(&mut self.eois.lock().unwrap())
+    }
 }
 
 impl IrqChipHost for FakeHost {
@@ -65,6 +76,13 @@ impl IrqChipHost for FakeHost {
     }
     fn notify(&self, vcpu: u32) {
         self.notified.lock().unwrap().push(vcpu);
+    }
+    fn notify_because(&self, vcpu: u32, cause: NotifyCause) {
+        self.causes.lock().unwrap().push((vcpu, cause));
+        self.notify(vcpu);
+    }
+    fn eoi(&self, vcpu: u32, vector: u8) {
+        self.eois.lock().unwrap().push((vcpu, vector));
     }
     fn guest_cpu(&self) -> GuestCpu {
         GuestCpu {

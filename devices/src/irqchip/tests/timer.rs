@@ -37,6 +37,10 @@ fn one_shot_fires_once_at_count_times_divisor() {
     chip.timer_expired(1);
     assert_eq!(irr(&chip, 1), vec![0xEE]);
     assert_eq!(host.take_notified(), vec![1]);
+    assert_eq!(
+        host.take_causes(),
+        vec![(1, crate::irqchip::NotifyCause::Timer)]
+    );
     assert_eq!(host.take_timers(), vec![(1, None)]);
     assert_eq!(read(&chip, 1, APIC_TIMER_CURRENT), 0, "0 after expiry");
     assert_eq!(

@@ -746,6 +746,16 @@ impl VcpuScheduler for HaikuScheduler {
         let _p = crate::profiler::scope("snapshot");
         self.take_snapshot(now)
     }
+
+    fn running_priority(&self, cpu: CpuId) -> Option<u8> {
+        let prio = self
+            .m
+            .cpus
+            .get(cpu.0 as usize)?
+            .prio
+            .load(Ordering::Acquire);
+        u8::try_from(prio).ok()
+    }
 }
 
 #[cfg(test)]

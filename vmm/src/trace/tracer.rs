@@ -1,0 +1,493 @@
+//! Recording: the handle the engine writes events through ([`Trace`]),
+//! one ring per writing thread ([`super::ring`]), and the drain thread
+//! (`pacer/trace`) that empties the rings into the file every few
+//! milliseconds ([`Tracer`]).
+//!
+//! The hot path (`Trace::emit`) reads the clock, finds its thread's ring
+//! (a thread-local, registered on the thread's first event) and copies
+//! one record in. Nothing on it waits: a full ring counts the record as
+//! lost, and the drain writes the count into the file as a `Lost` event.
+//! Memory is bounded by (threads that record) x `ring_capacity` x 32
+//! bytes. With tracing off the engine holds no `Trace` and pays one
+//! branch per event site.
+//!
+//! The drain thread only writes to the file it was given (opened before
+//! it started) and is confined by its own seccomp filter.
+
+use super::format::{self, Meta, RingMeta, RunMeta};
+use super::record::{Event, Record, RECORD_BYTES};
+use super::ring::Ring;
+use std::cell::RefCell;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Default records per thread ring (256 KiB of records).
+pub const DEFAULT_RING_CAPACITY: usize = 8192;
+/// Default time between two drains.
+pub const DEFAULT_DRAIN_EVERY: Duration = Duration::from_millis(10);
+
+/// Errors of recording a trace.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("trace file {path}: {source}")]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the trace drain thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// How a trace is recorded.
+#[derive(Debug, Clone)]
+pub struct TraceConfig {
+    pub path: PathBuf,
+    pub ring_capacity: usize,
+    pub drain_every: Duration,
+}
+
+impl TraceConfig {
+    pub fn new(path: &Path) -> TraceConfig {
+        TraceConfig {
+            path: path.to_path_buf(),
+            ring_capacity: DEFAULT_RING_CAPACITY,
+            drain_every: DEFAULT_DRAIN_EVERY,
+        }
+    }
+}
+
+/// A run's trace as the run's results report it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TraceOutcome {
+    pub path: PathBuf,
+    pub records: u64,
+    pub lost: u64,
+    pub bytes: u64,
+    /// Why the file is incomplete, if it is (a write failed).
+    pub error: Option<String>,
+}
+
+/// What a finished trace holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TraceTotals {
+    pub records: u64,
+    pub lost: u64,
+    pub bytes: u64,
+}
+
+struct Inner {
+    /// Tells this tracer's rings from another's in a thread's cache.
+    id: u64,
+    ring_capacity: usize,
+    rings: Mutex<Vec<Arc<Ring>>>,
+    next_ring: AtomicU32,
+    /// Metadata waiting for the next drain.
+    meta: Mutex<Vec<Meta>>,
+    /// Set once the drain has stopped: later events are ignored.
+    closed: AtomicBool,
+    /// Events lost because their thread could not get a ring.
+    unrecorded: AtomicU64,
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+/// The recording handle (cheap to clone; every clone writes into the same
+/// trace).
+#[derive(Clone)]
+pub struct Trace {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Trace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trace").field("id", &self.inner.id).finish()
+    }
+}
+
+thread_local! {
+    /// This thread's ring, and the tracer it belongs to.
+    static MY_RING: RefCell<Option<(u64, Arc<Ring>)>> = const { RefCell::new(None) };
+}
+
+impl Trace {
+    /// Record `event` now.
+    #[inline]
+    pub fn emit(&self, event: Event) {
+        let r = Record::new(crate::engine::clock::now_ns(), &event);
+        self.push(r);
+    }
+
+    fn push(&self, r: Record) {
+        if self.inner.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        // try_with: a thread that records while it exits has no ring left.
+        let _ = MY_RING.try_with(|mine| {
+            let mut mine = mine.borrow_mut();
+            match &*mine {
+                Some((id, ring)) if *id == self.inner.id => ring.push(r),
+                _ => match self.register() {
+                    Some(ring) => {
+                        ring.push(r);
+                        *mine = Some((self.inner.id, ring));
+                    }
+                    None => {
+                        self.inner.unrecorded.fetch_add(1, Ordering::Relaxed);
+                    }
+                },
+            }
+        });
+    }
+
+    /// A ring for the calling thread (once per thread and tracer); None
+    /// if its memory cannot be mapped (the event is counted as lost).
+    fn register(&self) -> Option<Arc<Ring>> {
+        let id = self.inner.next_ring.fetch_add(1, Ordering::Relaxed);
+        let thread = std::thread::current()
+            .name()
+            .unwrap_or("unnamed")
+            .to_string();
+        let ring = Arc::new(Ring::new(self.inner.ring_capacity, id, thread.clone())?);
+        self.meta(Meta::Ring(RingMeta {
+            id,
+            thread,
+            capacity: ring.capacity(),
+        }));
+        lock(&self.inner.rings).push(ring.clone());
+        Some(ring)
+    }
+
+    /// Add a metadata frame (written at the next drain).
+    pub fn meta(&self, m: Meta) {
+        lock(&self.inner.meta).push(m);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A trace being recorded: the file and its drain thread.
+pub struct Tracer {
+    trace: Trace,
+    path: PathBuf,
+    thread: Option<JoinHandle<std::io::Result<TraceTotals>>>,
+}
+
+impl Tracer {
+    /// Create the file (replacing one that exists), write its header and
+    /// `run`, and start the drain thread.
+    pub fn start(config: &TraceConfig, run: RunMeta) -> Result<Tracer, TraceError> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let file_err = |source| TraceError::File {
+            path: config.path.clone(),
+            source,
+        };
+        if let Some(dir) = config.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(file_err)?;
+        }
+        let file = std::fs::File::create(&config.path).map_err(file_err)?;
+        let mut out = Out {
+            w: std::io::BufWriter::with_capacity(1 << 20, file),
+            bytes: 0,
+            scratch: Vec::new(),
+        };
+        out.bytes(&format::header()).map_err(file_err)?;
+        out.meta(&Meta::Run(Box::new(run))).map_err(file_err)?;
+        out.w.flush().map_err(file_err)?;
+        let inner = Arc::new(Inner {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            ring_capacity: config.ring_capacity.max(1),
+            rings: Mutex::new(Vec::new()),
+            next_ring: AtomicU32::new(0),
+            meta: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
+            unrecorded: AtomicU64::new(0),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        });
+        let drain_inner = inner.clone();
+        let every = config.drain_every;
+        let thread = std::thread::Builder::new()
+            .name("pacer/trace".into())
+            .spawn(move || {
+                crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Trace);
+                drain_loop(&drain_inner, out, every)
+            })
+            .map_err(TraceError::Thread)?;
+        Ok(Tracer {
+            trace: Trace { inner },
+            path: config.path.clone(),
+            thread: Some(thread),
+        })
+    }
+
+    /// The handle to record with.
+    pub fn trace(&self) -> Trace {
+        self.trace.clone()
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Drain what is left, write the END frame and close the file. Events
+    /// recorded afterwards are ignored.
+    pub fn finish(mut self) -> Result<TraceTotals, TraceError> {
+        self.stop()
+    }
+
+    /// [`Tracer::finish`], as a run's results report it.
+    pub fn outcome(self) -> TraceOutcome {
+        let path = self.path.clone();
+        match self.finish() {
+            Ok(t) => TraceOutcome {
+                path,
+                records: t.records,
+                lost: t.lost,
+                bytes: t.bytes,
+                error: None,
+            },
+            Err(e) => TraceOutcome {
+                path,
+                records: 0,
+                lost: 0,
+                bytes: 0,
+                error: Some(e.to_string()),
+            },
+        }
+    }
+
+    fn stop(&mut self) -> Result<TraceTotals, TraceError> {
+        let Some(thread) = self.thread.take() else {
+            return Ok(TraceTotals::default());
+        };
+        *lock(&self.trace.inner.stop) = true;
+        self.trace.inner.wake.notify_all();
+        let r = thread
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the trace drain thread panicked")));
+        self.trace.inner.closed.store(true, Ordering::Relaxed);
+        r.map_err(|source| TraceError::File {
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            log::warn!("{e}");
+        }
+    }
+}
+
+/// The file being written, and how many bytes it has.
+struct Out {
+    w: std::io::BufWriter<std::fs::File>,
+    bytes: u64,
+    /// A frame's payload, kept from drain to drain (no allocation churn
+    /// on the confined drain thread).
+    scratch: Vec<u8>,
+}
+
+impl Out {
+    fn bytes(&mut self, b: &[u8]) -> std::io::Result<()> {
+        self.w.write_all(b)?;
+        self.bytes += b.len() as u64;
+        Ok(())
+    }
+
+    fn frame(&mut self, tag: u8, payload: &[u8]) -> std::io::Result<()> {
+        let len = u32::try_from(payload.len())
+            .ok()
+            .filter(|&l| l <= format::MAX_FRAME_BYTES)
+            .ok_or_else(|| std::io::Error::other("trace frame too large"))?;
+        self.bytes(&format::frame_header(tag, len))?;
+        self.bytes(payload)
+    }
+
+    fn meta(&mut self, m: &Meta) -> std::io::Result<()> {
+        let json = serde_json::to_vec(m).map_err(std::io::Error::other)?;
+        self.frame(format::TAG_META, &json)
+    }
+
+    fn records(&mut self, records: &[Record]) -> std::io::Result<()> {
+        let per_frame = format::MAX_FRAME_BYTES as usize / RECORD_BYTES;
+        let mut payload = std::mem::take(&mut self.scratch);
+        for chunk in records.chunks(per_frame) {
+            payload.clear();
+            for r in chunk {
+                payload.extend_from_slice(&r.to_bytes());
+            }
+            self.frame(format::TAG_RECORDS, &payload)?;
+        }
+        self.scratch = payload;
+        Ok(())
+    }
+}
+
+/// What the drain keeps between two passes.
+struct Drain {
+    /// Lost records already reported, per ring id.
+    lost_seen: std::collections::HashMap<u32, u64>,
+    totals: TraceTotals,
+    buf: Vec<Record>,
+}
+
+fn drain_loop(inner: &Inner, mut out: Out, every: Duration) -> std::io::Result<TraceTotals> {
+    let mut d = Drain {
+        lost_seen: Default::default(),
+        totals: TraceTotals::default(),
+        buf: Vec::new(),
+    };
+    // A write error is kept, and the rings are still emptied (and their
+    // losses counted) so that recording threads never see full rings
+    // because the disk is.
+    let mut failed: Option<std::io::Error> = None;
+    loop {
+        let stopping = {
+            let stop = lock(&inner.stop);
+            if *stop {
+                true
+            } else {
+                *inner
+                    .wake
+                    .wait_timeout(stop, every)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0
+            }
+        };
+        let r = drain_once(inner, &mut d, &mut out);
+        if let Err(e) = r {
+            failed.get_or_insert(e);
+        }
+        if stopping {
+            break;
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let mut end = [0u8; 16];
+    end[..8].copy_from_slice(&d.totals.records.to_le_bytes());
+    end[8..].copy_from_slice(&d.totals.lost.to_le_bytes());
+    out.frame(format::TAG_END, &end)?;
+    out.w.flush()?;
+    d.totals.bytes = out.bytes;
+    Ok(d.totals)
+}
+
+/// Write pending metadata, then every ring's records and any new losses.
+fn drain_once(inner: &Inner, d: &mut Drain, out: &mut Out) -> std::io::Result<()> {
+    let meta = std::mem::take(&mut *lock(&inner.meta));
+    let rings: Vec<Arc<Ring>> = lock(&inner.rings).clone();
+    d.buf.clear();
+    let no_ring = (u32::MAX, inner.unrecorded.load(Ordering::Relaxed));
+    let losses = rings
+        .iter()
+        .map(|ring| {
+            ring.drain(&mut d.buf);
+            (ring.id, ring.dropped())
+        })
+        .collect::<Vec<_>>();
+    for (id, lost) in losses.into_iter().chain([no_ring]) {
+        let seen = d.lost_seen.entry(id).or_insert(0);
+        if lost > *seen {
+            d.buf.push(Record::new(
+                crate::engine::clock::now_ns(),
+                &Event::Lost {
+                    count: lost - *seen,
+                },
+            ));
+            d.totals.lost += lost - *seen;
+            *seen = lost;
+        }
+    }
+    drop(rings);
+    // Forget the rings of threads that have ended (only the list holds
+    // them) once they are empty.
+    lock(&inner.rings).retain(|r| Arc::strong_count(r) > 1 || !r.is_empty());
+    d.totals.records += d.buf.len() as u64;
+    for m in &meta {
+        out.meta(m)?;
+    }
+    out.records(&d.buf)?;
+    out.w.flush()
+}
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    /// A run on a 2-CPU topology.
+    pub(crate) fn run_meta() -> RunMeta {
+        RunMeta {
+            policy: "haiku".into(),
+            mode: "low-latency".into(),
+            dispatch: "threads".into(),
+            topology: vcpu_sched::Topology::from_spec("1x2x1").unwrap(),
+            start_ns: 0,
+            config: None,
+            sched: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::run_meta;
+    use super::*;
+    use crate::trace::record::VcpuRef;
+
+    #[test]
+    fn events_from_several_threads_reach_the_file_with_their_losses() {
+        let dir = std::env::temp_dir().join(format!("pacer-tracer-{}", std::process::id()));
+        let path = dir.join("t.trace");
+        let config = TraceConfig {
+            path: path.clone(),
+            ring_capacity: 16,
+            // Long enough that the threads fill their rings first.
+            drain_every: Duration::from_secs(3600),
+        };
+        let tracer = Tracer::start(&config, run_meta()).unwrap();
+        let v = VcpuRef { vm: 0, vcpu: 0 };
+        let threads: Vec<_> = (0..3u16)
+            .map(|i| {
+                let t = tracer.trace();
+                std::thread::Builder::new()
+                    .name(format!("writer{i}"))
+                    .spawn(move || {
+                        for _ in 0..(10 + 10 * i) {
+                            t.emit(Event::Park { vcpu: v });
+                        }
+                    })
+                    .unwrap()
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let totals = tracer.finish().unwrap();
+        // 10, 20 and 30 events into rings of 16: 10 + 16 + 16 kept.
+        assert_eq!(totals.lost, 4 + 14);
+        let file = crate::trace::read::TraceFile::read(&path).unwrap();
+        let parks = file
+            .events
+            .iter()
+            .filter(|e| matches!(e.event, Event::Park { .. }))
+            .count();
+        assert_eq!(parks, 42);
+        assert_eq!(file.lost, 18);
+        assert!(file.complete);
+        let mut threads: Vec<&str> = file.rings.iter().map(|r| r.thread.as_str()).collect();
+        threads.sort();
+        assert_eq!(threads, ["writer0", "writer1", "writer2"]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
