@@ -85,6 +85,11 @@ pub const PARAMS: &[Param] = &[
         kind: ParamKind::Choice(&["deadline", "oneshot"]),
         used_by: &[],
     },
+    Param {
+        key: "pv_eoi",
+        kind: ParamKind::Choice(&["on", "off"]),
+        used_by: &[],
+    },
     int("interval_us", 1, 10_000_000, "microseconds", &["sleep"]),
     int("period_us", 1, 10_000_000, "microseconds", &["burst"]),
     int("run_us", 1, 10_000_000, "microseconds", &["burst"]),

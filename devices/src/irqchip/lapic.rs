@@ -11,11 +11,13 @@
 //! the `set_timer` calls of one vCPU reach the host in order.
 
 mod access;
+mod pv_eoi;
 mod timer;
 
 use super::message::{DeliveryMode, Destination, Message, RouteKey};
 use super::regs::*;
 use super::{CpuEvents, GuestCpu, IrqChipHost, MsrFault};
+use pv_eoi::PvEoi;
 use serde::Serialize;
 use timer::Timer;
 
@@ -144,6 +146,7 @@ pub(crate) struct Lapic {
     lvt: [u32; LVT_COUNT],
     timer: Timer,
     events: CpuEvents,
+    pv_eoi: PvEoi,
 }
 
 impl Lapic {
@@ -168,6 +171,7 @@ impl Lapic {
             lvt: [LVT_RESET; LVT_COUNT],
             timer: Timer::default(),
             events: CpuEvents::default(),
+            pv_eoi: PvEoi::default(),
         }
     }
 
@@ -408,6 +412,8 @@ impl Lapic {
         self.lvt = [LVT_RESET; LVT_COUNT];
         self.set_deadline(None, host);
         self.timer = Timer::default();
+        // The guest enables PV EOI again after a reset (Linux does, per CPU).
+        self.pv_eoi = PvEoi::default();
     }
 
     // ------------------------------------------------------------------

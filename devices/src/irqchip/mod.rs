@@ -129,6 +129,26 @@ pub trait IrqChipHost: Send + Sync {
     fn eoi(&self, _vcpu: u32, _vector: u8) {}
     /// What the guest's CPUID says that IA32_APIC_BASE depends on.
     fn guest_cpu(&self) -> GuestCpu;
+    /// The guest's PV EOI flag: bit 0 of the 32-bit word at guest-physical
+    /// `gpa` (see `lapic/pv_eoi.rs`), set, taken (cleared, atomically) or
+    /// read; the bit's previous value, or None if `gpa` is not guest RAM.
+    /// The default (no access to guest memory) turns PV EOI off: the
+    /// guest then always writes EOI. Called with the vCPU's local-APIC
+    /// lock held; must not call into the chip.
+    fn pv_eoi_flag(&self, _gpa: u64, _access: PvEoiAccess) -> Option<bool> {
+        None
+    }
+}
+
+/// What [`IrqChipHost::pv_eoi_flag`] does to the guest's flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PvEoiAccess {
+    /// Set bit 0: the guest may end the interrupt in service by clearing it.
+    Set,
+    /// Clear it, atomically, returning what it was.
+    Take,
+    /// Only read it.
+    Read,
 }
 
 /// Why the chip notifies a vCPU ([`IrqChipHost::notify_because`]).
@@ -201,6 +221,8 @@ impl CpuEvents {
 struct LapicSlot {
     lapic: Mutex<Lapic>,
     hint: AtomicBool,
+    /// The APIC offered the guest a PV EOI (mirror, for the cheap poll).
+    pv_eoi_offered: AtomicBool,
     /// [`RouteKey`] packed: lets the router skip APICs without locking them.
     route: AtomicU64,
 }
@@ -261,6 +283,7 @@ impl IrqChip {
                     route: AtomicU64::new(lapic.route_key().pack()),
                     lapic: Mutex::new(lapic),
                     hint: AtomicBool::new(false),
+                    pv_eoi_offered: AtomicBool::new(false),
                 }
             })
             .collect();
@@ -277,13 +300,31 @@ impl IrqChip {
     }
 
     /// Run `f` on vCPU `vcpu`'s APIC under its lock and refresh the hint.
+    /// A PV EOI offered to the guest is settled first (taken back, or
+    /// done if the guest used it), so `f` sees the in-service register
+    /// the guest's EOIs have left.
     fn with_lapic<R>(
         &self,
         vcpu: u32,
         f: impl FnOnce(&mut Lapic, &dyn IrqChipHost) -> R,
     ) -> Option<R> {
+        self.settled(vcpu, PvEoiAccess::Take, f)
+    }
+
+    /// [`IrqChip::with_lapic`], settling an outstanding PV EOI offer with
+    /// `access` (Take: withdraw it; Read: only see whether it was used).
+    fn settled<R>(
+        &self,
+        vcpu: u32,
+        access: PvEoiAccess,
+        f: impl FnOnce(&mut Lapic, &dyn IrqChipHost) -> R,
+    ) -> Option<R> {
         let slot = self.lapics.get(vcpu as usize)?;
         let mut lapic = lock(&slot.lapic);
+        let mut settled = Effects::default();
+        if lapic.pv_eoi_offered() {
+            lapic.settle_pv_eoi(access, &*self.host, &mut settled);
+        }
         let result = f(&mut lapic, &*self.host);
         // SeqCst: pairs with the VMM's "in guest" flag (store, then load
         // the other) so that either the VMM sees the hint or we see it in
@@ -291,6 +332,13 @@ impl IrqChip {
         slot.hint.store(lapic.has_work(), Ordering::SeqCst);
         slot.route
             .store(lapic.route_key().pack(), Ordering::Release);
+        slot.pv_eoi_offered
+            .store(lapic.pv_eoi_offered(), Ordering::Release);
+        drop(lapic);
+        if let Some(vector) = settled.eoi {
+            // Edge-triggered only (no broadcast): the handler ended.
+            self.host.eoi(vcpu, vector);
+        }
         Some(result)
     }
 
@@ -418,13 +466,31 @@ impl IrqChip {
         }
     }
 
-    /// IA32_APIC_BASE, IA32_TSC_DEADLINE and the x2APIC range 0x800-0x8FF.
+    /// IA32_APIC_BASE, IA32_TSC_DEADLINE, the x2APIC range 0x800-0x8FF and
+    /// KVM's MSR_KVM_PV_EOI_EN.
     pub fn handles_msr(msr: u32) -> bool {
         matches!(
             msr,
-            regs::MSR_IA32_APIC_BASE | regs::MSR_IA32_TSC_DEADLINE | regs::X2APIC_MSR_FIRST
-                ..=regs::X2APIC_MSR_LAST
+            regs::MSR_IA32_APIC_BASE
+                | regs::MSR_IA32_TSC_DEADLINE
+                | regs::MSR_KVM_PV_EOI_EN
+                | regs::X2APIC_MSR_FIRST..=regs::X2APIC_MSR_LAST
         )
+    }
+
+    /// Cheap when nothing is offered (one atomic load): if vCPU `vcpu` was
+    /// offered a PV EOI and its guest has used it, do that EOI now (the
+    /// VMM calls this before each entry, so an EOI is seen at the exit
+    /// after it, not at the next interrupt). An offer the guest has not
+    /// used stays.
+    pub fn poll_pv_eoi(&self, vcpu: u32) {
+        if self
+            .lapics
+            .get(vcpu as usize)
+            .is_some_and(|s| s.pv_eoi_offered.load(Ordering::Acquire))
+        {
+            self.settled(vcpu, PvEoiAccess::Read, |_, _| ());
+        }
     }
 
     pub fn msr_read(&self, vcpu: u32, msr: u32) -> Result<u64, MsrFault> {
@@ -467,7 +533,12 @@ impl IrqChip {
     /// injects it). None if nothing is deliverable any more (then nothing
     /// is injected; no spurious vector is produced).
     pub fn acknowledge(&self, vcpu: u32) -> Option<u8> {
-        self.with_lapic(vcpu, |l, _| l.acknowledge()).flatten()
+        self.with_lapic(vcpu, |l, host| {
+            let v = l.acknowledge()?;
+            l.offer_pv_eoi(v, host);
+            Some(v)
+        })
+        .flatten()
     }
 
     /// INTA for `vector`, which the VMM injected after reading it from
@@ -476,8 +547,14 @@ impl IrqChip {
     /// between the two calls (it stays requested). False if `vector` is no
     /// longer requested.
     pub fn acknowledge_vector(&self, vcpu: u32, vector: u8) -> bool {
-        self.with_lapic(vcpu, |l, _| l.acknowledge_vector(vector))
-            .unwrap_or(false)
+        self.with_lapic(vcpu, |l, host| {
+            let taken = l.acknowledge_vector(vector);
+            if taken {
+                l.offer_pv_eoi(vector, host);
+            }
+            taken
+        })
+        .unwrap_or(false)
     }
 
     /// NMI / INIT / SIPI(vector) delivered to vcpu since the last call.
@@ -535,7 +612,8 @@ impl IrqChip {
 
     /// Per-vCPU register dump for debugging/tests; None for no such vCPU.
     pub fn lapic_state(&self, vcpu: u32) -> Option<LapicState> {
-        self.with_lapic(vcpu, |l, host| l.state(host))
+        // A look for debugging must not withdraw a PV EOI offer.
+        self.settled(vcpu, PvEoiAccess::Read, |l, host| l.state(host))
     }
 
     /// Redirection entry of an I/O APIC pin (debugging/tests).

@@ -65,6 +65,11 @@ pub const X2APIC_MSR_FIRST: u32 = 0x800;
 pub const X2APIC_MSR_LAST: u32 = 0x8FF;
 /// The 64-bit ICR in x2APIC mode.
 pub const X2APIC_MSR_ICR: u32 = 0x830;
+/// KVM's paravirtual EOI (MSR_KVM_PV_EOI_EN): the guest-physical address
+/// of a 32-bit flag word (4-byte aligned) | [`PV_EOI_ENABLE`].
+pub const MSR_KVM_PV_EOI_EN: u32 = 0x4b56_4d04;
+/// Bit 0 of MSR_KVM_PV_EOI_EN: PV EOI on.
+pub const PV_EOI_ENABLE: u64 = 1;
 
 // IA32_APIC_BASE fields.
 pub const APIC_BASE_BSP: u64 = 1 << 8;

@@ -30,6 +30,7 @@
  * boot). The kernel stack tops the block, so ring-0 code finds its block
  * with RSP & ~(PERCPU_SIZE - 1). */
 #define PC_INDEX     0x00   /* u32: vCPU index (= APIC id) */
+#define PC_PV_EOI    0x04   /* u32: KVM PV EOI flag (bit 0: EOI by clearing it) */
 #define PC_TIMER     0x08   /* u64: LAPIC timer interrupts */
 #define PC_IPI       0x10   /* u64: workload IPIs received */
 #define PC_SPURIOUS  0x18   /* u64: spurious interrupts (vector 0xFF) */
@@ -83,6 +84,7 @@
 /* SYS_APIC_INIT flags */
 #define APIC_F_X2APIC   1   /* x2APIC (MSRs) instead of xAPIC (MMIO) */
 #define APIC_F_DEADLINE 2   /* TSC-deadline timer instead of one-shot count */
+#define APIC_F_PV_EOI   4   /* KVM's PV EOI where CPUID offers it */
 
 /* struct boot_info layout (filled by the kernel entry, in user memory) */
 #define BI_TSC_FIRST    0

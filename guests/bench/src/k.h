@@ -9,7 +9,7 @@
 
 struct percpu {
     uint32_t index;
-    uint32_t pad0;
+    volatile uint32_t pv_eoi;    /* KVM PV EOI flag (MSR_KVM_PV_EOI_EN) */
     volatile uint64_t timer;     /* LAPIC timer interrupts */
     volatile uint64_t ipi;       /* workload IPIs */
     volatile uint64_t spurious;
@@ -18,6 +18,7 @@ struct percpu {
     struct pacer_record record;  /* SYS_RECORD's copy */
     /* TSS at PC_TSS, IST and kernel stacks above: touched by k_entry.S only */
 };
+_Static_assert(__builtin_offsetof(struct percpu, pv_eoi) == PC_PV_EOI, "pc");
 _Static_assert(__builtin_offsetof(struct percpu, timer) == PC_TIMER, "pc");
 _Static_assert(__builtin_offsetof(struct percpu, ipi) == PC_IPI, "pc");
 _Static_assert(__builtin_offsetof(struct percpu, spurious) == PC_SPURIOUS, "pc");
@@ -58,6 +59,7 @@ static inline void wrmsr(uint32_t msr, uint64_t v)
 
 /* k_smp.c */
 extern uint8_t apic_mode;
+extern uint8_t pv_eoi_on;
 extern uint32_t cpu_limit;
 long k_apic_init(uint64_t flags, uint64_t tsc_khz, uint64_t vcpus);
 long k_ap_start(uint64_t apic_id);

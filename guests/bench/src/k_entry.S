@@ -380,7 +380,15 @@ irq_spurious:                           /* the SDM: no EOI for the spurious vect
 /* EOI to the local APIC in the mode in use (none before SYS_APIC_INIT or
  * without a LAPIC: an injected vector is then just counted), then IRETQ. */
 apic_eoi_iret:
-        cmpb    $APIC_MODE_X2APIC, apic_mode(%rip)
+        cmpb    $0, pv_eoi_on(%rip)     /* KVM PV EOI: ended by clearing the */
+        je      3f                      /* flag the hypervisor set, if set */
+        pushq   %rax
+        mov     %rsp, %rax
+        and     $-PERCPU_SIZE, %rax
+        lock btrl $0, PC_PV_EOI(%rax)
+        popq    %rax
+        jc      2f
+3:      cmpb    $APIC_MODE_X2APIC, apic_mode(%rip)
         jne     1f
         pushq   %rax
         pushq   %rcx

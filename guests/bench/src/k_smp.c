@@ -44,6 +44,7 @@
 #define MODE_X2APIC 2
 
 uint8_t apic_mode;          /* 0: no LAPIC in use (k_entry.S sends no EOI) */
+uint8_t pv_eoi_on;          /* KVM PV EOI in use (k_entry.S tries it first) */
 uint32_t cpu_limit = 1;     /* vcpus: an AP with a higher APIC id parks */
 static uint8_t timer_deadline;
 static uint64_t tsc_khz;
@@ -107,6 +108,22 @@ static void delay_us(uint64_t us)
         ;
 }
 
+#define MSR_KVM_PV_EOI_EN 0x4b564d04
+#define KVM_FEATURE_PV_EOI (1u << 6)
+
+/* KVM's paravirtual EOI where the hypervisor's CPUID offers it (leaf
+ * 0x40000000 signature "KVMKVMKVM", leaf 0x40000001 EAX bit 6), as
+ * Linux's kvm_guest_cpu_init does. */
+static int pv_eoi_offered(void)
+{
+    uint32_t a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x40000000u), "c"(0));
+    if (b != 0x4b4d564b || c != 0x564b4d56 || d != 0x4d || a < 0x40000001u)
+        return 0;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x40000001u), "c"(0));
+    return (a & KVM_FEATURE_PV_EOI) != 0;
+}
+
 /* Enable the calling CPU's LAPIC in apic_mode, spurious vector 0xFF, LINT0/1
  * masked (no 8259 virtual wire), the timer LVT in the chosen mode (masked
  * only by never being armed). 0; -1 if there is no LAPIC; -2 if the LAPIC
@@ -150,6 +167,12 @@ int apic_setup(void)
         apic_write(APIC_TDCR, TDCR_DIVIDE_BY_1);
         apic_write(APIC_LVTT, VEC_TIMER);      /* one-shot */
     }
+    if (pv_eoi_on) {
+        /* The flag lives in this CPU's block (identity-mapped: VA = PA). */
+        struct percpu *pc = this_cpu();
+        pc->pv_eoi = 0;
+        wrmsr(MSR_KVM_PV_EOI_EN, (uint64_t)(uintptr_t)&pc->pv_eoi | 1);
+    }
     return 0;
 }
 
@@ -158,6 +181,7 @@ long k_apic_init(uint64_t flags, uint64_t khz, uint64_t vcpus)
     if (apic_mode)
         return 0;
     timer_deadline = (flags & APIC_F_DEADLINE) != 0;
+    pv_eoi_on = (flags & APIC_F_PV_EOI) && pv_eoi_offered();
     tsc_khz = khz ? khz : 1;
     apic_mode = (flags & APIC_F_X2APIC) ? MODE_X2APIC : MODE_XAPIC;
     int err = apic_setup();

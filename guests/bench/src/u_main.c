@@ -112,6 +112,11 @@ static void parse_cmdline(const char *s, unsigned len)
             else if (keyis(v, vl, "xapic")) cfg.x2apic = 0;
             else param_error("apic", v, vl, "x2apic or xapic");
         }
+        else if (keyis(k, kl, "pv_eoi")) {
+            if (keyis(v, vl, "on")) cfg.pv_eoi = 1;
+            else if (keyis(v, vl, "off")) cfg.pv_eoi = 0;
+            else param_error("pv_eoi", v, vl, "on or off");
+        }
         else if (keyis(k, kl, "timer")) {
             if (keyis(v, vl, "deadline")) cfg.deadline = 1;
             else if (keyis(v, vl, "oneshot")) cfg.deadline = 0;
@@ -318,6 +323,7 @@ __attribute__((noreturn)) void umain(struct boot_info *bi)
     cfg.gap_ns = 2000;
     cfg.x2apic = 1;
     cfg.deadline = 1;
+    cfg.pv_eoi = 1;
     parse_cmdline(bi->cmdline, bi->cmdline_len);
     check_cmdline();
     if (!cfg.tsc_khz) {
@@ -337,6 +343,7 @@ __attribute__((noreturn)) void umain(struct boot_info *bi)
     bs(&b, " vcpus="); bu(&b, cfg.vcpus);
     bs(&b, cfg.x2apic ? " apic=x2apic" : " apic=xapic");
     bs(&b, cfg.deadline ? " timer=deadline" : " timer=oneshot");
+    bs(&b, cfg.pv_eoi ? " pv_eoi=on" : " pv_eoi=off");
     bs(&b, " ram_mib="); bu(&b, ram >> 20);
     bs(&b, "\r\n");
     bflush(&b);
@@ -358,7 +365,8 @@ __attribute__((noreturn)) void umain(struct boot_info *bi)
 
     /* Local APICs, then the APs. */
     unsigned failed = 0;
-    uint64_t flags = (cfg.x2apic ? APIC_F_X2APIC : 0) | (cfg.deadline ? APIC_F_DEADLINE : 0);
+    uint64_t flags = (cfg.x2apic ? APIC_F_X2APIC : 0) | (cfg.deadline ? APIC_F_DEADLINE : 0)
+                   | (cfg.pv_eoi ? APIC_F_PV_EOI : 0);
     long apic = sys3(SYS_APIC_INIT, (long)flags, (long)cfg.tsc_khz, (long)cfg.vcpus);
     if (apic == -2) {
         con("pacer-bench: error: timer=deadline: this local APIC has no TSC-deadline mode\r\n");

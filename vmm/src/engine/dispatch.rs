@@ -62,6 +62,7 @@ impl Engine {
         last: &VcpuStep,
     ) -> Next {
         RUNNING_ENTITY.set(Some(v.entity));
+        vm.irq.poll_pv_eoi(v.index);
         if *last == VcpuStep::Interrupted {
             self.record(|| Event::ExitSeen {
                 cpu: cpu16(slot.host),

@@ -93,6 +93,9 @@ pub trait InterruptSource: Send + Sync {
     fn debug_state(&self, _vcpu: u32) -> Option<serde_json::Value> {
         None
     }
+    /// After an exit: an EOI the guest made through KVM's paravirtual EOI
+    /// flag (no exit of its own) is done now. Cheap when none is offered.
+    fn poll_pv_eoi(&self, _vcpu: u32) {}
 }
 
 /// A VM without an interrupt controller (tests, tiny guests).
@@ -190,7 +193,7 @@ pub fn halt_is_over(
 // Pacer's own interrupt controller (devices::irqchip) as the engine sees it.
 
 use super::{Engine, VmSlot};
-use devices::irqchip::{GuestCpu, IrqChip, IrqChipHost, NotifyCause};
+use devices::irqchip::{GuestCpu, IrqChip, IrqChipHost, NotifyCause, PvEoiAccess};
 use std::sync::{OnceLock, Weak};
 
 impl InterruptSource for IrqChip {
@@ -224,6 +227,9 @@ impl InterruptSource for IrqChip {
     }
     fn debug_state(&self, vcpu: u32) -> Option<serde_json::Value> {
         serde_json::to_value(self.lapic_state(vcpu)?).ok()
+    }
+    fn poll_pv_eoi(&self, vcpu: u32) {
+        IrqChip::poll_pv_eoi(self, vcpu)
     }
 }
 
@@ -260,16 +266,24 @@ pub struct ChipHost {
     trace: OnceLock<(crate::trace::Trace, u16)>,
     tsc: TscClock,
     cpu: GuestCpu,
+    /// Guest RAM, for the guest's PV EOI flags.
+    mem: std::sync::Arc<vm_memory::GuestMemoryMmap>,
 }
 
 impl ChipHost {
-    pub fn new(engine: &std::sync::Arc<Engine>, tsc: TscClock, cpu: GuestCpu) -> ChipHost {
+    pub fn new(
+        engine: &std::sync::Arc<Engine>,
+        tsc: TscClock,
+        cpu: GuestCpu,
+        mem: std::sync::Arc<vm_memory::GuestMemoryMmap>,
+    ) -> ChipHost {
         ChipHost {
             engine: std::sync::Arc::downgrade(engine),
             vm: OnceLock::new(),
             trace: OnceLock::new(),
             tsc,
             cpu,
+            mem,
         }
     }
 
@@ -334,6 +348,19 @@ impl IrqChipHost for ChipHost {
     }
     fn guest_cpu(&self) -> GuestCpu {
         self.cpu
+    }
+    fn pv_eoi_flag(&self, gpa: u64, access: PvEoiAccess) -> Option<bool> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use vm_memory::{GuestAddress, GuestMemoryBackend, VolatileMemory};
+        // The guest's word, as the guest's own `lock btr` sees it.
+        let slice = self.mem.get_slice(GuestAddress(gpa), 4).ok()?;
+        let word = slice.get_atomic_ref::<AtomicU32>(0).ok()?;
+        let old = match access {
+            PvEoiAccess::Set => word.fetch_or(1, Ordering::SeqCst),
+            PvEoiAccess::Take => word.fetch_and(!1, Ordering::SeqCst),
+            PvEoiAccess::Read => word.load(Ordering::SeqCst),
+        };
+        Some(old & 1 != 0)
     }
 }
 

@@ -10,6 +10,7 @@ use crate::engine::Engine;
 use devices::irqchip::{GuestCpu, IrqChip};
 use kvm_ioctls::{VcpuFd, VmFd};
 use std::sync::Arc;
+use vm_memory::GuestMemoryMmap;
 
 /// Build the interrupt controller of a VM with `vcpus` vCPUs whose CPUID
 /// `guest_cpu` describes: the local APIC MSRs exit to user space, and the
@@ -17,6 +18,7 @@ use std::sync::Arc;
 /// IA32_TSC.
 pub(super) fn create_irqchip(
     engine: &Arc<Engine>,
+    mem: &Arc<GuestMemoryMmap>,
     vm_fd: &VmFd,
     boot_vcpu: &VcpuFd,
     tsc_khz: u32,
@@ -25,14 +27,14 @@ pub(super) fn create_irqchip(
 ) -> Result<(Arc<ChipHost>, Arc<IrqChip>), VmError> {
     user_space_apic_msrs(vm_fd)?;
     let tsc = tsc_clock(boot_vcpu, tsc_khz)?;
-    let host = Arc::new(ChipHost::new(engine, tsc, guest_cpu));
+    let host = Arc::new(ChipHost::new(engine, tsc, guest_cpu, mem.clone()));
     let chip = IrqChip::new(vcpus, host.clone());
     Ok((host, chip))
 }
 
 /// Send the interrupt controller's MSRs (IA32_APIC_BASE, IA32_TSC_DEADLINE,
-/// the x2APIC range) to user space: without an in-kernel local APIC KVM
-/// would handle or refuse them itself.
+/// the x2APIC range, KVM's MSR_KVM_PV_EOI_EN) to user space: without an
+/// in-kernel local APIC KVM would handle or refuse them itself.
 fn user_space_apic_msrs(vm_fd: &VmFd) -> Result<(), VmError> {
     use kvm_bindings::{
         kvm_enable_cap, kvm_msr_filter, kvm_msr_filter_range, KVM_CAP_X86_USER_SPACE_MSR,
@@ -65,6 +67,7 @@ fn user_space_apic_msrs(vm_fd: &VmFd) -> Result<(), VmError> {
     filter.ranges[0] = range(0x800, 0x100, &deny_x2apic);
     filter.ranges[1] = range(0x1b, 1, &deny_one);
     filter.ranges[2] = range(0x6e0, 1, &deny_one);
+    filter.ranges[3] = range(devices::irqchip::regs::MSR_KVM_PV_EOI_EN, 1, &deny_one);
     // SAFETY: every range's bitmap points to a live local array of at
     // least nmsrs bits, valid for the duration of the ioctl (KVM copies it).
     unsafe { vm_fd.set_msr_filter_unchecked(&filter) }

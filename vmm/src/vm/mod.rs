@@ -177,6 +177,7 @@ impl Vm {
             VcpuScheduling::Host { .. } => None,
             VcpuScheduling::Scheduled(engine) => Some(irqchip::create_irqchip(
                 engine,
+                &mem,
                 &vm_fd,
                 &vcpus[0].1,
                 tsc_khz,

@@ -313,6 +313,7 @@ impl Lapic {
         match msr {
             MSR_IA32_APIC_BASE => Ok(self.apic_base),
             MSR_IA32_TSC_DEADLINE => Ok(self.tsc_deadline()),
+            MSR_KVM_PV_EOI_EN => Ok(self.pv_eoi_msr()),
             X2APIC_MSR_FIRST..=X2APIC_MSR_LAST => self.read_x2apic(msr, host),
             _ => Err(MsrFault::NotHandled(msr)),
         }
@@ -334,6 +335,7 @@ impl Lapic {
                 notify_self: self.write_tsc_deadline(value, host),
                 ..Effects::default()
             }),
+            MSR_KVM_PV_EOI_EN => self.write_pv_eoi_msr(value).map(|()| Effects::default()),
             X2APIC_MSR_FIRST..=X2APIC_MSR_LAST => self.write_x2apic(msr, value, host),
             _ => Err(MsrFault::NotHandled(msr)),
         }
@@ -356,7 +358,7 @@ impl Lapic {
 
     /// EOI: retire the highest in-service vector (the host hears which);
     /// a level-triggered one (TMR set) is broadcast to the I/O APIC.
-    fn eoi(&mut self, effects: &mut Effects) {
+    pub(crate) fn eoi(&mut self, effects: &mut Effects) {
         let Some(v) = self.isr.highest() else { return };
         self.isr.clear(v);
         effects.eoi = Some(v);

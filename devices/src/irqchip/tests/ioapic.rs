@@ -31,7 +31,7 @@ fn ioapic_read(chip: &Arc<IrqChip>, index: u8) -> u32 {
 
 /// Program pin `pin`'s redirection entry (high dword first, as an OS
 /// does, so the low-dword write that unmasks sees the destination).
-fn program(chip: &Arc<IrqChip>, pin: u8, entry: u64) {
+pub(super) fn program(chip: &Arc<IrqChip>, pin: u8, entry: u64) {
     ioapic_write(chip, 0x11 + 2 * pin, (entry >> 32) as u32);
     ioapic_write(chip, 0x10 + 2 * pin, entry as u32);
 }

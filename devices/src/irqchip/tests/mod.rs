@@ -7,11 +7,12 @@ mod ioapic;
 mod ipi;
 mod priority;
 mod props;
+mod pv_eoi;
 mod registers;
 mod timer;
 
 use super::regs::*;
-use super::{GuestCpu, IrqChip, IrqChipHost, NotifyCause};
+use super::{GuestCpu, IrqChip, IrqChipHost, NotifyCause, PvEoiAccess};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -29,7 +30,12 @@ pub(super) struct FakeHost {
     /// Every notification with its cause, and every EOI (vCPU, vector).
     causes: Mutex<Vec<(u32, NotifyCause)>>,
     eois: Mutex<Vec<(u32, u8)>>,
+    /// Guest RAM for PV EOI flags: 32-bit words at 0x1000..0x2000.
+    pub(super) ram: Mutex<std::collections::HashMap<u64, u32>>,
 }
+
+/// Guest-physical range the fake host treats as RAM for PV EOI flags.
+pub(super) const FAKE_RAM: std::ops::Range<u64> = 0x1000..0x2000;
 
 impl FakeHost {
     pub(super) fn set_now(&self, ns: u64) {
@@ -89,6 +95,20 @@ impl IrqChipHost for FakeHost {
             phys_addr_bits: PHYS_ADDR_BITS,
             x2apic: !self.no_x2apic,
         }
+    }
+    fn pv_eoi_flag(&self, gpa: u64, access: PvEoiAccess) -> Option<bool> {
+        if !FAKE_RAM.contains(&gpa) {
+            return None;
+        }
+        let mut ram = self.ram.lock().unwrap();
+        let word = ram.entry(gpa).or_insert(0);
+        let old = *word & 1 != 0;
+        match access {
+            PvEoiAccess::Set => *word |= 1,
+            PvEoiAccess::Take => *word &= !1,
+            PvEoiAccess::Read => {}
+        }
+        Some(old)
     }
 }
 
