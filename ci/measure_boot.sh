@@ -40,19 +40,19 @@ done
 python3 - "$tmp" "$n" <<'EOT'
 import json, statistics, sys
 tmp, n = sys.argv[1], int(sys.argv[2])
-keys = [("first_instruction_run_ms", "pacer start -> FIRST_INSTRUCTION"),
-        ("first_result_run_ms", "pacer start -> first result record"),
-        ("first_instruction_ms", "VM start -> FIRST_INSTRUCTION"),
-        ("first_result_ms", "VM start -> first result record")]
+keys = [("first_instruction_run_ns", "pacer start -> FIRST_INSTRUCTION"),
+        ("first_result_run_ns", "pacer start -> first result record"),
+        ("first_instruction_ns", "VM start -> FIRST_INSTRUCTION"),
+        ("first_result_ns", "VM start -> first result record")]
 vals = {k: [] for k, _ in keys}
 walls, status = [], []
 for i in range(n):
     r = json.load(open(f"{tmp}/r{i}.json"))
-    vm = r["vms"][0]
+    vm = r["runs"][0]["vms"][0]
     status.append(vm["status"])
     for k, _ in keys:
         if vm["milestones"].get(k) is not None:
-            vals[k].append(vm["milestones"][k])
+            vals[k].append(vm["milestones"][k] / 1e6)
     walls.append(int(open(f"{tmp}/wall{i}").read()) / 1000.0)
 print(f"runs: {n}, statuses: {sorted(set(status))}")
 for k, label in keys:

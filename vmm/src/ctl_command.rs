@@ -62,9 +62,24 @@ pub fn api_ready_line(
     format!("pacer: {}", parts.join("; "))
 }
 
+/// The closing text of `pacer ctl --help`.
+pub const HELP: &str = "Examples:
+  pacer run configs/demo.toml --api-socket /tmp/pacer.sock &
+  pacer ctl /tmp/pacer.sock ls
+  pacer ctl /tmp/pacer.sock stats latency
+  pacer ctl /tmp/pacer.sock set hog priority=5
+  pacer ctl /tmp/pacer.sock set mode=power-saving
+  pacer ctl /tmp/pacer.sock watch --count 5
+
+Exit codes:
+  0  done
+  1  the API failed or cannot be reached
+  2  refused: bad input (the server's reason names the target and key)";
+
 #[derive(Debug, Args)]
 pub struct CtlArgs {
     /// The API socket of a running `pacer run --api-socket`.
+    #[arg(value_name = "SOCKET")]
     pub socket: PathBuf,
     /// Print the API's JSON documents instead of tables.
     #[arg(long, global = true)]
@@ -91,11 +106,20 @@ pub enum CtlCommand {
         words: Vec<String>,
     },
     /// Pause every vCPU of a VM.
-    Pause { vm: String },
+    Pause {
+        /// The VM's name.
+        vm: String,
+    },
     /// Resume a paused VM.
-    Resume { vm: String },
+    Resume {
+        /// The VM's name.
+        vm: String,
+    },
     /// Stop a VM (its result says "stopped by request").
-    Stop { vm: String },
+    Stop {
+        /// The VM's name.
+        vm: String,
+    },
     /// Follow the per-second status.
     Watch {
         /// Stop after this many samples.

@@ -9,6 +9,8 @@
 //! [`engine`] (Pacer's own vCPU scheduling), [`host_cpus`] (OS CPU
 //! numbers), [`signals`], [`runner`] (many VMs), [`results`],
 //! [`guest_metrics`] (per-vCPU workload metrics from the guest's records),
+//! [`compare`] (`run --compare`: per VM its headline under each policy,
+//! ratios, verdict), [`units`] (how quantities are printed),
 //! [`unixbench`] (the UnixBench-style suite's scoring and host reference),
 //! [`cli`].
 
@@ -16,10 +18,13 @@ pub mod api;
 pub mod bench;
 pub mod boot;
 pub mod cli;
+pub mod compare;
 pub mod config;
 pub mod config_errors;
+pub mod config_reference;
 pub mod cpuid;
 pub mod ctl_command;
+pub mod documents;
 pub mod engine;
 pub mod guest_metrics;
 pub mod guest_params;
@@ -28,6 +33,7 @@ pub mod host_cpus;
 pub mod host_resources;
 pub mod irq;
 pub mod kernel_image;
+pub mod manpages;
 pub mod memory;
 pub mod msr;
 pub mod preflight;
@@ -39,6 +45,7 @@ pub mod seccomp;
 pub mod signals;
 pub mod sim_command;
 pub mod trace;
+pub mod units;
 pub mod unixbench;
 pub mod vcpu;
 pub mod vm;

@@ -4,10 +4,6 @@ use clap::Parser;
 
 fn main() {
     let run_start = std::time::Instant::now();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-        .format_timestamp(None)
-        .format_target(false)
-        .init();
     let cli = match vmm::cli::Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -22,5 +18,17 @@ fn main() {
             std::process::exit(code);
         }
     };
+    // Messages go to stderr: warnings and errors always, information unless
+    // -q, debug with -v, trace with -vv. RUST_LOG still wins.
+    let level = match (cli.quiet, cli.verbose) {
+        (true, _) => "warn",
+        (false, 0) => "info",
+        (false, 1) => "debug",
+        (false, _) => "trace",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
+        .format_timestamp(None)
+        .format_target(false)
+        .init();
     std::process::exit(vmm::cli::main_with(cli, run_start));
 }

@@ -3,7 +3,9 @@
 //! written with a single `write` so nothing is lost if Pacer dies), the
 //! in-memory collection, the per-VM summary and the final JSON.
 
+use crate::documents::run::{self as events, MarkerDoc, RecordDoc};
 use crate::guest_metrics::{self, GuestErrorEntry, LatencySummary, VcpuMetrics};
+use crate::units;
 use devices::{Marker, RecordError, RecordKind, ResultRecord};
 use serde::Serialize;
 use std::fs::File;
@@ -76,8 +78,9 @@ pub struct VcpuWork {
     pub done: bool,
 }
 
-/// Outcome of one VM.
-#[derive(Debug, Clone, Serialize)]
+/// Outcome of one VM. Serialized as the published `pacer-run` shape
+/// (`documents::run::VmDoc`), never field by field.
+#[derive(Debug, Clone)]
 pub struct VmResult {
     pub name: String,
     /// "success", "reset", "guest_exit", "triple_fault", "internal_error",
@@ -147,8 +150,15 @@ impl VmResult {
     }
 }
 
-/// The final JSON of `pacer run --json`.
-#[derive(Debug, Clone, Serialize)]
+impl Serialize for VmResult {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        crate::documents::run::VmDoc::of(self).serialize(s)
+    }
+}
+
+/// The results of one run (`documents::run::RunEntry` is what `--json`
+/// writes of it).
+#[derive(Debug, Clone)]
 pub struct RunResults {
     pub config: PathBuf,
     /// This run's directory of consoles and results (`run_dir`).
@@ -184,7 +194,7 @@ impl ResultsLog {
             })?),
             None => None,
         };
-        Ok(ResultsLog {
+        let mut log = ResultsLog {
             vm: vm.to_string(),
             tsc_khz,
             path: path.map(Path::to_path_buf),
@@ -193,7 +203,9 @@ impl ResultsLog {
             records: Vec::new(),
             rejected: 0,
             write_error_reported: false,
-        })
+        };
+        log.append(events::events_start(vm, tsc_khz));
+        Ok(log)
     }
 
     pub fn path(&self) -> Option<&Path> {
@@ -228,10 +240,7 @@ impl ResultsLog {
             t_ms,
             t_run_ms,
         };
-        self.append(serde_json::json!({
-            "type": "marker", "vm": self.vm, "vcpu": vcpu, "marker": e.marker,
-            "t_ms": t_ms, "t_run_ms": t_run_ms,
-        }));
+        self.append(events::event("marker", &self.vm, MarkerDoc::of(&e)));
         self.markers.push(e);
     }
 
@@ -253,29 +262,26 @@ impl ResultsLog {
             record,
             units_per_s,
         };
-        let mut v = serde_json::to_value(&e).unwrap_or_default();
-        if let Some(o) = v.as_object_mut() {
-            o.insert("type".into(), "record".into());
-            o.insert("vm".into(), self.vm.clone().into());
-        }
-        self.append(v);
+        self.append(events::event("record", &self.vm, RecordDoc::of(&e)));
         self.records.push(e);
     }
 
     pub fn rejected(&mut self, vcpu: u32, err: &RecordError, t_ms: f64) {
         self.rejected += 1;
-        self.append(serde_json::json!({
-            "type": "rejected", "vm": self.vm, "vcpu": vcpu, "error": err.to_string(), "t_ms": t_ms,
-        }));
+        let fields = serde_json::json!({
+            "vcpu": vcpu, "error": err.to_string(), "t_ns": crate::documents::ms_to_ns(t_ms),
+        });
+        self.append(events::event("rejected", &self.vm, fields));
     }
 
-    /// The stop line, which also carries the per-vCPU metrics.
+    /// The stop line, which also carries the per-vCPU guest figures.
     pub fn stopped(&mut self, status: &str, ok: bool, message: &str, t_ms: f64) {
-        let metrics = self.vcpu_metrics();
-        self.append(serde_json::json!({
-            "type": "stop", "vm": self.vm, "status": status, "ok": ok, "message": message, "t_ms": t_ms,
-            "vcpu_metrics": metrics,
-        }));
+        let vcpus = events::events_vcpus(&self.vcpu_metrics(), &self.work(), self.tsc_khz);
+        let fields = serde_json::json!({
+            "status": status, "ok": ok, "message": crate::documents::nonempty(message),
+            "t_ns": crate::documents::ms_to_ns(t_ms), "vcpus": vcpus,
+        });
+        self.append(events::event("stop", &self.vm, fields));
     }
 
     /// Per-vCPU workload metrics from the records so far.
@@ -341,7 +347,7 @@ impl ResultsLog {
 }
 
 fn ms(v: Option<f64>) -> String {
-    v.map(|x| format!("{x:.1} ms"))
+    v.map(|x| units::duration3(x * 1e6))
         .unwrap_or_else(|| "-".into())
 }
 
@@ -360,27 +366,27 @@ pub fn format_summary(r: &VmResult) -> String {
     );
     let m = &r.milestones;
     s += &format!(
-        "[{}]   first instruction {}, kernel ready {}, first result {}, wall {:.1} ms\n",
+        "[{}]   first instruction {}, kernel ready {}, first result {}, wall {}\n",
         r.name,
         ms(m.first_instruction_ms),
         ms(m.kernel_ready_ms),
         ms(m.first_result_ms),
-        r.wall_ms
+        ms(Some(r.wall_ms))
     );
     for w in &r.work {
         s += &format!(
-            "[{}]   vcpu{}: {} work units in {:.1} ms{} -> {} units/s\n",
+            "[{}]   vcpu{}: {} work units in {}{} -> {} units/s\n",
             r.name,
             w.vcpu,
             w.units,
             if r.tsc_khz > 0 {
-                w.ticks as f64 / r.tsc_khz as f64
+                ms(Some(w.ticks as f64 / r.tsc_khz as f64))
             } else {
-                0.0
+                "-".into()
             },
             if w.done { "" } else { " (incomplete)" },
             w.units_per_s
-                .map(|u| format!("{u:.0}"))
+                .map(units::number)
                 .unwrap_or_else(|| "-".into())
         );
     }
@@ -389,15 +395,15 @@ pub fn format_summary(r: &VmResult) -> String {
     }
     for (i, v) in r.vcpu_sched.iter().enumerate() {
         s += &format!(
-            "[{}]   vcpu{i}: scheduled: run {:.1} ms, ready-wait {:.1} ms, {} wake-ups (p99 {}), {} migrations, {} preemptions, CPUs {}\n",
+            "[{}]   vcpu{i}: scheduled: run {}, ready-wait {}, {} wake-ups (p99 {}), {} migrations, {} preemptions, CPUs {}\n",
             r.name,
-            v.run_ns as f64 / 1e6,
-            v.ready_wait_ns as f64 / 1e6,
+            units::duration3(v.run_ns as f64),
+            units::duration3(v.ready_wait_ns as f64),
             v.wakeups,
             if v.wake_latency_ns.max == 0 {
                 "-".to_string()
             } else {
-                format!("{:.1} us", v.wake_latency_ns.p99 as f64 / 1e3)
+                units::latency(v.wake_latency_ns.p99 as f64, units::SCHED_SUB_BUCKETS)
             },
             v.migrations,
             v.preemptions,
@@ -425,19 +431,15 @@ pub fn format_summary(r: &VmResult) -> String {
     s
 }
 
+/// A guest latency distribution: percentiles no finer than the guest's
+/// histogram bucket, the (exact) maximum to three digits.
 fn latency(l: &LatencySummary) -> String {
-    let t = |ns: u64| {
-        if ns < 10_000 {
-            format!("{ns} ns")
-        } else {
-            format!("{:.1} us", ns as f64 / 1e3)
-        }
-    };
+    let p = |ns: u64| units::latency(ns as f64, units::GUEST_SUB_BUCKETS);
     format!(
         "p50 {}, p99 {}, max {} over {}",
-        t(l.p50_ns),
-        t(l.p99_ns),
-        t(l.max_ns),
+        p(l.p50_ns),
+        p(l.p99_ns),
+        units::duration3(l.max_ns as f64),
         l.count
     )
 }
@@ -486,77 +488,6 @@ fn format_metrics(vm: &str, m: &VcpuMetrics) -> String {
     s
 }
 
-/// The guest's headline metric of a vCPU, with its unit: work units/s,
-/// sleep p99, round trips/s, lock acquisitions/s or burst run fraction.
-pub fn headline_metric(m: &VcpuMetrics) -> Option<(f64, &'static str)> {
-    if let Some(u) = m.units_per_s {
-        return Some((u, "units/s"));
-    }
-    if let Some(l) = &m.sleep_latency_ns {
-        return Some((l.p99_ns as f64 / 1e3, "us sleep p99"));
-    }
-    if let Some(r) = m.roundtrips_per_s {
-        return Some((r, "round trips/s"));
-    }
-    if let Some(a) = m.acquisitions_per_s {
-        return Some((a, "acquisitions/s"));
-    }
-    m.burst.as_ref().map(|b| (b.run_fraction, "run fraction"))
-}
-
-/// The same config run under several policies, one row per vCPU and a
-/// column group per policy: the guest's headline metric, then run time,
-/// ready-wait, wake p99 and migrations.
-pub fn format_comparison(runs: &[(String, RunResults)]) -> String {
-    let mut out = String::new();
-    let Some((_, first)) = runs.first() else {
-        return out;
-    };
-    out += &format!("{:<18}", "vm/vcpu");
-    for (policy, _) in runs {
-        out += &format!(
-            " | {:^52}",
-            format!("{policy}: guest metric, run/wait ms, wake p99, migr")
-        );
-    }
-    out += "\n";
-    for (vi, vm) in first.vms.iter().enumerate() {
-        let n = vm.vcpu_sched.len().max(vm.vcpu_metrics.len());
-        for v in 0..n {
-            out += &format!("{:<18}", format!("{}/vcpu{v}", vm.name));
-            for (_, run) in runs {
-                let Some(r) = run.vms.get(vi) else {
-                    out += &format!(" | {:52}", "-");
-                    continue;
-                };
-                let metric = r
-                    .vcpu_metrics
-                    .iter()
-                    .find(|m| m.vcpu == v as u32)
-                    .and_then(headline_metric)
-                    .map(|(x, unit)| format!("{x:.0} {unit}"))
-                    .unwrap_or_else(|| r.status.clone());
-                let sched = r.vcpu_sched.get(v).cloned().unwrap_or_default();
-                let wake = if sched.wake_latency_ns.max == 0 {
-                    "-".to_string()
-                } else {
-                    format!("{:.0} us", sched.wake_latency_ns.p99 as f64 / 1e3)
-                };
-                out += &format!(
-                    " | {:<22} {:>6.0}/{:<6.0} {:>9} {:>5}",
-                    metric,
-                    sched.run_ns as f64 / 1e6,
-                    sched.ready_wait_ns as f64 / 1e6,
-                    wake,
-                    sched.migrations
-                );
-            }
-            out += "\n";
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -570,60 +501,6 @@ mod tests {
             values,
             text: None,
         }
-    }
-
-    #[test]
-    fn comparison_has_a_row_per_vcpu_and_a_column_group_per_policy() {
-        let vm = |units: f64, wait_ms: u64| {
-            let mut r = VmResult::error("a", String::new(), 1.0, "");
-            r.status = "success".into();
-            r.vcpu_metrics = (0..2)
-                .map(|v| VcpuMetrics {
-                    vcpu: v,
-                    units_per_s: Some(units),
-                    ..Default::default()
-                })
-                .collect();
-            r.vcpu_sched = (0..2)
-                .map(|_| crate::engine::stats::VcpuSchedStats {
-                    run_ns: 500_000_000,
-                    ready_wait_ns: wait_ms * 1_000_000,
-                    migrations: 3,
-                    ..Default::default()
-                })
-                .collect();
-            RunResults {
-                config: PathBuf::from("c.toml"),
-                run_dir: None,
-                ok: true,
-                vms: vec![r],
-                trace: None,
-                control_changes: Vec::new(),
-            }
-        };
-        let t = format_comparison(&[
-            ("haiku".into(), vm(1234.0, 7)),
-            ("host".into(), vm(999.0, 42)),
-        ]);
-        let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(lines.len(), 3, "{t}");
-        assert!(
-            lines[0].contains("haiku:") && lines[0].contains("host:"),
-            "{t}"
-        );
-        assert!(
-            lines[1].starts_with("a/vcpu0") && lines[2].starts_with("a/vcpu1"),
-            "{t}"
-        );
-        assert!(
-            lines[1].contains("1234 units/s") && lines[1].contains("999 units/s"),
-            "{t}"
-        );
-        assert!(
-            lines[1].contains("500/7") && lines[1].contains("500/42"),
-            "{t}"
-        );
-        assert!(format_comparison(&[]).is_empty());
     }
 
     #[test]
@@ -646,11 +523,20 @@ mod tests {
             11.0,
         );
         log.rejected(0, &RecordError::BadMagic(1), 10.0);
+        log.stopped("success", true, "", 12.0);
         let text = std::fs::read_to_string(&p).unwrap();
-        assert_eq!(text.lines().count(), 4);
-        let first: serde_json::Value = serde_json::from_str(text.lines().nth(1).unwrap()).unwrap();
-        assert_eq!(first["kind"], "work_sample");
-        assert_eq!(first["units_per_s"], 10000.0);
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 6);
+        assert_eq!(lines[0]["type"], "start");
+        assert_eq!(lines[0]["schema"], "pacer-vm-events");
+        assert_eq!(lines[2]["kind"], "work_sample");
+        assert_eq!(lines[2]["data"]["units"], 10);
+        assert_eq!(lines[2]["t_ns"], 6_000_000);
+        assert_eq!(lines[5]["message"], serde_json::Value::Null);
+        assert_eq!(lines[5]["vcpus"][0]["guest"]["cpu"]["units_per_s"], 10000.0);
         let m = log.milestones();
         assert_eq!(m.first_instruction_ms, Some(5.0));
         assert_eq!(m.first_result_ms, Some(6.0));

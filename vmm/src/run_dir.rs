@@ -74,6 +74,36 @@ pub fn create(log_dir: &Path) -> Result<PathBuf, RunDirError> {
     Err(RunDirError::Exhausted(log_dir.to_path_buf()))
 }
 
+/// Keep what a run was started with in its directory: `config.toml`, a
+/// copy of the config file (when the config came from one), and
+/// `config.resolved.toml`, the config as the run used it (defaults filled
+/// in, paths resolved, the policy after `--policy`; the same view the
+/// `pacer-run` document carries). A file that cannot be written is a
+/// warning: the run itself does not depend on it.
+pub fn keep_config(dir: &Path, config: &crate::config::Config) {
+    let warn = |what: &str, e: &dyn std::fmt::Display| {
+        log::warn!("cannot keep {what} in {}: {e}", dir.display());
+    };
+    if config.path.is_file() {
+        if let Err(e) = std::fs::copy(&config.path, dir.join("config.toml")) {
+            warn("config.toml", &e);
+        }
+    }
+    let view = crate::documents::config::ConfigView::of(config);
+    match toml::to_string(&view) {
+        Ok(text) => {
+            let text = format!(
+                "# The config as this run used it (written by pacer {}).\n{text}",
+                crate::documents::version_line()
+            );
+            if let Err(e) = std::fs::write(dir.join("config.resolved.toml"), text) {
+                warn("config.resolved.toml", &e);
+            }
+        }
+        Err(e) => warn("config.resolved.toml", &e),
+    }
+}
+
 /// Point `<log_dir>/latest` at `name` (relative, so the tree can move).
 fn point_latest(log_dir: &Path, name: &str) {
     let latest = log_dir.join("latest");

@@ -113,16 +113,6 @@ impl StatusLine {
     }
 }
 
-/// The SIGUSR1 file: the vCPUs by VM and index as the scheduler sees them,
-/// then as the engine and the interrupt controller do, then the
-/// scheduler's whole snapshot (entities by handle, CPUs, cores).
-#[derive(serde::Serialize)]
-struct SnapshotFile<'a> {
-    vcpus: Vec<crate::engine::stats::VcpuNow>,
-    engine: Vec<crate::engine::stats::VcpuEngineNow>,
-    scheduler: &'a vcpu_sched::SchedSnapshot,
-}
-
 /// Write the scheduler's snapshot to `<log_dir>/sched-snapshot-<ms>.json`.
 fn write_snapshot(
     engine: Option<&Engine>,
@@ -131,11 +121,15 @@ fn write_snapshot(
 ) -> Result<std::path::PathBuf, String> {
     let engine = engine.ok_or("policy host has no scheduler snapshot")?;
     let snap = engine.snapshot();
-    let file = SnapshotFile {
-        vcpus: engine.vcpus_now(&snap),
-        engine: engine.vcpus_engine_now(),
-        scheduler: &snap,
-    };
+    // The vCPUs by VM and index as the scheduler sees them, then as the
+    // engine and the interrupt controller do, then the scheduler's whole
+    // snapshot (`documents::snapshot`).
+    let file = crate::documents::snapshot::SnapshotDocument::new(
+        &snap,
+        engine.vcpus_now(&snap),
+        engine.vcpus_engine_now(),
+        start.elapsed().as_nanos() as u64,
+    );
     let json = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;
     let path = log_dir.join(format!(
         "sched-snapshot-{}.json",
@@ -210,6 +204,7 @@ pub fn run(
     }
     // This run's own directory, before anything starts.
     let run_dir = crate::run_dir::create(&config.host.log_dir)?;
+    crate::run_dir::keep_config(&run_dir, config);
     // The control API listens before anything starts: a path or port it
     // cannot have is bad input, and the user can connect as VMs start.
     let api = match opts.api.is_enabled() {

@@ -12,11 +12,30 @@ use std::path::PathBuf;
 use vcpu_sched::sim::front::{run_scenario, FrontError, SimOptions};
 use vcpu_sched::PolicyKind;
 
+/// The closing text of `pacer sim --help`.
+pub const HELP: &str = "Examples:
+  pacer sim vcpu_sched/scenarios/03_bursty_waker.toml                  under haiku
+  pacer sim vcpu_sched/scenarios/03_bursty_waker.toml --compare        every policy
+  pacer sim vcpu_sched/scenarios/01_overload_balance.toml --compare haiku,pinned -q
+  pacer sim vcpu_sched/scenarios/04_message_passing.toml --topology 2x22x2 --scale 4
+
+With -q only the summary lines are printed. Scenario files and what they
+expect: vcpu_sched/scenarios/README.md.
+
+Exit codes:
+  0  every policy ran with no violation of the scheduler's rules
+  1  a policy violated one (the monitor's counts say which)
+  2  bad input: the scenario file or an argument";
+
 /// Arguments of `pacer sim`.
 #[derive(Debug, clap::Args)]
 pub struct SimArgs {
     /// The scenario file (TOML; see vcpu_sched/scenarios/).
-    #[arg(required_unless_present = "replay", conflicts_with = "replay")]
+    #[arg(
+        value_name = "SCENARIO",
+        required_unless_present = "replay",
+        conflicts_with = "replay"
+    )]
     pub file: Option<PathBuf>,
     /// Replay the vCPUs of a scheduling trace (`pacer run --trace FILE`)
     /// instead of a scenario.
@@ -27,30 +46,39 @@ pub struct SimArgs {
     /// processes).
     #[arg(long, value_enum, default_value_t, requires = "replay")]
     pub demand: crate::trace::replay::Demand,
-    /// Run under this policy (repeatable): haiku, global-rr, pinned, eevdf.
-    #[arg(long)]
+    /// Run under this policy: haiku, global-rr, pinned, eevdf (repeat the
+    /// flag for several) [default: haiku].
+    #[arg(long, value_name = "POLICY")]
     pub policy: Vec<PolicyKind>,
-    /// Run under every policy and print a summary line per policy.
-    #[arg(long)]
-    pub compare: bool,
+    /// Run under each of these policies and print a summary line per
+    /// policy (bare: every policy), e.g. haiku,pinned.
+    #[arg(
+        long,
+        value_name = "POLICY,..",
+        value_delimiter = ',',
+        num_args = 0..=1,
+        conflicts_with = "policy"
+    )]
+    pub compare: Option<Vec<PolicyKind>>,
     /// Write the report(s) as JSON here.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    #[arg(long)]
+    /// The random seed (same seed, same report, bit for bit) [default: the
+    /// scenario's].
+    #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
-    #[arg(long)]
+    /// Simulated time to run [default: the scenario's].
+    #[arg(long, value_name = "MS")]
     pub duration_ms: Option<u64>,
     /// A synthetic topology instead of the scenario's, e.g. 2x22x2.
-    #[arg(long)]
+    #[arg(long, value_name = "SPEC")]
     pub topology: Option<String>,
     /// Multiply every group's vCPU count.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1)]
     pub scale: u32,
-    /// Summary lines only.
-    #[arg(long)]
-    pub quiet: bool,
-    /// Print the first N scheduler calls.
-    #[arg(long, default_value_t = 0)]
+    /// Print the first N scheduler calls (`--trace` is a trace file, as
+    /// in `pacer run`; see --replay).
+    #[arg(long = "print-calls", value_name = "N", default_value_t = 0)]
     pub trace: u64,
     /// Add the policy's own snapshot table.
     #[arg(long)]
@@ -64,17 +92,18 @@ pub fn main(a: SimArgs) -> i32 {
     }
     let opts = SimOptions {
         file: a.file.unwrap_or_default(),
-        policies: if a.compare {
-            PolicyKind::ALL.to_vec()
-        } else {
-            a.policy
+        policies: match a.compare {
+            Some(list) if list.is_empty() => PolicyKind::ALL.to_vec(),
+            Some(list) => list,
+            None => a.policy,
         },
         json: a.json,
         seed: a.seed,
         duration_ms: a.duration_ms,
         topology: a.topology,
         scale: a.scale,
-        quiet: a.quiet,
+        // -q (global): the summary lines only.
+        quiet: crate::cli::quiet(),
         trace: a.trace,
         snapshot: a.snapshot,
     };
@@ -112,12 +141,11 @@ fn replay(a: &SimArgs, path: &std::path::Path) -> i32 {
             return EXIT_BAD_INPUT;
         }
     };
-    let policies: Vec<Option<PolicyKind>> = if a.compare {
-        PolicyKind::ALL.iter().copied().map(Some).collect()
-    } else if a.policy.is_empty() {
-        vec![None]
-    } else {
-        a.policy.iter().copied().map(Some).collect()
+    let policies: Vec<Option<PolicyKind>> = match &a.compare {
+        Some(list) if list.is_empty() => PolicyKind::ALL.iter().copied().map(Some).collect(),
+        Some(list) => list.iter().copied().map(Some).collect(),
+        None if a.policy.is_empty() => vec![None],
+        None => a.policy.iter().copied().map(Some).collect(),
     };
     let mut doc = Vec::new();
     let mut failed = false;
@@ -133,7 +161,7 @@ fn replay(a: &SimArgs, path: &std::path::Path) -> i32 {
         match rec.replay.run() {
             Ok(report) => {
                 let rows = compare(&rec, &report);
-                if !a.quiet {
+                if !crate::cli::quiet() {
                     out(&format!("{}\n", report.to_table()));
                 }
                 out(&format!(

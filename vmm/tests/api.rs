@@ -433,7 +433,9 @@ fn every_endpoint_against_running_vms() {
     assert!(!socket.exists(), "the socket outlives the run");
 
     // Every change is in the results, with who made it.
-    let changes = results["control_changes"].as_array().expect("changes");
+    let changes = results["runs"][0]["control_changes"]
+        .as_array()
+        .expect("changes");
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     assert!(changes.iter().all(|c| c["uid"] == me), "{changes:?}");
@@ -449,8 +451,8 @@ fn every_endpoint_against_running_vms() {
     assert!(has("b", "state", "stopped"));
     let first = changes.iter().find(|c| c["key"] == "affinity").unwrap();
     assert_eq!(first["previous"], "0-1");
-    assert!(first["t_run_ms"].as_u64().unwrap() > 0);
-    let run_dir = results["run_dir"].as_str().unwrap();
+    assert!(first["t_run_ns"].as_u64().unwrap() > 0);
+    let run_dir = results["runs"][0]["run_dir"].as_str().unwrap();
     let lines = std::fs::read_to_string(Path::new(run_dir).join("control.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), changes.len());
     // Refusals change nothing and are not recorded.

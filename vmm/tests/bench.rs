@@ -129,10 +129,12 @@ fn resume_after_sigkill_keeps_finished_cells() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&resumed.stdout);
-    assert_eq!(resumed.status.code(), Some(0), "{stdout}");
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert_eq!(resumed.status.code(), Some(0), "{stdout}{stderr}");
+    // Progress is status: stderr.
     assert!(
-        stdout.contains(&format!("{} already done (resumed)", kept.len())),
-        "{stdout}"
+        stderr.contains(&format!("{} already done (resumed)", kept.len())),
+        "{stderr}"
     );
     let after = std::fs::read(&jsonl).unwrap();
     assert!(
@@ -244,7 +246,7 @@ vm = [ { name = "small", vcpus = 1, memory_mib = 2 } ]
     if html.contains("no TrueType font found") {
         println!("SKIPPED: plots (no TrueType font on this machine)");
     } else {
-        for name in ["throughput", "fairness"] {
+        for name in ["headline", "fairness"] {
             for ext in ["svg", "png"] {
                 let p = out.join("plots").join(format!("{name}.{ext}"));
                 let len = std::fs::metadata(&p)

@@ -138,7 +138,7 @@ fn unixbench_cells_score_the_linux_guests_console() {
         }
         // The bench guest beside it ran its own workload in the same cell.
         let beside = cell(&format!("beside-hog/ub/{policy}/r1"));
-        assert!(value(beside, "hog", "units_per_s") > 0.0, "{beside:?}");
+        assert!(value(beside, "hog", "cpu.units_per_s") > 0.0, "{beside:?}");
         // Four vCPUs want a run with 4 copies, which the console lacks.
         let four = cell(&format!("four-vcpus/ub/{policy}/r1"));
         assert_eq!(four.status, CellStatus::Failed, "{four:?}");

@@ -42,12 +42,14 @@ fn boot_one_vm_one_vcpu_and_read_results() {
     let w = &vm.work[0];
     assert!(w.done, "{w:?}");
     assert!(w.units > 0 && w.units_per_s.unwrap() > 0.0);
-    // The JSON-lines file has every marker and record plus the stop line.
+    // The JSON-lines file has the start line, every marker and record,
+    // and the stop line.
     let lines = std::fs::read_to_string(dir.0.join("logs/latest/one.results.jsonl")).unwrap();
     assert_eq!(
         lines.lines().count(),
-        vm.markers.len() + vm.records.len() + vm.rejected_records + 1
+        vm.markers.len() + vm.records.len() + vm.rejected_records + 2
     );
+    assert!(lines.lines().next().unwrap().contains("\"type\":\"start\""));
     assert!(lines.lines().last().unwrap().contains("\"type\":\"stop\""));
     let console = std::fs::read_to_string(dir.0.join("logs/latest/one.console.log")).unwrap();
     assert!(console.contains("pacer-bench"), "{console}");

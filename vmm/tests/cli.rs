@@ -113,7 +113,7 @@ fn run_exit_codes_0_and_1() {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(v["ok"], true);
-    assert_eq!(v["vms"][0]["status"], "success");
+    assert_eq!(v["runs"][0]["vms"][0]["status"], "success");
 
     let bad = dir.config(&format!(
         "[host]\nlog_dir = \"logs\"\n\n{}",
@@ -169,8 +169,11 @@ fn sigterm_stops_all_vms_and_still_reports() {
     assert!(stdout.contains("[long] FAILED: stopped"), "{stdout}");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(v["vms"][0]["status"], "stopped");
-    assert!(!v["vms"][0]["records"].as_array().unwrap().is_empty());
+    assert_eq!(v["runs"][0]["vms"][0]["status"], "stopped");
+    assert!(!v["runs"][0]["vms"][0]["records"]
+        .as_array()
+        .unwrap()
+        .is_empty());
 }
 
 #[test]
@@ -187,10 +190,12 @@ fn a_second_run_keeps_the_first_runs_results() {
     for _ in 0..2 {
         let (code, out, err) = pacer(&["run", cfg.to_str().unwrap()]);
         assert_eq!(code, 0, "{out}{err}");
-        let line = out
+        // Where the files went is a status line: stderr, not the results.
+        assert!(!out.contains("this run's logs"), "{out}");
+        let line = err
             .lines()
             .find(|l| l.starts_with("pacer: this run's logs and results: "))
-            .unwrap_or_else(|| panic!("no run directory in {out}"));
+            .unwrap_or_else(|| panic!("no run directory in {err}"));
         let run_dir = std::path::PathBuf::from(line.rsplit(": ").next().unwrap());
         assert!(
             out.contains(&format!(
@@ -309,5 +314,97 @@ fn the_guests_reason_reaches_stderr() {
     assert!(
         out.contains("guest exited with status 2; the guest says:"),
         "{out}"
+    );
+}
+
+#[test]
+fn quiet_runs_print_results_only_and_log_dir_overrides_the_files() {
+    if !kvm_or_skip("quiet_runs_print_results_only_and_log_dir_overrides_the_files") {
+        return;
+    }
+    let dir = TempDir::new("cli-quiet");
+    let cfg = dir.config(&format!(
+        "[host]\nlog_dir = \"logs\"\n\n{}",
+        vm_table("q", "cpu duration_ms=100 report_ms=50")
+    ));
+    let elsewhere = dir.0.join("elsewhere");
+    let (code, out, err) = pacer(&[
+        "run",
+        cfg.to_str().unwrap(),
+        "-q",
+        "--log-dir",
+        elsewhere.to_str().unwrap(),
+        "--policy",
+        "haiku:power-saving",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("[q] OK: success"), "{out}");
+    assert!(!err.contains("this run's logs"), "{err}");
+    assert!(elsewhere.join("latest/q.results.jsonl").is_file());
+    assert!(
+        !dir.0.join("logs").exists(),
+        "--log-dir replaces the file's log_dir"
+    );
+    let resolved = std::fs::read_to_string(elsewhere.join("latest/config.resolved.toml")).unwrap();
+    assert!(resolved.contains("mode = \"power-saving\""), "{resolved}");
+}
+
+#[test]
+fn every_subcommand_documents_its_arguments_examples_and_exit_codes() {
+    let (code, version, _) = pacer(&["--version"]);
+    assert_eq!(code, 0);
+    assert!(
+        version.starts_with("pacer 0.") && version.contains("(commit "),
+        "{version}"
+    );
+    let (_, root, _) = pacer(&["--help"]);
+    let subs: Vec<&str> = root
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|s| *s != "help")
+        .collect();
+    assert!(subs.len() >= 9, "{root}");
+    for sub in subs {
+        let (code, help, err) = pacer(&[sub, "--help"]);
+        assert_eq!(code, 0, "{sub}: {err}");
+        assert!(
+            help.contains("Examples:"),
+            "{sub} --help has no examples:\n{help}"
+        );
+        assert!(
+            help.contains("Exit codes:"),
+            "{sub} --help has no exit codes:\n{help}"
+        );
+        assert!(help.contains("-q, --quiet"), "{sub}: {help}");
+    }
+    // Bad flags are bad input, with clap's suggestion.
+    let (code, _, err) = pacer(&["run", "x.toml", "--polcy", "host"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--policy"), "{err}");
+}
+
+#[test]
+fn completions_and_man_pages_come_from_the_same_definitions() {
+    let (code, bash, err) = pacer(&["completions", "bash"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        bash.contains("pacer") && bash.contains("--compare"),
+        "{bash}"
+    );
+    let dir = TempDir::new("cli-man");
+    let (code, out, err) = pacer(&["man", "--out", dir.0.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let run = std::fs::read_to_string(dir.0.join("pacer-run.1")).unwrap();
+    assert!(
+        run.contains("compare") && run.contains("Exit codes"),
+        "{run}"
+    );
+    let (code, reference, _) = pacer(&["config-reference"]);
+    assert_eq!(code, 0);
+    assert!(
+        reference.contains("`host.halt_poll_us`") && reference.contains("`layout[].under_test`")
     );
 }

@@ -68,13 +68,13 @@ fn tiny_kernels_see_the_boot_protocol_and_power_off() {
     ] {
         let (r, text) = run(&dir, kernel, policy, "initramfs = \"initramfs\"\n");
         let what = format!("{kernel} under {policy}");
-        let vm = &r["vms"][0];
+        let vm = &r["runs"][0]["vms"][0];
         assert_eq!(vm["status"], "poweroff", "{what}: {text}");
         assert_eq!(vm["cmdline"], "console=ttyS0 reboot=k quiet");
         let user = std::fs::read_to_string(dir.0.join("logs/latest/tiny.user.log")).unwrap();
         assert_eq!(user, "hello from the tiny kernel\n", "{what}");
         assert!(
-            vm["user_log"]
+            vm["files"]["user"]
                 .as_str()
                 .is_some_and(|p| p.ends_with("tiny.user.log")),
             "{what}: {vm}"
@@ -129,13 +129,13 @@ fn a_reset_through_the_i8042_stops_a_linux_vm_cleanly() {
     std::fs::write(dir.0.join("vmlinux"), tiny_vmlinux()).unwrap();
     for policy in ["host", "haiku"] {
         let (r, text) = run(&dir, "vmlinux", policy, "");
-        let vm = &r["vms"][0];
+        let vm = &r["runs"][0]["vms"][0];
         assert_eq!(vm["status"], "reset", "{policy}: {text}");
         assert_eq!(vm["ok"], true, "{policy}: {text}");
         let console = std::fs::read_to_string(dir.0.join("logs/latest/tiny.console.log")).unwrap();
         assert_eq!(console, "4\n", "{policy}");
         // No user command ran: the user log is empty and not reported.
-        assert!(vm["user_log"].is_null(), "{policy}: {vm}");
+        assert!(vm["files"]["user"].is_null(), "{policy}: {vm}");
     }
 }
 
@@ -198,7 +198,10 @@ fn com1_interrupts_reach_a_linux_vm_under_both_interrupt_controllers() {
     std::fs::write(dir.0.join("vmlinux"), tiny_vmlinux_of(&IRQ_CODE, IRQ_MSG)).unwrap();
     for policy in ["host", "haiku"] {
         let (r, text) = run(&dir, "vmlinux", policy, "");
-        assert_eq!(r["vms"][0]["status"], "poweroff", "{policy}: {text}");
+        assert_eq!(
+            r["runs"][0]["vms"][0]["status"], "poweroff",
+            "{policy}: {text}"
+        );
         let console = std::fs::read_to_string(dir.0.join("logs/latest/tiny.console.log")).unwrap();
         assert_eq!(
             console.as_bytes(),

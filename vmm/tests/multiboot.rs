@@ -79,7 +79,7 @@ fn multiboot_guest_exits_through_debug_exit_with_its_cpu_count() {
     assert_eq!(out.status.code(), Some(7), "{text}");
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let vm = &r["vms"][0];
+    let vm = &r["runs"][0]["vms"][0];
     assert_eq!(vm["status"], "debug_exit", "{vm}");
     assert_eq!(vm["exit_status"], 7);
     assert_eq!(vm["ok"], false);

@@ -321,7 +321,7 @@ fn a_traced_run_is_confined_too() {
         ]);
         assert!(!err.contains("forbidden system call"), "{dispatch}: {err}");
         assert_eq!(code, 0, "{dispatch}: {out}{err}");
-        assert!(out.contains("scheduling trace:"), "{out}");
+        assert!(err.contains("scheduling trace:"), "{err}");
         let t = vmm::trace::TraceFile::read(&trace).unwrap();
         assert!(t.complete && !t.events.is_empty(), "{dispatch}");
     }

@@ -11,14 +11,32 @@ use super::{cells, Matrix};
 use crate::cli::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
 use std::path::PathBuf;
 
+/// The closing text of `pacer bench --help`.
+pub const HELP: &str = "Examples:
+  pacer bench benches/smoke.toml --out target/bench/smoke              every policy, ~15 s
+  pacer bench benches/seeds.toml --out target/bench/seeds              the design's scenarios
+  pacer bench benches/seeds.toml --out target/bench/seeds --resume     continue a stopped run
+  pacer bench benches/seeds.toml --out /tmp/x --dry-run                list the cells only
+
+The matrix format is in benches/README.md and docs/config-reference.md. The
+table goes to stdout, the progress bar to stderr (hidden when it is not a
+terminal or with -q); DIR gets results.jsonl, results.csv, summary.json
+(schemas/), report.html, plots/ and each cell's logs/.
+
+Exit codes:
+  0  every cell ok or n/a
+  1  a cell failed or timed out, or the run was stopped (continue with --resume)
+  2  bad input: the matrix, or results already in DIR without --resume";
+
 /// Arguments of `pacer bench`.
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
-    /// The matrix file (TOML).
+    /// The matrix file (TOML; see benches/README.md).
+    #[arg(value_name = "MATRIX")]
     pub matrix: PathBuf,
     /// Where results.jsonl, results.csv, summary.json, report.html, plots/
     /// and logs/ go.
-    #[arg(long)]
+    #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
     /// Keep the finished cells already in --out and run the others.
     #[arg(long)]

@@ -31,6 +31,8 @@
 //! [[layout]]
 //! name = "2x1"
 //! workloads = ["cpu"]         # optional: only these workloads run on this layout
+//! under_test = "a"            # optional: the VM entry judged (or "all"); headline.rs
+//! headline = { metric = "cpu.units_per_s", better = "higher" }   # optional, or a list
 //! vm = [
 //!   { name = "a", vcpus = 1, cpus = "0" },
 //!   { name = "b", count = 2, vcpus = 2, cpus = "0-1", priority = 10,
@@ -42,6 +44,8 @@
 //! A VM with its own `workload` runs it in every cell of its layout (the
 //! hog beside a latency-sensitive VM); the others run the cell's workload.
 
+use super::headline::{HeadlineMetric, LayoutHeadline, ALL_VMS};
+use super::metrics::Better;
 use super::unixbench::SuiteSpec;
 use super::workload::{Workload, WorkloadKind};
 use crate::config::{line_col, Diagnostic, HostInfo};
@@ -145,6 +149,8 @@ pub struct Layout {
     pub vms: Vec<VmSpec>,
     /// Indices into `Matrix::workloads` this layout runs.
     pub workloads: Vec<usize>,
+    /// Its VM under test and headline metric(s) (`headline.rs`).
+    pub headline: LayoutHeadline,
 }
 
 impl Layout {
@@ -260,6 +266,8 @@ struct RawVm {
 struct RawLayout {
     name: Spanned<String>,
     workloads: Option<Spanned<Vec<String>>>,
+    under_test: Option<Spanned<String>>,
+    headline: Option<Spanned<toml::Value>>,
     vm: Spanned<Vec<RawVm>>,
 }
 
@@ -580,6 +588,124 @@ fn workload_entry(
         extra_args,
         suite,
     })
+}
+
+/// A layout's `under_test` and `headline`, checked: the VM under test is
+/// one of its VM entries (or "all"), a direction is "higher" or "lower",
+/// a metric name is a dotted name.
+fn layout_headline(
+    c: &mut Checker<'_>,
+    l: &RawLayout,
+    li: usize,
+    vms: &[VmSpec],
+) -> LayoutHeadline {
+    let under_test = l.under_test.as_ref().map(|u| {
+        let name = u.get_ref();
+        if name != ALL_VMS && !vms.iter().any(|v| &v.group == name) {
+            let mut entries: Vec<&str> = vms.iter().map(|v| v.group.as_str()).collect();
+            entries.dedup();
+            c.err(
+                u.span(),
+                format!("layout[{li}].under_test"),
+                format!(
+                    "{name:?} is not a VM entry of this layout (expected one of: {}, or \"{ALL_VMS}\")",
+                    entries.join(", ")
+                ),
+            );
+        }
+        name.clone()
+    });
+    let Some(raw) = &l.headline else {
+        return LayoutHeadline {
+            under_test,
+            metrics: Vec::new(),
+        };
+    };
+    let field = format!("layout[{li}].headline");
+    let items: Vec<&toml::Value> = match raw.get_ref() {
+        toml::Value::Array(v) => v.iter().collect(),
+        one => vec![one],
+    };
+    if items.is_empty() {
+        c.err(
+            raw.span(),
+            &field,
+            "name at least one metric (or leave `headline` out for the workload's own)",
+        );
+    }
+    let many = matches!(raw.get_ref(), toml::Value::Array(_));
+    let mut metrics = Vec::new();
+    for (i, item) in items.into_iter().enumerate() {
+        let at = if many {
+            format!("{field}[{i}]")
+        } else {
+            field.clone()
+        };
+        let (name, better) = match item {
+            toml::Value::String(n) => (n.as_str(), None),
+            toml::Value::Table(t) => {
+                if let Some(k) = t
+                    .keys()
+                    .find(|k| !["metric", "better"].contains(&k.as_str()))
+                {
+                    c.err(
+                        raw.span(),
+                        format!("{at}.{k}"),
+                        "unknown key (expected `metric` and optionally `better`)",
+                    );
+                }
+                match t.get("metric").and_then(toml::Value::as_str) {
+                    Some(n) => (n, t.get("better")),
+                    None => {
+                        c.err(
+                            raw.span(),
+                            format!("{at}.metric"),
+                            "missing; expected a metric name",
+                        );
+                        continue;
+                    }
+                }
+            }
+            _ => {
+                c.err(
+                    raw.span(),
+                    &at,
+                    "expected a metric name or { metric = \"...\", better = \"higher\" | \"lower\" }",
+                );
+                continue;
+            }
+        };
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || "_.".contains(ch))
+        {
+            c.err(
+                raw.span(),
+                format!("{at}.metric"),
+                format!("{name:?}: a metric name is a dotted name such as \"burst.run_fraction\""),
+            );
+        }
+        let mut h = HeadlineMetric::named(name);
+        match better.map(|b| b.as_str()) {
+            None => {}
+            Some(Some("higher")) => h.better = Better::Higher,
+            Some(Some("lower")) => h.better = Better::Lower,
+            Some(other) => c.err(
+                raw.span(),
+                format!("{at}.better"),
+                format!(
+                    "expected \"higher\" or \"lower\", found {}",
+                    other.map_or_else(|| "a non-string".to_string(), |o| format!("{o:?}"))
+                ),
+            ),
+        }
+        metrics.push(h);
+    }
+    LayoutHeadline {
+        under_test,
+        metrics,
+    }
 }
 
 impl Matrix {
@@ -903,10 +1029,12 @@ impl Matrix {
                     }
                 }
             }
+            let headline = layout_headline(&mut c, l, li, &vms);
             layouts.push(Layout {
                 name: lname,
                 vms,
                 workloads: runs,
+                headline,
             });
         }
         if !c.diags.is_empty() {

@@ -1,14 +1,16 @@
 //! The one adapter between what a run produced and the bench's metrics.
 //!
 //! A cell's metrics are flat [`Sample`]s: (VM, vCPU, metric name, value).
-//! They are read from a [`VmResult`] by walking its JSON form, so every
-//! numeric per-vCPU field a VM result carries becomes a metric without
-//! code here: `work[]` (units/s of `cpu` today), `vcpu_metrics[]` (the
-//! SMP guest's per-vCPU results when they land: sleep latency, round
-//! trips/s, acquisitions/s, burst run fraction, histograms), and
-//! `vcpu_sched[]` (the scheduling statistics, prefixed `sched.`). Nested
-//! objects give dotted names (`sleep_latency_ns.p99_ns`); histograms (arrays
-//! of `{lo_ns, hi_ns, count}`) give `NAME.bucket.HI` counts. The QEMU peer's
+//! They are read from a [`VmResult`] by walking its published JSON form
+//! (`documents::run`, schema `pacer-run`), so every numeric per-vCPU field
+//! a VM result carries becomes a metric without code here: `vcpus[].guest`
+//! (what the workload measured: `cpu.units_per_s`,
+//! `sleep.wake_latency.p99_ns`, `pingpong.roundtrips_per_s`,
+//! `spinlock.acquisitions_per_s`, `burst.run_fraction`, ...) and
+//! `vcpus[].sched` (the scheduling statistics, prefixed `sched.`: e.g.
+//! `sched.wake_latency.p99_ns`). Nested objects give dotted names, null
+//! (not measured) gives no sample; histograms (arrays of `{lo_ns, hi_ns,
+//! count}`) give `NAME.histogram.bucket.HI` counts. The QEMU peer's
 //! `pacer-result` console lines map onto the same names
 //! ([`console_samples`]), so both columns line up; a Pacer VM's console
 //! fills in per-vCPU metrics its result lacks (a guest newer than the
@@ -44,6 +46,7 @@ pub struct Sample {
 
 /// Which way a metric is better.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Better {
     Higher,
     Lower,
@@ -89,7 +92,15 @@ pub struct VmMeta {
 
 /// Keys of per-vCPU objects that are identifiers or bookkeeping, not
 /// measurements.
-const SKIP_KEYS: &[&str] = &["vcpu", "done", "ticks", "host_cpus", "partner", "initiator"];
+const SKIP_KEYS: &[&str] = &[
+    "vcpu",
+    "done",
+    "host_cpus",
+    "partner_vcpu",
+    "initiator",
+    "interval_ns",
+    "duration_ns",
+];
 
 /// How to show and aggregate `metric`, from its name.
 pub fn info(metric: &str) -> MetricInfo {
@@ -116,6 +127,14 @@ pub fn info(metric: &str) -> MetricInfo {
             )
         };
     }
+    // A VM's part of the cell's total, and whether the parts follow the
+    // VMs' priorities (`cell_samples`).
+    if metric.starts_with("share.") {
+        return m(Unit::Ratio, Better::Neither, Combine::Sum, false);
+    }
+    if metric.starts_with("priority_order.") {
+        return m(Unit::Ratio, Better::Higher, Combine::Mean, false);
+    }
     if metric.starts_with("jain.") {
         return m(
             Unit::Ratio,
@@ -127,7 +146,7 @@ pub fn info(metric: &str) -> MetricInfo {
     if metric == "sched.migrations_per_s" {
         return m(Unit::PerSecond, Better::Lower, Combine::Sum, true);
     }
-    if metric == "sched.ready_wait_frac" {
+    if metric == "sched.ready_wait_fraction" {
         return m(Unit::Ratio, Better::Lower, Combine::Mean, false);
     }
     if metric.ends_with("_per_s") {
@@ -157,13 +176,21 @@ pub fn info(metric: &str) -> MetricInfo {
 /// A short column title for a metric.
 pub fn title(metric: &str) -> String {
     match metric {
-        "units_per_s" => "units/s".into(),
+        "cpu.units_per_s" => "units/s".into(),
         "jain.sched.run_ns" => "Jain (run time)".into(),
-        "sched.wake_latency_ns.p99" => "wake p99 (sched)".into(),
+        "share.cpu.units_per_s" => "share of units/s".into(),
+        "priority_order.cpu.units_per_s" => "priority order (units/s)".into(),
+        "sched.wake_latency.p99_ns" => "wake p99 (sched)".into(),
+        "pingpong.roundtrips_per_s" => "round trips/s".into(),
+        "spinlock.acquisitions_per_s" => "acquisitions/s".into(),
+        "burst.run_fraction" => "run fraction".into(),
+        "burst.busy_fraction" => "busy fraction".into(),
+        "burst.wake_latency.p99_ns" => "burst wake p99".into(),
         "sched.migrations_per_s" => "migrations/s".into(),
-        "sleep_latency_ns.p99_ns" => "sleep p99".into(),
+        "sleep.wake_latency.p99_ns" => "sleep p99".into(),
         "unixbench.index.copies_1" => "UB index (1 copy)".into(),
         "unixbench.index.copies_vcpus" => "UB index (copy per vCPU)".into(),
+        _ if metric.starts_with("jain.") => format!("Jain ({})", title(&metric["jain.".len()..])),
         _ if metric.starts_with("unixbench.index.copies_") => {
             format!(
                 "UB index ({} copies)",
@@ -177,39 +204,34 @@ pub fn title(metric: &str) -> String {
     }
 }
 
-/// Format a value for a table.
+/// Buckets per power of two of the histogram a latency metric is read
+/// from (the guest's or the scheduler's), None for other metrics.
+pub fn histogram_buckets(metric: &str) -> Option<u64> {
+    if info(metric).unit != Unit::Nanoseconds || !(metric.contains("p50") || metric.contains("p99"))
+    {
+        return None;
+    }
+    Some(if metric.starts_with("sched.") {
+        crate::units::SCHED_SUB_BUCKETS
+    } else {
+        crate::units::GUEST_SUB_BUCKETS
+    })
+}
+
+/// Format a value for a table: units that scale, a latency percentile no
+/// finer than its histogram bucket (`units`).
 pub fn format_value(metric: &str, v: f64) -> String {
     if !v.is_finite() {
         return "-".into();
     }
     match info(metric).unit {
-        Unit::Nanoseconds => {
-            if v < 1e3 {
-                format!("{v:.0}ns")
-            } else if v < 1e6 {
-                format!("{:.1}us", v / 1e3)
-            } else if v < 1e9 {
-                format!("{:.2}ms", v / 1e6)
-            } else {
-                format!("{:.2}s", v / 1e9)
-            }
-        }
+        Unit::Nanoseconds => match histogram_buckets(metric) {
+            Some(sub) => crate::units::latency(v, sub),
+            None => crate::units::duration3(v),
+        },
         Unit::Ratio => format!("{v:.3}"),
         Unit::Score => format!("{v:.1}"),
-        Unit::PerSecond | Unit::Count => {
-            let a = v.abs();
-            if a >= 1e9 {
-                format!("{:.2}G", v / 1e9)
-            } else if a >= 1e6 {
-                format!("{:.2}M", v / 1e6)
-            } else if a >= 1e4 {
-                format!("{:.1}k", v / 1e3)
-            } else if a >= 100.0 || v == v.trunc() {
-                format!("{v:.0}")
-            } else {
-                format!("{v:.2}")
-            }
-        }
+        Unit::PerSecond | Unit::Count => crate::units::number(v),
     }
 }
 
@@ -249,65 +271,28 @@ fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, f64)>) {
     }
 }
 
-/// Scheduler wake latencies that are all zero are "unknown" (the host
-/// kernel keeps none), not zero.
-fn unknown_wake_latency(sched: &Value) -> bool {
-    let l = &sched["wake_latency_ns"];
-    ["p50", "p99", "max"]
-        .iter()
-        .all(|k| l[k].as_u64().unwrap_or(0) == 0)
-}
-
 /// The per-vCPU samples of one VM's result.
 pub fn vm_samples(r: &VmResult, group: &str) -> Vec<Sample> {
     let json = serde_json::to_value(r).unwrap_or(Value::Null);
     let wall_s = r.wall_ms / 1e3;
     let mut per_vcpu: BTreeMap<u32, BTreeMap<String, f64>> = BTreeMap::new();
-    // The guest's own per-vCPU results first (vcpu_metrics supersedes the
-    // older `work` summary for the same names).
-    for key in ["vcpu_metrics", "work"] {
-        for item in json[key].as_array().into_iter().flatten() {
-            let Some(vcpu) = item["vcpu"].as_u64() else {
-                continue;
-            };
-            let mut pairs = Vec::new();
-            flatten("", item, &mut pairs);
-            let slot = per_vcpu.entry(vcpu as u32).or_default();
-            for (name, value) in pairs {
-                slot.entry(name).or_insert(value);
-            }
-        }
-    }
-    for (i, s) in json["vcpu_sched"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for item in json["vcpus"].as_array().into_iter().flatten() {
+        let Some(vcpu) = item["vcpu"].as_u64() else {
+            continue;
+        };
         let mut pairs = Vec::new();
+        flatten("", &item["guest"], &mut pairs);
+        let s = &item["sched"];
         flatten("sched", s, &mut pairs);
-        let unknown = unknown_wake_latency(s);
-        let slot = per_vcpu.entry(i as u32).or_default();
-        for (name, value) in pairs {
-            if unknown && name.starts_with("sched.wake_latency_ns") {
-                continue;
+        let slot = per_vcpu.entry(vcpu as u32).or_default();
+        slot.extend(pairs);
+        // run_ns is null when the counters could not be read.
+        if let (Some(run), Some(wait)) = (s["run_ns"].as_f64(), s["ready_wait_ns"].as_f64()) {
+            if run + wait > 0.0 {
+                slot.insert("sched.ready_wait_fraction".into(), wait / (run + wait));
             }
-            slot.insert(name, value);
         }
-        let run = s["run_ns"].as_f64().unwrap_or(0.0);
-        let wait = s["ready_wait_ns"].as_f64().unwrap_or(0.0);
-        let worked = slot
-            .iter()
-            .any(|(k, v)| k.ends_with("_per_s") && !k.starts_with("sched.") && *v > 0.0);
-        if run == 0.0 && worked {
-            // The guest did work, so a zero run time means the counters
-            // could not be read (a host thread that had already exited).
-            slot.remove("sched.run_ns");
-        } else if run + wait > 0.0 {
-            slot.insert("sched.ready_wait_frac".into(), wait / (run + wait));
-        }
-        if wall_s > 0.0 {
-            let migrations = s["migrations"].as_f64().unwrap_or(0.0);
+        if let (true, Some(migrations)) = (wall_s > 0.0, s["migrations"].as_f64()) {
             slot.insert("sched.migrations_per_s".into(), migrations / wall_s);
         }
     }
@@ -385,7 +370,7 @@ pub fn cell_samples(samples: &[Sample], meta: &BTreeMap<String, VmMeta>) -> Vec<
             *e = e.min(j);
         }
     }
-    lowest
+    let mut out: Vec<Sample> = lowest
         .into_iter()
         .map(|(metric, value)| Sample {
             vm: "*".into(),
@@ -394,35 +379,79 @@ pub fn cell_samples(samples: &[Sample], meta: &BTreeMap<String, VmMeta>) -> Vec<
             metric: format!("jain.{metric}"),
             value,
         })
-        .collect()
+        .collect();
+    out.extend(shares(samples, meta, "cpu.units_per_s"));
+    out
+}
+
+/// Each VM's share of the cell's total `rate` (`share.RATE`, per VM) and,
+/// when the VMs have different priorities, `priority_order.RATE`: the
+/// fraction of VM pairs of different priority in which the higher
+/// priority got strictly more (1 = the shares follow the priorities).
+fn shares(samples: &[Sample], meta: &BTreeMap<String, VmMeta>, rate: &str) -> Vec<Sample> {
+    let mut per_vm: BTreeMap<&str, f64> = BTreeMap::new();
+    for s in samples.iter().filter(|s| s.metric == rate && s.vm != "*") {
+        *per_vm.entry(&s.vm).or_default() += s.value;
+    }
+    let total: f64 = per_vm.values().sum();
+    if per_vm.len() < 2 || total <= 0.0 {
+        return Vec::new();
+    }
+    let mut out: Vec<Sample> = per_vm
+        .iter()
+        .map(|(vm, v)| Sample {
+            vm: vm.to_string(),
+            group: meta
+                .get(*vm)
+                .map_or_else(|| vm.to_string(), |m| m.group.clone()),
+            vcpu: None,
+            metric: format!("share.{rate}"),
+            value: v / total,
+        })
+        .collect();
+    let prio = |vm: &str| meta.get(vm).map_or(0, |m| m.priority);
+    let vms: Vec<(&str, f64)> = per_vm.iter().map(|(k, v)| (*k, *v)).collect();
+    let (mut pairs, mut ordered) = (0u32, 0u32);
+    for (i, a) in vms.iter().enumerate() {
+        for b in &vms[i + 1..] {
+            let (pa, pb) = (prio(a.0), prio(b.0));
+            if pa == pb {
+                continue;
+            }
+            pairs += 1;
+            let (hi, lo) = if pa > pb { (a.1, b.1) } else { (b.1, a.1) };
+            ordered += u32::from(hi > lo);
+        }
+    }
+    if pairs > 0 {
+        out.push(Sample {
+            vm: "*".into(),
+            group: "*".into(),
+            vcpu: None,
+            metric: format!("priority_order.{rate}"),
+            value: f64::from(ordered) / f64::from(pairs),
+        });
+    }
+    out
 }
 
 /// Console keys of a `pacer-result` line that name the same quantity as a
 /// VM result field, per workload (everything else becomes
 /// `WORKLOAD.KEY`).
 fn console_name(workload: &str, key: &str) -> Option<String> {
-    let same = [
-        "units_per_s",
-        "units",
-        "roundtrips_per_s",
-        "acquisitions_per_s",
-    ];
-    if same.contains(&key) {
-        return Some(key.to_string());
-    }
     let name = match (workload, key) {
-        ("sleep", "p50_ns" | "p99_ns" | "max_ns") => format!("sleep_latency_ns.{key}"),
-        ("sleep", "count") => "sleep_latency_ns.count".into(),
+        ("cpu", "units" | "cpu.units_per_s") => format!("cpu.{key}"),
+        ("pingpong", "roundtrips" | "pingpong.roundtrips_per_s") => format!("pingpong.{key}"),
+        ("spinlock", "acquisitions" | "spinlock.acquisitions_per_s") => format!("spinlock.{key}"),
+        ("sleep", "p50_ns" | "p99_ns" | "max_ns" | "count") => format!("sleep.wake_latency.{key}"),
         ("sleep", "missed") => "sleep.missed".into(),
         ("burst", k) if k.starts_with("wake_") => {
-            format!("burst.wake_latency_ns.{}", &k["wake_".len()..])
+            format!("burst.wake_latency.{}", &k["wake_".len()..])
         }
         ("spinlock", k) if k.starts_with("wait_") => {
-            format!("spinlock.wait_ns.{}", &k["wait_".len()..])
+            format!("spinlock.lock_wait.{}", &k["wait_".len()..])
         }
-        ("spinlock", "acquisitions") => "spinlock.acquisitions".into(),
         ("burst", "bursts" | "missed") => format!("burst.{key}"),
-        ("pingpong", "roundtrips") => "pingpong.roundtrips".into(),
         ("pingpong" | "sleep", "interval_us" | "role") => return None,
         (w, k) => format!("{w}.{k}"),
     };
@@ -532,12 +561,12 @@ mod tests {
     #[test]
     fn vm_result_fields_become_samples() {
         let s = vm_samples(&vm("a", &[100.0, 300.0]), "a");
-        assert_eq!(get(&s, 0, "units_per_s"), Some(100.0));
-        assert_eq!(get(&s, 1, "units_per_s"), Some(300.0));
-        assert_eq!(get(&s, 1, "sched.wake_latency_ns.p99"), Some(10000.0));
+        assert_eq!(get(&s, 0, "cpu.units_per_s"), Some(100.0));
+        assert_eq!(get(&s, 1, "cpu.units_per_s"), Some(300.0));
+        assert_eq!(get(&s, 1, "sched.wake_latency.p99_ns"), Some(10000.0));
         assert_eq!(get(&s, 0, "sched.migrations"), Some(4.0));
         assert_eq!(get(&s, 0, "sched.migrations_per_s"), Some(2.0));
-        assert_eq!(get(&s, 0, "sched.ready_wait_frac"), Some(0.5));
+        assert_eq!(get(&s, 0, "sched.ready_wait_fraction"), Some(0.5));
         assert_eq!(get(&s, 0, "ticks"), None, "bookkeeping keys skipped");
         assert!(s.iter().all(|x| x.vm == "a" && x.group == "a"));
     }
@@ -557,8 +586,8 @@ mod tests {
         r.console_log = Some(log);
         let s = vm_samples(&r, "a");
         // The VM result's own value wins; the console adds the rest.
-        assert_eq!(get(&s, 0, "units_per_s"), Some(100.0));
-        assert_eq!(get(&s, 1, "sleep_latency_ns.p99_ns"), Some(20.0));
+        assert_eq!(get(&s, 0, "cpu.units_per_s"), Some(100.0));
+        assert_eq!(get(&s, 1, "sleep.wake_latency.p99_ns"), Some(20.0));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -583,7 +612,7 @@ mod tests {
             cell.iter().all(|x| x.metric != "jain.sched.run_ns"),
             "{cell:?}"
         );
-        assert!(cell.iter().any(|x| x.metric == "jain.units_per_s"));
+        assert!(cell.iter().any(|x| x.metric == "jain.cpu.units_per_s"));
     }
 
     #[test]
@@ -602,32 +631,32 @@ mod tests {
         // The SMP guest's per-vCPU results, as its VmResult field will
         // serialize them: read through the same JSON walk.
         let json = serde_json::json!({
-            "vcpu": 1,
-            "sleep_latency_ns": {"count": 100, "p50_ns": 2000, "p99_ns": 9000, "max_ns": 20000,
+            "sleep": {"wakeups": 100, "missed": 0, "interval_ns": 1000000,
+                "wake_latency": {"count": 100, "p50_ns": 2000, "p99_ns": 9000, "max_ns": 20000,
                 "histogram": [{"lo_ns": 0, "hi_ns": 1023, "count": 3},
                               {"lo_ns": 1024, "hi_ns": 2047, "count": 97}],
-                "histogram_count": 100},
-            "roundtrips_per_s": 5000.0,
-            "pingpong": {"roundtrips": 10, "partner": 0, "initiator": false}
+                "histogram_count": 100}},
+            "pingpong": {"roundtrips": 10, "roundtrips_per_s": 5000.0, "partner_vcpu": 0, "initiator": false},
+            "burst": null
         });
         let mut pairs = Vec::new();
         flatten("", &json, &mut pairs);
         let names: Vec<&str> = pairs.iter().map(|(n, _)| n.as_str()).collect();
         for n in [
-            "sleep_latency_ns.p99_ns",
-            "sleep_latency_ns.histogram.bucket.2047",
-            "roundtrips_per_s",
+            "sleep.wake_latency.p99_ns",
+            "sleep.wake_latency.histogram.bucket.2047",
+            "pingpong.roundtrips_per_s",
             "pingpong.roundtrips",
         ] {
             assert!(names.contains(&n), "{n} missing in {names:?}");
         }
         assert!(!names
             .iter()
-            .any(|n| n.contains("partner") || n.contains("initiator")));
-        assert!(info("sleep_latency_ns.p99_ns").headline);
-        assert_eq!(info("sleep_latency_ns.p99_ns").better, Better::Lower);
-        assert_eq!(info("roundtrips_per_s").combine, Combine::Sum);
-        assert!(!info("sleep_latency_ns.histogram.bucket.2047").headline);
+            .any(|n| n.contains("partner") || n.contains("initiator") || n.starts_with("burst")));
+        assert!(info("sleep.wake_latency.p99_ns").headline);
+        assert_eq!(info("sleep.wake_latency.p99_ns").better, Better::Lower);
+        assert_eq!(info("pingpong.roundtrips_per_s").combine, Combine::Sum);
+        assert!(!info("sleep.wake_latency.histogram.bucket.2047").headline);
     }
 
     #[test]
@@ -652,7 +681,7 @@ mod tests {
         let cell = cell_samples(&s, &meta);
         let units = cell
             .iter()
-            .find(|x| x.metric == "jain.units_per_s")
+            .find(|x| x.metric == "jain.cpu.units_per_s")
             .unwrap();
         // Priority 10 has two equal vCPUs; priority 20 one (no index).
         assert_eq!(units.value, 1.0);
@@ -661,7 +690,48 @@ mod tests {
             .find(|x| x.metric == "jain.sched.run_ns")
             .unwrap();
         assert!((run.value - 0.9).abs() < 1e-12, "{run:?}");
-        assert!(cell.iter().all(|x| x.vm == "*" && x.vcpu.is_none()));
+        assert!(cell
+            .iter()
+            .all(|x| x.vcpu.is_none() && (x.vm == "*") != x.metric.starts_with("share.")));
+    }
+
+    #[test]
+    fn shares_and_priority_order() {
+        let mut s = vm_samples(&vm("p20", &[600.0]), "p20");
+        s.extend(vm_samples(&vm("p10", &[300.0]), "p10"));
+        s.extend(vm_samples(&vm("p5", &[100.0]), "p5"));
+        let meta: BTreeMap<String, VmMeta> = [("p20", 20), ("p10", 10), ("p5", 5)]
+            .into_iter()
+            .map(|(n, p)| {
+                (
+                    n.to_string(),
+                    VmMeta {
+                        group: n.into(),
+                        priority: p,
+                    },
+                )
+            })
+            .collect();
+        let cell = cell_samples(&s, &meta);
+        let share = |vm: &str| {
+            cell.iter()
+                .find(|x| x.vm == vm && x.metric == "share.cpu.units_per_s")
+                .map(|x| x.value)
+        };
+        assert_eq!(share("p20"), Some(0.6));
+        assert_eq!(share("p5"), Some(0.1));
+        let order = |c: &[Sample]| {
+            c.iter()
+                .find(|x| x.metric == "priority_order.cpu.units_per_s")
+                .map(|x| x.value)
+        };
+        assert_eq!(order(&cell), Some(1.0));
+        // p5 ahead of p10: one pair of three out of order.
+        let mut s = vm_samples(&vm("p20", &[600.0]), "p20");
+        s.extend(vm_samples(&vm("p10", &[100.0]), "p10"));
+        s.extend(vm_samples(&vm("p5", &[300.0]), "p5"));
+        let o = order(&cell_samples(&s, &meta)).unwrap();
+        assert!((o - 2.0 / 3.0).abs() < 1e-12, "{o}");
     }
 
     #[test]
@@ -674,11 +744,11 @@ mod tests {
             pacer-result garbage\n";
         let (s, vcpus) = console_samples(console, "q", "g");
         assert_eq!(vcpus, [0, 1, 2]);
-        assert_eq!(get(&s, 0, "units_per_s"), Some(1234.5));
-        assert_eq!(get(&s, 1, "sleep_latency_ns.p99_ns"), Some(900.0));
+        assert_eq!(get(&s, 0, "cpu.units_per_s"), Some(1234.5));
+        assert_eq!(get(&s, 1, "sleep.wake_latency.p99_ns"), Some(900.0));
         assert_eq!(get(&s, 1, "sleep.missed"), Some(0.0));
         assert_eq!(get(&s, 2, "burst.run_fraction"), Some(0.3));
-        assert_eq!(get(&s, 2, "burst.wake_latency_ns.p99_ns"), Some(2.0));
+        assert_eq!(get(&s, 2, "burst.wake_latency.p99_ns"), Some(2.0));
         assert!(s
             .iter()
             .all(|x| x.metric != "interval_us" && x.metric != "ticks"));
@@ -686,9 +756,17 @@ mod tests {
 
     #[test]
     fn formatting() {
-        assert_eq!(format_value("sleep_latency_ns.p99_ns", 1500.0), "1.5us");
-        assert_eq!(format_value("units_per_s", 2.5e6), "2.50M");
+        assert_eq!(format_value("sleep.wake_latency.p99_ns", 1500.0), "1.50 us");
+        assert_eq!(
+            format_value("sleep.wake_latency.p99_ns", 8_388_608.0),
+            "8.4 ms"
+        );
+        assert_eq!(
+            format_value("sched.wake_latency.p99_ns", 2_228_200.0),
+            "2.2 ms"
+        );
+        assert_eq!(format_value("cpu.units_per_s", 2.5e6), "2.50M");
         assert_eq!(format_value("jain.sched.run_ns", 0.99), "0.990");
-        assert_eq!(title("units_per_s"), "units/s");
+        assert_eq!(title("cpu.units_per_s"), "units/s");
     }
 }

@@ -20,6 +20,7 @@
 
 pub mod cells;
 pub mod command;
+pub mod headline;
 pub mod matrix;
 pub mod metrics;
 pub mod native;

@@ -1,20 +1,30 @@
-//! The report's charts, each as SVG and PNG (plotters): throughput per
-//! policy relative to the baseline (bars, min-max whiskers), fairness
-//! (Jain's index) per policy, migrations per second per policy, and per
-//! (layout, workload) the wake-latency CDF of each policy.
+//! The report's charts, each as SVG and PNG (plotters):
 //!
-//! The latency CDF comes from the guest's histograms when it sends them
-//! (`*.bucket.*` samples), else from the quantiles it has (p50, p99, max;
-//! the guest's own latency metrics first, the scheduler's wake latency
-//! otherwise), drawn as a CDF through those points.
+//! - the headline: per (layout, workload) the headline metric of the VM
+//!   under test (`headline.rs`) per policy, relative to the baseline and
+//!   turned so that right of 1 is better whichever way the metric goes
+//!   (bars at the median, min-max whiskers);
+//! - the cost: the other VMs' own figure beside it, relative to the
+//!   baseline (what the neighbours paid);
+//! - fairness (Jain's index) and migrations per second per policy;
+//! - per (layout, workload) the latency CDF of the VM under test, drawn
+//!   only from the guest's real histograms (`*.bucket.*` samples), never
+//!   from a few quantiles.
+//!
+//! Every bar chart is horizontal: one row per (layout, workload), labels
+//! in a margin sized to the longest one (they never overlap), the legend
+//! beside the plot, never on the data, and a log scale when the values
+//! span a decade or more (migrations: 0.5/s under pinning, thousands/s
+//! under the host).
 //!
 //! Text is drawn with ab_glyph from a TrueType font found at run time (no
 //! font-kit or freetype): Debian's fonts-dejavu-core, which ci/install.sh
 //! installs. Without a font the plots are skipped and the report says why.
 
 use super::metrics;
+use super::metrics::Better;
 use super::store::{CellRecord, CellStatus};
-use super::summary::{cell_value, Column, Stat, Summary, ALL};
+use super::summary::{cell_value, Column, GroupSummary, Role, Stat, Summary, ALL};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::collections::BTreeMap;
@@ -75,16 +85,20 @@ type Bar = (f64, f64, f64);
 /// A series of bars: its name and one bar (or none) per category.
 type BarSeries = (String, Vec<Option<Bar>>);
 
-/// Bars: per category, one bar per series with a min-max whisker.
+/// Horizontal bars: per category (a row), one bar per series with a
+/// min-max whisker.
 struct Bars<'a> {
     title: &'a str,
-    y_label: &'a str,
-    categories: Vec<String>,
+    x_label: &'a str,
+    /// Per category: its label and a smaller second line.
+    categories: Vec<(String, String)>,
     series: Vec<BarSeries>,
     /// Every policy of the run, so a policy has one colour in every chart.
     palette: &'a [String],
-    /// A horizontal reference line (1.0 for ratios).
+    /// A vertical reference line (1.0 for ratios).
     reference: Option<f64>,
+    /// How to print an axis value.
+    format: fn(f64) -> String,
 }
 
 /// The colour of a policy: its place in the run's policy list.
@@ -96,70 +110,149 @@ pub(crate) fn colour(palette: &[String], name: &str) -> RGBAColor {
     Palette99::pick(i).to_rgba()
 }
 
+const WIDTH: u32 = 960;
+/// Pixels per bar and between categories.
+const BAR_PX: u32 = 14;
+const GAP_PX: u32 = 14;
+
+/// The height a bar chart needs for its rows.
+fn bars_height(b: &Bars<'_>) -> u32 {
+    let rows = b.categories.len().max(1) as u32;
+    let per = b.series.len().max(1) as u32 * BAR_PX + GAP_PX;
+    (rows * per + 110).max(260)
+}
+
+/// The width of the widest text in `texts`, drawn in `style` on `area`.
+fn text_width<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    texts: impl Iterator<Item = String>,
+    style: &TextStyle,
+) -> u32 {
+    texts
+        .map(|t| area.estimate_text_size(&t, style).map_or(0, |s| s.0))
+        .max()
+        .unwrap_or(0)
+}
+
+/// The legend: a coloured box and the name of each series, top to bottom,
+/// in its own area beside the plot.
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    names: &[&str],
+    palette: &[String],
+    line: bool,
+) -> Result<(), String> {
+    let font = ("sans-serif", 14).into_font().color(&BLACK);
+    for (i, name) in names.iter().enumerate() {
+        let y = 50 + i as i32 * 22;
+        let c = colour(palette, name);
+        if line {
+            area.draw(&PathElement::new(
+                [(8, y + 7), (26, y + 7)],
+                c.stroke_width(3),
+            ))
+            .map_err(e)?;
+        } else {
+            area.draw(&Rectangle::new([(8, y), (24, y + 14)], c.filled()))
+                .map_err(e)?;
+        }
+        area.draw(&Text::new(name.to_string(), (32, y), font.clone()))
+            .map_err(e)?;
+    }
+    Ok(())
+}
+
 fn draw_bars<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, b: &Bars<'_>) -> Result<(), String> {
     root.fill(&WHITE).map_err(e)?;
-    // Categories without any bar are left out.
-    let keep: Vec<usize> = (0..b.categories.len())
-        .filter(|&ci| {
-            b.series
-                .iter()
-                .any(|(_, v)| v.get(ci).is_some_and(Option::is_some))
-        })
-        .collect();
-    let categories: Vec<&String> = keep.iter().map(|&ci| &b.categories[ci]).collect();
-    let series: Vec<(&String, Vec<Option<Bar>>)> = b
-        .series
-        .iter()
-        .map(|(n, v)| (n, keep.iter().map(|&ci| v[ci]).collect()))
-        .collect();
-    let y_max = series
-        .iter()
-        .flat_map(|(_, v)| v.iter().flatten().map(|x| x.2.max(x.0)))
+    let label_font: TextStyle = ("sans-serif", 14).into_font().color(&BLACK);
+    let sub_font: TextStyle = ("sans-serif", 12).into_font().color(&RGBColor(80, 80, 80));
+    let names: Vec<&str> = b.series.iter().map(|(n, _)| n.as_str()).collect();
+    let legend_w = text_width(&root, names.iter().map(|n| n.to_string()), &label_font) + 48;
+    let (w, _) = root.dim_in_pixel();
+    let (plot, legend) = root.split_horizontally(w.saturating_sub(legend_w));
+    let label_w = text_width(&root, b.categories.iter().map(|c| c.0.clone()), &label_font).max(
+        text_width(&root, b.categories.iter().map(|c| c.1.clone()), &sub_font),
+    ) + 16;
+
+    let bars = b.series.iter().flat_map(|(_, v)| v.iter().flatten());
+    let top = bars
+        .clone()
+        .map(|x| x.2.max(x.0))
         .chain(b.reference)
-        .fold(0.0f64, f64::max)
-        * 1.4;
-    let y_max = if y_max > 0.0 { y_max } else { 1.0 };
-    let n = categories.len().max(1) as f64;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(b.title, ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(10)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..n, 0.0..y_max)
+        .fold(0.0f64, f64::max);
+    let bottom = bars
+        .flat_map(|x| [x.0, x.1])
+        .chain(b.reference)
+        .filter(|v| *v > 0.0)
+        .fold(f64::MAX, f64::min);
+    // A log scale when the values span a decade or more.
+    let log = bottom < f64::MAX && top / bottom >= 10.0;
+    let (x0, x1) = if log {
+        // One decade below the smallest value, so that it still shows.
+        let lo = bottom.log10().floor() - 1.0;
+        (lo, top.log10().ceil().max(lo + 2.0))
+    } else {
+        (0.0, if top > 0.0 { top * 1.1 } else { 1.0 })
+    };
+    let tx = move |v: f64| {
+        if log {
+            v.max(10f64.powf(x0)).log10()
+        } else {
+            v
+        }
+    };
+    let n = b.categories.len().max(1) as f64;
+    let mut chart = ChartBuilder::on(&plot)
+        .caption(b.title, ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(45)
+        .y_label_area_size(label_w)
+        .build_cartesian_2d(x0..x1, 0.0..n)
         .map_err(e)?;
+    let format = b.format;
+    let x_desc = if log {
+        format!("{} (log scale)", b.x_label)
+    } else {
+        b.x_label.to_string()
+    };
+    let decades = (x1 - x0).round() as usize;
     chart
         .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(0)
-        .y_desc(b.y_label)
-        .y_label_formatter(&|v| format!("{v:.3}"))
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_labels(if log { decades + 1 } else { 8 })
+        .x_desc(x_desc)
+        .x_label_formatter(&move |v| {
+            if log {
+                format(10f64.powf(*v))
+            } else {
+                format(*v)
+            }
+        })
         .draw()
         .map_err(e)?;
-    let k = series.len().max(1) as f64;
-    let w = 0.8 / k;
-    for (si, (name, values)) in series.iter().enumerate() {
+    let k = b.series.len().max(1) as f64;
+    let bw = 0.8 / k;
+    // Category ci is row n-1-ci, so the first category is on top.
+    let row = |ci: usize| n - 1.0 - ci as f64;
+    for (si, (name, values)) in b.series.iter().enumerate() {
         let color = colour(b.palette, name);
+        let y = |ci: usize| row(ci) + 0.9 - (si as f64 + 1.0) * bw;
         let rects = values.iter().enumerate().filter_map(|(ci, v)| {
             let (med, _, _) = (*v)?;
-            let x0 = ci as f64 + 0.1 + si as f64 * w;
             Some(Rectangle::new(
-                [(x0, 0.0), (x0 + w * 0.9, med)],
+                [(x0, y(ci)), (tx(med), y(ci) + bw * 0.85)],
                 color.filled(),
             ))
         });
-        chart
-            .draw_series(rects)
-            .map_err(e)?
-            .label(name.as_str())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+        chart.draw_series(rects).map_err(e)?;
         let whiskers = values.iter().enumerate().filter_map(|(ci, v)| {
             let (med, lo, hi) = (*v)?;
-            let x = ci as f64 + 0.1 + si as f64 * w + w * 0.45;
-            Some(ErrorBar::new_vertical(
-                x,
-                lo,
-                med,
-                hi,
+            Some(ErrorBar::new_horizontal(
+                y(ci) + bw * 0.42,
+                tx(lo),
+                tx(med),
+                tx(hi),
                 BLACK.stroke_width(1),
                 6,
             ))
@@ -168,25 +261,22 @@ fn draw_bars<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, b: &Bars<'_>) -> 
     }
     if let Some(r) = b.reference {
         chart
-            .draw_series(LineSeries::new([(0.0, r), (n, r)], BLACK.stroke_width(1)))
+            .draw_series(LineSeries::new(
+                [(tx(r), 0.0), (tx(r), n)],
+                BLACK.stroke_width(1),
+            ))
             .map_err(e)?;
     }
-    let labels = categories.iter().enumerate().map(|(ci, c)| {
-        Text::new(
-            c.to_string(),
-            (ci as f64 + 0.1, y_max * 0.97),
-            ("sans-serif", 14).into_font().color(&BLACK),
-        )
-    });
-    chart.draw_series(labels).map_err(e)?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()
-        .map_err(e)?;
+    // Category labels in the left margin, two lines each.
+    for (ci, (label, sub)) in b.categories.iter().enumerate() {
+        let (_, py) = chart.backend_coord(&(x0, row(ci) + 0.5));
+        let px = chart.backend_coord(&(x0, 0.0)).0 - label_w as i32 + 4;
+        root.draw(&Text::new(label.clone(), (px, py - 15), label_font.clone()))
+            .map_err(e)?;
+        root.draw(&Text::new(sub.clone(), (px, py + 2), sub_font.clone()))
+            .map_err(e)?;
+    }
+    draw_legend(&legend, &names, b.palette, false)?;
     root.present().map_err(e)
 }
 
@@ -199,11 +289,16 @@ struct Cdf<'a> {
 
 fn draw_cdf<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Cdf<'_>) -> Result<(), String> {
     root.fill(&WHITE).map_err(e)?;
+    let label_font: TextStyle = ("sans-serif", 14).into_font().into();
+    let names: Vec<&str> = c.series.iter().map(|(n, _)| n.as_str()).collect();
+    let legend_w = text_width(&root, names.iter().map(|n| n.to_string()), &label_font) + 48;
+    let (w, _) = root.dim_in_pixel();
+    let (plot, legend) = root.split_horizontally(w.saturating_sub(legend_w));
     let xs = c.series.iter().flat_map(|(_, p)| p.iter().map(|x| x.0));
     let lo = xs.clone().fold(f64::MAX, f64::min).max(1.0);
     let hi = xs.fold(1.0f64, f64::max).max(lo * 10.0);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(c.title, ("sans-serif", 22))
+    let mut chart = ChartBuilder::on(&plot)
+        .caption(c.title, ("sans-serif", 20))
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(55)
@@ -211,14 +306,14 @@ fn draw_cdf<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Cdf<'_>) -> Re
         .map_err(e)?;
     chart
         .configure_mesh()
-        .x_desc("latency")
+        .x_desc("latency (log scale)")
         .y_desc("fraction of wakes <=")
         .x_label_formatter(&|v| metrics::format_value("latency_ns", *v))
         .draw()
         .map_err(e)?;
     for (name, points) in &c.series {
         let color = colour(c.palette, name);
-        // A step function: each fraction holds until the next latency.
+        // A step function: each fraction holds until the next bucket's end.
         let mut steps = Vec::with_capacity(points.len() * 2 + 1);
         let mut prev = 0.0;
         steps.push((lo / 2.0, 0.0));
@@ -229,25 +324,11 @@ fn draw_cdf<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Cdf<'_>) -> Re
         }
         chart
             .draw_series(LineSeries::new(steps, color.stroke_width(2)))
-            .map_err(e)?
-            .label(name.clone())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
-        chart
-            .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
             .map_err(e)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()
-        .map_err(e)?;
+    draw_legend(&legend, &names, c.palette, true)?;
     root.present().map_err(e)
 }
-
-const SIZE: (u32, u32) = (960, 480);
 
 fn plot(name: &str, title: &str) -> Plot {
     Plot {
@@ -257,14 +338,32 @@ fn plot(name: &str, title: &str) -> Plot {
     }
 }
 
-/// Write `name`.svg and `name`.png of a bar chart in `dir`.
+/// Write `name`.svg and `name`.png of a bar chart in `dir`, leaving out
+/// the categories without any bar.
 fn write_bars(dir: &Path, name: &str, b: &Bars<'_>) -> Result<Plot, String> {
+    let keep: Vec<usize> = (0..b.categories.len())
+        .filter(|&ci| {
+            b.series
+                .iter()
+                .any(|(_, v)| v.get(ci).is_some_and(Option::is_some))
+        })
+        .collect();
+    let b = &Bars {
+        categories: keep.iter().map(|&ci| b.categories[ci].clone()).collect(),
+        series: b
+            .series
+            .iter()
+            .map(|(n, v)| (n.clone(), keep.iter().map(|&ci| v[ci]).collect()))
+            .collect(),
+        ..*b
+    };
     let (svg, png) = (
         dir.join(format!("{name}.svg")),
         dir.join(format!("{name}.png")),
     );
-    draw_bars(SVGBackend::new(&svg, SIZE).into_drawing_area(), b)?;
-    draw_bars(BitMapBackend::new(&png, SIZE).into_drawing_area(), b)?;
+    let size = (WIDTH, bars_height(b));
+    draw_bars(SVGBackend::new(&svg, size).into_drawing_area(), b)?;
+    draw_bars(BitMapBackend::new(&png, size).into_drawing_area(), b)?;
     Ok(plot(name, b.title))
 }
 
@@ -274,8 +373,9 @@ fn write_cdf(dir: &Path, name: &str, c: &Cdf<'_>) -> Result<Plot, String> {
         dir.join(format!("{name}.svg")),
         dir.join(format!("{name}.png")),
     );
-    draw_cdf(SVGBackend::new(&svg, SIZE).into_drawing_area(), c)?;
-    draw_cdf(BitMapBackend::new(&png, SIZE).into_drawing_area(), c)?;
+    let size = (WIDTH, 480);
+    draw_cdf(SVGBackend::new(&svg, size).into_drawing_area(), c)?;
+    draw_cdf(BitMapBackend::new(&png, size).into_drawing_area(), c)?;
     Ok(plot(name, c.title))
 }
 
@@ -293,34 +393,27 @@ fn ok_cells<'a>(
     })
 }
 
-/// Per policy, per group: the stat of `col` over ok cells.
+/// Per policy, per group: the stat over ok cells of what `pick` reads.
 fn per_policy(
     summary: &Summary,
     records: &[CellRecord],
+    palette: &[String],
     pick: &dyn Fn(&CellRecord) -> Option<f64>,
 ) -> Vec<(String, Vec<Option<Stat>>)> {
-    let mut policies: Vec<String> = Vec::new();
-    for g in &summary.groups {
-        for r in &g.rows {
-            if !policies.contains(&r.policy) {
-                policies.push(r.policy.clone());
-            }
-        }
-    }
-    policies
-        .into_iter()
+    palette
+        .iter()
         .map(|p| {
             let per_group = summary
                 .groups
                 .iter()
                 .map(|g| {
-                    let v: Vec<f64> = ok_cells(records, &g.layout, &g.workload, &p)
+                    let v: Vec<f64> = ok_cells(records, &g.layout, &g.workload, p)
                         .filter_map(pick)
                         .collect();
                     Stat::of(&v)
                 })
                 .collect();
-            (p, per_group)
+            (p.clone(), per_group)
         })
         .filter(|(_, v): &(String, Vec<Option<Stat>>)| v.iter().any(Option::is_some))
         .collect()
@@ -342,70 +435,123 @@ fn file_name(s: &str) -> String {
         .collect()
 }
 
-/// The latency CDF points of one policy's cells in a group.
-fn latency_points(cells: &[&CellRecord]) -> Option<(String, Vec<(f64, f64)>)> {
-    // Histograms first.
+/// The CDF of one policy's cells in a group, from the histograms of
+/// `scope` (a VM group, or `all`) whose metric starts with `base`.
+/// Returns the histogram's metric and the points (bucket end, fraction).
+fn histogram_cdf(
+    cells: &[&CellRecord],
+    scope: &str,
+    base: Option<&str>,
+) -> Option<(String, Vec<(f64, f64)>)> {
     let mut buckets: BTreeMap<(String, u64), f64> = BTreeMap::new();
     for c in cells {
-        for s in &c.samples {
-            if let Some((base, hi)) = s.metric.split_once(".bucket.") {
-                if let Ok(hi) = hi.parse::<u64>() {
-                    *buckets.entry((base.to_string(), hi)).or_default() += s.value;
-                }
-            }
-        }
-    }
-    if let Some(((base, _), _)) = buckets.iter().next() {
-        let base = base.clone();
-        let mine: Vec<(u64, f64)> = buckets
+        for s in c
+            .samples
             .iter()
-            .filter(|((b, _), _)| *b == base)
-            .map(|((_, hi), n)| (*hi, *n))
-            .collect();
-        let total: f64 = mine.iter().map(|x| x.1).sum();
-        if total > 0.0 {
-            let mut cum = 0.0;
-            let points = mine
-                .into_iter()
-                .map(|(hi, n)| {
-                    cum += n;
-                    (hi as f64, cum / total)
-                })
-                .collect();
-            return Some((format!("{base} (histogram)"), points));
+            .filter(|s| scope == ALL || s.group == scope)
+        {
+            let Some((name, hi)) = s.metric.split_once(".bucket.") else {
+                continue;
+            };
+            let Ok(hi) = hi.parse::<u64>() else { continue };
+            *buckets.entry((name.to_string(), hi)).or_default() += s.value;
         }
     }
-    // Else quantiles: the guest's latency metrics, then the scheduler's.
-    let names: Vec<&str> = cells
+    let chosen = base
+        .and_then(|b| buckets.keys().find(|(n, _)| n.starts_with(b)))
+        .or_else(|| buckets.keys().next())?
+        .0
+        .clone();
+    let mine: Vec<(u64, f64)> = buckets
         .iter()
-        .flat_map(|c| c.samples.iter().map(|s| s.metric.as_str()))
+        .filter(|((n, _), _)| *n == chosen)
+        .map(|((_, hi), n)| (*hi, *n))
         .collect();
-    let guest = names
-        .iter()
-        .find(|m| !m.starts_with("sched.") && m.ends_with(".p99_ns"))
-        .map(|m| m.trim_end_matches(".p99_ns").to_string());
-    let (base, keys) = match guest {
-        Some(b) => (b, ["p50_ns", "p99_ns", "max_ns"]),
-        None if names.contains(&"sched.wake_latency_ns.p99") => {
-            ("sched.wake_latency_ns".to_string(), ["p50", "p99", "max"])
-        }
-        None => return None,
-    };
-    let mut points = Vec::new();
-    for (key, frac) in keys.iter().zip([0.5, 0.99, 1.0]) {
-        let col = Column {
-            scope: ALL.into(),
-            metric: format!("{base}.{key}"),
-        };
-        let v: Vec<f64> = cells
-            .iter()
-            .filter_map(|c| cell_value(&c.samples, &col))
-            .collect();
-        if let Some(s) = Stat::of(&v) {
-            points.push((s.median.max(1.0), frac));
-        }
+    let total: f64 = mine.iter().map(|x| x.1).sum();
+    if total <= 0.0 {
+        return None;
     }
-    (!points.is_empty()).then(|| (format!("{base} (p50, p99, max)"), points))
+    let mut cum = 0.0;
+    let points = mine
+        .into_iter()
+        .map(|(hi, n)| {
+            cum += n;
+            (hi as f64, cum / total)
+        })
+        .collect();
+    Some((chosen.trim_end_matches(".histogram").to_string(), points))
+}
+
+/// An axis label for a ratio: two significant digits at most, no
+/// trailing zeros (0.001, 0.05, 0.5, 1, 1.2, 10), so a log axis that
+/// spans decades below 1 does not read 0.00.
+fn ratio_label(v: f64) -> String {
+    if v <= 0.0 || !v.is_finite() {
+        return "0".into();
+    }
+    let decimals = (1.0 - v.log10().floor()).max(0.0) as usize;
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// The ratio bars of column `ci` of every group (None: the group has no
+/// such column), relative to the first baseline with a value (else the
+/// best median), turned so that right of 1 is better when `turn`.
+fn ratio_bars(
+    summary: &Summary,
+    palette: &[String],
+    column: &dyn Fn(&GroupSummary) -> Option<usize>,
+    turn: bool,
+) -> Vec<BarSeries> {
+    let norms: Vec<Option<(usize, f64, Better)>> = summary
+        .groups
+        .iter()
+        .map(|g| {
+            let ci = column(g)?;
+            let better = g.columns[ci].better;
+            let base = summary
+                .baselines
+                .iter()
+                .find_map(|b| g.row(b).and_then(|r| r.values[ci]))
+                .map(|s| s.median)
+                .or_else(|| {
+                    g.rows
+                        .iter()
+                        .filter_map(|r| r.values[ci].map(|s| s.median))
+                        .reduce(f64::max)
+                })
+                .filter(|v| *v > 0.0)?;
+            Some((ci, base, better))
+        })
+        .collect();
+    palette
+        .iter()
+        .map(|p| {
+            let v = summary
+                .groups
+                .iter()
+                .zip(&norms)
+                .map(|(g, norm)| {
+                    let (ci, base, better) = (*norm)?;
+                    let s = g.row(p)?.values[ci]?;
+                    if turn && better == Better::Lower {
+                        // base / value: right of 1 is lower, i.e. better.
+                        let inv = |v: f64| if v > 0.0 { base / v } else { f64::NAN };
+                        Some((inv(s.median), inv(s.max), inv(s.min)))
+                    } else {
+                        Some((s.median / base, s.min / base, s.max / base))
+                    }
+                })
+                .map(|b| b.filter(|b: &Bar| b.0.is_finite() && b.1.is_finite() && b.2.is_finite()))
+                .collect();
+            (p.clone(), v)
+        })
+        .filter(|(_, v): &BarSeries| v.iter().any(Option::is_some))
+        .collect()
 }
 
 /// Write every chart into `dir`.
@@ -427,7 +573,6 @@ pub fn write_all(summary: &Summary, records: &[CellRecord], dir: &Path) -> PlotS
         Ok(p) => set.plots.push(p),
         Err(why) => set.skipped = Some(why),
     };
-    let categories: Vec<String> = summary.groups.iter().map(|g| g.key()).collect();
     let mut palette: Vec<String> = Vec::new();
     for r in summary.groups.iter().flat_map(|g| &g.rows) {
         if !palette.contains(&r.policy) {
@@ -435,149 +580,149 @@ pub fn write_all(summary: &Summary, records: &[CellRecord], dir: &Path) -> PlotS
         }
     }
     let palette = &palette;
+    let base = summary
+        .baselines
+        .first()
+        .map_or("the best policy", String::as_str);
+    let plain = |g: &GroupSummary| (g.key(), String::new());
+    let fmt_ratio: fn(f64) -> String = ratio_label;
 
-    // Throughput relative to the baseline (or to the best policy): the
-    // guest's first rate, or the suite's index.
-    let rate = |g: &super::summary::GroupSummary| {
-        g.columns
+    // The headline of the VM under test.
+    let first = |role: Role| move |g: &GroupSummary| g.columns.iter().position(|c| c.role == role);
+    let headline = first(Role::Headline);
+    let series = ratio_bars(summary, palette, &headline, true);
+    if !series.is_empty() {
+        let categories = summary
+            .groups
             .iter()
-            .find(|c| {
-                (c.metric.ends_with("_per_s") && !c.metric.starts_with("sched."))
-                    || c.metric.starts_with("unixbench.index.")
+            .map(|g| match headline(g) {
+                Some(ci) => {
+                    let c = &g.columns[ci];
+                    let dir = match c.better {
+                        Better::Lower => "lower is better: shown as baseline / value",
+                        _ => "higher is better",
+                    };
+                    (g.key(), format!("{} ({dir})", c.title()))
+                }
+                None => plain(g),
             })
-            .cloned()
-    };
-    let norms: Vec<Option<f64>> = summary
-        .groups
-        .iter()
-        .map(|g| {
-            let ci = g.columns.iter().position(|c| Some(c) == rate(g).as_ref())?;
-            let base = summary
-                .baselines
-                .iter()
-                .find_map(|b| g.row(b).and_then(|r| r.values[ci]))
-                .map(|s| s.median);
-            base.or_else(|| {
-                g.rows
-                    .iter()
-                    .filter_map(|r| r.values[ci].map(|s| s.median))
-                    .reduce(f64::max)
-            })
-            .filter(|v| *v > 0.0)
-        })
-        .collect();
-    if norms.iter().any(Option::is_some) {
-        let series: Vec<BarSeries> = palette
-            .iter()
-            .map(|p| {
-                let v = summary
-                    .groups
-                    .iter()
-                    .zip(&norms)
-                    .map(|(g, norm)| {
-                        let col = rate(g)?;
-                        let ci = g.column_index(&col.scope, &col.metric)?;
-                        let s = g.row(p)?.values[ci]?;
-                        let n = (*norm)?;
-                        Some((s.median / n, s.min / n, s.max / n))
-                    })
-                    .collect();
-                (p.clone(), v)
-            })
-            .filter(|(_, v): &BarSeries| v.iter().any(Option::is_some))
             .collect();
-        let base = summary
-            .baselines
-            .first()
-            .map_or("the best policy", String::as_str);
         push(write_bars(
             dir,
-            "throughput",
+            "headline",
             &Bars {
-                title: "Guest throughput (median, min-max whiskers)",
-                y_label: &format!("relative to {base}"),
-                categories: categories.clone(),
+                title: "Headline metric of the VM under test (right of 1 = better)",
+                x_label: &format!("relative to {base}"),
+                categories,
                 series,
                 reference: Some(1.0),
                 palette,
+                format: fmt_ratio,
+            },
+        ));
+    }
+
+    // What the neighbours paid.
+    let cost = first(Role::Cost);
+    let series = ratio_bars(summary, palette, &cost, false);
+    if !series.is_empty() {
+        let categories = summary
+            .groups
+            .iter()
+            .map(|g| match cost(g) {
+                Some(ci) => (g.key(), g.columns[ci].title()),
+                None => plain(g),
+            })
+            .collect();
+        push(write_bars(
+            dir,
+            "cost",
+            &Bars {
+                title: "Cost: the neighbours' own figure beside the VM under test",
+                x_label: &format!("relative to {base}"),
+                categories,
+                series,
+                reference: Some(1.0),
+                palette,
+                format: fmt_ratio,
             },
         ));
     }
 
     // Fairness: the scheduler's run time, else the guest's first rate.
     let jain = |r: &CellRecord| {
-        let get = |m: &str| {
-            cell_value(
-                &r.samples,
-                &Column {
-                    scope: ALL.into(),
-                    metric: m.into(),
-                },
-            )
-        };
-        get("jain.sched.run_ns").or_else(|| {
+        cell_value(&r.samples, &Column::of(ALL, "jain.sched.run_ns")).or_else(|| {
             r.samples
                 .iter()
                 .find(|s| s.metric.starts_with("jain."))
                 .map(|s| s.value)
         })
     };
-    let fair = per_policy(summary, records, &jain);
+    let fair = per_policy(summary, records, palette, &jain);
     if !fair.is_empty() {
         push(write_bars(
             dir,
             "fairness",
             &Bars {
                 title: "Fairness: Jain's index over equal-priority vCPUs (1 = equal shares)",
-                y_label: "Jain's index",
-                categories: categories.clone(),
+                x_label: "Jain's index",
+                categories: summary.groups.iter().map(plain).collect(),
                 series: fair
                     .into_iter()
                     .map(|(p, v)| (p, v.into_iter().map(triple).collect()))
                     .collect(),
                 reference: Some(1.0),
                 palette,
+                format: ratio_label,
             },
         ));
     }
 
     // Migrations per second.
-    let migr = |r: &CellRecord| {
-        cell_value(
-            &r.samples,
-            &Column {
-                scope: ALL.into(),
-                metric: "sched.migrations_per_s".into(),
-            },
-        )
-    };
-    let migrations = per_policy(summary, records, &migr);
+    let migr = |r: &CellRecord| cell_value(&r.samples, &Column::of(ALL, "sched.migrations_per_s"));
+    let migrations = per_policy(summary, records, palette, &migr);
     if !migrations.is_empty() {
         push(write_bars(
             dir,
             "migrations",
             &Bars {
                 title: "vCPU migrations per second (all vCPUs of a cell)",
-                y_label: "migrations/s",
-                categories,
+                x_label: "migrations/s",
+                categories: summary.groups.iter().map(plain).collect(),
                 series: migrations
                     .into_iter()
                     .map(|(p, v)| (p, v.into_iter().map(triple).collect()))
                     .collect(),
                 reference: None,
                 palette,
+                format: |v| metrics::format_value("sched.migrations_per_s", v),
             },
         ));
     }
 
-    // Latency CDFs per group.
+    // Latency CDFs of the VM under test, from real histograms only.
     for g in &summary.groups {
+        let (scope, base) = match &g.headline {
+            Some(h) => {
+                let scope = if h.under_test == super::headline::ALL_VMS {
+                    ALL
+                } else {
+                    h.under_test.as_str()
+                };
+                let base = h
+                    .metrics
+                    .iter()
+                    .find_map(|m| m.metric.rsplit_once('.').map(|(b, _)| b.to_string()));
+                (scope, base)
+            }
+            None => (ALL, None),
+        };
         let mut series = Vec::new();
         let mut what = String::new();
         for row in &g.rows {
             let cells: Vec<&CellRecord> =
                 ok_cells(records, &g.layout, &g.workload, &row.policy).collect();
-            if let Some((source, points)) = latency_points(&cells) {
+            if let Some((source, points)) = histogram_cdf(&cells, scope, base.as_deref()) {
                 what = source;
                 series.push((row.policy.clone(), points));
             }
@@ -585,7 +730,12 @@ pub fn write_all(summary: &Summary, records: &[CellRecord], dir: &Path) -> PlotS
         if series.is_empty() {
             continue;
         }
-        let title = format!("{}: latency CDF, {what}", g.key());
+        let who = if scope == ALL {
+            String::new()
+        } else {
+            format!(" of {scope}")
+        };
+        let title = format!("{}: {what}{who}, CDF from the guest's histograms", g.key());
         push(write_cdf(
             dir,
             &format!("latency-{}", file_name(&g.key())),
@@ -600,45 +750,102 @@ pub fn write_all(summary: &Summary, records: &[CellRecord], dir: &Path) -> PlotS
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use super::super::headline::{Cost, GroupHeadline, HeadlineMetric};
     use super::super::metrics::Sample;
     use super::super::store::tests::record;
     use super::*;
+
+    fn sample(vm: &str, vcpu: Option<u32>, metric: &str, value: f64) -> Sample {
+        Sample {
+            vm: vm.into(),
+            group: vm.into(),
+            vcpu,
+            metric: metric.into(),
+            value,
+        }
+    }
+
+    /// Cells of two groups: "nn/sleep" (a sleep VM with histograms beside a
+    /// hog) and "solo/cpu" (quantiles only, no histogram).
+    pub(crate) fn cells() -> Vec<CellRecord> {
+        let mut recs = Vec::new();
+        for (policy, p99, units, migr) in [
+            ("host", 4_000_000.0, 1000.0, 3000.0),
+            ("haiku", 150_000.0, 900.0, 40.0),
+            ("pinned", 9_000_000.0, 1100.0, 0.5),
+        ] {
+            for rep in 1..=2 {
+                let f = 1.0 + rep as f64 / 20.0;
+                let mut r = record(
+                    &format!("nn/sleep/{policy}/r{rep}"),
+                    policy,
+                    CellStatus::Ok,
+                    &[],
+                );
+                r.layout = "nn".into();
+                r.workload = "sleep".into();
+                r.samples = vec![
+                    sample("lat", Some(0), "sleep.wake_latency.p99_ns", p99 * f),
+                    sample(
+                        "lat",
+                        Some(0),
+                        "sleep.wake_latency.histogram.bucket.1023",
+                        90.0,
+                    ),
+                    sample(
+                        "lat",
+                        Some(0),
+                        "sleep.wake_latency.histogram.bucket.65535",
+                        9.0,
+                    ),
+                    sample(
+                        "lat",
+                        Some(0),
+                        &format!("sleep.wake_latency.histogram.bucket.{}", p99 as u64),
+                        1.0,
+                    ),
+                    sample("hog", Some(0), "cpu.units_per_s", units * f),
+                    sample("hog", Some(0), "sched.migrations_per_s", migr * f),
+                ];
+                recs.push(r);
+                let mut r = record(
+                    &format!("solo/cpu/{policy}/r{rep}"),
+                    policy,
+                    CellStatus::Ok,
+                    &[units, units],
+                );
+                r.layout = "solo".into();
+                r.workload = "cpu".into();
+                r.samples
+                    .push(sample("a", Some(0), "sched.wake_latency.p99_ns", 5000.0));
+                recs.push(r);
+            }
+        }
+        recs
+    }
+
+    pub(crate) fn headline(layout: &str, _: &str) -> Option<GroupHeadline> {
+        Some(match layout {
+            "nn" => GroupHeadline {
+                under_test: "lat".into(),
+                metrics: vec![HeadlineMetric::named("sleep.wake_latency.p99_ns")],
+                costs: vec![Cost::new("hog", HeadlineMetric::named("cpu.units_per_s"))],
+            },
+            _ => GroupHeadline {
+                under_test: "all".into(),
+                metrics: vec![HeadlineMetric::named("cpu.units_per_s")],
+                costs: Vec::new(),
+            },
+        })
+    }
 
     #[test]
     fn charts_are_written_and_not_empty() {
         let dir = std::env::temp_dir().join(format!("pacer-plots-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut recs = Vec::new();
-        for (policy, units, p99) in [("host", 100.0, 50_000.0), ("haiku", 95.0, 8_000.0)] {
-            for rep in 1..=2 {
-                let mut r = record(
-                    &format!("l/w/{policy}/r{rep}"),
-                    policy,
-                    CellStatus::Ok,
-                    &[units + rep as f64, units],
-                );
-                for (vcpu, (m, v)) in [
-                    ("sched.migrations_per_s", 3.0),
-                    ("sched.wake_latency_ns.p50", 1000.0),
-                    ("sched.wake_latency_ns.p99", p99),
-                    ("sched.wake_latency_ns.max", p99 * 2.0),
-                ]
-                .into_iter()
-                .enumerate()
-                {
-                    r.samples.push(Sample {
-                        vm: "a".into(),
-                        group: "a".into(),
-                        vcpu: Some(vcpu as u32 % 2),
-                        metric: m.into(),
-                        value: v,
-                    });
-                }
-                recs.push(r);
-            }
-        }
-        let summary = Summary::build(&recs, &[], &["host".into()]);
+        let recs = cells();
+        let summary = Summary::build(&recs, &[], &["host".into()], &headline);
         let set = write_all(&summary, &recs, &dir);
         if let Some(why) = set
             .skipped
@@ -650,13 +857,20 @@ mod tests {
         }
         assert_eq!(set.skipped, None);
         let names: Vec<&str> = set.plots.iter().map(|p| p.svg.as_str()).collect();
-        assert!(names.contains(&"plots/throughput.svg"), "{names:?}");
-        assert!(names.contains(&"plots/fairness.svg"), "{names:?}");
-        assert!(names.contains(&"plots/migrations.svg"), "{names:?}");
-        assert!(
-            names.iter().any(|n| n.starts_with("plots/latency-")),
-            "{names:?}"
-        );
+        for n in [
+            "headline",
+            "cost",
+            "fairness",
+            "migrations",
+            "latency-nn_sleep",
+        ] {
+            assert!(
+                names.contains(&format!("plots/{n}.svg").as_str()),
+                "{n}: {names:?}"
+            );
+        }
+        // No CDF from quantiles: the solo group has no histogram.
+        assert!(!names.iter().any(|n| n.contains("solo")), "{names:?}");
         for p in &set.plots {
             let svg =
                 std::fs::read_to_string(dir.join(p.svg.trim_start_matches("plots/"))).unwrap();
@@ -669,6 +883,38 @@ mod tests {
             assert_eq!(&png[1..4], b"PNG");
             assert!(png.len() > 5000, "{} is {} bytes", p.png, png.len());
         }
-        std::fs::remove_dir_all(&dir).unwrap();
+        // Migrations span four decades: a log scale.
+        let migr = std::fs::read_to_string(dir.join("migrations.svg")).unwrap();
+        assert!(migr.contains("log scale"), "migrations axis is linear");
+        if std::env::var_os("PACER_KEEP_PLOTS").is_none() {
+            std::fs::remove_dir_all(&dir).unwrap();
+        } else {
+            println!("plots kept in {}", dir.display());
+        }
+    }
+
+    #[test]
+    fn ratio_labels_keep_their_digits() {
+        let labels: Vec<String> = [0.001, 0.05, 0.5, 1.0, 1.2, 10.0, 0.0]
+            .into_iter()
+            .map(ratio_label)
+            .collect();
+        assert_eq!(labels, ["0.001", "0.05", "0.5", "1", "1.2", "10", "0"]);
+    }
+
+    #[test]
+    fn lower_is_better_bars_are_turned() {
+        let recs = cells();
+        let summary = Summary::build(&recs, &[], &["host".into()], &headline);
+        let palette: Vec<String> = ["host", "haiku", "pinned"].map(String::from).to_vec();
+        let col = |g: &GroupSummary| g.columns.iter().position(|c| c.role == Role::Headline);
+        let bars = ratio_bars(&summary, &palette, &col, true);
+        let haiku = bars.iter().find(|(p, _)| p == "haiku").unwrap();
+        let (med, lo, hi) = haiku.1[0].unwrap();
+        // host's p99 over haiku's: about 26x, whiskers ordered.
+        assert!((med - 4_000_000.0 / 150_000.0).abs() < 1.0, "{med}");
+        assert!(lo <= med && med <= hi, "{lo} {med} {hi}");
+        let pinned = bars.iter().find(|(p, _)| p == "pinned").unwrap();
+        assert!(pinned.1[0].unwrap().0 < 1.0);
     }
 }

@@ -1,6 +1,7 @@
 //! The terminal side of a bench run: an indicatif progress bar on stderr
 //! (cells done of all, the current cell, ETA) when stderr is a terminal;
-//! otherwise one plain line per finished cell on stdout, for logs.
+//! otherwise one plain line per finished cell on stderr, for logs. Both
+//! are status, not results (the table goes to stdout): none with `-q`.
 
 use super::run::BenchEvent;
 use super::store::CellStatus;
@@ -23,7 +24,12 @@ impl Default for Progress {
 
 impl Progress {
     pub fn new() -> Progress {
-        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+        let target = if crate::cli::quiet() {
+            ProgressDrawTarget::hidden()
+        } else {
+            ProgressDrawTarget::stderr()
+        };
+        let bar = ProgressBar::with_draw_target(Some(0), target);
         if let Ok(style) = ProgressStyle::with_template(
             "{bar:30.cyan/blue} {pos}/{len} cells  {elapsed} elapsed, ETA {eta}  {msg}",
         ) {
@@ -38,9 +44,11 @@ impl Progress {
 
     fn line(&self, text: &str) {
         if self.bar.is_hidden() {
-            let _ = std::io::stdout()
-                .lock()
-                .write_all(format!("{text}\n").as_bytes());
+            if !crate::cli::quiet() {
+                let _ = std::io::stderr()
+                    .lock()
+                    .write_all(format!("{text}\n").as_bytes());
+            }
         } else {
             self.bar.println(text);
         }
@@ -73,7 +81,7 @@ impl Progress {
                 self.bar.inc(1);
                 let n = self.bar.position();
                 let what = match r.status {
-                    CellStatus::Ok => format!("ok ({:.1} s)", r.wall_s),
+                    CellStatus::Ok => format!("ok ({:.1} s)", r.wall_s()),
                     s => format!("{}: {}", s.as_str(), r.error.lines().next().unwrap_or("")),
                 };
                 self.line(&format!("[{n}/{}] {}: {what}", self.todo, r.id));

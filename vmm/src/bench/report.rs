@@ -9,7 +9,7 @@ use super::matrix::Matrix;
 use super::metrics::{self, Better};
 use super::plots::PlotSet;
 use super::store::{CellRecord, CellStatus};
-use super::summary::{GroupSummary, Summary};
+use super::summary::{GroupSummary, Role, Summary};
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
@@ -42,83 +42,149 @@ pub fn esc(s: &str) -> String {
     o
 }
 
-/// The best median of column `ci` (by the metric's direction).
-fn best_value(g: &GroupSummary, ci: usize) -> Option<f64> {
-    let vals = g.rows.iter().filter_map(|r| Some(r.values[ci]?.median));
-    match metrics::info(&g.columns[ci].metric).better {
-        Better::Higher => vals.reduce(f64::max),
-        Better::Lower => vals.reduce(f64::min),
-        Better::Neither => None,
-    }
+/// The first baseline's ratio of `policy` in column `ci`, as text.
+fn ratio_text(summary: &Summary, g: &GroupSummary, ci: usize, policy: &str) -> String {
+    summary
+        .baselines
+        .first()
+        .filter(|b| b.as_str() != policy)
+        .and_then(|b| {
+            let r = g.row(policy)?.ratios[ci].first().copied().flatten()?;
+            Some(format!(" ({r:.2}&times; {})", esc(b)))
+        })
+        .unwrap_or_default()
 }
 
-/// "policy (ratio)" of every row whose median is the best of column `ci`.
-fn winners(g: &GroupSummary, ci: usize) -> Vec<&str> {
-    let Some(best) = best_value(g, ci) else {
-        return Vec::new();
-    };
-    g.rows
-        .iter()
-        .filter(|r| r.values[ci].is_some_and(|s| s.median == best))
-        .map(|r| r.policy.as_str())
-        .collect()
-}
-
-/// One line per group: the best policy of each column.
+/// One line per group: the VM under test's headline and who did best
+/// (only when the ranges say so), then what the neighbours paid.
 fn at_a_glance(out: &mut String, summary: &Summary) {
-    out.push_str("<h2>At a glance</h2>\n<table><tr><th>layout / workload</th><th>best policy per metric</th></tr>\n");
+    out.push_str("<h2>At a glance</h2>\n<table class=\"glance\"><tr><th>layout / workload</th><th>under test</th><th>headline</th><th>cost to the neighbours</th></tr>\n");
     for g in &summary.groups {
-        let items: Vec<String> = (0..g.columns.len())
-            .filter_map(|ci| {
-                let w = winners(g, ci);
-                (!w.is_empty() && w.len() < g.rows.iter().filter(|r| r.ok > 0).count()).then(|| {
-                    let ratio = summary
-                        .baselines
-                        .first()
-                        .and_then(|b| {
-                            let r = g.row(w[0])?.ratios[ci].first().copied().flatten()?;
-                            (w[0] != b).then(|| format!(", {r:.2}&times; {}", esc(b)))
-                        })
-                        .unwrap_or_default();
-                    format!(
-                        "{}: <b>{}</b>{ratio}",
-                        esc(&g.columns[ci].title()),
-                        esc(&w.join(", "))
-                    )
-                })
-            })
-            .collect();
-        let text = if items.is_empty() {
+        let no_results = || {
             g.rows
                 .iter()
                 .find_map(|r| r.not_applicable.first().or(r.failures.first()))
                 .map(|w| format!("<span class=\"na\">no results: {}</span>", esc(w)))
                 .unwrap_or_else(|| "no results".into())
+        };
+        let mut headline = Vec::new();
+        let mut leader: Option<&str> = None;
+        for (ci, col) in g.columns.iter().enumerate() {
+            if col.role != Role::Headline {
+                continue;
+            }
+            let text = match &g.best[ci] {
+                Some(b) => {
+                    let v = g
+                        .row(&b.leader)
+                        .and_then(|r| r.values[ci])
+                        .map(|st| metrics::format_value(&col.metric, st.median))
+                        .unwrap_or_default();
+                    let ratio = ratio_text(summary, g, ci, &b.leader);
+                    leader.get_or_insert(&b.leader);
+                    if b.clear {
+                        format!("best: <b>{}</b> {v}{ratio}", esc(&b.leader))
+                    } else {
+                        format!(
+                            "<span class=\"na\">{}</span> ({} {v}{ratio})",
+                            esc(b.verdict.split(':').next().unwrap_or("")),
+                            esc(&b.leader)
+                        )
+                    }
+                }
+                // No direction, or one policy: the figures themselves.
+                None if g.rows.iter().any(|r| r.values[ci].is_some()) => g
+                    .rows
+                    .iter()
+                    .filter_map(|r| {
+                        let st = r.values[ci]?;
+                        Some(format!(
+                            "{} {}",
+                            esc(&r.policy),
+                            metrics::format_value(&col.metric, st.median)
+                        ))
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                None => continue,
+            };
+            headline.push(format!(
+                "{}{}: {text}",
+                esc(&col.title()),
+                arrow(col.better)
+            ));
+        }
+        let cost: Vec<String> = g
+            .columns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.role == Role::Cost)
+            .filter_map(|(ci, c)| {
+                let p = leader?;
+                let v = g.row(p)?.values[ci]?;
+                Some(format!(
+                    "{}: {} {}{}",
+                    esc(&c.title()),
+                    esc(p),
+                    metrics::format_value(&c.metric, v.median),
+                    ratio_text(summary, g, ci, p)
+                ))
+            })
+            .collect();
+        let under = g
+            .headline
+            .as_ref()
+            .map(|h| h.under_test.clone())
+            .unwrap_or_default();
+        let headline = if headline.is_empty() {
+            no_results()
         } else {
-            items.join(" &middot; ")
+            headline.join("<br>")
         };
         let _ = writeln!(
             out,
-            "<tr><td>{} / {}</td><td style=\"text-align:left\">{text}</td></tr>",
+            "<tr><td>{} / {}</td><td>{}</td><td style=\"text-align:left\">{headline}</td><td style=\"text-align:left\">{}</td></tr>",
             esc(&g.layout),
-            esc(&g.workload)
+            esc(&g.workload),
+            esc(&under),
+            cost.join("<br>")
         );
     }
     out.push_str("</table>\n");
 }
 
+fn arrow(b: Better) -> &'static str {
+    match b {
+        Better::Higher => " &uarr;",
+        Better::Lower => " &darr;",
+        Better::Neither => "",
+    }
+}
+
 fn group_table(out: &mut String, g: &GroupSummary, baselines: &[String]) {
+    if let Some(h) = &g.headline {
+        let _ = writeln!(out, "<p>{}</p>", esc(&h.describe()));
+    }
     let _ = write!(out, "<table><tr><th>policy</th><th>cells ok</th>");
     for c in &g.columns {
-        let arrow = match metrics::info(&c.metric).better {
-            Better::Higher => " &uarr;",
-            Better::Lower => " &darr;",
-            Better::Neither => "",
+        let class = match c.role {
+            Role::Headline => " class=\"headline\"",
+            Role::Cost => " class=\"cost\"",
+            Role::Detail => "",
         };
-        let _ = write!(out, "<th>{}{arrow}</th>", esc(&c.title()));
+        let role = match c.role {
+            Role::Headline => "headline: ",
+            Role::Cost => "cost: ",
+            Role::Detail => "",
+        };
+        let _ = write!(
+            out,
+            "<th{class}>{role}{}{}</th>",
+            esc(&c.title()),
+            arrow(c.better)
+        );
     }
     out.push_str("</tr>\n");
-    let best: Vec<Option<f64>> = (0..g.columns.len()).map(|ci| best_value(g, ci)).collect();
     for row in &g.rows {
         let _ = write!(
             out,
@@ -154,10 +220,9 @@ fn group_table(out: &mut String, g: &GroupSummary, baselines: &[String]) {
                 .filter(|(b, _)| **b != row.policy)
                 .filter_map(|(b, r)| r.map(|r| format!("{r:.2}&times; {}", esc(b))))
                 .collect();
-            let class = if best[ci] == Some(st.median) {
-                " class=\"best\""
-            } else {
-                ""
+            let class = match &g.best[ci] {
+                Some(b) if b.clear && b.leader == row.policy => " class=\"best\"",
+                _ => "",
             };
             let _ = write!(
                 out,
@@ -175,6 +240,9 @@ fn group_table(out: &mut String, g: &GroupSummary, baselines: &[String]) {
         out.push_str("</tr>\n");
     }
     out.push_str("</table>\n");
+    for b in g.best.iter().flatten() {
+        let _ = writeln!(out, "<p><small>{}</small></p>", esc(&b.verdict));
+    }
     for row in &g.rows {
         for f in &row.failures {
             let _ = writeln!(
@@ -242,6 +310,7 @@ pub fn write(
          td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:right;vertical-align:top}}\
          th{{background:#eee}} td:first-child{{text-align:left}}\
          td.best{{background:#d8f5d0}} .na{{color:#777}} .fail{{color:#b00}}\
+         th.headline{{background:#cfe3ff}} th.cost{{background:#f3e3c8}} table.glance th{{text-align:left}}\
          small{{color:#555}} img{{max-width:100%;border:1px solid #ddd;margin:.3em 0}}\
          pre{{background:#f6f6f6;padding:.6em;overflow-x:auto}}\
          </style></head><body>\n<h1>{t}</h1>\n",
@@ -258,12 +327,15 @@ pub fn write(
         .iter()
         .filter(|r| r.status == CellStatus::NotApplicable)
         .count();
-    let wall: f64 = records.iter().map(|r| r.wall_s).sum();
+    let wall: f64 = records.iter().map(CellRecord::wall_s).sum();
     let _ = writeln!(
         h,
         "<p>{} cells recorded: {ok} ok, {na} n/a, {} failed or timed out; {:.0} s of cell time. \
-         Medians over repetitions, min&ndash;max below; green = best policy of a column \
-         (&uarr; higher is better, &darr; lower); ratios are to the baseline{} {}.</p>",
+         Each layout is judged by the headline metric of its VM under test (blue); the other \
+         VMs' own figures are the cost (what they paid), never the score. Medians over repetitions, \
+         min&ndash;max below; green = the best policy of a headline column, marked only when its \
+         range does not overlap any other policy's (&uarr; higher is better, &darr; lower); \
+         ratios are to the baseline{} {}.</p>",
         records.len(),
         records.len() - ok - na,
         wall,
@@ -312,7 +384,7 @@ pub fn write(
             "<tr><td>{}</td><td>{}</td><td>{:.1} s</td><td style=\"text-align:left\">{}</td></tr>",
             esc(&r.id),
             r.status.as_str(),
-            r.wall_s,
+            r.wall_s(),
             esc(&r.error)
         );
     }

@@ -117,10 +117,10 @@ fn stop_requested(interrupted: &AtomicBool) -> bool {
     interrupted.load(Ordering::Acquire)
 }
 
-fn unix_ms() -> u64 {
+fn unix_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// State shared by the cells of one run.
@@ -147,16 +147,24 @@ impl Ctx<'_> {
     }
 
     fn record(&self, cell: &Cell, status: CellStatus, error: String) -> CellRecord {
+        let mode = match self.m.policies[cell.policy].runner {
+            Runner::Pacer { policy, mode, .. } if policy.uses_mode() => {
+                Some(mode.as_str().to_string())
+            }
+            _ => None,
+        };
         CellRecord {
+            header: crate::documents::Header::new(crate::documents::BENCH_CELL),
             id: cell.id(self.m),
             layout: self.m.layouts[cell.layout].name.clone(),
             workload: self.m.workloads[cell.workload].name.clone(),
             policy: self.m.policies[cell.policy].label.clone(),
+            mode,
             rep: cell.rep,
             status,
             error,
-            started_unix_ms: unix_ms(),
-            wall_s: 0.0,
+            started_unix_ns: unix_ns(),
+            wall_ns: 0,
             samples: Vec::new(),
         }
     }
@@ -251,7 +259,7 @@ impl Ctx<'_> {
             api: Default::default(),
         };
         let result = runner::run(&config, &opts, &on_event);
-        rec.wall_s = start.elapsed().as_secs_f64();
+        rec.wall_ns = start.elapsed().as_nanos() as u64;
         if interrupted.load(Ordering::Acquire) {
             return None;
         }
@@ -324,7 +332,7 @@ impl Ctx<'_> {
         let outcome = peer
             .run_vms(&vms, &dir, self.m.cell_timeout, &stop)
             .map_err(|e| e.to_string());
-        rec.wall_s = start.elapsed().as_secs_f64();
+        rec.wall_ns = start.elapsed().as_nanos() as u64;
         if interrupted.load(Ordering::Acquire) {
             return None;
         }
@@ -357,7 +365,7 @@ impl Ctx<'_> {
         let stop = || stop_requested(interrupted);
         let outcome =
             native::run(&runs, &dir, self.m.cell_timeout, &stop).map_err(|e| e.to_string());
-        rec.wall_s = start.elapsed().as_secs_f64();
+        rec.wall_ns = start.elapsed().as_nanos() as u64;
         if interrupted.load(Ordering::Acquire) {
             return None;
         }
@@ -514,9 +522,17 @@ pub fn run_matrix(
 /// Summary, plots and report from what the store holds.
 fn finish(m: &Matrix, store: &Store, ctx: &Ctx<'_>) -> Result<BenchOutcome, RunMatrixError> {
     let order: Vec<String> = m.policies.iter().map(|p| p.label.clone()).collect();
-    let summary = Summary::build(store.records(), &order, &m.baselines);
+    let headline = |layout: &str, workload: &str| {
+        let li = m.layouts.iter().position(|l| l.name == layout)?;
+        let wi = m.workloads.iter().position(|w| w.name == workload)?;
+        Some(super::headline::resolve(m, li, wi))
+    };
+    let mut summary = Summary::build(store.records(), &order, &m.baselines, &headline);
+    summary.matrix = Some(crate::documents::matrix::MatrixView::of(m));
     let dir = store.dir();
-    let json = serde_json::to_string_pretty(&summary).unwrap_or_default();
+    let json =
+        serde_json::to_string_pretty(&crate::documents::summary::SummaryDocument::of(&summary))
+            .unwrap_or_default();
     std::fs::write(dir.join("summary.json"), json + "\n")
         .map_err(|e| RunMatrixError::Report(format!("summary.json: {e}")))?;
     let plots = plots::write_all(&summary, store.records(), &dir.join("plots"));

@@ -10,6 +10,7 @@
 //! appended, so the files never hold a torn record.
 
 use super::metrics::Sample;
+use crate::documents::{Header, Producer, SCHEMA_VERSION};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -69,36 +70,72 @@ impl CellStatus {
     }
 }
 
-/// One finished cell.
+/// One finished cell: a line of `results.jsonl`, a `pacer-bench-cell`
+/// document (`documents`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CellRecord {
+    #[serde(flatten)]
+    pub header: Header,
     pub id: String,
     pub layout: String,
     pub workload: String,
+    /// The policy's label in the matrix (`haiku:power-saving`, `qemu`, ...).
     pub policy: String,
+    /// The Haiku mode it ran in; null for `host`, `qemu` and `native`.
+    pub mode: Option<String>,
     pub rep: u32,
     pub status: CellStatus,
-    /// Why it failed or cannot run ("" when ok).
+    /// Why it failed or cannot run; empty (null in the file) when ok.
+    #[serde(with = "empty_is_null")]
     pub error: String,
-    /// When it started (ms since the Unix epoch).
-    pub started_unix_ms: u64,
-    pub wall_s: f64,
+    /// When it started, since the Unix epoch.
+    pub started_unix_ns: u64,
+    pub wall_ns: u64,
     pub samples: Vec<Sample>,
+}
+
+/// `""` written as `null` and read back from it.
+mod empty_is_null {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &str, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_empty() {
+            s.serialize_none()
+        } else {
+            s.serialize_some(v)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
+    }
+}
+
+impl CellRecord {
+    /// The wall time in seconds, for people.
+    pub fn wall_s(&self) -> f64 {
+        self.wall_ns as f64 / 1e9
+    }
 }
 
 /// A row of `results.csv`: the cell's fields and one sample (empty sample
 /// fields for a cell without samples).
 #[derive(Debug, Serialize, Deserialize)]
 struct CsvRow {
+    schema: String,
+    schema_version: u32,
+    pacer_version: String,
+    pacer_commit: Option<String>,
     id: String,
     layout: String,
     workload: String,
     policy: String,
+    mode: Option<String>,
     rep: u32,
     status: CellStatus,
-    error: String,
-    started_unix_ms: u64,
-    wall_s: f64,
+    error: Option<String>,
+    started_unix_ns: u64,
+    wall_ns: u64,
     vm: Option<String>,
     group: Option<String>,
     vcpu: Option<u32>,
@@ -108,15 +145,20 @@ struct CsvRow {
 
 fn csv_rows(r: &CellRecord) -> Vec<CsvRow> {
     let row = |s: Option<&Sample>| CsvRow {
+        schema: r.header.schema.clone(),
+        schema_version: r.header.schema_version,
+        pacer_version: r.header.pacer.version.clone(),
+        pacer_commit: r.header.pacer.commit.clone(),
         id: r.id.clone(),
         layout: r.layout.clone(),
         workload: r.workload.clone(),
         policy: r.policy.clone(),
+        mode: r.mode.clone(),
         rep: r.rep,
         status: r.status,
-        error: r.error.clone(),
-        started_unix_ms: r.started_unix_ms,
-        wall_s: r.wall_s,
+        error: (!r.error.is_empty()).then(|| r.error.clone()),
+        started_unix_ns: r.started_unix_ns,
+        wall_ns: r.wall_ns,
         vm: s.map(|s| s.vm.clone()),
         group: s.map(|s| s.group.clone()),
         vcpu: s.and_then(|s| s.vcpu),
@@ -131,16 +173,21 @@ fn csv_rows(r: &CellRecord) -> Vec<CsvRow> {
 }
 
 /// The CSV columns (the fields of [`CsvRow`], in order).
-const CSV_COLUMNS: [&str; 14] = [
+pub const CSV_COLUMNS: [&str; 19] = [
+    "schema",
+    "schema_version",
+    "pacer_version",
+    "pacer_commit",
     "id",
     "layout",
     "workload",
     "policy",
+    "mode",
     "rep",
     "status",
     "error",
-    "started_unix_ms",
-    "wall_s",
+    "started_unix_ns",
+    "wall_ns",
     "vm",
     "group",
     "vcpu",
@@ -177,15 +224,24 @@ pub fn read_csv(path: &Path) -> Result<Vec<CellRecord>, StoreError> {
         let row = row.map_err(|e| err(e.to_string()))?;
         if out.last().map(|r| &r.id) != Some(&row.id) {
             out.push(CellRecord {
+                header: Header {
+                    schema: row.schema,
+                    schema_version: row.schema_version,
+                    pacer: Producer {
+                        version: row.pacer_version,
+                        commit: row.pacer_commit,
+                    },
+                },
                 id: row.id.clone(),
                 layout: row.layout,
                 workload: row.workload,
                 policy: row.policy,
+                mode: row.mode,
                 rep: row.rep,
                 status: row.status,
-                error: row.error,
-                started_unix_ms: row.started_unix_ms,
-                wall_s: row.wall_s,
+                error: row.error.unwrap_or_default(),
+                started_unix_ns: row.started_unix_ns,
+                wall_ns: row.wall_ns,
                 samples: Vec::new(),
             });
         }
@@ -222,11 +278,20 @@ pub fn read_jsonl(path: &Path) -> Result<(Vec<CellRecord>, u64), StoreError> {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let r: CellRecord = serde_json::from_slice(line).map_err(|e| StoreError::Parse {
+        let parse = |message: String| StoreError::Parse {
             path: path.to_path_buf(),
             line: i + 1,
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        let v: serde_json::Value =
+            serde_json::from_slice(line).map_err(|e| parse(e.to_string()))?;
+        if v["schema_version"] != SCHEMA_VERSION {
+            return Err(parse(format!(
+                "written with schema version {} (this Pacer writes {SCHEMA_VERSION}); continue it with the Pacer that wrote it, or choose another --out",
+                v["schema_version"]
+            )));
+        }
+        let r: CellRecord = serde_json::from_value(v).map_err(|e| parse(e.to_string()))?;
         out.push(r);
     }
     Ok((out, complete as u64))
@@ -334,10 +399,12 @@ pub(crate) mod tests {
 
     pub(crate) fn record(id: &str, policy: &str, status: CellStatus, units: &[f64]) -> CellRecord {
         CellRecord {
+            header: Header::new(crate::documents::BENCH_CELL),
             id: id.into(),
             layout: "l".into(),
             workload: "w, \"quoted\"".into(),
             policy: policy.into(),
+            mode: None,
             rep: 1,
             status,
             error: if status == CellStatus::Ok {
@@ -345,8 +412,8 @@ pub(crate) mod tests {
             } else {
                 "vm a: timeout\nsecond line".into()
             },
-            started_unix_ms: 1_700_000_000_123,
-            wall_s: 1.0 / 3.0,
+            started_unix_ns: 1_700_000_000_123_456_789,
+            wall_ns: 333_333_333,
             samples: units
                 .iter()
                 .enumerate()
@@ -354,14 +421,14 @@ pub(crate) mod tests {
                     vm: "a".into(),
                     group: "a".into(),
                     vcpu: Some(i as u32),
-                    metric: "units_per_s".into(),
+                    metric: "cpu.units_per_s".into(),
                     value: u,
                 })
                 .chain([Sample {
                     vm: "*".into(),
                     group: "*".into(),
                     vcpu: None,
-                    metric: "jain.units_per_s".into(),
+                    metric: "jain.cpu.units_per_s".into(),
                     value: 0.987_654_321_012_345_6,
                 }])
                 .collect(),
@@ -399,7 +466,7 @@ pub(crate) mod tests {
         assert_eq!(csv, records);
         let text = std::fs::read_to_string(dir.join(CSV)).unwrap();
         assert!(
-            text.starts_with("id,layout,workload,policy,rep,status,error,"),
+            text.starts_with("schema,schema_version,pacer_version,pacer_commit,id,layout,workload,policy,mode,rep,status,error,"),
             "{text}"
         );
         assert_eq!(text.matches("\"w, \"\"quoted\"\"\"").count(), 7, "{text}");

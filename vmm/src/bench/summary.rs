@@ -1,6 +1,13 @@
 //! From cell records to what a person reads: per (layout, workload) and
-//! policy, each headline metric's median over the repetitions with its
-//! min-max, and its ratio to each baseline policy's median.
+//! policy, each column's median over the repetitions with its min-max,
+//! and its ratio to each baseline policy's median.
+//!
+//! Columns have a role (`headline.rs`): the *headline* of the VM under
+//! test first, then the *cost* (the other VMs' own figures: what they
+//! paid), then details (fairness, the scheduler's statistics). A policy is
+//! called the best of a headline column only when its min-max range over
+//! the repetitions does not overlap any other policy's: with ranges that
+//! overlap, or a single repetition, the table says so instead.
 //!
 //! A cell's value for a column is its samples combined over vCPUs as the
 //! metric says ([`metrics::info`]): rates add up, p99s take the worst
@@ -10,7 +17,8 @@
 //! cells are listed with their reasons. Works from the records alone, so
 //! the report can be rebuilt from `results.jsonl`.
 
-use super::metrics::{self, Combine, Sample};
+use super::headline::{self, GroupHeadline, ALL_VMS};
+use super::metrics::{self, Better, Combine, Sample};
 use super::store::{CellRecord, CellStatus};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -52,14 +60,38 @@ fn median_sorted(v: &[f64]) -> f64 {
     }
 }
 
+/// What a column is to the reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The VM under test's headline metric: what the layout is judged by.
+    Headline,
+    /// Another VM's own figure beside it: what it paid.
+    Cost,
+    /// Context: fairness, the scheduler's statistics, other guest figures.
+    Detail,
+}
+
 /// A column: a metric over a scope (`all` or a VM group).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Column {
     pub scope: String,
     pub metric: String,
+    pub role: Role,
+    pub better: Better,
 }
 
 impl Column {
+    /// A detail column, its direction from the metric's name.
+    pub fn of(scope: &str, metric: &str) -> Column {
+        Column {
+            scope: scope.to_string(),
+            metric: metric.to_string(),
+            role: Role::Detail,
+            better: metrics::info(metric).better,
+        }
+    }
+
     pub fn title(&self) -> String {
         let t = metrics::title(&self.metric);
         if self.scope == ALL {
@@ -68,10 +100,36 @@ impl Column {
             format!("{t} [{}]", self.scope)
         }
     }
+
+    /// The title with its role and direction, for tables.
+    pub fn heading(&self) -> String {
+        let role = match self.role {
+            Role::Headline => "HEADLINE ",
+            Role::Cost => "cost: ",
+            Role::Detail => "",
+        };
+        let dir = match (self.role, self.better) {
+            (Role::Detail, _) | (_, Better::Neither) => String::new(),
+            (_, b) => format!(" ({})", headline::direction(b)),
+        };
+        format!("{role}{}{dir}", self.title())
+    }
+}
+
+/// Who did best in a headline column.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Best {
+    /// The policy with the best median.
+    pub leader: String,
+    /// Whether its range clears every other policy's: only then is it
+    /// called the best.
+    pub clear: bool,
+    /// In words: "best: haiku (ranges do not overlap)" or why not.
+    pub verdict: String,
 }
 
 /// One policy's line of a group.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct PolicyRow {
     pub policy: String,
     pub ok: usize,
@@ -87,12 +145,16 @@ pub struct PolicyRow {
 }
 
 /// One (layout, workload) pair.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct GroupSummary {
     pub layout: String,
     pub workload: String,
+    /// The VM under test and its headline, when the matrix is known.
+    pub headline: Option<GroupHeadline>,
     pub columns: Vec<Column>,
     pub rows: Vec<PolicyRow>,
+    /// Per column: who did best (headline columns with a direction only).
+    pub best: Vec<Option<Best>>,
 }
 
 impl GroupSummary {
@@ -113,8 +175,12 @@ impl GroupSummary {
 }
 
 /// The whole summary.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct Summary {
+    pub header: crate::documents::Header,
+    /// The matrix as run (set by the runner; null when summarising records
+    /// alone).
+    pub matrix: Option<crate::documents::matrix::MatrixView>,
     pub baselines: Vec<String>,
     pub groups: Vec<GroupSummary>,
 }
@@ -147,59 +213,201 @@ pub fn cell_value(samples: &[Sample], col: &Column) -> Option<f64> {
     })
 }
 
-/// The headline columns of a group's cells.
-fn columns(cells: &[&CellRecord]) -> Vec<Column> {
+/// The columns of a group's cells: the headline of the VM under test,
+/// the others' cost, then details.
+fn columns(cells: &[&CellRecord], h: Option<&GroupHeadline>) -> Vec<Column> {
+    let ok: Vec<&&CellRecord> = cells
+        .iter()
+        .filter(|c| c.status == CellStatus::Ok)
+        .collect();
+    let samples = || ok.iter().flat_map(|c| c.samples.iter());
+    let cell_wide = |m: &str| samples().any(|s| s.metric == m && s.vm == "*");
+    // VM groups in the layout's order (the order their samples come in).
+    let mut order: Vec<&str> = Vec::new();
+    for s in samples().filter(|s| s.vm != "*") {
+        if !order.contains(&s.group.as_str()) {
+            order.push(&s.group);
+        }
+    }
+    let groups_of = |m: &str| {
+        let with: Vec<&str> = samples()
+            .filter(|s| s.metric == m && s.vm != "*")
+            .map(|s| s.group.as_str())
+            .collect();
+        order
+            .iter()
+            .copied()
+            .filter(|g| with.contains(g))
+            .collect::<Vec<&str>>()
+    };
+    let mut out: Vec<Column> = Vec::new();
+    let push = |out: &mut Vec<Column>, c: Column| {
+        if !out
+            .iter()
+            .any(|x| x.scope == c.scope && x.metric == c.metric)
+        {
+            out.push(c);
+        }
+    };
+    if let Some(h) = h {
+        for hm in &h.metrics {
+            let col = |scope: &str| Column {
+                scope: scope.to_string(),
+                metric: hm.metric.clone(),
+                role: Role::Headline,
+                better: hm.better,
+            };
+            if cell_wide(&hm.metric) {
+                push(&mut out, col(ALL));
+            } else if h.under_test != ALL_VMS {
+                push(&mut out, col(&h.under_test));
+            } else if hm.per_vm() {
+                for g in groups_of(&hm.metric) {
+                    push(&mut out, col(g));
+                }
+            } else {
+                push(&mut out, col(ALL));
+            }
+        }
+        for c in &h.costs {
+            push(
+                &mut out,
+                Column {
+                    scope: c.vm.clone(),
+                    metric: c.metric.clone(),
+                    role: Role::Cost,
+                    better: c.better,
+                },
+            );
+        }
+    }
+    // Details: the metrics marked as worth a column (`metrics::info`).
     let mut groups: BTreeSet<&str> = BTreeSet::new();
     let mut guest: BTreeSet<(&str, &str)> = BTreeSet::new();
-    let mut cell_wide: BTreeSet<&str> = BTreeSet::new();
-    for c in cells.iter().filter(|c| c.status == CellStatus::Ok) {
-        for s in &c.samples {
-            if !metrics::info(&s.metric).headline {
-                continue;
-            }
-            if s.vm == "*" || s.metric.starts_with("sched.") {
-                cell_wide.insert(&s.metric);
-            } else {
-                groups.insert(&s.group);
-                guest.insert((&s.group, &s.metric));
-            }
+    let mut wide: BTreeSet<&str> = BTreeSet::new();
+    for s in samples().filter(|s| metrics::info(&s.metric).headline) {
+        if s.vm == "*" || s.metric.starts_with("sched.") {
+            wide.insert(&s.metric);
+        } else {
+            groups.insert(&s.group);
+            guest.insert((&s.group, &s.metric));
         }
     }
-    let per_group = groups.len() > 1;
-    let mut out: Vec<Column> = Vec::new();
-    // A metric more than one group reports also gets a whole-cell column.
-    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
-    for (_, m) in &guest {
-        *seen.entry(m).or_default() += 1;
-    }
-    for (m, n) in &seen {
-        if !per_group || *n > 1 {
-            out.push(Column {
-                scope: ALL.into(),
-                metric: m.to_string(),
-            });
+    let under_test = h.map(|h| h.under_test.as_str());
+    match under_test {
+        // Beside a headline: the VM under test's other figures only (the
+        // others' are their cost).
+        Some(u) if u != ALL_VMS => {
+            for (g, m) in &guest {
+                if *g == u {
+                    push(&mut out, Column::of(g, m));
+                }
+            }
         }
-    }
-    if per_group {
-        out.extend(guest.iter().map(|(g, m)| Column {
-            scope: g.to_string(),
-            metric: m.to_string(),
-        }));
+        _ => {
+            let per_group = groups.len() > 1;
+            // A metric more than one group reports also gets a whole-cell column.
+            let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+            for (_, m) in &guest {
+                *seen.entry(m).or_default() += 1;
+            }
+            for (m, n) in &seen {
+                if !per_group || *n > 1 {
+                    push(&mut out, Column::of(ALL, m));
+                }
+            }
+            if per_group {
+                for (g, m) in &guest {
+                    push(&mut out, Column::of(g, m));
+                }
+            }
+        }
     }
     // Fairness first, then the scheduler's own.
-    let mut wide: Vec<&str> = cell_wide.into_iter().collect();
+    let mut wide: Vec<&str> = wide.into_iter().collect();
     wide.sort_by_key(|m| (!m.starts_with("jain."), *m));
-    out.extend(wide.into_iter().map(|m| Column {
-        scope: ALL.into(),
-        metric: m.to_string(),
-    }));
+    for m in wide {
+        push(&mut out, Column::of(ALL, m));
+    }
     out
+}
+
+/// Who did best in column `ci` of `rows`, for headline columns with a
+/// direction: the best median, called the best only if its range clears
+/// every other policy's range and every policy ran at least twice.
+fn best_of(col: &Column, ci: usize, rows: &[PolicyRow]) -> Option<Best> {
+    if col.role != Role::Headline || col.better == Better::Neither {
+        return None;
+    }
+    let have: Vec<(&str, Stat)> = rows
+        .iter()
+        .filter_map(|r| Some((r.policy.as_str(), r.values[ci]?)))
+        .collect();
+    if have.len() < 2 {
+        return None;
+    }
+    let higher = col.better == Better::Higher;
+    let (leader, top) = have.iter().copied().reduce(|a, b| {
+        let b_wins = if higher {
+            b.1.median > a.1.median
+        } else {
+            b.1.median < a.1.median
+        };
+        if b_wins {
+            b
+        } else {
+            a
+        }
+    })?;
+    let others = have.iter().filter(|(p, _)| *p != leader);
+    let overlap: Vec<&str> = others
+        .clone()
+        .filter(|(_, s)| {
+            if higher {
+                top.min <= s.max
+            } else {
+                top.max >= s.min
+            }
+        })
+        .map(|(p, _)| *p)
+        .collect();
+    let single: Vec<&str> = have
+        .iter()
+        .filter(|(_, s)| s.n < 2)
+        .map(|(p, _)| *p)
+        .collect();
+    let clear = overlap.is_empty() && single.is_empty();
+    let verdict = if clear {
+        format!("best: {leader} (its range does not overlap any other policy's)")
+    } else if !single.is_empty() {
+        format!(
+            "{leader} leads, but {} ran once: no range to judge by",
+            single.join(", ")
+        )
+    } else {
+        format!(
+            "no clear best: {leader} leads, but its range overlaps {}'s",
+            overlap.join(", ")
+        )
+    };
+    Some(Best {
+        leader: leader.to_string(),
+        clear,
+        verdict,
+    })
 }
 
 impl Summary {
     /// Summarise `records`; policies in `order` first (the matrix's order),
-    /// then any others in order of appearance.
-    pub fn build(records: &[CellRecord], order: &[String], baselines: &[String]) -> Summary {
+    /// then any others in order of appearance. `headline` gives a (layout,
+    /// workload)'s VM under test and headline (None: no roles, every
+    /// column a detail).
+    pub fn build(
+        records: &[CellRecord],
+        order: &[String],
+        baselines: &[String],
+        headline: &dyn Fn(&str, &str) -> Option<GroupHeadline>,
+    ) -> Summary {
         let mut pairs: Vec<(String, String)> = Vec::new();
         let mut policies: Vec<String> = order.to_vec();
         for r in records {
@@ -218,7 +426,8 @@ impl Summary {
                     .iter()
                     .filter(|r| r.layout == layout && r.workload == workload)
                     .collect();
-                let columns = columns(&cells);
+                let headline = headline(&layout, &workload);
+                let columns = columns(&cells, headline.as_ref());
                 let mut rows: Vec<PolicyRow> =
                     policies
                         .iter()
@@ -285,15 +494,24 @@ impl Summary {
                         })
                         .collect();
                 }
+                let best = columns
+                    .iter()
+                    .enumerate()
+                    .map(|(ci, col)| best_of(col, ci, &rows))
+                    .collect();
                 GroupSummary {
                     layout,
                     workload,
+                    headline,
                     columns,
                     rows,
+                    best,
                 }
             })
             .collect();
         Summary {
+            header: crate::documents::Header::new(crate::documents::BENCH_SUMMARY),
+            matrix: None,
             baselines: baselines.to_vec(),
             groups,
         }
@@ -308,48 +526,50 @@ impl Summary {
                 s += &format!(": {d}");
             }
             s += "\n";
+            if let Some(h) = &g.headline {
+                s += &format!("   {}\n", h.describe());
+            }
             let width = g
                 .rows
                 .iter()
-                .map(|r| r.policy.len())
-                .chain(g.columns.iter().map(|c| c.title().len().saturating_sub(2)))
+                .map(|r| r.policy.len() + 6)
                 .max()
                 .unwrap_or(6)
-                .max(6);
+                .max(12);
             for (ci, col) in g.columns.iter().enumerate() {
+                let heading = col.heading();
                 s += &format!(
-                    "  {:<w$}  {:>6}  {:>9}  {:>21}",
-                    col.title(),
-                    "cells",
-                    "median",
-                    "min - max",
-                    w = width + 2
+                    "  {heading}\n    {:<width$}  {:>6}  {:>9}  {:>21}",
+                    "", "cells", "median", "min - max",
                 );
                 for b in &self.baselines {
                     s += &format!("  {:>9}", format!("/{b}"));
                 }
                 s += "\n";
+                let best = g.best[ci].as_ref();
+                let mut shown = 0;
                 for row in &g.rows {
                     if row.ok == 0 {
                         continue;
                     }
                     let cells = format!("{}/{}", row.ok, row.total);
+                    let mark = match best {
+                        Some(b) if b.clear && b.leader == row.policy => " *",
+                        _ => "",
+                    };
+                    let name = format!("{}{mark}", row.policy);
                     match row.values[ci] {
                         Some(st) => {
+                            shown += 1;
                             let f = |v| metrics::format_value(&col.metric, v);
                             s += &format!(
-                                "    {:<width$}  {:>6}  {:>9}  {:>21}",
-                                row.policy,
-                                cells,
+                                "    {name:<width$}  {cells:>6}  {:>9}  {:>21}",
                                 f(st.median),
                                 format!("{} - {}", f(st.min), f(st.max)),
                             );
                         }
                         None => {
-                            s += &format!(
-                                "    {:<width$}  {:>6}  {:>9}  {:>21}",
-                                row.policy, cells, "-", ""
-                            )
+                            s += &format!("    {name:<width$}  {cells:>6}  {:>9}  {:>21}", "-", "")
                         }
                     }
                     for r in &row.ratios[ci] {
@@ -359,6 +579,20 @@ impl Summary {
                         );
                     }
                     s += "\n";
+                }
+                if let Some(b) = best {
+                    s += &format!("    -> {}\n", b.verdict);
+                }
+                if col.role == Role::Headline && shown == 0 {
+                    s += &format!(
+                        "    -> no cell reported {} for {}\n",
+                        col.metric,
+                        if col.scope == ALL {
+                            "the cell"
+                        } else {
+                            &col.scope
+                        }
+                    );
                 }
             }
             for row in &g.rows {
@@ -402,10 +636,10 @@ mod tests {
             r.rep = rep;
         }
         let order = vec!["host".to_string(), "haiku".into(), "qemu".into()];
-        let s = Summary::build(&recs, &order, &["host".into()]);
+        let s = Summary::build(&recs, &order, &["host".into()], &|_, _| None);
         assert_eq!(s.groups.len(), 1);
         let g = &s.groups[0];
-        let ci = g.column_index(ALL, "units_per_s").unwrap();
+        let ci = g.column_index(ALL, "cpu.units_per_s").unwrap();
         let host = g.row("host").unwrap();
         let st = host.values[ci].unwrap();
         // Per cell the vCPUs add up: 200, 300, 250.
@@ -449,11 +683,11 @@ mod tests {
         let mk = |policy: &str, p99: [f64; 2], units: f64| {
             let mut r = record(&format!("nn/mix/{policy}/r1"), policy, CellStatus::Ok, &[]);
             r.samples = vec![
-                sample("lat", 0, "sleep_latency_ns.p99_ns", p99[0]),
-                sample("lat", 1, "sleep_latency_ns.p99_ns", p99[1]),
-                sample("lat", 0, "sleep_latency_ns.p50_ns", 1000.0),
-                sample("hog", 0, "units_per_s", units),
-                sample("hog", 0, "sched.wake_latency_ns.p99", 5000.0),
+                sample("lat", 0, "sleep.wake_latency.p99_ns", p99[0]),
+                sample("lat", 1, "sleep.wake_latency.p99_ns", p99[1]),
+                sample("lat", 0, "sleep.wake_latency.p50_ns", 1000.0),
+                sample("hog", 0, "cpu.units_per_s", units),
+                sample("hog", 0, "sched.wake_latency.p99_ns", 5000.0),
             ];
             r
         };
@@ -461,7 +695,7 @@ mod tests {
             mk("host", [40_000.0, 90_000.0], 1000.0),
             mk("haiku", [8_000.0, 9_000.0], 980.0),
         ];
-        let s = Summary::build(&recs, &[], &["host".into()]);
+        let s = Summary::build(&recs, &[], &["host".into()], &|_, _| None);
         let g = &s.groups[0];
         let titles: Vec<String> = g.columns.iter().map(Column::title).collect();
         assert!(
@@ -471,10 +705,63 @@ mod tests {
         assert!(titles.contains(&"units/s [hog]".to_string()), "{titles:?}");
         // p50 is not a headline column.
         assert!(!titles.iter().any(|t| t.contains("p50")), "{titles:?}");
-        let ci = g.column_index("lat", "sleep_latency_ns.p99_ns").unwrap();
+        let ci = g.column_index("lat", "sleep.wake_latency.p99_ns").unwrap();
         // The worst vCPU counts: 90 us vs 9 us.
         assert_eq!(g.row("host").unwrap().values[ci].unwrap().median, 90_000.0);
         assert_eq!(g.row("haiku").unwrap().ratios[ci][0], Some(0.1));
+    }
+
+    #[test]
+    fn headline_first_cost_next_best_only_without_overlap() {
+        use super::super::plots::tests::{cells, headline};
+        let mut recs = cells();
+        let s = Summary::build(&recs, &[], &["host".into()], &headline);
+        let g = s.groups.iter().find(|g| g.layout == "nn").unwrap();
+        let roles: Vec<(Role, String)> = g
+            .columns
+            .iter()
+            .map(|c| (c.role, c.title()))
+            .take(2)
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                (Role::Headline, "sleep p99 [lat]".to_string()),
+                (Role::Cost, "units/s [hog]".to_string())
+            ]
+        );
+        // The hog's units/s is a cost: no best is named for it.
+        assert_eq!(g.best[1], None);
+        let best = g.best[0].as_ref().unwrap();
+        assert_eq!((best.leader.as_str(), best.clear), ("haiku", true));
+        let table = s.to_table(&|_| None);
+        assert!(
+            table.contains("HEADLINE sleep p99 [lat] (lower is better)"),
+            "{table}"
+        );
+        assert!(table.contains("cost: units/s [hog]"), "{table}");
+        assert!(table.contains("haiku *"), "{table}");
+        assert!(table.contains("under test: VM lat"), "{table}");
+        // Ranges that overlap: a leader, but no best.
+        for r in recs.iter_mut().filter(|r| r.id == "nn/sleep/host/r2") {
+            for x in r
+                .samples
+                .iter_mut()
+                .filter(|x| x.metric.ends_with("p99_ns"))
+            {
+                x.value = 100_000.0;
+            }
+        }
+        let s = Summary::build(&recs, &[], &["host".into()], &headline);
+        let g = s.groups.iter().find(|g| g.layout == "nn").unwrap();
+        let best = g.best[0].as_ref().unwrap();
+        assert!(!best.clear, "{best:?}");
+        assert!(best.verdict.contains("overlaps host"), "{}", best.verdict);
+        // One repetition: no range, no best.
+        recs.retain(|r| r.rep == 1 && !r.id.ends_with("r2"));
+        let s = Summary::build(&recs, &[], &["host".into()], &headline);
+        let g = s.groups.iter().find(|g| g.layout == "nn").unwrap();
+        assert!(!g.best[0].as_ref().unwrap().clear);
     }
 
     #[test]
@@ -498,7 +785,7 @@ mod tests {
             r
         };
         let recs = vec![mk("host", 400.0, 600.0), mk("haiku", 450.0, 650.0)];
-        let s = Summary::build(&recs, &[], &["host".into()]);
+        let s = Summary::build(&recs, &[], &["host".into()], &|_, _| None);
         let g = &s.groups[0];
         let titles: Vec<String> = g.columns.iter().map(Column::title).collect();
         // Only the index is a headline column.

@@ -147,9 +147,62 @@ impl<'de> serde::Deserialize<'de> for Policy {
     }
 }
 
+/// A policy and, optionally, the Haiku mode to run it in, as the command
+/// line and the bench's matrix spell it: `haiku`, `haiku:power-saving`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicyChoice {
+    pub policy: Policy,
+    /// None: the config's mode.
+    pub mode: Option<vcpu_sched::Mode>,
+}
+
+impl fmt::Display for PolicyChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.mode {
+            Some(m) => write!(f, "{}:{m}", self.policy),
+            None => write!(f, "{}", self.policy),
+        }
+    }
+}
+
+impl FromStr for PolicyChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (p, m) = match s.split_once(':') {
+            Some((p, m)) => (p, Some(m)),
+            None => (s, None),
+        };
+        let policy: Policy = p.parse()?;
+        let mode = match m {
+            None => None,
+            Some(_) if !policy.uses_mode() => {
+                return Err(format!(
+                    "policy \"{policy}\" has no mode (the host kernel schedules its threads)"
+                ))
+            }
+            Some(m) => Some(m.parse::<vcpu_sched::Mode>()?),
+        };
+        Ok(PolicyChoice { policy, mode })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_choice_names_a_policy_and_maybe_a_mode() {
+        let c: PolicyChoice = "haiku:power-saving".parse().unwrap();
+        assert_eq!(c.policy, Policy::default());
+        assert_eq!(c.mode, Some(vcpu_sched::Mode::PowerSaving));
+        assert_eq!(c.to_string(), "haiku:power-saving");
+        assert_eq!("host".parse::<PolicyChoice>().unwrap().mode, None);
+        assert!("host:low-latency"
+            .parse::<PolicyChoice>()
+            .unwrap_err()
+            .contains("no mode"));
+        assert!("haiku:turbo".parse::<PolicyChoice>().is_err());
+    }
 
     #[test]
     fn one_spelling_round_trips() {

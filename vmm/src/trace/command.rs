@@ -14,6 +14,19 @@ use super::read::TraceFile;
 use crate::cli::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
 use std::path::{Path, PathBuf};
 
+/// The closing text of `pacer trace --help`.
+pub const HELP: &str = "Examples:
+  pacer run configs/demo.toml --trace /tmp/demo.trace
+  pacer trace summary /tmp/demo.trace
+  pacer trace export /tmp/demo.trace --out /tmp/demo.json     open in ui.perfetto.dev
+  pacer trace plot /tmp/demo.trace --out /tmp/demo.png --from 100 --to 120
+  pacer sim --replay /tmp/demo.trace --compare
+
+Exit codes:
+  0  done
+  1  an output cannot be written
+  2  bad input: a file that is not a readable trace";
+
 /// Arguments of `pacer trace`.
 #[derive(Debug, clap::Args)]
 pub struct TraceArgs {

@@ -18,6 +18,21 @@ use crate::cli::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
 use clap::Args;
 use std::path::{Path, PathBuf};
 
+/// The closing text of `pacer unixbench --help`.
+pub const HELP: &str = "Examples:
+  pacer unixbench --host --save results/host-ub.log            the host reference
+  pacer unixbench --host --copies 1 --passes 1 --seconds 2     a quick host run
+  pacer unixbench --report deb.console.log --host-ref results/host-ub.log --json ub.json
+
+The table goes to stdout; with --host the suite's own lines go to stderr
+as they come (not with -q). --json writes a pacer-unixbench document
+(schemas/).
+
+Exit codes:
+  0  every test scored
+  1  the suite failed, or some passes failed
+  2  bad input: missing files, no results in the log";
+
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("mode").required(true).args(["host", "report"])))]
 pub struct UnixbenchArgs {
@@ -34,16 +49,16 @@ pub struct UnixbenchArgs {
     #[arg(long, value_name = "FILE", requires = "report")]
     pub user_out: Option<PathBuf>,
     /// Copy counts, e.g. "1,2"; N means the host's CPU count [default: 1,N].
-    #[arg(long, requires = "host")]
+    #[arg(long, value_name = "COUNTS", requires = "host")]
     pub copies: Option<String>,
     /// Passes: P for every test, or L,S for long and short tests [default: 10,3].
-    #[arg(long, requires = "host")]
+    #[arg(long, value_name = "P|L,S", requires = "host")]
     pub passes: Option<String>,
     /// Tests to run, e.g. "dhry2reg,syscall" [default: all twelve].
-    #[arg(long, requires = "host")]
+    #[arg(long, value_name = "TESTS", requires = "host")]
     pub tests: Option<String>,
     /// Run every test this many seconds instead of its own duration.
-    #[arg(long, requires = "host")]
+    #[arg(long, value_name = "SECONDS", requires = "host")]
     pub seconds: Option<f64>,
     /// Where ubench and busybox are [default: guests/out/linux].
     #[arg(long, value_name = "DIR", requires = "host")]
@@ -51,7 +66,8 @@ pub struct UnixbenchArgs {
     /// With --host: save the suite's raw output here (for --host-ref).
     #[arg(long, value_name = "FILE", requires = "host")]
     pub save: Option<PathBuf>,
-    /// Also write the scored sections as JSON.
+    /// Also write the scored sections as one JSON document here (schema
+    /// pacer-unixbench, schemas/).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 }
@@ -104,7 +120,13 @@ fn finish(log: &Log, reference: Option<&Log>, what: &str, a: &UnixbenchArgs) -> 
         out(&format!("({} malformed UB lines skipped)\n", log.rejected));
     }
     if let Some(path) = &a.json {
-        let json = serde_json::to_string_pretty(&sections).unwrap_or_default();
+        let doc = crate::documents::unixbench::UnixbenchDocument::new(
+            what,
+            a.report.clone(),
+            a.host_ref.clone(),
+            &sections,
+        );
+        let json = serde_json::to_string_pretty(&doc).unwrap_or_default();
         if let Err(e) = write_file(path, &(json + "\n")) {
             eprintln!("pacer unixbench: {e}");
             return EXIT_VM_FAILED;
@@ -130,7 +152,13 @@ pub fn run(a: &UnixbenchArgs) -> i32 {
             tests: a.tests.clone(),
             seconds: a.seconds,
         };
-        let text = match host::run(&run, &mut std::io::stderr()) {
+        // The suite's lines as they come are status: none with -q.
+        let mut progress: Box<dyn std::io::Write> = if crate::cli::quiet() {
+            Box::new(std::io::sink())
+        } else {
+            Box::new(std::io::stderr())
+        };
+        let text = match host::run(&run, &mut progress) {
             Ok(t) => t,
             Err(e) => {
                 eprintln!("pacer unixbench: {e}");
@@ -224,9 +252,10 @@ mod tests {
         );
         let json: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("out.json")).unwrap()).unwrap();
+        assert_eq!(json["schema"], "pacer-unixbench");
         // syscall index 30000 / 15000 x 10 = 20, host ref the same log
         for side in ["result", "reference"] {
-            let index = json[0][side]["index"].as_f64().unwrap();
+            let index = json["sections"][0][side]["index"].as_f64().unwrap();
             assert!((index - 20.0).abs() < 1e-9, "{side} index {index}");
         }
 
