@@ -24,6 +24,8 @@ if [ -c /dev/kvm ]; then
     echo "== two VMs (configs/demo.toml) under Pacer's haiku scheduler, then left to the host kernel"
     ./target/release/pacer run configs/demo.toml --compare haiku,host --json "$out/demo.json"
     echo "== the comparison as JSON: $out/demo.json"
+    echo "== the price of control: ping-pong alone (configs/pingpong.toml), nothing for the scheduler to decide"
+    ./target/release/pacer run configs/pingpong.toml --compare haiku,host --json "$out/pingpong.json"
 else
     echo "SKIPPED: /dev/kvm not available, not booting the demo VMs"
 fi
