@@ -1377,7 +1377,12 @@ fn a_wake_onto_an_idle_cpu_cuts_nothing() {
 /// One CPU, a hog `h` and a vCPU `w` that were both CPU-bound for 30 ms
 /// (neither bursty), `w` on the CPU when it returns.
 fn hog_and_costly_waker() -> (Drv, EntityId, EntityId) {
-    let mut d = Drv::new("1x1x1", |_| {});
+    hog_and_costly_waker_with(|_| {})
+}
+
+/// [`hog_and_costly_waker`] with a configuration of one's own.
+fn hog_and_costly_waker_with(f: impl FnOnce(&mut SchedConfig)) -> (Drv, EntityId, EntityId) {
+    let mut d = Drv::new("1x1x1", f);
     let h = d.ts(1, None);
     let w = d.ts(2, None);
     d.wake(h);
@@ -1455,16 +1460,7 @@ fn fair_share_waker_above_its_share_waits_until_it_is_due() {
 fn fair_share_boost_off_is_haiku_alone() {
     // The same starved waker with the boost switched off waits behind
     // the hog (its penalised E is within the delta or below).
-    let mut d = Drv::new("1x1x1", |c| c.tunables.share_boost = false);
-    let h = d.ts(1, None);
-    let w = d.ts(2, None);
-    d.wake(h);
-    d.wake(w);
-    d.run_until(30 * MS);
-    while d.cpu_of(w) != Some(0) {
-        let next = d.slice_end[0];
-        d.run_until(next);
-    }
+    let (mut d, h, w) = hog_and_costly_waker_with(|c| c.tunables.share_boost = false);
     d.sched(CpuId(0), StopReason::Blocked);
     d.now += 400 * US;
     let eh = d.s.debug_priority(h).0;
