@@ -248,6 +248,10 @@ pub(crate) struct Entity {
     pub removed: bool,
     /// Time used of the current quantum.
     pub used: Nanos,
+    /// It blocked since its quantum began: the quantum was gathered over
+    /// several wakes (a waker's, not a hog's; see the haiku policy's
+    /// "due at a quantum end").
+    pub blocked_in_quantum: bool,
     /// The full quantum computed at the last dispatch (used is measured against it).
     pub quantum_full: Nanos,
     /// When it was dispatched (valid while running).
@@ -297,6 +301,7 @@ impl Entity {
             wake_pending: false,
             removed: false,
             used: 0,
+            blocked_in_quantum: false,
             quantum_full: 0,
             dispatched_at: now,
             queued_at: now,
@@ -444,6 +449,7 @@ impl Entity {
             self.prio.quantum_ended(t, mode);
         }
         self.used = 0;
+        self.blocked_in_quantum = false;
     }
 
     /// What is left of the quantum counts as ended (at most half the
@@ -488,6 +494,7 @@ impl Entity {
                 }
                 self.prio.unboost(t, mode);
                 self.counters.blocks += 1;
+                self.blocked_in_quantum = true;
                 After::Block
             }
         }

@@ -232,6 +232,10 @@ struct CpuAcct {
     /// by the end of this turn (`judge_share`): boosted when the turn
     /// ends, if it still waits and is below its share then.
     due: Option<(EntityId, Nanos)>,
+    /// The same for the entity the current `schedule` call requeued at
+    /// its quantum end (`due_at_quantum_end`): becomes `due` for the
+    /// turn this call dispatches.
+    due_next: Option<(EntityId, Nanos)>,
 }
 
 /// The entity `id` names in a slot of generation `generation`: an error
@@ -488,9 +492,13 @@ impl HaikuScheduler {
     /// if it still waits in a queue and is below its entitled share of
     /// that queue's core now, and move it to the front of its boosted
     /// level so the CPU that is picking takes it. No entity lock is held.
-    fn boost_due(&self, waker: EntityId, now: Nanos) {
+    /// A turn may end before the waker is due (cut by the ready count, or
+    /// ended by a block): if it still waits above its share, returns when
+    /// it is due now, so the next turn here is cut then (`cut_for_due`)
+    /// instead of the waiter sitting through a whole new slice.
+    fn boost_due(&self, waker: EntityId, now: Nanos) -> Option<Nanos> {
         let Ok(slot) = self.slot(waker) else {
-            return;
+            return None;
         };
         let mut guard = slot.lock();
         let Slot {
@@ -499,7 +507,7 @@ impl HaikuScheduler {
             generation,
         } = &mut *guard;
         let Ok(e) = live(entity, *generation, waker) else {
-            return;
+            return None;
         };
         let RunState::Queued {
             queue,
@@ -507,10 +515,10 @@ impl HaikuScheduler {
             level,
         } = e.state
         else {
-            return;
+            return None;
         };
         if e.prio.is_boosted() {
-            return;
+            return None;
         }
         let t = self.tun();
         let core = self.m.core_of_queue(queue);
@@ -524,15 +532,21 @@ impl HaikuScheduler {
         // The wake predicted the due time from its own reading; the two
         // readings of the decay may differ by rounding.
         let slack = SHARE_SCALE / 1024;
-        if entitled >= SHARE_SCALE || e.share.value_at(now, t.share_half_life) > entitled + slack {
-            return;
+        if entitled >= SHARE_SCALE {
+            return None;
+        }
+        let share = e.share.value_at(now, t.share_half_life);
+        if share > entitled + slack {
+            let wait = time_to_fall(share, entitled, t.share_half_life).max(1);
+            return (wait < self.table().maximum_latency).then(|| now.saturating_add(wait));
         }
         if !self.m.remove(queue, waker, s, level) {
             // Being popped right now: it runs anyway.
-            return;
+            return None;
         }
         e.prio.boost(t, self.mode());
         self.enqueue(e, waker, seq, queue, true);
+        None
     }
 
     /// The VM of `waker` and the LLC of the CPU it runs on (or last ran
@@ -644,9 +658,16 @@ impl VcpuScheduler for HaikuScheduler {
         self.m.claim(cpu);
         acct.forced_idle = false;
         let requeued = self.stop_running(cpu, now, reason, &mut acct);
-        if let Some((waker, _)) = acct.due.take() {
-            self.boost_due(waker, now);
-        }
+        let carried = acct
+            .due
+            .take()
+            .and_then(|(waker, _)| self.boost_due(waker, now).map(|at| (waker, at)));
+        // The earlier of a waiter still owed its share and the entity this
+        // call requeued at its quantum end.
+        acct.due = match (carried, acct.due_next.take()) {
+            (Some(a), Some(b)) => Some(if b.1 < a.1 { b } else { a }),
+            (a, b) => a.or(b),
+        };
         if !self.m.in_service(cpu) {
             // Out of service: hand on whatever still waits for this CPU,
             // run nothing, and stay claimed (never offered to wakers).
