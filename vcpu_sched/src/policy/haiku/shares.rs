@@ -103,8 +103,8 @@ impl HaikuScheduler {
         if e.prio.class != SchedClass::Realtime {
             let (sum, count) = self.m.load_of(core).slice_weights();
             if sum != count.saturating_mul(DEFAULT_WEIGHT as u64) || e.weight != DEFAULT_WEIGHT {
-                let scaled = slice as u128 * e.weight as u128 * count.max(1) as u128
-                    / sum.max(1) as u128;
+                let scaled =
+                    slice as u128 * e.weight as u128 * count.max(1) as u128 / sum.max(1) as u128;
                 slice = (scaled.min(Nanos::MAX as u128) as Nanos)
                     .max(self.table().minimal_quantum.min(slice));
             }
