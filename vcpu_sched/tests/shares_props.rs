@@ -205,10 +205,8 @@ fn drive(topo: &str, defs: &[Def], end: Nanos) -> Vec<(Def, Vec<(Nanos, Nanos)>)
             }
         }
     }
-    for c in 0..ncpus {
-        if let Some((e, at, _)) = running[c] {
-            ents[e].runs.push((at, end));
-        }
+    for (e, at, _) in running.iter().flatten() {
+        ents[*e].runs.push((*at, end));
     }
     ents.into_iter().map(|e| (e.def, e.runs)).collect()
 }
