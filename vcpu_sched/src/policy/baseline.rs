@@ -266,6 +266,11 @@ impl EntityAccount {
             cpu,
             core: None,
             affinity: CpuSet::new(),
+            weight: crate::shares::DEFAULT_WEIGHT,
+            cap: None,
+            reservation: 0,
+            throttles: 0,
+            throttled_time: 0,
         }
     }
 }

@@ -392,8 +392,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
                 self.set_corun(st, cpu, Some(vm), now);
                 Ok(Dispatch {
                     kicks,
-                    entity: Some(id),
-                    quantum,
+                    ..Dispatch::run(id, quantum)
                 })
             }
             None => {

@@ -225,6 +225,7 @@ impl Engine {
         let mut reason = reason;
         let mut kicks = Vec::new();
         let mut next = None;
+        let mut recheck = None;
         // An entity the engine does not know (a bug) must not leave the
         // scheduler believing the CPU runs it: report it blocked and ask
         // again (a bounded number of times).
@@ -244,6 +245,7 @@ impl Engine {
                 d.kicks
             );
             kicks.extend(d.kicks);
+            recheck = d.recheck_at;
             let Some(e) = d.entity else { break };
             match self.vcpu_of(e) {
                 Some(v) => {
@@ -263,6 +265,9 @@ impl Engine {
             Some((v, q)) => (Some(v), q),
             None => (None, 0),
         };
+        if next.is_none() || recheck.is_some() {
+            self.arm_recheck(slot.id, recheck.filter(|_| next.is_none()));
+        }
         self.record(|| match &next {
             Some(n) => Event::Dispatch {
                 cpu: cpu16(slot.host),

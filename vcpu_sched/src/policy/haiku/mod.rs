@@ -161,6 +161,7 @@ mod invariants;
 mod place;
 mod runtime;
 mod schedule;
+mod shares;
 mod stats;
 
 use super::{SchedConfig, VcpuScheduler};
@@ -169,6 +170,7 @@ use crate::mode::{ops_for, ModeOps};
 use crate::placement::{Machine, NO_ENTITY, OUT_OF_SERVICE_PRIO};
 use crate::quantum::{cut_end, Turn};
 use crate::share::{entitlement, time_to_fall, SHARE_SCALE};
+use crate::shares::Renewals;
 use crate::stats::SchedSnapshot;
 use crate::tunables::{Mode, QuantumTable, Tunables};
 use crate::validate::{validate_config, validate_spec, validate_topology};
@@ -236,6 +238,8 @@ struct CpuAcct {
     /// its quantum end (`due_at_quantum_end`): becomes `due` for the
     /// turn this call dispatches.
     due_next: Option<(EntityId, Nanos)>,
+    /// Entities this `schedule` call throttled (scratch, like `kicks`).
+    throttled: Vec<(EntityId, Nanos)>,
 }
 
 /// The entity `id` names in a slot of generation `generation`: an error
@@ -279,6 +283,8 @@ pub struct HaikuScheduler {
     max_entities: usize,
     /// Taken by `set_cpu_enabled` only: one change of service at a time.
     service_change: Mutex<()>,
+    /// Cap and reservation buckets falling due (`shares.rs`).
+    renewals: Renewals,
 }
 
 impl HaikuScheduler {
@@ -307,6 +313,7 @@ impl HaikuScheduler {
                 .collect(),
             max_entities: config.max_entities,
             service_change: Mutex::new(()),
+            renewals: Renewals::default(),
         })
     }
 
@@ -364,8 +371,14 @@ impl HaikuScheduler {
                 return Ok(None);
             }
             RunState::Queued { .. } => return Ok(None),
+            // Throttled by its cap: runnable already, queued at renewal.
+            RunState::Blocked if e.throttled_until.is_some() => {
+                e.counters.wakes += 1;
+                return Ok(None);
+            }
             RunState::Blocked => {}
         }
+        self.judge_reservation(e, now);
         let slept = now.saturating_sub(e.slept_at);
         e.load.slept(slept);
         e.load.update(self.tun().load_measure_interval);
@@ -668,6 +681,9 @@ impl VcpuScheduler for HaikuScheduler {
             (Some(a), Some(b)) => Some(if b.1 < a.1 { b } else { a }),
             (a, b) => a.or(b),
         };
+        if self.renewals.due(now) {
+            self.renew_due(now, &mut acct.kicks);
+        }
         if !self.m.in_service(cpu) {
             // Out of service: hand on whatever still waits for this CPU,
             // run nothing, and stay claimed (never offered to wakers).
@@ -680,13 +696,16 @@ impl VcpuScheduler for HaikuScheduler {
             }
             return Ok(Dispatch {
                 kicks: std::mem::take(&mut acct.kicks),
+                throttled: std::mem::take(&mut acct.throttled),
                 ..Dispatch::idle()
             });
         }
         let mut d = self.pick_next(cpu, now, &mut acct);
         if d.entity.is_none() {
             acct.idle_since = Some(now);
+            d.recheck_at = self.renewals.next();
         }
+        d.throttled = std::mem::take(&mut acct.throttled);
         let forced_idle = acct.forced_idle;
         let placed = std::mem::take(&mut acct.kicks);
         drop(acct);
@@ -738,6 +757,28 @@ impl VcpuScheduler for HaikuScheduler {
     ) -> Result<Vec<CpuId>, SchedError> {
         let _p = crate::profiler::scope("set_affinity");
         self.set_affinity_now(id, affinity, now)
+    }
+
+    fn set_weight(&self, id: EntityId, weight: u32, now: Nanos) -> Result<Vec<CpuId>, SchedError> {
+        self.set_weight_now(id, weight, now)
+    }
+
+    fn set_cap(
+        &self,
+        id: EntityId,
+        permille: Option<u32>,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        self.set_cap_now(id, permille, now)
+    }
+
+    fn set_reservation(
+        &self,
+        id: EntityId,
+        permille: u32,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        self.set_reservation_now(id, permille, now)
     }
 
     fn mode(&self) -> Mode {

@@ -62,6 +62,7 @@ impl HaikuScheduler {
         e.used = e.used.saturating_add(ran);
         e.load.ran(ran);
         e.share.ran_until(now, self.tun().share_half_life);
+        self.charge_shares(e, ran, now);
         acct.busy = acct.busy.saturating_add(ran);
         if acct.foreign_at_dispatch || self.m.sibling_foreign(cpu, e.vm) {
             acct.foreign = acct.foreign.saturating_add(ran);
@@ -103,6 +104,11 @@ impl HaikuScheduler {
             e.state = RunState::Blocked;
             e.slept_at = now;
             e.uncharge_block(&self.m);
+            return None;
+        }
+        if self.throttle_if_spent(e, cpu, now, acct) {
+            // Out of every queue: nothing to be due for.
+            acct.due_next = None;
             return None;
         }
         e.queued_at = now;
@@ -271,6 +277,10 @@ impl HaikuScheduler {
             }
             return None;
         }
+        if self.throttle_if_spent(e, cpu, now, acct) {
+            // Woke with its cap's budget spent: it runs at the renewal.
+            return None;
+        }
         let core = self.m.core_of(cpu);
         if !self.m.occupy(core, e.vm) {
             if let Some((y, true)) = self.enqueue_served(e, entry.id, seq, queue, true, now) {
@@ -386,6 +396,7 @@ impl HaikuScheduler {
             ready,
             cpus,
         );
+        full = self.weighted(e, core, full);
         if time_left(table, full, e.used).is_none() {
             e.end_quantum(t, mode);
             full = full_quantum(
@@ -395,9 +406,10 @@ impl HaikuScheduler {
                 ready,
                 cpus,
             );
+            full = self.weighted(e, core, full);
         }
         e.quantum_full = full;
-        full.saturating_sub(e.used).max(1)
+        self.capped(e, full.saturating_sub(e.used).max(1))
     }
 
     /// Entries still waiting in `cpu`'s queues after it picked (the entity
