@@ -61,15 +61,18 @@ impl Engine {
         runner: &mut VcpuRunner,
         last: &VcpuStep,
     ) -> Next {
-        if *last == VcpuStep::Start {
-            // The guest's steal time: the wait the scheduler accounted up
-            // to this dispatch, and no longer preempted.
-            vm.handler
-                .vcpu_dispatched(v.index, &|| self.scheduler().ready_wait(v.entity, now_ns()));
-        }
         let next = self.next_entry_inner(vm, v, slot, runner, last);
-        if let Next::Stop(Stop::Quantum | Stop::Preempted | Stop::Yielded) = next {
-            vm.handler.vcpu_preempted(v.index);
+        match next {
+            Next::Enter if *last == VcpuStep::Start => {
+                // The guest's steal time: the wait the scheduler accounted
+                // up to this dispatch, and no longer preempted.
+                vm.handler
+                    .vcpu_dispatched(v.index, &|| self.scheduler().ready_wait(v.entity, now_ns()));
+            }
+            Next::Stop(Stop::Quantum | Stop::Preempted | Stop::Yielded) => {
+                vm.handler.vcpu_preempted(v.index);
+            }
+            _ => {}
         }
         next
     }
