@@ -73,6 +73,9 @@
 #define SYS_IPI         13   /* (target cpu) -> 0, or -1: no such CPU / no LAPIC */
 #define SYS_WAIT_IPI    14   /* (seen) -> halts until IPI count > seen; returns it */
 #define SYS_YIELD       15   /* () -> OUT 0 to port 0xE0C (voluntary yield hint) */
+#define SYS_STEAL_INIT  16   /* (struct kvm_steal_time *, 64-byte aligned, VA = PA) ->
+                                1: MSR_KVM_STEAL_TIME points the calling CPU's steal
+                                time there; 0: the hypervisor's CPUID does not offer it */
 
 /* SYS_IRQ_COUNT selectors */
 #define IRQ_ALL      0

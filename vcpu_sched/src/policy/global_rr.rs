@@ -510,6 +510,11 @@ impl super::VcpuScheduler for GlobalRoundRobin {
         self.idle_core_search.store(on, Ordering::Relaxed);
     }
 
+    fn ready_wait(&self, id: EntityId, now: Nanos) -> Option<Nanos> {
+        let st = self.state.lock();
+        st.table.get(id).map(|e| e.acct.ready_wait_at(now))
+    }
+
     fn snapshot(&self, now: Nanos) -> SchedSnapshot {
         let _p = crate::profiler::scope("global_rr::snapshot");
         let st = self.state.lock();

@@ -250,6 +250,17 @@ pub trait VcpuScheduler: Send + Sync {
     fn set_idle_core_search(&self, on: bool);
     /// Counters and histograms at `now`.
     fn snapshot(&self, now: Nanos) -> SchedSnapshot;
+    /// The time `id` has waited runnable over its life, at `now` (its
+    /// snapshot row's `ready_wait`, including a wait under way), or None
+    /// for an unknown entity. Cheap in every policy (no snapshot): a VMM
+    /// reads it on each dispatch to publish the guest's steal time.
+    fn ready_wait(&self, id: EntityId, now: Nanos) -> Option<Nanos> {
+        self.snapshot(now)
+            .entities
+            .iter()
+            .find(|e| e.id == id)
+            .map(|e| e.ready_wait)
+    }
     /// The effective priority `cpu` runs at now (None: idle, or a policy
     /// without priorities). One atomic load, for a VMM's traces.
     fn running_priority(&self, _cpu: CpuId) -> Option<u8> {

@@ -61,6 +61,30 @@ impl Engine {
         runner: &mut VcpuRunner,
         last: &VcpuStep,
     ) -> Next {
+        let next = self.next_entry_inner(vm, v, slot, runner, last);
+        match next {
+            Next::Enter if *last == VcpuStep::Start => {
+                // The guest's steal time: the wait the scheduler accounted
+                // up to this dispatch, and no longer preempted.
+                vm.handler
+                    .vcpu_dispatched(v.index, &|| self.scheduler().ready_wait(v.entity, now_ns()));
+            }
+            Next::Stop(Stop::Quantum | Stop::Preempted | Stop::Yielded) => {
+                vm.handler.vcpu_preempted(v.index);
+            }
+            _ => {}
+        }
+        next
+    }
+
+    fn next_entry_inner(
+        &self,
+        vm: &EngineVm,
+        v: &EngineVcpu,
+        slot: &CpuSlot,
+        runner: &mut VcpuRunner,
+        last: &VcpuStep,
+    ) -> Next {
         RUNNING_ENTITY.set(Some(v.entity));
         vm.irq.poll_pv_eoi(v.index);
         if *last == VcpuStep::Interrupted {

@@ -804,6 +804,19 @@ impl VcpuScheduler for HaikuScheduler {
         self.m.idle_core_search.store(on, Ordering::Relaxed);
     }
 
+    fn ready_wait(&self, id: EntityId, now: Nanos) -> Option<Nanos> {
+        let mut guard = self.slot(id).ok()?.lock();
+        let Slot {
+            entity, generation, ..
+        } = &mut *guard;
+        let e = live(entity, *generation, id).ok()?;
+        let waiting = match e.state {
+            RunState::Queued { .. } => now.saturating_sub(e.queued_at),
+            _ => 0,
+        };
+        Some(e.counters.ready_wait + waiting)
+    }
+
     fn snapshot(&self, now: Nanos) -> SchedSnapshot {
         let _p = crate::profiler::scope("snapshot");
         self.take_snapshot(now)
