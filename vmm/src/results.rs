@@ -2,6 +2,13 @@
 //! (`<log_dir>/<vm>.results.jsonl`, one line per marker/record/stop, each
 //! written with a single `write` so nothing is lost if Pacer dies), the
 //! in-memory collection, the per-VM summary and the final JSON.
+//!
+//! A line that cannot be written (a full disk, a file-size limit) is a
+//! failed VM, never a quiet loss: the file is cut back to its last whole
+//! line, nothing more is appended but a final `incomplete` line naming the
+//! failure (written if the disk takes it), and the VM's result becomes
+//! [`STATUS_WRITE_ERROR`] (`pacer run` exits 3). A results log without a
+//! `stop` line is incomplete whatever its last line.
 
 use crate::documents::run::{self as events, MarkerDoc, RecordDoc};
 use crate::guest_metrics::{self, GuestErrorEntry, LatencySummary, VcpuMetrics};
@@ -9,7 +16,7 @@ use crate::units;
 use devices::{Marker, RecordError, RecordKind, ResultRecord};
 use serde::Serialize;
 use std::fs::File;
-use std::io::Write;
+use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
 
 /// Errors of this module.
@@ -26,6 +33,9 @@ pub enum ResultsError {
         source: std::io::Error,
     },
 }
+
+/// The status of a VM whose results or logs could not all be written.
+pub const STATUS_WRITE_ERROR: &str = "write_error";
 
 /// A marker with its host timestamps.
 #[derive(Debug, Clone, Serialize)]
@@ -181,7 +191,13 @@ pub struct ResultsLog {
     pub markers: Vec<MarkerEntry>,
     pub records: Vec<RecordEntry>,
     pub rejected: usize,
-    write_error_reported: bool,
+    /// Bytes of whole lines in the file.
+    written: u64,
+    /// The first write that failed (one line); nothing is appended after it
+    /// but the `incomplete` line.
+    write_error: Option<String>,
+    /// Lines not written because of `write_error`.
+    lost: u64,
 }
 
 impl ResultsLog {
@@ -202,7 +218,9 @@ impl ResultsLog {
             markers: Vec::new(),
             records: Vec::new(),
             rejected: 0,
-            write_error_reported: false,
+            written: 0,
+            write_error: None,
+            lost: 0,
         };
         log.append(events::events_start(vm, tsc_khz));
         Ok(log)
@@ -213,22 +231,57 @@ impl ResultsLog {
     }
 
     fn append(&mut self, value: serde_json::Value) {
-        if let Some(f) = self.file.as_mut() {
-            let mut line = value.to_string();
-            line.push('\n');
-            // One write(2) per line: a crash loses at most the line in flight.
-            if let Err(e) = f.write_all(line.as_bytes()) {
-                if !self.write_error_reported {
-                    self.write_error_reported = true;
-                    log::error!(
-                        "[{}] cannot write results to {}: {e}",
-                        self.vm,
-                        self.path
-                            .as_ref()
-                            .map(|p| p.display().to_string())
-                            .unwrap_or_default()
-                    );
-                }
+        let Some(f) = self.file.as_mut() else {
+            return;
+        };
+        if self.write_error.is_some() {
+            self.lost += 1;
+            return;
+        }
+        let mut line = value.to_string();
+        line.push('\n');
+        // One write(2) per line: a crash loses at most the line in flight.
+        match f.write_all(line.as_bytes()) {
+            Ok(()) => self.written += line.len() as u64,
+            Err(e) => {
+                // Cut a torn line off (the file ends with a whole line) and
+                // write the incomplete line, if any, after it.
+                let _ = f.set_len(self.written);
+                let _ = f.seek(std::io::SeekFrom::Start(self.written));
+                let path = self
+                    .path
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
+                let why = format!("cannot write {path}: {e}");
+                log::error!(
+                    "[{}] {why}; nothing more is written to it and the VM fails",
+                    self.vm
+                );
+                self.write_error = Some(why);
+                self.lost += 1;
+            }
+        }
+    }
+
+    /// The first failed write of this log, if any (one line).
+    pub fn write_error(&self) -> Option<&str> {
+        self.write_error.as_deref()
+    }
+
+    /// After a failed write: the `incomplete` line (the failure, how many
+    /// lines were lost), if the file takes it.
+    fn mark_incomplete(&mut self, t_ms: f64) {
+        let (Some(f), Some(why)) = (self.file.as_mut(), self.write_error.as_ref()) else {
+            return;
+        };
+        let mut line = events::events_incomplete(&self.vm, why, self.lost, t_ms).to_string();
+        line.push('\n');
+        match f.write_all(line.as_bytes()) {
+            Ok(()) => self.written += line.len() as u64,
+            Err(_) => {
+                let _ = f.set_len(self.written);
+                let _ = f.seek(std::io::SeekFrom::Start(self.written));
             }
         }
     }
@@ -282,6 +335,7 @@ impl ResultsLog {
             "t_ns": crate::documents::ms_to_ns(t_ms), "vcpus": vcpus,
         });
         self.append(events::event("stop", &self.vm, fields));
+        self.mark_incomplete(t_ms);
     }
 
     /// Per-vCPU workload metrics from the records so far.

@@ -349,9 +349,14 @@ impl Vm {
         let mut serial = self.serial.lock().unwrap_or_else(|p| p.into_inner());
         serial.flush();
         let last_console_line = serial.last_line();
+        let console_error = serial.log_error();
         drop(serial);
-        let (status, ok, mut message) = cause.describe();
+        let (mut status, mut ok, mut message) = cause.describe();
         let wall_ms = self.shared.start.elapsed().as_secs_f64() * 1e3;
+        let (user_log, user_log_error) = match self.write_user_log() {
+            Ok(p) => (p, None),
+            Err(e) => (None, Some(e)),
+        };
         let mut res = self
             .shared
             .results
@@ -365,7 +370,41 @@ impl Vm {
                 message = format!("{message}; {why}");
             }
         }
+        // A result or log that could not be written fails the VM whatever
+        // the guest did (the first failure names the file and the reason).
+        let write_error = res
+            .write_error()
+            .map(str::to_string)
+            .or_else(|| {
+                console_error.map(|e| {
+                    let path = self
+                        .console_log
+                        .as_deref()
+                        .unwrap_or(Path::new("console log"));
+                    format!("cannot write {}: {e}", path.display())
+                })
+            })
+            .or(user_log_error);
+        let fail = |why: String, status: &mut String, ok: &mut bool, message: &mut String| {
+            let guest = if message.is_empty() {
+                status.clone()
+            } else {
+                format!("{status}, {message}")
+            };
+            *message = format!("{why} (the guest: {guest})");
+            *status = crate::results::STATUS_WRITE_ERROR.to_string();
+            *ok = false;
+        };
+        if let Some(why) = write_error {
+            fail(why, &mut status, &mut ok, &mut message);
+        }
         res.stopped(&status, ok, &message, wall_ms);
+        // The stop line itself may be the write that fails.
+        if status != crate::results::STATUS_WRITE_ERROR {
+            if let Some(why) = res.write_error().map(str::to_string) {
+                fail(why, &mut status, &mut ok, &mut message);
+            }
+        }
         let work = res.work();
         let total = work
             .iter()
@@ -390,7 +429,7 @@ impl Vm {
             rejected_records: res.rejected,
             results_file: res.path().map(Path::to_path_buf),
             console_log: self.console_log.clone(),
-            user_log: self.write_user_log(),
+            user_log,
             vcpu_stats: outcomes.iter().map(|o| o.stats).collect(),
             vcpu_sched,
         }

@@ -1,0 +1,251 @@
+//! Nothing lost, nothing unbounded (issue 22): a result or log that cannot
+//! be written fails the run with its own exit code, every file Pacer reads
+//! is bounded, and a flooding guest cannot fill the disk.
+
+mod common;
+
+use common::{kvm_or_skip, vm_table, TempDir};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+
+/// Run `pacer args` with at most `fsize` bytes per written file (None: no
+/// limit); SIGXFSZ is ignored so that a write past the limit fails with
+/// EFBIG as a write to a full disk fails with ENOSPC.
+fn pacer_limited(args: &[&str], fsize: Option<u64>) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pacer"));
+    cmd.args(args);
+    if let Some(limit) = fsize {
+        // SAFETY: between fork and exec only async-signal-safe calls
+        // (setrlimit, signal) on values owned by this closure.
+        unsafe {
+            cmd.pre_exec(move || {
+                let lim = libc::rlimit {
+                    rlim_cur: limit,
+                    rlim_max: limit,
+                };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+    }
+    let out = cmd.output().expect("run pacer");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn pacer(args: &[&str]) -> (i32, String, String) {
+    pacer_limited(args, None)
+}
+
+/// The `<vm>.results.jsonl` files under `dir` (any depth).
+fn results_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if e.file_type().unwrap().is_dir() {
+            out.extend(results_files(&p));
+        } else if p.to_string_lossy().ends_with(".results.jsonl") {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Every line of a results log is whole JSON, and a stop line is only
+/// ever the last; returns the `type` of the last line.
+fn check_cut_log(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(
+        text.is_empty() || text.ends_with('\n'),
+        "{path:?} ends in a torn line"
+    );
+    let mut last = String::new();
+    for line in text.lines() {
+        assert_ne!(last, "stop", "{path:?}: a line after the stop line");
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{path:?}: {e}: {line}"));
+        last = v["type"].as_str().unwrap_or_default().to_string();
+    }
+    last
+}
+
+fn assert_write_failure(code: i32, out: &str, err: &str) {
+    assert_eq!(
+        code, 3,
+        "exit code of a run whose results were not saved\n{out}{err}"
+    );
+    assert!(!out.contains("succeeded"), "{out}");
+    assert!(err.contains("results not saved"), "{err}");
+    assert!(
+        !err.contains("Os {") && !err.contains("IOError"),
+        "debug text: {err}"
+    );
+}
+
+#[test]
+fn a_file_size_limit_fails_the_run_with_exit_3() {
+    if !kvm_or_skip("a_file_size_limit_fails_the_run_with_exit_3") {
+        return;
+    }
+    let dir = TempDir::new("io-fsize");
+    let cfg = dir.config(&format!("{}{}", vm_table("a", "cpu"), vm_table("b", "cpu")));
+    let logs = dir.0.join("logs");
+    let (code, out, err) = pacer_limited(
+        &[
+            "run",
+            cfg.to_str().unwrap(),
+            "--log-dir",
+            logs.to_str().unwrap(),
+        ],
+        Some(1500),
+    );
+    assert_write_failure(code, &out, &err);
+    assert!(err.contains("File too large"), "{err}");
+    let files = results_files(&logs);
+    assert_eq!(files.len(), 2, "{files:?}");
+    // The limit cut every results log: none claims a stop, and the
+    // incomplete line (when it fit) names the failure.
+    for f in &files {
+        let last = check_cut_log(f);
+        assert_ne!(last, "stop", "{f:?}");
+        if last == "incomplete" {
+            let text = std::fs::read_to_string(f).unwrap();
+            let v: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+            assert!(
+                v["reason"].as_str().unwrap().contains("File too large"),
+                "{v}"
+            );
+            assert!(v["lines_lost"].as_u64().unwrap() >= 1, "{v}");
+        }
+    }
+}
+
+/// A real full file system: a tmpfs of a few pages (needs root to mount;
+/// skipped otherwise).
+#[test]
+fn a_full_disk_fails_the_run_with_exit_3() {
+    if !kvm_or_skip("a_full_disk_fails_the_run_with_exit_3") {
+        return;
+    }
+    let dir = TempDir::new("io-full");
+    let mnt = dir.0.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
+        .arg(&mnt)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !mounted {
+        println!("SKIPPED: cannot mount a tmpfs (not root?); the file-size test covers the code");
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&mnt);
+    let cfg = dir.config(&format!("{}{}", vm_table("a", "cpu"), vm_table("b", "cpu")));
+    let (code, out, err) = pacer(&[
+        "run",
+        cfg.to_str().unwrap(),
+        "--log-dir",
+        mnt.to_str().unwrap(),
+    ]);
+    assert_write_failure(code, &out, &err);
+    assert!(err.contains("No space left on device"), "{err}");
+    // Whichever files the disk took: whole lines only.
+    for f in results_files(&mnt) {
+        check_cut_log(&f);
+    }
+}
+
+/// Write `m.toml` in `dir` with `@KERNEL@` replaced by the bench guest.
+fn matrix(dir: &Path, text: &str) -> std::path::PathBuf {
+    let p = dir.join("m.toml");
+    let kernel = common::kernel().display().to_string();
+    std::fs::write(&p, text.replace("@KERNEL@", &kernel)).unwrap();
+    p
+}
+
+const SMALL_MATRIX: &str = r#"
+[matrix]
+name = "io"
+kernel = "@KERNEL@"
+host_cpus = "0"
+repetitions = 2
+cell_timeout_s = 60
+policies = ["haiku"]
+memory_mib = 16
+
+[[workload]]
+name = "cpu"
+kind = "cpu"
+duration_ms = 1000
+
+[[layout]]
+name = "one"
+vm = [ { name = "a", vcpus = 1, cpus = "0" } ]
+"#;
+
+/// Every file under `dir` (any depth).
+fn all_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.file_type().unwrap().is_dir() {
+            out.extend(all_files(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}
+
+#[test]
+fn bench_cells_whose_logs_cannot_be_written_fail_and_leave_no_tmp_files() {
+    if !kvm_or_skip("bench_cells_whose_logs_cannot_be_written_fail_and_leave_no_tmp_files") {
+        return;
+    }
+    let dir = TempDir::new("io-bench-fsize");
+    let m = matrix(&dir.0, SMALL_MATRIX);
+    let out = dir.0.join("out");
+    let (code, stdout, err) = pacer_limited(
+        &[
+            "bench",
+            m.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ],
+        Some(1500),
+    );
+    assert!(code == 1 || code == 3, "exit {code}\n{stdout}{err}");
+    assert!(!err.contains("Os {"), "debug text: {err}");
+    let files = all_files(&out);
+    assert!(
+        !files.iter().any(|f| f.to_string_lossy().ends_with(".tmp")),
+        "{files:?}"
+    );
+    let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap_or_default();
+    assert!(
+        jsonl.is_empty() || jsonl.ends_with('\n'),
+        "torn cell record"
+    );
+    for line in jsonl.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["status"], "failed", "{v}");
+        assert!(v["error"].as_str().unwrap().contains("write_error"), "{v}");
+    }
+    if code == 3 {
+        assert!(err.contains("results not saved"), "{err}");
+    }
+}
