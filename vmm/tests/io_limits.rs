@@ -249,3 +249,87 @@ fn bench_cells_whose_logs_cannot_be_written_fail_and_leave_no_tmp_files() {
         assert!(err.contains("results not saved"), "{err}");
     }
 }
+
+/// Run `pacer args` with at most 1 GiB of address space, killed after 20 s:
+/// (exit code, stderr), or None if it had to be killed.
+fn pacer_bounded(args: &[&str], cwd: &Path) -> Option<(i32, String)> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pacer"));
+    cmd.args(args)
+        .current_dir(cwd)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: between fork and exec only setrlimit on a local value.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 1 << 30,
+                rlim_max: 1 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("run pacer");
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            return Some((status.code().unwrap_or(-1), err));
+        }
+        if start.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn bench_sim_and_unixbench_refuse_devices_fifos_and_huge_files() {
+    let dir = TempDir::new("io-inputs");
+    let fifo = dir.0.join("fifo.toml");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // A 2 GiB file that takes no disk (sparse).
+    let big = dir.0.join("big.toml");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(2 << 30)
+        .unwrap();
+    let inputs = [
+        (
+            "/dev/zero".to_string(),
+            "a character device, not a regular file",
+        ),
+        (fifo.display().to_string(), "a FIFO, not a regular file"),
+        (big.display().to_string(), "2147483648 bytes, more than the"),
+    ];
+    for (input, why) in &inputs {
+        let out = dir.0.join("out");
+        let commands: [Vec<&str>; 3] = [
+            vec!["bench", input, "--out", out.to_str().unwrap()],
+            vec!["sim", input],
+            vec!["unixbench", "--report", input],
+        ];
+        for args in &commands {
+            let Some((code, err)) = pacer_bounded(args, &dir.0) else {
+                panic!("pacer {args:?} hung (killed after 20 s)");
+            };
+            assert_eq!(code, 2, "pacer {args:?}: {err}");
+            assert!(err.contains(why), "pacer {args:?}: {err}");
+            assert_eq!(err.lines().count(), 1, "one line: {err}");
+        }
+        assert!(!out.exists(), "nothing written for {input}");
+    }
+}

@@ -282,7 +282,10 @@ impl Ctx<'_> {
                 let console = vm
                     .console_log
                     .as_ref()
-                    .and_then(|p| std::fs::read_to_string(p).ok())
+                    .and_then(|p| {
+                        crate::input::read_lossy(p, crate::input::MAX_LOG_BYTES, "a console log")
+                            .ok()
+                    })
                     .unwrap_or_default();
                 match suite.samples(&console, &vm.name, &spec.group, spec.vcpus) {
                     Ok(samples) => rec.samples.extend(samples),
@@ -464,7 +467,7 @@ pub fn run_matrix(
     let mut store = Store::open(&opts.out, opts.resume)?;
     std::fs::write(
         opts.out.join("matrix.toml"),
-        std::fs::read(&m.path).unwrap_or_default(),
+        crate::input::read_config_text(&m.path, "a matrix").unwrap_or_default(),
     )
     .map_err(|e| RunMatrixError::Report(e.to_string()))?;
     let all = cells::expand(m);

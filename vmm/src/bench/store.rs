@@ -262,7 +262,11 @@ pub fn read_csv(path: &Path) -> Result<Vec<CellRecord>, StoreError> {
 /// Read `results.jsonl`: the complete lines, and the length of the file up
 /// to the end of the last complete line (a torn tail is ignored).
 pub fn read_jsonl(path: &Path) -> Result<(Vec<CellRecord>, u64), StoreError> {
-    let text = match std::fs::read(path) {
+    let text = match crate::input::read_regular_file(
+        path,
+        crate::input::MAX_RESULTS_BYTES,
+        "a bench results.jsonl",
+    ) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
         Err(source) => {

@@ -106,7 +106,9 @@ impl std::fmt::Display for UserLogError {
 /// log into `out`. Ok(false): the log has no user command.
 fn save_user_output(console: &Path, mut out: &std::fs::File) -> Result<bool, UserLogError> {
     use std::io::Write;
-    let text = std::fs::read(console).map_err(UserLogError::Read)?;
+    let text =
+        crate::input::read_regular_file(console, crate::input::MAX_LOG_BYTES, "a console log")
+            .map_err(UserLogError::Read)?;
     match crate::unixbench::parse_log(&String::from_utf8_lossy(&text)).user_output {
         Some(user) => out
             .write_all(user.as_bytes())
