@@ -333,3 +333,66 @@ fn bench_sim_and_unixbench_refuse_devices_fifos_and_huge_files() {
         assert!(!out.exists(), "nothing written for {input}");
     }
 }
+
+#[test]
+fn resume_refuses_a_matrix_that_changed_finished_cells() {
+    if !kvm_or_skip("resume_refuses_a_matrix_that_changed_finished_cells") {
+        return;
+    }
+    let dir = TempDir::new("io-resume");
+    let out = dir.0.join("out");
+    let one_rep = SMALL_MATRIX
+        .replace("repetitions = 2", "repetitions = 1")
+        .replace("duration_ms = 1000", "duration_ms = 300");
+    let m = matrix(&dir.0, &one_rep);
+    let bench = |extra: &[&str]| {
+        let mut args = vec!["bench", m.to_str().unwrap(), "--out", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        pacer(&args)
+    };
+    let (code, o, e) = bench(&[]);
+    assert_eq!(code, 0, "{o}{e}");
+    let first_matrix = std::fs::read_to_string(out.join("matrix.toml")).unwrap();
+    let first_results = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    let settings = std::fs::read_to_string(out.join("cell-settings.jsonl")).unwrap();
+    assert_eq!(settings.lines().count(), 1, "{settings}");
+
+    // Another duration: the finished cell ran something else. Refused,
+    // naming the cell and what changed; nothing is touched.
+    matrix(
+        &dir.0,
+        &one_rep.replace("duration_ms = 300", "duration_ms = 600"),
+    );
+    let (code, o, e) = bench(&["--resume"]);
+    assert_eq!(code, 2, "{o}{e}");
+    assert!(e.contains("one/cpu/haiku/r1"), "{e}");
+    assert!(e.contains("300 -> 600"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert_eq!(
+        std::fs::read_to_string(out.join("matrix.toml")).unwrap(),
+        first_matrix
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("results.jsonl")).unwrap(),
+        first_results
+    );
+
+    // More repetitions of the same cells: the new one runs, the first
+    // run's matrix.toml is kept and this one saved beside it.
+    matrix(
+        &dir.0,
+        &one_rep.replace("repetitions = 1", "repetitions = 2"),
+    );
+    let (code, o, e) = bench(&["--resume"]);
+    assert_eq!(code, 0, "{o}{e}");
+    let results = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    assert!(results.starts_with(&first_results));
+    assert_eq!(results.lines().count(), 2, "{results}");
+    assert_eq!(
+        std::fs::read_to_string(out.join("matrix.toml")).unwrap(),
+        first_matrix
+    );
+    assert!(std::fs::read_to_string(out.join("matrix.2.toml"))
+        .unwrap()
+        .contains("repetitions = 2"));
+}
