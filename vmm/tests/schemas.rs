@@ -692,3 +692,22 @@ fn real_bench_run_writes_valid_documents() {
     assert_eq!(code, 0, "{stdout}{err}");
     check_bench_dir(&out);
 }
+
+#[test]
+fn dropped_lines_validate() {
+    let dir = TempDir::new("schema-dropped");
+    let path = dir.0.join("f.results.jsonl");
+    let mut log = vmm::results::ResultsLog::create("f", 1000, Some(&path))
+        .unwrap()
+        .with_limits(vmm::results::LogLimits {
+            log_bytes: 1 << 20,
+            records_per_s: 1,
+        });
+    for i in 0..3 {
+        log.record(0, rec(RecordKind::WorkSample, 0, [i, 1, 1, 1, 0]), 1.0, 1.0);
+    }
+    log.stopped("success", true, "", 2.0);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let n = check_jsonl(documents::VM_EVENTS, &text);
+    assert_eq!(n, 5, "start, record, dropped, dropped, stop:\n{text}");
+}

@@ -104,6 +104,8 @@ pub struct VmOptions {
     pub scheduling: VcpuScheduling,
     /// Reference instant of the whole run (for `t_run_ms`).
     pub run_start: Instant,
+    /// What the guest may write into its logs.
+    pub limits: crate::results::LogLimits,
 }
 
 impl Default for VmOptions {
@@ -112,6 +114,7 @@ impl Default for VmOptions {
             log_dir: None,
             scheduling: VcpuScheduling::Host { pin: true },
             run_start: Instant::now(),
+            limits: Default::default(),
         }
     }
 }
@@ -220,7 +223,8 @@ impl Vm {
 
         // Files and devices.
         let logs = LogFiles::open(options.log_dir.as_deref(), config)?;
-        let results = ResultsLog::create(&config.name, tsc_khz, logs.results.as_deref())?;
+        let results = ResultsLog::create(&config.name, tsc_khz, logs.results.as_deref())?
+            .with_limits(options.limits);
         let shared = Arc::new(VmShared::new(
             &config.name,
             start,
@@ -237,6 +241,7 @@ impl Vm {
             chip.as_ref(),
             sink,
             logs.console.map(|(_, f)| f),
+            options.limits.log_bytes,
         )?;
         let handler = Arc::new(ExitHandler::new(
             shared.clone(),
@@ -350,6 +355,7 @@ impl Vm {
         serial.flush();
         let last_console_line = serial.last_line();
         let console_error = serial.log_error();
+        let console_dropped = serial.dropped();
         drop(serial);
         let (mut status, mut ok, mut message) = cause.describe();
         let wall_ms = self.shared.start.elapsed().as_secs_f64() * 1e3;
@@ -397,6 +403,24 @@ impl Vm {
         };
         if let Some(why) = write_error {
             fail(why, &mut status, &mut ok, &mut message);
+        }
+        // What the guest sent past the limits, said in its result.
+        let console_dropped = (console_dropped > 0).then(|| {
+            format!(
+                "{console_dropped} bytes of console output dropped past the {}-byte log limit",
+                self.options.limits.log_bytes
+            )
+        });
+        for what in [res.dropped_summary(), console_dropped]
+            .into_iter()
+            .flatten()
+        {
+            log::warn!("[{}] {what}", self.config.name);
+            message = if message.is_empty() {
+                what
+            } else {
+                format!("{message}; {what}")
+            };
         }
         res.stopped(&status, ok, &message, wall_ms);
         // The stop line itself may be the write that fails.
