@@ -396,3 +396,90 @@ fn resume_refuses_a_matrix_that_changed_finished_cells() {
         .unwrap()
         .contains("repetitions = 2"));
 }
+
+/// Bytes of every file under `dir`.
+fn disk_use(dir: &Path) -> u64 {
+    all_files(dir)
+        .iter()
+        .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
+        .sum()
+}
+
+#[test]
+fn a_hostile_guest_beside_a_normal_one_is_bounded_and_stops() {
+    if !kvm_or_skip("a_hostile_guest_beside_a_normal_one_is_bounded_and_stops") {
+        return;
+    }
+    let dir = TempDir::new("io-hostile");
+    let hostile = vm_table("bad", "cpu").replace(
+        "workload = \"cpu\"",
+        "workload = { name = \"hostile\", flood_kib = 160, flood_records = 20000, random_ports = 2000, random_mmio = 2000 }",
+    );
+    let normal = vm_table("good", "cpu").replace(
+        "workload = \"cpu\"",
+        "workload = { name = \"cpu\", duration_ms = 1500 }",
+    );
+    let cfg = dir.config(&format!(
+        "[host]\nlog_limit_kib = 64\nresult_records_per_s = 100\n\n{hostile}{normal}"
+    ));
+    let logs = dir.0.join("logs");
+    let (code, out, err) = pacer(&[
+        "run",
+        cfg.to_str().unwrap(),
+        "--log-dir",
+        logs.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "the hostile VM failed, nothing else\n{out}{err}");
+    assert!(out.contains("[good] OK: success"), "{out}");
+    assert!(out.contains("[bad] FAILED: triple_fault"), "{out}");
+    assert!(
+        out.contains("console output dropped past the 65536-byte log limit"),
+        "{out}"
+    );
+    assert!(out.contains("past 100 per second"), "{out}");
+
+    let run = logs.join("latest");
+    // The normal VM's results are whole: its work and its stop line.
+    let good = std::fs::read_to_string(run.join("good.results.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = good
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines.iter().any(|l| l["kind"] == "work_done"), "{good}");
+    assert!(!lines.iter().any(|l| l["type"] == "dropped"), "{good}");
+    let stop = lines.last().unwrap();
+    assert_eq!(
+        (&stop["type"], &stop["ok"]),
+        (&"stop".into(), &true.into()),
+        "{stop}"
+    );
+
+    // The hostile VM's logs stay within the limit (plus the marker lines).
+    let console = std::fs::metadata(run.join("bad.console.log"))
+        .unwrap()
+        .len();
+    assert!(console <= 64 * 1024 + 512, "console log {console} bytes");
+    let bad = std::fs::read_to_string(run.join("bad.results.jsonl")).unwrap();
+    assert!(
+        bad.len() as u64 <= 64 * 1024 + 4096,
+        "results log {} bytes",
+        bad.len()
+    );
+    let dropped: Vec<serde_json::Value> = bad
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["type"] == "dropped")
+        .collect();
+    assert_eq!(dropped.len(), 2, "{bad}");
+    assert!(
+        dropped[1]["rate_limited"].as_u64().unwrap() > 10_000,
+        "{}",
+        dropped[1]
+    );
+    assert_eq!(
+        bad.lines().last().map(|l| l.contains("\"type\":\"stop\"")),
+        Some(true)
+    );
+    let total = disk_use(&logs);
+    assert!(total < 256 * 1024, "{total} bytes on disk for the run");
+}

@@ -41,6 +41,7 @@ struct cfg {
     uint64_t duration_ms, report_ms, tsc_khz, vcpus;
     uint64_t interval_us, period_us, run_us, cs_ns, gap_ns;
     int x2apic, deadline, pv_eoi;
+    uint64_t flood_kib, flood_records, random_ports, random_mmio;   /* hostile */
     uint8_t mixed[MAX_CPUS];     /* enum role per vCPU (workload=mixed) */
 };
 extern struct cfg cfg;
