@@ -658,16 +658,28 @@ fn write_failures(results: &crate::results::RunResults) -> Option<i32> {
         .iter()
         .filter(|v| v.status == crate::results::STATUS_WRITE_ERROR)
         .collect();
-    if failed.is_empty() {
+    // A scheduling trace whose write failed is a lost result too.
+    let trace = results.trace.as_ref().and_then(|t| t.error.clone());
+    if failed.is_empty() && trace.is_none() {
         return None;
     }
     for v in &failed {
         eprintln!("pacer run: results not saved: vm {}: {}", v.name, v.message);
     }
-    out(&format!(
-        "pacer: results incomplete: {} VM(s) could not write their results or logs\n",
-        failed.len()
-    ));
+    if let Some(e) = &trace {
+        eprintln!("pacer run: results not saved: {e}");
+    }
+    let mut what = Vec::new();
+    if !failed.is_empty() {
+        what.push(format!(
+            "{} VM(s) could not write their results or logs",
+            failed.len()
+        ));
+    }
+    if trace.is_some() {
+        what.push("the scheduling trace could not be written".to_string());
+    }
+    out(&format!("pacer: results incomplete: {}\n", what.join("; ")));
     Some(EXIT_WRITE_FAILED)
 }
 

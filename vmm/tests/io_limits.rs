@@ -484,3 +484,35 @@ fn a_hostile_guest_beside_a_normal_one_is_bounded_and_stops() {
     let total = disk_use(&logs);
     assert!(total < 256 * 1024, "{total} bytes on disk for the run");
 }
+
+#[test]
+fn a_trace_that_cannot_be_written_fails_the_run_with_exit_3() {
+    if !kvm_or_skip("a_trace_that_cannot_be_written_fails_the_run_with_exit_3") {
+        return;
+    }
+    let dir = TempDir::new("io-trace");
+    let cfg = dir.config(&format!(
+        "[host]\npolicy = \"haiku\"\n\n{}",
+        vm_table("a", "cpu")
+    ));
+    let logs = dir.0.join("logs");
+    let trace = dir.0.join("t.trace");
+    // 8 KiB per file: the logs fit, the trace does not.
+    let (code, out, err) = pacer_limited(
+        &[
+            "run",
+            cfg.to_str().unwrap(),
+            "--log-dir",
+            logs.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+        ],
+        Some(8192),
+    );
+    assert_write_failure(code, &out, &err);
+    assert!(err.contains("t.trace: File too large"), "{err}");
+    assert!(
+        out.contains("the scheduling trace could not be written"),
+        "{out}"
+    );
+}
