@@ -27,6 +27,9 @@
 //! cpus = "0"              # core set, within [host] cpus; default: all of them
 //! class = "timeshare"     # timeshare | realtime
 //! priority = 10           # timeshare 1..=99 (default 10); realtime 100..=120 (default 100)
+//! weight = 100            # share among contending VMs, 1..=10000 (haiku)
+//! cap = 30                # at most this % of one CPU for the VM, split over its vCPUs (haiku)
+//! reservation = 50        # at least this % of one CPU when it asks (haiku; all VMs' fit the host)
 //! workload = { name = "cpu", duration_ms = 500, report_ms = 100 }   # bench only
 //! console = "stdout"      # log | stdout | both
 //! timeout_s = 30          # runaway guard
@@ -194,6 +197,9 @@ struct RawVm {
     cpus: Option<Spanned<RawCpus>>,
     class: Option<Spanned<SchedClass>>,
     priority: Option<Spanned<i64>>,
+    weight: Option<Spanned<i64>>,
+    cap: Option<Spanned<i64>>,
+    reservation: Option<Spanned<i64>>,
     workload: Option<Spanned<RawWorkload>>,
     console: Option<Console>,
     timeout_s: Option<Spanned<RawNumber>>,
@@ -280,6 +286,8 @@ pub struct VmConfig {
     pub cpus: HostCpuSet,
     pub class: SchedClass,
     pub priority: u8,
+    /// Operator shares (`vcpu_sched::shares`), per vCPU.
+    pub shares: crate::sched_rules::Shares,
     pub console: Console,
     pub timeout: Option<Duration>,
 }
@@ -807,6 +815,9 @@ impl Config {
         }
         let mut names: HashMap<String, usize> = HashMap::new();
         let mut vms = Vec::new();
+        // Reservations of every VM (percent of one CPU) and where the last was given.
+        let mut reserved_total: i64 = 0;
+        let mut last_reservation: Option<(Range<usize>, String)> = None;
         for (i, v) in raw.vm.iter().enumerate() {
             let f = |name: &str| format!("vm[{i}].{name}");
             let name = v.name.get_ref().clone();
@@ -1012,6 +1023,57 @@ impl Config {
                 };
                 c.err(span, field, why);
             }
+            let n_vcpus = vcpus.clamp(1, MAX_VCPUS as i64) as u32;
+            let mut shares = crate::sched_rules::Shares::default();
+            if let Some(w) = &v.weight {
+                match crate::sched_rules::weight(*w.get_ref()) {
+                    Ok(x) => shares.weight = x,
+                    Err(why) => c.err(w.span(), f("weight"), why),
+                }
+            }
+            if let Some(x) = &v.cap {
+                match crate::sched_rules::cap(*x.get_ref(), n_vcpus) {
+                    Ok(p) => shares.cap = Some(p),
+                    Err(why) => c.err(x.span(), f("cap"), why),
+                }
+            }
+            if let Some(x) = &v.reservation {
+                match crate::sched_rules::reservation(*x.get_ref(), n_vcpus) {
+                    Ok(p) => {
+                        shares.reservation = p;
+                        reserved_total += *x.get_ref();
+                        last_reservation = Some((x.span(), f("reservation")));
+                    }
+                    Err(why) => c.err(x.span(), f("reservation"), why),
+                }
+                if let Err(why) = crate::sched_rules::cap_covers_reservation(
+                    v.cap.as_ref().map(|c| *c.get_ref()),
+                    *x.get_ref(),
+                ) {
+                    c.err(x.span(), f("reservation"), why);
+                }
+            }
+            for (key, given) in [
+                ("weight", v.weight.as_ref().filter(|w| *w.get_ref() != 100)),
+                ("cap", v.cap.as_ref()),
+                (
+                    "reservation",
+                    v.reservation.as_ref().filter(|r| *r.get_ref() != 0),
+                ),
+            ] {
+                if let Some(x) = given {
+                    let what = match key {
+                        "weight" => "weights",
+                        "cap" => "caps",
+                        _ => "reservations",
+                    };
+                    if let Err(why) =
+                        crate::sched_rules::shares_honoured(policy, what, &policy_origin)
+                    {
+                        c.err(x.span(), f(key), why);
+                    }
+                }
+            }
             let mut cmdline: Vec<String> = Vec::new();
             if let Some(cl) = &v.cmdline {
                 // The boot loader takes printable ASCII only (and so does
@@ -1146,11 +1208,18 @@ impl Config {
                 cpus,
                 class,
                 priority,
+                shares,
                 console: v.console.unwrap_or_default(),
                 timeout,
             });
         }
 
+        if let Some((span, field)) = last_reservation {
+            if let Err(why) = crate::sched_rules::reservations_fit(reserved_total, host_cpus.len())
+            {
+                c.err(span, field, why);
+            }
+        }
         // The host's memory, KVM's vCPU limit, open files and threads.
         let demand: Vec<_> = vms
             .iter()

@@ -91,6 +91,16 @@ pub const PARAMS: &[Param] = &[
         kind: ParamKind::Choice(&["on", "off"]),
         used_by: &[],
     },
+    Param {
+        key: "steal",
+        kind: ParamKind::Choice(&["on", "off"]),
+        used_by: &[],
+    },
+    Param {
+        key: "pv_spin",
+        kind: ParamKind::Choice(&["on", "off"]),
+        used_by: &["spinlock"],
+    },
     int("interval_us", 1, 10_000_000, "microseconds", &["sleep"]),
     int("period_us", 1, 10_000_000, "microseconds", &["burst"]),
     int("run_us", 1, 10_000_000, "microseconds", &["burst"]),

@@ -165,6 +165,8 @@ long k_syscall(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t nr, struct iret_f
     case SYS_YIELD:
         outb(PACER_PORT_YIELD, 0);
         return 0;
+    case SYS_STEAL_INIT:
+        return k_steal_init(a0);
     default:
         return -1;
     }

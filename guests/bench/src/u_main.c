@@ -117,6 +117,16 @@ static void parse_cmdline(const char *s, unsigned len)
             else if (keyis(v, vl, "off")) cfg.pv_eoi = 0;
             else param_error("pv_eoi", v, vl, "on or off");
         }
+        else if (keyis(k, kl, "steal")) {
+            if (keyis(v, vl, "on")) cfg.steal = 1;
+            else if (keyis(v, vl, "off")) cfg.steal = 0;
+            else param_error("steal", v, vl, "on or off");
+        }
+        else if (keyis(k, kl, "pv_spin")) {
+            if (keyis(v, vl, "on")) cfg.pv_spin = 1;
+            else if (keyis(v, vl, "off")) cfg.pv_spin = 0;
+            else param_error("pv_spin", v, vl, "on or off");
+        }
         else if (keyis(k, kl, "timer")) {
             if (keyis(v, vl, "deadline")) cfg.deadline = 1;
             else if (keyis(v, vl, "oneshot")) cfg.deadline = 0;
@@ -283,6 +293,8 @@ __attribute__((noreturn)) void uap_main(uint32_t id)
     if (!__atomic_compare_exchange_n(&cpu_state[id], &want, CPU_ONLINE, 0, __ATOMIC_SEQ_CST,
                                      __ATOMIC_SEQ_CST))
         sys(SYS_IDLE, 0, 0);    /* the BSP gave up on us: stay out */
+    if (steal_on)   /* the BSP registered its own: so does every AP */
+        sys(SYS_STEAL_INIT, &steal_areas[id], 0);
     await_start();
     run_role(c);
     __atomic_fetch_add(&done, 1, __ATOMIC_SEQ_CST);
@@ -371,6 +383,7 @@ __attribute__((noreturn)) void umain(struct boot_info *bi)
     cfg.x2apic = 1;
     cfg.deadline = 1;
     cfg.pv_eoi = 1;
+    cfg.steal = 1;
     cfg.flood_kib = 256;
     cfg.flood_records = 20000;
     cfg.random_ports = 2000;
@@ -395,6 +408,8 @@ __attribute__((noreturn)) void umain(struct boot_info *bi)
     bs(&b, cfg.x2apic ? " apic=x2apic" : " apic=xapic");
     bs(&b, cfg.deadline ? " timer=deadline" : " timer=oneshot");
     bs(&b, cfg.pv_eoi ? " pv_eoi=on" : " pv_eoi=off");
+    bs(&b, cfg.steal ? " steal=on" : " steal=off");
+    bs(&b, cfg.pv_spin ? " pv_spin=on" : " pv_spin=off");
     bs(&b, " ram_mib="); bu(&b, ram >> 20);
     bs(&b, "\r\n");
     bflush(&b);
@@ -420,6 +435,10 @@ __attribute__((noreturn)) void umain(struct boot_info *bi)
         record_error(c, PACER_ERR_UNKNOWN_WORKLOAD, w, wl, 0);
         sys_exit(PACER_EXIT_BAD_INPUT);
     }
+
+    /* KVM steal time on the BSP (before any AP starts: they follow it). */
+    if (cfg.steal)
+        steal_on = sys(SYS_STEAL_INIT, &steal_areas[0], 0) == 1;
 
     /* Local APICs, then the APs. */
     unsigned failed = 0;

@@ -18,6 +18,7 @@ mod guest_ram;
 mod irqchip;
 mod logs;
 mod shared;
+pub mod steal_time;
 mod vcpus;
 
 pub use shared::{StopCause, StopHandle, VmEvent, VmRequest, VmShared};
@@ -243,11 +244,17 @@ impl Vm {
             logs.console.map(|(_, f)| f),
             options.limits.log_bytes,
         )?;
+        // Under Pacer's engine the guest's steal time is Pacer's (the MSR
+        // goes to user space with the interrupt controller's).
+        let steal = irqchip
+            .as_ref()
+            .map(|_| Arc::new(steal_time::StealTime::new(mem.clone(), config.vcpus)));
         let handler = Arc::new(ExitHandler::new(
             shared.clone(),
             devices.bus,
             devices.mmio,
             chip,
+            steal,
         ));
 
         log::debug!(
