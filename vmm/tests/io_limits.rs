@@ -472,11 +472,14 @@ fn a_hostile_guest_beside_a_normal_one_is_bounded_and_stops() {
         .filter(|l| l["type"] == "dropped")
         .collect();
     assert_eq!(dropped.len(), 2, "{bad}");
-    assert!(
-        dropped[1]["rate_limited"].as_u64().unwrap() > 10_000,
-        "{}",
-        dropped[1]
+    // However slowly the flood runs (a loaded host), at most a few hundred
+    // of its 20 000 records fit in 64 KiB: the rest are refused, some
+    // past the rate limit.
+    let (rate, size) = (
+        dropped[1]["rate_limited"].as_u64().unwrap(),
+        dropped[1]["over_limit"].as_u64().unwrap(),
     );
+    assert!(rate > 0 && rate + size > 19_000, "{}", dropped[1]);
     assert_eq!(
         bad.lines().last().map(|l| l.contains("\"type\":\"stop\"")),
         Some(true)
