@@ -414,8 +414,9 @@ fn a_hostile_guest_beside_a_normal_one_is_bounded_and_stops() {
     let dir = TempDir::new("io-hostile");
     let hostile = vm_table("bad", "cpu").replace(
         "workload = \"cpu\"",
-        "workload = { name = \"hostile\", flood_kib = 160, flood_records = 20000, random_ports = 2000, random_mmio = 2000 }",
-    );
+        "workload = { name = \"hostile\", flood_kib = 100, flood_records = 5000, random_ports = 500, random_mmio = 500 }",
+    )
+    .replace("timeout_s = 60", "timeout_s = 300");
     let normal = vm_table("good", "cpu").replace(
         "workload = \"cpu\"",
         "workload = { name = \"cpu\", duration_ms = 1500 }",
@@ -473,13 +474,13 @@ fn a_hostile_guest_beside_a_normal_one_is_bounded_and_stops() {
         .collect();
     assert_eq!(dropped.len(), 2, "{bad}");
     // However slowly the flood runs (a loaded host), at most a few hundred
-    // of its 20 000 records fit in 64 KiB: the rest are refused, some
-    // past the rate limit.
+    // of its 5000 records fit in 64 KiB: the rest are refused, some past
+    // the rate limit.
     let (rate, size) = (
         dropped[1]["rate_limited"].as_u64().unwrap(),
         dropped[1]["over_limit"].as_u64().unwrap(),
     );
-    assert!(rate > 0 && rate + size > 19_000, "{}", dropped[1]);
+    assert!(rate > 0 && rate + size > 4_000, "{}", dropped[1]);
     assert_eq!(
         bad.lines().last().map(|l| l.contains("\"type\":\"stop\"")),
         Some(true)
