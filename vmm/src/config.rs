@@ -8,6 +8,8 @@
 //! smt_isolation = false   # SMT siblings only co-run one VM (haiku)
 //! dispatch = "threads"    # threads | workers: how the engine runs vCPUs
 //! halt_poll_us = 200      # idle CPUs poll this long for a wake-up (0: off)
+//! log_limit_kib = 65536   # each VM's console and results logs hold at most this
+//! result_records_per_s = 10000   # guest markers/records admitted per second
 //! log_dir = "logs"        # relative to this file; default "pacer-logs"
 //!
 //! [host.tunables]         # vcpu_sched tunables, e.g. bursty_load = 375
@@ -65,6 +67,10 @@ pub const MAX_VCPUS: u32 = 254;
 pub const DEFAULT_HALT_POLL_US: u64 = 200;
 /// Largest halt-polling window accepted.
 pub const MAX_HALT_POLL_US: i64 = 10_000;
+/// `host.log_limit_kib`'s range: 64 KiB to 16 GiB per log per VM.
+pub const LOG_LIMIT_KIB: (i64, i64) = (64, 16 << 20);
+/// `host.result_records_per_s`'s range.
+pub const RECORDS_PER_S: (i64, i64) = (1, 10_000_000);
 /// Smallest guest RAM.
 pub const MIN_MEMORY_MIB: u64 = 2;
 /// Largest guest RAM accepted (1 TiB).
@@ -168,6 +174,8 @@ struct RawHost {
     smt_isolation: Option<Spanned<bool>>,
     dispatch: Option<DispatchKind>,
     halt_poll_us: Option<Spanned<i64>>,
+    log_limit_kib: Option<Spanned<i64>>,
+    result_records_per_s: Option<Spanned<i64>>,
     tunables: Option<Tunables>,
     log_dir: Option<Spanned<String>>,
 }
@@ -246,6 +254,9 @@ pub struct HostConfig {
     pub dispatch: DispatchKind,
     /// Longest halt-polling window of the engine, us (0: off).
     pub halt_poll_us: u64,
+    /// What each VM may write into its logs (`log_limit_kib`,
+    /// `result_records_per_s`).
+    pub log_limits: crate::results::LogLimits,
     pub tunables: Tunables,
     /// Absolute or relative to the current directory (already resolved
     /// against the config file's directory).
@@ -722,6 +733,39 @@ impl Config {
             }
             Some(h) => *h.get_ref() as u64,
             None => DEFAULT_HALT_POLL_US,
+        };
+        let mut int_in =
+            |v: &Option<Spanned<i64>>, key: &str, (min, max): (i64, i64), unit: &str| {
+                let v = v.as_ref()?;
+                if (min..=max).contains(v.get_ref()) {
+                    return Some(*v.get_ref() as u64);
+                }
+                c.err(
+                    v.span(),
+                    key,
+                    format!(
+                        "expected an integer number of {unit} from {min} to {max}, found {}",
+                        v.get_ref()
+                    ),
+                );
+                None
+            };
+        let log_limits = crate::results::LogLimits {
+            log_bytes: int_in(
+                &rh.log_limit_kib,
+                "host.log_limit_kib",
+                LOG_LIMIT_KIB,
+                "KiB",
+            )
+            .unwrap_or(crate::results::DEFAULT_LOG_LIMIT_KIB)
+                << 10,
+            records_per_s: int_in(
+                &rh.result_records_per_s,
+                "host.result_records_per_s",
+                RECORDS_PER_S,
+                "records per second",
+            )
+            .map_or(crate::results::DEFAULT_RECORDS_PER_S, |v| v as u32),
         };
         if let Some(s) = &rh.smt_isolation {
             if *s.get_ref() && !policy.honours_smt_isolation() {
@@ -1206,6 +1250,7 @@ impl Config {
                 smt_isolation,
                 dispatch: rh.dispatch.unwrap_or_default(),
                 halt_poll_us,
+                log_limits,
                 tunables: rh.tunables.unwrap_or_default(),
                 log_dir,
             },

@@ -23,6 +23,7 @@ pub const WORKLOADS: &[&str] = &[
     "triple_fault",
     "idle",
     "panic",
+    "hostile",
 ];
 
 /// Workloads that may be entries of `mixed=`.
@@ -111,6 +112,22 @@ pub const PARAMS: &[Param] = &[
         used_by: &["mixed"],
     },
     int("ap_skip", 1, 253, "a vCPU index", &[]),
+    int(
+        "flood_kib",
+        0,
+        1_048_576,
+        "KiB of console output",
+        &["hostile"],
+    ),
+    int(
+        "flood_records",
+        0,
+        100_000_000,
+        "result records",
+        &["hostile"],
+    ),
+    int("random_ports", 0, 100_000_000, "port writes", &["hostile"]),
+    int("random_mmio", 0, 100_000_000, "MMIO writes", &["hostile"]),
 ];
 
 /// Keys the VMM sets itself (the config refuses them).

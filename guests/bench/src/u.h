@@ -43,6 +43,7 @@ struct cfg {
     int x2apic, deadline, pv_eoi;
     int steal;                   /* KVM steal time where CPUID offers it */
     int pv_spin;                 /* spinlock: yield while the holder's vCPU is preempted */
+    uint64_t flood_kib, flood_records, random_ports, random_mmio;   /* hostile */
     uint8_t mixed[MAX_CPUS];     /* enum role per vCPU (workload=mixed) */
 };
 extern struct cfg cfg;

@@ -234,6 +234,7 @@ pub fn pacer_config(m: &Matrix, cell: &Cell, log_dir: &Path) -> Option<Config> {
             smt_isolation: false,
             dispatch,
             halt_poll_us: crate::config::DEFAULT_HALT_POLL_US,
+            log_limits: Default::default(),
             tunables: Tunables::default(),
             log_dir: log_dir.to_path_buf(),
         },

@@ -728,9 +728,11 @@ impl Matrix {
     /// Read and validate a matrix file against the running host.
     pub fn load(path: &Path) -> Result<Matrix, MatrixError> {
         let host = HostInfo::detect()?;
-        let text = std::fs::read_to_string(path).map_err(|source| MatrixError::Read {
-            path: path.to_path_buf(),
-            source,
+        let text = crate::input::read_config_text(path, "a matrix").map_err(|source| {
+            MatrixError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
         Self::parse(&text, path, &host)
     }

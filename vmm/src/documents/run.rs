@@ -645,6 +645,16 @@ pub fn events_start(vm: &str, tsc_khz: u32) -> Value {
     v
 }
 
+/// The last line of a `<vm>.results.jsonl` that could not be written whole:
+/// why, and how many lines were lost (the stop line among them).
+pub fn events_incomplete(vm: &str, reason: &str, lines_lost: u64, t_ms: f64) -> Value {
+    event(
+        "incomplete",
+        vm,
+        json!({ "reason": reason, "lines_lost": lines_lost, "t_ns": ms_to_ns(t_ms) }),
+    )
+}
+
 /// A line of a `<vm>.results.jsonl`: `type` and `vm`, then `fields`.
 pub fn event(kind: &str, vm: &str, fields: impl Serialize) -> Value {
     let mut v = json!({ "type": kind, "vm": vm });
