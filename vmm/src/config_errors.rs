@@ -98,6 +98,75 @@ pub fn expectation(pattern: &str) -> Option<&'static str> {
 /// Fields whose value is a table of fields of their own.
 const TABLE_FIELDS: &[&str] = &["host", "vm", "vm[]", "host.tunables", "vm[].workload"];
 
+/// What a kind of file accepts: one sentence per field pattern, and which
+/// fields are tables of fields of their own. Host configs and bench
+/// matrices each have one, so that serde's errors read the same in both.
+#[derive(Clone, Copy)]
+pub struct Schema {
+    pub expectation: fn(&str) -> Option<&'static str>,
+    pub table_fields: &'static [&'static str],
+}
+
+/// The host config's schema.
+pub const HOST_CONFIG: Schema = Schema {
+    expectation,
+    table_fields: TABLE_FIELDS,
+};
+
+/// Edit distance of two short words (insertions, deletions, substitutions
+/// and swaps of neighbours, each costing one).
+fn distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+/// The known name closest to `word` if it is a near miss (a typo, a
+/// plural, another case), for "did you mean" hints.
+pub fn near_miss<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    if word.chars().count() > 64 {
+        return None;
+    }
+    let lower = word.to_lowercase();
+    known
+        .into_iter()
+        .filter(|k| *k != word)
+        .map(|k| (distance(&lower, &k.to_lowercase()), k))
+        .filter(|(d, k)| *d <= (k.chars().count() / 3).clamp(1, 2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// `; did you mean "x"?` for a near miss, else nothing.
+pub fn hint<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> String {
+    near_miss(word, known)
+        .map(|k| format!("; did you mean \"{k}\"?"))
+        .unwrap_or_default()
+}
+
+/// The names inside backticks of serde's `expected one of `a`, `b``.
+fn backticked_names(s: &str) -> Vec<&str> {
+    s.split('`').skip(1).step_by(2).collect()
+}
+
 /// `vm[3].cpus[0]` -> `vm[].cpus[]`.
 pub fn pattern_of(path: &str) -> String {
     let mut out = String::with_capacity(path.len());
@@ -392,8 +461,16 @@ fn at(text: &str, pos: usize, field: String, message: String) -> Diagnostic {
     }
 }
 
-/// The diagnostic for an error of `toml::from_str` over `text`.
+/// The diagnostic for an error of `toml::from_str` over `text` (a host
+/// config).
 pub fn explain(text: &str, err: &toml::de::Error) -> Diagnostic {
+    explain_in(&HOST_CONFIG, text, err)
+}
+
+/// The diagnostic for an error of `toml::from_str` over `text`, a file of
+/// the given schema.
+pub fn explain_in(schema: &Schema, text: &str, err: &toml::de::Error) -> Diagnostic {
+    let expectation = schema.expectation;
     let index = SpanIndex::new(text);
     if let Some((span, message)) = index.first_syntax_error() {
         // The recovered document is unreliable around a syntax error: name
@@ -423,11 +500,19 @@ pub fn explain(text: &str, err: &toml::de::Error) -> Diagnostic {
         } else {
             join(&name)
         };
+        let names = rest
+            .split_once("expected ")
+            .map(|(_, e)| backticked_names(e))
+            .unwrap_or_default();
         let known = rest
             .split_once("expected ")
             .map(|(_, e)| plain_type(e))
             .unwrap_or_else(|| "no fields here".into());
-        let msg = format!("unknown field {}; expected {known}", quoted(&name));
+        let msg = format!(
+            "unknown field {}; expected {known}{}",
+            quoted(&name),
+            hint(&name, names)
+        );
         return at(text, span.start, field, msg);
     }
     if let Some(rest) = message.strip_prefix("missing field ") {
@@ -455,7 +540,7 @@ pub fn explain(text: &str, err: &toml::de::Error) -> Diagnostic {
         };
         path = &path[..cut];
         let p = pattern_of(path);
-        if expectation(&p).is_some() && !TABLE_FIELDS.contains(&p.as_str()) {
+        if expectation(&p).is_some() && !schema.table_fields.contains(&p.as_str()) {
             if let Some(parent) = index.get(path) {
                 node = parent;
             }
@@ -470,7 +555,18 @@ pub fn explain(text: &str, err: &toml::de::Error) -> Diagnostic {
             .map(str::to_string)
             .unwrap_or_else(|| plain_semantic(message)),
     };
-    let msg = format!("expected {expected}, found {}", node.found);
+    // An enum value that is a near miss of one of its names.
+    let near = message
+        .strip_prefix("unknown variant ")
+        .and_then(|rest| {
+            let word = backticked(rest)?;
+            let names = rest
+                .split_once("expected ")
+                .map(|(_, e)| backticked_names(e))?;
+            Some(hint(&word, names))
+        })
+        .unwrap_or_default();
+    let msg = format!("expected {expected}, found {}{near}", node.found);
     at(text, span.start, node.path.clone(), msg)
 }
 
@@ -518,6 +614,43 @@ mod tests {
             let d = explain(&deep, &e);
             assert!(!d.field.is_empty(), "{d:?}");
         }
+    }
+
+    #[test]
+    fn near_misses() {
+        let known = [
+            "name",
+            "vcpus",
+            "memory_mib",
+            "cpus",
+            "timeshare",
+            "realtime",
+        ];
+        assert_eq!(near_miss("vcpu", known), Some("vcpus"));
+        assert_eq!(near_miss("VCPUS", known), Some("vcpus"));
+        assert_eq!(near_miss("memory_mb", known), Some("memory_mib"));
+        assert_eq!(near_miss("timeshar", known), Some("timeshare"));
+        assert_eq!(near_miss("nmae", known), Some("name"));
+        assert_eq!(near_miss("colour", known), None);
+        assert_eq!(near_miss("vcpus", ["vcpus"]), None);
+        assert_eq!(hint("cpu", known), "; did you mean \"cpus\"?");
+        let text = "[[vm]]\nname = \"a\"\nvcpu = 1\n";
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Vm {
+            name: String,
+            vcpus: Option<i64>,
+        }
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Doc {
+            vm: Vec<Vm>,
+        }
+        let e = toml::from_str::<Doc>(text).unwrap_err();
+        let d = explain(text, &e);
+        assert_eq!(d.field, "vm[0].vcpu");
+        assert!(d.message.ends_with("did you mean \"vcpus\"?"), "{d:?}");
     }
 
     #[test]

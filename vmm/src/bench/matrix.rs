@@ -281,6 +281,67 @@ struct RawMatrix {
     layout: Vec<RawLayout>,
 }
 
+/// What a matrix field accepts, by its path pattern (array indices as
+/// `[]`): the words serde's errors are put in (`config_errors`).
+pub fn expectation(pattern: &str) -> Option<&'static str> {
+    Some(match pattern {
+        "matrix" => "a [matrix] table",
+        "matrix.name" | "layout[].name" | "layout[].vm[].name" | "workload[].name" => {
+            "a name in quotes (1-64 characters of A-Z a-z 0-9 _ -)"
+        }
+        "matrix.description" => "a description in quotes",
+        "matrix.kernel" => "a path in quotes (the bench guest image)",
+        "matrix.host_cpus" | "layout[].vm[].cpus" => "a CPU list in quotes such as \"0-3,8\"",
+        "matrix.repetitions" => "an integer from 1 to 10000",
+        "matrix.cell_timeout_s" => "a number of seconds greater than 0, such as 30 or 2.5",
+        "matrix.baseline" => {
+            "a policy label in quotes such as \"host\", or an array of them such as [\"host\", \"qemu\"]"
+        }
+        "matrix.baseline[]" => "a policy label in quotes",
+        "matrix.policies" => "an array of policies such as [\"host\", \"haiku\"]",
+        "matrix.policies[]" => {
+            "a policy in quotes such as \"haiku\" or \"haiku:power-saving\", or a table such as { label = \"haiku-w\", policy = \"haiku\", dispatch = \"workers\" }"
+        }
+        "matrix.policies[].label" => "a label in quotes",
+        "matrix.policies[].policy" => "a policy name in quotes such as \"haiku\"",
+        "matrix.policies[].mode" => "one of \"low-latency\", \"power-saving\"",
+        "matrix.dispatch" | "matrix.policies[].dispatch" => "one of \"threads\", \"workers\"",
+        "matrix.memory_mib" | "layout[].vm[].memory_mib" => {
+            "an integer number of MiB from 2 to 1048576"
+        }
+        "matrix.trace" => "true or false",
+        "workload" => "[[workload]] tables (one per workload)",
+        "workload[]" => "a [[workload]] table",
+        "layout" => "[[layout]] tables (one per layout)",
+        "layout[]" => "a [[layout]] table",
+        "layout[].workloads" => "an array of workload names such as [\"cpu\"]",
+        "layout[].workloads[]" => "a workload name in quotes",
+        "layout[].under_test" => "the name of a VM entry of the layout in quotes, or \"all\"",
+        "layout[].vm" => "an array of VMs such as [ { name = \"a\", vcpus = 1 } ]",
+        "layout[].vm[]" => "a VM table such as { name = \"a\", vcpus = 1, cpus = \"0\" }",
+        "layout[].vm[].count" => "an integer from 1 to 64",
+        "layout[].vm[].vcpus" => "an integer from 1 to 254",
+        "layout[].vm[].class" => "one of \"timeshare\", \"realtime\"",
+        "layout[].vm[].priority" => "an integer priority (timeshare 1-99, realtime 100-120)",
+        "layout[].vm[].workload" => "a workload name in quotes",
+        _ => return None,
+    })
+}
+
+/// The matrix file's schema for `config_errors`.
+pub const SCHEMA: crate::config_errors::Schema = crate::config_errors::Schema {
+    expectation,
+    table_fields: &[
+        "matrix",
+        "workload",
+        "workload[]",
+        "layout",
+        "layout[]",
+        "layout[].vm",
+        "layout[].vm[]",
+    ],
+};
+
 struct Checker<'a> {
     text: &'a str,
     diags: Vec<Diagnostic>,
@@ -726,15 +787,8 @@ impl Matrix {
             path: path.to_path_buf(),
             diagnostics,
         };
-        let raw: RawMatrix = toml::from_str(text).map_err(|e| {
-            let (line, column) = line_col(text, e.span().map(|s| s.start).unwrap_or(0));
-            invalid(vec![Diagnostic {
-                line,
-                column,
-                field: String::new(),
-                message: e.message().trim().to_string(),
-            }])
-        })?;
+        let raw: RawMatrix = toml::from_str(text)
+            .map_err(|e| invalid(vec![crate::config_errors::explain_in(&SCHEMA, text, &e)]))?;
         let base = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
