@@ -49,12 +49,12 @@ fn assignments(line: &str) -> Vec<(usize, usize, usize, usize)> {
             i += 1;
             continue;
         }
-        if in_str || c == b'#' && !in_str {
-            if c == b'#' {
-                break;
-            }
+        if in_str {
             i += 1;
             continue;
+        }
+        if c == b'#' {
+            break;
         }
         let starts_key = (c.is_ascii_alphabetic() || c == b'_')
             && (i == 0 || matches!(b[i - 1], b' ' | b'{' | b','));
@@ -95,9 +95,7 @@ fn assignments(line: &str) -> Vec<(usize, usize, usize, usize)> {
                     break;
                 }
                 depth -= 1;
-            } else if c == b',' && depth == 0 {
-                break;
-            } else if c == b'#' {
+            } else if (c == b',' && depth == 0) || c == b'#' {
                 break;
             }
             j += 1;

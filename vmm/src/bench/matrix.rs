@@ -132,6 +132,8 @@ pub struct VmSpec {
     pub name: String,
     /// The `[[layout]] vm` entry it came from (its name), for grouping.
     pub group: String,
+    /// That entry's index in the layout's `vm` array.
+    pub entry: usize,
     pub vcpus: u32,
     pub cpus: HostCpuSet,
     pub class: SchedClass,
@@ -1051,6 +1053,7 @@ impl Matrix {
                     vms.push(VmSpec {
                         name,
                         group: group.clone(),
+                        entry: vi,
                         vcpus,
                         cpus: cpus.clone(),
                         class,
@@ -1091,10 +1094,42 @@ impl Matrix {
                 headline,
             });
         }
+        // A cell must outlive its workloads (the bench guest's run for
+        // `duration_ms`; a unixbench suite's length is its own).
+        let longest = layouts
+            .iter()
+            .flat_map(|l| {
+                let own = l.vms.iter().filter_map(|v| v.workload);
+                l.workloads.iter().copied().chain(own).collect::<Vec<_>>()
+            })
+            .filter_map(|i| workloads.get(i).map(|w| (i, w)))
+            .filter(|(_, w)| w.kind.is_bench_guest())
+            .max_by_key(|(_, w)| w.duration_ms());
+        if let Some((wi, w)) = longest {
+            let runs = Duration::from_millis(w.duration_ms());
+            if cell_timeout <= runs {
+                let why = format!(
+                    "expected a cell time limit longer than the longest workload runs (workload[{wi}] {:?}: {} s), found {} s",
+                    w.name,
+                    seconds(runs),
+                    seconds(cell_timeout)
+                );
+                match &head.cell_timeout_s {
+                    Some(t) => c.err(t.span(), "matrix.cell_timeout_s", why),
+                    None => {
+                        let span = raw.workload[wi]
+                            .get("duration_ms")
+                            .map(|v| v.span())
+                            .unwrap_or_default();
+                        c.err(span, format!("workload[{wi}].duration_ms"), why);
+                    }
+                }
+            }
+        }
         if !c.diags.is_empty() {
             return Err(invalid(c.diags));
         }
-        Ok(Matrix {
+        let m = Matrix {
             path: path.to_path_buf(),
             name,
             description: head.description.clone(),
@@ -1107,7 +1142,14 @@ impl Matrix {
             workloads,
             layouts,
             trace: head.trace,
-        })
+        };
+        // Every VM as a host config's VM (`vm_check.rs`).
+        let mut diags = super::vm_check::check(&m, text, host);
+        if !diags.is_empty() {
+            diags.sort_by_key(|d| (d.line, d.column));
+            return Err(invalid(diags));
+        }
+        Ok(m)
     }
 
     /// The policy entry with this label.
@@ -1119,7 +1161,7 @@ impl Matrix {
     pub fn describe(&self) -> String {
         let labels: Vec<_> = self.policies.iter().map(|p| p.label.as_str()).collect();
         let mut s = format!(
-            "matrix {}: {} policies ({}) x {} layouts x {} workloads x {} repetitions on CPUs {}, cell limit {:.0} s\n",
+            "matrix {}: {} policies ({}) x {} layouts x {} workloads x {} repetitions on CPUs {}, cell limit {} s\n",
             self.name,
             self.policies.len(),
             labels.join(", "),
@@ -1127,7 +1169,7 @@ impl Matrix {
             self.workloads.len(),
             self.repetitions,
             self.host_cpus.to_list(),
-            self.cell_timeout.as_secs_f64()
+            seconds(self.cell_timeout)
         );
         for l in &self.layouts {
             let w: Vec<_> = l
@@ -1143,6 +1185,23 @@ impl Matrix {
             );
         }
         s
+    }
+}
+
+/// A duration in seconds as a person reads it: `30`, `2.5`, `0.001`
+/// (never a limit of 1 ms shown as "0").
+pub fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 100.0 {
+        format!("{s:.0}")
+    } else {
+        let t = format!("{s:.3}");
+        let t = t.trim_end_matches('0').trim_end_matches('.');
+        if t == "0" && s > 0.0 {
+            format!("{s:.1e}")
+        } else {
+            t.to_string()
+        }
     }
 }
 
@@ -1171,7 +1230,9 @@ pub(crate) mod tests {
                 std::thread::current().id()
             ));
             std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("guest.elf"), b"\x7fELF").unwrap();
+            // A bench guest image of one 1 MiB segment at 1 MiB (2 MiB of RAM).
+            let elf = crate::kernel_image::tests::elf_with_loads(&[(0x10_0000, 0x10_0000)]);
+            std::fs::write(dir.join("guest.elf"), elf).unwrap();
             Fixture { dir }
         }
         pub fn parse(&self, text: &str) -> Result<Matrix, MatrixError> {

@@ -33,6 +33,7 @@ pub mod run;
 pub mod store;
 pub mod summary;
 pub mod unixbench;
+pub mod vm_check;
 pub mod workload;
 
 pub use matrix::{Matrix, MatrixError};
