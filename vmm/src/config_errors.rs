@@ -49,6 +49,47 @@ pub fn quoted(s: &str) -> String {
     format!("\"{}\"", one_line(&short).replace('"', "\\\""))
 }
 
+/// Longest word of a message kept whole; longer ones (a value or a path
+/// the file repeats) are cut.
+const MAX_WORD: usize = 96;
+/// Longest message kept whole.
+const MAX_MESSAGE: usize = 1000;
+
+/// `message` cut to a readable length: every word longer than
+/// [`MAX_WORD`] characters keeps its start and says how long it was, and
+/// the whole is at most about [`MAX_MESSAGE`] characters. An error about a
+/// 200 KB value names the value, it does not repeat it.
+pub fn readable(message: &str) -> String {
+    if message.chars().count() <= MAX_WORD {
+        return message.to_string();
+    }
+    let mut out = String::with_capacity(message.len().min(MAX_MESSAGE + 64));
+    for (i, word) in message.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let n = word.chars().count();
+        if n > MAX_WORD {
+            // A word's trailing punctuation (`path:`) stays.
+            let tail = word
+                .chars()
+                .last()
+                .filter(|c| ":;,.)\"".contains(*c))
+                .map(String::from)
+                .unwrap_or_default();
+            out.extend(word.chars().take(MAX_EXCERPT));
+            out.push_str(&format!("…({n} characters){tail}"));
+        } else {
+            out.push_str(word);
+        }
+        if out.chars().count() > MAX_MESSAGE {
+            let cut: String = out.chars().take(MAX_MESSAGE).collect();
+            return format!("{cut}…({} characters)", message.chars().count());
+        }
+    }
+    out
+}
+
 /// A value, the way an error message names it.
 pub fn describe(v: &DeValue<'_>) -> String {
     match v {
@@ -456,9 +497,36 @@ fn at(text: &str, pos: usize, field: String, message: String) -> Diagnostic {
     Diagnostic {
         line,
         column,
-        field: one_line(&field),
-        message: one_line(&message),
+        field: readable(&one_line(&field)),
+        message: readable(&one_line(&message)),
     }
+}
+
+/// The diagnostic for a file that is not UTF-8: the line and column of
+/// the first bad byte (columns in characters of the valid text before it),
+/// the field it is in, and the byte.
+pub fn utf8_error(bytes: &[u8], err: &std::str::Utf8Error) -> Diagnostic {
+    let valid = err.valid_up_to();
+    // The prefix is valid UTF-8 by definition of `valid_up_to`.
+    let text = std::str::from_utf8(&bytes[..valid]).unwrap_or_default();
+    let bad = &bytes[valid..];
+    let len = err
+        .error_len()
+        .unwrap_or(bad.len())
+        .clamp(1, 4)
+        .min(bad.len());
+    let shown: Vec<String> = bad[..len].iter().map(|b| format!("0x{b:02X}")).collect();
+    let what = if len == 1 { "the byte" } else { "the bytes" };
+    at(
+        text,
+        valid,
+        syntax_field(text, valid),
+        format!(
+            "expected UTF-8 text, found {what} {} (byte {} of the file)",
+            shown.join(" "),
+            valid + 1
+        ),
+    )
 }
 
 /// The diagnostic for an error of `toml::from_str` over `text` (a host
@@ -614,6 +682,42 @@ mod tests {
             let d = explain(&deep, &e);
             assert!(!d.field.is_empty(), "{d:?}");
         }
+    }
+
+    #[test]
+    fn utf8_errors_have_line_and_column() {
+        let bytes: &[u8] =
+            &std::hint::black_box(*b"[host]\ncpus = \"0\"\n[[vm]]\nname = \"\xc3\xa9\xff\"\n");
+        let e = std::str::from_utf8(bytes).unwrap_err();
+        let d = utf8_error(bytes, &e);
+        assert_eq!((d.line, d.column), (4, 10), "{d:?}");
+        assert_eq!(d.field, "vm[0].name");
+        assert!(
+            d.message.contains("the byte 0xFF (byte 36 of the file)"),
+            "{d:?}"
+        );
+        let bytes: &[u8] = &std::hint::black_box([0xfeu8, 0xff]);
+        let e = std::str::from_utf8(bytes).unwrap_err();
+        let d = utf8_error(bytes, &e);
+        assert_eq!((d.line, d.column), (1, 1));
+        assert!(!d.field.is_empty());
+    }
+
+    #[test]
+    fn long_values_are_cut() {
+        assert_eq!(readable("expected 1, found 2"), "expected 1, found 2");
+        let long = format!(
+            "expected a file, found {}: No such file",
+            "/x".repeat(100_000)
+        );
+        let r = readable(&long);
+        assert!(r.len() < 200, "{r}");
+        assert!(
+            r.contains("(200001 characters)") && r.ends_with(": No such file"),
+            "{r}"
+        );
+        let many = "word ".repeat(10_000);
+        assert!(readable(&many).chars().count() < MAX_MESSAGE + 40);
     }
 
     #[test]

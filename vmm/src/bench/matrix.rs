@@ -355,8 +355,8 @@ impl Checker<'_> {
         self.diags.push(Diagnostic {
             line,
             column,
-            field: field.into(),
-            message: message.into(),
+            field: crate::config_errors::readable(&field.into()),
+            message: crate::config_errors::readable(&message.into()),
         });
     }
 
