@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Fuzz every target for N inputs each (default 1000000): the config parser,
+# the bench matrix parser, the scheduling trace reader,
 # the port-I/O devices, the interrupt controller and MMIO bus, the result
 # record parser and the ELF loader. Prints inputs/s, findings and peak
 # memory per target; findings are saved to target/fuzz-findings/ (replay
