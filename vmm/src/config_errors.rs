@@ -481,6 +481,11 @@ fn plain_semantic(message: &str) -> String {
             return format!("expected {}", plain_type(exp));
         }
     }
+    // An integer past i64 (toml keeps integers as i64).
+    if m.contains("value was too large") || m.contains("too large to fit") {
+        return format!("expected {}", plain_type("i64"))
+            + " from -9223372036854775808 to 9223372036854775807";
+    }
     if m.contains("untagged enum") || m.contains("$__toml") {
         return "a value of another kind was expected".into();
     }
