@@ -44,10 +44,10 @@ if ! cargo afl --version >/dev/null 2>&1; then
     echo "fuzz.sh --afl: cargo-afl is not installed (cargo install cargo-afl --locked)" >&2
     exit 2
 fi
-export CARGO_TARGET_DIR="$PWD/target/afl"
-cargo afl build --release --manifest-path fuzz/afl/Cargo.toml
-cargo build --release --locked -p pacer-fuzz
-bin="$CARGO_TARGET_DIR/release/pacer-afl"
+# Its own target directory: instrumented builds must not share a cache
+# with the plain ones.
+CARGO_TARGET_DIR="$PWD/target/afl" cargo afl build --release --manifest-path fuzz/afl/Cargo.toml
+bin="$PWD/target/afl/release/pacer-afl"
 [ ${#targets[@]} -gt 0 ] || mapfile -t targets < <("$bin" --list)
 mkdir -p target/afl-out
 export AFL_NO_UI=1 AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1
