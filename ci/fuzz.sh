@@ -75,7 +75,7 @@ for t in "${targets[@]}"; do
         "$(stat corpus_count)" "$crashes" "$hangs"
     if [ "$crashes" != 0 ] || [ "$hangs" != 0 ]; then
         failed=1
-        ls "$out"/default/crashes/id* "$out"/default/hangs/id* 2>/dev/null | head -5 | sed 's/^/    /'
+        { ls "$out"/default/crashes/id* "$out"/default/hangs/id* 2>/dev/null || true; } | head -5 | sed 's/^/    /'
     fi
     if [ "$update" = 1 ]; then
         small="$out/small"
