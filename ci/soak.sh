@@ -3,13 +3,21 @@
 # policy for DURATION seconds; checks each second that every vCPU makes
 # progress and that the VMM's memory stays flat, and at the end that every
 # result is complete.
-#   bash ci/soak.sh 600      # 10 minutes; 3600 before a release
+#   bash ci/soak.sh 600           # 10 minutes; 3600 before a release
+#   bash ci/soak.sh 600 --churn   # the same while random affinity, priority
+#                                 # and mode changes are made all along
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 DURATION="${1:-600}"
+TEST=soak
+case "${2:-}" in
+"") ;;
+--churn) TEST=soak_churn ;;
+*) echo "usage: ci/soak.sh [SECONDS] [--churn]" >&2; exit 2 ;;
+esac
 if [ ! -c /dev/kvm ]; then
     echo "SKIPPED: /dev/kvm not available"
     exit 0
 fi
-SOAK_SECONDS="$DURATION" cargo test --release --locked -q -p vmm --test soak -- --ignored --nocapture
+SOAK_SECONDS="$DURATION" cargo test --release --locked -q -p vmm --test soak -- --ignored --nocapture --exact "$TEST"

@@ -42,7 +42,7 @@ fn every_target_survives_a_short_run() {
     }
     assert_eq!(
         names,
-        ["config", "pio", "irqchip", "record", "elf", "api", "trace"]
+        ["config", "pio", "irqchip", "record", "elf", "api", "trace", "matrix"]
     );
 }
 

@@ -45,7 +45,7 @@
 
 use crate::boot::multiboot::Module;
 use crate::boot::{self, GuestKind};
-use crate::config_errors::{one_line, quoted, SpanIndex};
+use crate::config_errors::{one_line, quoted, readable, SpanIndex};
 use crate::cpuid::CpuidOverrides;
 use crate::engine::policy::Policy;
 use crate::engine::DispatchKind;
@@ -326,8 +326,8 @@ impl Checker<'_> {
         self.diags.push(Diagnostic {
             line,
             column,
-            field: field.into(),
-            message: message.into(),
+            field: readable(&field.into()),
+            message: readable(&message.into()),
         });
     }
 
@@ -346,8 +346,18 @@ impl Checker<'_> {
         } else {
             base.join(p)
         };
+        if let Err(why) = crate::path_rules::shape(&p) {
+            self.err(raw.span(), field, why);
+            return None;
+        }
         match std::fs::metadata(&p) {
-            Ok(m) if m.is_file() => Some(p),
+            Ok(m) if m.is_file() => match crate::path_rules::input_file(&p) {
+                Ok(()) => Some(p),
+                Err(why) => {
+                    self.err(raw.span(), field, why);
+                    None
+                }
+            },
             Ok(_) => {
                 self.err(
                     raw.span(),
@@ -635,11 +645,23 @@ impl Config {
         host: &HostInfo,
         overrides: Overrides,
     ) -> Result<Config, ConfigError> {
-        let text =
-            crate::preflight::read_config_file(path).map_err(|source| ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let bytes = crate::preflight::read_regular_file(
+            path,
+            crate::preflight::MAX_CONFIG_BYTES,
+            "a config file",
+        )
+        .map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        // Not UTF-8: the bad byte's line and column, like any other error.
+        let text = String::from_utf8(bytes).map_err(|e| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            diagnostics: vec![crate::config_errors::utf8_error(
+                e.as_bytes(),
+                &e.utf8_error(),
+            )],
+        })?;
         Self::parse_overridden(&text, path, host, overrides)
     }
 
@@ -787,7 +809,14 @@ impl Config {
             }
             Some(d) => {
                 let p = base.join(d.get_ref());
-                if let Err(why) = crate::preflight::check_dir_writable(&p) {
+                if let Err(why) = crate::path_rules::dir_to_create(&p) {
+                    let msg = if why.starts_with("expected") {
+                        why
+                    } else {
+                        format!("expected a directory Pacer can create and write, but {why}")
+                    };
+                    c.err(d.span(), "host.log_dir", msg);
+                } else if let Err(why) = crate::preflight::check_dir_writable(&p) {
                     c.err(
                         d.span(),
                         "host.log_dir",

@@ -49,6 +49,47 @@ pub fn quoted(s: &str) -> String {
     format!("\"{}\"", one_line(&short).replace('"', "\\\""))
 }
 
+/// Longest word of a message kept whole; longer ones (a value or a path
+/// the file repeats) are cut.
+const MAX_WORD: usize = 96;
+/// Longest message kept whole.
+const MAX_MESSAGE: usize = 1000;
+
+/// `message` cut to a readable length: every word longer than
+/// [`MAX_WORD`] characters keeps its start and says how long it was, and
+/// the whole is at most about [`MAX_MESSAGE`] characters. An error about a
+/// 200 KB value names the value, it does not repeat it.
+pub fn readable(message: &str) -> String {
+    if message.chars().count() <= MAX_WORD {
+        return message.to_string();
+    }
+    let mut out = String::with_capacity(message.len().min(MAX_MESSAGE + 64));
+    for (i, word) in message.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let n = word.chars().count();
+        if n > MAX_WORD {
+            // A word's trailing punctuation (`path:`) stays.
+            let tail = word
+                .chars()
+                .last()
+                .filter(|c| ":;,.)\"".contains(*c))
+                .map(String::from)
+                .unwrap_or_default();
+            out.extend(word.chars().take(MAX_EXCERPT));
+            out.push_str(&format!("…({n} characters){tail}"));
+        } else {
+            out.push_str(word);
+        }
+        if out.chars().count() > MAX_MESSAGE {
+            let cut: String = out.chars().take(MAX_MESSAGE).collect();
+            return format!("{cut}…({} characters)", message.chars().count());
+        }
+    }
+    out
+}
+
 /// A value, the way an error message names it.
 pub fn describe(v: &DeValue<'_>) -> String {
     match v {
@@ -97,6 +138,75 @@ pub fn expectation(pattern: &str) -> Option<&'static str> {
 
 /// Fields whose value is a table of fields of their own.
 const TABLE_FIELDS: &[&str] = &["host", "vm", "vm[]", "host.tunables", "vm[].workload"];
+
+/// What a kind of file accepts: one sentence per field pattern, and which
+/// fields are tables of fields of their own. Host configs and bench
+/// matrices each have one, so that serde's errors read the same in both.
+#[derive(Clone, Copy)]
+pub struct Schema {
+    pub expectation: fn(&str) -> Option<&'static str>,
+    pub table_fields: &'static [&'static str],
+}
+
+/// The host config's schema.
+pub const HOST_CONFIG: Schema = Schema {
+    expectation,
+    table_fields: TABLE_FIELDS,
+};
+
+/// Edit distance of two short words (insertions, deletions, substitutions
+/// and swaps of neighbours, each costing one).
+fn distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+/// The known name closest to `word` if it is a near miss (a typo, a
+/// plural, another case), for "did you mean" hints.
+pub fn near_miss<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    if word.chars().count() > 64 {
+        return None;
+    }
+    let lower = word.to_lowercase();
+    known
+        .into_iter()
+        .filter(|k| *k != word)
+        .map(|k| (distance(&lower, &k.to_lowercase()), k))
+        .filter(|(d, k)| *d <= (k.chars().count() / 3).clamp(1, 2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// `; did you mean "x"?` for a near miss, else nothing.
+pub fn hint<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> String {
+    near_miss(word, known)
+        .map(|k| format!("; did you mean \"{k}\"?"))
+        .unwrap_or_default()
+}
+
+/// The names inside backticks of serde's `expected one of `a`, `b``.
+fn backticked_names(s: &str) -> Vec<&str> {
+    s.split('`').skip(1).step_by(2).collect()
+}
 
 /// `vm[3].cpus[0]` -> `vm[].cpus[]`.
 pub fn pattern_of(path: &str) -> String {
@@ -371,6 +481,11 @@ fn plain_semantic(message: &str) -> String {
             return format!("expected {}", plain_type(exp));
         }
     }
+    // An integer past i64 (toml keeps integers as i64).
+    if m.contains("value was too large") || m.contains("too large to fit") {
+        return format!("expected {}", plain_type("i64"))
+            + " from -9223372036854775808 to 9223372036854775807";
+    }
     if m.contains("untagged enum") || m.contains("$__toml") {
         return "a value of another kind was expected".into();
     }
@@ -387,13 +502,48 @@ fn at(text: &str, pos: usize, field: String, message: String) -> Diagnostic {
     Diagnostic {
         line,
         column,
-        field: one_line(&field),
-        message: one_line(&message),
+        field: readable(&one_line(&field)),
+        message: readable(&one_line(&message)),
     }
 }
 
-/// The diagnostic for an error of `toml::from_str` over `text`.
+/// The diagnostic for a file that is not UTF-8: the line and column of
+/// the first bad byte (columns in characters of the valid text before it),
+/// the field it is in, and the byte.
+pub fn utf8_error(bytes: &[u8], err: &std::str::Utf8Error) -> Diagnostic {
+    let valid = err.valid_up_to();
+    // The prefix is valid UTF-8 by definition of `valid_up_to`.
+    let text = std::str::from_utf8(&bytes[..valid]).unwrap_or_default();
+    let bad = &bytes[valid..];
+    let len = err
+        .error_len()
+        .unwrap_or(bad.len())
+        .clamp(1, 4)
+        .min(bad.len());
+    let shown: Vec<String> = bad[..len].iter().map(|b| format!("0x{b:02X}")).collect();
+    let what = if len == 1 { "the byte" } else { "the bytes" };
+    at(
+        text,
+        valid,
+        syntax_field(text, valid),
+        format!(
+            "expected UTF-8 text, found {what} {} (byte {} of the file)",
+            shown.join(" "),
+            valid + 1
+        ),
+    )
+}
+
+/// The diagnostic for an error of `toml::from_str` over `text` (a host
+/// config).
 pub fn explain(text: &str, err: &toml::de::Error) -> Diagnostic {
+    explain_in(&HOST_CONFIG, text, err)
+}
+
+/// The diagnostic for an error of `toml::from_str` over `text`, a file of
+/// the given schema.
+pub fn explain_in(schema: &Schema, text: &str, err: &toml::de::Error) -> Diagnostic {
+    let expectation = schema.expectation;
     let index = SpanIndex::new(text);
     if let Some((span, message)) = index.first_syntax_error() {
         // The recovered document is unreliable around a syntax error: name
@@ -423,11 +573,19 @@ pub fn explain(text: &str, err: &toml::de::Error) -> Diagnostic {
         } else {
             join(&name)
         };
+        let names = rest
+            .split_once("expected ")
+            .map(|(_, e)| backticked_names(e))
+            .unwrap_or_default();
         let known = rest
             .split_once("expected ")
             .map(|(_, e)| plain_type(e))
             .unwrap_or_else(|| "no fields here".into());
-        let msg = format!("unknown field {}; expected {known}", quoted(&name));
+        let msg = format!(
+            "unknown field {}; expected {known}{}",
+            quoted(&name),
+            hint(&name, names)
+        );
         return at(text, span.start, field, msg);
     }
     if let Some(rest) = message.strip_prefix("missing field ") {
@@ -455,7 +613,7 @@ pub fn explain(text: &str, err: &toml::de::Error) -> Diagnostic {
         };
         path = &path[..cut];
         let p = pattern_of(path);
-        if expectation(&p).is_some() && !TABLE_FIELDS.contains(&p.as_str()) {
+        if expectation(&p).is_some() && !schema.table_fields.contains(&p.as_str()) {
             if let Some(parent) = index.get(path) {
                 node = parent;
             }
@@ -470,7 +628,18 @@ pub fn explain(text: &str, err: &toml::de::Error) -> Diagnostic {
             .map(str::to_string)
             .unwrap_or_else(|| plain_semantic(message)),
     };
-    let msg = format!("expected {expected}, found {}", node.found);
+    // An enum value that is a near miss of one of its names.
+    let near = message
+        .strip_prefix("unknown variant ")
+        .and_then(|rest| {
+            let word = backticked(rest)?;
+            let names = rest
+                .split_once("expected ")
+                .map(|(_, e)| backticked_names(e))?;
+            Some(hint(&word, names))
+        })
+        .unwrap_or_default();
+    let msg = format!("expected {expected}, found {}{near}", node.found);
     at(text, span.start, node.path.clone(), msg)
 }
 
@@ -518,6 +687,79 @@ mod tests {
             let d = explain(&deep, &e);
             assert!(!d.field.is_empty(), "{d:?}");
         }
+    }
+
+    #[test]
+    fn utf8_errors_have_line_and_column() {
+        let bytes: &[u8] =
+            &std::hint::black_box(*b"[host]\ncpus = \"0\"\n[[vm]]\nname = \"\xc3\xa9\xff\"\n");
+        let e = std::str::from_utf8(bytes).unwrap_err();
+        let d = utf8_error(bytes, &e);
+        assert_eq!((d.line, d.column), (4, 10), "{d:?}");
+        assert_eq!(d.field, "vm[0].name");
+        assert!(
+            d.message.contains("the byte 0xFF (byte 36 of the file)"),
+            "{d:?}"
+        );
+        let bytes: &[u8] = &std::hint::black_box([0xfeu8, 0xff]);
+        let e = std::str::from_utf8(bytes).unwrap_err();
+        let d = utf8_error(bytes, &e);
+        assert_eq!((d.line, d.column), (1, 1));
+        assert!(!d.field.is_empty());
+    }
+
+    #[test]
+    fn long_values_are_cut() {
+        assert_eq!(readable("expected 1, found 2"), "expected 1, found 2");
+        let long = format!(
+            "expected a file, found {}: No such file",
+            "/x".repeat(100_000)
+        );
+        let r = readable(&long);
+        assert!(r.len() < 200, "{r}");
+        assert!(
+            r.contains("(200001 characters)") && r.ends_with(": No such file"),
+            "{r}"
+        );
+        let many = "word ".repeat(10_000);
+        assert!(readable(&many).chars().count() < MAX_MESSAGE + 40);
+    }
+
+    #[test]
+    fn near_misses() {
+        let known = [
+            "name",
+            "vcpus",
+            "memory_mib",
+            "cpus",
+            "timeshare",
+            "realtime",
+        ];
+        assert_eq!(near_miss("vcpu", known), Some("vcpus"));
+        assert_eq!(near_miss("VCPUS", known), Some("vcpus"));
+        assert_eq!(near_miss("memory_mb", known), Some("memory_mib"));
+        assert_eq!(near_miss("timeshar", known), Some("timeshare"));
+        assert_eq!(near_miss("nmae", known), Some("name"));
+        assert_eq!(near_miss("colour", known), None);
+        assert_eq!(near_miss("vcpus", ["vcpus"]), None);
+        assert_eq!(hint("cpu", known), "; did you mean \"cpus\"?");
+        let text = "[[vm]]\nname = \"a\"\nvcpu = 1\n";
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Vm {
+            name: String,
+            vcpus: Option<i64>,
+        }
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Doc {
+            vm: Vec<Vm>,
+        }
+        let e = toml::from_str::<Doc>(text).unwrap_err();
+        let d = explain(text, &e);
+        assert_eq!(d.field, "vm[0].vcpu");
+        assert!(d.message.ends_with("did you mean \"vcpus\"?"), "{d:?}");
     }
 
     #[test]

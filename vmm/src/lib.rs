@@ -37,6 +37,7 @@ pub mod kernel_image;
 pub mod manpages;
 pub mod memory;
 pub mod msr;
+pub mod path_rules;
 pub mod preflight;
 pub mod results;
 pub mod run_dir;

@@ -5,6 +5,12 @@
 //! with complete results. Not part of the default test run:
 //!
 //! `bash ci/soak.sh 600` (seconds; 3600 before a release).
+//!
+//! `soak_churn` (`bash ci/soak.sh 600 --churn`) is the same run while a
+//! thread changes, every 20-200 ms at random, a random vCPU's affinity (a
+//! random non-empty subset of the host CPUs) or priority (1-99), or the
+//! scheduler's mode, through the engine's control calls (the control API's
+//! `set`): the vCPUs must still all progress every second.
 
 mod common;
 
@@ -15,6 +21,7 @@ use std::time::{Duration, Instant};
 use vmm::config::Config;
 use vmm::engine::cpu_map::CpuMap;
 use vmm::engine::{Engine, EngineConfig};
+use vmm::host_cpus::{HostCpu, HostCpuSet};
 use vmm::vm::{open_kvm, VcpuScheduling};
 use vmm::{Vm, VmOptions};
 
@@ -27,10 +34,99 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// A small xorshift generator (the run's seed is printed).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// What the churn thread did.
+#[derive(Debug, Default)]
+struct Churn {
+    affinity: u64,
+    priority: u64,
+    mode: u64,
+    errors: Vec<String>,
+}
+
+/// Random changes until `done`: affinities, priorities, the mode.
+fn churn(
+    engine: &Engine,
+    host: &HostCpuSet,
+    done: &AtomicBool,
+    until: Instant,
+    seed: u64,
+) -> Churn {
+    let mut rng = Rng(seed | 1);
+    let mut c = Churn::default();
+    let cpus: Vec<HostCpu> = host.iter().collect();
+    // Let the VMs boot first.
+    std::thread::sleep(Duration::from_secs(3));
+    // Until shortly before the VMs end (a vCPU that exited is gone).
+    while !done.load(Ordering::Acquire) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20 + rng.below(180)));
+        let vms = engine.live_vms();
+        let vcpus: Vec<_> = vms.iter().flat_map(|vm| vm.vcpus.iter().cloned()).collect();
+        if vcpus.is_empty() {
+            continue;
+        }
+        let v = &vcpus[rng.below(vcpus.len() as u64) as usize];
+        let r = match rng.below(10) {
+            0..=4 => {
+                let mut set = HostCpuSet::new();
+                while set.is_empty() {
+                    for cpu in &cpus {
+                        if rng.below(2) == 0 {
+                            set.insert(*cpu);
+                        }
+                    }
+                }
+                c.affinity += 1;
+                engine.set_vcpu_affinity(v, &set)
+            }
+            5..=8 => {
+                c.priority += 1;
+                engine.set_vcpu_priority(v, 1 + rng.below(99) as u8)
+            }
+            _ => {
+                c.mode += 1;
+                let mode = match engine.mode() {
+                    vcpu_sched::Mode::LowLatency => vcpu_sched::Mode::PowerSaving,
+                    _ => vcpu_sched::Mode::LowLatency,
+                };
+                engine.set_mode(mode)
+            }
+        };
+        if let Err(e) = r {
+            c.errors.push(format!("{}: {e}", v.name));
+        }
+    }
+    c
+}
+
 #[test]
 #[ignore = "long; run by ci/soak.sh"]
 fn soak() {
-    if !kvm_or_skip("soak") {
+    run_soak("soak", false);
+}
+
+#[test]
+#[ignore = "long; run by ci/soak.sh --churn"]
+fn soak_churn() {
+    run_soak("soak_churn", true);
+}
+
+fn run_soak(test: &str, with_churn: bool) {
+    if !kvm_or_skip(test) {
         return;
     }
     let secs: u64 = std::env::var("SOAK_SECONDS")
@@ -38,7 +134,7 @@ fn soak() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
     let ms = secs * 1000;
-    let dir = TempDir::new("soak");
+    let dir = TempDir::new(test);
     let vm = |name: &str, vcpus: u32, workload: String| {
         format!(
             "[[vm]]\nname = \"{name}\"\nvcpus = {vcpus}\nmemory_mib = 64\nkernel = \"{}\"\nworkload = \"{workload}\"\ntimeout_s = {}\n\n",
@@ -104,6 +200,9 @@ fn soak() {
                 let mut last = engine.snapshot();
                 let rss_booted = rss_kib();
                 let (mut seconds, mut gaps, mut rss_max) = (0u64, Vec::new(), rss_booted);
+                // Consecutive seconds without progress, per entity; the longest.
+                let mut streak: std::collections::HashMap<String, u64> = Default::default();
+                let mut longest = 0u64;
                 while !done.load(Ordering::Acquire) && seconds + 5 < secs {
                     std::thread::sleep(Duration::from_secs(1));
                     let now = engine.snapshot();
@@ -111,10 +210,22 @@ fn soak() {
                         let Some(p) = last.entities.iter().find(|p| p.id == e.id) else {
                             continue;
                         };
-                        if e.run_time == p.run_time && e.wakes == p.wakes {
+                        let key = format!("{:?}", e.id);
+                        let still = e.run_time == p.run_time && e.wakes == p.wakes;
+                        let n = streak.entry(key).or_default();
+                        *n = if still { *n + 1 } else { 0 };
+                        longest = longest.max(*n);
+                        if still {
                             gaps.push(format!(
-                                "second {seconds}: entity {:?} made no progress",
-                                e.id
+                                "second {seconds}: entity {:?} (priority {}, runnable {} ms of it; others' priorities {:?}) made no progress",
+                                e.id,
+                                e.base_priority,
+                                (e.ready_wait - p.ready_wait) / 1_000_000,
+                                now.entities
+                                    .iter()
+                                    .filter(|o| o.id != e.id)
+                                    .map(|o| o.base_priority)
+                                    .collect::<Vec<_>>()
                             ));
                         }
                     }
@@ -122,18 +233,40 @@ fn soak() {
                     last = now;
                     seconds += 1;
                 }
-                (seconds, gaps, rss_booted, rss_max)
+                (seconds, gaps, longest, rss_booted, rss_max)
             })
         };
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        let churner = with_churn.then(|| {
+            let (engine, done, host) = (engine.clone(), done.clone(), config.host.cpus.clone());
+            println!("churn seed {seed}");
+            let until = t0 + Duration::from_secs(secs.saturating_sub(3));
+            s.spawn(move || churn(&engine, &host, &done, until, seed))
+        });
         let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
         done.store(true, Ordering::Release);
-        (results, watch.join().unwrap())
+        let churned = churner.map(|h| h.join().unwrap());
+        (results, watch.join().unwrap(), churned)
     });
     engine.shutdown();
-    let (results, (watched, gaps, rss_booted, rss_max)) = results;
+    let (results, (watched, gaps, longest, rss_booted, rss_max), churned) = results;
+    if let Some(c) = &churned {
+        println!(
+            "churn: {} affinity, {} priority, {} mode changes; {} errors",
+            c.affinity,
+            c.priority,
+            c.mode,
+            c.errors.len()
+        );
+        for e in c.errors.iter().take(10) {
+            println!("  {e}");
+        }
+    }
     let rss_end = rss_kib();
     println!(
-        "soak: {secs} s, 4 VMs, 10 vCPUs; watched {watched} s; progress gaps {}; RSS before the VMs {rss_start} KiB, once booted {rss_booted} KiB, max {rss_max} KiB, after {rss_end} KiB",
+        "soak: {secs} s, 4 VMs, 10 vCPUs; watched {watched} s; progress gaps {} (longest {longest} s); RSS before the VMs {rss_start} KiB, once booted {rss_booted} KiB, max {rss_max} KiB, after {rss_end} KiB",
         gaps.len()
     );
     for g in gaps.iter().take(20) {
@@ -150,7 +283,23 @@ fn soak() {
             r.name
         );
     }
-    assert!(gaps.is_empty(), "vCPUs without progress: {gaps:?}");
+    if let Some(c) = &churned {
+        // Random priorities (1-99) stretch the documented starvation bound
+        // (ARCHITECTURE.md, "Starvation bound": sum over the others of
+        // (P_X + 20) + 1 quanta) past one second; a vCPU runnable for 5
+        // seconds in a row would be past it.
+        assert!(
+            longest < 5,
+            "a vCPU without progress {longest} s in a row: {gaps:?}"
+        );
+        assert!(c.errors.is_empty(), "changes refused: {:?}", c.errors);
+        assert!(
+            c.affinity + c.priority + c.mode >= secs.saturating_sub(10),
+            "too few changes: {c:?}"
+        );
+    } else {
+        assert!(gaps.is_empty(), "vCPUs without progress: {gaps:?}");
+    }
     // Flat memory: what the run needs is allocated while it boots.
     assert!(
         rss_max < rss_booted + 16 * 1024,

@@ -4,6 +4,7 @@ pub mod api;
 pub mod config;
 pub mod elf;
 pub mod irqchip;
+pub mod matrix;
 pub mod pio;
 pub mod record;
 pub mod trace;
@@ -20,6 +21,7 @@ pub fn all() -> Vec<Box<dyn Target>> {
         Box::new(elf::ElfTarget::new()),
         Box::new(api::ApiTarget::new()),
         Box::new(trace::TraceTarget::new()),
+        Box::new(matrix::MatrixTarget::new()),
     ]
 }
 

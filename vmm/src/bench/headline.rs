@@ -307,7 +307,11 @@ mod tests {
         let benches = fx.dir.join("benches");
         std::fs::create_dir_all(&benches).unwrap();
         std::fs::create_dir_all(fx.dir.join("guests/out")).unwrap();
-        std::fs::write(fx.dir.join("guests/out/bench-guest.elf"), b"\x7fELF").unwrap();
+        std::fs::write(
+            fx.dir.join("guests/out/bench-guest.elf"),
+            crate::kernel_image::tests::elf_with_loads(&[(0x10_0000, 0x10_0000)]),
+        )
+        .unwrap();
         let text = std::fs::read_to_string(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../benches/{name}")),
         )

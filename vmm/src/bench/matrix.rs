@@ -132,6 +132,8 @@ pub struct VmSpec {
     pub name: String,
     /// The `[[layout]] vm` entry it came from (its name), for grouping.
     pub group: String,
+    /// That entry's index in the layout's `vm` array.
+    pub entry: usize,
     pub vcpus: u32,
     pub cpus: HostCpuSet,
     pub class: SchedClass,
@@ -297,6 +299,67 @@ struct RawMatrix {
     layout: Vec<RawLayout>,
 }
 
+/// What a matrix field accepts, by its path pattern (array indices as
+/// `[]`): the words serde's errors are put in (`config_errors`).
+pub fn expectation(pattern: &str) -> Option<&'static str> {
+    Some(match pattern {
+        "matrix" => "a [matrix] table",
+        "matrix.name" | "layout[].name" | "layout[].vm[].name" | "workload[].name" => {
+            "a name in quotes (1-64 characters of A-Z a-z 0-9 _ -)"
+        }
+        "matrix.description" => "a description in quotes",
+        "matrix.kernel" => "a path in quotes (the bench guest image)",
+        "matrix.host_cpus" | "layout[].vm[].cpus" => "a CPU list in quotes such as \"0-3,8\"",
+        "matrix.repetitions" => "an integer from 1 to 10000",
+        "matrix.cell_timeout_s" => "a number of seconds greater than 0, such as 30 or 2.5",
+        "matrix.baseline" => {
+            "a policy label in quotes such as \"host\", or an array of them such as [\"host\", \"qemu\"]"
+        }
+        "matrix.baseline[]" => "a policy label in quotes",
+        "matrix.policies" => "an array of policies such as [\"host\", \"haiku\"]",
+        "matrix.policies[]" => {
+            "a policy in quotes such as \"haiku\" or \"haiku:power-saving\", or a table such as { label = \"haiku-w\", policy = \"haiku\", dispatch = \"workers\" }"
+        }
+        "matrix.policies[].label" => "a label in quotes",
+        "matrix.policies[].policy" => "a policy name in quotes such as \"haiku\"",
+        "matrix.policies[].mode" => "one of \"low-latency\", \"power-saving\"",
+        "matrix.dispatch" | "matrix.policies[].dispatch" => "one of \"threads\", \"workers\"",
+        "matrix.memory_mib" | "layout[].vm[].memory_mib" => {
+            "an integer number of MiB from 2 to 1048576"
+        }
+        "matrix.trace" => "true or false",
+        "workload" => "[[workload]] tables (one per workload)",
+        "workload[]" => "a [[workload]] table",
+        "layout" => "[[layout]] tables (one per layout)",
+        "layout[]" => "a [[layout]] table",
+        "layout[].workloads" => "an array of workload names such as [\"cpu\"]",
+        "layout[].workloads[]" => "a workload name in quotes",
+        "layout[].under_test" => "the name of a VM entry of the layout in quotes, or \"all\"",
+        "layout[].vm" => "an array of VMs such as [ { name = \"a\", vcpus = 1 } ]",
+        "layout[].vm[]" => "a VM table such as { name = \"a\", vcpus = 1, cpus = \"0\" }",
+        "layout[].vm[].count" => "an integer from 1 to 64",
+        "layout[].vm[].vcpus" => "an integer from 1 to 254",
+        "layout[].vm[].class" => "one of \"timeshare\", \"realtime\"",
+        "layout[].vm[].priority" => "an integer priority (timeshare 1-99, realtime 100-120)",
+        "layout[].vm[].workload" => "a workload name in quotes",
+        _ => return None,
+    })
+}
+
+/// The matrix file's schema for `config_errors`.
+pub const SCHEMA: crate::config_errors::Schema = crate::config_errors::Schema {
+    expectation,
+    table_fields: &[
+        "matrix",
+        "workload",
+        "workload[]",
+        "layout",
+        "layout[]",
+        "layout[].vm",
+        "layout[].vm[]",
+    ],
+};
+
 struct Checker<'a> {
     text: &'a str,
     diags: Vec<Diagnostic>,
@@ -308,8 +371,8 @@ impl Checker<'_> {
         self.diags.push(Diagnostic {
             line,
             column,
-            field: field.into(),
-            message: message.into(),
+            field: crate::config_errors::readable(&field.into()),
+            message: crate::config_errors::readable(&message.into()),
         });
     }
 
@@ -744,15 +807,8 @@ impl Matrix {
             path: path.to_path_buf(),
             diagnostics,
         };
-        let raw: RawMatrix = toml::from_str(text).map_err(|e| {
-            let (line, column) = line_col(text, e.span().map(|s| s.start).unwrap_or(0));
-            invalid(vec![Diagnostic {
-                line,
-                column,
-                field: String::new(),
-                message: e.message().trim().to_string(),
-            }])
-        })?;
+        let raw: RawMatrix = toml::from_str(text)
+            .map_err(|e| invalid(vec![crate::config_errors::explain_in(&SCHEMA, text, &e)]))?;
         let base = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
@@ -1042,6 +1098,7 @@ impl Matrix {
                     vms.push(VmSpec {
                         name,
                         group: group.clone(),
+                        entry: vi,
                         vcpus,
                         cpus: cpus.clone(),
                         class,
@@ -1088,10 +1145,42 @@ impl Matrix {
                 headline,
             });
         }
+        // A cell must outlive its workloads (the bench guest's run for
+        // `duration_ms`; a unixbench suite's length is its own).
+        let longest = layouts
+            .iter()
+            .flat_map(|l| {
+                let own = l.vms.iter().filter_map(|v| v.workload);
+                l.workloads.iter().copied().chain(own).collect::<Vec<_>>()
+            })
+            .filter_map(|i| workloads.get(i).map(|w| (i, w)))
+            .filter(|(_, w)| w.kind.is_bench_guest())
+            .max_by_key(|(_, w)| w.duration_ms());
+        if let Some((wi, w)) = longest {
+            let runs = Duration::from_millis(w.duration_ms());
+            if cell_timeout <= runs {
+                let why = format!(
+                    "expected a cell time limit longer than the longest workload runs (workload[{wi}] {:?}: {} s), found {} s",
+                    w.name,
+                    seconds(runs),
+                    seconds(cell_timeout)
+                );
+                match &head.cell_timeout_s {
+                    Some(t) => c.err(t.span(), "matrix.cell_timeout_s", why),
+                    None => {
+                        let span = raw.workload[wi]
+                            .get("duration_ms")
+                            .map(|v| v.span())
+                            .unwrap_or_default();
+                        c.err(span, format!("workload[{wi}].duration_ms"), why);
+                    }
+                }
+            }
+        }
         if !c.diags.is_empty() {
             return Err(invalid(c.diags));
         }
-        Ok(Matrix {
+        let m = Matrix {
             path: path.to_path_buf(),
             name,
             description: head.description.clone(),
@@ -1104,7 +1193,14 @@ impl Matrix {
             workloads,
             layouts,
             trace: head.trace,
-        })
+        };
+        // Every VM as a host config's VM (`vm_check.rs`).
+        let mut diags = super::vm_check::check(&m, text, host);
+        if !diags.is_empty() {
+            diags.sort_by_key(|d| (d.line, d.column));
+            return Err(invalid(diags));
+        }
+        Ok(m)
     }
 
     /// The policy entry with this label.
@@ -1116,7 +1212,7 @@ impl Matrix {
     pub fn describe(&self) -> String {
         let labels: Vec<_> = self.policies.iter().map(|p| p.label.as_str()).collect();
         let mut s = format!(
-            "matrix {}: {} policies ({}) x {} layouts x {} workloads x {} repetitions on CPUs {}, cell limit {:.0} s\n",
+            "matrix {}: {} policies ({}) x {} layouts x {} workloads x {} repetitions on CPUs {}, cell limit {} s\n",
             self.name,
             self.policies.len(),
             labels.join(", "),
@@ -1124,7 +1220,7 @@ impl Matrix {
             self.workloads.len(),
             self.repetitions,
             self.host_cpus.to_list(),
-            self.cell_timeout.as_secs_f64()
+            seconds(self.cell_timeout)
         );
         for l in &self.layouts {
             let w: Vec<_> = l
@@ -1140,6 +1236,23 @@ impl Matrix {
             );
         }
         s
+    }
+}
+
+/// A duration in seconds as a person reads it: `30`, `2.5`, `0.001`
+/// (never a limit of 1 ms shown as "0").
+pub fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 100.0 {
+        format!("{s:.0}")
+    } else {
+        let t = format!("{s:.3}");
+        let t = t.trim_end_matches('0').trim_end_matches('.');
+        if t == "0" && s > 0.0 {
+            format!("{s:.1e}")
+        } else {
+            t.to_string()
+        }
     }
 }
 
@@ -1168,7 +1281,9 @@ pub(crate) mod tests {
                 std::thread::current().id()
             ));
             std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("guest.elf"), b"\x7fELF").unwrap();
+            // A bench guest image of one 1 MiB segment at 1 MiB (2 MiB of RAM).
+            let elf = crate::kernel_image::tests::elf_with_loads(&[(0x10_0000, 0x10_0000)]);
+            std::fs::write(dir.join("guest.elf"), elf).unwrap();
             Fixture { dir }
         }
         pub fn parse(&self, text: &str) -> Result<Matrix, MatrixError> {

@@ -34,6 +34,7 @@ pub mod settings;
 pub mod store;
 pub mod summary;
 pub mod unixbench;
+pub mod vm_check;
 pub mod workload;
 
 pub use matrix::{Matrix, MatrixError};

@@ -135,9 +135,12 @@ impl Workload {
 
     /// How long the guest runs the workload (its `duration_ms`, default
     /// 1000 as in the guest), for the progress bar's estimate.
+    /// (`args` words count too: the guest reads the command line.)
     pub fn duration_ms(&self) -> u64 {
-        self.params
-            .get("duration_ms")
+        self.guest_args()
+            .iter()
+            .rev()
+            .find_map(|w| w.strip_prefix("duration_ms="))
             .and_then(|v| v.parse().ok())
             .unwrap_or(1000)
     }
@@ -187,5 +190,9 @@ mod tests {
             ]
         );
         assert_eq!(w.duration_ms(), 300);
+        let mut w = w;
+        w.params.remove("duration_ms");
+        w.extra_args.push("duration_ms=70000".into());
+        assert_eq!(w.duration_ms(), 70000);
     }
 }
