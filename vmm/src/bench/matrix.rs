@@ -826,8 +826,8 @@ impl Matrix {
                 head.kernel.span(),
                 "matrix.kernel",
                 format!(
-                    "{} is not a file (build the bench guest: guests/build.sh)",
-                    kernel.display()
+                    "{} is not a file (the bench guest is built into guests/out/ by guests/build.sh)",
+                    shown_resolved(head.kernel.get_ref(), &kernel)
                 ),
             );
         }
@@ -1265,6 +1265,27 @@ pub fn cpu_set(ids: &[u32]) -> HostCpuSet {
     s
 }
 
+/// A path from a matrix as written and, when it was relative, where it
+/// resolved (against the matrix's directory, `..` folded), so a wrong
+/// path names the place that was looked at.
+fn shown_resolved(written: &str, resolved: &Path) -> String {
+    if Path::new(written).is_absolute() {
+        return written.to_string();
+    }
+    let absolute = std::path::absolute(resolved).unwrap_or_else(|_| resolved.to_path_buf());
+    let mut folded = PathBuf::new();
+    for part in absolute.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                folded.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => folded.push(other),
+        }
+    }
+    format!("\"{written}\" (resolved to {})", folded.display())
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -1455,6 +1476,16 @@ vm = [ { name = "hi", vcpus = 1, priority = 20 } ]
         let e = fx.errors(&GOOD.replace("guest.elf", "nope.elf"));
         assert!(
             e.contains("m.toml:4:10: matrix.kernel") && e.contains("nope.elf"),
+            "{e}"
+        );
+        // A relative path names where it was looked for, `..` folded.
+        let e = fx.errors(&GOOD.replace("guest.elf", "../sub/./nope.elf"));
+        let looked = fx.dir.parent().unwrap().join("sub/nope.elf");
+        assert!(
+            e.contains(&format!(
+                "\"../sub/./nope.elf\" (resolved to {})",
+                looked.display()
+            )),
             "{e}"
         );
     }
