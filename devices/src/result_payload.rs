@@ -132,6 +132,13 @@ pub enum Payload {
         max_wait_ns: u64,
         cs_ns: u64,
     },
+    /// The vCPU's steal time as the guest read it from its KVM steal-time
+    /// area: over the vCPU's life and over the workload.
+    Steal {
+        steal_ns: u64,
+        workload_steal_ns: u64,
+        ticks: u64,
+    },
 }
 
 /// The bucket of value `v` (ns): v < 16 -> v; else with e = floor(log2 v),
@@ -260,6 +267,19 @@ pub fn decode(kind: RecordKind, v: &[u64; 5]) -> Result<Payload, String> {
             max_wait_ns: v[3],
             cs_ns: v[4],
         },
+        RecordKind::Steal => {
+            if v[1] > v[0] {
+                return Err(format!(
+                    "STEAL: workload steal {} ns exceeds the total {} ns",
+                    v[1], v[0]
+                ));
+            }
+            Payload::Steal {
+                steal_ns: v[0],
+                workload_steal_ns: v[1],
+                ticks: v[2],
+            }
+        }
     })
 }
 
@@ -363,6 +383,15 @@ mod tests {
                 ..
             }
         ));
+        assert_eq!(
+            decode(RecordKind::Steal, &[900, 400, 70, 0, 0]).unwrap(),
+            Payload::Steal {
+                steal_ns: 900,
+                workload_steal_ns: 400,
+                ticks: 70
+            }
+        );
+        assert!(decode(RecordKind::Steal, &[400, 900, 70, 0, 0]).is_err());
         assert!(matches!(
             decode(RecordKind::BurstDone, &[3, 1, 90, 30, 333_333]).unwrap(),
             Payload::BurstDone {

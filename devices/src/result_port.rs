@@ -91,6 +91,8 @@ pub enum RecordKind {
     PingpongDone = 9,
     BurstDone = 10,
     SpinlockDone = 11,
+    /// A vCPU's KVM steal time (the life total, over the workload, ticks).
+    Steal = 12,
 }
 
 impl RecordKind {
@@ -107,6 +109,7 @@ impl RecordKind {
             9 => RecordKind::PingpongDone,
             10 => RecordKind::BurstDone,
             11 => RecordKind::SpinlockDone,
+            12 => RecordKind::Steal,
             _ => return None,
         })
     }
@@ -348,8 +351,8 @@ pub(crate) mod tests {
         let mut b = encode_record(2, 0, 0, 0, [0; 5]);
         b[4] = 2;
         assert_eq!(parse_record(&b), Err(RecordError::BadVersion(2)));
-        let b = encode_record(12, 0, 0, 0, [0; 5]);
-        assert_eq!(parse_record(&b), Err(RecordError::BadKind(12)));
+        let b = encode_record(13, 0, 0, 0, [0; 5]);
+        assert_eq!(parse_record(&b), Err(RecordError::BadKind(13)));
         let b = encode_record(0, 0, 0, 0, [0; 5]);
         assert_eq!(parse_record(&b), Err(RecordError::BadKind(0)));
     }

@@ -2,6 +2,12 @@
 //! copies guest output to the VM's log file and, optionally, to stdout with a
 //! `[vmname] ` prefix on every line (whole lines, so that the consoles of
 //! several VMs never interleave within a line).
+//!
+//! A guest decides how much it prints, so the writer bounds it: past
+//! [`ConsoleWriter::with_limit`] bytes it writes one marker line and drops
+//! the rest (counting it, and saying how much at the end). A log write that
+//! fails (full disk) stops the log and is kept for the VM's result
+//! ([`ConsoleWriter::log_error`]) instead of failing the guest's port write.
 
 use crate::bus::{IoContext, PioDevice};
 use crate::irq::InterruptLine;
@@ -41,6 +47,16 @@ pub struct ConsoleWriter {
     /// The last non-blank line (at most [`LAST_LINE_KEPT`] bytes), so that a
     /// failing VM's message can quote the guest's own words.
     last_line: String,
+    /// Most bytes written to the log (and echoed) before output is dropped.
+    limit: u64,
+    /// Bytes written so far.
+    emitted: u64,
+    /// Bytes dropped past `limit`.
+    dropped: u64,
+    /// The first failed write to the log file; nothing more goes there.
+    log_error: Option<String>,
+    /// The closing "bytes dropped" line was written.
+    drop_reported: bool,
 }
 
 impl ConsoleWriter {
@@ -53,6 +69,53 @@ impl ConsoleWriter {
             stdout,
             line: Vec::new(),
             last_line: String::new(),
+            limit: u64::MAX,
+            emitted: 0,
+            dropped: 0,
+            log_error: None,
+            drop_reported: false,
+        }
+    }
+
+    /// Keep at most `bytes` of console output (log and echo alike).
+    pub fn with_limit(mut self, bytes: u64) -> Self {
+        self.limit = bytes;
+        self
+    }
+
+    /// The first failed write to the log file (one line), if any.
+    pub fn log_error(&self) -> Option<&str> {
+        self.log_error.as_deref()
+    }
+
+    /// Bytes of console output dropped past the limit.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Write `bytes` to the log and the echo (a failed log write is kept in
+    /// `log_error` and ends the log; a closed stdout ends the echo).
+    fn put(&mut self, bytes: &[u8]) {
+        if let (Some(f), None) = (self.log.as_mut(), &self.log_error) {
+            if let Err(e) = f.write_all(bytes) {
+                self.log_error = Some(e.to_string());
+            }
+        }
+        if self.stdout {
+            let mut out = Vec::with_capacity(self.prefix.len() + bytes.len() + 1);
+            out.extend_from_slice(self.prefix.as_bytes());
+            out.extend_from_slice(bytes);
+            if out.last() != Some(&b'\n') {
+                out.push(b'\n');
+            }
+            // One write per line under the stdout lock. If stdout is gone
+            // (closed pipe), stop echoing; the log file keeps everything.
+            let stdout = io::stdout();
+            let mut lock = stdout.lock();
+            if let Err(e) = lock.write_all(&out).and_then(|_| lock.flush()) {
+                log::warn!("{}console echo to stdout stopped: {e}", self.prefix);
+                self.stdout = false;
+            }
         }
     }
 
@@ -70,24 +133,21 @@ impl ConsoleWriter {
         if !text.trim().is_empty() {
             self.last_line = text.trim().to_string();
         }
-        if let Some(f) = self.log.as_mut() {
-            f.write_all(&self.line)?;
-        }
-        if self.stdout {
-            let mut out = Vec::with_capacity(self.prefix.len() + self.line.len() + 1);
-            out.extend_from_slice(self.prefix.as_bytes());
-            out.extend_from_slice(&self.line);
-            if out.last() != Some(&b'\n') {
-                out.push(b'\n');
+        let len = self.line.len() as u64;
+        if self.emitted.saturating_add(len) > self.limit {
+            if self.dropped == 0 {
+                let marker = format!(
+                    "[pacer: console output past {} bytes dropped from here]\n",
+                    self.limit
+                );
+                self.put(marker.as_bytes());
             }
-            // One write per line under the stdout lock. If stdout is gone
-            // (closed pipe), stop echoing; the log file keeps everything.
-            let stdout = io::stdout();
-            let mut lock = stdout.lock();
-            if let Err(e) = lock.write_all(&out).and_then(|_| lock.flush()) {
-                log::warn!("{}console echo to stdout stopped: {e}", self.prefix);
-                self.stdout = false;
-            }
+            self.dropped += len;
+        } else {
+            self.emitted += len;
+            let line = std::mem::take(&mut self.line);
+            self.put(&line);
+            self.line = line;
         }
         self.line.clear();
         Ok(())
@@ -119,6 +179,14 @@ impl ConsoleWriter {
     /// Emit a pending partial line (when the VM stops).
     pub fn finish(&mut self) -> io::Result<()> {
         self.emit_line()?;
+        if self.dropped > 0 && !self.drop_reported {
+            self.drop_reported = true;
+            let marker = format!(
+                "[pacer: {} bytes of console output dropped past the limit of {} bytes]\n",
+                self.dropped, self.limit
+            );
+            self.put(marker.as_bytes());
+        }
         if let Some(f) = self.log.as_mut() {
             f.flush()?;
         }
@@ -147,6 +215,16 @@ impl SerialConsole {
     /// Flush a partial last line (called when the VM stops).
     pub fn flush(&mut self) {
         let _ = self.inner.writer_mut().finish();
+    }
+
+    /// The first failed write to the console log, if any.
+    pub fn log_error(&mut self) -> Option<String> {
+        self.inner.writer_mut().log_error().map(str::to_string)
+    }
+
+    /// Bytes of console output dropped past the writer's limit.
+    pub fn dropped(&mut self) -> u64 {
+        self.inner.writer_mut().dropped()
     }
 
     /// The last non-blank line the guest printed.
@@ -205,5 +283,37 @@ mod tests {
         dev.read(ctx, 5, &mut lsr);
         assert_ne!(lsr[0] & 0x20, 0);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn console_output_past_the_limit_is_dropped_with_markers() {
+        let dir = std::env::temp_dir().join(format!("pacer-serial-cap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("vm.log");
+        let mut w =
+            ConsoleWriter::new("vm", Some(File::create(&path).unwrap()), false).with_limit(20);
+        for _ in 0..1000 {
+            w.write_all(b"0123456789\n").unwrap();
+        }
+        w.finish().unwrap();
+        assert_eq!(w.dropped(), 999 * 11);
+        drop(w);
+        let s = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            s,
+            "0123456789\n[pacer: console output past 20 bytes dropped from here]\n\
+             [pacer: 10989 bytes of console output dropped past the limit of 20 bytes]\n"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_failed_log_write_is_kept_not_returned() {
+        let full = File::options().write(true).open("/dev/full").unwrap();
+        let mut w = ConsoleWriter::new("vm", Some(full), false);
+        assert!(w.write_all(b"hello\nworld\n").is_ok());
+        let e = w.log_error().unwrap().to_string();
+        assert!(e.contains("No space left on device"), "{e}");
+        assert!(!e.contains("Os {"), "no debug text: {e}");
     }
 }

@@ -18,6 +18,7 @@ use crate::load::EntityLoad;
 use crate::placement::{Allowed, Machine};
 use crate::quantum::{base_quantum, time_left};
 use crate::share::RecentShare;
+use crate::shares::{Bucket, DEFAULT_WEIGHT, RESERVED_PRIORITY};
 use crate::stats::MigrationCounts;
 use crate::tunables::{Mode, QuantumTable, Tunables};
 use crate::{
@@ -35,6 +36,8 @@ pub(crate) struct Priority {
     /// A fair-share wake boost is in force (`share.rs`): E is the base
     /// priority until it ends, the penalties underneath are kept.
     boosted: bool,
+    /// Holds reservation tokens (`shares.rs`): E is `RESERVED_PRIORITY`.
+    reserved: bool,
     effective: u8,
     base_quantum: Nanos,
     /// The mode whose quantum table `base_quantum` comes from (the mode
@@ -51,6 +54,7 @@ impl Priority {
             penalty: 0,
             additional: 0,
             boosted: false,
+            reserved: false,
             effective: base,
             base_quantum: 0,
             quantum_mode: mode,
@@ -128,6 +132,21 @@ impl Priority {
         }
     }
 
+    /// Run at the reserved level (`shares::RESERVED_PRIORITY`) or not.
+    /// Timeshare only.
+    pub fn set_reserved(&mut self, on: bool, t: &Tunables, mode: Mode) {
+        let on = on && self.penalised();
+        if self.reserved != on {
+            self.reserved = on;
+            self.recompute(t, mode);
+        }
+    }
+
+    /// Runs at the reserved level.
+    pub fn is_reserved(&self) -> bool {
+        self.reserved
+    }
+
     /// A fair-share wake boost is in force.
     pub fn is_boosted(&self) -> bool {
         self.boosted
@@ -174,6 +193,7 @@ impl Priority {
         self.effective = match self.class {
             SchedClass::Realtime => self.base,
             SchedClass::Idle => 0,
+            SchedClass::Timeshare if self.reserved => RESERVED_PRIORITY.max(self.base),
             SchedClass::Timeshare if self.boosted => self.base,
             SchedClass::Timeshare => {
                 let e = self.base.saturating_sub(self.penalty);
@@ -227,6 +247,9 @@ pub(crate) struct EntityCounters {
     pub wakes: u64,
     /// Wakes below its entitled share (see `share.rs`).
     pub boosted_wakes: u64,
+    /// Times its cap throttled it, and the time it spent throttled.
+    pub throttles: u64,
+    pub throttled_time: Nanos,
 }
 
 /// One vCPU.
@@ -248,6 +271,10 @@ pub(crate) struct Entity {
     pub removed: bool,
     /// Time used of the current quantum.
     pub used: Nanos,
+    /// It blocked since its quantum began: the quantum was gathered over
+    /// several wakes (a waker's, not a hog's; see the haiku policy's
+    /// "due at a quantum end").
+    pub blocked_in_quantum: bool,
     /// The full quantum computed at the last dispatch (used is measured against it).
     pub quantum_full: Nanos,
     /// When it was dispatched (valid while running).
@@ -272,6 +299,16 @@ pub(crate) struct Entity {
     pub charged_weight: u32,
     pub load_ready: bool,
     pub load_epoch: Option<u64>,
+    /// Operator weight (`shares.rs`), and the one charged to `load_core`
+    /// while ready.
+    pub weight: u32,
+    pub charged_slice: u32,
+    /// Operator cap and reservation buckets (`shares.rs`).
+    pub cap: Option<Bucket>,
+    pub reserve: Option<Bucket>,
+    /// Throttled by its cap until then: runnable, in no queue, `Blocked`
+    /// as far as the queues know (a wake finds it runnable already).
+    pub throttled_until: Option<Nanos>,
     pub counters: EntityCounters,
 }
 
@@ -297,6 +334,7 @@ impl Entity {
             wake_pending: false,
             removed: false,
             used: 0,
+            blocked_in_quantum: false,
             quantum_full: 0,
             dispatched_at: now,
             queued_at: now,
@@ -311,6 +349,11 @@ impl Entity {
             charged_weight: 0,
             load_ready: false,
             load_epoch: None,
+            weight: DEFAULT_WEIGHT,
+            charged_slice: DEFAULT_WEIGHT,
+            cap: None,
+            reserve: None,
+            throttled_until: None,
             counters: EntityCounters::default(),
         }
     }
@@ -372,6 +415,7 @@ impl Entity {
             Some(c) if c == core && self.load_ready => return,
             Some(c) if self.load_ready => {
                 m.load_of(c).remove(self.charged, true, self.charged_weight);
+                m.load_of(c).remove_slice(self.charged_slice);
                 m.load_of(core).add(load, None, weight);
             }
             Some(c) if c == core => {
@@ -380,6 +424,8 @@ impl Entity {
             }
             _ => m.load_of(core).add(load, None, weight),
         }
+        m.load_of(core).add_slice(self.weight);
+        self.charged_slice = self.weight;
         self.load_core = Some(core);
         self.charged = load;
         self.charged_weight = weight;
@@ -387,9 +433,11 @@ impl Entity {
     }
 
     /// The weight this entity's share counts with: its base priority
-    /// (Haiku's scale, so 20 is entitled to twice what 10 is).
+    /// (Haiku's scale, so 20 is entitled to twice what 10 is) times its
+    /// operator weight over the default (`shares.rs`).
     pub fn share_weight(&self) -> u32 {
-        self.prio.base.max(1) as u32
+        let w = self.prio.base.max(1) as u64 * self.weight as u64 / DEFAULT_WEIGHT as u64;
+        w.clamp(1, u32::MAX as u64) as u32
     }
 
     /// Its base priority changed: follow the weight on its core if ready.
@@ -398,6 +446,8 @@ impl Entity {
         if let (Some(c), true) = (self.load_core, self.load_ready) {
             m.load_of(c).reweigh(self.charged_weight, weight);
             self.charged_weight = weight;
+            m.load_of(c).reslice(self.charged_slice, self.weight);
+            self.charged_slice = self.weight;
         }
     }
 
@@ -409,6 +459,7 @@ impl Entity {
                 m.load_of(c)
                     .remove(self.charged, false, self.charged_weight),
             );
+            m.load_of(c).remove_slice(self.charged_slice);
             self.load_ready = false;
         }
     }
@@ -417,6 +468,7 @@ impl Entity {
     pub fn uncharge_remove(&mut self, m: &Machine) {
         if let (Some(c), true) = (self.load_core, self.load_ready) {
             m.load_of(c).remove(self.charged, true, self.charged_weight);
+            m.load_of(c).remove_slice(self.charged_slice);
             self.load_ready = false;
         }
     }
@@ -444,6 +496,7 @@ impl Entity {
             self.prio.quantum_ended(t, mode);
         }
         self.used = 0;
+        self.blocked_in_quantum = false;
     }
 
     /// What is left of the quantum counts as ended (at most half the
@@ -488,6 +541,7 @@ impl Entity {
                 }
                 self.prio.unboost(t, mode);
                 self.counters.blocks += 1;
+                self.blocked_in_quantum = true;
                 After::Block
             }
         }

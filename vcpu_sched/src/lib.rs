@@ -19,6 +19,7 @@ pub mod profiler;
 mod quantum;
 mod run_queue;
 mod share;
+pub mod shares;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod stats;

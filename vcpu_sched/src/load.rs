@@ -74,6 +74,10 @@ pub(crate) struct CoreLoad {
     /// Sum of the share weights of entities ready on the core now (the
     /// fair-share boost's entitlement divides the core by it).
     weight: AtomicU64,
+    /// Sum of the operator weights (`shares.rs`) of the entities ready on
+    /// the core now, and their number: slices scale by weight over the mean.
+    slice_weight: AtomicU64,
+    ready_count: AtomicU64,
     /// Sum over entities ready on the core during the current epoch.
     epoch_load: AtomicI64,
     epoch: AtomicU64,
@@ -159,6 +163,32 @@ impl CoreLoad {
     pub fn per_cpu(&self, cpus: usize) -> u32 {
         let sum = self.epoch_load.load(Ordering::Relaxed).max(0) as u64;
         (sum / cpus.max(1) as u64).min(u32::MAX as u64) as u32
+    }
+
+    /// An entity of operator weight `w` became ready on the core.
+    pub fn add_slice(&self, w: u32) {
+        self.slice_weight.fetch_add(w as u64, Ordering::Relaxed);
+        self.ready_count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An entity of operator weight `w` stopped being ready on the core.
+    pub fn remove_slice(&self, w: u32) {
+        self.slice_weight.fetch_sub(w as u64, Ordering::Relaxed);
+        self.ready_count.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A ready entity's operator weight changed.
+    pub fn reslice(&self, old: u32, new: u32) {
+        self.slice_weight.fetch_add(new as u64, Ordering::Relaxed);
+        self.slice_weight.fetch_sub(old as u64, Ordering::Relaxed);
+    }
+
+    /// Sum of the operator weights ready on the core and their number.
+    pub fn slice_weights(&self) -> (u64, u64) {
+        (
+            self.slice_weight.load(Ordering::Relaxed),
+            self.ready_count.load(Ordering::Relaxed),
+        )
     }
 
     /// Sum of the share weights of the entities ready on the core now.

@@ -98,6 +98,10 @@ enum Seen {
         queue_cpu: u32,
     },
     Running(u32),
+    /// Runnable, throttled by its cap (`Dispatch::throttled`): the policy
+    /// queues it again itself at the renewal, so until it runs again it
+    /// counts as neither blocked nor waiting.
+    Throttled,
 }
 
 #[derive(Debug, Clone)]
@@ -273,7 +277,7 @@ impl Monitor {
                 }
             }
             (Seen::Running(_), _) => self.entity_mut(i).wake_pending = true,
-            (Seen::Waiting { .. }, _) => {}
+            (Seen::Waiting { .. } | Seen::Throttled, _) => {}
         }
     }
 
@@ -297,6 +301,16 @@ impl Monitor {
         for k in &d.kicks {
             if let Some(kc) = self.cpus.get_mut(k.0 as usize) {
                 kc.kick_pending = true;
+            }
+        }
+        for (id, _) in &d.throttled {
+            if self
+                .watched(*id)
+                .is_some_and(|w| matches!(w.state, Seen::Waiting { .. }))
+            {
+                let i = id.index();
+                self.unwait(i);
+                self.entity_mut(i).state = Seen::Throttled;
             }
         }
         let ran = self.dispatch(c, d);
@@ -351,7 +365,7 @@ impl Monitor {
                 return None;
             }
             Seen::Blocked => self.v.dispatched_blocked += 1,
-            Seen::Waiting { .. } => {}
+            Seen::Waiting { .. } | Seen::Throttled => {}
         }
         if !allowed || !self.cpus[c].in_service {
             self.v.affinity += 1;

@@ -304,6 +304,24 @@ pub struct EntityStats {
     /// Its hard affinity now.
     #[serde(default)]
     pub affinity: CpuSet,
+    /// Its operator weight (`crate::shares`; 100 by default and under
+    /// the policies without weights).
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    /// Its cap and reservation, per mille of one CPU (haiku only).
+    #[serde(default)]
+    pub cap: Option<u32>,
+    #[serde(default)]
+    pub reservation: u32,
+    /// Times its cap throttled it, and the time it spent throttled.
+    #[serde(default)]
+    pub throttles: u64,
+    #[serde(default)]
+    pub throttled_time: Nanos,
+}
+
+fn default_weight() -> u32 {
+    crate::shares::DEFAULT_WEIGHT
 }
 
 /// Where an entity is at snapshot time.
@@ -317,6 +335,9 @@ pub enum EntityState {
     Waiting,
     /// On a CPU.
     Running,
+    /// Runnable, but its cap's budget is spent: in no queue until it is
+    /// renewed (haiku's operator caps).
+    Throttled,
 }
 
 impl EntityState {
@@ -326,6 +347,7 @@ impl EntityState {
             EntityState::Blocked => "blocked",
             EntityState::Waiting => "waiting",
             EntityState::Running => "running",
+            EntityState::Throttled => "throttled",
         }
     }
 }
@@ -739,6 +761,11 @@ mod tests {
             cpu: Some(CpuId(id % 2)),
             core: Some(CoreId(0)),
             affinity: CpuSet::first_n(2),
+            weight: crate::shares::DEFAULT_WEIGHT,
+            cap: None,
+            reservation: 0,
+            throttles: 0,
+            throttled_time: 0,
         }
     }
 

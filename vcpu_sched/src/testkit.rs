@@ -509,6 +509,20 @@ pub fn snapshot_says_where_entities_are(kind: crate::PolicyKind) {
         "{kind}"
     );
     assert_eq!(snap.mode, crate::Mode::LowLatency);
+    // The cheap per-entity read of the ready wait agrees with the snapshot
+    // (a wait under way included), and knows no stale handle.
+    for id in &ids {
+        assert_eq!(
+            s.ready_wait(*id, 1_000),
+            Some(row(*id).ready_wait),
+            "{kind}"
+        );
+    }
+    assert_eq!(s.ready_wait(*waiting, 1_000), Some(999), "{kind}");
+    assert_eq!(s.ready_wait(running[0], 1_000), Some(1), "{kind}");
+    let gone = s.add_entity(spec(20), 3).unwrap();
+    s.remove_entity(gone, 4).unwrap();
+    assert_eq!(s.ready_wait(gone, 1_000), None, "{kind}");
     // Out of service, a CPU says so.
     s.set_cpu_enabled(CpuId(1), false, 2_000).unwrap();
     assert!(!s.snapshot(2_000).cpus[1].in_service, "{kind}");

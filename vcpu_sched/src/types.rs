@@ -110,6 +110,18 @@ pub struct Dispatch {
     /// SMT isolation idle siblings that may now run the VM this core
     /// switched to. Usually empty (no allocation then).
     pub kicks: Vec<CpuId>,
+    /// Entities this call throttled (their cap's budget is spent, see
+    /// `vcpu_sched::shares`): still runnable, but no CPU runs them before
+    /// the time given; the policy queues them again itself then. Usually
+    /// empty.
+    #[serde(default)]
+    pub throttled: Vec<(EntityId, Nanos)>,
+    /// With no entity: call `schedule(cpu, t, StopReason::Idle)` at `t`
+    /// unless a kick comes first (a throttled entity, or a reservation,
+    /// is renewed then and this CPU may be the one to run it). `None`:
+    /// idle until kicked.
+    #[serde(default)]
+    pub recheck_at: Option<Nanos>,
 }
 
 impl Dispatch {
@@ -119,6 +131,8 @@ impl Dispatch {
             entity: Some(entity),
             quantum,
             kicks: Vec::new(),
+            throttled: Vec::new(),
+            recheck_at: None,
         }
     }
 
@@ -128,6 +142,8 @@ impl Dispatch {
             entity: None,
             quantum: 0,
             kicks: Vec::new(),
+            throttled: Vec::new(),
+            recheck_at: None,
         }
     }
 }

@@ -452,6 +452,92 @@ fn s08_llc_spread_two_vms_on_two_sockets_of_2x22x2() {
     assert_eq!(pair[0].0, pair[1].0, "pair on {pair:?}");
 }
 
+/// Scenario 14: weights 100 / 200 / 400 on one contended CPU give CPU
+/// time 1 : 2 : 4, each within +-5 % of its share, over several seeds;
+/// the policies without weights refuse the file.
+#[test]
+fn s14_weights_one_two_four() {
+    let w = load("14_weights.toml");
+    for seed in 1..=3 {
+        let mut w = w.clone();
+        w.seed = seed;
+        let r = run_with(&w, PolicyKind::Haiku);
+        clean(&r);
+        for (g, want) in [
+            ("w100", 1.0 / 7.0),
+            ("w200", 2.0 / 7.0),
+            ("w400", 4.0 / 7.0),
+        ] {
+            let got = run_cpus(&r, g);
+            assert!(
+                (got / want - 1.0).abs() <= 0.05,
+                "seed {seed}: {g} got {got:.4}, want {want:.4}\n{}",
+                r.to_table()
+            );
+        }
+    }
+    for p in [
+        PolicyKind::GlobalRoundRobin,
+        PolicyKind::StaticPinning,
+        PolicyKind::Eevdf,
+    ] {
+        let mut w = w.clone();
+        w.sched.policy = p;
+        let e = sim::run(&w).expect_err("a policy without weights must refuse them");
+        assert!(e.to_string().contains("weights"), "{p:?}: {e}");
+    }
+}
+
+/// Scenarios 15 and 16: a vCPU capped at 30 % of a CPU gets 30 % +- 2 %
+/// alone on an idle host (the cap holds with nothing else to run) and
+/// next to three hogs on two CPUs (where its fair share would be 50 %).
+#[test]
+fn s15_s16_a_cap_holds_alone_and_next_to_hogs() {
+    for file in ["15_cap_alone.toml", "16_cap_vs_hogs.toml"] {
+        for seed in 1..=3 {
+            let mut w = load(file);
+            w.seed = seed;
+            let r = run_with(&w, PolicyKind::Haiku);
+            clean(&r);
+            let got = run_cpus(&r, "capped");
+            assert!(
+                (0.28..=0.32).contains(&got),
+                "{file} seed {seed}: capped got {got:.4}\n{}",
+                r.to_table()
+            );
+        }
+    }
+    // Without the cap the same vCPU takes what is free: a whole CPU alone.
+    let mut w = load("15_cap_alone.toml");
+    w.groups[0].cap = None;
+    let r = run_with(&w, PolicyKind::Haiku);
+    assert!(run_cpus(&r, "capped") > 0.99, "{}", r.to_table());
+}
+
+/// Scenario 17: a vCPU reserving 50 % of a CPU next to three hogs on one
+/// CPU (fair share 25 %) gets at least 48 %; without the reservation it
+/// gets its fair share.
+#[test]
+fn s17_a_reservation_is_granted_next_to_hogs() {
+    for seed in 1..=3 {
+        let mut w = load("17_reservation.toml");
+        w.seed = seed;
+        let r = run_with(&w, PolicyKind::Haiku);
+        clean(&r);
+        let got = run_cpus(&r, "reserved");
+        assert!(
+            got >= 0.48,
+            "seed {seed}: reserved got {got:.4}\n{}",
+            r.to_table()
+        );
+    }
+    let mut w = load("17_reservation.toml");
+    w.groups[0].reservation = None;
+    let r = run_with(&w, PolicyKind::Haiku);
+    let got = run_cpus(&r, "reserved");
+    assert!((0.20..=0.30).contains(&got), "{got:.4}\n{}", r.to_table());
+}
+
 #[test]
 fn same_seed_same_report_other_seed_differs() {
     let mut w = load("04_message_passing.toml");
@@ -480,7 +566,7 @@ fn every_scenario_file_parses_and_round_trips() {
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))
         .collect();
     files.sort();
-    assert_eq!(files.len(), 13, "{files:?}");
+    assert_eq!(files.len(), 17, "{files:?}");
     for f in files {
         let w = Workload::from_file(&f).unwrap();
         assert_eq!(Workload::from_toml(&w.to_toml()).unwrap(), w, "{f:?}");

@@ -141,10 +141,9 @@ impl VcpuScheduler for TestFifo {
             g.state[e.index() as usize] = St::Running;
         }
         g.running[c] = next;
-        Ok(Dispatch {
-            kicks: Vec::new(),
-            entity: next,
-            quantum: if next.is_some() { 1_000_000 } else { 0 },
+        Ok(match next {
+            Some(e) => Dispatch::run(e, 1_000_000),
+            None => Dispatch::idle(),
         })
     }
     /// One FIFO: priorities and classes change nothing.

@@ -22,7 +22,8 @@
 //! directory of results. `-q` silences the status lines (stderr), `-v`
 //! adds debug messages; results go to stdout, status and errors to stderr.
 //!
-//! Exit codes ([`EXIT_CODES`]): 0 ok, 1 a VM failed, 2 bad input. With
+//! Exit codes ([`EXIT_CODES`]): 0 ok, 1 a VM failed, 2 bad input, 3 a
+//! result or log could not be written (full disk, file-size limit). With
 //! `--exit-status-from-guest` (one VM only) `pacer run` exits instead with
 //! the status the guest asked for, as QEMU does with isa-debug-exit: the
 //! low 8 bits of `(v << 1) | 1` for a write of `v` to port 0xF4 (so 1 means
@@ -45,6 +46,9 @@ use std::time::Instant;
 pub const EXIT_OK: i32 = 0;
 pub const EXIT_VM_FAILED: i32 = 1;
 pub const EXIT_BAD_INPUT: i32 = 2;
+/// A result or log could not be written (full disk, file-size limit): the
+/// run's results are incomplete whatever the VMs did.
+pub const EXIT_WRITE_FAILED: i32 = 3;
 /// With `--exit-status-from-guest`: the VM stopped without a guest status.
 pub const EXIT_NO_GUEST_STATUS: i32 = 2;
 
@@ -63,7 +67,8 @@ pub const EXIT_CODES: &str = "\
 Exit codes:
   0  success: every VM succeeded (bench: every cell ok or n/a)
   1  a VM (or a bench cell) failed or timed out, or the run was stopped
-  2  bad input: a config, matrix or argument error; nothing was started";
+  2  bad input: a config, matrix or argument error; nothing was started
+  3  a result or log could not be written (full disk): the results are incomplete";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -104,7 +109,8 @@ const ROOT_HELP: &str = "Examples:
 Exit codes:
   0  success: every VM succeeded (bench: every cell ok or n/a)
   1  a VM (or a bench cell) failed or timed out, or the run was stopped
-  2  bad input: a config, matrix or argument error; nothing was started";
+  2  bad input: a config, matrix or argument error; nothing was started
+  3  a result or log could not be written (full disk): the results are incomplete";
 
 /// Whether `-q` asked for no status lines.
 static QUIET: AtomicBool = AtomicBool::new(false);
@@ -259,6 +265,9 @@ Exit codes:
   0  every VM succeeded
   1  a VM failed or timed out, or the run was stopped (SIGINT, SIGTERM)
   2  bad input: the config, an argument, an unwritable --json; nothing was started
+  3  a result or log could not be written (full disk, file-size limit): the
+     results are incomplete (each such file ends with an \"incomplete\" line
+     when the disk takes one, and has no \"stop\" line)
 With --exit-status-from-guest: the low 8 bits of the guest's status, 2 if none.";
 
 const VALIDATE_HELP: &str = "Examples:
@@ -501,9 +510,12 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 let doc =
                     RunDocument::new(file.clone(), vec![RunEntry::of(&config, &results)], None);
                 if let Err(e) = write_json(&path, &doc) {
-                    eprintln!("{e}");
-                    return EXIT_VM_FAILED;
+                    eprintln!("pacer run: results not saved: {e}");
+                    return EXIT_WRITE_FAILED;
                 }
+            }
+            if let Some(code) = write_failures(&results) {
+                return code;
             }
             if exit_status_from_guest {
                 return guest_exit_code(results.vms.first().and_then(|v| v.exit_status));
@@ -591,6 +603,7 @@ fn run_compare(runs_of: &RunsOf<'_>, policies: &[PolicyChoice]) -> i32 {
     let mut runs = Vec::new();
     let mut entries = Vec::new();
     let mut all_ok = true;
+    let mut write_failed = false;
     for (p, config) in configs {
         out(&format!("== policy {p}\n"));
         let opts = RunOptions {
@@ -602,6 +615,7 @@ fn run_compare(runs_of: &RunsOf<'_>, policies: &[PolicyChoice]) -> i32 {
         match runner::run(&config, &opts, &print_event) {
             Ok(r) => {
                 all_ok &= r.ok;
+                write_failed |= write_failures(&r).is_some();
                 entries.push(RunEntry::of(&config, &r));
                 runs.push((p.to_string(), r));
             }
@@ -623,15 +637,50 @@ fn run_compare(runs_of: &RunsOf<'_>, policies: &[PolicyChoice]) -> i32 {
     if let Some(path) = &runs_of.json {
         let doc = RunDocument::new(runs_of.file.to_path_buf(), entries, Some(comparison));
         if let Err(e) = write_json(path, &doc) {
-            eprintln!("{e}");
-            return EXIT_VM_FAILED;
+            eprintln!("pacer run: results not saved: {e}");
+            return EXIT_WRITE_FAILED;
         }
     }
-    if all_ok {
+    if write_failed {
+        EXIT_WRITE_FAILED
+    } else if all_ok {
         EXIT_OK
     } else {
         EXIT_VM_FAILED
     }
+}
+
+/// If a VM's results or logs could not be written: say so (one line per
+/// VM) and give [`EXIT_WRITE_FAILED`].
+fn write_failures(results: &crate::results::RunResults) -> Option<i32> {
+    let failed: Vec<_> = results
+        .vms
+        .iter()
+        .filter(|v| v.status == crate::results::STATUS_WRITE_ERROR)
+        .collect();
+    // A scheduling trace whose write failed is a lost result too.
+    let trace = results.trace.as_ref().and_then(|t| t.error.clone());
+    if failed.is_empty() && trace.is_none() {
+        return None;
+    }
+    for v in &failed {
+        eprintln!("pacer run: results not saved: vm {}: {}", v.name, v.message);
+    }
+    if let Some(e) = &trace {
+        eprintln!("pacer run: results not saved: {e}");
+    }
+    let mut what = Vec::new();
+    if !failed.is_empty() {
+        what.push(format!(
+            "{} VM(s) could not write their results or logs",
+            failed.len()
+        ));
+    }
+    if trace.is_some() {
+        what.push("the scheduling trace could not be written".to_string());
+    }
+    out(&format!("pacer: results incomplete: {}\n", what.join("; ")));
+    Some(EXIT_WRITE_FAILED)
 }
 
 /// Write a JSON document (pretty, one trailing newline).

@@ -8,6 +8,8 @@
 //! smt_isolation = false   # SMT siblings only co-run one VM (haiku)
 //! dispatch = "threads"    # threads | workers: how the engine runs vCPUs
 //! halt_poll_us = 200      # idle CPUs poll this long for a wake-up (0: off)
+//! log_limit_kib = 65536   # each VM's console and results logs hold at most this
+//! result_records_per_s = 10000   # guest markers/records admitted per second
 //! log_dir = "logs"        # relative to this file; default "pacer-logs"
 //!
 //! [host.tunables]         # vcpu_sched tunables, e.g. bursty_load = 375
@@ -25,6 +27,9 @@
 //! cpus = "0"              # core set, within [host] cpus; default: all of them
 //! class = "timeshare"     # timeshare | realtime
 //! priority = 10           # timeshare 1..=99 (default 10); realtime 100..=120 (default 100)
+//! weight = 100            # share among contending VMs, 1..=10000 (haiku)
+//! cap = 30                # at most this % of one CPU for the VM, split over its vCPUs (haiku)
+//! reservation = 50        # at least this % of one CPU when it asks (haiku; all VMs' fit the host)
 //! workload = { name = "cpu", duration_ms = 500, report_ms = 100 }   # bench only
 //! console = "stdout"      # log | stdout | both
 //! timeout_s = 30          # runaway guard
@@ -62,6 +67,10 @@ pub const MAX_VCPUS: u32 = 254;
 pub const DEFAULT_HALT_POLL_US: u64 = 200;
 /// Largest halt-polling window accepted.
 pub const MAX_HALT_POLL_US: i64 = 10_000;
+/// `host.log_limit_kib`'s range: 64 KiB to 16 GiB per log per VM.
+pub const LOG_LIMIT_KIB: (i64, i64) = (64, 16 << 20);
+/// `host.result_records_per_s`'s range.
+pub const RECORDS_PER_S: (i64, i64) = (1, 10_000_000);
 /// Smallest guest RAM.
 pub const MIN_MEMORY_MIB: u64 = 2;
 /// Largest guest RAM accepted (1 TiB).
@@ -165,6 +174,8 @@ struct RawHost {
     smt_isolation: Option<Spanned<bool>>,
     dispatch: Option<DispatchKind>,
     halt_poll_us: Option<Spanned<i64>>,
+    log_limit_kib: Option<Spanned<i64>>,
+    result_records_per_s: Option<Spanned<i64>>,
     tunables: Option<Tunables>,
     log_dir: Option<Spanned<String>>,
 }
@@ -186,6 +197,9 @@ struct RawVm {
     cpus: Option<Spanned<RawCpus>>,
     class: Option<Spanned<SchedClass>>,
     priority: Option<Spanned<i64>>,
+    weight: Option<Spanned<i64>>,
+    cap: Option<Spanned<i64>>,
+    reservation: Option<Spanned<i64>>,
     workload: Option<Spanned<RawWorkload>>,
     console: Option<Console>,
     timeout_s: Option<Spanned<RawNumber>>,
@@ -240,6 +254,9 @@ pub struct HostConfig {
     pub dispatch: DispatchKind,
     /// Longest halt-polling window of the engine, us (0: off).
     pub halt_poll_us: u64,
+    /// What each VM may write into its logs (`log_limit_kib`,
+    /// `result_records_per_s`).
+    pub log_limits: crate::results::LogLimits,
     pub tunables: Tunables,
     /// Absolute or relative to the current directory (already resolved
     /// against the config file's directory).
@@ -269,6 +286,8 @@ pub struct VmConfig {
     pub cpus: HostCpuSet,
     pub class: SchedClass,
     pub priority: u8,
+    /// Operator shares (`vcpu_sched::shares`), per vCPU.
+    pub shares: crate::sched_rules::Shares,
     pub console: Console,
     pub timeout: Option<Duration>,
 }
@@ -737,6 +756,39 @@ impl Config {
             Some(h) => *h.get_ref() as u64,
             None => DEFAULT_HALT_POLL_US,
         };
+        let mut int_in =
+            |v: &Option<Spanned<i64>>, key: &str, (min, max): (i64, i64), unit: &str| {
+                let v = v.as_ref()?;
+                if (min..=max).contains(v.get_ref()) {
+                    return Some(*v.get_ref() as u64);
+                }
+                c.err(
+                    v.span(),
+                    key,
+                    format!(
+                        "expected an integer number of {unit} from {min} to {max}, found {}",
+                        v.get_ref()
+                    ),
+                );
+                None
+            };
+        let log_limits = crate::results::LogLimits {
+            log_bytes: int_in(
+                &rh.log_limit_kib,
+                "host.log_limit_kib",
+                LOG_LIMIT_KIB,
+                "KiB",
+            )
+            .unwrap_or(crate::results::DEFAULT_LOG_LIMIT_KIB)
+                << 10,
+            records_per_s: int_in(
+                &rh.result_records_per_s,
+                "host.result_records_per_s",
+                RECORDS_PER_S,
+                "records per second",
+            )
+            .map_or(crate::results::DEFAULT_RECORDS_PER_S, |v| v as u32),
+        };
         if let Some(s) = &rh.smt_isolation {
             if *s.get_ref() && !policy.honours_smt_isolation() {
                 c.err(
@@ -792,6 +844,9 @@ impl Config {
         }
         let mut names: HashMap<String, usize> = HashMap::new();
         let mut vms = Vec::new();
+        // Reservations of every VM (percent of one CPU) and where the last was given.
+        let mut reserved_total: i64 = 0;
+        let mut last_reservation: Option<(Range<usize>, String)> = None;
         for (i, v) in raw.vm.iter().enumerate() {
             let f = |name: &str| format!("vm[{i}].{name}");
             let name = v.name.get_ref().clone();
@@ -997,6 +1052,57 @@ impl Config {
                 };
                 c.err(span, field, why);
             }
+            let n_vcpus = vcpus.clamp(1, MAX_VCPUS as i64) as u32;
+            let mut shares = crate::sched_rules::Shares::default();
+            if let Some(w) = &v.weight {
+                match crate::sched_rules::weight(*w.get_ref()) {
+                    Ok(x) => shares.weight = x,
+                    Err(why) => c.err(w.span(), f("weight"), why),
+                }
+            }
+            if let Some(x) = &v.cap {
+                match crate::sched_rules::cap(*x.get_ref(), n_vcpus) {
+                    Ok(p) => shares.cap = Some(p),
+                    Err(why) => c.err(x.span(), f("cap"), why),
+                }
+            }
+            if let Some(x) = &v.reservation {
+                match crate::sched_rules::reservation(*x.get_ref(), n_vcpus) {
+                    Ok(p) => {
+                        shares.reservation = p;
+                        reserved_total += *x.get_ref();
+                        last_reservation = Some((x.span(), f("reservation")));
+                    }
+                    Err(why) => c.err(x.span(), f("reservation"), why),
+                }
+                if let Err(why) = crate::sched_rules::cap_covers_reservation(
+                    v.cap.as_ref().map(|c| *c.get_ref()),
+                    *x.get_ref(),
+                ) {
+                    c.err(x.span(), f("reservation"), why);
+                }
+            }
+            for (key, given) in [
+                ("weight", v.weight.as_ref().filter(|w| *w.get_ref() != 100)),
+                ("cap", v.cap.as_ref()),
+                (
+                    "reservation",
+                    v.reservation.as_ref().filter(|r| *r.get_ref() != 0),
+                ),
+            ] {
+                if let Some(x) = given {
+                    let what = match key {
+                        "weight" => "weights",
+                        "cap" => "caps",
+                        _ => "reservations",
+                    };
+                    if let Err(why) =
+                        crate::sched_rules::shares_honoured(policy, what, &policy_origin)
+                    {
+                        c.err(x.span(), f(key), why);
+                    }
+                }
+            }
             let mut cmdline: Vec<String> = Vec::new();
             if let Some(cl) = &v.cmdline {
                 // The boot loader takes printable ASCII only (and so does
@@ -1131,11 +1237,18 @@ impl Config {
                 cpus,
                 class,
                 priority,
+                shares,
                 console: v.console.unwrap_or_default(),
                 timeout,
             });
         }
 
+        if let Some((span, field)) = last_reservation {
+            if let Err(why) = crate::sched_rules::reservations_fit(reserved_total, host_cpus.len())
+            {
+                c.err(span, field, why);
+            }
+        }
         // The host's memory, KVM's vCPU limit, open files and threads.
         let demand: Vec<_> = vms
             .iter()
@@ -1166,6 +1279,7 @@ impl Config {
                 smt_isolation,
                 dispatch: rh.dispatch.unwrap_or_default(),
                 halt_poll_us,
+                log_limits,
                 tunables: rh.tunables.unwrap_or_default(),
                 log_dir,
             },

@@ -14,7 +14,8 @@
 //! document in the repository equals what this module prints.
 
 use crate::config::{
-    DEFAULT_HALT_POLL_US, MAX_HALT_POLL_US, MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB,
+    DEFAULT_HALT_POLL_US, LOG_LIMIT_KIB, MAX_HALT_POLL_US, MAX_MEMORY_MIB, MAX_VCPUS,
+    MIN_MEMORY_MIB, RECORDS_PER_S,
 };
 use crate::guest_params::{ParamKind, PARAMS};
 use std::fmt::Write;
@@ -71,6 +72,8 @@ pub fn host_config() -> Vec<Key> {
         key("host.smt_isolation", "boolean", "", "false", "true only under haiku", "SMT siblings only ever run vCPUs of one VM at a time.", "false", None),
         key("host.dispatch", "string", "", "\"threads\"", "threads | workers", "How the engine runs a dispatched vCPU: its own thread, or a worker per CPU.", "\"workers\"", None),
         key("host.halt_poll_us", "integer", "us", DEFAULT_HALT_POLL_US.to_string(), format!("0..={MAX_HALT_POLL_US}"), "How long an idle CPU polls for a wake-up before it sleeps (0: off).", "100", Some((0, MAX_HALT_POLL_US))),
+        key("host.log_limit_kib", "integer", "KiB", crate::results::DEFAULT_LOG_LIMIT_KIB.to_string(), format!("{}..={}", LOG_LIMIT_KIB.0, LOG_LIMIT_KIB.1), "Most each VM's console log (and user log) and results log may hold; past it the guest's output is dropped, a marker line saying where and how much.", "1024", Some((LOG_LIMIT_KIB.0, LOG_LIMIT_KIB.1))),
+        key("host.result_records_per_s", "integer", "1/s", crate::results::DEFAULT_RECORDS_PER_S.to_string(), format!("{}..={}", RECORDS_PER_S.0, RECORDS_PER_S.1), "Guest markers and result records each VM may send per second (one second's worth at once); beyond it they are dropped and counted (a `dropped` line in its results log).", "1000", Some((RECORDS_PER_S.0, RECORDS_PER_S.1))),
         key("host.tunables", "table", "", "vcpu_sched's defaults (host.tunables.* below)", "keys below", "Any vcpu_sched tunable.", "{ bursty_load = 375 }", None),
         key("host.log_dir", "path string", "", "\"pacer-logs\" beside the config file", "a directory Pacer can create and write", "Where each run writes its own directory; relative to the config file. `--log-dir` overrides it.", "\"logs\"", None),
         key("vm[].name", "string", "", "required", NAME_RULE, "The VM's name in summaries and file names.", "\"b\"", None),
@@ -91,6 +94,9 @@ pub fn host_config() -> Vec<Key> {
         key("vm[].cpus", "CPU list string or array of integers", "", "host.cpus", "within host.cpus", "The VM's core set: the host CPUs its vCPUs may run on.", "\"1\"", None),
         key("vm[].class", "string", "", "\"timeshare\"", "timeshare | realtime (not under host)", "Scheduling class.", "\"timeshare\"", None),
         key("vm[].priority", "integer", "", "10 (timeshare), 100 (realtime)", "timeshare 1..=99, realtime 100..=120; only haiku honours timeshare priorities", "The VM's priority; its vCPUs inherit it.", "10", None),
+        key("vm[].weight", "integer", "", "100", "1..=10000; only haiku honours weights", "The VM's share among contending VMs (each vCPU's slices scale by it, as cgroups' cpu.weight).", "400", None),
+        key("vm[].cap", "integer", "", "none", "1..=100 x vCPUs; only haiku honours caps", "At most this % of one CPU for the VM, split evenly over its vCPUs, enforced even on an idle host (a throttled vCPU waits for its budget, refilled per 10 ms period).", "30", None),
+        key("vm[].reservation", "integer", "", "0", "0..=100 x vCPUs, at most the cap; all VMs' reservations at most 100 x host CPUs; only haiku honours them", "At least this % of one CPU for the VM when it asks, split evenly over its vCPUs (they run above every timeshare level while their reservation lasts).", "50", None),
         key("vm[].workload", "string or table", "", "none (the guest's own default)", "bench guest only; keys below", "The bench guest's workload: \"cpu duration_ms=300\" or { name = \"cpu\", duration_ms = 300 }.", "\"cpu\"", None),
         key("vm[].console", "string", "", "\"log\"", "log | stdout | both", "Where the serial console goes: <vm>.console.log in the run directory, stdout (prefixed [vm]) or both.", "\"log\"", None),
         key("vm[].timeout_s", "number", "s", "none", "> 0", "Stop the VM (status timeout) after this long.", "30", None),
@@ -467,6 +473,36 @@ pub fn matrix() -> Vec<Key> {
             "timeshare 1..=99, realtime 100..=120",
             "The VM's priority (policies that cannot honour it make the cell n/a).",
             "10",
+            None,
+        ),
+        key(
+            "layout[].vm[].weight",
+            "integer",
+            "",
+            "100",
+            "1..=10000",
+            "As a config's `vm[].weight` (policies other than haiku make the cell n/a).",
+            "400",
+            None,
+        ),
+        key(
+            "layout[].vm[].cap",
+            "integer",
+            "",
+            "none",
+            "1..=100 x vCPUs",
+            "As a config's `vm[].cap` (policies other than haiku make the cell n/a).",
+            "30",
+            None,
+        ),
+        key(
+            "layout[].vm[].reservation",
+            "integer",
+            "",
+            "0",
+            "0..=100 x vCPUs; a layout's at most 100 x host CPUs",
+            "As a config's `vm[].reservation` (policies other than haiku make the cell n/a).",
+            "50",
             None,
         ),
         key(

@@ -159,6 +159,28 @@ pub fn hide_in_kernel_apic_features(cpuid: &mut CpuId) {
     }
 }
 
+/// KVM_FEATURE_STEAL_TIME (KVM_CPUID_FEATURES EAX bit 5):
+/// MSR_KVM_STEAL_TIME and `struct kvm_steal_time`.
+pub const KVM_FEATURE_STEAL_TIME: u32 = 1 << 5;
+/// KVM_FEATURE_PV_TLB_FLUSH (bit 9): a guest marks a preempted vCPU's
+/// steal-time area instead of sending it a TLB-flush IPI, and the
+/// hypervisor flushes that vCPU's TLB before it runs again.
+pub const KVM_FEATURE_PV_TLB_FLUSH: u32 = 1 << 9;
+
+/// Under Pacer's engine Pacer owns the steal-time area
+/// (`vm/steal_time.rs`): offer KVM_FEATURE_STEAL_TIME (whether or not
+/// KVM's table has it), and withdraw PV TLB flush, which rides on the
+/// area's `preempted` byte: the flush it asks for happens inside KVM on
+/// entry, and user space has no call to flush a vCPU's guest TLB.
+/// Nothing changes without KVM's leaves.
+pub fn pacer_steal_time(cpuid: &mut CpuId) {
+    for e in cpuid.as_mut_slice() {
+        if e.function == KVM_CPUID_FEATURES {
+            e.eax = (e.eax | KVM_FEATURE_STEAL_TIME) & !KVM_FEATURE_PV_TLB_FLUSH;
+        }
+    }
+}
+
 /// KVM's supported CPUID table.
 pub fn supported(kvm: &Kvm) -> Result<CpuId, CpuidError> {
     kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
@@ -430,6 +452,19 @@ pub(crate) mod tests {
         for gone in [4, 7, 10, 11, 13, 14] {
             assert_eq!(f & (1 << gone), 0, "bit {gone}");
         }
+        // Pacer's steal time: offered even where KVM's table lacks it,
+        // PV TLB flush withdrawn, nothing else touched.
+        for e in c.as_mut_slice() {
+            if e.function == KVM_CPUID_FEATURES {
+                e.eax &= !KVM_FEATURE_STEAL_TIME;
+            }
+        }
+        pacer_steal_time(&mut c);
+        let g = find(&c, KVM_CPUID_FEATURES, 0).eax;
+        assert_eq!(g, (f | KVM_FEATURE_STEAL_TIME) & !KVM_FEATURE_PV_TLB_FLUSH);
+        let mut bare = base();
+        pacer_steal_time(&mut bare);
+        assert!(!bare.as_slice().iter().any(|e| e.function >= 0x4000_0000));
     }
 
     #[test]

@@ -70,6 +70,15 @@ pub struct SpinlockMetrics {
     pub wait_ns: Option<LatencySummary>,
 }
 
+/// The vCPU's steal time as its guest read it (KVM's steal-time area).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StealMetrics {
+    /// Over the vCPU's life, as last published (at its latest dispatch).
+    pub steal_ns: u64,
+    /// Over its workload.
+    pub workload_steal_ns: u64,
+}
+
 /// What one vCPU's workload produced (only the fields it produced are set).
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct VcpuMetrics {
@@ -90,6 +99,8 @@ pub struct VcpuMetrics {
     pub spinlock: Option<SpinlockMetrics>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub burst: Option<BurstMetrics>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steal: Option<StealMetrics>,
 }
 
 /// An ERROR record and the vCPU that sent it.
@@ -240,6 +251,19 @@ pub fn vcpu_metrics<'a>(
                     max_wait_ns,
                     cs_ns,
                     wait_ns: None,
+                });
+            }
+            (
+                _,
+                Payload::Steal {
+                    steal_ns,
+                    workload_steal_ns,
+                    ..
+                },
+            ) => {
+                f.m.steal = Some(StealMetrics {
+                    steal_ns,
+                    workload_steal_ns,
                 });
             }
             _ => {}

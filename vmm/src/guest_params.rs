@@ -23,6 +23,7 @@ pub const WORKLOADS: &[&str] = &[
     "triple_fault",
     "idle",
     "panic",
+    "hostile",
 ];
 
 /// Workloads that may be entries of `mixed=`.
@@ -90,6 +91,16 @@ pub const PARAMS: &[Param] = &[
         kind: ParamKind::Choice(&["on", "off"]),
         used_by: &[],
     },
+    Param {
+        key: "steal",
+        kind: ParamKind::Choice(&["on", "off"]),
+        used_by: &[],
+    },
+    Param {
+        key: "pv_spin",
+        kind: ParamKind::Choice(&["on", "off"]),
+        used_by: &["spinlock"],
+    },
     int("interval_us", 1, 10_000_000, "microseconds", &["sleep"]),
     int("period_us", 1, 10_000_000, "microseconds", &["burst"]),
     int("run_us", 1, 10_000_000, "microseconds", &["burst"]),
@@ -101,6 +112,22 @@ pub const PARAMS: &[Param] = &[
         used_by: &["mixed"],
     },
     int("ap_skip", 1, 253, "a vCPU index", &[]),
+    int(
+        "flood_kib",
+        0,
+        1_048_576,
+        "KiB of console output",
+        &["hostile"],
+    ),
+    int(
+        "flood_records",
+        0,
+        100_000_000,
+        "result records",
+        &["hostile"],
+    ),
+    int("random_ports", 0, 100_000_000, "port writes", &["hostile"]),
+    int("random_mmio", 0, 100_000_000, "MMIO writes", &["hostile"]),
 ];
 
 /// Keys the VMM sets itself (the config refuses them).

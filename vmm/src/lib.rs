@@ -31,6 +31,7 @@ pub mod guest_params;
 pub mod guest_report;
 pub mod host_cpus;
 pub mod host_resources;
+pub mod input;
 pub mod irq;
 pub mod kernel_image;
 pub mod manpages;

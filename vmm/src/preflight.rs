@@ -11,92 +11,34 @@
 //!   ancestor must be a directory this process may write into;
 //! - the `--json` (and `--trace`) output must not be a directory and its
 //!   directory must be writable (or creatable);
-//! - any other file read from a user (a scheduling trace) goes through the
-//!   same regular-file, capped read ([`read_regular_file`]).
+//! - any other file read from a user goes through the same regular-file,
+//!   capped read (`crate::input`).
 //!
 //! Nothing here creates or changes a file.
 
-use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// Largest config file read (a config of hundreds of VMs is a few tens of
 /// KiB).
-pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+pub const MAX_CONFIG_BYTES: u64 = crate::input::MAX_CONFIG_BYTES;
 
-/// What kind of file a non-regular path is, in words.
-fn kind_of(ft: std::fs::FileType) -> &'static str {
-    if ft.is_file() {
-        "a regular file"
-    } else if ft.is_dir() {
-        "a directory"
-    } else if ft.is_fifo() {
-        "a FIFO"
-    } else if ft.is_socket() {
-        "a socket"
-    } else if ft.is_char_device() {
-        "a character device"
-    } else if ft.is_block_device() {
-        "a block device"
-    } else {
-        "not a regular file"
-    }
-}
-
-fn invalid(msg: String) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidInput, msg)
-}
+use crate::input::kind_of;
+pub use crate::input::read_regular_file;
 
 /// Read a config file: a regular file of at most [`MAX_CONFIG_BYTES`], as
 /// UTF-8.
 pub fn read_config_file(path: &Path) -> std::io::Result<String> {
     let bytes = read_regular_file(path, MAX_CONFIG_BYTES, "a config file")?;
     String::from_utf8(bytes).map_err(|e| {
-        invalid(format!(
-            "not UTF-8 text (invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        ))
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+        )
     })
-}
-
-/// Read a regular file of at most `max` bytes (`what` names it in the
-/// error): checked by path, then again on the descriptor opened
-/// non-blocking, and read no further than `max` + 1 bytes whatever the
-/// file claims.
-pub fn read_regular_file(path: &Path, max: u64, what: &str) -> std::io::Result<Vec<u8>> {
-    let meta = std::fs::metadata(path)?;
-    if !meta.is_file() {
-        return Err(invalid(format!(
-            "{}, not a regular file",
-            kind_of(meta.file_type())
-        )));
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(invalid(format!(
-            "{}, not a regular file",
-            kind_of(meta.file_type())
-        )));
-    }
-    if meta.len() > max {
-        return Err(invalid(format!(
-            "{} bytes, more than the {max} {what} may have",
-            meta.len()
-        )));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(max + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > max {
-        return Err(invalid(format!(
-            "more than the {max} bytes {what} may have"
-        )));
-    }
-    Ok(bytes)
 }
 
 /// Whether this process may write into directory `dir` (access(2), which

@@ -2,6 +2,13 @@
 //! (`<log_dir>/<vm>.results.jsonl`, one line per marker/record/stop, each
 //! written with a single `write` so nothing is lost if Pacer dies), the
 //! in-memory collection, the per-VM summary and the final JSON.
+//!
+//! A line that cannot be written (a full disk, a file-size limit) is a
+//! failed VM, never a quiet loss: the file is cut back to its last whole
+//! line, nothing more is appended but a final `incomplete` line naming the
+//! failure (written if the disk takes it), and the VM's result becomes
+//! [`STATUS_WRITE_ERROR`] (`pacer run` exits 3). A results log without a
+//! `stop` line is incomplete whatever its last line.
 
 use crate::documents::run::{self as events, MarkerDoc, RecordDoc};
 use crate::guest_metrics::{self, GuestErrorEntry, LatencySummary, VcpuMetrics};
@@ -9,7 +16,7 @@ use crate::units;
 use devices::{Marker, RecordError, RecordKind, ResultRecord};
 use serde::Serialize;
 use std::fs::File;
-use std::io::Write;
+use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
 
 /// Errors of this module.
@@ -26,6 +33,36 @@ pub enum ResultsError {
         source: std::io::Error,
     },
 }
+
+/// What a guest may write into its logs: a guest decides how much it
+/// prints and reports, so each VM's console log (and user log) and results
+/// log hold at most `log_bytes`, and its markers, records and rejected
+/// records are admitted at most `records_per_s` per second (a bucket of one
+/// second's worth). What is refused is counted and named by a `dropped`
+/// line (the first time, and with the totals before the stop line); it is
+/// neither written nor kept in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogLimits {
+    pub log_bytes: u64,
+    pub records_per_s: u32,
+}
+
+/// `host.log_limit_kib`'s default: 64 MiB per log per VM.
+pub const DEFAULT_LOG_LIMIT_KIB: u64 = 64 << 10;
+/// `host.result_records_per_s`'s default (a bench guest sends tens).
+pub const DEFAULT_RECORDS_PER_S: u32 = 10_000;
+
+impl Default for LogLimits {
+    fn default() -> Self {
+        LogLimits {
+            log_bytes: DEFAULT_LOG_LIMIT_KIB << 10,
+            records_per_s: DEFAULT_RECORDS_PER_S,
+        }
+    }
+}
+
+/// The status of a VM whose results or logs could not all be written.
+pub const STATUS_WRITE_ERROR: &str = "write_error";
 
 /// A marker with its host timestamps.
 #[derive(Debug, Clone, Serialize)]
@@ -181,7 +218,20 @@ pub struct ResultsLog {
     pub markers: Vec<MarkerEntry>,
     pub records: Vec<RecordEntry>,
     pub rejected: usize,
-    write_error_reported: bool,
+    /// Bytes of whole lines in the file.
+    written: u64,
+    /// The first write that failed (one line); nothing is appended after it
+    /// but the `incomplete` line.
+    write_error: Option<String>,
+    /// Lines not written because of `write_error`.
+    lost: u64,
+    limits: LogLimits,
+    /// Admission tokens (the rate limit) and when they were last refilled.
+    tokens: f64,
+    refilled_ms: f64,
+    /// Lines refused past the rate limit / past the log limit.
+    dropped_rate: u64,
+    dropped_size: u64,
 }
 
 impl ResultsLog {
@@ -202,7 +252,14 @@ impl ResultsLog {
             markers: Vec::new(),
             records: Vec::new(),
             rejected: 0,
-            write_error_reported: false,
+            written: 0,
+            write_error: None,
+            lost: 0,
+            limits: LogLimits::default(),
+            tokens: f64::from(DEFAULT_RECORDS_PER_S),
+            refilled_ms: 0.0,
+            dropped_rate: 0,
+            dropped_size: 0,
         };
         log.append(events::events_start(vm, tsc_khz));
         Ok(log)
@@ -213,38 +270,148 @@ impl ResultsLog {
     }
 
     fn append(&mut self, value: serde_json::Value) {
-        if let Some(f) = self.file.as_mut() {
-            let mut line = value.to_string();
-            line.push('\n');
-            // One write(2) per line: a crash loses at most the line in flight.
-            if let Err(e) = f.write_all(line.as_bytes()) {
-                if !self.write_error_reported {
-                    self.write_error_reported = true;
-                    log::error!(
-                        "[{}] cannot write results to {}: {e}",
-                        self.vm,
-                        self.path
-                            .as_ref()
-                            .map(|p| p.display().to_string())
-                            .unwrap_or_default()
-                    );
-                }
+        let Some(f) = self.file.as_mut() else {
+            return;
+        };
+        if self.write_error.is_some() {
+            self.lost += 1;
+            return;
+        }
+        let mut line = value.to_string();
+        line.push('\n');
+        // One write(2) per line: a crash loses at most the line in flight.
+        match f.write_all(line.as_bytes()) {
+            Ok(()) => self.written += line.len() as u64,
+            Err(e) => {
+                // Cut a torn line off (the file ends with a whole line) and
+                // write the incomplete line, if any, after it.
+                let _ = f.set_len(self.written);
+                let _ = f.seek(std::io::SeekFrom::Start(self.written));
+                let path = self
+                    .path
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
+                let why = format!("cannot write {path}: {e}");
+                log::error!(
+                    "[{}] {why}; nothing more is written to it and the VM fails",
+                    self.vm
+                );
+                self.write_error = Some(why);
+                self.lost += 1;
             }
         }
     }
 
-    pub fn marker(&mut self, vcpu: u32, marker: Marker, t_ms: f64, t_run_ms: f64) {
+    /// Apply `limits` from now on.
+    pub fn with_limits(mut self, limits: LogLimits) -> Self {
+        self.limits = limits;
+        self.tokens = f64::from(limits.records_per_s);
+        self
+    }
+
+    /// Lines refused: (past the rate limit, past the log limit).
+    pub fn dropped(&self) -> (u64, u64) {
+        (self.dropped_rate, self.dropped_size)
+    }
+
+    /// Whether a guest line at `t_ms` (of `len` bytes) is admitted: within
+    /// the rate limit and the log limit. The first refusal writes a
+    /// `dropped` line saying why.
+    fn admit(&mut self, t_ms: f64, len: usize) -> bool {
+        let rate = f64::from(self.limits.records_per_s);
+        let elapsed = (t_ms - self.refilled_ms).max(0.0);
+        self.tokens = (self.tokens + elapsed * rate / 1e3).min(rate.max(1.0));
+        self.refilled_ms = t_ms.max(self.refilled_ms);
+        let reason = if self.tokens < 1.0 {
+            self.dropped_rate += 1;
+            format!(
+                "more than {} result records per second (host.result_records_per_s): records are dropped while the guest sends faster",
+                self.limits.records_per_s
+            )
+        } else if self.written + len as u64 > self.limits.log_bytes {
+            self.dropped_size += 1;
+            format!(
+                "the results log reached {} bytes (host.log_limit_kib): later records are dropped",
+                self.limits.log_bytes
+            )
+        } else {
+            self.tokens -= 1.0;
+            return true;
+        };
+        if self.dropped_rate + self.dropped_size == 1 {
+            self.note_dropped(&reason, t_ms);
+        }
+        false
+    }
+
+    /// A `dropped` line: why, and the counts so far.
+    fn note_dropped(&mut self, reason: &str, t_ms: f64) {
+        let v = events::event(
+            "dropped",
+            &self.vm,
+            serde_json::json!({
+                "reason": reason, "rate_limited": self.dropped_rate,
+                "over_limit": self.dropped_size, "t_ns": crate::documents::ms_to_ns(t_ms),
+            }),
+        );
+        self.append(v);
+    }
+
+    /// What was dropped, in words (None: nothing).
+    pub fn dropped_summary(&self) -> Option<String> {
+        let (r, z) = (self.dropped_rate, self.dropped_size);
+        (r + z > 0).then(|| {
+            format!(
+                "{} guest result line(s) dropped: {r} past {} per second, {z} past the {}-byte log limit",
+                r + z,
+                self.limits.records_per_s,
+                self.limits.log_bytes
+            )
+        })
+    }
+
+    /// The first failed write of this log, if any (one line).
+    pub fn write_error(&self) -> Option<&str> {
+        self.write_error.as_deref()
+    }
+
+    /// After a failed write: the `incomplete` line (the failure, how many
+    /// lines were lost), if the file takes it.
+    fn mark_incomplete(&mut self, t_ms: f64) {
+        let (Some(f), Some(why)) = (self.file.as_mut(), self.write_error.as_ref()) else {
+            return;
+        };
+        let mut line = events::events_incomplete(&self.vm, why, self.lost, t_ms).to_string();
+        line.push('\n');
+        match f.write_all(line.as_bytes()) {
+            Ok(()) => self.written += line.len() as u64,
+            Err(_) => {
+                let _ = f.set_len(self.written);
+                let _ = f.seek(std::io::SeekFrom::Start(self.written));
+            }
+        }
+    }
+
+    /// A guest marker; false if it was dropped (rate or log limit).
+    pub fn marker(&mut self, vcpu: u32, marker: Marker, t_ms: f64, t_run_ms: f64) -> bool {
         let e = MarkerEntry {
             vcpu,
             marker: marker.name(),
             t_ms,
             t_run_ms,
         };
-        self.append(events::event("marker", &self.vm, MarkerDoc::of(&e)));
+        let line = events::event("marker", &self.vm, MarkerDoc::of(&e));
+        if !self.admit(t_ms, line.to_string().len() + 1) {
+            return false;
+        }
+        self.append(line);
         self.markers.push(e);
+        true
     }
 
-    pub fn record(&mut self, vcpu: u32, record: ResultRecord, t_ms: f64, t_run_ms: f64) {
+    /// A guest result record; false if it was dropped.
+    pub fn record(&mut self, vcpu: u32, record: ResultRecord, t_ms: f64, t_run_ms: f64) -> bool {
         let units_per_s = match record.kind {
             RecordKind::WorkSample | RecordKind::WorkDone => {
                 devices::result_port::units_per_second(
@@ -262,26 +429,41 @@ impl ResultsLog {
             record,
             units_per_s,
         };
-        self.append(events::event("record", &self.vm, RecordDoc::of(&e)));
+        let line = events::event("record", &self.vm, RecordDoc::of(&e));
+        if !self.admit(t_ms, line.to_string().len() + 1) {
+            return false;
+        }
+        self.append(line);
         self.records.push(e);
+        true
     }
 
-    pub fn rejected(&mut self, vcpu: u32, err: &RecordError, t_ms: f64) {
-        self.rejected += 1;
+    /// A record the guest got wrong; false if it was dropped.
+    pub fn rejected(&mut self, vcpu: u32, err: &RecordError, t_ms: f64) -> bool {
         let fields = serde_json::json!({
             "vcpu": vcpu, "error": err.to_string(), "t_ns": crate::documents::ms_to_ns(t_ms),
         });
-        self.append(events::event("rejected", &self.vm, fields));
+        let line = events::event("rejected", &self.vm, fields);
+        if !self.admit(t_ms, line.to_string().len() + 1) {
+            return false;
+        }
+        self.rejected += 1;
+        self.append(line);
+        true
     }
 
     /// The stop line, which also carries the per-vCPU guest figures.
     pub fn stopped(&mut self, status: &str, ok: bool, message: &str, t_ms: f64) {
+        if let Some(what) = self.dropped_summary() {
+            self.note_dropped(&what, t_ms);
+        }
         let vcpus = events::events_vcpus(&self.vcpu_metrics(), &self.work(), self.tsc_khz);
         let fields = serde_json::json!({
             "status": status, "ok": ok, "message": crate::documents::nonempty(message),
             "t_ns": crate::documents::ms_to_ns(t_ms), "vcpus": vcpus,
         });
         self.append(events::event("stop", &self.vm, fields));
+        self.mark_incomplete(t_ms);
     }
 
     /// Per-vCPU workload metrics from the records so far.
@@ -501,6 +683,58 @@ mod tests {
             values,
             text: None,
         }
+    }
+
+    #[test]
+    fn a_flood_is_rate_limited_and_capped_with_dropped_lines() {
+        let dir = std::env::temp_dir().join(format!("pacer-results-cap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("f.results.jsonl");
+        let mut log = ResultsLog::create("f", 1000, Some(&p))
+            .unwrap()
+            .with_limits(LogLimits {
+                log_bytes: 20_000,
+                records_per_s: 100,
+            });
+        // 10 000 records in 1 s: a bucket of 100 at once, then about 100
+        // more over the second, until the 20 000-byte cap.
+        let mut admitted = 0;
+        for i in 0..10_000u64 {
+            let t = i as f64 / 10.0;
+            admitted +=
+                u32::from(log.record(0, rec(RecordKind::WorkSample, 0, [i, 1, 1, 1, 0]), t, t));
+        }
+        assert!((100..=201).contains(&admitted), "{admitted}");
+        let (rate, size) = log.dropped();
+        assert_eq!(rate + size + u64::from(admitted), 10_000);
+        assert!(size > 0 && rate > 0, "{rate} {size}");
+        assert_eq!(
+            log.records.len(),
+            admitted as usize,
+            "dropped records are not kept"
+        );
+        log.stopped("triple_fault", false, "", 1000.0);
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(text.len() < 20_000 + 2_000, "{}", text.len());
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let dropped: Vec<&serde_json::Value> =
+            lines.iter().filter(|l| l["type"] == "dropped").collect();
+        assert_eq!(dropped.len(), 2, "the first refusal and the totals");
+        assert!(dropped[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("100 result records per second"));
+        assert_eq!(dropped[1]["rate_limited"], rate);
+        assert_eq!(dropped[1]["over_limit"], size);
+        assert_eq!(
+            lines.last().unwrap()["type"],
+            "stop",
+            "the stop line is always written"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

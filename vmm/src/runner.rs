@@ -347,6 +347,7 @@ pub fn run(
                     log_dir: Some(run_dir.clone()),
                     scheduling: scheduling.clone(),
                     run_start: opts.run_start,
+                    limits: config.host.log_limits,
                 };
                 std::thread::Builder::new()
                     .name(format!("{}/ctl", vm.name))

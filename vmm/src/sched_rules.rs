@@ -123,6 +123,107 @@ pub fn priority(class: SchedClass, value: i64) -> Result<u8, String> {
     }
 }
 
+/// A VM's operator shares as each of its vCPUs gets them
+/// (`vcpu_sched::shares`): weight, cap and reservation in per mille of one
+/// CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Shares {
+    pub weight: u32,
+    pub cap: Option<u32>,
+    pub reservation: u32,
+}
+
+impl Default for Shares {
+    fn default() -> Self {
+        Shares {
+            weight: vcpu_sched::shares::DEFAULT_WEIGHT,
+            cap: None,
+            reservation: 0,
+        }
+    }
+}
+
+/// A VM's (or vCPU's) operator weight (`vcpu_sched::shares`): 1..=10000,
+/// default 100, as cgroups' `cpu.weight`.
+pub fn weight(value: i64) -> Result<u32, String> {
+    let max = vcpu_sched::shares::MAX_WEIGHT;
+    if (1..=i64::from(max)).contains(&value) {
+        Ok(value as u32)
+    } else {
+        Err(format!(
+            "expected a weight from 1 to {max} (100 is the default share), found {value}"
+        ))
+    }
+}
+
+/// A VM's cap in percent of one CPU: at least 1, at most 100 per vCPU.
+/// Returns the cap of each vCPU in per mille of one CPU (the VM's split
+/// evenly).
+pub fn cap(percent: i64, vcpus: u32) -> Result<u32, String> {
+    let most = 100 * i64::from(vcpus.max(1));
+    if (1..=most).contains(&percent) {
+        Ok(per_vcpu_permille(percent, vcpus).max(1))
+    } else {
+        Err(format!(
+            "expected a cap from 1 to {most} % (100 % of a CPU per vCPU, {} vCPU(s)), found {percent}",
+            vcpus.max(1)
+        ))
+    }
+}
+
+/// A VM's reservation in percent of one CPU: 0 to 100 per vCPU. Returns
+/// each vCPU's in per mille of one CPU.
+pub fn reservation(percent: i64, vcpus: u32) -> Result<u32, String> {
+    let most = 100 * i64::from(vcpus.max(1));
+    if (0..=most).contains(&percent) {
+        Ok(per_vcpu_permille(percent, vcpus))
+    } else {
+        Err(format!(
+            "expected a reservation from 0 to {most} % (100 % of a CPU per vCPU, {} vCPU(s)), found {percent}",
+            vcpus.max(1)
+        ))
+    }
+}
+
+fn per_vcpu_permille(percent: i64, vcpus: u32) -> u32 {
+    (percent.max(0) as u64 * 10 / u64::from(vcpus.max(1))) as u32
+}
+
+/// A cap below the reservation beside it could not give what it reserves.
+pub fn cap_covers_reservation(cap: Option<i64>, reservation: i64) -> Result<(), String> {
+    match cap {
+        Some(c) if c < reservation => Err(format!(
+            "expected a cap of at least the reservation ({reservation} %), found {c}"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Reservations (percent of one CPU, VM totals) must fit in the CPUs
+/// their VMs may use: never oversubscribed.
+pub fn reservations_fit(total_percent: i64, cpus: usize) -> Result<(), String> {
+    let most = 100 * cpus as i64;
+    if total_percent <= most {
+        Ok(())
+    } else {
+        Err(format!(
+            "expected reservations summing to at most {most} % ({cpus} host CPU(s)), found {total_percent} %"
+        ))
+    }
+}
+
+/// Whether `policy` honours operator shares (weight, cap, reservation):
+/// only haiku does; the others refuse them, as they refuse priorities.
+pub fn shares_honoured(policy: Policy, what: &str, origin: &str) -> Result<(), String> {
+    if policy == Policy::Scheduled(vcpu_sched::PolicyKind::Haiku) {
+        Ok(())
+    } else {
+        Err(format!(
+            "policy {policy} has no per-VM {what}: only haiku has weights, caps and reservations ({origin})"
+        ))
+    }
+}
+
 /// What `policy` cannot honour of a class and priority, in the user's
 /// words (`origin`: where the policy came from, e.g. `host.policy`).
 pub fn honoured(
@@ -140,6 +241,27 @@ pub fn honoured(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shares_one_wording_per_mistake() {
+        assert_eq!(weight(100), Ok(100));
+        assert!(weight(0).unwrap_err().contains("from 1 to 10000"));
+        assert_eq!(cap(30, 1), Ok(300));
+        assert_eq!(cap(150, 2), Ok(750));
+        assert!(cap(201, 2).unwrap_err().contains("from 1 to 200 %"));
+        assert!(cap(0, 1).is_err());
+        assert_eq!(reservation(0, 1), Ok(0));
+        assert!(reservation(101, 1).is_err());
+        assert!(reservations_fit(250, 2)
+            .unwrap_err()
+            .contains("at most 200 %"));
+        assert_eq!(reservations_fit(200, 2), Ok(()));
+        assert!(cap_covers_reservation(Some(20), 50).is_err());
+        let host = Policy::Host;
+        assert!(shares_honoured(host, "weights", "host.policy")
+            .unwrap_err()
+            .contains("only haiku"));
+    }
 
     #[test]
     fn one_wording_per_mistake() {

@@ -11,10 +11,10 @@
 //!
 //! | kind | threads | allowed beyond the common set |
 //! |---|---|---|
-//! | [`ThreadKind::Vcpu`] | `<vm>/vcpu<N>`, `pacer/cpu<N>` (workers) | `ioctl` with KVM_RUN, KVM_GET/SET_REGS, KVM_GET/SET_SREGS, KVM_INTERRUPT, KVM_NMI, KVM_SET_MSRS, KVM_GET_VCPU_EVENTS, KVM_IRQ_LINE only; `timer_create`/`timer_delete`; read-only `openat`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (under policy host a vCPU thread reads its own scheduling counters in /proc as it ends) |
+//! | [`ThreadKind::Vcpu`] | `<vm>/vcpu<N>`, `pacer/cpu<N>` (workers) | `ioctl` with KVM_RUN, KVM_GET/SET_REGS, KVM_GET/SET_SREGS, KVM_INTERRUPT, KVM_NMI, KVM_SET_MSRS, KVM_GET_VCPU_EVENTS, KVM_IRQ_LINE only; `timer_create`/`timer_delete`; `ftruncate` (a results log cut back to its last whole line after a failed write); read-only `openat`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (under policy host a vCPU thread reads its own scheduling counters in /proc as it ends) |
 //! | [`ThreadKind::Timers`] | `pacer/timers` | nothing |
 //! | [`ThreadKind::Trace`] | `pacer/trace` (`run --trace`) | read-only `openat`, `read` (glibc's malloc, as for `Api`); it writes the trace file opened before it started |
-//! | [`ThreadKind::Controller`] | `<vm>/ctl` after its vCPUs started | `openat` read-only, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the kernel's per-thread scheduling statistics) |
+//! | [`ThreadKind::Controller`] | `<vm>/ctl` after its vCPUs started | `openat` read-only, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the kernel's per-thread scheduling statistics); `ftruncate` (as for `Vcpu`) |
 //! | [`ThreadKind::Service`] | `pacer/signals`, `pacer/status` | `rt_sigtimedwait`; `openat`, `statx` (the SIGUSR1 snapshot file) |
 //! | [`ThreadKind::Api`] | `pacer/api` (the control API, `--api-socket`) | `poll`/`ppoll`, `accept4`, `read`/`recvfrom`, `sendto` without an address (writes to a connected socket), `getsockopt` for SO_PEERCRED only, read-only `openat` (glibc's malloc reads /proc/sys/vm/overcommit_memory when it first shrinks a thread's heap) (the peer's uid), `unlink`/`unlinkat` (its socket, at the end); its listeners and its record file are made before it is confined |
 //! | [`ThreadKind::Runner`] | the thread that called `runner::run` (the main thread), once every other thread started | `openat`, `mkdir`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the `--json` file) |
@@ -244,6 +244,9 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
             // counters (/proc/self/task/<tid>/sched*) as it ends.
             read_only_files(&mut r)?;
             allow(&mut r, &[libc::SYS_timer_create, libc::SYS_timer_delete]);
+            // Devices append the guest's results from vCPU threads; a
+            // failed write cuts the log back to its last whole line.
+            allow(&mut r, &[libc::SYS_ftruncate]);
         }
         ThreadKind::Timers => {}
         ThreadKind::Trace => {
@@ -253,7 +256,12 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
             read_only_openat(&mut r)?;
             allow(&mut r, &[libc::SYS_read]);
         }
-        ThreadKind::Controller => read_only_files(&mut r)?,
+        ThreadKind::Controller => {
+            read_only_files(&mut r)?;
+            // A results log cut back to its last whole line after a
+            // failed write (`results::ResultsLog`).
+            allow(&mut r, &[libc::SYS_ftruncate]);
+        }
         ThreadKind::Service => {
             allow(
                 &mut r,

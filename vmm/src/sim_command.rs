@@ -9,7 +9,7 @@
 //! recording.
 
 use std::path::PathBuf;
-use vcpu_sched::sim::front::{run_scenario, FrontError, SimOptions};
+use vcpu_sched::sim::front::{run_workload, FrontError, SimOptions};
 use vcpu_sched::PolicyKind;
 
 /// The closing text of `pacer sim --help`.
@@ -107,8 +107,23 @@ pub fn main(a: SimArgs) -> i32 {
         trace: a.trace,
         snapshot: a.snapshot,
     };
+    // The scenario through Pacer's bounded reader (a FIFO or /dev/zero is
+    // refused, not read for ever).
+    let workload = crate::input::read_config_text(&opts.file, "a scenario")
+        .map_err(|e| format!("cannot read {}: {e}", opts.file.display()))
+        .and_then(|text| {
+            vcpu_sched::sim::Workload::from_toml(&text)
+                .map_err(|e| format!("{}: {e}", opts.file.display()))
+        });
+    let workload = match workload {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("{e}");
+            return crate::cli::EXIT_BAD_INPUT;
+        }
+    };
     let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr());
-    match run_scenario(&opts, &mut out, &mut err) {
+    match run_workload(&opts, workload, &mut out, &mut err) {
         Ok(_) => crate::cli::EXIT_OK,
         Err(FrontError::Scenario(e)) => {
             eprintln!("{e}");

@@ -135,6 +135,15 @@ pub trait VcpuExitHandler: Send + Sync {
     /// no exit, and a user-space local APIC must see the task priority it
     /// set before it answers a TPR or PPR read.
     fn guest_cr8(&self, _vcpu: u32, _cr8: u64) {}
+    /// Pacer's engine dispatched `vcpu`: the start of a turn, before its
+    /// first entry, on the thread that runs it. `ready_wait` reads the
+    /// time the scheduler says it has waited runnable over its life (one
+    /// look into the scheduler: call it only when needed). The VM
+    /// publishes it as the guest's steal time (`vm/steal_time.rs`).
+    fn vcpu_dispatched(&self, _vcpu: u32, _ready_wait: &dyn Fn() -> Option<u64>) {}
+    /// Pacer's engine took the runnable `vcpu` off its CPU (quantum end,
+    /// a kick, a yield): the guest's PV "preempted" flag.
+    fn vcpu_preempted(&self, _vcpu: u32) {}
     /// True once the VM is stopping (checked before every entry).
     fn stopping(&self) -> bool;
     /// A vCPU ended for a reason other than a command (fatal guest state).

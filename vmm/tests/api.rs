@@ -257,6 +257,17 @@ fn every_endpoint_against_running_vms() {
     run.refused(&["set", "c/0", "priority=5"], "no VM named \"c\"");
     run.refused(&["set", "a/7", "priority=5"], "VM a has vCPUs 0-1, not 7");
     run.refused(&["set", "offline=0-1"], "at least one CPU left in service");
+    // Operator shares: a weight and a cap reach the scheduler's row.
+    let (code, out, err) = run.ctl(&["set", "b/0", "weight=200", "cap=50"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("b/0: weight 100 -> 200"), "{out}");
+    assert!(out.contains("b/0: cap none -> 50"), "{out}");
+    let row = run.vcpu("b", 0);
+    assert_eq!(row["weight"], 200, "{row}");
+    assert_eq!(row["cap_permille"], 500, "{row}");
+    run.refused(&["set", "b/0", "weight=0"], "b/0: weight");
+    run.refused(&["set", "b/0", "cap=101"], "b/0: cap");
+    run.ctl(&["set", "b/0", "weight=100", "cap=none"]);
     // A refused request changes nothing, even its valid keys.
     run.refused(&["set", "b", "priority=30", "affinity=9"], "b/0: affinity");
     assert_eq!(run.vcpu("b", 0)["base_priority"], 10);
@@ -362,7 +373,17 @@ fn every_endpoint_against_running_vms() {
         .collect();
     assert_eq!(
         names,
-        ["affinity", "priority", "class", "mode", "offline", "online"]
+        [
+            "affinity",
+            "priority",
+            "class",
+            "weight",
+            "cap",
+            "reservation",
+            "mode",
+            "offline",
+            "online"
+        ]
     );
     let page = raw(&run.socket, b"GET / HTTP/1.1\r\n\r\n");
     assert!(page.starts_with("HTTP/1.1 200 OK") && page.contains("<script src=\"/page.js\">"));

@@ -313,6 +313,21 @@ fn vm_event_lines_validate() {
 }
 
 #[test]
+fn a_log_cut_by_a_failed_write_ends_with_a_valid_incomplete_line() {
+    // /dev/full takes no byte: every line fails, and so does the
+    // incomplete line (a file-size limit is what lets a cut log end with
+    // it: tests/io_limits.rs); here the line itself against the schema.
+    let log = vmm::results::ResultsLog::create("cut", 1000, Some(Path::new("/dev/full"))).unwrap();
+    let why = log.write_error().expect("a write to /dev/full fails");
+    assert!(why.contains("No space left on device"), "{why}");
+    let line = documents::run::events_incomplete("cut", why, 3, 5.0);
+    check(documents::VM_EVENTS, &line);
+    let mut bad = line.clone();
+    bad["lines_lost"] = serde_json::json!(-1);
+    assert!(!errors("pacer-vm-events.schema.json", &bad).is_empty());
+}
+
+#[test]
 fn sched_snapshot_validates() {
     use vcpu_sched::{build, EntitySpec, SchedClass, SchedConfig, StopReason, Topology, VmId};
     let topo = Topology::from_spec("1x2x1").unwrap();
@@ -676,4 +691,23 @@ fn real_bench_run_writes_valid_documents() {
         pacer(&["bench", m.to_str().unwrap(), "--out", out.to_str().unwrap()]);
     assert_eq!(code, 0, "{stdout}{err}");
     check_bench_dir(&out);
+}
+
+#[test]
+fn dropped_lines_validate() {
+    let dir = TempDir::new("schema-dropped");
+    let path = dir.0.join("f.results.jsonl");
+    let mut log = vmm::results::ResultsLog::create("f", 1000, Some(&path))
+        .unwrap()
+        .with_limits(vmm::results::LogLimits {
+            log_bytes: 1 << 20,
+            records_per_s: 1,
+        });
+    for i in 0..3 {
+        log.record(0, rec(RecordKind::WorkSample, 0, [i, 1, 1, 1, 0]), 1.0, 1.0);
+    }
+    log.stopped("success", true, "", 2.0);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let n = check_jsonl(documents::VM_EVENTS, &text);
+    assert_eq!(n, 5, "start, record, dropped, dropped, stop:\n{text}");
 }

@@ -184,6 +184,7 @@ fn run_soak(test: &str, with_churn: bool) {
                     log_dir: Some(config.host.log_dir.clone()),
                     scheduling: VcpuScheduling::Scheduled(engine.clone()),
                     run_start: t0,
+                    ..Default::default()
                 };
                 let kvm = &kvm;
                 s.spawn(move || Vm::run(kvm, vmc, opts))

@@ -46,6 +46,7 @@
 #define PACER_KIND_PINGPONG_DONE 9 /* v0 round trips, v1 ticks, v2 per s, v3 partner, v4 role */
 #define PACER_KIND_BURST_DONE 10   /* v0 bursts, v1 missed, v2 ticks, v3 run ticks, v4 ppm */
 #define PACER_KIND_SPINLOCK_DONE 11 /* v0 acquisitions, v1 ticks, v2 per s, v3 max wait ns, v4 cs ns */
+#define PACER_KIND_STEAL      12   /* v0 steal ns (life), v1 steal ns (workload), v2 workload ticks */
 
 /* LATENCY / HISTOGRAM metrics */
 #define PACER_METRIC_SLEEP_WAKE 1  /* sleep: wake TSC - programmed TSC */

@@ -73,6 +73,16 @@
 #define SYS_IPI         13   /* (target cpu) -> 0, or -1: no such CPU / no LAPIC */
 #define SYS_WAIT_IPI    14   /* (seen) -> halts until IPI count > seen; returns it */
 #define SYS_YIELD       15   /* () -> OUT 0 to port 0xE0C (voluntary yield hint) */
+#define SYS_STEAL_INIT  16   /* (struct kvm_steal_time *, 64-byte aligned, VA = PA) ->
+                                1: MSR_KVM_STEAL_TIME points the calling CPU's steal
+                                time there; 0: the hypervisor's CPUID does not offer it */
+/* The `hostile` workload's floods (port I/O from ring 3 would need IOPL 3,
+ * which the software KVM the project is tested on does not honour): */
+#define SYS_FLOOD_SERIAL  17 /* (buf, len, reps) -> buf[0..len] to COM1's data port, reps times */
+#define SYS_FLOOD_RECORDS 18 /* (record, count) -> count copies to the result port (v1 = n + 1,
+                                seq counts up, every 8th with a bad magic) */
+#define SYS_FLOOD_PORTS   19 /* (seed, count) -> count byte writes of random values to random
+                                ports, sparing those that would end the run early */
 
 /* SYS_IRQ_COUNT selectors */
 #define IRQ_ALL      0

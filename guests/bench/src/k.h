@@ -63,6 +63,7 @@ extern uint8_t pv_eoi_on;
 extern uint32_t cpu_limit;
 long k_apic_init(uint64_t flags, uint64_t tsc_khz, uint64_t vcpus);
 long k_ap_start(uint64_t apic_id);
+long k_steal_init(uint64_t area);
 uint64_t k_sleep_until(uint64_t tsc);
 long k_ipi(uint64_t target);
 uint64_t k_wait_ipi(uint64_t seen);

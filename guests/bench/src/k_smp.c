@@ -124,6 +124,25 @@ static int pv_eoi_offered(void)
     return (a & KVM_FEATURE_PV_EOI) != 0;
 }
 
+#define MSR_KVM_STEAL_TIME 0x4b564d03
+#define KVM_FEATURE_STEAL_TIME (1u << 5)
+
+/* KVM's steal time for the calling CPU where the hypervisor's CPUID
+ * offers it, as Linux's kvm_register_steal_time does: the area's address
+ * | 1 (enabled). 1 if registered, 0 if not offered. */
+long k_steal_init(uint64_t area)
+{
+    uint32_t a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x40000000u), "c"(0));
+    if (b != 0x4b4d564b || c != 0x564b4d56 || d != 0x4d || a < 0x40000001u)
+        return 0;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x40000001u), "c"(0));
+    if (!(a & KVM_FEATURE_STEAL_TIME) || (area & 63))
+        return 0;
+    wrmsr(MSR_KVM_STEAL_TIME, area | 1);
+    return 1;
+}
+
 /* Enable the calling CPU's LAPIC in apic_mode, spurious vector 0xFF, LINT0/1
  * masked (no 8259 virtual wire), the timer LVT in the chosen mode (masked
  * only by never being armed). 0; -1 if there is no LAPIC; -2 if the LAPIC

@@ -64,6 +64,18 @@ static uint64_t irq_count(uint64_t which)
     }
 }
 
+/* Ports SYS_FLOOD_PORTS leaves alone: those that would end the run early
+ * (i8042 reset, PCI config/reset, isa-debug-exit, ACPI power-off, Pacer's
+ * exit port), state the VMM does not own (PIC, PIT, RTC) and what the other
+ * floods cover (COM1, Pacer's ports). */
+static int port_spared(uint32_t p)
+{
+    return (p >= 0x20 && p <= 0x21) || (p >= 0x40 && p <= 0x43) || (p >= 0x60 && p <= 0x6f)
+        || (p >= 0x70 && p <= 0x71) || (p >= 0xa0 && p <= 0xa1) || p == 0xf4
+        || (p >= 0x3f8 && p <= 0x3ff) || (p >= 0x600 && p <= 0x63f)
+        || (p >= 0xcf8 && p <= 0xcff) || (p >= PACER_PORT_MARKER && p <= PACER_PORT_YIELD + 3);
+}
+
 /* The IRET frame a system call returns through. */
 struct iret_frame {
     uint64_t rip, cs, rflags, rsp, ss;
@@ -94,6 +106,39 @@ long k_syscall(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t nr, struct iret_f
         return (long)boot_info;
     case SYS_TRIPLE_FAULT:
         k_triple_fault();
+    case SYS_FLOOD_SERIAL: {
+        const uint8_t *p = (const uint8_t *)a0;
+        for (uint64_t r = 0; r < a2; r++)
+            for (uint64_t i = 0; i < a1; i++)
+                outb(PACER_PORT_COM1, p[i]);
+        return 0;
+    }
+    case SYS_FLOOD_RECORDS: {
+        struct pacer_record *rec = (struct pacer_record *)&this_cpu()->record;
+        const uint64_t *src = (const uint64_t *)a0;
+        uint64_t *dst = (uint64_t *)rec;
+        for (int i = 0; i < 8; i++)
+            dst[i] = src[i];
+        uint32_t magic = rec->magic;
+        for (uint64_t n = 0; n < a1; n++) {
+            rec->magic = (n % 8 == 7) ? 0xbad0bad0u : magic;
+            rec->seq++;
+            rec->v[1] = n + 1;      /* 0 units in n + 1 ticks: no figure to speak of */
+            outl(PACER_PORT_RECORD, (uint32_t)(uintptr_t)rec);
+        }
+        return 0;
+    }
+    case SYS_FLOOD_PORTS: {
+        uint64_t x = a0 | 1;
+        for (uint64_t n = 0; n < a1; n++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if (!port_spared((uint32_t)(x & 0xffff)))
+                outb((uint16_t)(x & 0xffff), (uint8_t)(x >> 16));
+        }
+        return 0;
+    }
     case SYS_IDLE:
         halt_forever();
     case SYS_IRQ_COUNT:
@@ -120,6 +165,8 @@ long k_syscall(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t nr, struct iret_f
     case SYS_YIELD:
         outb(PACER_PORT_YIELD, 0);
         return 0;
+    case SYS_STEAL_INIT:
+        return k_steal_init(a0);
     default:
         return -1;
     }

@@ -41,6 +41,9 @@ struct cfg {
     uint64_t duration_ms, report_ms, tsc_khz, vcpus;
     uint64_t interval_us, period_us, run_us, cs_ns, gap_ns;
     int x2apic, deadline, pv_eoi;
+    int steal;                   /* KVM steal time where CPUID offers it */
+    int pv_spin;                 /* spinlock: yield while the holder's vCPU is preempted */
+    uint64_t flood_kib, flood_records, random_ports, random_mmio;   /* hostile */
     uint8_t mixed[MAX_CPUS];     /* enum role per vCPU (workload=mixed) */
 };
 extern struct cfg cfg;
@@ -65,6 +68,25 @@ struct run {
     uint8_t partner[MAX_CPUS];   /* pingpong partner */
 };
 extern struct run run;
+
+/* ---- KVM steal time (one area per CPU, user memory, VA = PA) ------------- */
+struct kvm_steal_time {
+    uint64_t steal;              /* ns this vCPU waited runnable for a host CPU */
+    uint32_t version;            /* odd while the hypervisor writes */
+    uint32_t flags;
+    uint8_t preempted;           /* bit 0: runnable but not running */
+    uint8_t pad[47];
+} __attribute__((aligned(64)));
+extern struct kvm_steal_time steal_areas[MAX_CPUS];
+extern int steal_on;             /* every CPU registered its area */
+#define KVM_VCPU_PREEMPTED 1
+/* CPU i's steal as Linux's kvm_steal_clock reads it (version-checked) */
+uint64_t steal_ns(uint32_t i);
+static inline int vcpu_is_preempted(uint32_t i)
+{
+    return steal_on && i < MAX_CPUS &&
+           (__atomic_load_n(&steal_areas[i].preempted, __ATOMIC_RELAXED) & KVM_VCPU_PREEMPTED);
+}
 
 /* ---- u_lib.c ------------------------------------------------------------- */
 struct buf { char b[512]; unsigned n; };

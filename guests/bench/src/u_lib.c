@@ -4,6 +4,22 @@
  * (u_work.c). Everything here acts on the calling CPU's own state. */
 #include "u.h"
 
+struct kvm_steal_time steal_areas[MAX_CPUS];
+int steal_on;
+
+uint64_t steal_ns(uint32_t i)
+{
+    const struct kvm_steal_time *st = &steal_areas[i];
+    uint32_t v;
+    uint64_t s;
+    do {
+        v = __atomic_load_n(&st->version, __ATOMIC_ACQUIRE);
+        s = __atomic_load_n(&st->steal, __ATOMIC_ACQUIRE);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    } while ((v & 1) || v != __atomic_load_n(&st->version, __ATOMIC_ACQUIRE));
+    return s;
+}
+
 /* ---- gcc may emit calls to these ------------------------------------------ */
 void *memset(void *d, int c, uint64_t n) { char *p = d; while (n--) *p++ = (char)c; return d; }
 void *memcpy(void *d, const void *s, uint64_t n) { char *p = d; const char *q = s; while (n--) *p++ = *q++; return d; }

@@ -117,12 +117,26 @@ static void parse_cmdline(const char *s, unsigned len)
             else if (keyis(v, vl, "off")) cfg.pv_eoi = 0;
             else param_error("pv_eoi", v, vl, "on or off");
         }
+        else if (keyis(k, kl, "steal")) {
+            if (keyis(v, vl, "on")) cfg.steal = 1;
+            else if (keyis(v, vl, "off")) cfg.steal = 0;
+            else param_error("steal", v, vl, "on or off");
+        }
+        else if (keyis(k, kl, "pv_spin")) {
+            if (keyis(v, vl, "on")) cfg.pv_spin = 1;
+            else if (keyis(v, vl, "off")) cfg.pv_spin = 0;
+            else param_error("pv_spin", v, vl, "on or off");
+        }
         else if (keyis(k, kl, "timer")) {
             if (keyis(v, vl, "deadline")) cfg.deadline = 1;
             else if (keyis(v, vl, "oneshot")) cfg.deadline = 0;
             else param_error("timer", v, vl, "deadline or oneshot");
         }
         else if (keyis(k, kl, "mixed")) { mixed_v = v; mixed_vl = vl; }
+        else if (keyis(k, kl, "flood_kib")) num("flood_kib", v, vl, 0, 1048576, "0..1048576", &cfg.flood_kib);
+        else if (keyis(k, kl, "flood_records")) num("flood_records", v, vl, 0, 100000000, "0..100000000", &cfg.flood_records);
+        else if (keyis(k, kl, "random_ports")) num("random_ports", v, vl, 0, 100000000, "0..100000000", &cfg.random_ports);
+        else if (keyis(k, kl, "random_mmio")) num("random_mmio", v, vl, 0, 100000000, "0..100000000", &cfg.random_mmio);
         else if (keyis(k, kl, "ap_skip")) num("ap_skip", v, vl, 1, MAX_CPUS - 1, "1..253", &ap_skip);
         else { bs(&unk, " "); bn(&unk, k, i - t0); n_unk++; }
     }
@@ -279,6 +293,8 @@ __attribute__((noreturn)) void uap_main(uint32_t id)
     if (!__atomic_compare_exchange_n(&cpu_state[id], &want, CPU_ONLINE, 0, __ATOMIC_SEQ_CST,
                                      __ATOMIC_SEQ_CST))
         sys(SYS_IDLE, 0, 0);    /* the BSP gave up on us: stay out */
+    if (steal_on)   /* the BSP registered its own: so does every AP */
+        sys(SYS_STEAL_INIT, &steal_areas[id], 0);
     await_start();
     run_role(c);
     __atomic_fetch_add(&done, 1, __ATOMIC_SEQ_CST);
@@ -289,6 +305,49 @@ __attribute__((noreturn)) void uap_main(uint32_t id)
 }
 
 static const char text_meta[] = "guest=pacer-bench abi=2 work_iters=2048 max_vcpus=254";
+
+/* ---- hostile: what a guest gone bad does to its VMM ------------------------
+ * A serial flood (flood_kib KiB of console lines), a result port flood
+ * (flood_records records, every 8th with a bad magic), writes of random
+ * values to random_ports random ports (k_sys.c spares those that would end
+ * the run early), random_mmio 8-byte writes from ring 3 to random addresses
+ * between the end of RAM and 1 GiB (no device there: each an MMIO exit),
+ * then a triple fault. The port floods run in the kernel (SYS_FLOOD_*). */
+static uint64_t xorshift(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static __attribute__((noreturn)) void hostile(struct ucpu *c, uint64_t ram_top)
+{
+    uint64_t seed = rdtsc() | 1;
+    con("pacer-bench: hostile: serial flood, result flood, random ports and MMIO, then a triple fault\r\n");
+    marker(PACER_MARKER_WORKLOAD_START);
+    static const char line[] = "pacer-bench: hostile flood 0123456789abcdefghijklmnopqrstuvw\n";
+    sys3(SYS_FLOOD_SERIAL, (long)(uintptr_t)line, (long)(sizeof line - 1), (long)(cfg.flood_kib * 16));
+    struct pacer_record r __attribute__((aligned(64)));
+    r.magic = PACER_RECORD_MAGIC;
+    r.version = PACER_RECORD_VERSION;
+    r.kind = PACER_KIND_WORK_SAMPLE;
+    r.vcpu = c->id;
+    r.seq = c->seq;
+    r.tsc = rdtsc();
+    r.v[0] = 0; r.v[1] = 1; r.v[2] = 0; r.v[3] = 1; r.v[4] = 0;
+    sys(SYS_FLOOD_RECORDS, &r, cfg.flood_records);
+    sys(SYS_FLOOD_PORTS, xorshift(&seed), cfg.random_ports);
+    uint64_t lo = (ram_top + (2ull << 20) - 1) & ~((2ull << 20) - 1), hi = 1ull << 30;
+    for (uint64_t n = 0; lo < hi && n < cfg.random_mmio; n++) {
+        uint64_t a = (lo + xorshift(&seed) % (hi - lo)) & ~7ull;
+        *(volatile uint64_t *)(uintptr_t)a = xorshift(&seed);
+    }
+    con("pacer-bench: hostile: triple-faulting\r\n");
+    sys(SYS_TRIPLE_FAULT, 0, 0);
+    for (;;)
+        ;
+}
 
 static __attribute__((noreturn)) void single_cpu_workload(const char *w, unsigned wl)
 {
@@ -324,6 +383,11 @@ __attribute__((noreturn)) void umain(struct boot_info *bi)
     cfg.x2apic = 1;
     cfg.deadline = 1;
     cfg.pv_eoi = 1;
+    cfg.steal = 1;
+    cfg.flood_kib = 256;
+    cfg.flood_records = 20000;
+    cfg.random_ports = 2000;
+    cfg.random_mmio = 2000;
     parse_cmdline(bi->cmdline, bi->cmdline_len);
     check_cmdline();
     if (!cfg.tsc_khz) {
@@ -344,6 +408,8 @@ __attribute__((noreturn)) void umain(struct boot_info *bi)
     bs(&b, cfg.x2apic ? " apic=x2apic" : " apic=xapic");
     bs(&b, cfg.deadline ? " timer=deadline" : " timer=oneshot");
     bs(&b, cfg.pv_eoi ? " pv_eoi=on" : " pv_eoi=off");
+    bs(&b, cfg.steal ? " steal=on" : " steal=off");
+    bs(&b, cfg.pv_spin ? " pv_spin=on" : " pv_spin=off");
     bs(&b, " ram_mib="); bu(&b, ram >> 20);
     bs(&b, "\r\n");
     bflush(&b);
@@ -355,6 +421,13 @@ __attribute__((noreturn)) void umain(struct boot_info *bi)
     unsigned wl = cfg.workload_len;
     if (keyis(w, wl, "triple_fault") || keyis(w, wl, "idle") || keyis(w, wl, "panic"))
         single_cpu_workload(w, wl);
+    if (keyis(w, wl, "hostile")) {
+        uint64_t top = 0;
+        for (uint32_t i = 0; i < bi->e820_n; i++)
+            if (bi->e820[i].type == E820_RAM && bi->e820[i].addr + bi->e820[i].size > top)
+                top = bi->e820[i].addr + bi->e820[i].size;
+        hostile(c, top);
+    }
     int role = role_of(w, wl);
     int is_boot = keyis(w, wl, "boot"), is_mixed = keyis(w, wl, "mixed");
     if (role == ROLE_NONE && !is_boot && !is_mixed) {
@@ -362,6 +435,10 @@ __attribute__((noreturn)) void umain(struct boot_info *bi)
         record_error(c, PACER_ERR_UNKNOWN_WORKLOAD, w, wl, 0);
         sys_exit(PACER_EXIT_BAD_INPUT);
     }
+
+    /* KVM steal time on the BSP (before any AP starts: they follow it). */
+    if (cfg.steal)
+        steal_on = sys(SYS_STEAL_INIT, &steal_areas[0], 0) == 1;
 
     /* Local APICs, then the APs. */
     unsigned failed = 0;

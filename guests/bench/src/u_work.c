@@ -212,16 +212,35 @@ static void spin_ticks(uint64_t from, uint64_t ticks)
         ;
 }
 
+/* pv_spin: how often a waiter looks at the holder's vCPU (Linux's
+ * pv_wait_early looks every 256 spins) */
+#define PV_SPIN_CHECK 256
+
 static void wl_spinlock(struct ucpu *c)
 {
     uint64_t cs = ns_to_ticks(cfg.cs_ns), gap = ns_to_ticks(cfg.gap_ns);
-    uint64_t acq = 0, max = 0, now;
+    uint64_t acq = 0, max = 0, yields = 0, now;
+    uint32_t me = c->id + 1, pv = cfg.pv_spin && steal_on;
     hist_clear(c);
     while ((now = rdtsc()) < run.t_end) {
-        /* test-and-test-and-set */
-        while (__atomic_exchange_n(&spin.lock, 1, __ATOMIC_ACQUIRE))
-            while (__atomic_load_n(&spin.lock, __ATOMIC_RELAXED))
+        /* test-and-test-and-set; the lock word holds the holder's vCPU + 1 */
+        uint32_t free = 0;
+        while (!__atomic_compare_exchange_n(&spin.lock, &free, me, 0, __ATOMIC_ACQUIRE,
+                                            __ATOMIC_RELAXED)) {
+            uint32_t spins = 0, h;
+            while ((h = __atomic_load_n(&spin.lock, __ATOMIC_RELAXED)) != 0) {
                 cpu_relax();
+                /* pv_spin: spinning for a holder whose vCPU is not running
+                 * only burns the time it needs: give the CPU away (Pacer's
+                 * yield port) so that it runs sooner, as Linux's pv
+                 * spin locks stop spinning when vcpu_is_preempted. */
+                if (pv && ++spins % PV_SPIN_CHECK == 0 && vcpu_is_preempted(h - 1)) {
+                    sys(SYS_YIELD, 0, 0);
+                    yields++;
+                }
+            }
+            free = 0;
+        }
         uint64_t got = rdtsc(), ns = ticks_to_ns(got - now);
         /* a plain read-modify-write: lost updates if exclusion ever broke */
         uint64_t v = __atomic_load_n(&spin.inside, __ATOMIC_RELAXED);
@@ -242,12 +261,16 @@ static void wl_spinlock(struct ucpu *c)
     result_head(&b, c, "spinlock");
     bs(&b, " acquisitions="); bu(&b, acq);
     bs(&b, " acquisitions_per_s="); bu(&b, rate);
+    if (pv) {
+        bs(&b, " yields="); bu(&b, yields);
+    }
     report_latency(c, PACER_METRIC_LOCK_WAIT, acq, max, &b, "wait_");
     result_end(&b);
 }
 
 void run_role(struct ucpu *c)
 {
+    uint64_t steal0 = steal_on ? steal_ns(c->id) : 0;
     switch (run.role[c->id]) {
     case ROLE_CPU: wl_cpu(c); break;
     case ROLE_SLEEP: wl_sleep(c); break;
@@ -256,4 +279,15 @@ void run_role(struct ucpu *c)
     case ROLE_SPINLOCK: wl_spinlock(c); break;
     default: break;
     }
+    if (!steal_on)
+        return;
+    /* Its steal time: over its life (as the hypervisor last published it,
+     * at this vCPU's latest dispatch) and over the workload. */
+    uint64_t steal = steal_ns(c->id), ticks = rdtsc() - run.t_start;
+    record(c, PACER_KIND_STEAL, steal, steal - steal0, ticks, 0, 0);
+    struct buf b;
+    result_head(&b, c, "steal");
+    bs(&b, " steal_ns="); bu(&b, steal);
+    bs(&b, " run_steal_ns="); bu(&b, steal - steal0);
+    result_end(&b);
 }

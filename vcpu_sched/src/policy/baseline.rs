@@ -223,6 +223,14 @@ impl EntityAccount {
         self.since = self.since.max(now);
     }
 
+    /// Its ready wait at `now`, including a wait under way.
+    pub fn ready_wait_at(&self, now: Nanos) -> Nanos {
+        match self.state {
+            RunState::Ready => self.ready_wait + now.saturating_sub(self.since),
+            _ => self.ready_wait,
+        }
+    }
+
     /// Counters at `now`, including the time spent in the current state.
     /// `load` is the lifetime "load if it ran alone": run time over run plus
     /// blocked time, in 1/1000 (policies with a real estimate overwrite it).
@@ -266,6 +274,11 @@ impl EntityAccount {
             cpu,
             core: None,
             affinity: CpuSet::new(),
+            weight: crate::shares::DEFAULT_WEIGHT,
+            cap: None,
+            reservation: 0,
+            throttles: 0,
+            throttled_time: 0,
         }
     }
 }

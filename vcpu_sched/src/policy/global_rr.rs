@@ -392,8 +392,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
                 self.set_corun(st, cpu, Some(vm), now);
                 Ok(Dispatch {
                     kicks,
-                    entity: Some(id),
-                    quantum,
+                    ..Dispatch::run(id, quantum)
                 })
             }
             None => {
@@ -509,6 +508,11 @@ impl super::VcpuScheduler for GlobalRoundRobin {
     /// Recorded but without effect: this policy has no idle-core search.
     fn set_idle_core_search(&self, on: bool) {
         self.idle_core_search.store(on, Ordering::Relaxed);
+    }
+
+    fn ready_wait(&self, id: EntityId, now: Nanos) -> Option<Nanos> {
+        let st = self.state.lock();
+        st.table.get(id).map(|e| e.acct.ready_wait_at(now))
     }
 
     fn snapshot(&self, now: Nanos) -> SchedSnapshot {

@@ -193,6 +193,38 @@ pub trait VcpuScheduler: Send + Sync {
         affinity: CpuSet,
         now: Nanos,
     ) -> Result<Vec<CpuId>, SchedError>;
+    /// Set the entity's operator weight (1..=10000, default 100: its
+    /// proportional share among the entities contending with it, see
+    /// [`crate::shares`]). Keeps the handle, penalty and statistics.
+    /// Policies without weights refuse ([`SchedError::Config`]).
+    fn set_weight(&self, id: EntityId, weight: u32, now: Nanos) -> Result<Vec<CpuId>, SchedError> {
+        let _ = (id, weight, now);
+        Err(unsupported(self.name(), "weights"))
+    }
+    /// Cap the entity at `permille` / 1000 of one CPU (1..=1000), enforced
+    /// even on an idle host (a throttled entity waits for its budget; see
+    /// [`Dispatch::throttled`]); `None` lifts the cap.
+    fn set_cap(
+        &self,
+        id: EntityId,
+        permille: Option<u32>,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _ = (id, permille, now);
+        Err(unsupported(self.name(), "caps"))
+    }
+    /// Reserve `permille` / 1000 of one CPU for the entity (0 lifts it):
+    /// it gets at least that whenever it asks for it. The caller keeps the
+    /// sum of reservations within the CPUs (the VMM's config checks do).
+    fn set_reservation(
+        &self,
+        id: EntityId,
+        permille: u32,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _ = (id, permille, now);
+        Err(unsupported(self.name(), "reservations"))
+    }
     /// The mode it runs in now.
     fn mode(&self) -> Mode;
     /// Switch the mode at run time (Haiku switches its mode operations
@@ -218,11 +250,29 @@ pub trait VcpuScheduler: Send + Sync {
     fn set_idle_core_search(&self, on: bool);
     /// Counters and histograms at `now`.
     fn snapshot(&self, now: Nanos) -> SchedSnapshot;
+    /// The time `id` has waited runnable over its life, at `now` (its
+    /// snapshot row's `ready_wait`, including a wait under way), or None
+    /// for an unknown entity. Cheap in every policy (no snapshot): a VMM
+    /// reads it on each dispatch to publish the guest's steal time.
+    fn ready_wait(&self, id: EntityId, now: Nanos) -> Option<Nanos> {
+        self.snapshot(now)
+            .entities
+            .iter()
+            .find(|e| e.id == id)
+            .map(|e| e.ready_wait)
+    }
     /// The effective priority `cpu` runs at now (None: idle, or a policy
     /// without priorities). One atomic load, for a VMM's traces.
     fn running_priority(&self, _cpu: CpuId) -> Option<u8> {
         None
     }
+}
+
+/// The error of a policy that has no operator shares of a kind.
+fn unsupported(policy: &str, what: &str) -> SchedError {
+    SchedError::Config(format!(
+        "policy {policy} has no per-VM {what} (only haiku has weights, caps and reservations)"
+    ))
 }
 
 /// Build a scheduler of the configured policy for a topology.

@@ -711,6 +711,15 @@ impl super::VcpuScheduler for StaticPinning {
         self.idle_core_search.store(on, Ordering::Relaxed);
     }
 
+    fn ready_wait(&self, id: EntityId, now: Nanos) -> Option<Nanos> {
+        let home = self.home(id).ok()?;
+        let pc = self.cpus[home].lock();
+        pc.entities
+            .get(&id)
+            .filter(|e| !e.removed)
+            .map(|e| e.acct.ready_wait_at(now))
+    }
+
     fn snapshot(&self, now: Nanos) -> SchedSnapshot {
         let _p = crate::profiler::scope("static_pin::snapshot");
         let mut entities = Vec::new();

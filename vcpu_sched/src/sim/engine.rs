@@ -232,7 +232,8 @@ impl Engine {
     fn on_timer(&mut self, c: usize, now: Nanos) -> Result<(), SimError> {
         self.account(c, now);
         let Some(e) = self.cpus[c].current else {
-            return Ok(());
+            // An idle CPU's recheck (`Dispatch::recheck_at`).
+            return self.do_schedule(c, now, StopReason::Idle);
         };
         let e = e as usize;
         let mut stop = None;
@@ -514,6 +515,12 @@ impl Engine {
         self.cpus[c].timer_gen = self.cpus[c].timer_gen.wrapping_add(1);
         let Some(e) = next else {
             self.cpus[c].current = None;
+            if let Some(t) = d.recheck_at {
+                // The policy asks to be called again then (a cap or
+                // reservation renewal): the CPU's timer, as a VMM arms it.
+                let gen = self.cpus[c].timer_gen;
+                self.push(t.max(now), EvKind::CpuTimer, c as u32, gen);
+            }
             return Ok(());
         };
         let e = e as usize;

@@ -82,8 +82,19 @@ pub fn run_scenario(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<Vec<SimReport>, FrontError> {
+    let w = Workload::from_file(&opts.file).map_err(|e| FrontError::Scenario(e.to_string()))?;
+    run_workload(opts, w, out, err)
+}
+
+/// [`run_scenario`] on a scenario already read (`opts.file` only names
+/// it): the `pacer` binary reads files through its own bounded reader.
+pub fn run_workload(
+    opts: &SimOptions,
+    mut w: Workload,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Vec<SimReport>, FrontError> {
     let io = |e: std::io::Error| FrontError::Io(e.to_string());
-    let mut w = Workload::from_file(&opts.file).map_err(|e| FrontError::Scenario(e.to_string()))?;
     if let Some(s) = opts.seed {
         w.seed = s;
     }

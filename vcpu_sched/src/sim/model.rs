@@ -212,6 +212,15 @@ impl Model {
                     affinity: affinity.clone(),
                 };
                 let id = sched.add_entity(spec.clone(), 0)?;
+                if let Some(w) = g.weight {
+                    sched.set_weight(id, w, 0)?;
+                }
+                if let Some(c) = g.cap {
+                    sched.set_cap(id, Some(c), 0)?;
+                }
+                if let Some(r) = g.reservation {
+                    sched.set_reservation(id, r, 0)?;
+                }
                 added(&spec, id);
                 let slot = id.index() as usize;
                 if slot > 1 << 24 {

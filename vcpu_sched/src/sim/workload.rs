@@ -161,6 +161,16 @@ pub struct GroupSpec {
     /// Hard affinity as a CPU list ("0-3,8"); default every CPU of the topology.
     #[serde(default)]
     pub affinity: Option<CpuSet>,
+    /// Operator weight of each vCPU (`crate::shares`; default 100). Haiku
+    /// only: other policies refuse it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+    /// Cap of each vCPU, per mille of one CPU (haiku only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cap: Option<u32>,
+    /// Reservation of each vCPU, per mille of one CPU (haiku only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<u32>,
     /// Length of each run burst.
     pub burst: Dist,
     /// CPU time each wake from a sleep costs before the burst's own work
@@ -216,6 +226,9 @@ impl GroupSpec {
             class: SchedClass::Timeshare,
             priority: normal_priority(),
             affinity: None,
+            weight: None,
+            cap: None,
+            reservation: None,
             burst,
             wake_cost: None,
             block_cost: None,
@@ -240,6 +253,19 @@ impl GroupSpec {
     pub fn with_priority(mut self, class: SchedClass, priority: u8) -> Self {
         self.class = class;
         self.priority = priority;
+        self
+    }
+    /// Set the operator shares of each vCPU (`crate::shares`): weight,
+    /// cap and reservation (per mille of one CPU).
+    pub fn with_shares(
+        mut self,
+        weight: Option<u32>,
+        cap: Option<u32>,
+        reservation: Option<u32>,
+    ) -> Self {
+        self.weight = weight;
+        self.cap = cap;
+        self.reservation = reservation;
         self
     }
     /// Restrict to the given CPUs.

@@ -14,8 +14,8 @@
 //! config's own rules (`crate::sched_rules`) and make the change through
 //! the engine. Every key of a request is checked on every vCPU of the
 //! target before anything is changed, so a request is refused whole or
-//! made whole. Adding a key (weight, cap and reservation will come with
-//! the shares issue) is one entry of the table.
+//! made whole. Adding a key is one entry of the table (weight, cap and
+//! reservation, per vCPU, came with issue 23's shares).
 
 use super::audit::SCHEMA_VERSION;
 use super::ApiContext;
@@ -85,8 +85,7 @@ pub struct Key {
     pub prepare: for<'a> fn(&Site<'a>, &str, &Pairs) -> Result<Option<Action<'a>>, String>,
 }
 
-/// Every key `set` knows. Weight, cap and reservation (the shares issue)
-/// are not there yet.
+/// Every key `set` knows.
 pub const KEYS: &[Key] = &[
     Key {
         name: "affinity",
@@ -150,6 +149,85 @@ pub const KEYS: &[Key] = &[
             let engine = s.engine;
             Ok(Some(Box::new(move || {
                 engine.set_vcpu_class(v, class, priority)
+            })))
+        },
+    },
+    Key {
+        name: "weight",
+        scope: Scope::Vcpu,
+        syntax: "1-10000 (100: the default share; haiku only)",
+        read: |s| {
+            s.vcpu()
+                .map(|(_, row)| row.weight.to_string())
+                .unwrap_or_default()
+        },
+        prepare: |s, value, _| {
+            let (v, _) = s.vcpu()?;
+            let weight = sched_rules::weight(integer(value)?)?;
+            sched_rules::shares_honoured(s.ctx.policy, "weights", "the run's policy")?;
+            let engine = s.engine;
+            Ok(Some(Box::new(move || engine.set_vcpu_weight(v, weight))))
+        },
+    },
+    Key {
+        name: "cap",
+        scope: Scope::Vcpu,
+        syntax: "% of one CPU for each vCPU, 1-100, or \"none\" (haiku only)",
+        read: |s| {
+            s.vcpu()
+                .map(|(_, row)| {
+                    row.cap
+                        .map_or("none".to_string(), |c| format!("{}", c / 10))
+                })
+                .unwrap_or_default()
+        },
+        prepare: |s, value, _| {
+            let (v, row) = s.vcpu()?;
+            let cap = match value {
+                "none" => None,
+                x => Some(sched_rules::cap(integer(x)?, 1)?),
+            };
+            if let Some(c) = cap {
+                sched_rules::cap_covers_reservation(
+                    Some(i64::from(c / 10)),
+                    i64::from(row.reservation / 10),
+                )?;
+            }
+            sched_rules::shares_honoured(s.ctx.policy, "caps", "the run's policy")?;
+            let engine = s.engine;
+            Ok(Some(Box::new(move || engine.set_vcpu_cap(v, cap))))
+        },
+    },
+    Key {
+        name: "reservation",
+        scope: Scope::Vcpu,
+        syntax: "% of one CPU for each vCPU, 0-100, all vCPUs' within the host's CPUs (haiku only)",
+        read: |s| {
+            s.vcpu()
+                .map(|(_, row)| (row.reservation / 10).to_string())
+                .unwrap_or_default()
+        },
+        prepare: |s, value, _| {
+            let (v, row) = s.vcpu()?;
+            let percent = integer(value)?;
+            let permille = sched_rules::reservation(percent, 1)?;
+            sched_rules::cap_covers_reservation(row.cap.map(|c| i64::from(c / 10)), percent)?;
+            // The others' reservations as they are now, this vCPU's new one.
+            let others: i64 = s
+                .snap
+                .entities
+                .iter()
+                .filter(|e| e.id != row.id)
+                .map(|e| i64::from(e.reservation))
+                .sum();
+            sched_rules::reservations_fit(
+                (others + i64::from(permille)) / 10,
+                s.ctx.host_cpus.len(),
+            )?;
+            sched_rules::shares_honoured(s.ctx.policy, "reservations", "the run's policy")?;
+            let engine = s.engine;
+            Ok(Some(Box::new(move || {
+                engine.set_vcpu_reservation(v, permille)
             })))
         },
     },

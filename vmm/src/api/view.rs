@@ -116,6 +116,11 @@ fn vcpu_row(engine: &Engine, vm: &EngineVm, index: usize, e: &EntityStats) -> Va
         "migrations": e.migrations.total(),
         "preemptions": e.preemptions,
         "load_permille": e.load,
+        "weight": e.weight,
+        "cap_permille": e.cap,
+        "reservation_permille": e.reservation,
+        "throttles": e.throttles,
+        "throttled_ns": e.throttled_time,
     })
 }
 

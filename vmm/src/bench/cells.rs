@@ -91,8 +91,22 @@ impl Cell {
                     if let Some(r) = policy.refuses_vm(v.class, v.priority) {
                         return Some(format!("VM {}: {}", v.name, r.explain(policy)));
                     }
+                    if v.shares != crate::sched_rules::Shares::default() {
+                        if let Err(why) =
+                            crate::sched_rules::shares_honoured(policy, "shares", "the matrix")
+                        {
+                            return Some(format!("VM {}: {why}", v.name));
+                        }
+                    }
                 }
                 Runner::Qemu | Runner::Native => {
+                    if v.shares != crate::sched_rules::Shares::default() {
+                        return Some(format!(
+                            "VM {}: {} leaves its threads to the host kernel, which knows nothing of Pacer's weights, caps and reservations",
+                            v.name,
+                            m.policies[self.policy].label
+                        ));
+                    }
                     if v.class == SchedClass::Realtime || v.priority != PRIORITY_NORMAL {
                         return Some(format!(
                             "VM {}: {} leaves its threads to the host kernel, which knows nothing of VM priorities or classes",
@@ -201,6 +215,7 @@ pub fn pacer_config(m: &Matrix, cell: &Cell, log_dir: &Path) -> Option<Config> {
                 cpus: v.cpus.clone(),
                 class: v.class,
                 priority: v.priority,
+                shares: v.shares,
                 console: Console::Log,
                 timeout: Some(m.cell_timeout),
             }
@@ -219,6 +234,7 @@ pub fn pacer_config(m: &Matrix, cell: &Cell, log_dir: &Path) -> Option<Config> {
             smt_isolation: false,
             dispatch,
             halt_poll_us: crate::config::DEFAULT_HALT_POLL_US,
+            log_limits: Default::default(),
             tunables: Tunables::default(),
             log_dir: log_dir.to_path_buf(),
         },

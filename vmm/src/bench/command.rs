@@ -26,7 +26,10 @@ terminal or with -q); DIR gets results.jsonl, results.csv, summary.json
 Exit codes:
   0  every cell ok or n/a
   1  a cell failed or timed out, or the run was stopped (continue with --resume)
-  2  bad input: the matrix, or results already in DIR without --resume";
+  2  bad input: the matrix, results already in DIR without --resume, or
+     --resume with a matrix that changed what finished cells ran (named)
+  3  a result could not be written (full disk): the cell in flight is not
+     recorded (continue with --resume once there is room)";
 
 /// Arguments of `pacer bench`.
 #[derive(Debug, clap::Args)]
@@ -108,9 +111,17 @@ pub fn main(args: BenchArgs) -> i32 {
                 EXIT_OK
             }
         }
+        Err(e @ RunMatrixError::Changed(_)) => {
+            eprintln!("pacer bench: {e}");
+            EXIT_BAD_INPUT
+        }
         Err(RunMatrixError::Store(e @ StoreError::NotEmpty(_))) => {
             eprintln!("pacer bench: {e}");
             EXIT_BAD_INPUT
+        }
+        Err(e @ (RunMatrixError::Store(StoreError::Io { .. }) | RunMatrixError::Report(_))) => {
+            eprintln!("pacer bench: results not saved: {e}");
+            crate::cli::EXIT_WRITE_FAILED
         }
         Err(e) => {
             eprintln!("pacer bench: {e}");

@@ -138,6 +138,9 @@ pub struct VmSpec {
     pub cpus: HostCpuSet,
     pub class: SchedClass,
     pub priority: u8,
+    /// Operator shares of each vCPU (`weight`, `cap`, `reservation` as in
+    /// a config's `[[vm]]`).
+    pub shares: crate::sched_rules::Shares,
     pub memory_mib: u64,
     /// A workload of its own (an index into `Matrix::workloads`), else the
     /// cell's.
@@ -180,6 +183,16 @@ impl Layout {
                 }
                 if v.priority != PRIORITY_NORMAL {
                     s += &format!(" prio {}", v.priority);
+                }
+                let d = crate::sched_rules::Shares::default();
+                if v.shares.weight != d.weight {
+                    s += &format!(" weight {}", v.shares.weight);
+                }
+                if let Some(cap) = v.shares.cap {
+                    s += &format!(" cap {}%", cap * v.vcpus / 10);
+                }
+                if v.shares.reservation != 0 {
+                    s += &format!(" resv {}%", v.shares.reservation * v.vcpus / 10);
                 }
                 s
             })
@@ -259,6 +272,9 @@ struct RawVm {
     cpus: Option<Spanned<String>>,
     class: Option<Spanned<SchedClass>>,
     priority: Option<Spanned<i64>>,
+    weight: Option<Spanned<i64>>,
+    cap: Option<Spanned<i64>>,
+    reservation: Option<Spanned<i64>>,
     memory_mib: Option<Spanned<i64>>,
     workload: Option<Spanned<String>>,
 }
@@ -775,9 +791,11 @@ impl Matrix {
     /// Read and validate a matrix file against the running host.
     pub fn load(path: &Path) -> Result<Matrix, MatrixError> {
         let host = HostInfo::detect()?;
-        let text = std::fs::read_to_string(path).map_err(|source| MatrixError::Read {
-            path: path.to_path_buf(),
-            source,
+        let text = crate::input::read_config_text(path, "a matrix").map_err(|source| {
+            MatrixError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
         Self::parse(&text, path, &host)
     }
@@ -970,6 +988,9 @@ impl Matrix {
                 c.err(l.vm.span(), f("vm"), "a layout needs at least one VM");
             }
             let mut vms: Vec<VmSpec> = Vec::new();
+            // The layout's reservations (percent of one CPU) and the last one's place.
+            let mut reserved: i64 = 0;
+            let mut reserved_at: Option<(std::ops::Range<usize>, String)> = None;
             let mut seen = HashSet::new();
             for (vi, v) in l.vm.get_ref().iter().enumerate() {
                 let vf = |k: &str| format!("layout[{li}].vm[{vi}].{k}");
@@ -1023,6 +1044,30 @@ impl Matrix {
                 let priority = v.priority.as_ref().map_or(default as i64, |p| {
                     c.int_in(p, &vf("priority"), lo as i64, hi as i64)
                 }) as u8;
+                let mut shares = crate::sched_rules::Shares::default();
+                let n = vcpus.max(1);
+                if let Some(w) = &v.weight {
+                    match crate::sched_rules::weight(*w.get_ref()) {
+                        Ok(x) => shares.weight = x,
+                        Err(why) => c.err(w.span(), vf("weight"), why),
+                    }
+                }
+                if let Some(x) = &v.cap {
+                    match crate::sched_rules::cap(*x.get_ref(), n) {
+                        Ok(p) => shares.cap = Some(p),
+                        Err(why) => c.err(x.span(), vf("cap"), why),
+                    }
+                }
+                if let Some(x) = &v.reservation {
+                    match crate::sched_rules::reservation(*x.get_ref(), n) {
+                        Ok(p) => {
+                            shares.reservation = p;
+                            reserved += *x.get_ref() * count as i64;
+                            reserved_at = Some((x.span(), vf("reservation")));
+                        }
+                        Err(why) => c.err(x.span(), vf("reservation"), why),
+                    }
+                }
                 let memory_mib = v.memory_mib.as_ref().map_or(default_memory as i64, |m| {
                     c.int_in(m, &vf("memory_mib"), 2, 1 << 20)
                 }) as u64;
@@ -1058,9 +1103,15 @@ impl Matrix {
                         cpus: cpus.clone(),
                         class,
                         priority,
+                        shares,
                         memory_mib,
                         workload,
                     });
+                }
+            }
+            if let Some((span, field)) = reserved_at {
+                if let Err(why) = crate::sched_rules::reservations_fit(reserved, host_cpus.len()) {
+                    c.err(span, &field, why);
                 }
             }
             // `mixed` needs one entry per vCPU of every VM that runs it.

@@ -298,11 +298,9 @@ pub fn vm_samples(r: &VmResult, group: &str) -> Vec<Sample> {
     }
     // What the guest printed on its console fills in what the VM result
     // lacks (a VMM that does not decode a newer guest's records yet).
-    if let Some(text) = r
-        .console_log
-        .as_ref()
-        .and_then(|p| std::fs::read_to_string(p).ok())
-    {
+    if let Some(text) = r.console_log.as_ref().and_then(|p| {
+        crate::input::read_lossy(p, crate::input::MAX_LOG_BYTES, "a console log").ok()
+    }) {
         for s in console_samples(&text, &r.name, group).0 {
             if let Some(vcpu) = s.vcpu {
                 per_vcpu

@@ -30,6 +30,7 @@ pub mod progress;
 pub mod qemu;
 pub mod report;
 pub mod run;
+pub mod settings;
 pub mod store;
 pub mod summary;
 pub mod unixbench;

@@ -106,14 +106,16 @@ impl Proc {
 
     /// Its output so far (lossy UTF-8: a guest may print anything).
     pub fn read_output(&self) -> String {
-        std::fs::read(&self.output)
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default()
+        crate::input::read_lossy(
+            &self.output,
+            crate::input::MAX_LOG_BYTES,
+            "a process output",
+        )
+        .unwrap_or_default()
     }
 
     fn read_log(&self) -> String {
-        std::fs::read(&self.log)
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
+        crate::input::read_lossy(&self.log, crate::input::MAX_LOG_BYTES, "a process log")
             .unwrap_or_default()
     }
 

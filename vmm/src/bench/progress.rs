@@ -89,6 +89,7 @@ impl Progress {
             BenchEvent::Stopping(why) => self.line(&format!(
                 "pacer bench: {why} received, stopping after recording the finished cells"
             )),
+            BenchEvent::Note(text) => self.line(&format!("pacer bench: {text}")),
         }
     }
 

@@ -22,6 +22,7 @@ use super::metrics::{self, VmMeta};
 use super::native::{self, NativeRun};
 use super::procs::ProcOutcome;
 use super::qemu::{qemu_boots, QemuPeer, QemuVm};
+use super::settings;
 use super::store::{CellRecord, CellStatus, Store, StoreError};
 use super::workload::WorkloadKind;
 use super::{plots, report, summary::Summary};
@@ -40,6 +41,9 @@ pub enum RunMatrixError {
     Interrupted(&'static str),
     #[error("report: {0}")]
     Report(String),
+    /// `--resume` with a matrix that changed what finished cells ran.
+    #[error("{0}")]
+    Changed(String),
 }
 
 /// Options of a bench run.
@@ -67,6 +71,8 @@ pub enum BenchEvent<'a> {
     CellDone(&'a CellRecord),
     /// A stop signal arrived; the current cell is abandoned.
     Stopping(&'static str),
+    /// Something the user should know (a status line).
+    Note(String),
 }
 
 /// The outcome of a run.
@@ -282,7 +288,10 @@ impl Ctx<'_> {
                 let console = vm
                     .console_log
                     .as_ref()
-                    .and_then(|p| std::fs::read_to_string(p).ok())
+                    .and_then(|p| {
+                        crate::input::read_lossy(p, crate::input::MAX_LOG_BYTES, "a console log")
+                            .ok()
+                    })
                     .unwrap_or_default();
                 match suite.samples(&console, &vm.name, &spec.group, spec.vcpus) {
                     Ok(samples) => rec.samples.extend(samples),
@@ -462,12 +471,14 @@ pub fn run_matrix(
     // polls for them, and between cells they are looked for after each one.
     let _signals = crate::signals::SignalGuard::install();
     let mut store = Store::open(&opts.out, opts.resume)?;
-    std::fs::write(
-        opts.out.join("matrix.toml"),
-        std::fs::read(&m.path).unwrap_or_default(),
-    )
-    .map_err(|e| RunMatrixError::Report(e.to_string()))?;
     let all = cells::expand(m);
+    let view = crate::documents::matrix::MatrixView::of(m);
+    let settings: HashMap<String, settings::CellSettings> = all
+        .iter()
+        .map(|c| (c.id(m), settings::of(m, &view, c)))
+        .collect();
+    check_resume(m, &store, &settings, &opts.out)?;
+    keep_matrix_text(m, &opts.out, on_event)?;
     let todo: Vec<Cell> = all
         .iter()
         .copied()
@@ -504,6 +515,14 @@ pub fn run_matrix(
                 "a stop signal (SIGINT/SIGTERM)",
             ));
         };
+        // What the cell ran, then its record (--resume checks the one
+        // against the matrix before trusting the other).
+        if let Some(cs) = settings.get(&id) {
+            settings::append(&opts.out, cs).map_err(|source| StoreError::Io {
+                path: opts.out.join(settings::FILE),
+                source,
+            })?;
+        }
         store.append(rec)?;
         if let Some(last) = store.records().last() {
             on_event(BenchEvent::CellDone(last));
@@ -517,6 +536,86 @@ pub fn run_matrix(
         }
     }
     finish(m, &store, &ctx)
+}
+
+/// On `--resume`: refuse if a finished cell ran with other settings than
+/// the matrix gives it now (naming the cells and the keys that changed).
+fn check_resume(
+    m: &Matrix,
+    store: &Store,
+    now: &HashMap<String, settings::CellSettings>,
+    out: &Path,
+) -> Result<(), RunMatrixError> {
+    if store.records().is_empty() {
+        return Ok(());
+    }
+    let ran = settings::read(out).map_err(RunMatrixError::Changed)?;
+    let mut changed = Vec::new();
+    for r in store.records() {
+        let (Some(old), Some(new)) = (ran.get(&r.id), now.get(&r.id)) else {
+            continue;
+        };
+        if old.digest != new.digest {
+            changed.push(format!(
+                "{} ({})",
+                r.id,
+                settings::differences(&old.settings, &new.settings, 4)
+            ));
+        }
+    }
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let n = changed.len();
+    let shown = changed
+        .iter()
+        .take(3)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    let more = if n > 3 {
+        format!("; and {} more cell(s)", n - 3)
+    } else {
+        String::new()
+    };
+    Err(RunMatrixError::Changed(format!(
+        "--resume: {} finished cell(s) of {} ran with other settings than {} gives them now: {shown}{more}; run the changed matrix into another --out (or restore the matrix to continue)",
+        n,
+        out.display(),
+        m.path.display()
+    )))
+}
+
+/// Keep the matrix file in `out` as `matrix.toml`; on a resume whose
+/// matrix text differs (comments, more repetitions: the finished cells'
+/// settings were checked), the first run's file is kept and this one is
+/// saved beside it as `matrix.<n>.toml`.
+fn keep_matrix_text(
+    m: &Matrix,
+    out: &Path,
+    on_event: &mut dyn FnMut(BenchEvent<'_>),
+) -> Result<(), RunMatrixError> {
+    let text = crate::input::read_config_text(&m.path, "a matrix").unwrap_or_default();
+    let first = out.join("matrix.toml");
+    let kept = crate::input::read_config_text(&first, "a matrix").ok();
+    let target = match kept {
+        None => first,
+        Some(k) if k == text => return Ok(()),
+        Some(_) => {
+            let free = (2..)
+                .map(|n| out.join(format!("matrix.{n}.toml")))
+                .find(|p| !p.exists())
+                .unwrap_or_else(|| out.join("matrix.resumed.toml"));
+            on_event(BenchEvent::Note(format!(
+                "the matrix differs from {}: kept it, this run's matrix is {}",
+                out.join("matrix.toml").display(),
+                free.display()
+            )));
+            free
+        }
+    };
+    std::fs::write(&target, text)
+        .map_err(|e| RunMatrixError::Report(format!("{}: {e}", target.display())))
 }
 
 /// Summary, plots and report from what the store holds.

@@ -262,7 +262,11 @@ pub fn read_csv(path: &Path) -> Result<Vec<CellRecord>, StoreError> {
 /// Read `results.jsonl`: the complete lines, and the length of the file up
 /// to the end of the last complete line (a torn tail is ignored).
 pub fn read_jsonl(path: &Path) -> Result<(Vec<CellRecord>, u64), StoreError> {
-    let text = match std::fs::read(path) {
+    let text = match crate::input::read_regular_file(
+        path,
+        crate::input::MAX_RESULTS_BYTES,
+        "a bench results.jsonl",
+    ) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
         Err(source) => {
@@ -338,8 +342,14 @@ impl Store {
             message,
         })?;
         let tmp = dir.join(format!("{CSV}.tmp"));
-        std::fs::write(&tmp, &text).map_err(io(&tmp))?;
-        std::fs::rename(&tmp, &cpath).map_err(io(&cpath))?;
+        if let Err(e) = std::fs::write(&tmp, &text).map_err(io(&tmp)) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        if let Err(e) = std::fs::rename(&tmp, &cpath).map_err(io(&cpath)) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
         let csv = OpenOptions::new()
             .append(true)
             .open(&cpath)
@@ -383,10 +393,28 @@ impl Store {
                 message,
             })?;
         let io = |path: PathBuf| move |source| StoreError::Io { path, source };
-        self.jsonl.write_all(&line).map_err(io(jpath.clone()))?;
-        self.jsonl.sync_data().map_err(io(jpath))?;
-        self.csv.write_all(&rows).map_err(io(cpath.clone()))?;
-        self.csv.sync_data().map_err(io(cpath))?;
+        // A write that fails (full disk) leaves both files as they were:
+        // a torn record is cut off again, so --resume finds whole lines.
+        let (jlen, clen) = (
+            self.jsonl.metadata().map_err(io(jpath.clone()))?.len(),
+            self.csv.metadata().map_err(io(cpath.clone()))?.len(),
+        );
+        let written = self
+            .jsonl
+            .write_all(&line)
+            .and_then(|()| self.jsonl.sync_data())
+            .map_err(io(jpath))
+            .and_then(|()| {
+                self.csv
+                    .write_all(&rows)
+                    .and_then(|()| self.csv.sync_data())
+                    .map_err(io(cpath))
+            });
+        if let Err(e) = written {
+            let _ = self.jsonl.set_len(jlen);
+            let _ = self.csv.set_len(clen);
+            return Err(e);
+        }
         self.done.insert(r.id.clone());
         self.records.push(r);
         Ok(())
@@ -475,6 +503,25 @@ pub(crate) mod tests {
             Store::open(&dir, false),
             Err(StoreError::NotEmpty(_))
         ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_failed_append_leaves_both_files_as_they_were() {
+        let dir = tmp("full");
+        let mut s = Store::open(&dir, false).unwrap();
+        let first = record("l/w/host/r1", "host", CellStatus::Ok, &[1.0]);
+        s.append(first.clone()).unwrap();
+        let before = std::fs::read(dir.join(JSONL)).unwrap();
+        // The CSV's disk is full: the JSON line written first is cut off.
+        s.csv = OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let e = s
+            .append(record("l/w/haiku/r1", "haiku", CellStatus::Ok, &[2.0]))
+            .unwrap_err();
+        assert!(e.to_string().contains("No space left on device"), "{e}");
+        assert_eq!(std::fs::read(dir.join(JSONL)).unwrap(), before);
+        assert_eq!(s.records(), &[first]);
+        assert!(!s.is_done("l/w/haiku/r1"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

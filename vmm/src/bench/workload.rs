@@ -82,7 +82,7 @@ impl WorkloadKind {
             WorkloadKind::Sleep => &["interval_us"],
             WorkloadKind::Pingpong => &[],
             WorkloadKind::Burst => &["period_us", "run_us"],
-            WorkloadKind::Spinlock => &["cs_ns", "gap_ns"],
+            WorkloadKind::Spinlock => &["cs_ns", "gap_ns", "pv_spin"],
             WorkloadKind::Mixed => &["mixed"],
             // The Linux image, its command line, copies (counts and/or
             // "vcpus"), passes, tests, seconds per pass (unixbench.rs).

@@ -34,7 +34,8 @@ pub struct VcpuBoot<'a> {
 /// TSC frequency (`tsc_khz`, leaf 0x40000010), the TSC-deadline timer bit
 /// where the local APIC has that mode, and, under Pacer's own interrupt
 /// controller (`in_kernel_irqchip` false), without the KVM paravirtual
-/// features only KVM's in-kernel local APIC implements.
+/// features only KVM's in-kernel local APIC implements and with Pacer's
+/// steal time (bench guest and Linux alike).
 pub fn vm_cpuid(kvm: &Kvm, tsc_khz: u32, in_kernel_irqchip: bool) -> Result<CpuId, CpuidError> {
     let mut table = cpuid::supported(kvm)?;
     if !in_kernel_irqchip || kvm.check_extension(kvm_ioctls::Cap::TscDeadlineTimer) {
@@ -46,6 +47,7 @@ pub fn vm_cpuid(kvm: &Kvm, tsc_khz: u32, in_kernel_irqchip: bool) -> Result<CpuI
     cpuid::set_tsc_khz(&mut table, tsc_khz)?;
     if !in_kernel_irqchip {
         cpuid::hide_in_kernel_apic_features(&mut table);
+        cpuid::pacer_steal_time(&mut table);
     }
     Ok(table)
 }

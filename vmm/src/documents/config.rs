@@ -19,6 +19,9 @@ pub struct HostView {
     /// Null under `host` (no engine).
     pub dispatch: Option<String>,
     pub halt_poll_us: u64,
+    /// What each VM may write into its logs.
+    pub log_limit_kib: u64,
+    pub result_records_per_s: u32,
     pub log_dir: PathBuf,
     /// Every `vcpu_sched` tunable, its value in the run.
     pub tunables: vcpu_sched::Tunables,
@@ -80,6 +83,8 @@ fn host(h: &HostConfig) -> HostView {
         smt_isolation: h.smt_isolation,
         dispatch: scheduled.then(|| h.dispatch.as_str().to_string()),
         halt_poll_us: h.halt_poll_us,
+        log_limit_kib: h.log_limits.log_bytes >> 10,
+        result_records_per_s: h.log_limits.records_per_s,
         log_dir: h.log_dir.clone(),
         tunables: h.tunables.clone(),
     }

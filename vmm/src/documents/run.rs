@@ -110,8 +110,17 @@ pub struct SpinlockDoc {
     pub lock_wait: Option<LatencyDoc>,
 }
 
+/// The vCPU's steal time as its guest read it (KVM's steal-time area, where
+/// the hypervisor offers it): over its life and over its workload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StealDoc {
+    pub steal_ns: u64,
+    pub workload_steal_ns: u64,
+}
+
 /// What a vCPU's guest workload measured: one section per workload kind,
-/// null for the kinds it did not run.
+/// null for the kinds it did not run; `steal`, null where the guest read
+/// no steal time.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GuestDoc {
     pub cpu: Option<CpuDoc>,
@@ -119,6 +128,7 @@ pub struct GuestDoc {
     pub pingpong: Option<PingpongDoc>,
     pub burst: Option<BurstDoc>,
     pub spinlock: Option<SpinlockDoc>,
+    pub steal: Option<StealDoc>,
 }
 
 fn guest(m: Option<&VcpuMetrics>, w: Option<&VcpuWork>, tsc_khz: u32) -> GuestDoc {
@@ -167,6 +177,12 @@ fn guest(m: Option<&VcpuMetrics>, w: Option<&VcpuWork>, tsc_khz: u32) -> GuestDo
                 max_wait_ns: s.max_wait_ns,
                 cs_ns: s.cs_ns,
                 lock_wait: s.wait_ns.as_ref().map(latency),
+            })
+        }),
+        steal: m.and_then(|m| {
+            m.steal.as_ref().map(|s| StealDoc {
+                steal_ns: s.steal_ns,
+                workload_steal_ns: s.workload_steal_ns,
             })
         }),
     }
@@ -364,6 +380,16 @@ fn record_data(kind: RecordKind, v: &[u64; 5]) -> Value {
         ) => json!({
             "acquisitions": acquisitions, "ticks": ticks, "guest_acquisitions_per_s": v[2],
             "max_wait_ns": max_wait_ns, "cs_ns": cs_ns,
+        }),
+        (
+            _,
+            Ok(Payload::Steal {
+                steal_ns,
+                workload_steal_ns,
+                ticks,
+            }),
+        ) => json!({
+            "steal_ns": steal_ns, "workload_steal_ns": workload_steal_ns, "ticks": ticks,
         }),
         // Accepted records always decode; keep the words if one does not.
         (_, _) => json!({ "words": v }),
@@ -617,6 +643,16 @@ pub fn events_start(vm: &str, tsc_khz: u32) -> Value {
         o.insert("tsc_khz".into(), json!(nonzero(u64::from(tsc_khz))));
     }
     v
+}
+
+/// The last line of a `<vm>.results.jsonl` that could not be written whole:
+/// why, and how many lines were lost (the stop line among them).
+pub fn events_incomplete(vm: &str, reason: &str, lines_lost: u64, t_ms: f64) -> Value {
+    event(
+        "incomplete",
+        vm,
+        json!({ "reason": reason, "lines_lost": lines_lost, "t_ns": ms_to_ns(t_ms) }),
+    )
 }
 
 /// A line of a `<vm>.results.jsonl`: `type` and `vm`, then `fields`.

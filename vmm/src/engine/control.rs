@@ -81,6 +81,21 @@ impl Engine {
         self.change(|s, now| s.set_priority(v.entity, priority, now))
     }
 
+    /// Change the operator weight of `v` (`vcpu_sched::shares`).
+    pub fn set_vcpu_weight(&self, v: &EngineVcpu, weight: u32) -> Result<(), EngineError> {
+        self.change(|s, now| s.set_weight(v.entity, weight, now))
+    }
+
+    /// Cap `v` at `permille` of one CPU (`None`: no cap).
+    pub fn set_vcpu_cap(&self, v: &EngineVcpu, permille: Option<u32>) -> Result<(), EngineError> {
+        self.change(|s, now| s.set_cap(v.entity, permille, now))
+    }
+
+    /// Reserve `permille` of one CPU for `v` (0: none).
+    pub fn set_vcpu_reservation(&self, v: &EngineVcpu, permille: u32) -> Result<(), EngineError> {
+        self.change(|s, now| s.set_reservation(v.entity, permille, now))
+    }
+
     /// Change the class of `v` and its base priority in that class.
     pub fn set_vcpu_class(
         &self,

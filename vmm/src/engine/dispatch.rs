@@ -61,6 +61,30 @@ impl Engine {
         runner: &mut VcpuRunner,
         last: &VcpuStep,
     ) -> Next {
+        let next = self.next_entry_inner(vm, v, slot, runner, last);
+        match next {
+            Next::Enter if *last == VcpuStep::Start => {
+                // The guest's steal time: the wait the scheduler accounted
+                // up to this dispatch, and no longer preempted.
+                vm.handler
+                    .vcpu_dispatched(v.index, &|| self.scheduler().ready_wait(v.entity, now_ns()));
+            }
+            Next::Stop(Stop::Quantum | Stop::Preempted | Stop::Yielded) => {
+                vm.handler.vcpu_preempted(v.index);
+            }
+            _ => {}
+        }
+        next
+    }
+
+    fn next_entry_inner(
+        &self,
+        vm: &EngineVm,
+        v: &EngineVcpu,
+        slot: &CpuSlot,
+        runner: &mut VcpuRunner,
+        last: &VcpuStep,
+    ) -> Next {
         RUNNING_ENTITY.set(Some(v.entity));
         vm.irq.poll_pv_eoi(v.index);
         if *last == VcpuStep::Interrupted {
@@ -225,6 +249,7 @@ impl Engine {
         let mut reason = reason;
         let mut kicks = Vec::new();
         let mut next = None;
+        let mut recheck = None;
         // An entity the engine does not know (a bug) must not leave the
         // scheduler believing the CPU runs it: report it blocked and ask
         // again (a bounded number of times).
@@ -244,6 +269,7 @@ impl Engine {
                 d.kicks
             );
             kicks.extend(d.kicks);
+            recheck = d.recheck_at;
             let Some(e) = d.entity else { break };
             match self.vcpu_of(e) {
                 Some(v) => {
@@ -263,6 +289,9 @@ impl Engine {
             Some((v, q)) => (Some(v), q),
             None => (None, 0),
         };
+        if next.is_none() || recheck.is_some() {
+            self.arm_recheck(slot.id, recheck.filter(|_| next.is_none()));
+        }
         self.record(|| match &next {
             Some(n) => Event::Dispatch {
                 cpu: cpu16(slot.host),

@@ -153,6 +153,8 @@ pub struct VmSchedSpec {
     pub name: String,
     pub class: SchedClass,
     pub priority: u8,
+    /// Operator shares of each vCPU (weight, cap, reservation).
+    pub shares: crate::sched_rules::Shares,
     /// The VM's core set.
     pub cpus: HostCpuSet,
 }
@@ -211,6 +213,15 @@ pub struct Engine {
 /// Timer keys: VM slot in the high half, vCPU index in the low half.
 fn timer_key(vm: usize, vcpu: u32) -> TimerKey {
     ((vm as u64) << 32) | u64::from(vcpu)
+}
+
+/// The VM part of the timer keys of idle CPUs' rechecks
+/// (`Dispatch::recheck_at`): no VM slot reaches it.
+const RECHECK_VM: u64 = u32::MAX as u64;
+
+/// The timer key of scheduler CPU `cpu`'s recheck.
+pub(crate) fn recheck_key(cpu: vcpu_sched::CpuId) -> TimerKey {
+    (RECHECK_VM << 32) | u64::from(cpu.0)
 }
 
 impl Engine {
@@ -329,15 +340,19 @@ impl Engine {
         let trace_id = self.next_trace_vm.fetch_add(1, Ordering::Relaxed);
         let mut vcpus = Vec::with_capacity(runners.len());
         for runner in &runners {
-            let entity = match self.sched.add_entity(
-                EntitySpec {
-                    vm: vm_id,
-                    class: spec.class,
-                    priority: spec.priority,
-                    affinity: affinity.clone(),
-                },
-                now,
-            ) {
+            let entity = match self
+                .sched
+                .add_entity(
+                    EntitySpec {
+                        vm: vm_id,
+                        class: spec.class,
+                        priority: spec.priority,
+                        affinity: affinity.clone(),
+                    },
+                    now,
+                )
+                .and_then(|e| self.apply_shares(e, &spec.shares, now).map(|()| e))
+            {
                 Ok(e) => e,
                 Err(e) => {
                     for v in &vcpus {
@@ -469,7 +484,46 @@ impl Engine {
         }
     }
 
+    /// Give a new vCPU its VM's operator shares (only what differs from
+    /// the defaults, so policies without shares take VMs without them).
+    fn apply_shares(
+        &self,
+        e: vcpu_sched::EntityId,
+        shares: &crate::sched_rules::Shares,
+        now: u64,
+    ) -> Result<(), SchedError> {
+        let d = crate::sched_rules::Shares::default();
+        if shares.weight != d.weight {
+            self.sched.set_weight(e, shares.weight, now)?;
+        }
+        if shares.cap.is_some() {
+            self.sched.set_cap(e, shares.cap, now)?;
+        }
+        if shares.reservation != d.reservation {
+            self.sched.set_reservation(e, shares.reservation, now)?;
+        }
+        Ok(())
+    }
+
+    /// Ask the timer thread to kick idle `cpu` at `at` (the policy's
+    /// `Dispatch::recheck_at`: a capped vCPU's budget or a reservation is
+    /// renewed then).
+    pub(crate) fn arm_recheck(&self, cpu: vcpu_sched::CpuId, at: Option<u64>) {
+        match at {
+            Some(t) => self.timers.arm(recheck_key(cpu), t),
+            None => self.timers.cancel(recheck_key(cpu)),
+        }
+    }
+
     fn timer_fired(&self, key: TimerKey, deadline_ns: u64) {
+        if key >> 32 == RECHECK_VM {
+            let cpu = vcpu_sched::CpuId(key as u32);
+            // Only an idle CPU: a busy one calls `schedule` at its turn's end.
+            if self.slot(cpu).is_some_and(|s| s.lock_owner().is_none()) {
+                self.kick_cpu(cpu);
+            }
+            return;
+        }
         let (vm, vcpu) = ((key >> 32) as usize, key as u32);
         if let Some(vm) = self.vm(vm) {
             self.firing_timer(deadline_ns, || vm.irq.timer_expired(vcpu));

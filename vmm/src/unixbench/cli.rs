@@ -89,10 +89,11 @@ pub enum UnixbenchCliError {
 }
 
 fn read_log(path: &Path) -> Result<Log, UnixbenchCliError> {
-    let bytes = std::fs::read(path).map_err(|source| UnixbenchCliError::Read {
-        path: path.into(),
-        source,
-    })?;
+    let bytes = crate::input::read_regular_file(path, crate::input::MAX_LOG_BYTES, "a console log")
+        .map_err(|source| UnixbenchCliError::Read {
+            path: path.into(),
+            source,
+        })?;
     Ok(parse_log(&String::from_utf8_lossy(&bytes)))
 }
 

@@ -39,7 +39,8 @@ pub(super) struct Devices {
 
 /// Build the devices of the VM `config` describes. `irqchip`: Pacer's
 /// interrupt controller (None: KVM's in-kernel one); `sink`: where devices
-/// report markers, records and stop requests; `console`: the console log.
+/// report markers, records and stop requests; `console`: the console log,
+/// holding at most `console_limit` bytes of guest output.
 pub(super) fn create_devices(
     config: &VmConfig,
     vm_fd: &Arc<VmFd>,
@@ -47,6 +48,7 @@ pub(super) fn create_devices(
     irqchip: Option<&Arc<IrqChip>>,
     sink: Arc<dyn VmEventSink>,
     console: Option<std::fs::File>,
+    console_limit: u64,
 ) -> Result<Devices, VmError> {
     let dev_err = |e: std::io::Error| VmError::Device(e.to_string());
     let serial_irq: Arc<dyn InterruptLine> = match irqchip {
@@ -61,7 +63,8 @@ pub(super) fn create_devices(
     };
     let serial = Arc::new(Mutex::new(SerialConsole::new(
         serial_irq,
-        ConsoleWriter::new(&config.name, console, config.console.to_stdout()),
+        ConsoleWriter::new(&config.name, console, config.console.to_stdout())
+            .with_limit(console_limit),
     )));
     let mut bus = PioBus::new();
     let bus_err = |e: devices::bus::BusError| VmError::Device(e.to_string());

@@ -5,6 +5,7 @@
 //! otherwise ignored; a read of it returns all ones, as the buses fill it.
 
 use super::shared::{StopCause, VmShared};
+use super::steal_time::{StealTime, MSR_KVM_STEAL_TIME};
 use crate::vcpu::{MsrFault, VcpuExitHandler, VcpuExitReason};
 use devices::bus::UnknownAccessLog;
 use devices::irqchip::IrqChip;
@@ -18,6 +19,8 @@ pub(super) struct ExitHandler {
     mmio: MmioBus,
     /// Pacer's interrupt controller (scheduled policies).
     irqchip: Option<Arc<IrqChip>>,
+    /// The guests' steal-time areas (scheduled policies).
+    steal: Option<Arc<StealTime>>,
     unknown_pio: UnknownAccessLog,
     unknown_mmio: UnknownAccessLog,
 }
@@ -28,12 +31,14 @@ impl ExitHandler {
         bus: PioBus,
         mmio: MmioBus,
         irqchip: Option<Arc<IrqChip>>,
+        steal: Option<Arc<StealTime>>,
     ) -> ExitHandler {
         ExitHandler {
             shared,
             bus,
             mmio,
             irqchip,
+            steal,
             unknown_pio: UnknownAccessLog::new("port", 64),
             unknown_mmio: UnknownAccessLog::new("MMIO", 64),
         }
@@ -98,6 +103,9 @@ impl VcpuExitHandler for ExitHandler {
     }
 
     fn msr_read(&self, vcpu: u32, msr: u32) -> Result<u64, MsrFault> {
+        if let (Some(st), MSR_KVM_STEAL_TIME) = (&self.steal, msr) {
+            return Ok(st.msr_read(vcpu));
+        }
         match &self.irqchip {
             Some(chip) if IrqChip::handles_msr(msr) => chip.msr_read(vcpu, msr).map_err(|e| {
                 log::debug!("[{}] vcpu{vcpu}: rdmsr {msr:#x}: {e}", self.shared.name);
@@ -108,6 +116,12 @@ impl VcpuExitHandler for ExitHandler {
     }
 
     fn msr_write(&self, vcpu: u32, msr: u32, value: u64) -> Result<(), MsrFault> {
+        if let (Some(st), MSR_KVM_STEAL_TIME) = (&self.steal, msr) {
+            return st.msr_write(vcpu, value).map_err(|e| {
+                log::debug!("[{}] vcpu{vcpu}: {e}", self.shared.name);
+                MsrFault
+            });
+        }
         match &self.irqchip {
             Some(chip) if IrqChip::handles_msr(msr) => {
                 chip.msr_write(vcpu, msr, value).map_err(|e| {
@@ -122,6 +136,20 @@ impl VcpuExitHandler for ExitHandler {
     fn guest_cr8(&self, vcpu: u32, cr8: u64) {
         if let Some(chip) = &self.irqchip {
             chip.set_cr8(vcpu, cr8);
+        }
+    }
+
+    fn vcpu_dispatched(&self, vcpu: u32, ready_wait: &dyn Fn() -> Option<u64>) {
+        if let Some(st) = self.steal.as_ref().filter(|st| st.enabled(vcpu)) {
+            if let Some(wait) = ready_wait() {
+                st.dispatched(vcpu, wait);
+            }
+        }
+    }
+
+    fn vcpu_preempted(&self, vcpu: u32) {
+        if let Some(st) = &self.steal {
+            st.preempted(vcpu);
         }
     }
 

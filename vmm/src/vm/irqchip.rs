@@ -33,7 +33,7 @@ pub(super) fn create_irqchip(
 }
 
 /// Send the interrupt controller's MSRs (IA32_APIC_BASE, IA32_TSC_DEADLINE,
-/// the x2APIC range, KVM's MSR_KVM_PV_EOI_EN) to user space: without an
+/// the x2APIC range, KVM's MSR_KVM_PV_EOI_EN, and MSR_KVM_STEAL_TIME) to user space: without an
 /// in-kernel local APIC KVM would handle or refuse them itself.
 fn user_space_apic_msrs(vm_fd: &VmFd) -> Result<(), VmError> {
     use kvm_bindings::{
@@ -68,6 +68,9 @@ fn user_space_apic_msrs(vm_fd: &VmFd) -> Result<(), VmError> {
     filter.ranges[1] = range(0x1b, 1, &deny_one);
     filter.ranges[2] = range(0x6e0, 1, &deny_one);
     filter.ranges[3] = range(devices::irqchip::regs::MSR_KVM_PV_EOI_EN, 1, &deny_one);
+    // Not the local APIC's, but Pacer's under its engine too: the guest's
+    // steal-time area (`steal_time.rs`).
+    filter.ranges[4] = range(super::steal_time::MSR_KVM_STEAL_TIME, 1, &deny_one);
     // SAFETY: every range's bitmap points to a live local array of at
     // least nmsrs bits, valid for the duration of the ioctl (KVM copies it).
     unsafe { vm_fd.set_msr_filter_unchecked(&filter) }

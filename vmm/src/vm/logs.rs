@@ -66,15 +66,37 @@ impl Vm {
     /// A Linux guest's user command output, cut from its console log with
     /// the UnixBench-style suite's parser, into `<log_dir>/<vm>.user.log`
     /// (None: not a Linux guest, no console log, no user command).
-    pub(super) fn write_user_log(&self) -> Option<PathBuf> {
-        let (console, (path, file)) = (self.console_log.as_ref()?, self.user_log.as_ref()?);
+    pub(super) fn write_user_log(&self) -> Result<Option<PathBuf>, String> {
+        let (Some(console), Some((path, file))) =
+            (self.console_log.as_ref(), self.user_log.as_ref())
+        else {
+            return Ok(None);
+        };
         match save_user_output(console, file) {
-            Ok(true) => Some(path.clone()),
-            Ok(false) => None,
-            Err(e) => {
+            Ok(true) => Ok(Some(path.clone())),
+            Ok(false) => Ok(None),
+            Err(UserLogError::Read(e)) => {
                 log::warn!("[{}] user command output: {e}", self.config.name);
-                None
+                Ok(None)
             }
+            Err(UserLogError::Write(e)) => Err(format!("cannot write {}: {e}", path.display())),
+        }
+    }
+}
+
+/// Why the user log was not written.
+#[derive(Debug)]
+enum UserLogError {
+    /// The console log could not be read.
+    Read(std::io::Error),
+    /// The user log could not be written (a failed run).
+    Write(std::io::Error),
+}
+
+impl std::fmt::Display for UserLogError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UserLogError::Read(e) | UserLogError::Write(e) => e.fmt(f),
         }
     }
 }
@@ -82,11 +104,16 @@ impl Vm {
 /// Cut the user command's output (between `UB user begin` and `UB user
 /// end`, or to the end if the guest stopped mid-command) out of a console
 /// log into `out`. Ok(false): the log has no user command.
-fn save_user_output(console: &Path, mut out: &std::fs::File) -> std::io::Result<bool> {
+fn save_user_output(console: &Path, mut out: &std::fs::File) -> Result<bool, UserLogError> {
     use std::io::Write;
-    let text = std::fs::read(console)?;
+    let text =
+        crate::input::read_regular_file(console, crate::input::MAX_LOG_BYTES, "a console log")
+            .map_err(UserLogError::Read)?;
     match crate::unixbench::parse_log(&String::from_utf8_lossy(&text)).user_output {
-        Some(user) => out.write_all(user.as_bytes()).map(|()| true),
+        Some(user) => out
+            .write_all(user.as_bytes())
+            .map(|()| true)
+            .map_err(UserLogError::Write),
         None => Ok(false),
     }
 }

@@ -18,6 +18,7 @@ mod guest_ram;
 mod irqchip;
 mod logs;
 mod shared;
+pub mod steal_time;
 mod vcpus;
 
 pub use shared::{StopCause, StopHandle, VmEvent, VmRequest, VmShared};
@@ -104,6 +105,8 @@ pub struct VmOptions {
     pub scheduling: VcpuScheduling,
     /// Reference instant of the whole run (for `t_run_ms`).
     pub run_start: Instant,
+    /// What the guest may write into its logs.
+    pub limits: crate::results::LogLimits,
 }
 
 impl Default for VmOptions {
@@ -112,6 +115,7 @@ impl Default for VmOptions {
             log_dir: None,
             scheduling: VcpuScheduling::Host { pin: true },
             run_start: Instant::now(),
+            limits: Default::default(),
         }
     }
 }
@@ -220,7 +224,8 @@ impl Vm {
 
         // Files and devices.
         let logs = LogFiles::open(options.log_dir.as_deref(), config)?;
-        let results = ResultsLog::create(&config.name, tsc_khz, logs.results.as_deref())?;
+        let results = ResultsLog::create(&config.name, tsc_khz, logs.results.as_deref())?
+            .with_limits(options.limits);
         let shared = Arc::new(VmShared::new(
             &config.name,
             start,
@@ -237,12 +242,19 @@ impl Vm {
             chip.as_ref(),
             sink,
             logs.console.map(|(_, f)| f),
+            options.limits.log_bytes,
         )?;
+        // Under Pacer's engine the guest's steal time is Pacer's (the MSR
+        // goes to user space with the interrupt controller's).
+        let steal = irqchip
+            .as_ref()
+            .map(|_| Arc::new(steal_time::StealTime::new(mem.clone(), config.vcpus)));
         let handler = Arc::new(ExitHandler::new(
             shared.clone(),
             devices.bus,
             devices.mmio,
             chip,
+            steal,
         ));
 
         log::debug!(
@@ -349,9 +361,15 @@ impl Vm {
         let mut serial = self.serial.lock().unwrap_or_else(|p| p.into_inner());
         serial.flush();
         let last_console_line = serial.last_line();
+        let console_error = serial.log_error();
+        let console_dropped = serial.dropped();
         drop(serial);
-        let (status, ok, mut message) = cause.describe();
+        let (mut status, mut ok, mut message) = cause.describe();
         let wall_ms = self.shared.start.elapsed().as_secs_f64() * 1e3;
+        let (user_log, user_log_error) = match self.write_user_log() {
+            Ok(p) => (p, None),
+            Err(e) => (None, Some(e)),
+        };
         let mut res = self
             .shared
             .results
@@ -365,7 +383,59 @@ impl Vm {
                 message = format!("{message}; {why}");
             }
         }
+        // A result or log that could not be written fails the VM whatever
+        // the guest did (the first failure names the file and the reason).
+        let write_error = res
+            .write_error()
+            .map(str::to_string)
+            .or_else(|| {
+                console_error.map(|e| {
+                    let path = self
+                        .console_log
+                        .as_deref()
+                        .unwrap_or(Path::new("console log"));
+                    format!("cannot write {}: {e}", path.display())
+                })
+            })
+            .or(user_log_error);
+        let fail = |why: String, status: &mut String, ok: &mut bool, message: &mut String| {
+            let guest = if message.is_empty() {
+                status.clone()
+            } else {
+                format!("{status}, {message}")
+            };
+            *message = format!("{why} (the guest: {guest})");
+            *status = crate::results::STATUS_WRITE_ERROR.to_string();
+            *ok = false;
+        };
+        if let Some(why) = write_error {
+            fail(why, &mut status, &mut ok, &mut message);
+        }
+        // What the guest sent past the limits, said in its result.
+        let console_dropped = (console_dropped > 0).then(|| {
+            format!(
+                "{console_dropped} bytes of console output dropped past the {}-byte log limit",
+                self.options.limits.log_bytes
+            )
+        });
+        for what in [res.dropped_summary(), console_dropped]
+            .into_iter()
+            .flatten()
+        {
+            log::warn!("[{}] {what}", self.config.name);
+            message = if message.is_empty() {
+                what
+            } else {
+                format!("{message}; {what}")
+            };
+        }
         res.stopped(&status, ok, &message, wall_ms);
+        // The stop line itself may be the write that fails.
+        if status != crate::results::STATUS_WRITE_ERROR {
+            if let Some(why) = res.write_error().map(str::to_string) {
+                fail(why, &mut status, &mut ok, &mut message);
+            }
+        }
         let work = res.work();
         let total = work
             .iter()
@@ -390,7 +460,7 @@ impl Vm {
             rejected_records: res.rejected,
             results_file: res.path().map(Path::to_path_buf),
             console_log: self.console_log.clone(),
-            user_log: self.write_user_log(),
+            user_log,
             vcpu_stats: outcomes.iter().map(|o| o.stats).collect(),
             vcpu_sched,
         }

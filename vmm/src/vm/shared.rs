@@ -153,6 +153,8 @@ pub struct VmShared {
     cond: Condvar,
     pub(super) results: Mutex<ResultsLog>,
     pub(super) subscribers: Mutex<Vec<Sender<VmEvent>>>,
+    /// A guest PANIC marker was reported (once: a guest may send many).
+    panic_warned: AtomicBool,
 }
 
 impl VmShared {
@@ -174,6 +176,7 @@ impl VmShared {
             cond: Condvar::new(),
             results: Mutex::new(results),
             subscribers: Mutex::new(Vec::new()),
+            panic_warned: AtomicBool::new(false),
         }
     }
 
@@ -273,13 +276,17 @@ impl VmShared {
 impl VmEventSink for VmShared {
     fn marker(&self, vcpu: u32, marker: Marker) {
         let (t, tr) = self.t_ms();
-        if marker == Marker::Panic {
-            log::warn!("[{}] vcpu{vcpu}: guest PANIC marker", self.name);
-        }
-        self.results
+        let admitted = self
+            .results
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .marker(vcpu, marker, t, tr);
+        if !admitted {
+            return;
+        }
+        if marker == Marker::Panic && !self.panic_warned.swap(true, Ordering::Relaxed) {
+            log::warn!("[{}] vcpu{vcpu}: guest PANIC marker", self.name);
+        }
         self.publish(VmEvent::Marker {
             vcpu,
             marker,
@@ -291,10 +298,14 @@ impl VmEventSink for VmShared {
         let (t, tr) = self.t_ms();
         match record {
             Ok(r) => {
-                self.results
+                let admitted = self
+                    .results
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .record(vcpu, r.clone(), t, tr);
+                if !admitted {
+                    return;
+                }
                 self.publish(VmEvent::Record {
                     vcpu,
                     record: r,
@@ -303,10 +314,12 @@ impl VmEventSink for VmShared {
             }
             Err(e) => {
                 let mut res = self.results.lock().unwrap_or_else(|p| p.into_inner());
-                if res.rejected < 16 {
+                if !res.rejected(vcpu, &e, t) {
+                    return;
+                }
+                if res.rejected <= 16 {
                     log::warn!("[{}] vcpu{vcpu}: result record rejected: {e}", self.name);
                 }
-                res.rejected(vcpu, &e, t);
                 drop(res);
                 self.publish(VmEvent::Rejected { vcpu, error: e });
             }

@@ -84,6 +84,7 @@ impl Vm {
                     name: self.config.name.clone(),
                     class: self.config.class,
                     priority: self.config.priority,
+                    shares: self.config.shares,
                     cpus: self.config.cpus.clone(),
                 };
                 let handler: Arc<dyn VcpuExitHandler> = self.handler.clone();

@@ -465,6 +465,11 @@ impl super::VcpuScheduler for Eevdf {
         self.idle_core_search.store(on, Ordering::Relaxed);
     }
 
+    fn ready_wait(&self, id: EntityId, now: Nanos) -> Option<Nanos> {
+        let st = self.state.lock();
+        st.ents.table.get(id).map(|e| e.acct.ready_wait_at(now))
+    }
+
     fn snapshot(&self, now: Nanos) -> SchedSnapshot {
         let _p = crate::profiler::scope("eevdf::snapshot");
         let st = self.state.lock();

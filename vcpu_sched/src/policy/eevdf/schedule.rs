@@ -239,9 +239,8 @@ impl Eevdf {
         st.cpus[c].acct.run(id, now);
         self.set_corun(st, c, Some(vm), now);
         Dispatch {
-            entity: Some(id),
-            quantum,
             kicks,
+            ..Dispatch::run(id, quantum)
         }
     }
 

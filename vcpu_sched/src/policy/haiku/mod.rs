@@ -161,6 +161,7 @@ mod invariants;
 mod place;
 mod runtime;
 mod schedule;
+mod shares;
 mod stats;
 
 use super::{SchedConfig, VcpuScheduler};
@@ -169,6 +170,7 @@ use crate::mode::{ops_for, ModeOps};
 use crate::placement::{Machine, NO_ENTITY, OUT_OF_SERVICE_PRIO};
 use crate::quantum::{cut_end, Turn};
 use crate::share::{entitlement, time_to_fall, SHARE_SCALE};
+use crate::shares::Renewals;
 use crate::stats::SchedSnapshot;
 use crate::tunables::{Mode, QuantumTable, Tunables};
 use crate::validate::{validate_config, validate_spec, validate_topology};
@@ -232,6 +234,12 @@ struct CpuAcct {
     /// by the end of this turn (`judge_share`): boosted when the turn
     /// ends, if it still waits and is below its share then.
     due: Option<(EntityId, Nanos)>,
+    /// The same for the entity the current `schedule` call requeued at
+    /// its quantum end (`due_at_quantum_end`): becomes `due` for the
+    /// turn this call dispatches.
+    due_next: Option<(EntityId, Nanos)>,
+    /// Entities this `schedule` call throttled (scratch, like `kicks`).
+    throttled: Vec<(EntityId, Nanos)>,
 }
 
 /// The entity `id` names in a slot of generation `generation`: an error
@@ -275,6 +283,8 @@ pub struct HaikuScheduler {
     max_entities: usize,
     /// Taken by `set_cpu_enabled` only: one change of service at a time.
     service_change: Mutex<()>,
+    /// Cap and reservation buckets falling due (`shares.rs`).
+    renewals: Renewals,
 }
 
 impl HaikuScheduler {
@@ -303,6 +313,7 @@ impl HaikuScheduler {
                 .collect(),
             max_entities: config.max_entities,
             service_change: Mutex::new(()),
+            renewals: Renewals::default(),
         })
     }
 
@@ -360,8 +371,14 @@ impl HaikuScheduler {
                 return Ok(None);
             }
             RunState::Queued { .. } => return Ok(None),
+            // Throttled by its cap: runnable already, queued at renewal.
+            RunState::Blocked if e.throttled_until.is_some() => {
+                e.counters.wakes += 1;
+                return Ok(None);
+            }
             RunState::Blocked => {}
         }
+        self.judge_reservation(e, now);
         let slept = now.saturating_sub(e.slept_at);
         e.load.slept(slept);
         e.load.update(self.tun().load_measure_interval);
@@ -488,6 +505,10 @@ impl HaikuScheduler {
     /// if it still waits in a queue and is below its entitled share of
     /// that queue's core now, and move it to the front of its boosted
     /// level so the CPU that is picking takes it. No entity lock is held.
+    /// A waiter still above its share then is not due any more: carrying
+    /// the due to the next turn was tried and starves a capped hog when
+    /// wakers' entitlements, each judged against the ready set of its own
+    /// moment, add up past the CPU (`tests/shares_props.rs` found it).
     fn boost_due(&self, waker: EntityId, now: Nanos) {
         let Ok(slot) = self.slot(waker) else {
             return;
@@ -647,6 +668,12 @@ impl VcpuScheduler for HaikuScheduler {
         if let Some((waker, _)) = acct.due.take() {
             self.boost_due(waker, now);
         }
+        // The entity this call requeued at its quantum end, due soon: the
+        // turn this call dispatches is cut then.
+        acct.due = acct.due_next.take();
+        if self.renewals.due(now) {
+            self.renew_due(now, &mut acct.kicks);
+        }
         if !self.m.in_service(cpu) {
             // Out of service: hand on whatever still waits for this CPU,
             // run nothing, and stay claimed (never offered to wakers).
@@ -659,13 +686,16 @@ impl VcpuScheduler for HaikuScheduler {
             }
             return Ok(Dispatch {
                 kicks: std::mem::take(&mut acct.kicks),
+                throttled: std::mem::take(&mut acct.throttled),
                 ..Dispatch::idle()
             });
         }
         let mut d = self.pick_next(cpu, now, &mut acct);
         if d.entity.is_none() {
             acct.idle_since = Some(now);
+            d.recheck_at = self.renewals.next();
         }
+        d.throttled = std::mem::take(&mut acct.throttled);
         let forced_idle = acct.forced_idle;
         let placed = std::mem::take(&mut acct.kicks);
         drop(acct);
@@ -719,6 +749,28 @@ impl VcpuScheduler for HaikuScheduler {
         self.set_affinity_now(id, affinity, now)
     }
 
+    fn set_weight(&self, id: EntityId, weight: u32, now: Nanos) -> Result<Vec<CpuId>, SchedError> {
+        self.set_weight_now(id, weight, now)
+    }
+
+    fn set_cap(
+        &self,
+        id: EntityId,
+        permille: Option<u32>,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        self.set_cap_now(id, permille, now)
+    }
+
+    fn set_reservation(
+        &self,
+        id: EntityId,
+        permille: u32,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        self.set_reservation_now(id, permille, now)
+    }
+
     fn mode(&self) -> Mode {
         HaikuScheduler::mode(self)
     }
@@ -740,6 +792,19 @@ impl VcpuScheduler for HaikuScheduler {
 
     fn set_idle_core_search(&self, on: bool) {
         self.m.idle_core_search.store(on, Ordering::Relaxed);
+    }
+
+    fn ready_wait(&self, id: EntityId, now: Nanos) -> Option<Nanos> {
+        let mut guard = self.slot(id).ok()?.lock();
+        let Slot {
+            entity, generation, ..
+        } = &mut *guard;
+        let e = live(entity, *generation, id).ok()?;
+        let waiting = match e.state {
+            RunState::Queued { .. } => now.saturating_sub(e.queued_at),
+            _ => 0,
+        };
+        Some(e.counters.ready_wait + waiting)
     }
 
     fn snapshot(&self, now: Nanos) -> SchedSnapshot {

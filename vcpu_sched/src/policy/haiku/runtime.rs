@@ -33,7 +33,7 @@ impl HaikuScheduler {
     /// affinity); then requeue it (`replace`: as on a wake, else in the
     /// same queue) or, if it runs, update what its CPU shows. Returns the
     /// CPUs to kick.
-    fn change_entity(
+    pub(super) fn change_entity(
         &self,
         id: EntityId,
         now: Nanos,

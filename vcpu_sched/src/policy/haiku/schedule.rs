@@ -10,7 +10,7 @@ use crate::entity::{After, Entity, QueueRef, RunState};
 use crate::placement::{IDLE_PRIO, NO_ENTITY};
 use crate::quantum::{full_quantum, time_left, Turn};
 use crate::run_queue::QueueEntry;
-use crate::share::{entitlement, SHARE_SCALE};
+use crate::share::{entitlement, time_to_fall, SHARE_SCALE};
 use crate::{CoreId, CpuId, Dispatch, EntityId, Nanos, SchedClass, StopReason};
 use std::sync::atomic::{fence, Ordering};
 
@@ -62,6 +62,7 @@ impl HaikuScheduler {
         e.used = e.used.saturating_add(ran);
         e.load.ran(ran);
         e.share.ran_until(now, self.tun().share_half_life);
+        self.charge_shares(e, ran, now);
         acct.busy = acct.busy.saturating_add(ran);
         if acct.foreign_at_dispatch || self.m.sibling_foreign(cpu, e.vm) {
             acct.foreign = acct.foreign.saturating_add(ran);
@@ -92,14 +93,22 @@ impl HaikuScheduler {
             let entitled = entitlement(self.m.core_cpus(core).len(), e.share_weight(), others);
             entitled < SHARE_SCALE && e.share.value_at(now, self.tun().share_half_life) < entitled
         };
+        let waker = e.blocked_in_quantum;
         let after = e.after_stop(reason, self.tun(), self.mode());
         if owed && after == After::Back {
             e.prio.boost(self.tun(), self.mode());
+        } else if waker && after == After::Back && !e.prio.is_boosted() {
+            acct.due_next = self.due_at_quantum_end(e, core, now).map(|at| (id, at));
         }
         if after == After::Block {
             e.state = RunState::Blocked;
             e.slept_at = now;
             e.uncharge_block(&self.m);
+            return None;
+        }
+        if self.throttle_if_spent(e, cpu, now, acct) {
+            // Out of every queue: nothing to be due for.
+            acct.due_next = None;
             return None;
         }
         e.queued_at = now;
@@ -268,6 +277,10 @@ impl HaikuScheduler {
             }
             return None;
         }
+        if self.throttle_if_spent(e, cpu, now, acct) {
+            // Woke with its cap's budget spent: it runs at the renewal.
+            return None;
+        }
         let core = self.m.core_of(cpu);
         if !self.m.occupy(core, e.vm) {
             if let Some((y, true)) = self.enqueue_served(e, entry.id, seq, queue, true, now) {
@@ -289,6 +302,7 @@ impl HaikuScheduler {
             slice,
             e.prio.class == SchedClass::Realtime,
         ));
+        let slice = self.cut_for_due(acct, entry.id, now, slice);
         let slot = &self.m.cpus[cpu.0 as usize];
         slot.prio
             .store(e.prio.effective() as i32, Ordering::Release);
@@ -303,6 +317,68 @@ impl HaikuScheduler {
         acct.last = Some(entry.id);
         acct.foreign_at_dispatch = self.m.sibling_foreign(cpu, e.vm);
         Some(Dispatch::run(entry.id, slice))
+    }
+
+    /// A waker that used its quantum over several wakes and stopped at or
+    /// just above its entitled share of `core` (the quantum-end half of
+    /// the fair-share boost; the wake half is `judge_share`): the moment
+    /// its share falls to its entitlement, if that is within the mode's
+    /// maximum latency; or, below it already, boost it now. Without this,
+    /// a vCPU hovering at its fair share waits out a whole low-E slice
+    /// (several ms) behind a hog at every quantum end. Hogs never block,
+    /// so they never get here and Haiku's penalty cycle orders them.
+    fn due_at_quantum_end(&self, e: &mut Entity, core: CoreId, now: Nanos) -> Option<Nanos> {
+        let t = self.tun();
+        if !t.share_boost
+            || e.prio.class != SchedClass::Timeshare
+            || e.is_bursty(t.bursty_load)
+            || !e.share.measured(now, t.share_half_life)
+        {
+            return None;
+        }
+        // Still charged ready to this core: every other weight there.
+        let mine = if e.load_ready {
+            e.charged_weight as u64
+        } else {
+            0
+        };
+        let others = self.m.load_of(core).ready_weight().saturating_sub(mine);
+        let entitled = entitlement(self.m.core_cpus(core).len(), e.share_weight(), others);
+        if entitled >= SHARE_SCALE {
+            return None;
+        }
+        let share = e.share.value_at(now, t.share_half_life);
+        if share < entitled {
+            e.prio.boost(t, self.mode());
+            e.counters.boosted_wakes += 1;
+            return None;
+        }
+        let wait = time_to_fall(share, entitled, t.share_half_life);
+        (wait < self.table().maximum_latency).then(|| now.saturating_add(wait))
+    }
+
+    /// The turn just dispatched on this CPU ends no later than the due time
+    /// of a waker that waits for it (`CpuAcct::due`, set at that waker's
+    /// quantum end), never before the minimal quantum; the waker itself
+    /// dispatched clears the due. Returns the slice to run.
+    fn cut_for_due(&self, acct: &mut CpuAcct, id: EntityId, now: Nanos, slice: Nanos) -> Nanos {
+        let Some((waker, at)) = acct.due else {
+            return slice;
+        };
+        if waker == id {
+            acct.due = None;
+            return slice;
+        }
+        let Some(turn) = acct.turn.as_mut().filter(|t| !t.realtime) else {
+            return slice;
+        };
+        let end = at.max(turn.floor);
+        if end >= turn.end {
+            return slice;
+        }
+        turn.cut_to(end);
+        acct.quantum_cuts += 1;
+        end - now
     }
 
     /// Time slice from the time used: min(cap(ready), base(E)) - used; a
@@ -320,6 +396,7 @@ impl HaikuScheduler {
             ready,
             cpus,
         );
+        full = self.weighted(e, core, full);
         if time_left(table, full, e.used).is_none() {
             e.end_quantum(t, mode);
             full = full_quantum(
@@ -329,9 +406,10 @@ impl HaikuScheduler {
                 ready,
                 cpus,
             );
+            full = self.weighted(e, core, full);
         }
         e.quantum_full = full;
-        full.saturating_sub(e.used).max(1)
+        self.capped(e, full.saturating_sub(e.used).max(1))
     }
 
     /// Entries still waiting in `cpu`'s queues after it picked (the entity

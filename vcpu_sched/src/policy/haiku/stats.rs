@@ -68,6 +68,9 @@ impl HaikuScheduler {
             _ => 0,
         };
         let (state, cpu, core) = match e.state {
+            RunState::Blocked if e.throttled_until.is_some() => {
+                (EntityState::Throttled, None, None)
+            }
             RunState::Blocked => (EntityState::Blocked, None, None),
             RunState::Running(c) => (EntityState::Running, Some(c), Some(self.m.core_of(c))),
             RunState::Queued {
@@ -105,6 +108,13 @@ impl HaikuScheduler {
             cpu,
             core,
             affinity: (*e.affinity).clone(),
+            weight: e.weight,
+            cap: e.cap.map(|b| b.permille),
+            reservation: e.reserve.map_or(0, |b| b.permille),
+            throttles: e.counters.throttles,
+            throttled_time: e.counters.throttled_time
+                + e.throttled_until
+                    .map_or(0, |_| now.saturating_sub(e.slept_at)),
         }
     }
 
