@@ -14,7 +14,9 @@
 # kept in fuzz/corpus/<target>/. Prints executions, edges covered (of the
 # instrumented total), corpus size, crashes and hangs per target; exits 1
 # if any target crashed or hung (inputs in target/afl-out/<target>/default/
-# crashes, replay with pacer-fuzz --replay as above). --update-corpus
+# crashes, replay with pacer-fuzz --replay as above; the harness is built
+# with overflow checks, so an arithmetic overflow is a crash there even
+# where the release build of pacer-fuzz wraps silently). --update-corpus
 # replaces fuzz/corpus/<target>/ with the run's queue minimised by
 # `cargo afl cmin` (at most 40 inputs of at most 4 KiB each).
 set -euo pipefail
@@ -62,7 +64,8 @@ for t in "${targets[@]}"; do
     fi
     out="target/afl-out/$t"
     rm -rf "$out"
-    cargo afl fuzz -i "$corpus" -o "$out" -V "$secs" -- "$bin" "$t" >"$out.log" 2>&1 || {
+    # -t: a generous time limit per input (a loaded machine is slow).
+    cargo afl fuzz -i "$corpus" -o "$out" -V "$secs" -t 5000 -- "$bin" "$t" >"$out.log" 2>&1 || {
         echo "$t: afl-fuzz failed, see $out.log" >&2
         failed=1
         continue
@@ -75,7 +78,7 @@ for t in "${targets[@]}"; do
         "$(stat corpus_count)" "$crashes" "$hangs"
     if [ "$crashes" != 0 ] || [ "$hangs" != 0 ]; then
         failed=1
-        { ls "$out"/default/crashes/id* "$out"/default/hangs/id* 2>/dev/null || true; } | head -5 | sed 's/^/    /'
+        { ls "$out"/default/crashes/id* "$out"/default/hangs/id* 2>/dev/null | head -5 | sed 's/^/    /'; } || true
     fi
     if [ "$update" = 1 ]; then
         small="$out/small"
@@ -86,7 +89,7 @@ for t in "${targets[@]}"; do
         rm -rf "$corpus"
         mkdir -p "$corpus"
         # The 40 smallest inputs of the minimised set.
-        ls -S -r "$out/cmin" | head -40 | while read -r f; do
+        { ls -S -r "$out/cmin" | head -40 || true; } | while read -r f; do
             cp "$out/cmin/$f" "$corpus/$(sha1sum "$out/cmin/$f" | cut -c1-16)"
         done
     fi

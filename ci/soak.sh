@@ -6,6 +6,9 @@
 #   bash ci/soak.sh 600           # 10 minutes; 3600 before a release
 #   bash ci/soak.sh 600 --churn   # the same while random affinity, priority
 #                                 # and mode changes are made all along
+#   bash ci/soak.sh 600 --hostile # beside a hostile VM (floods, random port
+#                                 # and MMIO writes, a triple fault) started
+#                                 # again each time it stops
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -14,7 +17,8 @@ TEST=soak
 case "${2:-}" in
 "") ;;
 --churn) TEST=soak_churn ;;
-*) echo "usage: ci/soak.sh [SECONDS] [--churn]" >&2; exit 2 ;;
+--hostile) TEST=soak_hostile ;;
+*) echo "usage: ci/soak.sh [SECONDS] [--churn|--hostile]" >&2; exit 2 ;;
 esac
 if [ ! -c /dev/kvm ]; then
     echo "SKIPPED: /dev/kvm not available"

@@ -116,16 +116,25 @@ fn churn(
 #[test]
 #[ignore = "long; run by ci/soak.sh"]
 fn soak() {
-    run_soak("soak", false);
+    run_soak("soak", false, false);
 }
 
 #[test]
 #[ignore = "long; run by ci/soak.sh --churn"]
 fn soak_churn() {
-    run_soak("soak_churn", true);
+    run_soak("soak_churn", true, false);
 }
 
-fn run_soak(test: &str, with_churn: bool) {
+#[test]
+#[ignore = "long; run by ci/soak.sh --hostile"]
+fn soak_hostile() {
+    run_soak("soak_hostile", false, true);
+}
+
+/// The name of the hostile VM of `soak_hostile`.
+const HOSTILE: &str = "hostile";
+
+fn run_soak(test: &str, with_churn: bool, with_hostile: bool) {
     if !kvm_or_skip(test) {
         return;
     }
@@ -157,6 +166,13 @@ fn run_soak(test: &str, with_churn: bool) {
             format!("spinlock duration_ms={ms} cs_ns=2000 gap_ns=1000")
         ),
     );
+    // A hostile VM (port, MMIO, console and result-port floods, then a
+    // triple fault) started again as soon as it stops, all along.
+    let text = if with_hostile {
+        text + &vm(HOSTILE, 1, HOSTILE.to_string())
+    } else {
+        text
+    };
     let config = Config::load(&dir.config(&text)).unwrap_or_else(|e| panic!("{e}"));
     let engine = Engine::new(
         EngineConfig {
@@ -179,6 +195,7 @@ fn run_soak(test: &str, with_churn: bool) {
         let handles: Vec<_> = config
             .vms
             .iter()
+            .filter(|v| v.name != HOSTILE)
             .map(|vmc| {
                 let opts = VmOptions {
                     log_dir: Some(config.host.log_dir.clone()),
@@ -206,7 +223,13 @@ fn run_soak(test: &str, with_churn: bool) {
                 while !done.load(Ordering::Acquire) && seconds + 5 < secs {
                     std::thread::sleep(Duration::from_secs(1));
                     let now = engine.snapshot();
-                    for e in &now.entities {
+                    let hostile: Vec<_> = engine
+                        .live_vms()
+                        .iter()
+                        .filter(|v| v.name == HOSTILE)
+                        .map(|v| v.id)
+                        .collect();
+                    for e in now.entities.iter().filter(|e| !hostile.contains(&e.vm)) {
                         let Some(p) = last.entities.iter().find(|p| p.id == e.id) else {
                             continue;
                         };
@@ -245,7 +268,30 @@ fn run_soak(test: &str, with_churn: bool) {
             let until = t0 + Duration::from_secs(secs.saturating_sub(3));
             s.spawn(move || churn(&engine, &host, &done, until, seed))
         });
+        let hostile = config.vms.iter().find(|v| v.name == HOSTILE).map(|vmc| {
+            let (kvm, log_dir, engine) = (&kvm, config.host.log_dir.clone(), engine.clone());
+            s.spawn(move || {
+                let until = t0 + Duration::from_secs(secs.saturating_sub(5));
+                let mut outcomes: std::collections::BTreeMap<String, u64> = Default::default();
+                while Instant::now() < until {
+                    let opts = VmOptions {
+                        log_dir: Some(log_dir.clone()),
+                        scheduling: VcpuScheduling::Scheduled(engine.clone()),
+                        run_start: t0,
+                        ..Default::default()
+                    };
+                    let r = Vm::run(kvm, vmc, opts);
+                    *outcomes.entry(r.status.to_string()).or_default() += 1;
+                }
+                outcomes
+            })
+        });
         let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        if let Some(h) = hostile {
+            let outcomes = h.join().unwrap();
+            println!("hostile VM runs by outcome: {outcomes:?}");
+            assert!(!outcomes.is_empty(), "the hostile VM never ran");
+        }
         done.store(true, Ordering::Release);
         let churned = churner.map(|h| h.join().unwrap());
         (results, watch.join().unwrap(), churned)
@@ -266,7 +312,8 @@ fn run_soak(test: &str, with_churn: bool) {
     }
     let rss_end = rss_kib();
     println!(
-        "soak: {secs} s, 4 VMs, 10 vCPUs; watched {watched} s; progress gaps {} (longest {longest} s); RSS before the VMs {rss_start} KiB, once booted {rss_booted} KiB, max {rss_max} KiB, after {rss_end} KiB",
+        "soak: {secs} s, 4 VMs, 10 vCPUs{}; watched {watched} s; progress gaps {} (longest {longest} s); RSS before the VMs {rss_start} KiB, once booted {rss_booted} KiB, max {rss_max} KiB, after {rss_end} KiB",
+        if with_hostile { " and a hostile VM" } else { "" },
         gaps.len()
     );
     for g in gaps.iter().take(20) {

@@ -98,11 +98,11 @@ impl Acc {
                 }
                 _ => t.saturating_sub(s),
             };
-            self.run += d;
-            self.total_run += d;
+            self.run = self.run.saturating_add(d);
+            self.total_run = self.total_run.saturating_add(d);
         }
         if let Some(d) = self.dispatched_at.take() {
-            self.sched_run += t.saturating_sub(d);
+            self.sched_run = self.sched_run.saturating_add(t.saturating_sub(d));
         }
         self.turn_split = 0;
     }
@@ -111,9 +111,9 @@ impl Acc {
     fn split(&mut self, t: u64) {
         if let Some(s) = self.since {
             let d = t.saturating_sub(s);
-            self.run += d;
-            self.total_run += d;
-            self.turn_split += d;
+            self.run = self.run.saturating_add(d);
+            self.total_run = self.total_run.saturating_add(d);
+            self.turn_split = self.turn_split.saturating_add(d);
             self.since = Some(t);
         }
     }
@@ -128,9 +128,12 @@ impl Acc {
             return;
         }
         let span = end.saturating_sub(t0);
-        if t.saturating_sub(self.run_began.max(t0)) * 4 > span && self.run * 10 > span {
+        // Saturating: a trace's times are whatever its file says.
+        if t.saturating_sub(self.run_began.max(t0)).saturating_mul(4) > span
+            && self.run.saturating_mul(10) > span
+        {
             self.run = 0;
-            self.script.push(Step::RunUntil(t - t0));
+            self.script.push(Step::RunUntil(t.saturating_sub(t0)));
         } else {
             self.script.push(Step::Run(std::mem::take(&mut self.run)));
         }
@@ -208,7 +211,7 @@ pub fn replay_of(
                     acc[i].turn_cpu0 = None;
                     acc[i].turn_split = 0;
                     if let Some(w) = acc[i].woke_at.take() {
-                        acc[i].wake_to_dispatch.push(t - w);
+                        acc[i].wake_to_dispatch.push(t.saturating_sub(w));
                     }
                 }
             }
@@ -353,7 +356,7 @@ pub fn replay_of(
             name: format!("replay of {name}"),
             topology: target,
             sched,
-            duration_ns: end - t0,
+            duration_ns: end.saturating_sub(t0),
             kick_latency_us,
             vcpus,
         },
