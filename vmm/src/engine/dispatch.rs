@@ -336,6 +336,7 @@ impl Engine {
                 }
                 slot.executor.store(tid, Ordering::Release);
             }
+            n.dispatched_at.store(now, Ordering::Relaxed);
             n.set_state_quietly(&mut ctl, RunState::Running { cpu: slot.id });
         } else if self.dispatch_kind() == DispatchKind::Threads {
             slot.executor.store(0, Ordering::Release);
