@@ -59,6 +59,10 @@ pub struct CpuSlot {
     /// Something was posted for the running vCPU while its executor was
     /// out of the guest: it looks again before it enters.
     look_again: AtomicBool,
+    /// When this CPU, idle, was last given work by a kick (workers
+    /// dispatch; stored under `owner`): where its worker's block ended,
+    /// for halt polling's window.
+    pub kicked_idle_at: AtomicU64,
     quantum: Mutex<TurnQuantum>,
     /// End of the current turn's slice (CLOCK_MONOTONIC ns), read before
     /// every entry; written under `quantum`.
@@ -76,6 +80,7 @@ impl CpuSlot {
             executor: AtomicI32::new(0),
             in_guest: AtomicBool::new(false),
             look_again: AtomicBool::new(false),
+            kicked_idle_at: AtomicU64::new(0),
             quantum: Mutex::new(TurnQuantum::default()),
             quantum_end: AtomicU64::new(0),
         }

@@ -460,7 +460,10 @@ impl Engine {
         });
         log::trace!("kick cpu {}: idle", slot.host);
         match self.dispatch_kind() {
-            DispatchKind::Workers => slot.wake_idle(),
+            DispatchKind::Workers => {
+                slot.kicked_idle_at.store(now_ns(), Ordering::Relaxed);
+                slot.wake_idle();
+            }
             DispatchKind::Threads => {
                 let (next, kicks) = self.reschedule_locked(slot, &mut owner, StopReason::Idle);
                 drop(owner);

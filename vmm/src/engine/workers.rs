@@ -93,7 +93,11 @@ fn worker(engine: &Engine, i: usize) {
                     let owner = slot.lock_owner();
                     drop(slot.wait_idle(owner, || engine.is_shutting_down()));
                 }
-                poll.adapt(now_ns() - since);
+                // Blocked until the kick, not until this worker ran again
+                // (as for threads: see `HaltPoll`).
+                let at = slot.kicked_idle_at.load(Ordering::Relaxed);
+                let until = if at >= since { at } else { now_ns() };
+                poll.adapt(until - since);
                 StopReason::Idle
             }
         };
