@@ -591,6 +591,16 @@ pub fn format_summary(r: &VmResult) -> String {
             v.preemptions,
             if v.host_cpus.is_empty() { "-" } else { &v.host_cpus },
         );
+        let p = v.halt_poll;
+        if p.polls > 0 {
+            s += &format!(
+                "[{}]   vcpu{i}: halt polling: {} polls, {} found their work, {} polling\n",
+                r.name,
+                p.polls,
+                p.woken,
+                units::duration3(p.polled_ns as f64),
+            );
+        }
     }
     for e in &r.guest_errors {
         s += &format!(

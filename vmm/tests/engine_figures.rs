@@ -5,13 +5,17 @@
 //!
 //! `cargo test --release -p vmm --test engine_figures -- --ignored --nocapture`
 //!
-//! - noisy neighbour: p99 wake latency the `sleep` VM's guest sees, and the
-//!   `cpu` VM's throughput, next to each other on 2 CPUs;
+//! - noisy neighbour: p50 and p99 wake latency the `sleep` VM's guest sees,
+//!   and the `cpu` VM's throughput, next to each other on 2 CPUs;
 //! - undercommitted: throughput of 2 one-vCPU `cpu` VMs on 2 CPUs;
 //! - engine smoke: 2 VMs x 2 vCPUs `cpu` on 2 CPUs: Jain fairness of the
 //!   guest-reported throughput over the 4 vCPUs, migrations per second;
 //! - ping-pong: IPI round trips per second between two vCPUs (two remote
 //!   wakes per round trip).
+//!
+//! Lines starting `ROW|` are the rows of issue 21's table ("the price of
+//! control": figure, host, haiku, haiku's ratio, goal), which
+//! `ci/measure_engine.sh` gathers into one table.
 
 mod common;
 
@@ -73,6 +77,26 @@ struct Table {
 }
 
 impl Table {
+    /// The median of figure `name` under `variant`.
+    fn get(&self, variant: &str, name: &str) -> Option<f64> {
+        let row = self.rows.iter().find(|r| r.0 == variant)?;
+        row.1.iter().find(|f| f.0 == name).map(|f| f.1)
+    }
+
+    /// A `ROW|` line of issue 21's table: `name` under host and haiku
+    /// (threads dispatch, the default), haiku's ratio to host.
+    fn issue_row(&self, figure: &str, name: &str, unit: &str, goal: &str) {
+        let (Some(h), Some(k)) = (self.get("host", name), self.get("haiku/threads", name)) else {
+            return;
+        };
+        let ratio = if h != 0.0 {
+            format!("{:.2}x", k / h)
+        } else {
+            "-".into()
+        };
+        println!("ROW|{figure}|{h:.1} {unit}|{k:.1} {unit}|{ratio}|{goal}");
+    }
+
     fn print(&self, title: &str, base: &str) {
         println!("\n{title} (medians of {REPS}; ratio to {base})");
         let base_row = self.rows.iter().find(|r| r.0 == base).map(|r| r.1.clone());
@@ -127,20 +151,22 @@ fn engine_figures() {
         return;
     }
     let dir = TempDir::new("figures");
-    measure(&dir, "noisy-neighbour.toml", |r| {
+    let noisy = measure(&dir, "noisy-neighbour.toml", |r| {
         let lat = vm(r, "latency");
-        let p99 = lat
-            .vcpu_metrics
-            .iter()
-            .filter_map(|m| m.sleep_latency_ns.as_ref().map(|l| l.p99_ns as f64 / 1e3))
-            .fold(0.0, f64::max);
+        let worst = |f: fn(&vmm::guest_metrics::LatencySummary) -> u64| {
+            lat.vcpu_metrics
+                .iter()
+                .filter_map(|m| m.sleep_latency_ns.as_ref().map(|l| f(l) as f64 / 1e3))
+                .fold(0.0, f64::max)
+        };
         vec![
-            ("sleep p99 us", p99),
+            ("sleep p50 us", worst(|l| l.p50_ns)),
+            ("sleep p99 us", worst(|l| l.p99_ns)),
             ("hog units/s", units(vm(r, "hog")).iter().sum()),
         ]
-    })
-    .print(
-        "noisy neighbour: sleep VM p99 (worst vCPU), cpu VM throughput",
+    });
+    noisy.print(
+        "noisy neighbour: sleep VM p50 and p99 (worst vCPU), cpu VM throughput",
         "host",
     );
 
@@ -168,11 +194,30 @@ fn engine_figures() {
     })
     .print("engine smoke: 4 vCPUs on 2 CPUs", "host");
 
-    measure(&dir, "pingpong.toml", |r| {
+    let pingpong = measure(&dir, "pingpong.toml", |r| {
         let rate = vm(r, "pingpong").vcpu_metrics[0]
             .roundtrips_per_s
             .unwrap_or(0.0);
         vec![("round trips/s", rate), ("us per round trip", 1e6 / rate)]
-    })
-    .print("ping-pong: IPI round trips between 2 vCPUs", "host");
+    });
+    pingpong.print("ping-pong: IPI round trips between 2 vCPUs", "host");
+
+    pingpong.issue_row(
+        "ping-pong alone, 2 vCPUs on 2 CPUs (round trips/s)",
+        "round trips/s",
+        "/s",
+        ">= 0.8x",
+    );
+    noisy.issue_row(
+        "noisy neighbour: sleep VM p50 wake (worst vCPU)",
+        "sleep p50 us",
+        "us",
+        "<= 1.2x",
+    );
+    noisy.issue_row(
+        "noisy neighbour: hog throughput (units/s)",
+        "hog units/s",
+        "",
+        ">= 0.97x",
+    );
 }

@@ -203,6 +203,7 @@ fn full_result(dir: &TempDir) -> vmm::results::VmResult {
             migrations: 1,
             preemptions: 2,
             host_cpus: "0-1".into(),
+            halt_poll: Default::default(),
         },
         vmm::engine::stats::VcpuSchedStats {
             run_ns: 2_000_000,

@@ -72,6 +72,22 @@ fn a_pingpong_trace_explains_its_round_trip_and_replays() {
     assert!(has(|e| matches!(e, Event::Wake { cpu: Some(_), .. })));
     assert!(has(|e| matches!(e, Event::Inject { vector: 0xfd, .. })));
     assert!(has(|e| matches!(e, Event::Eoi { vector: 0xfd, .. })));
+    // Halt polls: the run's statistics count the polls the trace shows.
+    if trace.lost == 0 {
+        for (i, v) in results.vms[0].vcpu_sched.iter().enumerate() {
+            let (mut polls, mut woken) = (0, 0);
+            for e in &trace.events {
+                if let Event::HaltPoll { vcpu, woken: w, .. } = e.event {
+                    if usize::from(vcpu.vcpu) == i {
+                        polls += 1;
+                        woken += u64::from(w);
+                    }
+                }
+            }
+            assert_eq!((v.halt_poll.polls, v.halt_poll.woken), (polls, woken));
+            assert!(v.halt_poll.woken <= v.halt_poll.polls);
+        }
+    }
 
     // The summary follows IPI wakes from the send to the guest's handler.
     let s = Summary::of(&trace);

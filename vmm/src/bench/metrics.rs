@@ -545,6 +545,7 @@ mod tests {
                 migrations: 4,
                 preemptions: 1,
                 host_cpus: "0-1".into(),
+                halt_poll: Default::default(),
             });
         }
         r

@@ -178,7 +178,11 @@ mod tests {
 /// comes within the window finds the thread running on its CPU, with no
 /// futex wake across CPUs. The window grows (doubling from `START_NS`) while
 /// blocks end within `max`, and shrinks (halving) after a block longer than
-/// `max`; `max = 0` turns polling off.
+/// `max`; `max = 0` turns polling off. A block lasts from the halt to the
+/// dispatch that ends it (`EngineVcpu::dispatched_at`), not to the moment
+/// the sleeping thread runs again: measured that way a slow futex wake-up
+/// (100-500 us on a loaded host) made every block look longer than `max`,
+/// and the window, once at 0, never grew again.
 #[derive(Debug, Clone, Copy)]
 pub struct HaltPoll {
     pub window_ns: u64,

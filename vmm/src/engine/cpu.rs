@@ -52,6 +52,17 @@ pub struct CpuSlot {
     pub kick_pending: AtomicBool,
     /// Kernel thread id of the thread executing on this CPU (0: none).
     pub executor: AtomicI32,
+    /// The executor is in KVM_RUN, or past its last look before entering
+    /// it: only then does a kick or a notification need a signal. Set by
+    /// [`CpuSlot::try_enter`], cleared by [`CpuSlot::left_guest`].
+    in_guest: AtomicBool,
+    /// Something was posted for the running vCPU while its executor was
+    /// out of the guest: it looks again before it enters.
+    look_again: AtomicBool,
+    /// When this CPU, idle, was last given work by a kick (workers
+    /// dispatch; stored under `owner`): where its worker's block ended,
+    /// for halt polling's window.
+    pub kicked_idle_at: AtomicU64,
     quantum: Mutex<TurnQuantum>,
     /// End of the current turn's slice (CLOCK_MONOTONIC ns), read before
     /// every entry; written under `quantum`.
@@ -67,6 +78,9 @@ impl CpuSlot {
             idle: Condvar::new(),
             kick_pending: AtomicBool::new(false),
             executor: AtomicI32::new(0),
+            in_guest: AtomicBool::new(false),
+            look_again: AtomicBool::new(false),
+            kicked_idle_at: AtomicU64::new(0),
             quantum: Mutex::new(TurnQuantum::default()),
             quantum_end: AtomicU64::new(0),
         }
@@ -150,6 +164,53 @@ impl CpuSlot {
     /// held, after setting what it waits for).
     pub fn wake_idle(&self) {
         self.idle.notify_all();
+    }
+
+    /// The executor is out of KVM_RUN and looks at what is pending (its
+    /// first look after an exit, or the start of a turn).
+    pub fn left_guest(&self) {
+        self.in_guest.store(false, Ordering::SeqCst);
+    }
+
+    /// The executor has looked at everything and is about to enter: say
+    /// so, then check that nothing came meanwhile. False: a kick or a
+    /// notification came (it did not signal, seeing the executor out of
+    /// the guest), so look again. With [`CpuSlot::post_look`] and
+    /// [`CpuSlot::kick_needs_signal`] this is Dekker's pattern (KVM's
+    /// `vcpu->mode` and `kvm_vcpu_kick` do the same): of the executor's
+    /// store here and the poster's, at least one sees the other's.
+    pub fn try_enter(&self) -> bool {
+        self.in_guest.store(true, Ordering::SeqCst);
+        if self.look_again.swap(false, Ordering::SeqCst) || self.kick_pending.load(Ordering::SeqCst)
+        {
+            self.in_guest.store(false, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// Something was posted for the vCPU running here: make its executor
+    /// look before its next entry. True if it must be signalled (it may be
+    /// in the guest); false if it looks anyway before it enters.
+    pub fn post_look(&self) -> bool {
+        self.look_again.store(true, Ordering::SeqCst);
+        self.in_guest.load(Ordering::SeqCst)
+    }
+
+    /// Ask this CPU to call `schedule`. Returns whether this kick is the
+    /// first since the CPU last did (a second finds the first still
+    /// pending, whose `schedule` call will see what it was for).
+    pub fn set_kick_pending(&self) -> bool {
+        !self.kick_pending.swap(true, Ordering::SeqCst)
+    }
+
+    /// After [`CpuSlot::set_kick_pending`] on a CPU running a vCPU: whether
+    /// the executor must be signalled. Not if it is out of the guest (it
+    /// sees the kick before entering), nor if its turn ends within
+    /// `slack_ns` anyway (its own quantum timer fires then, and it sees the
+    /// kick at that exit).
+    pub fn kick_needs_signal(&self, now: u64, slack_ns: u64) -> bool {
+        self.in_guest.load(Ordering::SeqCst) && self.quantum_end() > now.saturating_add(slack_ns)
     }
 
     /// Signal the thread executing here, if any; returns whether one was.

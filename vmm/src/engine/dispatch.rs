@@ -23,6 +23,11 @@ thread_local! {
         const { std::cell::Cell::new(None) };
 }
 
+/// A kick of a CPU whose running turn ends within this much sends no
+/// signal: the quantum timer's own exit comes about as soon as a signal's
+/// would (a kick's signal and exit take ~10-30 us on this machine).
+const KICK_SLACK_NS: u64 = 20_000;
+
 /// Why a dispatched vCPU gives its CPU back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stop {
@@ -86,6 +91,7 @@ impl Engine {
         last: &VcpuStep,
     ) -> Next {
         RUNNING_ENTITY.set(Some(v.entity));
+        slot.left_guest();
         vm.irq.poll_pv_eoi(v.index);
         if *last == VcpuStep::Interrupted {
             self.record(|| Event::ExitSeen {
@@ -122,28 +128,40 @@ impl Engine {
                 return Next::Stop(Stop::Blocked);
             }
         }
-        if slot.kick_pending.load(Ordering::Acquire) {
-            return Next::Stop(Stop::Preempted);
-        }
-        if now_ns() >= slot.quantum_end() {
-            return Next::Stop(Stop::Quantum);
-        }
-        irq::sync_cr8(vm.irq.as_ref(), runner);
-        if *last == VcpuStep::Start || vm.irq.has_pending_hint(v.index) {
-            if let Some(stop) = self.take_cpu_events(vm, v, runner) {
-                return Next::Stop(stop);
+        let mut look = *last == VcpuStep::Start;
+        loop {
+            // A slice used up is a quantum end, even if a kick came too
+            // (the kick then needed no signal: `kick_needs_signal`).
+            if now_ns() >= slot.quantum_end() {
+                return Next::Stop(Stop::Quantum);
             }
-            match irq::deliver_interrupt(vm.irq.as_ref(), runner, last) {
-                Ok(Some(vector)) => self.record(|| Event::Inject {
-                    cpu: cpu16(slot.host),
-                    vcpu: v.trace_ref(),
-                    vector,
-                }),
-                Ok(None) => {}
-                Err(r) => return Next::Stop(Stop::Exit(r)),
+            if slot.kick_pending.load(Ordering::Acquire) {
+                return Next::Stop(Stop::Preempted);
             }
+            irq::sync_cr8(vm.irq.as_ref(), runner);
+            if look || vm.irq.has_pending_hint(v.index) {
+                if let Some(stop) = self.take_cpu_events(vm, v, runner) {
+                    return Next::Stop(stop);
+                }
+                // A second injection before the entry finds KVM holding
+                // the first (EEXIST): it asks for an interrupt window.
+                match irq::deliver_interrupt(vm.irq.as_ref(), runner, last) {
+                    Ok(Some(vector)) => self.record(|| Event::Inject {
+                        cpu: cpu16(slot.host),
+                        vcpu: v.trace_ref(),
+                        vector,
+                    }),
+                    Ok(None) => {}
+                    Err(r) => return Next::Stop(Stop::Exit(r)),
+                }
+            }
+            // Entering: a notification or kick from now on signals this
+            // thread; one that came since the looks above did not.
+            if slot.try_enter() {
+                return Next::Enter;
+            }
+            look = true;
         }
-        Next::Enter
     }
 
     /// Act on INIT, start-up IPIs and NMIs for a dispatched vCPU.
@@ -336,6 +354,7 @@ impl Engine {
                 }
                 slot.executor.store(tid, Ordering::Release);
             }
+            n.dispatched_at.store(now, Ordering::Relaxed);
             n.set_state_quietly(&mut ctl, RunState::Running { cpu: slot.id });
         } else if self.dispatch_kind() == DispatchKind::Threads {
             slot.executor.store(0, Ordering::Release);
@@ -409,14 +428,25 @@ impl Engine {
     /// the caller's thread; workers: wake its worker).
     pub(crate) fn kick_cpu(&self, cpu: CpuId) {
         let Some(slot) = self.slot(cpu) else { return };
-        slot.kick_pending.store(true, Ordering::Release);
+        if !slot.set_kick_pending() {
+            // One kick per preemption: the pending one's `schedule` call
+            // (not made yet: it clears the flag first) sees this wake too.
+            log::trace!("kick cpu {}: already pending", slot.host);
+            return;
+        }
         let mut owner = slot.lock_owner();
-        self.record(|| Event::Kick {
-            cpu: cpu16(slot.host),
-            busy: owner.is_some(),
-        });
         if owner.is_some() {
             drop(owner);
+            if !slot.kick_needs_signal(now_ns(), KICK_SLACK_NS) {
+                // Out of the guest (it sees the kick before entering) or
+                // at the end of its slice (its own timer ends it).
+                log::trace!("kick cpu {}: busy, seen without a signal", slot.host);
+                return;
+            }
+            self.record(|| Event::Kick {
+                cpu: cpu16(slot.host),
+                busy: true,
+            });
             let signalled = slot.signal_executor();
             log::trace!(
                 "kick cpu {}: busy, executor signalled: {signalled}",
@@ -424,9 +454,16 @@ impl Engine {
             );
             return;
         }
+        self.record(|| Event::Kick {
+            cpu: cpu16(slot.host),
+            busy: false,
+        });
         log::trace!("kick cpu {}: idle", slot.host);
         match self.dispatch_kind() {
-            DispatchKind::Workers => slot.wake_idle(),
+            DispatchKind::Workers => {
+                slot.kicked_idle_at.store(now_ns(), Ordering::Relaxed);
+                slot.wake_idle();
+            }
             DispatchKind::Threads => {
                 let (next, kicks) = self.reschedule_locked(slot, &mut owner, StopReason::Idle);
                 drop(owner);
@@ -452,7 +489,10 @@ impl Engine {
             // `next_entry` checks: taken here, they would wait for the
             // vCPU's next turn.
             if let Some(s) = self.slot(cpu) {
-                if s.executor.load(Ordering::Acquire) != crate::signals::current_tid() {
+                // Out of the guest, it looks before its next entry.
+                if s.executor.load(Ordering::Acquire) != crate::signals::current_tid()
+                    && s.post_look()
+                {
                     self.record(|| Event::Kick {
                         cpu: cpu16(s.host),
                         busy: true,

@@ -658,6 +658,7 @@ impl Engine {
         };
         for (s, v) in stats.iter_mut().zip(&vm.vcpus) {
             s.host_cpus = v.ctl().ran_on.to_list();
+            s.halt_poll = v.halt_poll.stats();
         }
         {
             // The scheduler may already have given a removed entity's slot

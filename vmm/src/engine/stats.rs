@@ -43,6 +43,21 @@ pub struct VcpuSchedStats {
     pub preemptions: u64,
     /// Host CPUs it ran on (Linux list syntax).
     pub host_cpus: String,
+    /// Halt polling after its blocks (zeros under `host`, where KVM polls).
+    pub halt_poll: HaltPollStats,
+}
+
+/// Halt polling after a vCPU's blocks (the engine's counterpart of KVM's
+/// `halt_attempted_poll`, `halt_successful_poll` and poll time).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct HaltPollStats {
+    /// Polls begun (a block with a non-zero window).
+    pub polls: u64,
+    /// Polls the wake-up ended: the vCPU was dispatched again (a worker:
+    /// its CPU was given work) with no sleep and no futex wake.
+    pub woken: u64,
+    /// Time spent polling, successful or not.
+    pub polled_ns: u64,
 }
 
 /// One vCPU as the scheduler sees it now (the snapshot's introspection),
@@ -151,6 +166,7 @@ impl VcpuSchedStats {
             migrations: e.migrations.total(),
             preemptions: e.preemptions,
             host_cpus: String::new(),
+            halt_poll: HaltPollStats::default(),
         }
     }
 

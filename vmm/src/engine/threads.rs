@@ -187,13 +187,31 @@ impl VcpuGate for ThreadGate {
             if idle {
                 // The CPU went idle with this vCPU blocked: poll a while
                 // for the wake-up before sleeping (the thread is still on
-                // the CPU, so a dispatch here needs no futex wake).
+                // the CPU, so a dispatch here needs no futex wake). Only
+                // here: a CPU with anything queued is not idle, and the
+                // poll ends as soon as another vCPU is dispatched on it.
                 let since = now_ns();
                 let v = &self.vcpu;
-                self.poll
-                    .poll(|| v.is_settled() || slot.executor.load(Ordering::Acquire) != 0);
+                if self.poll.window_ns > 0 {
+                    self.poll
+                        .poll(|| v.is_settled() || slot.executor.load(Ordering::Acquire) != 0);
+                    let polled_ns = now_ns().saturating_sub(since);
+                    let woken = v.is_settled();
+                    v.halt_poll.count(polled_ns, woken);
+                    self.engine.record(|| Event::HaltPoll {
+                        cpu: cpu16(slot.host),
+                        vcpu: v.trace_ref(),
+                        polled_ns,
+                        woken,
+                    });
+                }
                 if let Some(t) = self.wait_dispatch() {
-                    self.poll.adapt(now_ns() - since);
+                    // Blocked until the dispatch, not until this thread ran
+                    // again: a sleep's own wake-up latency must not shrink
+                    // the window that would have avoided it.
+                    let at = self.vcpu.dispatched_at.load(Ordering::Relaxed);
+                    let until = if at >= since { at } else { now_ns() };
+                    self.poll.adapt(until - since);
                     self.arm(&t);
                     self.turn = Some(t);
                     last = VcpuStep::Start;

@@ -1,6 +1,6 @@
 //! Where the engine records what it does (`pacer run --trace`), in one
 //! place so the decision code stays readable: each site in `dispatch.rs`,
-//! `threads.rs`, `irq.rs` and `mod.rs` is one call here. With tracing off
+//! `threads.rs`, `workers.rs`, `irq.rs` and `mod.rs` is one call here. With tracing off
 //! the engine holds no [`Trace`] and every call is one branch on it; the
 //! event is only built when it is recorded.
 //!
@@ -15,6 +15,7 @@
 //! | interrupt injected | `next_entry` |
 //! | EOI (the guest's handler ran) | `irq::ChipHost` |
 //! | park / unpark of a vCPU thread | `threads.rs` |
+//! | halt poll (its length, whether the work came within it) | `threads.rs`, `workers.rs` |
 
 use super::vcpu_state::EngineVcpu;
 use super::Engine;

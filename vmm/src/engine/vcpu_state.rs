@@ -17,9 +17,10 @@
 //! running, so the halting CPU's `schedule(.., Blocked)` keeps it runnable.
 
 use super::irq::CpuEvents;
+use super::stats::HaltPollStats;
 use crate::host_cpus::{HostCpu, HostCpuSet};
 use crate::vcpu::{VcpuExitReason, VcpuRunner};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use vcpu_sched::{CpuId, EntityId};
 
@@ -94,6 +95,38 @@ pub struct EngineVcpu {
     pub tid: AtomicI32,
     /// The KVM vCPU while no executor holds it (workers dispatch).
     pub runner: Mutex<Option<VcpuRunner>>,
+    /// Halt polling after its blocks (see [`HaltPollCounters`]).
+    pub halt_poll: HaltPollCounters,
+    /// When it was last dispatched (CLOCK_MONOTONIC ns; stored before its
+    /// state says Running): how long a block lasted until the work came,
+    /// which its thread's own wake-up latency must not lengthen.
+    pub dispatched_at: AtomicU64,
+}
+
+/// The halt polls after a vCPU's blocks: its own thread's (threads
+/// dispatch), or the worker's whose CPU it left idle (workers).
+#[derive(Debug, Default)]
+pub struct HaltPollCounters {
+    polls: AtomicU64,
+    woken: AtomicU64,
+    polled_ns: AtomicU64,
+}
+
+impl HaltPollCounters {
+    /// One poll of `polled_ns`; `woken`: the wake-up came within it.
+    pub fn count(&self, polled_ns: u64, woken: bool) {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        self.woken.fetch_add(u64::from(woken), Ordering::Relaxed);
+        self.polled_ns.fetch_add(polled_ns, Ordering::Relaxed);
+    }
+
+    pub fn stats(&self) -> HaltPollStats {
+        HaltPollStats {
+            polls: self.polls.load(Ordering::Relaxed),
+            woken: self.woken.load(Ordering::Relaxed),
+            polled_ns: self.polled_ns.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl EngineVcpu {
@@ -124,6 +157,8 @@ impl EngineVcpu {
             settled: AtomicBool::new(false),
             tid: AtomicI32::new(0),
             runner: Mutex::new(None),
+            halt_poll: HaltPollCounters::default(),
+            dispatched_at: AtomicU64::new(0),
         }
     }
 

@@ -50,6 +50,8 @@ fn worker(engine: &Engine, i: usize) {
     let tid = current_tid();
     let mut poll = engine.halt_poll();
     let mut reason = StopReason::Idle;
+    // The vCPU whose block left this CPU idle (its polls are counted).
+    let mut last: Option<Arc<EngineVcpu>> = None;
     loop {
         if engine.is_shutting_down() {
             return;
@@ -66,18 +68,36 @@ fn worker(engine: &Engine, i: usize) {
             engine.kick_cpu(k);
         }
         reason = match next {
-            Some(v) => run_turn(engine, slot, &v, &timer),
+            Some(v) => {
+                let r = run_turn(engine, slot, &v, &timer);
+                last = Some(v);
+                r
+            }
             None => {
                 // Poll a while for work before sleeping (halt polling).
                 let since = now_ns();
                 let woken = poll.poll(|| {
                     slot.kick_pending.load(Ordering::Acquire) || engine.is_shutting_down()
                 });
+                if let Some(v) = last.take().filter(|_| poll.window_ns > 0) {
+                    let polled_ns = now_ns().saturating_sub(since);
+                    v.halt_poll.count(polled_ns, woken);
+                    engine.record(|| crate::trace::Event::HaltPoll {
+                        cpu: super::trace_points::cpu16(slot.host),
+                        vcpu: v.trace_ref(),
+                        polled_ns,
+                        woken,
+                    });
+                }
                 if !woken {
                     let owner = slot.lock_owner();
                     drop(slot.wait_idle(owner, || engine.is_shutting_down()));
                 }
-                poll.adapt(now_ns() - since);
+                // Blocked until the kick, not until this worker ran again
+                // (as for threads: see `HaltPoll`).
+                let at = slot.kicked_idle_at.load(Ordering::Relaxed);
+                let until = if at >= since { at } else { now_ns() };
+                poll.adapt(until - since);
                 StopReason::Idle
             }
         };

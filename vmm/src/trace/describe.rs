@@ -13,7 +13,8 @@ pub fn subjects(e: &Event) -> (Option<u16>, Option<VcpuRef>) {
         | Event::Stop { cpu, vcpu, .. }
         | Event::ExitSeen { cpu, vcpu }
         | Event::Inject { cpu, vcpu, .. }
-        | Event::Unpark { cpu, vcpu, .. } => (Some(cpu), Some(vcpu)),
+        | Event::Unpark { cpu, vcpu, .. }
+        | Event::HaltPoll { cpu, vcpu, .. } => (Some(cpu), Some(vcpu)),
         Event::Cut { cpu, woken, .. } => (Some(cpu), Some(woken)),
         Event::Migrate { vcpu, to, .. } => (Some(to), Some(vcpu)),
         Event::Wake { vcpu, cpu, .. } => (cpu, Some(vcpu)),
@@ -42,6 +43,7 @@ pub fn name(e: &Event) -> &'static str {
         Event::Park { .. } => "park",
         Event::Unpark { .. } => "unpark",
         Event::Lost { .. } => "lost",
+        Event::HaltPoll { .. } => "halt poll",
     }
 }
 
@@ -101,6 +103,17 @@ pub fn details(trace: &TraceFile, e: &Event) -> String {
         Event::Inject { vector, .. } | Event::Eoi { vector, .. } => format!("vector {vector:#x}"),
         Event::Migrate { from, to, .. } => format!("CPU {from} -> {to}"),
         Event::Lost { count } => format!("{count} events lost (a full ring)"),
+        Event::HaltPoll {
+            polled_ns, woken, ..
+        } => format!(
+            "{:.1} us, {}",
+            polled_ns as f64 / 1e3,
+            if woken {
+                "work came"
+            } else {
+                "none came: sleeps"
+            }
+        ),
         _ => String::new(),
     }
 }

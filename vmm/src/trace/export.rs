@@ -183,7 +183,7 @@ pub fn document(trace: &TraceFile) -> Value {
                 // A newer cause replaces an arrow still waiting.
                 arrows.insert(vcpu, id);
             }
-            Event::Kick { cpu, .. } | Event::Cut { cpu, .. } => {
+            Event::Kick { cpu, .. } | Event::Cut { cpu, .. } | Event::HaltPoll { cpu, .. } => {
                 instant(
                     &mut ev,
                     CPU_PID,

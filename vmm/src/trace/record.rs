@@ -173,6 +173,15 @@ pub enum Event {
     },
     /// `count` events were lost (a ring was full): written by the drain.
     Lost { count: u64 },
+    /// After `vcpu` blocked and left `cpu` idle, its thread (or the CPU's
+    /// worker) polled `polled_ns` for work before sleeping; `woken`: the
+    /// work came within the poll (no sleep, no futex wake).
+    HaltPoll {
+        cpu: u16,
+        vcpu: VcpuRef,
+        polled_ns: u64,
+        woken: bool,
+    },
 }
 
 /// The kind byte of a record.
@@ -193,10 +202,11 @@ enum Kind {
     Park = 12,
     Unpark = 13,
     Lost = 14,
+    HaltPoll = 15,
 }
 
 impl Kind {
-    const ALL: [Kind; 14] = [
+    const ALL: [Kind; 15] = [
         Kind::Dispatch,
         Kind::Idle,
         Kind::Stop,
@@ -211,6 +221,7 @@ impl Kind {
         Kind::Park,
         Kind::Unpark,
         Kind::Lost,
+        Kind::HaltPoll,
     ];
 
     fn from_u8(b: u8) -> Option<Kind> {
@@ -384,6 +395,18 @@ impl Record {
                 r.kind = Kind::Lost as u8;
                 r.z = count;
             }
+            Event::HaltPoll {
+                cpu,
+                vcpu,
+                polled_ns,
+                woken,
+            } => {
+                r.kind = Kind::HaltPoll as u8;
+                r.cpu = cpu;
+                set_vcpu(&mut r, vcpu);
+                r.arg = u8::from(woken);
+                r.z = polled_ns;
+            }
         }
         r
     }
@@ -500,6 +523,12 @@ impl Record {
                 thread_cpu_ns: self.z,
             },
             Kind::Lost => Event::Lost { count: self.z },
+            Kind::HaltPoll => Event::HaltPoll {
+                cpu: cpu()?,
+                vcpu: vcpu()?,
+                polled_ns: self.z,
+                woken: flag("halt poll flag not 0 or 1")?,
+            },
         })
     }
 
@@ -617,6 +646,18 @@ mod tests {
                 thread_cpu_ns: 7_000_000,
             },
             Event::Lost { count: 12345 },
+            Event::HaltPoll {
+                cpu: 1,
+                vcpu: V,
+                polled_ns: 40_000,
+                woken: true,
+            },
+            Event::HaltPoll {
+                cpu: 0,
+                vcpu: V,
+                polled_ns: 200_000,
+                woken: false,
+            },
         ];
         for why in StopWhy::ALL {
             all.push(Event::Stop {

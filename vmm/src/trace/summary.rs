@@ -153,6 +153,11 @@ pub struct VcpuRow {
     pub migrations: u64,
     /// Decision -> dispatched, over its wakes (null: it was never woken).
     pub wake_to_dispatch: Option<Quantiles>,
+    /// Halt polls after its blocks, those the work ended (no sleep), and
+    /// the time they took.
+    pub halt_polls: u64,
+    pub halt_polls_woken: u64,
+    pub halt_poll_ns: u64,
 }
 
 /// What `pacer trace summary` prints (and writes as JSON).
@@ -508,6 +513,9 @@ fn vcpu_rows(trace: &TraceFile, wakes: &[Path]) -> Vec<VcpuRow> {
         quantum_ends: u64,
         yields: u64,
         migrations: u64,
+        polls: u64,
+        polls_woken: u64,
+        poll_ns: u64,
     }
     let mut acc: BTreeMap<VcpuRef, Acc> = BTreeMap::new();
     let (first, last) = trace.span();
@@ -549,6 +557,17 @@ fn vcpu_rows(trace: &TraceFile, wakes: &[Path]) -> Vec<VcpuRow> {
                 vcpu, cpu: Some(_), ..
             } => acc.entry(vcpu).or_default().wakes += 1,
             Event::Migrate { vcpu, .. } => acc.entry(vcpu).or_default().migrations += 1,
+            Event::HaltPoll {
+                vcpu,
+                polled_ns,
+                woken,
+                ..
+            } => {
+                let a = acc.entry(vcpu).or_default();
+                a.polls += 1;
+                a.polls_woken += u64::from(woken);
+                a.poll_ns += polled_ns;
+            }
             _ => {}
         }
     }
@@ -577,6 +596,9 @@ fn vcpu_rows(trace: &TraceFile, wakes: &[Path]) -> Vec<VcpuRow> {
                         .filter_map(|p| Some(p.t[DISPATCHED]? - p.t[DECISION]?))
                         .collect(),
                 ),
+                halt_polls: a.polls,
+                halt_polls_woken: a.polls_woken,
+                halt_poll_ns: a.poll_ns,
             }
         })
         .collect()
@@ -773,6 +795,24 @@ impl Summary {
                 v.migrations,
                 v.wake_to_dispatch.map_or("-".into(), |q| us(q.p99_ns))
             );
+        }
+        if self.vcpus.iter().any(|v| v.halt_polls > 0) {
+            let _ = writeln!(
+                s,
+                "\nHalt polling (an idle CPU's thread polls before it sleeps; found: the work came within the poll):"
+            );
+            for v in self.vcpus.iter().filter(|v| v.halt_polls > 0) {
+                let _ = writeln!(
+                    s,
+                    "  {:<20} {} polls, {} found their work ({:.0} %), {} polling ({:.1} % of the span)",
+                    v.vcpu,
+                    v.halt_polls,
+                    v.halt_polls_woken,
+                    100.0 * v.halt_polls_woken as f64 / v.halt_polls as f64,
+                    us(v.halt_poll_ns),
+                    100.0 * v.halt_poll_ns as f64 / self.span_ns.max(1) as f64
+                );
+            }
         }
         s
     }
