@@ -326,6 +326,28 @@ fn a_capped_hog_next_to_three_weighted_sleepers_runs() {
     check_caps("1x1x1", &defs).unwrap();
 }
 
+/// Two weighted wakers that sleep in turn each saw only the hog beside it
+/// at its wakes, were entitled to most of the CPU, and were boosted at
+/// every wake: the hog below them was passed for good (any cap or none).
+#[test]
+fn wakers_boosted_in_turn_leave_a_waiting_hog_its_turn() {
+    let defs = [
+        d(1301, 50, 450, None, 0),
+        d(509, 1351, 100, None, 0),
+        d(2408, 509, 530, None, 0),
+        d(250, 0, 100, Some(67), 0),
+    ];
+    check_caps("1x1x1", &defs).unwrap();
+    let defs = [
+        d(761, 0, 100, Some(132), 0),
+        d(688, 131, 312, None, 0),
+        d(541, 817, 630, Some(139), 139),
+        d(1904, 350, 557, None, 174),
+        d(1432, 545, 100, None, 0),
+    ];
+    check_caps("1x1x1", &defs).unwrap();
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 

@@ -175,7 +175,7 @@ use crate::stats::SchedSnapshot;
 use crate::tunables::{Mode, QuantumTable, Tunables};
 use crate::validate::{validate_config, validate_spec, validate_topology};
 use crate::{
-    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, LlcId, Nanos, QuantumCut, SchedClass,
+    CoreId, CpuId, CpuSet, Dispatch, EntityId, EntitySpec, LlcId, Nanos, QuantumCut, SchedClass,
     SchedError, StopReason, Topology, WakeDecision,
 };
 use crossbeam_utils::CachePadded;
@@ -188,6 +188,9 @@ use std::sync::Arc;
 const MAX_PICK_ATTEMPTS: usize = 64;
 /// Waiting entries a `schedule` call hands to idle CPUs (see `kick_for_leftovers`).
 const LEFTOVER_KICKS: usize = 4;
+/// The fair-share boost pauses on a core where an entity has waited longer
+/// than this many of the mode's maximum latencies (`starving`).
+const STARVING_LATENCIES: Nanos = 4;
 
 /// One slot of the entity slab. `seq` survives reuse so stale queue
 /// entries of a removed entity never match its successor; `generation`
@@ -431,6 +434,9 @@ impl HaikuScheduler {
             .or_else(|| e.affinity.first())
             .unwrap_or(CpuId(0));
         let core = self.m.core_of(home);
+        if self.starving(core, now) {
+            return None;
+        }
         // The waker is not ready yet: every weight ready there is another's.
         let others = self.m.load_of(core).ready_weight();
         let entitled = entitlement(self.m.core_cpus(core).len(), e.share_weight(), others);
@@ -535,6 +541,9 @@ impl HaikuScheduler {
         }
         let t = self.tun();
         let core = self.m.core_of_queue(queue);
+        if self.starving(core, now) {
+            return;
+        }
         // The waker waits in this queue: its own weight is in the sum.
         let others = self
             .m
@@ -554,6 +563,30 @@ impl HaikuScheduler {
         }
         e.prio.boost(t, self.mode());
         self.enqueue(e, waker, seq, queue, true);
+    }
+
+    /// The fair-share boost's starvation guard: whether an entity has
+    /// waited in `core`'s queue longer than `STARVING_LATENCIES` x the
+    /// mode's maximum latency. Each waker's entitlement is judged against
+    /// the weights ready at its own moment, so wakers that sleep in turn
+    /// may each see only a hog beside them and together be entitled to
+    /// more than the CPU; boosted at every wake they never go through
+    /// Haiku's penalty cycle, and a hog waiting below them would be passed
+    /// for good. While one starves, no boost is given: Haiku's rules alone
+    /// order the core until it has run.
+    pub(super) fn starving(&self, core: CoreId, now: Nanos) -> bool {
+        let bound = self
+            .table()
+            .maximum_latency
+            .saturating_mul(STARVING_LATENCIES);
+        let cs = &self.m.cores[core.0 as usize];
+        if cs.queued.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        cs.queue
+            .lock()
+            .oldest_head_since()
+            .is_some_and(|since| now.saturating_sub(since) > bound)
     }
 
     /// The VM of `waker` and the LLC of the CPU it runs on (or last ran
