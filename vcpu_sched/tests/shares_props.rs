@@ -348,6 +348,20 @@ fn wakers_boosted_in_turn_leave_a_waiting_hog_its_turn() {
     check_caps("1x1x1", &defs).unwrap();
 }
 
+/// Two sleepers forgiven their penalties at every wake (slept over half
+/// a base quantum) kept the CPU busy between them: Haiku's rules alone,
+/// boost or not, passed the hog for good.
+#[test]
+fn sleepers_forgiven_in_turn_leave_a_waiting_hog_its_turn() {
+    let defs = [
+        d(1120, 1000, 100, None, 0),
+        d(1000, 1000, 100, None, 0),
+        d(50, 0, 100, Some(50), 0),
+        d(50, 50, 100, None, 0),
+    ];
+    check_caps("1x1x1", &defs).unwrap();
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 

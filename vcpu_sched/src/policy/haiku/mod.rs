@@ -385,8 +385,11 @@ impl HaikuScheduler {
         let slept = now.saturating_sub(e.slept_at);
         e.load.slept(slept);
         e.load.update(self.tun().load_measure_interval);
-        // Haiku's ShouldCancelPenalty: slept longer than half the mode's base quantum.
-        if slept > self.table().base_quantum / 2 {
+        // Haiku's ShouldCancelPenalty: slept longer than half the mode's
+        // base quantum. Not while an entity starves on its core: sleepers
+        // forgiven at every wake that keep the CPU busy between them would
+        // pass it for good (the starvation guard, `starving`).
+        if slept > self.table().base_quantum / 2 && !self.starving(self.home_core(e), now) {
             // A bursty entity is forgiven its additional penalty too (see
             // `Priority::forgive`).
             if e.is_bursty(self.tun().bursty_load) {
@@ -428,12 +431,7 @@ impl HaikuScheduler {
         {
             return None;
         }
-        let home = e
-            .last_cpu
-            .filter(|c| e.affinity.contains(*c))
-            .or_else(|| e.affinity.first())
-            .unwrap_or(CpuId(0));
-        let core = self.m.core_of(home);
+        let core = self.home_core(e);
         if self.starving(core, now) {
             return None;
         }
@@ -563,6 +561,17 @@ impl HaikuScheduler {
         }
         e.prio.boost(t, self.mode());
         self.enqueue(e, waker, seq, queue, true);
+    }
+
+    /// The core a waking entity is judged on: the one it last ran on (its
+    /// first allowed CPU's for a new one).
+    fn home_core(&self, e: &Entity) -> CoreId {
+        let home = e
+            .last_cpu
+            .filter(|c| e.affinity.contains(*c))
+            .or_else(|| e.affinity.first())
+            .unwrap_or(CpuId(0));
+        self.m.core_of(home)
     }
 
     /// The fair-share boost's starvation guard: whether an entity has
