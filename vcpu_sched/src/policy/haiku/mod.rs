@@ -389,7 +389,9 @@ impl HaikuScheduler {
         // base quantum. Not while an entity starves on its core: sleepers
         // forgiven at every wake that keep the CPU busy between them would
         // pass it for good (the starvation guard, `starving`).
-        if slept > self.table().base_quantum / 2 && !self.starving(self.home_core(e), now) {
+        let core = self.home_core(e);
+        let mut starving = None;
+        if slept > self.table().base_quantum / 2 && !self.starving_once(core, now, &mut starving) {
             // A bursty entity is forgiven its additional penalty too (see
             // `Priority::forgive`).
             if e.is_bursty(self.tun().bursty_load) {
@@ -399,7 +401,9 @@ impl HaikuScheduler {
             }
             e.used = 0;
         }
-        let due = self.judge_share(e, now).map(|at| (id, at));
+        let due = self
+            .judge_share(e, core, now, &mut starving)
+            .map(|at| (id, at));
         e.woken_at = Some(now);
         e.counters.wakes += 1;
         let waker_llc = near.filter(|(vm, _)| *vm == e.vm).map(|(_, llc)| llc);
@@ -422,7 +426,13 @@ impl HaikuScheduler {
     /// boosted (`boost_due`), so a vCPU that hovers at its fair share
     /// waits for the share it is owed, not for a whole slice. Otherwise
     /// Haiku's rules alone apply.
-    fn judge_share(&self, e: &mut Entity, now: Nanos) -> Option<Nanos> {
+    fn judge_share(
+        &self,
+        e: &mut Entity,
+        core: CoreId,
+        now: Nanos,
+        starving: &mut Option<bool>,
+    ) -> Option<Nanos> {
         let t = self.tun();
         if !t.share_boost
             || e.prio.class != SchedClass::Timeshare
@@ -431,8 +441,7 @@ impl HaikuScheduler {
         {
             return None;
         }
-        let core = self.home_core(e);
-        if self.starving(core, now) {
+        if self.starving_once(core, now, starving) {
             return None;
         }
         // The waker is not ready yet: every weight ready there is another's.
@@ -572,6 +581,11 @@ impl HaikuScheduler {
             .or_else(|| e.affinity.first())
             .unwrap_or(CpuId(0));
         self.m.core_of(home)
+    }
+
+    /// `starving`, looked up at most once per wake (`cache`).
+    fn starving_once(&self, core: CoreId, now: Nanos, cache: &mut Option<bool>) -> bool {
+        *cache.get_or_insert_with(|| self.starving(core, now))
     }
 
     /// The fair-share boost's starvation guard: whether an entity has
