@@ -177,6 +177,21 @@ impl RunQueue {
         out
     }
 
+    /// The earliest `since` among the heads of the non-empty levels (the
+    /// longest wait, FIFO within a level; the fair-share boost's
+    /// starvation guard). O(non-empty levels).
+    pub fn oldest_head_since(&self) -> Option<u64> {
+        let mut bits = self.nonempty;
+        let mut oldest: Option<u64> = None;
+        while let Some(level) = highest_bit(&bits) {
+            bits[level / 64] &= !(1 << (level % 64));
+            if let Some(h) = self.levels[level].front() {
+                oldest = Some(oldest.map_or(h.since, |o| o.min(h.since)));
+            }
+        }
+        oldest
+    }
+
     /// Every queued entry, highest level first (snapshots, invariant checks).
     pub fn entries(&self) -> impl Iterator<Item = &QueueEntry> + '_ {
         self.levels.iter().rev().flat_map(|l| l.iter())

@@ -175,7 +175,7 @@ use crate::stats::SchedSnapshot;
 use crate::tunables::{Mode, QuantumTable, Tunables};
 use crate::validate::{validate_config, validate_spec, validate_topology};
 use crate::{
-    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, LlcId, Nanos, QuantumCut, SchedClass,
+    CoreId, CpuId, CpuSet, Dispatch, EntityId, EntitySpec, LlcId, Nanos, QuantumCut, SchedClass,
     SchedError, StopReason, Topology, WakeDecision,
 };
 use crossbeam_utils::CachePadded;
@@ -188,6 +188,9 @@ use std::sync::Arc;
 const MAX_PICK_ATTEMPTS: usize = 64;
 /// Waiting entries a `schedule` call hands to idle CPUs (see `kick_for_leftovers`).
 const LEFTOVER_KICKS: usize = 4;
+/// The fair-share boost pauses on a core where an entity has waited longer
+/// than this many of the mode's maximum latencies (`starving`).
+const STARVING_LATENCIES: Nanos = 4;
 
 /// One slot of the entity slab. `seq` survives reuse so stale queue
 /// entries of a removed entity never match its successor; `generation`
@@ -382,8 +385,13 @@ impl HaikuScheduler {
         let slept = now.saturating_sub(e.slept_at);
         e.load.slept(slept);
         e.load.update(self.tun().load_measure_interval);
-        // Haiku's ShouldCancelPenalty: slept longer than half the mode's base quantum.
-        if slept > self.table().base_quantum / 2 {
+        // Haiku's ShouldCancelPenalty: slept longer than half the mode's
+        // base quantum. Not while an entity starves on its core: sleepers
+        // forgiven at every wake that keep the CPU busy between them would
+        // pass it for good (the starvation guard, `starving`).
+        let core = self.home_core(e);
+        let mut starving = None;
+        if slept > self.table().base_quantum / 2 && !self.starving_once(core, now, &mut starving) {
             // A bursty entity is forgiven its additional penalty too (see
             // `Priority::forgive`).
             if e.is_bursty(self.tun().bursty_load) {
@@ -393,7 +401,9 @@ impl HaikuScheduler {
             }
             e.used = 0;
         }
-        let due = self.judge_share(e, now).map(|at| (id, at));
+        let due = self
+            .judge_share(e, core, now, &mut starving)
+            .map(|at| (id, at));
         e.woken_at = Some(now);
         e.counters.wakes += 1;
         let waker_llc = near.filter(|(vm, _)| *vm == e.vm).map(|(_, llc)| llc);
@@ -416,7 +426,13 @@ impl HaikuScheduler {
     /// boosted (`boost_due`), so a vCPU that hovers at its fair share
     /// waits for the share it is owed, not for a whole slice. Otherwise
     /// Haiku's rules alone apply.
-    fn judge_share(&self, e: &mut Entity, now: Nanos) -> Option<Nanos> {
+    fn judge_share(
+        &self,
+        e: &mut Entity,
+        core: CoreId,
+        now: Nanos,
+        starving: &mut Option<bool>,
+    ) -> Option<Nanos> {
         let t = self.tun();
         if !t.share_boost
             || e.prio.class != SchedClass::Timeshare
@@ -425,12 +441,9 @@ impl HaikuScheduler {
         {
             return None;
         }
-        let home = e
-            .last_cpu
-            .filter(|c| e.affinity.contains(*c))
-            .or_else(|| e.affinity.first())
-            .unwrap_or(CpuId(0));
-        let core = self.m.core_of(home);
+        if self.starving_once(core, now, starving) {
+            return None;
+        }
         // The waker is not ready yet: every weight ready there is another's.
         let others = self.m.load_of(core).ready_weight();
         let entitled = entitlement(self.m.core_cpus(core).len(), e.share_weight(), others);
@@ -535,6 +548,9 @@ impl HaikuScheduler {
         }
         let t = self.tun();
         let core = self.m.core_of_queue(queue);
+        if self.starving(core, now) {
+            return;
+        }
         // The waker waits in this queue: its own weight is in the sum.
         let others = self
             .m
@@ -554,6 +570,46 @@ impl HaikuScheduler {
         }
         e.prio.boost(t, self.mode());
         self.enqueue(e, waker, seq, queue, true);
+    }
+
+    /// The core a waking entity is judged on: the one it last ran on (its
+    /// first allowed CPU's for a new one).
+    fn home_core(&self, e: &Entity) -> CoreId {
+        let home = e
+            .last_cpu
+            .filter(|c| e.affinity.contains(*c))
+            .or_else(|| e.affinity.first())
+            .unwrap_or(CpuId(0));
+        self.m.core_of(home)
+    }
+
+    /// `starving`, looked up at most once per wake (`cache`).
+    fn starving_once(&self, core: CoreId, now: Nanos, cache: &mut Option<bool>) -> bool {
+        *cache.get_or_insert_with(|| self.starving(core, now))
+    }
+
+    /// The fair-share boost's starvation guard: whether an entity has
+    /// waited in `core`'s queue longer than `STARVING_LATENCIES` x the
+    /// mode's maximum latency. Each waker's entitlement is judged against
+    /// the weights ready at its own moment, so wakers that sleep in turn
+    /// may each see only a hog beside them and together be entitled to
+    /// more than the CPU; boosted at every wake they never go through
+    /// Haiku's penalty cycle, and a hog waiting below them would be passed
+    /// for good. While one starves, no boost is given: Haiku's rules alone
+    /// order the core until it has run.
+    pub(super) fn starving(&self, core: CoreId, now: Nanos) -> bool {
+        let bound = self
+            .table()
+            .maximum_latency
+            .saturating_mul(STARVING_LATENCIES);
+        let cs = &self.m.cores[core.0 as usize];
+        if cs.queued.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        cs.queue
+            .lock()
+            .oldest_head_since()
+            .is_some_and(|since| now.saturating_sub(since) > bound)
     }
 
     /// The VM of `waker` and the LLC of the CPU it runs on (or last ran

@@ -265,8 +265,15 @@ impl HaikuScheduler {
     }
 
     /// Queue for a runnable entity that stopped on `cpu` at quantum end or
-    /// yield: pinned queues stay; others may rebalance to a less loaded
-    /// core (never to one with an idle CPU, which nobody would kick).
+    /// yield: pinned entities stay on their CPU; others may rebalance to a
+    /// less loaded core (never to one with an idle CPU, which nobody would
+    /// kick). A pinned entity whose CPU is its whole core (one thread per
+    /// core) goes to the core queue, as its wakes and preemptions do
+    /// (`queue_for`): in the pinned queue its quantum-end requeue would tie
+    /// with an entry pushed to the front of the core queue at the same
+    /// instant and win (`take_local`), passing a preempted entity of its
+    /// level again and again (it starved a capped hog on one CPU,
+    /// `tests/shares_props.rs`).
     pub(super) fn requeue_target(
         &self,
         e: &Entity,
@@ -275,7 +282,7 @@ impl HaikuScheduler {
         now: Nanos,
     ) -> QueueRef {
         if let Some(p) = e.pinned_cpu() {
-            return QueueRef::Pinned(p);
+            return self.m.queue_for(e.allowed(), p);
         }
         let core = self.m.core_of(cpu);
         if !self.m.covers_core(e.allowed(), core) {

@@ -82,17 +82,19 @@ impl HaikuScheduler {
         // A boost lasts until the entity blocks or has had its share: one
         // whose quantum ends below its entitlement keeps it (the penalty
         // step underneath still counts).
-        let owed = e.prio.is_boosted() && reason != StopReason::Yielded && {
-            // The stopped entity is still charged to this core if ready.
-            let mine = if e.load_ready {
-                e.charged_weight as u64
-            } else {
-                0
+        let owed =
+            e.prio.is_boosted() && reason != StopReason::Yielded && !self.starving(core, now) && {
+                // The stopped entity is still charged to this core if ready.
+                let mine = if e.load_ready {
+                    e.charged_weight as u64
+                } else {
+                    0
+                };
+                let others = self.m.load_of(core).ready_weight().saturating_sub(mine);
+                let entitled = entitlement(self.m.core_cpus(core).len(), e.share_weight(), others);
+                entitled < SHARE_SCALE
+                    && e.share.value_at(now, self.tun().share_half_life) < entitled
             };
-            let others = self.m.load_of(core).ready_weight().saturating_sub(mine);
-            let entitled = entitlement(self.m.core_cpus(core).len(), e.share_weight(), others);
-            entitled < SHARE_SCALE && e.share.value_at(now, self.tun().share_half_life) < entitled
-        };
         let waker = e.blocked_in_quantum;
         let after = e.after_stop(reason, self.tun(), self.mode());
         if owed && after == After::Back {
@@ -333,6 +335,7 @@ impl HaikuScheduler {
             || e.prio.class != SchedClass::Timeshare
             || e.is_bursty(t.bursty_load)
             || !e.share.measured(now, t.share_half_life)
+            || self.starving(core, now)
         {
             return None;
         }

@@ -170,6 +170,17 @@ impl HaikuScheduler {
                     }
                     self.judge_reservation(e, now);
                     if !e.prio.is_reserved() {
+                        // Charged since the renewal was set (it ran at its
+                        // own level meanwhile): not full enough yet. Set it
+                        // again, or nothing would: a vCPU waiting at a low
+                        // level is never stopped to be judged, and would
+                        // wait there without its reservation for good.
+                        if let Some(b) = e.reserve.as_mut() {
+                            if e.prio.class == SchedClass::Timeshare && !b.usable() {
+                                let at = b.renewed_at(now).max(now + 1);
+                                self.renewals.push(at, id, Renewal::Reservation);
+                            }
+                        }
                         continue;
                     }
                     match e.state {
