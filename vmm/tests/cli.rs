@@ -2,20 +2,10 @@
 
 mod common;
 
+use common::pacer;
+
 use common::{kvm_or_skip, vm_table, TempDir};
 use std::process::Command;
-
-fn pacer(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pacer"))
-        .args(args)
-        .output()
-        .expect("run pacer");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 #[test]
 fn validate_good_config_exits_0() {

@@ -12,6 +12,8 @@
 
 mod common;
 
+use common::pacer;
+
 use common::{kvm_or_skip, vm_table, TempDir};
 use devices::result_payload::{bucket_of, HIST_COUNT_BITS};
 use devices::{Marker, RecordKind, ResultRecord};
@@ -519,18 +521,6 @@ fn bench_cells_csv_and_summary_validate() {
     )
     .unwrap();
     check_bench_dir(&out);
-}
-
-fn pacer(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pacer"))
-        .args(args)
-        .output()
-        .expect("run pacer");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

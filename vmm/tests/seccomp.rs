@@ -11,6 +11,8 @@
 
 mod common;
 
+use common::pacer;
+
 use common::{kvm_or_skip, tiny_elf, vm_table, TempDir};
 use std::process::Command;
 use std::sync::mpsc::{channel, Sender};
@@ -168,18 +170,6 @@ fn forbidden_system_calls_on_a_vcpu_thread_are_stopped() {
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("SYSCALL RETURNED 6"), "{out}{err}");
     assert!(!err.contains("forbidden"), "{err}");
-}
-
-fn pacer(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pacer"))
-        .args(args)
-        .output()
-        .expect("run pacer");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

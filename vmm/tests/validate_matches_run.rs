@@ -4,20 +4,9 @@
 
 mod common;
 
-use common::{vm_table, TempDir};
-use std::process::Command;
+use common::pacer;
 
-fn pacer(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pacer"))
-        .args(args)
-        .output()
-        .expect("run pacer");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::{vm_table, TempDir};
 
 /// `validate` and `run` both exit 2 naming `needle` (and nothing ran).
 fn both_refuse(dir: &TempDir, config: &std::path::Path, needle: &str) -> String {

@@ -5,10 +5,7 @@
 //! it may be quoted); an accepted one displays without a panic.
 
 use crate::driver::Target;
-use std::path::PathBuf;
-use vmm::config::{Config, ConfigError, HostInfo};
-use vmm::host_cpus::HostCpuSet;
-use vmm::host_resources::HostResources;
+use vmm::config::{Config, ConfigError};
 
 /// Words that must never reach the user.
 pub const INTERNALS: &[&str] = &[
@@ -36,35 +33,14 @@ pub fn from_the_text(text: &str, word: &str) -> bool {
 }
 
 pub struct ConfigTarget {
-    dir: PathBuf,
-    host: HostInfo,
+    files: super::GuestDir,
 }
 
 impl ConfigTarget {
     pub fn new() -> ConfigTarget {
-        let dir = super::scratch("config");
-        let _ = std::fs::write(
-            dir.join("kernel.elf"),
-            super::tiny_elf(0x10_0000, &[0xf4], 0x1000),
-        );
         ConfigTarget {
-            dir,
-            host: HostInfo {
-                online: HostCpuSet::parse_list("0-3").unwrap_or_default(),
-                resources: HostResources {
-                    memory_mib: Some(4096),
-                    max_vcpus_per_vm: Some(64),
-                    max_open_files: Some(1024),
-                    max_threads: Some(4096),
-                },
-            },
+            files: super::GuestDir::new("config", "kernel.elf"),
         }
-    }
-}
-
-impl Drop for ConfigTarget {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -121,8 +97,8 @@ impl Target for ConfigTarget {
 
     fn run(&mut self, data: &[u8]) -> Result<(), String> {
         let text = String::from_utf8_lossy(data);
-        let path = self.dir.join("pacer.toml");
-        match Config::parse(&text, &path, &self.host) {
+        let path = self.files.dir.join("pacer.toml");
+        match Config::parse(&text, &path, &self.files.host) {
             Ok(c) => {
                 let _ = c.to_string();
                 Ok(())

@@ -8,43 +8,18 @@
 //! panic.
 
 use crate::driver::Target;
-use std::path::PathBuf;
 use vmm::bench::cells;
 use vmm::bench::matrix::{Matrix, MatrixError};
-use vmm::config::HostInfo;
-use vmm::host_cpus::HostCpuSet;
-use vmm::host_resources::HostResources;
 
 pub struct MatrixTarget {
-    dir: PathBuf,
-    host: HostInfo,
+    files: super::GuestDir,
 }
 
 impl MatrixTarget {
     pub fn new() -> MatrixTarget {
-        let dir = super::scratch("matrix");
-        let _ = std::fs::write(
-            dir.join("guest.elf"),
-            super::tiny_elf(0x10_0000, &[0xf4], 0x1000),
-        );
         MatrixTarget {
-            dir,
-            host: HostInfo {
-                online: HostCpuSet::parse_list("0-3").unwrap_or_default(),
-                resources: HostResources {
-                    memory_mib: Some(4096),
-                    max_vcpus_per_vm: Some(64),
-                    max_open_files: Some(1024),
-                    max_threads: Some(4096),
-                },
-            },
+            files: super::GuestDir::new("matrix", "guest.elf"),
         }
-    }
-}
-
-impl Drop for MatrixTarget {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -121,8 +96,8 @@ impl Target for MatrixTarget {
 
     fn run(&mut self, data: &[u8]) -> Result<(), String> {
         let text = String::from_utf8_lossy(data);
-        let path = self.dir.join("m.toml");
-        match Matrix::parse(&text, &path, &self.host) {
+        let path = self.files.dir.join("m.toml");
+        match Matrix::parse(&text, &path, &self.files.host) {
             Ok(m) => {
                 let _ = m.describe();
                 let all = cells::expand(&m);
@@ -131,7 +106,7 @@ impl Target for MatrixTarget {
                 for c in all.iter().filter(|c| c.rep == 1).take(64) {
                     let _ = c.id(&m);
                     let _ = c.static_na(&m);
-                    let _ = cells::pacer_config(&m, c, &self.dir);
+                    let _ = cells::pacer_config(&m, c, &self.files.dir);
                 }
                 Ok(())
             }

@@ -48,6 +48,39 @@ pub fn scratch(tag: &str) -> std::path::PathBuf {
     d
 }
 
+/// What the config and matrix targets validate against: a scratch
+/// directory holding a tiny guest image named `image`, and a 4-CPU host
+/// with fixed resources. The directory is removed on drop.
+pub struct GuestDir {
+    pub dir: std::path::PathBuf,
+    pub host: vmm::config::HostInfo,
+}
+
+impl GuestDir {
+    pub fn new(tag: &str, image: &str) -> GuestDir {
+        let dir = scratch(tag);
+        let _ = std::fs::write(dir.join(image), tiny_elf(0x10_0000, &[0xf4], 0x1000));
+        GuestDir {
+            dir,
+            host: vmm::config::HostInfo {
+                online: vmm::host_cpus::HostCpuSet::parse_list("0-3").unwrap_or_default(),
+                resources: vmm::host_resources::HostResources {
+                    memory_mib: Some(4096),
+                    max_vcpus_per_vm: Some(64),
+                    max_open_files: Some(1024),
+                    max_threads: Some(4096),
+                },
+            },
+        }
+    }
+}
+
+impl Drop for GuestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A minimal ELF64 x86-64 image: one PT_LOAD of `memsz` bytes at `paddr`
 /// holding `code`, entry at `paddr`.
 pub fn tiny_elf(paddr: u64, code: &[u8], memsz: u64) -> Vec<u8> {

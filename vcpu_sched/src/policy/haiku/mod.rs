@@ -433,6 +433,33 @@ impl HaikuScheduler {
         now: Nanos,
         starving: &mut Option<bool>,
     ) -> Option<Nanos> {
+        // The waker is not ready yet: every weight ready there is another's.
+        let others = self.m.load_of(core).ready_weight();
+        let due = self.judge_on(e, core, others, now, &mut || {
+            self.starving_once(core, now, starving)
+        });
+        if due.is_some() {
+            e.counters.boosted_wakes += 1;
+        }
+        due
+    }
+
+    /// The fair-share judgement of `e` on `core`, `others` being the weight
+    /// ready there besides it (at a wake, `judge_share`; at a waker's
+    /// quantum end, `due_at_quantum_end`): below its entitlement it is
+    /// boosted now (None); above it, the moment its decaying share falls
+    /// to it if that is within the mode's maximum latency (Some), else
+    /// None. Only a timeshare, non-bursty entity with a measured share is
+    /// judged, and none while an entry starves on the core (`starving`,
+    /// asked only when the judgement would act: it may lock the queue).
+    pub(super) fn judge_on(
+        &self,
+        e: &mut Entity,
+        core: CoreId,
+        others: u64,
+        now: Nanos,
+        starving: &mut dyn FnMut() -> bool,
+    ) -> Option<Nanos> {
         let t = self.tun();
         if !t.share_boost
             || e.prio.class != SchedClass::Timeshare
@@ -441,11 +468,6 @@ impl HaikuScheduler {
         {
             return None;
         }
-        if self.starving_once(core, now, starving) {
-            return None;
-        }
-        // The waker is not ready yet: every weight ready there is another's.
-        let others = self.m.load_of(core).ready_weight();
         let entitled = entitlement(self.m.core_cpus(core).len(), e.share_weight(), others);
         if entitled >= SHARE_SCALE {
             // Nothing to contend with there.
@@ -453,16 +475,25 @@ impl HaikuScheduler {
         }
         let share = e.share.value_at(now, t.share_half_life);
         if share < entitled {
-            e.prio.boost(t, self.mode());
-            e.counters.boosted_wakes += 1;
+            if !starving() {
+                e.prio.boost(t, self.mode());
+                e.counters.boosted_wakes += 1;
+            }
             return None;
         }
         let wait = time_to_fall(share, entitled, t.share_half_life);
-        if wait >= self.table().maximum_latency {
-            return None;
-        }
-        e.counters.boosted_wakes += 1;
-        Some(now.saturating_add(wait))
+        (wait < self.table().maximum_latency && !starving()).then(|| now.saturating_add(wait))
+    }
+
+    /// The weight ready on `core` besides `e`, which is still charged
+    /// there if ready (a stopped runner, a queued waiter).
+    pub(super) fn others_ready(&self, e: &Entity, core: CoreId) -> u64 {
+        let mine = if e.load_ready {
+            e.charged_weight as u64
+        } else {
+            0
+        };
+        self.m.load_of(core).ready_weight().saturating_sub(mine)
     }
 
     /// A woken entity queued on `d.cpu` without preempting its runner:

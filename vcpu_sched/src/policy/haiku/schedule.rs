@@ -10,7 +10,7 @@ use crate::entity::{After, Entity, QueueRef, RunState};
 use crate::placement::{IDLE_PRIO, NO_ENTITY};
 use crate::quantum::{full_quantum, time_left, Turn};
 use crate::run_queue::QueueEntry;
-use crate::share::{entitlement, time_to_fall, SHARE_SCALE};
+use crate::share::{entitlement, SHARE_SCALE};
 use crate::{CoreId, CpuId, Dispatch, EntityId, Nanos, SchedClass, StopReason};
 use std::sync::atomic::{fence, Ordering};
 
@@ -82,19 +82,13 @@ impl HaikuScheduler {
         // A boost lasts until the entity blocks or has had its share: one
         // whose quantum ends below its entitlement keeps it (the penalty
         // step underneath still counts).
-        let owed =
-            e.prio.is_boosted() && reason != StopReason::Yielded && !self.starving(core, now) && {
-                // The stopped entity is still charged to this core if ready.
-                let mine = if e.load_ready {
-                    e.charged_weight as u64
-                } else {
-                    0
-                };
-                let others = self.m.load_of(core).ready_weight().saturating_sub(mine);
-                let entitled = entitlement(self.m.core_cpus(core).len(), e.share_weight(), others);
-                entitled < SHARE_SCALE
-                    && e.share.value_at(now, self.tun().share_half_life) < entitled
-            };
+        let owed = e.prio.is_boosted() && reason != StopReason::Yielded && {
+            let others = self.others_ready(e, core);
+            let entitled = entitlement(self.m.core_cpus(core).len(), e.share_weight(), others);
+            entitled < SHARE_SCALE
+                && e.share.value_at(now, self.tun().share_half_life) < entitled
+                && !self.starving(core, now)
+        };
         let waker = e.blocked_in_quantum;
         let after = e.after_stop(reason, self.tun(), self.mode());
         if owed && after == After::Back {
@@ -330,34 +324,8 @@ impl HaikuScheduler {
     /// (several ms) behind a hog at every quantum end. Hogs never block,
     /// so they never get here and Haiku's penalty cycle orders them.
     fn due_at_quantum_end(&self, e: &mut Entity, core: CoreId, now: Nanos) -> Option<Nanos> {
-        let t = self.tun();
-        if !t.share_boost
-            || e.prio.class != SchedClass::Timeshare
-            || e.is_bursty(t.bursty_load)
-            || !e.share.measured(now, t.share_half_life)
-            || self.starving(core, now)
-        {
-            return None;
-        }
-        // Still charged ready to this core: every other weight there.
-        let mine = if e.load_ready {
-            e.charged_weight as u64
-        } else {
-            0
-        };
-        let others = self.m.load_of(core).ready_weight().saturating_sub(mine);
-        let entitled = entitlement(self.m.core_cpus(core).len(), e.share_weight(), others);
-        if entitled >= SHARE_SCALE {
-            return None;
-        }
-        let share = e.share.value_at(now, t.share_half_life);
-        if share < entitled {
-            e.prio.boost(t, self.mode());
-            e.counters.boosted_wakes += 1;
-            return None;
-        }
-        let wait = time_to_fall(share, entitled, t.share_half_life);
-        (wait < self.table().maximum_latency).then(|| now.saturating_add(wait))
+        let others = self.others_ready(e, core);
+        self.judge_on(e, core, others, now, &mut || self.starving(core, now))
     }
 
     /// The turn just dispatched on this CPU ends no later than the due time
