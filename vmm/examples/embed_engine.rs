@@ -349,6 +349,8 @@ struct Vm {
     guest: Arc<Guest>,
     slot: vmm::engine::VmSlot,
     tsc_khz: u64,
+    // The memslot points into `_mem`: it outlives the VM (drop order).
+    _vm: VmFd,
     _mem: Arc<GuestMemoryMmap>,
 }
 
@@ -365,8 +367,9 @@ fn start_vm(
         MEM_BYTES as usize,
     )])?);
     let host_addr = mem.get_host_address(GuestAddress(0))? as u64;
-    // SAFETY: the region is a live mapping of MEM_BYTES that `Vm` keeps
-    // alive beyond the VM fd (dropped with the engine's vCPUs first).
+    // SAFETY: the region is a live mapping of MEM_BYTES; `Vm` keeps it
+    // until after `finish_vm` has ended the vCPU threads (closing the vCPU
+    // fds) and drops it after the VM fd.
     unsafe {
         vm.set_user_memory_region(kvm_userspace_memory_region {
             slot: 0,
@@ -404,8 +407,9 @@ fn start_vm(
         base_tsc: tsc.as_slice()[0].data,
         khz: u64::from(tsc_khz),
     };
+    let phys_addr_bits = cpuid.as_slice().iter().find(|e| e.function == 0x8000_0008);
     let cpu = GuestCpu {
-        phys_addr_bits: 39,
+        phys_addr_bits: phys_addr_bits.map_or(36, |e| e.eax as u8),
         x2apic: true,
     };
     let host = Arc::new(ChipHost::new(engine, clock, cpu, mem.clone()));
@@ -470,6 +474,7 @@ fn start_vm(
         guest,
         slot,
         tsc_khz: u64::from(tsc_khz),
+        _vm: vm,
         _mem: mem,
     })
 }
@@ -493,8 +498,26 @@ fn guest_figure(records: &[ResultRecord], vcpu: u32, tsc_khz: u64) -> String {
     "-".into()
 }
 
-fn main() -> Result<(), Error> {
-    let args = parse_args().map_err(|e| format!("embed: {e}"))?;
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("embed: {e}");
+            std::process::exit(2);
+        }
+    };
+    match run(&args) {
+        Ok(true) => {}
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            eprintln!("embed: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Run both VMs to their end and print the table; false if a guest failed.
+fn run(args: &Args) -> Result<bool, Error> {
     let kvm = Kvm::new().map_err(|e| format!("/dev/kvm: {e}"))?;
     let config = EngineConfig {
         policy: vcpu_sched::PolicyKind::Haiku,
@@ -509,9 +532,9 @@ fn main() -> Result<(), Error> {
     let started = Instant::now();
     let vms = VMS
         .into_iter()
-        .map(|v| start_vm(&kvm, &engine, &args, v))
+        .map(|v| start_vm(&kvm, &engine, args, v))
         .collect::<Result<Vec<_>, _>>()?;
-    // Generous: this machine's KVM may emulate the guest kernel slowly.
+    // Generous: this machine's KVM emulates the guest kernel slowly.
     let deadline = started + Duration::from_millis(args.duration_ms) + Duration::from_secs(60);
     println!(
         "policy {} on host CPUs {}: {} VMs x {VCPUS_PER_VM} vCPUs, {} ms",
@@ -521,13 +544,23 @@ fn main() -> Result<(), Error> {
         args.duration_ms
     );
     println!("vm     vcpu  run_ms  wait_ms  wakeups  preemptions  migrations  cpus  guest");
-    let mut ok = true;
+    let (mut ok, mut total) = (true, [0u64; 3]);
     for vm in &vms {
         vm.guest.wait(deadline);
         let finished = engine.finish_vm(vm.slot, Duration::from_secs(10));
         let state = vm.guest.lock();
         for (i, f) in finished.iter().enumerate() {
             let s = &f.sched;
+            total = [
+                total[0] + s.wakeups,
+                total[1] + s.preemptions,
+                total[2] + s.migrations,
+            ];
+            let cpus = if s.host_cpus.is_empty() {
+                "-"
+            } else {
+                &s.host_cpus
+            };
             println!(
                 "{:<6} {:>4}  {:>6}  {:>7}  {:>7}  {:>11}  {:>10}  {:>4}  {}",
                 vm.name,
@@ -537,21 +570,23 @@ fn main() -> Result<(), Error> {
                 s.wakeups,
                 s.preemptions,
                 s.migrations,
-                s.host_cpus,
+                cpus,
                 guest_figure(&state.records, i as u32, vm.tsc_khz)
             );
         }
-        match (&state.failure, state.exit_status) {
-            (None, Some(0)) => {}
-            (failure, status) => {
-                ok = false;
-                eprintln!("{}: failed: {failure:?}, exit status {status:?}", vm.name);
-            }
+        if state.failure.is_some() || state.exit_status != Some(0) {
+            ok = false;
+            let why = state.failure.clone().unwrap_or_default();
+            eprintln!(
+                "embed: VM {}: {why} (guest exit status {:?})",
+                vm.name, state.exit_status
+            );
         }
     }
+    println!(
+        "total: {} wakeups, {} preemptions, {} migrations",
+        total[0], total[1], total[2]
+    );
     engine.shutdown();
-    if !ok {
-        std::process::exit(1);
-    }
-    Ok(())
+    Ok(ok)
 }
