@@ -18,10 +18,10 @@ use common::{kernel, kvm_or_skip, TempDir};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use vcpu_engine::cpu_map::CpuMap;
+use vcpu_engine::host_cpus::{HostCpu, HostCpuSet};
+use vcpu_engine::{Engine, EngineConfig};
 use vmm::config::Config;
-use vmm::engine::cpu_map::CpuMap;
-use vmm::engine::{Engine, EngineConfig};
-use vmm::host_cpus::{HostCpu, HostCpuSet};
 use vmm::vm::{open_kvm, VcpuScheduling};
 use vmm::{Vm, VmOptions};
 

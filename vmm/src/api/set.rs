@@ -20,12 +20,12 @@
 use super::audit::SCHEMA_VERSION;
 use super::ApiContext;
 use crate::config_errors::quoted;
-use crate::engine::vcpu_state::EngineVcpu;
-use crate::engine::{Engine, EngineError, EngineVm};
-use crate::host_cpus::HostCpuSet;
 use crate::sched_rules;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use vcpu_engine::host_cpus::HostCpuSet;
+use vcpu_engine::vcpu_state::EngineVcpu;
+use vcpu_engine::{Engine, EngineError, EngineVm};
 use vcpu_sched::stats::EntityStats;
 use vcpu_sched::{Mode, SchedSnapshot};
 

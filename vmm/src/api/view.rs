@@ -11,11 +11,11 @@
 
 use super::audit::SCHEMA_VERSION;
 use super::ApiContext;
-use crate::engine::vcpu_state::RunState;
-use crate::engine::{Engine, EngineVm};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
+use vcpu_engine::vcpu_state::RunState;
+use vcpu_engine::{Engine, EngineVm};
 use vcpu_sched::stats::{EntityStats, LatencySummary};
 use vcpu_sched::{EntityId, SchedSnapshot};
 
@@ -59,9 +59,9 @@ pub fn vm_list(ctx: &ApiContext<'_>) -> Value {
 }
 
 /// The scheduled CPUs out of service, as a list ("" when none).
-fn out_of_service(e: &crate::engine::Engine, snap: &SchedSnapshot) -> String {
+fn out_of_service(e: &vcpu_engine::Engine, snap: &SchedSnapshot) -> String {
     let cpus = e.cpu_map();
-    let out: crate::host_cpus::HostCpuSet = snap
+    let out: vcpu_engine::host_cpus::HostCpuSet = snap
         .cpus
         .iter()
         .filter(|c| !c.in_service)

@@ -35,12 +35,13 @@ use linux_loader::loader::{elf::Elf, load_cmdline, KernelLoader};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+use vcpu_engine::clock::now_ns;
+use vcpu_engine::cpu_map::CpuMap;
+use vcpu_engine::host_cpus::HostCpuSet;
+use vcpu_engine::irq::{ChipHost, InterruptSource, TscClock};
+use vcpu_engine::vcpu::{MsrFault, VcpuExitHandler, VcpuExitReason, VcpuRunner};
+use vcpu_engine::{DispatchKind, Engine, EngineConfig, VmSchedSpec, VmSlot};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
-use vmm::engine::cpu_map::CpuMap;
-use vmm::engine::irq::{ChipHost, InterruptSource, TscClock};
-use vmm::engine::{clock::now_ns, DispatchKind, Engine, EngineConfig, VmSchedSpec};
-use vmm::host_cpus::HostCpuSet;
-use vmm::vcpu::{MsrFault, VcpuExitHandler, VcpuExitReason, VcpuRunner};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -347,7 +348,7 @@ fn apic_msrs_to_user_space(vm: &VmFd) -> Result<(), Error> {
 struct Vm {
     name: &'static str,
     guest: Arc<Guest>,
-    slot: vmm::engine::VmSlot,
+    slot: VmSlot,
     tsc_khz: u64,
     // The memslot points into `_mem`: it outlives the VM (drop order).
     _vm: VmFd,

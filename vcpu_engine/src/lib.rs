@@ -51,12 +51,16 @@ pub mod control;
 pub mod cpu;
 pub mod cpu_map;
 pub mod dispatch;
+pub mod host_cpus;
 pub mod irq;
-pub mod policy;
+pub mod signals;
 pub mod stats;
+pub mod thread_hook;
 pub mod threads;
 pub mod timers;
+pub mod trace;
 pub mod trace_points;
+pub mod vcpu;
 pub mod vcpu_state;
 pub mod workers;
 
@@ -154,9 +158,32 @@ pub struct VmSchedSpec {
     pub class: SchedClass,
     pub priority: u8,
     /// Operator shares of each vCPU (weight, cap, reservation).
-    pub shares: crate::sched_rules::Shares,
+    pub shares: Shares,
     /// The VM's core set.
     pub cpus: HostCpuSet,
+}
+
+/// A VM's operator shares as each of its vCPUs gets them
+/// (`vcpu_sched::shares`): weight, cap and reservation in per mille of one
+/// CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Shares {
+    /// Relative weight, 1..=10000 (default 100, as cgroups' `cpu.weight`).
+    pub weight: u32,
+    /// Most CPU time per period, per mille of one CPU (`None`: no cap).
+    pub cap: Option<u32>,
+    /// CPU time guaranteed per period, per mille of one CPU (0: none).
+    pub reservation: u32,
+}
+
+impl Default for Shares {
+    fn default() -> Self {
+        Shares {
+            weight: vcpu_sched::shares::DEFAULT_WEIGHT,
+            cap: None,
+            reservation: 0,
+        }
+    }
 }
 
 /// One VM of the engine.
@@ -489,10 +516,10 @@ impl Engine {
     fn apply_shares(
         &self,
         e: vcpu_sched::EntityId,
-        shares: &crate::sched_rules::Shares,
+        shares: &Shares,
         now: u64,
     ) -> Result<(), SchedError> {
-        let d = crate::sched_rules::Shares::default();
+        let d = Shares::default();
         if shares.weight != d.weight {
             self.sched.set_weight(e, shares.weight, now)?;
         }

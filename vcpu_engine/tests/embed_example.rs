@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const EXAMPLE: &str = "embed_engine";
+const EXAMPLE: &str = "embed";
 
 /// The example's binary beside this test's (target/<profile>/examples).
 fn example_binary() -> PathBuf {
