@@ -1,17 +1,17 @@
-//! The embedding example (`examples/embed.rs`) as a user runs it: its
+//! The embedding example (`examples/mini_vmm.rs`) as a user runs it: its
 //! binary boots the bench guest in 2 VMs x 2 vCPUs on 2 host CPUs under
 //! the haiku policy, and its table must show the scheduling events this
 //! overcommit makes (wake-ups, preemptions, migrations) and the guests'
 //! own figures. Needs /dev/kvm (SKIPPED without it).
 //!
 //! `cargo test` builds the examples before it runs the tests; with a
-//! target filter (`--test embed_example`) it does not, so the test refuses
+//! target filter (`--test mini_vmm`) it does not, so the test refuses
 //! a missing binary or one older than the example's source.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-const EXAMPLE: &str = "embed";
+const EXAMPLE: &str = "mini_vmm";
 
 /// The example's binary beside this test's (target/<profile>/examples).
 fn example_binary() -> PathBuf {
@@ -81,7 +81,7 @@ fn the_example_shows_overcommit_scheduling_events() {
         .write(true)
         .open("/dev/kvm")
     {
-        println!("SKIPPED: /dev/kvm not available ({e}); the embedding example not run");
+        println!("SKIPPED: /dev/kvm not available ({e}); the mini_vmm example not run");
         return;
     }
     let out = Command::new(example_binary())

@@ -12,7 +12,7 @@
 //! Pacer's local APIC (`devices::irqchip`).
 //!
 //! ```sh
-//! cargo run --release -p vcpu_engine --example embed -- --duration-ms 2000
+//! cargo run --release -p vcpu_engine --example mini_vmm -- --duration-ms 2000
 //! ```
 //! Options: `--duration-ms N` (default 2000), `--cpus LIST` (host CPUs,
 //! default 0-1), `--kernel ELF` (default: the bench guest this build made),
@@ -503,7 +503,7 @@ fn main() {
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("embed: {e}");
+            eprintln!("mini_vmm: {e}");
             std::process::exit(2);
         }
     };
@@ -511,7 +511,7 @@ fn main() {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),
         Err(e) => {
-            eprintln!("embed: {e}");
+            eprintln!("mini_vmm: {e}");
             std::process::exit(1);
         }
     }
@@ -579,7 +579,7 @@ fn run(args: &Args) -> Result<bool, Error> {
             ok = false;
             let why = state.failure.clone().unwrap_or_default();
             eprintln!(
-                "embed: VM {}: {why} (guest exit status {:?})",
+                "mini_vmm: VM {}: {why} (guest exit status {:?})",
                 vm.name, state.exit_status
             );
         }
