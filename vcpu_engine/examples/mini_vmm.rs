@@ -33,12 +33,13 @@ use linux_loader::configurator::{BootConfigurator, BootParams};
 use linux_loader::loader::bootparam::boot_params;
 use linux_loader::loader::{elf::Elf, load_cmdline, KernelLoader};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use vcpu_engine::clock::now_ns;
 use vcpu_engine::cpu_map::CpuMap;
 use vcpu_engine::host_cpus::HostCpuSet;
-use vcpu_engine::irq::{ChipHost, InterruptSource, TscClock};
+use vcpu_engine::irq::{ChipHost, TscClock};
 use vcpu_engine::vcpu::{MsrFault, VcpuExitHandler, VcpuExitReason, VcpuRunner};
 use vcpu_engine::{DispatchKind, Engine, EngineConfig, VmSchedSpec, VmSlot};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
@@ -106,35 +107,42 @@ fn parse_args() -> Result<Args, String> {
 struct GuestState {
     exit_status: Option<u32>,
     failure: Option<String>,
+    /// The records the table shows (per vCPU: SLEEP_DONE, LATENCY,
+    /// WORK_DONE), and how many the result port rejected.
     records: Vec<ResultRecord>,
+    bad_records: u64,
 }
 
 #[derive(Default)]
 struct Guest {
     state: Mutex<GuestState>,
     changed: Condvar,
+    /// Asked before every KVM_RUN: one load, no lock.
+    stopped: AtomicBool,
 }
 
 impl Guest {
     fn lock(&self) -> std::sync::MutexGuard<'_, GuestState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
-    fn stopping(&self) -> bool {
-        let s = self.lock();
-        s.exit_status.is_some() || s.failure.is_some()
+    fn stop(&self, f: impl FnOnce(&mut GuestState)) {
+        f(&mut self.lock());
+        self.stopped.store(true, Ordering::Release);
+        self.changed.notify_all();
     }
     fn fail(&self, why: String) {
-        self.lock().failure.get_or_insert(why);
-        self.changed.notify_all();
+        self.stop(|s| {
+            s.failure.get_or_insert(why);
+        });
     }
     /// Wait until the guest stops or `deadline` passes.
     fn wait(&self, deadline: Instant) {
         let mut s = self.lock();
-        while s.exit_status.is_none() && s.failure.is_none() {
+        while !self.stopped.load(Ordering::Acquire) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                s.failure = Some("timed out".into());
-                break;
+                drop(s);
+                return self.fail("timed out".into());
             }
             s = self
                 .changed
@@ -148,21 +156,35 @@ impl Guest {
 impl VmEventSink for Guest {
     fn marker(&self, vcpu: u32, marker: Marker) {
         if marker == Marker::Panic {
-            self.fail(format!("guest panic on vCPU {vcpu}"));
+            self.fail(format!("guest panic on vCPU {vcpu} (--console shows it)"));
         }
     }
-    fn record(&self, vcpu: u32, record: Result<ResultRecord, RecordError>) {
+    fn record(&self, _vcpu: u32, record: Result<ResultRecord, RecordError>) {
+        let mut s = self.lock();
         match record {
-            Ok(r) => self.lock().records.push(r),
-            Err(e) => eprintln!("vcpu{vcpu}: bad record: {e}"),
+            Ok(r) if r.kind == RecordKind::Error => {
+                let name = devices::result_payload::packed_name(&r.values[1..4]);
+                let code = devices::result_payload::GuestErrorCode::from_u64(r.values[0]);
+                s.failure
+                    .get_or_insert(format!("guest error {code:?} ({name}) on vCPU {}", r.vcpu));
+            }
+            Ok(r)
+                if matches!(
+                    r.kind,
+                    RecordKind::SleepDone | RecordKind::Latency | RecordKind::WorkDone
+                ) =>
+            {
+                s.records.push(r)
+            }
+            Ok(_) => {}
+            Err(_) => s.bad_records += 1,
         }
     }
     fn stop_request(&self, _vcpu: u32, request: StopRequest) {
         match request {
-            StopRequest::GuestExit(status) => {
-                self.lock().exit_status.get_or_insert(status);
-                self.changed.notify_all();
-            }
+            StopRequest::GuestExit(status) => self.stop(|s| {
+                s.exit_status.get_or_insert(status);
+            }),
             other => self.fail(format!("guest asked for {other:?}")),
         }
     }
@@ -212,7 +234,7 @@ impl VcpuExitHandler for Exits {
         self.chip.set_cr8(vcpu, cr8);
     }
     fn stopping(&self) -> bool {
-        self.guest.stopping()
+        self.guest.stopped.load(Ordering::Acquire)
     }
     fn vcpu_failed(&self, vcpu: u32, reason: &VcpuExitReason) {
         self.guest.fail(format!("vCPU {vcpu}: {reason}"));
@@ -466,8 +488,7 @@ fn start_vm(
         shares: Default::default(),
         cpus: args.cpus.clone(),
     };
-    let irq: Arc<dyn InterruptSource> = chip;
-    let slot = engine.add_vm(&spec, runners, irq, handler)?;
+    let slot = engine.add_vm(&spec, runners, chip, handler)?;
     host.attach(slot);
     engine.start_vm(slot);
     Ok(Vm {
@@ -529,7 +550,10 @@ fn run(args: &Args) -> Result<bool, Error> {
         halt_poll_ns: 200_000,
         trace: None,
     };
-    let engine = Engine::new(config, CpuMap::from_host(&args.cpus)?)?;
+    let engine = Engine::new(
+        config,
+        CpuMap::from_host(&args.cpus).map_err(|e| format!("--cpus {}: {e}", args.cpus))?,
+    )?;
     let started = Instant::now();
     let vms = VMS
         .into_iter()
@@ -577,10 +601,16 @@ fn run(args: &Args) -> Result<bool, Error> {
         }
         if state.failure.is_some() || state.exit_status != Some(0) {
             ok = false;
-            let why = state.failure.clone().unwrap_or_default();
+            let why = state.failure.as_deref().unwrap_or("failed");
             eprintln!(
                 "mini_vmm: VM {}: {why} (guest exit status {:?})",
                 vm.name, state.exit_status
+            );
+        }
+        if state.bad_records > 0 {
+            eprintln!(
+                "mini_vmm: VM {}: {} result records rejected",
+                vm.name, state.bad_records
             );
         }
     }
