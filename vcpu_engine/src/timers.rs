@@ -104,6 +104,7 @@ impl Timers {
     }
 
     /// Number of armed keys.
+    #[cfg(test)]
     pub fn armed(&self) -> usize {
         self.lock().armed.len()
     }

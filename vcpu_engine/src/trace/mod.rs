@@ -6,7 +6,7 @@
 //! - [`ring`]: the per-thread lock-free buffer the hot path writes;
 //! - [`tracer`]: the recording handle and the drain thread that writes the
 //!   file;
-//! - [`format`]: the file's frames and metadata.
+//! - `format`: the file's frames and metadata.
 //!
 //! Reading a trace back (and summaries, plots, replays) is the VMM's
 //! business (Pacer's `vmm::trace`). Where the engine records each event:
