@@ -37,11 +37,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use vcpu_engine::clock::now_ns;
-use vcpu_engine::cpu_map::CpuMap;
-use vcpu_engine::host_cpus::HostCpuSet;
-use vcpu_engine::irq::{ChipHost, TscClock};
-use vcpu_engine::vcpu::{MsrFault, VcpuExitHandler, VcpuExitReason, VcpuRunner};
-use vcpu_engine::{DispatchKind, Engine, EngineConfig, VmSchedSpec, VmSlot};
+use vcpu_engine::irq::TscClock;
+use vcpu_engine::{
+    run_vcpu_loop, vcpu_sched, ChipHost, CpuMap, Engine, EngineConfig, HostCpuSet, MsrFault,
+    VcpuExitHandler, VcpuExitReason, VcpuRunner, VmSchedSpec, VmSlot,
+};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
 type Error = Box<dyn std::error::Error>;
@@ -371,6 +371,7 @@ struct Vm {
     name: &'static str,
     guest: Arc<Guest>,
     slot: VmSlot,
+    threads: Vec<std::thread::JoinHandle<VcpuExitReason>>,
     tsc_khz: u64,
     // The memslot points into `_mem`: it outlives the VM (drop order).
     _vm: VmFd,
@@ -474,13 +475,10 @@ fn start_vm(
         guest: guest.clone(),
     });
 
-    // Hand the vCPUs to the engine: vCPU 0 runs at start_vm, the others
-    // wait for the guest's INIT/SIPI.
-    let runners = fds
-        .into_iter()
-        .enumerate()
-        .map(|(i, fd)| VcpuRunner::new(i as u32, fd, handler.clone()))
-        .collect();
+    // Register the VM with the engine: one gate per vCPU. Each of our vCPU
+    // threads runs its KVM_RUN loop through its gate, which parks it until
+    // the scheduler dispatches the vCPU and hands the CPU on when it halts,
+    // yields, is preempted or its slice ends.
     let spec = VmSchedSpec {
         name: name.into(),
         class: vcpu_sched::SchedClass::Timeshare,
@@ -488,13 +486,23 @@ fn start_vm(
         shares: Default::default(),
         cpus: args.cpus.clone(),
     };
-    let slot = engine.add_vm(&spec, runners, chip, handler)?;
-    host.attach(slot);
+    let (slot, gates) = engine.add_vm_gated(&spec, VCPUS_PER_VM, chip, handler.clone())?;
+    host.attach(slot); // the chip's timers and wake-ups now reach this VM
+    let mut threads = Vec::new();
+    for (fd, mut gate) in fds.into_iter().zip(gates) {
+        let mut runner = VcpuRunner::new(gate.index(), fd, handler.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("{name}/vcpu{}", gate.index()))
+            .spawn(move || run_vcpu_loop(&mut runner, &mut gate))?;
+        threads.push(thread);
+    }
+    // vCPU 0 runs; the others wait for the guest's INIT/SIPI.
     engine.start_vm(slot);
     Ok(Vm {
         name,
         guest,
         slot,
+        threads,
         tsc_khz: u64::from(tsc_khz),
         _vm: vm,
         _mem: mem,
@@ -543,12 +551,8 @@ fn run(args: &Args) -> Result<bool, Error> {
     let kvm = Kvm::new().map_err(|e| format!("/dev/kvm: {e}"))?;
     let config = EngineConfig {
         policy: vcpu_sched::PolicyKind::Haiku,
-        mode: vcpu_sched::Mode::LowLatency,
-        smt_isolation: false,
-        tunables: Default::default(),
-        dispatch: DispatchKind::Threads,
-        halt_poll_ns: 200_000,
-        trace: None,
+        halt_poll_ns: 200_000, // as KVM's halt_poll_ns
+        ..EngineConfig::default()
     };
     let engine = Engine::new(
         config,
@@ -570,9 +574,16 @@ fn run(args: &Args) -> Result<bool, Error> {
     );
     println!("vm     vcpu  run_ms  wait_ms  wakeups  preemptions  migrations  cpus  guest");
     let (mut ok, mut total) = (true, [0u64; 3]);
-    for vm in &vms {
+    for vm in vms {
         vm.guest.wait(deadline);
+        // Every vCPU leaves its CPU and the scheduler; our threads' loops
+        // end (their gates say Exit) and we join them.
         let finished = engine.finish_vm(vm.slot, Duration::from_secs(10));
+        for t in vm.threads {
+            if t.join().is_err() {
+                vm.guest.fail("a vCPU thread panicked".into());
+            }
+        }
         let state = vm.guest.lock();
         for (i, f) in finished.iter().enumerate() {
             let s = &f.sched;
