@@ -47,10 +47,8 @@ use crate::boot::multiboot::Module;
 use crate::boot::{self, GuestKind};
 use crate::config_errors::{one_line, quoted, readable, SpanIndex};
 use crate::cpuid::CpuidOverrides;
-use crate::engine::policy::Policy;
-use crate::engine::DispatchKind;
-use crate::host_cpus::HostCpuSet;
 use crate::host_resources::HostResources;
+use crate::policy::Policy;
 use crate::sched_rules::class_name;
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -59,6 +57,8 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
+use vcpu_engine::host_cpus::HostCpuSet;
+use vcpu_engine::DispatchKind;
 use vcpu_sched::{Mode, SchedClass, Tunables};
 
 /// Highest vCPU count per VM (APIC ids 0..=253; 0xff is broadcast).
@@ -225,10 +225,11 @@ pub struct HostInfo {
 impl HostInfo {
     /// Read `/sys/devices/system/cpu/online`.
     pub fn detect() -> Result<HostInfo, ConfigError> {
-        let online = crate::host_cpus::online_cpus().map_err(|reason| ConfigError::HostCpus {
-            path: PathBuf::from("/sys/devices/system/cpu/online"),
-            reason,
-        })?;
+        let online =
+            vcpu_engine::host_cpus::online_cpus().map_err(|reason| ConfigError::HostCpus {
+                path: PathBuf::from("/sys/devices/system/cpu/online"),
+                reason,
+            })?;
         Ok(HostInfo {
             online,
             resources: HostResources::detect(),
@@ -1041,14 +1042,14 @@ impl Config {
                 crate::sched_rules::honoured(policy, class, priority, &policy_origin)
             {
                 let span = match (refusal, &v.priority, &v.class) {
-                    (crate::engine::policy::Refusal::Priority, Some(p), _) => p.span(),
+                    (crate::policy::Refusal::Priority, Some(p), _) => p.span(),
                     (_, _, Some(c)) => c.span(),
                     (_, Some(p), None) => p.span(),
                     (_, None, None) => v.name.span(),
                 };
                 let field = match refusal {
-                    crate::engine::policy::Refusal::Priority => f("priority"),
-                    crate::engine::policy::Refusal::Class => f("class"),
+                    crate::policy::Refusal::Priority => f("priority"),
+                    crate::policy::Refusal::Class => f("class"),
                 };
                 c.err(span, field, why);
             }
