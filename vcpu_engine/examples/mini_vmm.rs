@@ -1,8 +1,8 @@
 //! A VMM outside Pacer that schedules its vCPUs with Pacer's engine.
 //!
 //! It boots Pacer's bench guest (guests/PROTOCOL.md) twice: a `sleep` VM
-//! (2 vCPUs waking every millisecond on their local APIC timers) and a
-//! `cpu` VM (2 vCPUs that never stop computing), 4 vCPUs on 2 host CPUs
+//! (a vCPU waking every millisecond on its local APIC timer) and a
+//! `cpu` VM (3 vCPUs that never stop computing), 4 vCPUs on 2 host CPUs
 //! under the haiku policy, then prints each vCPU's scheduling statistics
 //! and the guests' own figures. Everything VMM-side is here and small:
 //! guest memory (vm-memory), the ELF kernel (linux-loader), the 64-bit
@@ -57,12 +57,14 @@ const PD: u64 = 0xb000;
 const CMDLINE: u64 = 0x2_0000;
 const KERNEL: u64 = 0x10_0000;
 
-/// The two VMs: name and the guest's workload parameters.
-const VMS: [(&str, &str); 2] = [
-    ("sleep", "workload=sleep interval_us=1000"),
-    ("cpu", "workload=cpu"),
+/// The two VMs: name, the guest's workload parameters and vCPUs. Four
+/// vCPUs on two CPUs; three that never stop computing do not divide
+/// evenly over two CPUs, so the scheduler also migrates (it rotates the
+/// crowded CPU among them).
+const VMS: [(&str, &str, u32); 2] = [
+    ("sleep", "workload=sleep interval_us=1000", 1),
+    ("cpu", "workload=cpu", 3),
 ];
-const VCPUS_PER_VM: u32 = 2;
 
 struct Args {
     duration_ms: u64,
@@ -382,7 +384,7 @@ fn start_vm(
     kvm: &Kvm,
     engine: &Arc<Engine>,
     args: &Args,
-    (name, workload): (&'static str, &str),
+    (name, workload, vcpus): (&'static str, &str, u32),
 ) -> Result<Vm, Error> {
     let vm = kvm.create_vm()?;
     vm.set_tss_address(0xfffb_d000)?;
@@ -405,7 +407,7 @@ fn start_vm(
     };
     apic_msrs_to_user_space(&vm)?;
     let cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)?;
-    let fds = (0..VCPUS_PER_VM)
+    let fds = (0..vcpus)
         .map(|i| {
             let fd = vm.create_vcpu(u64::from(i))?;
             fd.set_cpuid2(&vcpu_cpuid(&cpuid, i))?;
@@ -414,7 +416,7 @@ fn start_vm(
         .collect::<Result<Vec<_>, kvm_ioctls::Error>>()?;
     let tsc_khz = fds[0].get_tsc_khz()?;
     let cmdline = format!(
-        "{workload} duration_ms={} tsc_khz={tsc_khz} vcpus={VCPUS_PER_VM}",
+        "{workload} duration_ms={} tsc_khz={tsc_khz} vcpus={vcpus}",
         args.duration_ms
     );
     set_entry_state(&fds[0], load_guest(&mem, &args.kernel, &cmdline)?)?;
@@ -437,7 +439,7 @@ fn start_vm(
         x2apic: true,
     };
     let host = Arc::new(ChipHost::new(engine, clock, cpu, mem.clone()));
-    let chip = IrqChip::new(VCPUS_PER_VM, host.clone());
+    let chip = IrqChip::new(vcpus, host.clone());
 
     // The ports the bench guest uses: COM1, result, exit and yield ports.
     let guest = Arc::new(Guest::default());
@@ -486,7 +488,7 @@ fn start_vm(
         shares: Default::default(),
         cpus: args.cpus.clone(),
     };
-    let (slot, gates) = engine.add_vm_gated(&spec, VCPUS_PER_VM, chip, handler.clone())?;
+    let (slot, gates) = engine.add_vm_gated(&spec, vcpus, chip, handler.clone())?;
     host.attach(slot); // the chip's timers and wake-ups now reach this VM
     let mut threads = Vec::new();
     for (fd, mut gate) in fds.into_iter().zip(gates) {
@@ -566,10 +568,11 @@ fn run(args: &Args) -> Result<bool, Error> {
     // Generous: this machine's KVM emulates the guest kernel slowly.
     let deadline = started + Duration::from_millis(args.duration_ms) + Duration::from_secs(60);
     println!(
-        "policy {} on host CPUs {}: {} VMs x {VCPUS_PER_VM} vCPUs, {} ms",
+        "policy {} on host CPUs {}: {} VMs, {} vCPUs, {} ms",
         engine.policy_name(),
         args.cpus,
         vms.len(),
+        VMS.iter().map(|v| v.2).sum::<u32>(),
         args.duration_ms
     );
     println!("vm     vcpu  run_ms  wait_ms  wakeups  preemptions  migrations  cpus  guest");

@@ -100,7 +100,7 @@ fn the_example_shows_overcommit_scheduling_events() {
     let names: Vec<(&str, u32)> = rows.iter().map(|r| (r.vm.as_str(), r.vcpu)).collect();
     assert_eq!(
         names,
-        [("sleep", 0), ("sleep", 1), ("cpu", 0), ("cpu", 1)],
+        [("sleep", 0), ("cpu", 0), ("cpu", 1), ("cpu", 2)],
         "{stdout}"
     );
     for r in &rows {
@@ -111,15 +111,18 @@ fn the_example_shows_overcommit_scheduling_events() {
     let sum = |f: fn(&Row) -> u64| rows.iter().map(f).sum::<u64>();
     assert!(
         sum(|r| r.wakeups) > 100,
-        "the sleepers wake every ms: {stdout}"
+        "the sleeper wakes every ms: {stdout}"
     );
     assert!(sum(|r| r.preemptions) > 0, "{stdout}");
+    // Three vCPUs that never stop do not divide over two CPUs: the
+    // scheduler rotates the crowded CPU among them (every 100 ms, ~20 in
+    // 2 s in the simulator; more with the sleeper's wakes).
     assert!(sum(|r| r.migrations) > 0, "{stdout}");
     // The guests' own figures came through the result port.
-    for r in &rows[..2] {
+    for r in &rows[..1] {
         assert!(r.guest.contains(" wakes, latency p50 "), "{r:?}");
     }
-    for r in &rows[2..] {
+    for r in &rows[1..] {
         assert!(r.guest.ends_with(" work units/s"), "{r:?}");
     }
     let total = stdout
