@@ -46,6 +46,7 @@ pub mod run_dir;
 pub mod runner;
 pub mod sched_rules;
 pub mod seccomp;
+pub mod signals;
 pub mod sim_command;
 pub mod trace;
 pub mod units;
