@@ -12,10 +12,12 @@
 //!
 //! - Build one [`Engine`] per process run: [`Engine::new`] with an
 //!   [`EngineConfig`] (policy, mode, tunables, [`DispatchKind`], halt
-//!   polling, an optional [`trace::Trace`]) over a [`CpuMap`] of the host
-//!   CPUs it may use ([`CpuMap::from_host`], [`host_cpus::online_cpus`]).
-//! - Register a VM with a [`VmSchedSpec`] (name, [`vcpu_sched::SchedClass`],
-//!   priority, [`Shares`], core set), its interrupt controller (an
+//!   polling, an optional [`trace::Trace`]; from `Default`) over a
+//!   [`CpuMap`] of the host CPUs it may use ([`CpuMap::from_host`],
+//!   [`host_cpus::online_cpus`]).
+//! - Register a VM with a [`VmSchedSpec`] ([`VmSchedSpec::new`]: name and
+//!   core set; then [`vcpu_sched::SchedClass`], priority, [`Shares`] if
+//!   they differ), its interrupt controller (an
 //!   [`InterruptSource`]; [`ChipHost`] for Pacer's LAPIC/IOAPIC,
 //!   [`NoInterrupts`] for none) and its exit handler (a
 //!   [`VcpuExitHandler`]: port I/O, MMIO, MSRs, the VM-wide stop):
@@ -44,6 +46,18 @@
 //!   [`Engine::set_vcpu_priority`], [`Engine::set_mode`], ... .
 //! - [`thread_hook::set_thread_start_hook`] runs the VMM's code (a seccomp
 //!   filter) at the start of every thread the engine starts.
+//! - The engine takes the kick signal (SIGRTMIN, [`signals::kick_signal`])
+//!   for itself: a VMM neither handles nor blocks it in vCPU threads.
+//! - Recording a trace: [`trace::Tracer`]; its file format, for a reader:
+//!   [`trace::format`], [`trace::record`].
+//!
+//! Keeping up with new versions: the configuration, spec and statistics
+//! structs ([`EngineConfig`], [`VmSchedSpec`], [`Shares`], [`stats`],
+//! [`VcpuStats`], [`FinishedVcpu`], ...) and the error and exit enums are
+//! `#[non_exhaustive]`, so settings, counters and variants can be added in
+//! a minor version: build them from their constructor or `Default` and
+//! assign fields, read their fields, and give `match`es a `_` arm. What the
+//! engine needs only internally is not public.
 //!
 //! The interrupt controller is behind [`InterruptSource`], so a VMM with
 //! another user-space controller implements that trait; KVM's in-kernel

@@ -14,8 +14,9 @@
 //! [`cli`].
 //!
 //! The scheduled-vCPU engine, the vCPU runner and its gate, host CPU
-//! numbers, signals and trace recording are the `vcpu_engine` crate, which
-//! this VMM uses as any embedder would.
+//! numbers, the vCPU kick signal and trace recording are the `vcpu_engine`
+//! crate, which this VMM uses as any embedder would; [`signals`] is the
+//! run's own SIGINT/SIGTERM/SIGUSR1 handling.
 
 pub mod api;
 pub mod bench;
