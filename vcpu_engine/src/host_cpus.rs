@@ -58,7 +58,7 @@ impl HostCpuSet {
         self.0.is_empty()
     }
 
-    /// Ascending.
+    /// The CPUs in ascending order.
     pub fn iter(&self) -> impl Iterator<Item = HostCpu> + '_ {
         self.0.iter().copied()
     }

@@ -78,7 +78,11 @@ impl CpuEvents {
 }
 
 /// What the engine needs from a VM's interrupt controller (Pacer's
-/// LAPIC/IOAPIC model implements it).
+/// LAPIC/IOAPIC model implements it; [`NoInterrupts`] is none). The
+/// engine calls it from the thread that runs `vcpu` (before each entry,
+/// after each exit) and from its timer thread; the controller in turn
+/// calls [`crate::Engine::notify`] when something becomes pending, and
+/// hands its timer deadlines to [`crate::Engine::set_guest_timer`].
 pub trait InterruptSource: Send + Sync {
     /// Cheap: might `vcpu` have something to take? Checked before every entry.
     fn has_pending_hint(&self, vcpu: u32) -> bool;
@@ -97,7 +101,8 @@ pub trait InterruptSource: Send + Sync {
     }
     /// The guest changed CR8.
     fn set_cr8(&self, _vcpu: u32, _cr8: u64) {}
-    /// The controller's registers of `vcpu` for the SIGUSR1 snapshot (a
+    /// The controller's registers of `vcpu` for diagnostics
+    /// ([`crate::Engine::vcpus_engine_now`], Pacer's SIGUSR1 snapshot: a
     /// halted vCPU with a vector requested, say), if it has any.
     fn debug_state(&self, _vcpu: u32) -> Option<serde_json::Value> {
         None

@@ -184,7 +184,7 @@ mod workers;
 pub use self::control::MOVE_TIMEOUT;
 pub use self::cpu_map::CpuMap;
 pub use self::host_cpus::{HostCpu, HostCpuSet};
-pub use self::irq::{ChipHost, InterruptSource, NoInterrupts};
+pub use self::irq::{ChipHost, CpuEvents, InterruptSource, NoInterrupts};
 pub use self::stats::{VcpuEngineNow, VcpuNow, VcpuSchedStats};
 pub use self::threads::EngineGate;
 pub use self::vcpu::{

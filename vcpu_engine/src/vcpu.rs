@@ -183,18 +183,23 @@ pub trait VcpuExitHandler: Send + Sync {
     /// no exit, and a user-space local APIC must see the task priority it
     /// set before it answers a TPR or PPR read.
     fn guest_cr8(&self, _vcpu: u32, _cr8: u64) {}
-    /// Pacer's engine dispatched `vcpu`: the start of a turn, before its
+    /// The engine dispatched `vcpu`: the start of a turn, before its
     /// first entry, on the thread that runs it. `ready_wait` reads the
-    /// time the scheduler says it has waited runnable over its life (one
-    /// look into the scheduler: call it only when needed). The VM
-    /// publishes it as the guest's steal time (`vm/steal_time.rs`).
+    /// time the scheduler says it has waited runnable over its life, ns
+    /// (one look into the scheduler: call it only when needed). A VMM
+    /// that offers KVM's paravirtual steal time publishes it there (Pacer's
+    /// VMM does). Default: nothing.
     fn vcpu_dispatched(&self, _vcpu: u32, _ready_wait: &dyn Fn() -> Option<u64>) {}
-    /// Pacer's engine took the runnable `vcpu` off its CPU (quantum end,
-    /// a kick, a yield): the guest's PV "preempted" flag.
+    /// The engine took the runnable `vcpu` off its CPU (quantum end, a
+    /// kick, a yield), on the thread that ran it: where a VMM sets the
+    /// guest's paravirtual "preempted" flag. Default: nothing.
     fn vcpu_preempted(&self, _vcpu: u32) {}
-    /// True once the VM is stopping (checked before every entry).
+    /// True once the VM is stopping (checked before every entry): the
+    /// vCPU leaves its loop with [`VcpuExitReason::Stopped`]. Once it is
+    /// true for a VM under the engine, call [`crate::Engine::finish_vm`].
     fn stopping(&self) -> bool;
-    /// A vCPU ended for a reason other than a command (fatal guest state).
+    /// A vCPU ended for a reason other than a stop (fatal guest state, a
+    /// failed ioctl), on its own thread: the VMM typically stops the VM.
     fn vcpu_failed(&self, vcpu: u32, reason: &VcpuExitReason);
 }
 
@@ -594,6 +599,7 @@ pub(crate) fn init_state_sregs(sregs: &mut kvm_sregs, sipi_vector: u8) {
 
 /// The decision of a [`VcpuGate`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GateDecision {
     /// Enter the guest now.
     Run,
