@@ -481,13 +481,8 @@ fn start_vm(
     // threads runs its KVM_RUN loop through its gate, which parks it until
     // the scheduler dispatches the vCPU and hands the CPU on when it halts,
     // yields, is preempted or its slice ends.
-    let spec = VmSchedSpec {
-        name: name.into(),
-        class: vcpu_sched::SchedClass::Timeshare,
-        priority: 10,
-        shares: Default::default(),
-        cpus: args.cpus.clone(),
-    };
+    // Timeshare at priority 10, default shares.
+    let spec = VmSchedSpec::new(name, args.cpus.clone());
     let (slot, gates) = engine.add_vm_gated(&spec, vcpus, chip, handler.clone())?;
     host.attach(slot); // the chip's timers and wake-ups now reach this VM
     let mut threads = Vec::new();
@@ -551,11 +546,9 @@ fn main() {
 /// Run both VMs to their end and print the table; false if a guest failed.
 fn run(args: &Args) -> Result<bool, Error> {
     let kvm = Kvm::new().map_err(|e| format!("/dev/kvm: {e}"))?;
-    let config = EngineConfig {
-        policy: vcpu_sched::PolicyKind::Haiku,
-        halt_poll_ns: 200_000, // as KVM's halt_poll_ns
-        ..EngineConfig::default()
-    };
+    let mut config = EngineConfig::default();
+    config.policy = vcpu_sched::PolicyKind::Haiku;
+    config.halt_poll_ns = 200_000; // as KVM's halt_poll_ns
     let engine = Engine::new(
         config,
         CpuMap::from_host(&args.cpus).map_err(|e| format!("--cpus {}: {e}", args.cpus))?,

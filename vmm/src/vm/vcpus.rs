@@ -80,13 +80,10 @@ impl Vm {
                 }
             }
             VcpuScheduling::Scheduled(engine) => {
-                let spec = VmSchedSpec {
-                    name: self.config.name.clone(),
-                    class: self.config.class,
-                    priority: self.config.priority,
-                    shares: self.config.shares.to_engine(),
-                    cpus: self.config.cpus.clone(),
-                };
+                let mut spec = VmSchedSpec::new(&self.config.name, self.config.cpus.clone());
+                spec.class = self.config.class;
+                spec.priority = self.config.priority;
+                spec.shares = self.config.shares.to_engine();
                 let handler: Arc<dyn VcpuExitHandler> = self.handler.clone();
                 let irq: Arc<dyn InterruptSource> = match &self.irqchip {
                     Some((_, chip)) => chip.clone(),
