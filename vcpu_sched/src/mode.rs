@@ -77,8 +77,7 @@ pub(crate) fn rotation_target(
     }
     // The balance search of this epoch found no lighter core (the memo
     // `rebalance` leaves; an evenly overloaded machine stops here).
-    if m
-        .calm_gap(core)
+    if m.calm_gap(core)
         .is_some_and(|gap| gap + t.load_difference as i64 <= 0)
     {
         return None;
