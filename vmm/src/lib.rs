@@ -53,4 +53,4 @@ pub mod vcpu;
 pub mod vm;
 
 pub use config::{Config, VmConfig};
-pub use vm::{Vm, VmEvent, VmOptions};
+pub use vm::{Vm, VmEvent, VmOptions, VmSpec};

@@ -50,7 +50,9 @@
 //! name, size, console, timeout), `guest` (kernel, guest kind, modules,
 //! initrd, command line, workload), `sched` (core set, class, priority,
 //! shares and what the policy honours), `limits` (defaults and ranges),
-//! `diagnostic` (errors and their one-line form).
+//! `diagnostic` (errors and their one-line form). The layers that build
+//! and run a VM (`vm`, `boot`) never see these types: the runner hands
+//! them a [`crate::vm::VmSpec`] made by [`VmConfig::spec`].
 
 mod check;
 mod diagnostic;

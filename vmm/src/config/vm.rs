@@ -9,10 +9,11 @@ use super::limits::{MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB};
 use super::raw::{RawNumber, RawVm};
 use super::sched::{self, Reservations};
 use crate::boot::multiboot::Module;
-use crate::boot::GuestKind;
+use crate::boot::{BootSpec, GuestKind};
 use crate::config_errors::quoted;
 use crate::cpuid::CpuidOverrides;
 use crate::host_cpus::HostCpuSet;
+use crate::vm::{ConsoleTo, VmSpec};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -66,6 +67,34 @@ pub struct VmConfig {
     pub shares: crate::sched_rules::Shares,
     pub console: Console,
     pub timeout: Option<Duration>,
+}
+
+impl VmConfig {
+    /// What the VM layer is told about this VM (it reads no config types).
+    pub fn spec(&self) -> VmSpec {
+        VmSpec {
+            name: self.name.clone(),
+            vcpus: self.vcpus,
+            memory_mib: self.memory_mib,
+            boot: BootSpec {
+                guest: self.guest,
+                kernel: self.kernel.clone(),
+                initrd: self.initrd.clone(),
+                cmdline: self.cmdline.clone(),
+                modules: self.modules.clone(),
+            },
+            cpuid: self.cpuid,
+            cpus: self.cpus.clone(),
+            class: self.class,
+            priority: self.priority,
+            shares: self.shares,
+            console: ConsoleTo {
+                log: self.console.to_log(),
+                stdout: self.console.to_stdout(),
+            },
+            timeout: self.timeout,
+        }
+    }
 }
 
 /// Check `vm[i]` (`names`: the names of the VMs before it); paths are

@@ -63,11 +63,11 @@ impl Vm {
             .collect();
         match self.options.scheduling.clone() {
             VcpuScheduling::Host { pin } => {
-                let affinity = pin.then(|| self.config.cpus.clone());
+                let affinity = pin.then(|| self.spec.cpus.clone());
                 let mut handles = Vec::with_capacity(runners.len());
                 for runner in runners {
                     handles.push(VcpuHandle::spawn(
-                        &self.config.name,
+                        &self.spec.name,
                         runner,
                         affinity.clone(),
                     )?);
@@ -81,11 +81,11 @@ impl Vm {
             }
             VcpuScheduling::Scheduled(engine) => {
                 let spec = VmSchedSpec {
-                    name: self.config.name.clone(),
-                    class: self.config.class,
-                    priority: self.config.priority,
-                    shares: self.config.shares,
-                    cpus: self.config.cpus.clone(),
+                    name: self.spec.name.clone(),
+                    class: self.spec.class,
+                    priority: self.spec.priority,
+                    shares: self.spec.shares,
+                    cpus: self.spec.cpus.clone(),
                 };
                 let handler: Arc<dyn VcpuExitHandler> = self.handler.clone();
                 let irq: Arc<dyn InterruptSource> = match &self.irqchip {
@@ -102,7 +102,7 @@ impl Vm {
         }
         log::debug!(
             "[{}] vCPUs running {:.2} ms after VM start",
-            self.config.name,
+            self.spec.name,
             self.shared.start.elapsed().as_secs_f64() * 1e3
         );
         Ok(())
