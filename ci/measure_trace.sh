@@ -2,7 +2,7 @@
 # What a traced event costs the thread that records it (pacer run --trace):
 # instructions (Ir) and L1 data read misses (D1mr) per event by a
 # cachegrind differential (deterministic, unlike wall time on a shared
-# host): `vmm/examples/trace_cost` runs under
+# host): `vcpu_engine/examples/trace_cost` runs under
 # `valgrind --tool=cachegrind --cache-sim=yes` with N and N + 200000
 # events; (total(N + 200000) - total(N)) / 200000 removes setup. Modes:
 #   emit  a Dispatch event (clock read, the thread's ring, one record)
@@ -26,7 +26,7 @@ if ! command -v valgrind >/dev/null 2>&1; then
     apt-get update -qq >&2 && apt-get install -y -qq valgrind >&2
 fi
 echo "== building examples/trace_cost (release)" >&2
-cargo build -q --release --locked -p vmm --example trace_cost
+cargo build -q --release --locked -p vcpu_engine --example trace_cost
 bin=${CARGO_TARGET_DIR:-$PWD/target}/release/examples/trace_cost
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

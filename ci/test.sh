@@ -19,6 +19,8 @@ cargo clippy -p vcpu_sched --no-default-features --all-targets --locked -- -D wa
 cargo test -p vcpu_sched --no-default-features --locked --lib 2>&1 | tee -a "$log"
 echo "== cargo doc -p vcpu_sched"
 RUSTDOCFLAGS="-D warnings" cargo doc -p vcpu_sched --no-deps --locked
+echo "== cargo doc -p vcpu_engine"
+RUSTDOCFLAGS="-D warnings" cargo doc -p vcpu_engine --no-deps --locked
 echo "== cargo test -p vcpu_sched --features profiler (profiler tests)"
 cargo test -p vcpu_sched --features profiler --locked --lib profiler 2>&1 | tee -a "$log"
 echo "== cargo test --workspace"

@@ -288,6 +288,9 @@ pub(crate) struct Entity {
     /// The CPU it last ran on and the active time of that core then.
     pub last_cpu: Option<CpuId>,
     pub last_core_active: Nanos,
+    /// Since when it has run on the core of `last_cpu` (the rotation of
+    /// CPU-bound entities that do not divide evenly, `mode.rs`).
+    pub core_since: Nanos,
     pub load: EntityLoad,
     /// Recent share of a CPU (the fair-share wake boost reads it).
     pub share: RecentShare,
@@ -342,6 +345,7 @@ impl Entity {
             woken_at: None,
             last_cpu: None,
             last_core_active: 0,
+            core_since: now,
             load: EntityLoad::default(),
             share: RecentShare::new(now),
             load_core: None,
@@ -560,6 +564,12 @@ impl Entity {
         }
         if let Some(prev) = self.last_cpu {
             self.counters.migrations.record(m.distance(prev, cpu));
+        }
+        if self
+            .last_cpu
+            .is_none_or(|prev| m.core_of(prev) != m.core_of(cpu))
+        {
+            self.core_since = now;
         }
         self.last_cpu = Some(cpu);
     }

@@ -8,7 +8,7 @@
 
 use crate::placement::{Candidate, Machine};
 use crate::tunables::{Mode, Tunables};
-use crate::{CoreId, CpuId};
+use crate::{CoreId, CpuId, Nanos};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Operations that differ between the modes.
@@ -45,6 +45,46 @@ fn worth_moving(m: &Machine, c: &Candidate, core: CoreId, other: CoreId, t: &Tun
         - m.core_load(other, c.now) as i64
         - t.load_difference as i64;
     gap >= c.load as i64 / cpus
+}
+
+/// Rotation ([`crate::tunables::ROTATE_AFTER`]): an entity that stopped at
+/// a quantum end on a crowded core (more entities ready there than CPUs,
+/// counting itself) goes to the least loaded other core if that core is
+/// less loaded and less crowded, no more crowded than this one once it
+/// arrives, and neither core took part in a rotation for `rotate_after`.
+/// The mover's lot does not change (it is on the crowded side before and
+/// after); the move hands the crowded side to the entities that had the
+/// roomy one. The mover is one that has run on the core since before
+/// its last rotation (`resident_since`): not the last one to arrive,
+/// which would otherwise stay on the crowded side move after move. Both modes: once every CPU is busy there is nothing left to pack.
+pub(crate) fn rotation_target(
+    m: &Machine,
+    c: &Candidate,
+    core: CoreId,
+    resident_since: Nanos,
+    t: &Tunables,
+) -> Option<CoreId> {
+    let last = m.rotated_at(core);
+    let arrived_with_last = last != 0 && resident_since >= last;
+    if t.rotate_after == 0 || c.now.saturating_sub(last) < t.rotate_after || arrived_with_last {
+        return None;
+    }
+    let cpus = m.core_cpus(core).len().max(1);
+    // The stopped entity is in no queue yet: it makes one more.
+    let here = m.ready_on_core(core) + 1;
+    if here <= cpus {
+        return None;
+    }
+    let other = m.least_loaded_core(c).filter(|o| *o != core)?;
+    if c.now.saturating_sub(m.rotated_at(other)) < t.rotate_after {
+        return None;
+    }
+    let other_cpus = m.core_cpus(other).len().max(1);
+    let there = m.ready_on_core(other) + 1;
+    let less_crowded = (there - 1) * cpus < here * other_cpus;
+    let no_worse = there * cpus <= here * other_cpus;
+    let lighter = m.core_load(other, c.now) < m.core_load(core, c.now);
+    (less_crowded && no_worse && lighter).then_some(other)
 }
 
 /// Spread: the previous CPU if warm and idle (when a vCPU of the same VM

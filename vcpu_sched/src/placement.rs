@@ -81,6 +81,9 @@ pub(crate) struct CoreState {
     /// found its best other core at a load gap (high 32 bits, signed) too
     /// small for a move; see `calm_gap`.
     pub calm: AtomicU64,
+    /// When an entity last rotated into or out of this core (`mode.rs`,
+    /// `rotation_target`).
+    pub rotated_at: AtomicU64,
     /// How many of its CPUs are in service (0: its queue is served by no
     /// CPU of its own, and placement skips it).
     pub in_service: AtomicU32,
@@ -241,6 +244,7 @@ impl Machine {
                     active_time: AtomicU64::new(0),
                     occupancy: AtomicU64::new(0),
                     calm: AtomicU64::new(u64::MAX),
+                    rotated_at: AtomicU64::new(0),
                     in_service: AtomicU32::new(core.cpus.len() as u32),
                 })
             })
@@ -386,6 +390,22 @@ impl Machine {
         let c = &self.cores[core.0 as usize];
         let memo = c.calm.load(Ordering::Relaxed);
         (memo as u32 == c.load.epoch() as u32).then_some((memo >> 32) as u32 as i32 as i64)
+    }
+
+    /// When an entity last rotated into or out of `core`.
+    pub fn rotated_at(&self, core: CoreId) -> Nanos {
+        self.cores[core.0 as usize]
+            .rotated_at
+            .load(Ordering::Relaxed)
+    }
+
+    /// An entity rotates from `from` to `to` at `now`.
+    pub fn note_rotation(&self, from: CoreId, to: CoreId, now: Nanos) {
+        for core in [from, to] {
+            self.cores[core.0 as usize]
+                .rotated_at
+                .store(now, Ordering::Relaxed);
+        }
     }
 
     /// Remember a search from `core` that found no move (see `calm_gap`).

@@ -73,6 +73,18 @@ pub const IDLE_SEARCH_CANDIDATES_PER_LLC: u32 = 16;
 /// windows, and idle CPUs are found by the idle search, not by this.
 pub const BALANCE_CANDIDATES: u32 = 4;
 
+/// Rotation (beyond Haiku): when the entities ready on two cores do not
+/// divide evenly (5 CPU-bound vCPUs on 2 CPUs: 3 + 2), load balancing
+/// alone leaves them 3 + 2 for good, and those on the crowded core get a
+/// third of a CPU against the others' half (Jain 0.96 over 5 hogs). A
+/// quantum end on a crowded core moves the entity to a less crowded one
+/// when the move leaves it no more crowded than the source was and the
+/// entity has run on its core at least this long, so each entity takes
+/// its turn on the crowded side (Linux gets there through its balancer's
+/// repeated failures). Long enough that a move's cold cache is paid at
+/// most once per this time per entity; 0 turns rotation off.
+pub const ROTATE_AFTER: Nanos = 100 * MS;
+
 /// Limited preemption for bursty wakers (FreeBSD ULE): a timeshare entity
 /// that wakes with an effective priority at least this much above the
 /// running timeshare entity preempts it. Realtime always preempts timeshare.
@@ -199,6 +211,7 @@ pub struct Tunables {
     pub cache_expire: Nanos,
     pub idle_search_candidates_per_llc: u32,
     pub balance_candidates: u32,
+    pub rotate_after: Nanos,
     pub wake_preempt_priority_delta: u8,
     pub bursty_load: u32,
     pub share_half_life: Nanos,
@@ -223,6 +236,7 @@ impl Default for Tunables {
             cache_expire: CACHE_EXPIRE,
             idle_search_candidates_per_llc: IDLE_SEARCH_CANDIDATES_PER_LLC,
             balance_candidates: BALANCE_CANDIDATES,
+            rotate_after: ROTATE_AFTER,
             wake_preempt_priority_delta: WAKE_PREEMPT_PRIORITY_DELTA,
             bursty_load: BURSTY_LOAD,
             share_half_life: SHARE_HALF_LIFE,

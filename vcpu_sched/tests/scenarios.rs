@@ -581,6 +581,43 @@ fn every_scenario_file_parses_and_round_trips() {
 /// is about one 4 ms tick (3.9 ms on the guests); four hogs on two CPUs
 /// go 2 + 2; and the model never breaks the protocol's promises.
 #[test]
+fn s18_uneven_overload_rotates_the_crowded_core() {
+    let w = load("18_uneven_overload.toml");
+    let r = run_with(&w, PolicyKind::Haiku);
+    clean(&r);
+    let g = r.group("hog").unwrap();
+    assert!(
+        g.jain_fairness >= 0.99,
+        "Jain {} (3 + 2 for good gives 0.96)\n{}",
+        g.jain_fairness,
+        r.to_table()
+    );
+    let window = r.window_ns as f64;
+    for v in &r.vcpus {
+        let share = v.throughput.run_ns as f64 / window;
+        assert!(
+            (0.36..=0.44).contains(&share),
+            "{} got {share:.3} of a CPU\n{}",
+            v.index,
+            r.to_table()
+        );
+    }
+    // One rotation per period (100 ms) at most, each one move.
+    let moves: u64 = r.vcpus.iter().map(|v| v.migrations).sum();
+    let periods = r.window_ns / (100 * MS) + 1;
+    assert!(moves <= periods, "{moves} moves in {periods} periods");
+    // Rotation off: 3 + 2 for good.
+    let mut off = w.clone();
+    off.sched.tunables.rotate_after = 0;
+    let r = run_with(&off, PolicyKind::Haiku);
+    assert!(
+        r.group("hog").unwrap().jain_fairness < 0.97,
+        "{}",
+        r.to_table()
+    );
+}
+
+#[test]
 fn eevdf_stands_in_for_the_host_kernel() {
     let r = run_with(&load("10_costly_burst_vs_hog.toml"), PolicyKind::Eevdf);
     clean(&r);

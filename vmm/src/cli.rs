@@ -34,7 +34,7 @@
 
 use crate::config::{Config, Overrides};
 use crate::documents::run::{RunDocument, RunEntry};
-use crate::engine::policy::PolicyChoice;
+use crate::policy::PolicyChoice;
 use crate::results::format_summary;
 use crate::runner::{self, RunEvent, RunOptions};
 use crate::seccomp::ThreadKind;
@@ -707,7 +707,7 @@ pub fn guest_exit_code(status: Option<u64>) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::policy::Policy;
+    use crate::policy::Policy;
     use devices::debug_exit::debug_exit_status;
 
     #[test]

@@ -606,7 +606,7 @@ pub fn markdown() -> String {
 mod tests {
     use super::*;
     use crate::config::{Config, HostInfo};
-    use crate::host_cpus::HostCpuSet;
+    use vcpu_engine::host_cpus::HostCpuSet;
 
     /// The keys a table lists directly under `prefix` (`host.`, `vm[].`).
     fn direct(keys: &[Key], prefix: &str) -> Vec<String> {

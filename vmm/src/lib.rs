@@ -5,14 +5,17 @@
 //! [`memory`] (layout + guest RAM), [`boot`] (kernel formats: direct ELF64
 //! and multiboot; boot structures, ACPI for multiboot guests, per-vCPU
 //! CPUID/MSRs/registers), [`cpuid`], [`msr`], [`irq`] (KVM interrupt lines),
-//! [`vcpu`] (the vCPU runner, its gate, host-mode thread), [`vm`] (one VM),
-//! [`engine`] (Pacer's own vCPU scheduling), [`host_cpus`] (OS CPU
-//! numbers), [`signals`], [`runner`] (many VMs), [`results`],
+//! [`vm`] (one VM), [`policy`] (which scheduler runs the vCPUs),
+//! [`runner`] (many VMs), [`results`],
 //! [`guest_metrics`] (per-vCPU workload metrics from the guest's records),
 //! [`compare`] (`run --compare`: per VM its headline under each policy,
 //! ratios, verdict), [`units`] (how quantities are printed),
 //! [`unixbench`] (the UnixBench-style suite's scoring and host reference),
 //! [`cli`].
+//!
+//! The scheduled-vCPU engine, the vCPU runner and its gate, host CPU
+//! numbers, signals and trace recording are the `vcpu_engine` crate, which
+//! this VMM uses as any embedder would.
 
 pub mod api;
 pub mod bench;
@@ -25,11 +28,9 @@ pub mod config_reference;
 pub mod cpuid;
 pub mod ctl_command;
 pub mod documents;
-pub mod engine;
 pub mod guest_metrics;
 pub mod guest_params;
 pub mod guest_report;
-pub mod host_cpus;
 pub mod host_resources;
 pub mod input;
 pub mod irq;
@@ -38,18 +39,17 @@ pub mod manpages;
 pub mod memory;
 pub mod msr;
 pub mod path_rules;
+pub mod policy;
 pub mod preflight;
 pub mod results;
 pub mod run_dir;
 pub mod runner;
 pub mod sched_rules;
 pub mod seccomp;
-pub mod signals;
 pub mod sim_command;
 pub mod trace;
 pub mod units;
 pub mod unixbench;
-pub mod vcpu;
 pub mod vm;
 
 pub use config::{Config, VmConfig};

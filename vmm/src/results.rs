@@ -151,10 +151,10 @@ pub struct VmResult {
     /// end` on its console), written to `<log_dir>/<vm>.user.log`.
     pub user_log: Option<PathBuf>,
     /// Per-vCPU exit counters, in vCPU order.
-    pub vcpu_stats: Vec<crate::vcpu::VcpuStats>,
+    pub vcpu_stats: Vec<vcpu_engine::vcpu::VcpuStats>,
     /// Per-vCPU scheduling statistics, in vCPU order (the same fields under
     /// every policy; see `engine::stats`).
-    pub vcpu_sched: Vec<crate::engine::stats::VcpuSchedStats>,
+    pub vcpu_sched: Vec<vcpu_engine::stats::VcpuSchedStats>,
 }
 
 impl VmResult {
@@ -203,7 +203,7 @@ pub struct RunResults {
     pub ok: bool,
     pub vms: Vec<VmResult>,
     /// The scheduling trace, when one was recorded (`--trace`).
-    pub trace: Option<crate::trace::TraceOutcome>,
+    pub trace: Option<vcpu_engine::trace::TraceOutcome>,
     /// What was changed through the control API while the VMs ran (also
     /// `control.jsonl` in the run directory).
     pub control_changes: Vec<crate::api::audit::ControlChange>,

@@ -6,15 +6,15 @@
 //! on a thread of its own (`pacer/api`) for as long as the VMs run.
 
 use crate::config::Config;
-use crate::engine::cpu_map::CpuMap;
-use crate::engine::policy::Policy;
-use crate::engine::{Engine, EngineConfig, EngineError};
+use crate::policy::Policy;
 use crate::results::{RunResults, VmResult};
-use crate::signals::{ProcessSignal, SignalGuard};
 use crate::vm::{open_kvm, StopHandle, VcpuScheduling, Vm, VmOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
+use vcpu_engine::cpu_map::CpuMap;
+use vcpu_engine::signals::{ProcessSignal, SignalGuard};
+use vcpu_engine::{Engine, EngineConfig, EngineError};
 
 /// Errors of this module.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +28,7 @@ pub enum RunError {
     #[error("{0}")]
     LogDir(#[from] crate::run_dir::RunDirError),
     #[error("{0}")]
-    Trace(#[from] crate::trace::tracer::TraceError),
+    Trace(#[from] vcpu_engine::trace::tracer::TraceError),
     #[error("--trace: policy host leaves the vCPU threads to the host kernel; Pacer has no scheduling to record (use haiku, global-rr or pinned)")]
     TraceUnderHost,
     /// The control API cannot listen where it was asked to (bad input).
@@ -248,8 +248,8 @@ pub fn run(
                 trace: None,
             };
             if let Some(path) = &opts.trace {
-                let t = crate::trace::Tracer::start(
-                    &crate::trace::TraceConfig::new(path),
+                let t = vcpu_engine::trace::Tracer::start(
+                    &vcpu_engine::trace::TraceConfig::new(path),
                     trace_meta(config, &engine_config, &cpus),
                 )?;
                 engine_config.trace = Some(t.trace());
@@ -386,7 +386,7 @@ pub fn run(
     if let Some(e) = &engine {
         e.shutdown();
     }
-    let trace = tracer.map(crate::trace::Tracer::outcome);
+    let trace = tracer.map(vcpu_engine::trace::Tracer::outcome);
     if let Some(e) = trace.as_ref().and_then(|t| t.error.as_ref()) {
         log::warn!("{e}");
     }
@@ -408,13 +408,13 @@ fn trace_meta(
     config: &Config,
     engine: &EngineConfig,
     cpus: &CpuMap,
-) -> crate::trace::format::RunMeta {
-    crate::trace::format::RunMeta {
+) -> vcpu_engine::trace::format::RunMeta {
+    vcpu_engine::trace::format::RunMeta {
         policy: config.host.policy.to_string(),
         mode: config.host.mode.to_string(),
         dispatch: config.host.dispatch.to_string(),
         topology: cpus.topology().clone(),
-        start_ns: crate::engine::clock::now_ns(),
+        start_ns: vcpu_engine::clock::now_ns(),
         config: Some(config.path.display().to_string()),
         sched: Some(engine.sched_config()),
     }

@@ -9,8 +9,8 @@
 //! the reasons the same value would be refused in the file.
 
 use crate::config_errors::{one_line, quoted};
-use crate::engine::policy::Policy;
-use crate::host_cpus::{HostCpu, HostCpuSet};
+use crate::policy::Policy;
+use vcpu_engine::host_cpus::{HostCpu, HostCpuSet};
 use vcpu_sched::tunables::{
     PRIORITY_MAX_TIMESHARE, PRIORITY_NORMAL, PRIORITY_REALTIME_MAX, PRIORITY_REALTIME_MIN,
 };
@@ -143,6 +143,17 @@ impl Default for Shares {
     }
 }
 
+impl Shares {
+    /// The engine's form of these shares (what `vcpu_engine` schedules by).
+    pub fn to_engine(self) -> vcpu_engine::Shares {
+        vcpu_engine::Shares {
+            weight: self.weight,
+            cap: self.cap,
+            reservation: self.reservation,
+        }
+    }
+}
+
 /// A VM's (or vCPU's) operator weight (`vcpu_sched::shares`): 1..=10000,
 /// default 100, as cgroups' `cpu.weight`.
 pub fn weight(value: i64) -> Result<u32, String> {
@@ -231,7 +242,7 @@ pub fn honoured(
     class: SchedClass,
     priority: u8,
     origin: &str,
-) -> Result<(), (crate::engine::policy::Refusal, String)> {
+) -> Result<(), (crate::policy::Refusal, String)> {
     match policy.refuses_vm(class, priority) {
         None => Ok(()),
         Some(r) => Err((r, format!("{} ({origin})", r.explain(policy)))),

@@ -482,6 +482,9 @@ pub fn enable(kinds: &[ThreadKind]) -> Result<(), SeccompError> {
     }
     let bits = kinds.iter().fold(0, |b, k| b | k.bit());
     ENABLED.store(bits, Ordering::Release);
+    // The engine's own threads (vCPUs, timers, the trace's drain) start
+    // in `vcpu_engine`: it calls this hook as each one starts.
+    vcpu_engine::thread_hook::set_thread_start_hook(Some(engine_thread_started));
     Ok(())
 }
 
@@ -507,6 +510,16 @@ fn apply(kind: ThreadKind) -> Result<(), SeccompError> {
         kind,
         reason: e.to_string(),
     })
+}
+
+/// The filter of a thread `vcpu_engine` starts.
+fn engine_thread_started(kind: vcpu_engine::thread_hook::EngineThread) {
+    use vcpu_engine::thread_hook::EngineThread;
+    install_or_warn(match kind {
+        EngineThread::Vcpu => ThreadKind::Vcpu,
+        EngineThread::Timers => ThreadKind::Timers,
+        EngineThread::Trace => ThreadKind::Trace,
+    });
 }
 
 /// [`install`], logging a failure instead of returning it (a thread start

@@ -199,7 +199,7 @@ fn replay(a: &SimArgs, path: &std::path::Path) -> i32 {
     }
     if let Some(json) = &a.json {
         let text = serde_json::json!({
-            "schema_version": crate::trace::format::SCHEMA_VERSION,
+            "schema_version": vcpu_engine::trace::format::SCHEMA_VERSION,
             "trace": path,
             "replays": doc,
         });

@@ -321,7 +321,7 @@ fn pacer_sim_prints_what_the_front_end_prints() {
 fn shipped_matrices_validate() {
     let benches = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../benches");
     let host = vmm::config::HostInfo {
-        online: vmm::host_cpus::HostCpuSet::parse_list("0-1").unwrap(),
+        online: vcpu_engine::host_cpus::HostCpuSet::parse_list("0-1").unwrap(),
         resources: Default::default(),
     };
     let kernel = guests::bench_guest_elf().display().to_string();

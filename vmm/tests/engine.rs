@@ -9,10 +9,10 @@ use common::{kvm_or_skip, run_config, vm_table, TempDir};
 use devices::RecordKind;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use vcpu_engine::cpu_map::CpuMap;
+use vcpu_engine::host_cpus::HostCpuSet;
+use vcpu_engine::{DispatchKind, Engine, EngineConfig};
 use vmm::config::Config;
-use vmm::engine::cpu_map::CpuMap;
-use vmm::engine::{DispatchKind, Engine, EngineConfig};
-use vmm::host_cpus::HostCpuSet;
 use vmm::vm::{open_kvm, VcpuScheduling, VmEvent};
 use vmm::{Vm, VmOptions};
 
@@ -26,7 +26,7 @@ fn every_policy_and_dispatch_runs_overcommitted_vms() {
         return;
     }
     let dir = TempDir::new("engine-all");
-    let online = vmm::host_cpus::online_cpus().unwrap();
+    let online = vcpu_engine::host_cpus::online_cpus().unwrap();
     for policy in ["haiku", "global-rr", "pinned", "eevdf"] {
         for dispatch in [DispatchKind::Threads, DispatchKind::Workers] {
             // engine-smoke's shape: 2-vCPU VMs, more vCPUs than host CPUs.
@@ -63,7 +63,7 @@ fn core_sets_are_never_left() {
     if !kvm_or_skip("core_sets_are_never_left") {
         return;
     }
-    let online = vmm::host_cpus::online_cpus().unwrap();
+    let online = vcpu_engine::host_cpus::online_cpus().unwrap();
     let cpus: Vec<u32> = online.iter().map(|c| c.0).collect();
     let (first, last) = (cpus[0], cpus[cpus.len() - 1]);
     let dir = TempDir::new("engine-affinity");
@@ -138,7 +138,7 @@ fn pause_and_resume_under_the_engine() {
     let dir = TempDir::new("engine-pause");
     let path = dir.config(&vm_table("pz", "cpu duration_ms=800 report_ms=50"));
     let config = Config::load(&path).unwrap();
-    let online = vmm::host_cpus::online_cpus().unwrap();
+    let online = vcpu_engine::host_cpus::online_cpus().unwrap();
     for dispatch in [DispatchKind::Threads, DispatchKind::Workers] {
         let engine: Arc<Engine> = Engine::new(
             EngineConfig {

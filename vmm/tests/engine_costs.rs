@@ -16,7 +16,7 @@ mod common;
 use common::{
     kvm_or_skip, marker_span_ms, pio_loop_code, run_config, tiny_elf, yield_loop_code, TempDir,
 };
-use vmm::engine::DispatchKind;
+use vcpu_engine::DispatchKind;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());

@@ -17,9 +17,9 @@ mod common;
 
 use common::kvm_or_skip;
 use std::sync::Mutex;
+use vcpu_engine::irq::{deliver_interrupt, CpuEvents, InterruptSource};
+use vcpu_engine::vcpu::{VcpuExitHandler, VcpuExitReason, VcpuRunner, VcpuStep};
 use vmm::boot;
-use vmm::engine::irq::{deliver_interrupt, CpuEvents, InterruptSource};
-use vmm::vcpu::{VcpuExitHandler, VcpuExitReason, VcpuRunner, VcpuStep};
 use vmm::vm::open_kvm;
 
 const VECTOR: u8 = 0xfd;

@@ -9,9 +9,9 @@
 //! `PACER_PROBE_VERBOSE=1` prints every refusal.
 
 use std::path::{Path, PathBuf};
+use vcpu_engine::host_cpus::HostCpuSet;
 use vmm::bench::matrix::{Matrix, MatrixError};
 use vmm::config::HostInfo;
-use vmm::host_cpus::HostCpuSet;
 
 /// Words that only serde, toml or Rust would use.
 const INTERNALS: &[&str] = &[

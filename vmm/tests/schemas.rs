@@ -193,11 +193,11 @@ fn full_result(dir: &TempDir) -> vmm::results::VmResult {
     r.rejected_records = log.rejected;
     r.results_file = Some(dir.0.join("all.results.jsonl"));
     r.vcpu_sched = vec![
-        vmm::engine::stats::VcpuSchedStats {
+        vcpu_engine::stats::VcpuSchedStats {
             run_ns: 1_000_000,
             ready_wait_ns: 5000,
             wakeups: 3,
-            wake_latency_ns: vmm::engine::stats::LatencyNs {
+            wake_latency_ns: vcpu_engine::stats::LatencyNs {
                 p50: 100,
                 p99: 900,
                 max: 1000,
@@ -207,7 +207,7 @@ fn full_result(dir: &TempDir) -> vmm::results::VmResult {
             host_cpus: "0-1".into(),
             halt_poll: Default::default(),
         },
-        vmm::engine::stats::VcpuSchedStats {
+        vcpu_engine::stats::VcpuSchedStats {
             run_ns: 2_000_000,
             ready_wait_ns: 7000,
             wakeups: 4,
@@ -227,7 +227,7 @@ fn run_results(dir: &TempDir) -> vmm::results::RunResults {
             full_result(dir),
             vmm::results::VmResult::error("dead", "no kernel".into(), 1.0, ""),
         ],
-        trace: Some(vmm::trace::TraceOutcome {
+        trace: Some(vcpu_engine::trace::TraceOutcome {
             path: dir.0.join("run.trace"),
             records: 1000,
             lost: 0,
@@ -346,7 +346,7 @@ fn sched_snapshot_validates() {
     let w = sched.wake(a, 0).unwrap().unwrap();
     sched.schedule(w.cpu, 0, StopReason::Idle).unwrap();
     let snap = sched.snapshot(500_000);
-    let vcpus = vec![vmm::engine::stats::VcpuNow {
+    let vcpus = vec![vcpu_engine::stats::VcpuNow {
         vm: "a".into(),
         vcpu: 0,
         state: "running",
@@ -357,7 +357,7 @@ fn sched_snapshot_validates() {
         quantum_used_ns: 500_000,
         ready_wait_ns: 0,
     }];
-    let engine = vec![vmm::engine::stats::VcpuEngineNow {
+    let engine = vec![vcpu_engine::stats::VcpuEngineNow {
         vm: "a".into(),
         vcpu: 0,
         run_state: "Running".into(),

@@ -18,8 +18,8 @@ use std::process::Command;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use vcpu_engine::vcpu::{VcpuExitHandler, VcpuExitReason, VcpuHandle, VcpuRunner};
 use vm_memory::{Address, GuestMemoryBackend, GuestMemoryRegion};
-use vmm::vcpu::{VcpuExitHandler, VcpuExitReason, VcpuHandle, VcpuRunner};
 use vmm::vm::open_kvm;
 use vmm::{boot, memory};
 

@@ -18,10 +18,10 @@ use common::{kernel, kvm_or_skip, TempDir};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use vcpu_engine::cpu_map::CpuMap;
+use vcpu_engine::host_cpus::{HostCpu, HostCpuSet};
+use vcpu_engine::{Engine, EngineConfig};
 use vmm::config::Config;
-use vmm::engine::cpu_map::CpuMap;
-use vmm::engine::{Engine, EngineConfig};
-use vmm::host_cpus::{HostCpu, HostCpuSet};
 use vmm::vm::{open_kvm, VcpuScheduling};
 use vmm::{Vm, VmOptions};
 
@@ -75,7 +75,10 @@ fn churn(
     while !done.load(Ordering::Acquire) && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(20 + rng.below(180)));
         let vms = engine.live_vms();
-        let vcpus: Vec<_> = vms.iter().flat_map(|vm| vm.vcpus.iter().cloned()).collect();
+        let vcpus: Vec<_> = vms
+            .iter()
+            .flat_map(|vm| vm.vcpus().iter().cloned())
+            .collect();
         if vcpus.is_empty() {
             continue;
         }
@@ -107,7 +110,7 @@ fn churn(
             }
         };
         if let Err(e) = r {
-            c.errors.push(format!("{}: {e}", v.name));
+            c.errors.push(format!("{}: {e}", v.name()));
         }
     }
     c
@@ -226,8 +229,8 @@ fn run_soak(test: &str, with_churn: bool, with_hostile: bool) {
                     let hostile: Vec<_> = engine
                         .live_vms()
                         .iter()
-                        .filter(|v| v.name == HOSTILE)
-                        .map(|v| v.id)
+                        .filter(|v| v.name() == HOSTILE)
+                        .map(|v| v.id())
                         .collect();
                     for e in now.entities.iter().filter(|e| !hostile.contains(&e.vm)) {
                         let Some(p) = last.entities.iter().find(|p| p.id == e.id) else {

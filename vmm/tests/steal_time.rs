@@ -68,7 +68,7 @@ fn no_steal_when_undercommitted_and_none_when_switched_off() {
         return;
     }
     let dir = TempDir::new("steal-under");
-    let online = vmm::host_cpus::online_cpus().unwrap();
+    let online = vcpu_engine::host_cpus::online_cpus().unwrap();
     let n = online.len().min(2) as u32;
     let cpus = if n == 2 { "0-1" } else { "0" };
     let duration_ms = 1000;

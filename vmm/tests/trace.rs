@@ -5,11 +5,12 @@
 mod common;
 
 use common::{kvm_or_skip, vm_table, TempDir};
+use vcpu_engine::trace::Event;
 use vmm::config::Config;
 use vmm::runner::{run, RunError, RunOptions};
 use vmm::trace::replay::{compare, replay_of, Demand};
 use vmm::trace::summary::Summary;
-use vmm::trace::{Event, TraceFile};
+use vmm::trace::TraceFile;
 
 fn pingpong(dir: &TempDir, policy: &str) -> Config {
     let vm = vm_table("pp", "pingpong duration_ms=400").replace("vcpus = 1", "vcpus = 2");
@@ -58,14 +59,14 @@ fn a_pingpong_trace_explains_its_round_trip_and_replays() {
     assert!(has(|e| matches!(
         e,
         Event::Stop {
-            why: vmm::trace::StopWhy::Halted,
+            why: vcpu_engine::trace::StopWhy::Halted,
             ..
         }
     )));
     assert!(has(|e| matches!(
         e,
         Event::Notify {
-            cause: vmm::trace::Cause::Ipi { .. },
+            cause: vcpu_engine::trace::Cause::Ipi { .. },
             ..
         }
     )));

@@ -63,7 +63,7 @@ impl GuestDir {
         GuestDir {
             dir,
             host: vmm::config::HostInfo {
-                online: vmm::host_cpus::HostCpuSet::parse_list("0-3").unwrap_or_default(),
+                online: vcpu_engine::host_cpus::HostCpuSet::parse_list("0-3").unwrap_or_default(),
                 resources: vmm::host_resources::HostResources {
                     memory_mib: Some(4096),
                     max_vcpus_per_vm: Some(64),

@@ -7,9 +7,10 @@
 //! replay's sends name vCPUs it has.
 
 use crate::driver::Target;
-use vmm::trace::format::{self, Meta, RunMeta, VmMeta};
-use vmm::trace::record::{Event, Record, StopWhy, VcpuRef};
-use vmm::trace::{Cause, TraceFile};
+use vcpu_engine::trace::format::{self, Meta, RunMeta, VmMeta};
+use vcpu_engine::trace::record::{Event, Record, StopWhy, VcpuRef};
+use vcpu_engine::trace::Cause;
+use vmm::trace::TraceFile;
 
 pub struct TraceTarget;
 

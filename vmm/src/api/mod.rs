@@ -40,15 +40,15 @@ pub mod set;
 pub mod view;
 
 use crate::config::VmConfig;
-use crate::engine::policy::Policy;
-use crate::engine::Engine;
-use crate::host_cpus::HostCpuSet;
+use crate::policy::Policy;
 use crate::runner::StopRegistry;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use vcpu_engine::host_cpus::HostCpuSet;
+use vcpu_engine::Engine;
 
 pub use server::serve;
 

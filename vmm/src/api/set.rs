@@ -20,12 +20,12 @@
 use super::audit::SCHEMA_VERSION;
 use super::ApiContext;
 use crate::config_errors::quoted;
-use crate::engine::vcpu_state::EngineVcpu;
-use crate::engine::{Engine, EngineError, EngineVm};
-use crate::host_cpus::HostCpuSet;
 use crate::sched_rules;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use vcpu_engine::host_cpus::HostCpuSet;
+use vcpu_engine::EngineVcpu;
+use vcpu_engine::{Engine, EngineError, EngineVm};
 use vcpu_sched::stats::EntityStats;
 use vcpu_sched::{Mode, SchedSnapshot};
 
@@ -432,15 +432,18 @@ pub fn set(ctx: &ApiContext<'_>, uid: u32, body: &[u8]) -> Result<Value, Refusal
             },
         )),
         Some((vm, which)) => {
-            for v in &vm.vcpus {
-                if which.is_some_and(|i| i != v.index as usize) {
+            for v in vm.vcpus() {
+                if which.is_some_and(|i| i != v.index() as usize) {
                     continue;
                 }
-                let Some(row) = snap.entities.iter().find(|e| e.id == v.entity) else {
-                    return Err((409, format!("{}/{}: not scheduled now", vm.name, v.index)));
+                let Some(row) = snap.entities.iter().find(|e| e.id == v.entity()) else {
+                    return Err((
+                        409,
+                        format!("{}/{}: not scheduled now", vm.name(), v.index()),
+                    ));
                 };
                 sites.push((
-                    format!("{}/{}", vm.name, v.index),
+                    format!("{}/{}", vm.name(), v.index()),
                     Site {
                         engine,
                         ctx,
@@ -538,10 +541,10 @@ fn resolve(
         ));
     };
     if let Some(i) = vcpu {
-        if i >= vm.vcpus.len() {
+        if i >= vm.vcpus().len() {
             return Err((
                 404,
-                format!("VM {name} has vCPUs 0-{}, not {i}", vm.vcpus.len() - 1),
+                format!("VM {name} has vCPUs 0-{}, not {i}", vm.vcpus().len() - 1),
             ));
         }
     }

@@ -11,11 +11,11 @@
 
 use super::audit::SCHEMA_VERSION;
 use super::ApiContext;
-use crate::engine::vcpu_state::RunState;
-use crate::engine::{Engine, EngineVm};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
+use vcpu_engine::RunState;
+use vcpu_engine::{Engine, EngineVm};
 use vcpu_sched::stats::{EntityStats, LatencySummary};
 use vcpu_sched::{EntityId, SchedSnapshot};
 
@@ -59,9 +59,9 @@ pub fn vm_list(ctx: &ApiContext<'_>) -> Value {
 }
 
 /// The scheduled CPUs out of service, as a list ("" when none).
-fn out_of_service(e: &crate::engine::Engine, snap: &SchedSnapshot) -> String {
+fn out_of_service(e: &vcpu_engine::Engine, snap: &SchedSnapshot) -> String {
     let cpus = e.cpu_map();
-    let out: crate::host_cpus::HostCpuSet = snap
+    let out: vcpu_engine::host_cpus::HostCpuSet = snap
         .cpus
         .iter()
         .filter(|c| !c.in_service)
@@ -93,7 +93,7 @@ fn engine_state(s: RunState) -> &'static str {
 /// One vCPU's live row.
 fn vcpu_row(engine: &Engine, vm: &EngineVm, index: usize, e: &EntityStats) -> Value {
     let cpus = engine.cpu_map();
-    let run_state = vm.vcpus[index].state();
+    let run_state = vm.vcpus()[index].state();
     json!({
         "vcpu": index,
         "state": e.state.as_str(),
@@ -135,13 +135,13 @@ pub fn live_rows<'s>(
     let by_id: HashMap<EntityId, &EntityStats> = snap.entities.iter().map(|e| (e.id, e)).collect();
     // In the config's order, whichever VM the engine took first.
     let mut vms = engine.live_vms();
-    vms.sort_by_key(|vm| ctx.configs.iter().position(|c| c.name == vm.name));
+    vms.sort_by_key(|vm| ctx.configs.iter().position(|c| c.name == vm.name()));
     vms.into_iter()
         .map(|vm| {
             let rows = vm
-                .vcpus
+                .vcpus()
                 .iter()
-                .map(|v| by_id.get(&v.entity).copied())
+                .map(|v| by_id.get(&v.entity()).copied())
                 .collect();
             (vm, rows)
         })
@@ -165,7 +165,7 @@ pub fn stats(ctx: &ApiContext<'_>, only: Option<&str>) -> Option<Value> {
                         .enumerate()
                         .filter_map(|(i, r)| r.map(|e| vcpu_row(engine, &vm, i, e)))
                         .collect();
-                    (vm.name.clone(), Value::Array(list))
+                    (vm.name().to_string(), Value::Array(list))
                 })
                 .collect()
         })
@@ -248,7 +248,7 @@ impl Sampler {
                     _ => e.cpu.and_then(|c| cpus.host(c)).map(|h| h.0),
                 };
                 if let (vcpu_sched::stats::EntityState::Running, Some(h)) = (e.state, host_cpu) {
-                    on_cpu.insert(h, (vm.name.clone(), i, e.effective_priority));
+                    on_cpu.insert(h, (vm.name().to_string(), i, e.effective_priority));
                 }
                 let (run0, wait0) = self
                     .last
@@ -262,7 +262,7 @@ impl Sampler {
                 list.push(json!({
                     "vcpu": i,
                     "state": e.state.as_str(),
-                    "engine_state": engine_state(vm.vcpus[i].state()),
+                    "engine_state": engine_state(vm.vcpus()[i].state()),
                     "host_cpu": host_cpu,
                     "effective_priority": e.effective_priority,
                     "run_fraction": frac(run),
@@ -274,8 +274,8 @@ impl Sampler {
             let share =
                 dt.map(|d| (vm_run as f64 / (d as f64 * cpus.len().max(1) as f64)).clamp(0.0, 1.0));
             vms.push(json!({
-                "name": vm.name,
-                "state": vm_state(ctx, &vm.name),
+                "name": vm.name(),
+                "state": vm_state(ctx, vm.name()),
                 "host_share": share,
                 "vcpus": list,
             }));

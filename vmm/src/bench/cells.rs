@@ -14,7 +14,7 @@ use super::unixbench::SuiteSpec;
 use super::workload::Workload;
 use crate::boot::GuestKind;
 use crate::config::{Config, Console, HostConfig, VmConfig};
-use crate::engine::policy::Policy;
+use crate::policy::Policy;
 use std::path::{Path, PathBuf};
 use vcpu_sched::tunables::PRIORITY_NORMAL;
 use vcpu_sched::{SchedClass, Tunables};

@@ -49,15 +49,15 @@ use super::metrics::Better;
 use super::unixbench::SuiteSpec;
 use super::workload::{Workload, WorkloadKind};
 use crate::config::{line_col, Diagnostic, HostInfo};
-use crate::engine::policy::Policy;
-use crate::engine::DispatchKind;
-use crate::host_cpus::{HostCpu, HostCpuSet};
+use crate::policy::Policy;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
+use vcpu_engine::host_cpus::{HostCpu, HostCpuSet};
+use vcpu_engine::DispatchKind;
 use vcpu_sched::tunables::{PRIORITY_NORMAL, PRIORITY_REALTIME_MAX, PRIORITY_REALTIME_MIN};
 use vcpu_sched::{Mode, SchedClass};
 

@@ -518,8 +518,8 @@ pub fn unknown_workload(r: &VmResult) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::stats::{LatencyNs, VcpuSchedStats};
     use crate::results::VcpuWork;
+    use vcpu_engine::stats::{LatencyNs, VcpuSchedStats};
 
     pub(crate) fn vm(name: &str, units: &[f64]) -> VmResult {
         let mut r = VmResult::error(name, String::new(), 2000.0, "");

@@ -13,10 +13,10 @@
 
 use super::procs::{self, Look, Proc, ProcOutcome};
 use super::unixbench::SuiteSpec;
-use crate::host_cpus::HostCpuSet;
 use crate::unixbench::host::{self, HostRun, HostRunError};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use vcpu_engine::host_cpus::HostCpuSet;
 
 /// Errors of this module.
 #[derive(Debug, thiserror::Error)]
@@ -173,7 +173,7 @@ mod tests {
             name: "linux".into(),
             group: "linux".into(),
             vcpus: 2,
-            cpus: crate::host_cpus::online_cpus().unwrap(),
+            cpus: vcpu_engine::host_cpus::online_cpus().unwrap(),
             suite,
         }];
         let out = run(&runs, &dir, Duration::from_secs(120), &|| false).unwrap();

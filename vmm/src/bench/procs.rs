@@ -7,11 +7,11 @@
 //! polls them until each is done, exits, or the cell's limit comes.
 
 use super::metrics::Sample;
-use crate::host_cpus::HostCpuSet;
 use std::fs::File;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use vcpu_engine::host_cpus::HostCpuSet;
 
 /// How often [`watch`] looks at the files.
 const POLL: Duration = Duration::from_millis(50);
@@ -248,7 +248,7 @@ mod tests {
         Proc::spawn(
             name,
             &mut sh(script),
-            &crate::host_cpus::online_cpus().unwrap(),
+            &vcpu_engine::host_cpus::online_cpus().unwrap(),
             d.join(format!("{name}.out")),
             d.join(format!("{name}.log")),
             true,

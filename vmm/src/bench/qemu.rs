@@ -21,10 +21,10 @@ use super::procs::{self, Look, Proc, ProcOutcome};
 use super::unixbench::SuiteSpec;
 use crate::boot::linux::PLATFORM_CMDLINE;
 use crate::boot::notes;
-use crate::host_cpus::HostCpuSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use vcpu_engine::host_cpus::HostCpuSet;
 
 /// The QEMU binary the peer runs.
 pub const QEMU_BINARY: &str = "qemu-system-x86_64";

@@ -5,10 +5,10 @@
 use super::diagnostic::{line_col, Diagnostic};
 use super::raw::RawCpus;
 use crate::config_errors::{readable, SpanIndex};
-use crate::host_cpus::HostCpuSet;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use toml::Spanned;
+use vcpu_engine::host_cpus::HostCpuSet;
 
 pub(super) struct Checker<'a> {
     pub(super) text: &'a str,

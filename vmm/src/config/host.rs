@@ -6,11 +6,11 @@ use super::check::Checker;
 use super::limits::{DEFAULT_HALT_POLL_US, LOG_LIMIT_KIB, MAX_HALT_POLL_US, RECORDS_PER_S};
 use super::raw::RawHost;
 use super::{HostInfo, Overrides};
-use crate::engine::policy::Policy;
-use crate::engine::DispatchKind;
-use crate::host_cpus::HostCpuSet;
+use crate::policy::Policy;
 use std::path::{Path, PathBuf};
 use toml::Spanned;
+use vcpu_engine::host_cpus::HostCpuSet;
+use vcpu_engine::DispatchKind;
 use vcpu_sched::{Mode, Tunables};
 
 /// The validated `[host]` table.

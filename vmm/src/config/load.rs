@@ -9,10 +9,10 @@ use super::raw::RawConfig;
 use super::sched::Reservations;
 use super::{host, vm, Config, ConfigError, Overrides};
 use crate::config_errors::SpanIndex;
-use crate::host_cpus::HostCpuSet;
 use crate::host_resources::HostResources;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use vcpu_engine::host_cpus::HostCpuSet;
 
 /// Facts about the host that validation checks against.
 #[derive(Debug, Clone)]
@@ -26,10 +26,11 @@ pub struct HostInfo {
 impl HostInfo {
     /// Read `/sys/devices/system/cpu/online`.
     pub fn detect() -> Result<HostInfo, ConfigError> {
-        let online = crate::host_cpus::online_cpus().map_err(|reason| ConfigError::HostCpus {
-            path: PathBuf::from("/sys/devices/system/cpu/online"),
-            reason,
-        })?;
+        let online =
+            vcpu_engine::host_cpus::online_cpus().map_err(|reason| ConfigError::HostCpus {
+                path: PathBuf::from("/sys/devices/system/cpu/online"),
+                reason,
+            })?;
         Ok(HostInfo {
             online,
             resources: HostResources::detect(),

@@ -75,7 +75,7 @@ pub use limits::{
 pub use load::HostInfo;
 pub use vm::{Console, VmConfig};
 
-use crate::engine::policy::Policy;
+use crate::policy::Policy;
 use crate::sched_rules::class_name;
 use std::fmt;
 use std::path::PathBuf;

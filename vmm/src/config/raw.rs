@@ -5,10 +5,10 @@
 use super::vm::Console;
 use crate::boot::GuestKind;
 use crate::cpuid::CpuidOverrides;
-use crate::engine::policy::Policy;
-use crate::engine::DispatchKind;
+use crate::policy::Policy;
 use serde::Deserialize;
 use toml::Spanned;
+use vcpu_engine::DispatchKind;
 use vcpu_sched::{Mode, SchedClass, Tunables};
 
 #[derive(Debug, Deserialize)]

@@ -7,9 +7,9 @@ use super::check::Checker;
 use super::host::Host;
 use super::limits::MAX_VCPUS;
 use super::raw::RawVm;
-use crate::host_cpus::HostCpuSet;
 use crate::sched_rules::Shares;
 use std::ops::Range;
+use vcpu_engine::host_cpus::HostCpuSet;
 use vcpu_sched::SchedClass;
 
 /// A VM's checked scheduling settings.
@@ -82,14 +82,14 @@ pub(super) fn check(
         crate::sched_rules::honoured(policy, class, priority, policy_origin)
     {
         let span = match (refusal, &v.priority, &v.class) {
-            (crate::engine::policy::Refusal::Priority, Some(p), _) => p.span(),
+            (crate::policy::Refusal::Priority, Some(p), _) => p.span(),
             (_, _, Some(c)) => c.span(),
             (_, Some(p), None) => p.span(),
             (_, None, None) => v.name.span(),
         };
         let field = match refusal {
-            crate::engine::policy::Refusal::Priority => f("priority"),
-            crate::engine::policy::Refusal::Class => f("class"),
+            crate::policy::Refusal::Priority => f("priority"),
+            crate::policy::Refusal::Class => f("class"),
         };
         c.err(span, field, why);
     }

@@ -2,11 +2,11 @@
 
 use super::*;
 use crate::boot::{self, GuestKind};
-use crate::engine::DispatchKind;
-use crate::host_cpus::HostCpuSet;
 use crate::host_resources::HostResources;
 use std::path::PathBuf;
 use std::time::Duration;
+use vcpu_engine::host_cpus::HostCpuSet;
+use vcpu_engine::DispatchKind;
 use vcpu_sched::{Mode, SchedClass};
 
 struct Fixture {

@@ -12,12 +12,12 @@ use crate::boot::multiboot::Module;
 use crate::boot::{BootSpec, GuestKind};
 use crate::config_errors::quoted;
 use crate::cpuid::CpuidOverrides;
-use crate::host_cpus::HostCpuSet;
 use crate::vm::{ConsoleTo, VmSpec};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use vcpu_engine::host_cpus::HostCpuSet;
 use vcpu_sched::SchedClass;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]

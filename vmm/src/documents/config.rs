@@ -4,7 +4,7 @@
 //! so a result can be re-run and read without the file.
 
 use crate::config::{Config, HostConfig, VmConfig};
-use crate::engine::policy::Policy;
+use crate::policy::Policy;
 use serde::Serialize;
 use std::path::PathBuf;
 

@@ -10,15 +10,15 @@
 use super::config::ConfigView;
 use super::{ms_to_ns, nonempty, nonzero, Header, RUN, VM_EVENTS};
 use crate::compare::Comparison;
-use crate::engine::stats::VcpuSchedStats;
 use crate::guest_metrics::{LatencySummary, VcpuMetrics};
 use crate::results::{MarkerEntry, RecordEntry, RunResults, VcpuWork, VmResult};
-use crate::vcpu::VcpuStats;
 use devices::result_payload::{bucket_range, decode, Payload};
 use devices::RecordKind;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::path::PathBuf;
+use vcpu_engine::stats::VcpuSchedStats;
+use vcpu_engine::vcpu::VcpuStats;
 
 /// A latency distribution the guest measured.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -585,7 +585,7 @@ pub struct RunEntry {
     pub ok: bool,
     pub vms: Vec<VmDoc>,
     /// The scheduling trace it recorded (`--trace FILE`), else null.
-    pub trace: Option<crate::trace::TraceOutcome>,
+    pub trace: Option<vcpu_engine::trace::TraceOutcome>,
     /// What was changed through the control API (`--api-socket`) while
     /// the VMs ran; empty without the API.
     pub control_changes: Vec<ControlChangeDoc>,

@@ -5,8 +5,8 @@
 //! own structs name times without their unit).
 
 use super::{Header, SCHED_SNAPSHOT};
-use crate::engine::stats::{VcpuEngineNow, VcpuNow};
 use serde::Serialize;
+use vcpu_engine::stats::{VcpuEngineNow, VcpuNow};
 use vcpu_sched::stats::{CoreStats, CpuStats, EntityStats, MigrationCounts};
 use vcpu_sched::SchedSnapshot;
 

@@ -3,8 +3,8 @@
 //! them.
 
 use super::read::TraceFile;
-use super::record::{Cause, Event, VcpuRef};
 use std::fmt::Write;
+use vcpu_engine::trace::record::{Cause, Event, VcpuRef};
 
 /// The host CPU and the vCPU an event is about.
 pub fn subjects(e: &Event) -> (Option<u16>, Option<VcpuRef>) {

@@ -16,9 +16,9 @@
 
 use super::describe;
 use super::read::TraceFile;
-use super::record::{Cause, Event, VcpuRef};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use vcpu_engine::trace::record::{Cause, Event, VcpuRef};
 
 /// pid of the host CPUs' process; VM `n` is `VM_PID_BASE + n`.
 const CPU_PID: u64 = 1;
@@ -136,10 +136,12 @@ pub fn document(trace: &TraceFile) -> Value {
                     slice(&mut ev, CPU_PID, u64::from(cpu), o, t);
                 }
                 let next = match why {
-                    super::record::StopWhy::Halted => Some("halted".to_string()),
-                    super::record::StopWhy::Exited => None,
-                    super::record::StopWhy::WaitSipi => Some("waiting for SIPI".into()),
-                    super::record::StopWhy::Paused => Some("paused".into()),
+                    vcpu_engine::trace::record::StopWhy::Halted => Some("halted".to_string()),
+                    vcpu_engine::trace::record::StopWhy::Exited => None,
+                    vcpu_engine::trace::record::StopWhy::WaitSipi => {
+                        Some("waiting for SIPI".into())
+                    }
+                    vcpu_engine::trace::record::StopWhy::Paused => Some("paused".into()),
                     _ => Some("ready".into()),
                 };
                 set_state(&mut ev, &mut vcpu_state, vcpu, t, next);
@@ -225,7 +227,7 @@ pub fn document(trace: &TraceFile) -> Value {
         "traceEvents": ev,
         "displayTimeUnit": "ns",
         "otherData": {
-            "schema_version": super::format::SCHEMA_VERSION,
+            "schema_version": vcpu_engine::trace::format::SCHEMA_VERSION,
             "policy": trace.run.policy,
             "mode": trace.run.mode,
             "dispatch": trace.run.dispatch,

@@ -7,12 +7,12 @@
 //! the bench report uses, which `ci/install.sh` installs).
 
 use super::read::TraceFile;
-use super::record::{Event, StopWhy, VcpuRef};
 use crate::bench::plots::{e, font};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
+use vcpu_engine::trace::record::{Event, StopWhy, VcpuRef};
 
 /// Pixels to the right of the lanes for the legend.
 const LEGEND_WIDTH: u32 = 200;

@@ -5,9 +5,9 @@
 //! the byte offset, never a panic. A file cut short (a run that was
 //! killed) is read up to its last whole frame and marked incomplete.
 
-use super::format::{self, Meta, RingMeta, RunMeta, VmMeta};
-use super::record::{Event, Record, RECORD_BYTES};
 use std::path::Path;
+use vcpu_engine::trace::format::{self, Meta, RingMeta, RunMeta, VmMeta};
+use vcpu_engine::trace::record::{Event, Record, RECORD_BYTES};
 
 /// Largest trace file read.
 pub const MAX_TRACE_BYTES: u64 = 1 << 30;
@@ -195,7 +195,7 @@ impl TraceFile {
     }
 
     /// `vm/vcpuN` for a vCPU (its VM's name when known).
-    pub fn vcpu_name(&self, v: super::record::VcpuRef) -> String {
+    pub fn vcpu_name(&self, v: vcpu_engine::trace::record::VcpuRef) -> String {
         match self.vm(v.vm) {
             Some(m) => format!("{}/vcpu{}", m.name, v.vcpu),
             None => format!("vm{}/vcpu{}", v.vm, v.vcpu),
@@ -214,14 +214,26 @@ impl TraceFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::record::VcpuRef;
+    use std::time::Duration;
+    use vcpu_engine::trace::record::VcpuRef;
+    use vcpu_engine::trace::{TraceConfig, Tracer};
+
+    /// A run on a 2-CPU topology.
+    pub(crate) fn run_meta() -> RunMeta {
+        RunMeta {
+            policy: "haiku".into(),
+            mode: "low-latency".into(),
+            dispatch: "threads".into(),
+            topology: vcpu_sched::Topology::from_spec("1x2x1").unwrap(),
+            start_ns: 0,
+            config: None,
+            sched: None,
+        }
+    }
 
     fn file_with(records: &[Record], end: bool) -> Vec<u8> {
         let mut b = format::header().to_vec();
-        let run = serde_json::to_vec(&Meta::Run(Box::new(
-            crate::trace::tracer::tests_support::run_meta(),
-        )))
-        .unwrap();
+        let run = serde_json::to_vec(&Meta::Run(Box::new(run_meta()))).unwrap();
         b.extend(format::frame_header(format::TAG_META, run.len() as u32));
         b.extend(run);
         let mut payload = Vec::new();
@@ -280,5 +292,51 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("after the END"));
+    }
+
+    #[test]
+    fn events_from_several_threads_reach_the_file_with_their_losses() {
+        let dir = std::env::temp_dir().join(format!("pacer-tracer-{}", std::process::id()));
+        let path = dir.join("t.trace");
+        let config = TraceConfig {
+            path: path.clone(),
+            ring_capacity: 16,
+            // Long enough that the threads fill their rings first.
+            drain_every: Duration::from_secs(3600),
+        };
+        let tracer = Tracer::start(&config, run_meta()).unwrap();
+        let v = VcpuRef { vm: 0, vcpu: 0 };
+        let threads: Vec<_> = (0..3u16)
+            .map(|i| {
+                let t = tracer.trace();
+                std::thread::Builder::new()
+                    .name(format!("writer{i}"))
+                    .spawn(move || {
+                        for _ in 0..(10 + 10 * i) {
+                            t.emit(Event::Park { vcpu: v });
+                        }
+                    })
+                    .unwrap()
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let totals = tracer.finish().unwrap();
+        // 10, 20 and 30 events into rings of 16: 10 + 16 + 16 kept.
+        assert_eq!(totals.lost, 4 + 14);
+        let file = TraceFile::read(&path).unwrap();
+        let parks = file
+            .events
+            .iter()
+            .filter(|e| matches!(e.event, Event::Park { .. }))
+            .count();
+        assert_eq!(parks, 42);
+        assert_eq!(file.lost, 18);
+        assert!(file.complete);
+        let mut threads: Vec<&str> = file.rings.iter().map(|r| r.thread.as_str()).collect();
+        threads.sort();
+        assert_eq!(threads, ["writer0", "writer1", "writer2"]);
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -32,8 +32,8 @@
 //! on this KVM ~100 us of emulated ring 0) is part of its runs.
 
 use super::read::TraceFile;
-use super::record::{Cause, Event, StopWhy, VcpuRef};
 use std::collections::BTreeMap;
+use vcpu_engine::trace::record::{Cause, Event, StopWhy, VcpuRef};
 use vcpu_sched::sim::replay::{Replay, ReplayVcpu, Step};
 use vcpu_sched::{CpuId, CpuSet, PolicyKind, SchedClass, SchedConfig, Topology};
 

@@ -29,10 +29,10 @@
 //! own parts (handler -> the next IPI it sends).
 
 use super::read::TraceFile;
-use super::record::{Cause, Event, StopWhy, VcpuRef};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use vcpu_engine::trace::record::{Cause, Event, StopWhy, VcpuRef};
 
 /// p50 / p99 / max / mean of a set of durations, ns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -618,7 +618,7 @@ impl Summary {
         let (wakes, irqs) = follow(trace);
         let (first, last) = trace.span();
         Summary {
-            schema_version: super::format::SCHEMA_VERSION,
+            schema_version: vcpu_engine::trace::format::SCHEMA_VERSION,
             policy: trace.run.policy.clone(),
             dispatch: trace.run.dispatch.clone(),
             span_ns: last - first,

@@ -6,11 +6,11 @@
 
 use super::shared::{StopCause, VmShared};
 use super::steal_time::{StealTime, MSR_KVM_STEAL_TIME};
-use crate::vcpu::{MsrFault, VcpuExitHandler, VcpuExitReason};
 use devices::bus::UnknownAccessLog;
 use devices::irqchip::IrqChip;
 use devices::{IoContext, MmioBus, PioBus};
 use std::sync::Arc;
+use vcpu_engine::vcpu::{MsrFault, VcpuExitHandler, VcpuExitReason};
 
 /// vCPU exit dispatch of one VM.
 pub(super) struct ExitHandler {

@@ -5,11 +5,11 @@
 //! in-kernel irqchip serves the VM and nothing here runs.
 
 use super::VmError;
-use crate::engine::irq::{ChipHost, TscClock};
-use crate::engine::Engine;
 use devices::irqchip::{GuestCpu, IrqChip};
 use kvm_ioctls::{VcpuFd, VmFd};
 use std::sync::Arc;
+use vcpu_engine::irq::{ChipHost, TscClock};
+use vcpu_engine::Engine;
 use vm_memory::GuestMemoryMmap;
 
 /// Build the interrupt controller of a VM with `vcpus` vCPUs whose CPUID
@@ -87,7 +87,7 @@ fn tsc_clock(vcpu: &VcpuFd, tsc_khz: u32) -> Result<TscClock, VmError> {
         ..Default::default()
     }])
     .map_err(|e| VmError::Device(format!("IA32_TSC: {e:?}")))?;
-    let base_ns = crate::engine::clock::now_ns();
+    let base_ns = vcpu_engine::clock::now_ns();
     vcpu.get_msrs(&mut msrs)
         .map_err(|e| VmError::Device(format!("reading IA32_TSC: {e}")))?;
     Ok(TscClock {

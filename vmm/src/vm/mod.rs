@@ -28,12 +28,12 @@ pub use vcpus::VcpuScheduling;
 
 use crate::boot;
 use crate::cpuid;
-use crate::engine::irq::ChipHost;
-use crate::engine::EngineError;
 use crate::memory;
 use crate::msr;
 use crate::results::{ResultsLog, VmResult};
-use crate::vcpu::VcpuError;
+use vcpu_engine::irq::ChipHost;
+use vcpu_engine::vcpu::VcpuError;
+use vcpu_engine::EngineError;
 // `::devices` is the devices crate; `devices` here is `devices.rs`.
 use ::devices::irqchip::{GuestCpu, IrqChip};
 use ::devices::serial::SerialConsole;

@@ -7,7 +7,6 @@
 //! carries out between two waits for the stop, answering on a channel.
 
 use crate::results::ResultsLog;
-use crate::vcpu::VcpuExitReason;
 use devices::debug_exit::debug_exit_status;
 use devices::{Marker, RecordError, ResultRecord, StopRequest, VmEventSink};
 use std::collections::VecDeque;
@@ -15,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+use vcpu_engine::vcpu::VcpuExitReason;
 
 /// Why a VM stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]

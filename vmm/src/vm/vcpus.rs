@@ -5,12 +5,12 @@
 //! statistics.
 
 use super::{Vm, VmError};
-use crate::engine::irq::{InterruptSource, NoInterrupts};
-use crate::engine::stats::VcpuSchedStats;
-use crate::engine::{Engine, VmSchedSpec, VmSlot};
-use crate::vcpu::{VcpuExitHandler, VcpuHandle, VcpuOutcome, VcpuRunner};
 use std::sync::Arc;
 use std::time::Duration;
+use vcpu_engine::irq::{InterruptSource, NoInterrupts};
+use vcpu_engine::stats::VcpuSchedStats;
+use vcpu_engine::vcpu::{VcpuExitHandler, VcpuHandle, VcpuOutcome, VcpuRunner};
+use vcpu_engine::{Engine, VmSchedSpec, VmSlot};
 
 /// How long a stopping VM waits for its vCPUs to leave their CPUs.
 const VCPU_STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -84,7 +84,7 @@ impl Vm {
                     name: self.spec.name.clone(),
                     class: self.spec.class,
                     priority: self.spec.priority,
-                    shares: self.spec.shares,
+                    shares: self.spec.shares.to_engine(),
                     cpus: self.spec.cpus.clone(),
                 };
                 let handler: Arc<dyn VcpuExitHandler> = self.handler.clone();
@@ -113,7 +113,7 @@ impl Vm {
         match &mut self.vcpus {
             Some(RunningVcpus::Host(handles)) => {
                 for h in handles.iter_mut() {
-                    if h.state() == crate::vcpu::VcpuState::Running {
+                    if h.state() == vcpu_engine::vcpu::VcpuState::Running {
                         h.pause(timeout)?;
                     }
                 }
@@ -129,7 +129,7 @@ impl Vm {
         match &mut self.vcpus {
             Some(RunningVcpus::Host(handles)) => {
                 for h in handles.iter_mut() {
-                    if h.state() == crate::vcpu::VcpuState::Paused {
+                    if h.state() == vcpu_engine::vcpu::VcpuState::Paused {
                         h.resume(timeout)?;
                     }
                 }

@@ -6,6 +6,7 @@
 
 use super::HaikuScheduler;
 use crate::entity::{Entity, QueueRef, RunState};
+use crate::mode::rotation_target;
 use crate::placement::Candidate;
 use crate::run_queue::QueueEntry;
 use crate::{CoreId, CpuId, EntityId, LlcId, Nanos, SchedClass, WakeDecision};
@@ -289,7 +290,13 @@ impl HaikuScheduler {
             return QueueRef::Pinned(cpu);
         }
         let c = self.candidate(e, id, Some(cpu), now);
-        let target = self.ops().rebalance(&self.m, &c, core, self.tun());
+        let mut target = self.ops().rebalance(&self.m, &c, core, self.tun());
+        let mut rotated = false;
+        if target == core {
+            if let Some(other) = rotation_target(&self.m, &c, core, e.core_since, self.tun()) {
+                (target, rotated) = (other, true);
+            }
+        }
         // Never away from an idle sibling, never onto a core with an idle
         // CPU: nobody would kick those CPUs for it.
         let has_idle = |k: CoreId| {
@@ -303,6 +310,9 @@ impl HaikuScheduler {
             && !has_idle(target)
             && !has_idle(core)
         {
+            if rotated {
+                self.m.note_rotation(core, target, now);
+            }
             QueueRef::Core(target)
         } else {
             QueueRef::Core(core)

@@ -2,23 +2,129 @@
 //! which host CPU, for how long, and when it moves; the engine carries the
 //! decisions out on real KVM vCPUs.
 //!
+//! Pacer's VMM (`vmm`) is one user of this crate; any VMM that owns its
+//! KVM vCPUs (`kvm_ioctls::VcpuFd`) can be another. The crate sits between
+//! the scheduler and the VMM: `vcpu_sched` <- `vcpu_engine` <- VMM, and
+//! uses `devices` only for the glue to Pacer's own LAPIC/IOAPIC model
+//! ([`ChipHost`]).
+//!
+//! # The API in brief
+//!
+//! - Build one [`Engine`] per process run: [`Engine::new`] with an
+//!   [`EngineConfig`] (policy, mode, tunables, [`DispatchKind`], halt
+//!   polling, an optional [`trace::Trace`]) over a [`CpuMap`] of the host
+//!   CPUs it may use ([`CpuMap::from_host`], [`host_cpus::online_cpus`]).
+//! - Register a VM with a [`VmSchedSpec`] (name, [`vcpu_sched::SchedClass`],
+//!   priority, [`Shares`], core set), its interrupt controller (an
+//!   [`InterruptSource`]; [`ChipHost`] for Pacer's LAPIC/IOAPIC,
+//!   [`NoInterrupts`] for none) and its exit handler (a
+//!   [`VcpuExitHandler`]: port I/O, MMIO, MSRs, the VM-wide stop):
+//!   - [`Engine::add_vm_gated`]: the VMM keeps its own vCPU threads; each
+//!     runs [`run_vcpu_loop`] with its [`VcpuRunner`] (the `VcpuFd` plus
+//!     exit dispatch) and the [`EngineGate`] of its vCPU, which is the gate
+//!     around every KVM_RUN (park until dispatched, inject, give the CPU
+//!     back at the slice's end, on a halt, a yield or a preemption);
+//!   - or [`Engine::add_vm`]: hand over the runners and the engine makes
+//!     the threads (or, with [`DispatchKind::Workers`], runs the vCPUs on
+//!     per-CPU workers).
+//! - [`Engine::start_vm`] lets the boot vCPU run (the others wait for a
+//!   start-up IPI from the interrupt controller).
+//! - The interrupt controller calls [`Engine::notify`] when something
+//!   becomes pending for a vCPU: a halted vCPU is woken through the
+//!   scheduler's wake path, a running one kicked so the interrupt goes in
+//!   at once. Guest timer deadlines go to [`Engine::set_guest_timer`];
+//!   when one expires the engine calls [`InterruptSource::timer_expired`].
+//! - [`Engine::pause_vm`], [`Engine::resume_vm`]; once the VM's handler
+//!   reports [`VcpuExitHandler::stopping`], [`Engine::finish_vm`] takes the
+//!   VM out and returns each vCPU's [`FinishedVcpu`] (exit reason and
+//!   counters, [`VcpuSchedStats`]); [`Engine::shutdown`] at the end.
+//! - Statistics while running: [`Engine::snapshot`] (the scheduler's
+//!   counters), [`Engine::vcpus_now`], [`Engine::vcpus_engine_now`],
+//!   [`Engine::census`]; changes while running: [`Engine::set_vcpu_affinity`],
+//!   [`Engine::set_vcpu_priority`], [`Engine::set_mode`], ... .
+//! - [`thread_hook::set_thread_start_hook`] runs the VMM's code (a seccomp
+//!   filter) at the start of every thread the engine starts.
+//!
+//! The interrupt controller is behind [`InterruptSource`], so a VMM with
+//! another user-space controller implements that trait; KVM's in-kernel
+//! irqchip (where KVM handles HLT itself) is not supported yet: the engine
+//! relies on HLT exiting to user space.
+//!
+//! # A VMM's vCPU loop
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use vcpu_engine::{
+//!     run_vcpu_loop, CpuMap, Engine, EngineConfig, NoInterrupts, Shares, VcpuExitHandler,
+//!     VcpuExitReason, VcpuRunner, VmSchedSpec,
+//! };
+//!
+//! /// The VMM's devices, as the engine's vCPU loop calls them.
+//! struct Devices;
+//! impl VcpuExitHandler for Devices {
+//!     fn pio_in(&self, _vcpu: u32, _port: u16, data: &mut [u8]) { data.fill(0xff) }
+//!     fn pio_out(&self, _vcpu: u32, _port: u16, _data: &[u8]) {}
+//!     fn mmio_read(&self, _vcpu: u32, _addr: u64, data: &mut [u8]) { data.fill(0xff) }
+//!     fn mmio_write(&self, _vcpu: u32, _addr: u64, _data: &[u8]) {}
+//!     fn stopping(&self) -> bool { false }
+//!     fn vcpu_failed(&self, vcpu: u32, reason: &VcpuExitReason) {
+//!         eprintln!("vcpu{vcpu}: {reason}");
+//!     }
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let cpus = vcpu_engine::host_cpus::online_cpus()?;
+//! let engine = Engine::new(EngineConfig::default(), CpuMap::from_host(&cpus)?)?;
+//!
+//! let kvm = kvm_ioctls::Kvm::new()?;
+//! let vm = kvm.create_vm()?;
+//! // ... guest memory, registers: the VMM's business ...
+//! let handler = Arc::new(Devices);
+//! let spec = VmSchedSpec {
+//!     name: "vm0".into(),
+//!     class: vcpu_engine::vcpu_sched::SchedClass::Timeshare,
+//!     priority: 10,
+//!     shares: Shares::default(),
+//!     cpus: cpus.clone(),
+//! };
+//! let (slot, gates) = engine.add_vm_gated(&spec, 2, Arc::new(NoInterrupts), handler.clone())?;
+//! let mut threads = Vec::new();
+//! for mut gate in gates {
+//!     // The VMM's own vCPU thread: its VcpuFd, the engine's gate.
+//!     let mut runner = VcpuRunner::new(gate.index(), vm.create_vcpu(gate.index().into())?, handler.clone());
+//!     threads.push(std::thread::spawn(move || run_vcpu_loop(&mut runner, &mut gate)));
+//! }
+//! engine.start_vm(slot);
+//! // ... the interrupt controller calls engine.notify(slot, vcpu) ...
+//! // Once `handler.stopping()` is true:
+//! for v in engine.finish_vm(slot, std::time::Duration::from_secs(10)) {
+//!     println!("{} exits, {} ns run", v.outcome.stats.exits, v.sched.run_ns);
+//! }
+//! for t in threads {
+//!     t.join().ok();
+//! }
+//! engine.shutdown();
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # How it works
 //!
 //! Every vCPU of every VM of the run is an entity of one scheduler
 //! (`vcpu_sched`, built for the configured policy over the topology of
 //! `[host] cpus`; [`cpu_map`] keeps the one mapping between the OS's CPU
-//! numbers and the scheduler's). Each scheduled host CPU ([`cpu::CpuSlot`])
+//! numbers and the scheduler's). Each scheduled host CPU (`cpu::CpuSlot`)
 //! runs at most one vCPU at a time; every other vCPU is parked (a condition
 //! variable, never spinning) or halted.
 //!
 //! A dispatched vCPU runs until one of these makes it give the CPU back
-//! ([`dispatch`]):
+//! (`dispatch`):
 //! - its time slice ends: a POSIX timer of the thread that runs it sends
 //!   the kick signal ([`clock::QuantumTimer`]), KVM_RUN returns EINTR, and
 //!   the CPU calls `schedule(QuantumEnd)`. A wake that queues another vCPU
 //!   behind it may bring that end forward (the policy's
 //!   `WakeDecision::shorten_quantum`): the waker's thread re-arms the
-//!   timer ([`cpu::CpuSlot::cut_quantum`]);
+//!   timer (`cpu::CpuSlot::cut_quantum`);
 //! - the scheduler kicks its CPU (a wake that may preempt it): the same
 //!   signal, `schedule(Preempted)`;
 //! - the guest halts with nothing to take: `schedule(Blocked)` — exact,
@@ -31,44 +137,66 @@
 //! the controller calls [`Engine::notify`]: a halted vCPU is woken through
 //! `vcpu_sched`'s wake path (its placement and kick rules); a running one
 //! is kicked out of KVM_RUN so that the interrupt is injected at once. Guest
-//! timers live in one timer thread ([`timers`]) and fire whatever their
+//! timers live in one timer thread (`timers`) and fire whatever their
 //! vCPU is doing. INIT and start-up IPIs move application processors in
 //! and out of [`vcpu_state::RunState::WaitForSipi`].
 //!
 //! Two mechanisms put a dispatched vCPU on its CPU ([`DispatchKind`]): a
 //! thread per vCPU that is bound to the CPU and handed the CPU by the
-//! previous owner ([`threads`]), or a worker thread per CPU that runs
-//! whichever vCPU it is handed ([`workers`]). Both share every decision
+//! previous owner (`threads`), or a worker thread per CPU that runs
+//! whichever vCPU it is handed (`workers`). Both share every decision
 //! above; they differ only in who executes KVM_RUN.
 //!
-//! Lock order: a CPU's `owner` before its turn ([`cpu::CpuSlot::lock_turn`])
+//! Lock order: a CPU's `owner` before its turn (`cpu::CpuSlot::lock_turn`)
 //! and before a vCPU's `ctl`; the scheduler's own
 //! locks are never held across a call out of it; no lock is held while
 //! signalling a thread or calling the interrupt controller.
 
+#![warn(missing_docs)]
+
+#[allow(missing_docs)] // Item docs still to write (issue 24).
 pub mod clock;
-pub mod control;
-pub mod cpu;
+mod control;
+mod cpu;
+#[allow(missing_docs)] // Item docs still to write (issue 24).
 pub mod cpu_map;
-pub mod dispatch;
+mod dispatch;
+#[allow(missing_docs)] // Item docs still to write (issue 24).
+pub mod host_cpus;
+#[allow(missing_docs)] // Item docs still to write (issue 24).
 pub mod irq;
-pub mod policy;
+#[allow(missing_docs)] // Item docs still to write (issue 24).
+pub mod signals;
+#[allow(missing_docs)] // Item docs still to write (issue 24).
 pub mod stats;
-pub mod threads;
-pub mod timers;
-pub mod trace_points;
-pub mod vcpu_state;
-pub mod workers;
+pub mod thread_hook;
+mod threads;
+mod timers;
+#[allow(missing_docs)] // Item docs still to write (issue 24).
+pub mod trace;
+mod trace_points;
+#[allow(missing_docs)] // Item docs still to write (issue 24).
+pub mod vcpu;
+mod vcpu_state;
+mod workers;
+
+pub use self::control::MOVE_TIMEOUT;
+pub use self::cpu_map::CpuMap;
+pub use self::host_cpus::{HostCpu, HostCpuSet};
+pub use self::irq::{ChipHost, InterruptSource, NoInterrupts};
+pub use self::stats::{VcpuEngineNow, VcpuNow, VcpuSchedStats};
+pub use self::threads::EngineGate;
+pub use self::vcpu::{
+    run_vcpu_loop, GateDecision, MsrFault, VcpuExitHandler, VcpuExitReason, VcpuGate, VcpuOutcome,
+    VcpuRunner, VcpuStats, VcpuStep,
+};
+pub use self::vcpu_state::{EngineVcpu, RunState};
+/// The scheduler this engine carries out (its types appear in this API).
+pub use vcpu_sched;
 
 use self::clock::now_ns;
 use self::cpu::CpuSlot;
-use self::cpu_map::CpuMap;
-use self::irq::InterruptSource;
-use self::stats::{VcpuEngineNow, VcpuNow, VcpuSchedStats};
 use self::timers::{TimerKey, Timers};
-use self::vcpu_state::{EngineVcpu, RunState};
-use crate::host_cpus::HostCpuSet;
-use crate::vcpu::{VcpuExitHandler, VcpuExitReason, VcpuOutcome, VcpuRunner};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -93,6 +221,7 @@ pub enum DispatchKind {
 }
 
 impl DispatchKind {
+    /// The name configs and results use (`threads`, `workers`).
     pub fn as_str(self) -> &'static str {
         match self {
             DispatchKind::Threads => "threads",
@@ -110,28 +239,62 @@ impl fmt::Display for DispatchKind {
 /// Errors of the engine.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// The scheduler refused (a bad spec, too many vCPUs, ...).
     #[error("scheduler: {0}")]
     Sched(#[from] SchedError),
+    /// An engine thread (worker, vCPU thread) could not start.
     #[error("cannot start an engine thread: {0}")]
     Thread(std::io::Error),
+    /// A vCPU thread could not be made.
     #[error("vCPU: {0}")]
     Vcpu(#[from] crate::vcpu::VcpuError),
+    /// A wait for the engine's threads ran out.
     #[error("{what} did not finish within {timeout:?}")]
-    Timeout { what: String, timeout: Duration },
+    Timeout {
+        /// What was waited for.
+        what: String,
+        /// How long.
+        timeout: Duration,
+    },
+    /// [`Engine::add_vm_gated`] on an engine with [`DispatchKind::Workers`].
+    #[error("vCPU threads of the embedder's own need the threads dispatch")]
+    GatesNeedThreads,
 }
 
 /// What the engine is built with.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
+    /// The `vcpu_sched` policy.
     pub policy: PolicyKind,
+    /// The scheduler's mode (low latency or power saving).
     pub mode: Mode,
+    /// Never run vCPUs of different VMs on sibling SMT threads at once.
     pub smt_isolation: bool,
+    /// The policy's tunables.
     pub tunables: Tunables,
+    /// Who executes KVM_RUN for a dispatched vCPU.
     pub dispatch: DispatchKind,
     /// Longest halt-polling window (see [`clock::HaltPoll`]); 0 = off.
     pub halt_poll_ns: u64,
     /// Record what the engine does into this trace (`pacer run --trace`).
     pub trace: Option<crate::trace::Trace>,
+}
+
+impl Default for EngineConfig {
+    /// `vcpu_sched`'s default policy, mode and tunables; threads dispatch,
+    /// no halt polling, no trace.
+    fn default() -> Self {
+        let s = SchedConfig::default();
+        EngineConfig {
+            policy: s.policy,
+            mode: s.mode,
+            smt_isolation: s.smt_isolation,
+            tunables: s.tunables,
+            dispatch: DispatchKind::Threads,
+            halt_poll_ns: 0,
+            trace: None,
+        }
+    }
 }
 
 impl EngineConfig {
@@ -150,42 +313,103 @@ impl EngineConfig {
 /// How a VM's vCPUs are to be scheduled.
 #[derive(Debug, Clone)]
 pub struct VmSchedSpec {
+    /// How logs, statistics and traces name the VM (`<name>/vcpu<N>`).
     pub name: String,
+    /// Its vCPUs' scheduling class.
     pub class: SchedClass,
+    /// Their base priority within the class (timeshare 1..=99,
+    /// realtime 100..=120).
     pub priority: u8,
     /// Operator shares of each vCPU (weight, cap, reservation).
-    pub shares: crate::sched_rules::Shares,
+    pub shares: Shares,
     /// The VM's core set.
     pub cpus: HostCpuSet,
 }
 
-/// One VM of the engine.
+/// A VM's operator shares as each of its vCPUs gets them
+/// (`vcpu_sched::shares`): weight, cap and reservation in per mille of one
+/// CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Shares {
+    /// Relative weight, 1..=10000 (default 100, as cgroups' `cpu.weight`).
+    pub weight: u32,
+    /// Most CPU time per period, per mille of one CPU (`None`: no cap).
+    pub cap: Option<u32>,
+    /// CPU time guaranteed per period, per mille of one CPU (0: none).
+    pub reservation: u32,
+}
+
+impl Default for Shares {
+    fn default() -> Self {
+        Shares {
+            weight: vcpu_sched::shares::DEFAULT_WEIGHT,
+            cap: None,
+            reservation: 0,
+        }
+    }
+}
+
+/// One VM of the engine (see [`Engine::vm_named`], [`Engine::live_vms`]).
 pub struct EngineVm {
-    pub id: VmId,
+    pub(crate) id: VmId,
     /// How traces name it (VMs in order of arrival).
-    pub trace_id: u16,
-    pub name: String,
-    pub vcpus: Vec<Arc<EngineVcpu>>,
-    pub irq: Arc<dyn InterruptSource>,
-    pub handler: Arc<dyn VcpuExitHandler>,
+    pub(crate) trace_id: u16,
+    pub(crate) name: String,
+    pub(crate) vcpus: Vec<Arc<EngineVcpu>>,
+    pub(crate) irq: Arc<dyn InterruptSource>,
+    pub(crate) handler: Arc<dyn VcpuExitHandler>,
     paused: AtomicBool,
+    /// Its vCPUs' threads are the embedder's ([`Engine::add_vm_gated`]):
+    /// each leaves its outcome in its [`EngineVcpu`] as its gate exits.
+    external: bool,
     threads: Mutex<Vec<JoinHandle<VcpuOutcome>>>,
 }
 
 impl EngineVm {
+    /// Whether the VM is paused ([`Engine::pause_vm`]).
     pub fn is_paused(&self) -> bool {
         self.paused.load(Ordering::Acquire)
+    }
+
+    /// The scheduler's id of the VM.
+    pub fn id(&self) -> VmId {
+        self.id
+    }
+
+    /// Its name (from [`VmSchedSpec::name`]).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its vCPUs, by index.
+    pub fn vcpus(&self) -> &[Arc<EngineVcpu>] {
+        &self.vcpus
+    }
+
+    /// How traces name it (VMs in order of arrival, from 0).
+    pub fn trace_id(&self) -> u16 {
+        self.trace_id
     }
 }
 
 /// A handle on a VM added to the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct VmSlot(pub usize);
+pub struct VmSlot(usize);
+
+impl VmSlot {
+    /// The slot's index among the engine's VMs (reused after
+    /// [`Engine::finish_vm`]).
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
 
 /// What a VM's vCPUs leave behind when the VM is finished.
 #[derive(Debug, Clone)]
 pub struct FinishedVcpu {
+    /// Why its loop ended, and its exit counters.
     pub outcome: VcpuOutcome,
+    /// What the scheduler and the engine counted for it.
     pub sched: VcpuSchedStats,
 }
 
@@ -265,10 +489,12 @@ impl Engine {
         Ok(engine)
     }
 
+    /// The scheduler policy's name.
     pub fn policy_name(&self) -> &'static str {
         self.sched.name()
     }
 
+    /// How dispatched vCPUs are put on their CPUs.
     pub fn dispatch_kind(&self) -> DispatchKind {
         self.dispatch
     }
@@ -277,6 +503,7 @@ impl Engine {
         clock::HaltPoll::new(self.halt_poll_ns)
     }
 
+    /// The host CPUs the engine schedules, and their numbering.
     pub fn cpu_map(&self) -> &CpuMap {
         &self.cpus
     }
@@ -332,14 +559,71 @@ impl Engine {
         irq: Arc<dyn InterruptSource>,
         handler: Arc<dyn VcpuExitHandler>,
     ) -> Result<VmSlot, EngineError> {
+        let indices: Vec<u32> = runners.iter().map(|r| r.index).collect();
+        let (slot, vm) = self.register_vm(spec, &indices, irq, handler, false)?;
+        match self.dispatch {
+            DispatchKind::Threads => {
+                let mut handles = Vec::new();
+                for (runner, v) in runners.into_iter().zip(&vm.vcpus) {
+                    handles.push(threads::spawn(&self.arc(), &vm, v, runner)?);
+                }
+                *vm.threads.lock().unwrap_or_else(|p| p.into_inner()) = handles;
+            }
+            DispatchKind::Workers => {
+                for (runner, v) in runners.into_iter().zip(&vm.vcpus) {
+                    *v.runner.lock().unwrap_or_else(|p| p.into_inner()) = Some(runner);
+                }
+            }
+        }
+        Ok(slot)
+    }
+
+    /// Register a VM of `vcpus` vCPUs (indices `0..vcpus`, 0 the boot
+    /// vCPU) whose threads the caller owns: one [`EngineGate`] per vCPU,
+    /// in index order. Each vCPU thread runs
+    /// [`run_vcpu_loop`]`(&mut runner, &mut gate)` with the [`VcpuRunner`]
+    /// of the same index; the gate parks the thread until the scheduler
+    /// dispatches its vCPU, binds it to the CPU, arms its quantum, injects
+    /// its interrupts and gives the CPU back when the vCPU halts, yields or
+    /// is preempted. Needs [`DispatchKind::Threads`] (workers run vCPUs on
+    /// threads of their own).
+    pub fn add_vm_gated(
+        &self,
+        spec: &VmSchedSpec,
+        vcpus: u32,
+        irq: Arc<dyn InterruptSource>,
+        handler: Arc<dyn VcpuExitHandler>,
+    ) -> Result<(VmSlot, Vec<EngineGate>), EngineError> {
+        if self.dispatch != DispatchKind::Threads {
+            return Err(EngineError::GatesNeedThreads);
+        }
+        let indices: Vec<u32> = (0..vcpus).collect();
+        let (slot, vm) = self.register_vm(spec, &indices, irq, handler, true)?;
+        let gates = vm
+            .vcpus
+            .iter()
+            .map(|v| EngineGate::new(&self.arc(), &vm, v))
+            .collect();
+        Ok((slot, gates))
+    }
+
+    /// Add a VM's vCPUs (`indices`) to the scheduler and the engine.
+    fn register_vm(
+        &self,
+        spec: &VmSchedSpec,
+        indices: &[u32],
+        irq: Arc<dyn InterruptSource>,
+        handler: Arc<dyn VcpuExitHandler>,
+        external: bool,
+    ) -> Result<(VmSlot, Arc<EngineVm>), EngineError> {
         let affinity = self.cpus.affinity(&spec.cpus);
         let now = now_ns();
         let mut vms = self.vms.write().unwrap_or_else(|p| p.into_inner());
         let slot = vms.iter().position(Option::is_none).unwrap_or(vms.len());
         let vm_id = VmId(slot as u32);
         let trace_id = self.next_trace_vm.fetch_add(1, Ordering::Relaxed);
-        let mut vcpus = Vec::with_capacity(runners.len());
-        for runner in &runners {
+        let mut vcpus = Vec::with_capacity(indices.len());
+        for &index in indices {
             let entity = match self
                 .sched
                 .add_entity(
@@ -362,7 +646,7 @@ impl Engine {
                     return Err(e.into());
                 }
             };
-            let initial = if runner.index == 0 {
+            let initial = if index == 0 {
                 RunState::Halted {
                     interruptible: false,
                 }
@@ -372,12 +656,12 @@ impl Engine {
             let v = Arc::new(EngineVcpu::new(
                 slot,
                 trace_id,
-                runner.index,
+                index,
                 entity,
-                format!("{}/vcpu{}", spec.name, runner.index),
+                format!("{}/vcpu{}", spec.name, index),
                 initial,
             ));
-            v.ctl().awaiting_sipi = runner.index != 0;
+            v.ctl().awaiting_sipi = index != 0;
             vcpus.push(v);
         }
         {
@@ -410,6 +694,7 @@ impl Engine {
             irq,
             handler,
             paused: AtomicBool::new(false),
+            external,
             threads: Mutex::new(Vec::new()),
         });
         if slot == vms.len() {
@@ -417,22 +702,7 @@ impl Engine {
         } else {
             vms[slot] = Some(vm.clone());
         }
-        drop(vms);
-        match self.dispatch {
-            DispatchKind::Threads => {
-                let mut handles = Vec::new();
-                for (runner, v) in runners.into_iter().zip(&vm.vcpus) {
-                    handles.push(threads::spawn(&self.arc(), &vm, v, runner)?);
-                }
-                *vm.threads.lock().unwrap_or_else(|p| p.into_inner()) = handles;
-            }
-            DispatchKind::Workers => {
-                for (runner, v) in runners.into_iter().zip(&vm.vcpus) {
-                    *v.runner.lock().unwrap_or_else(|p| p.into_inner()) = Some(runner);
-                }
-            }
-        }
-        Ok(VmSlot(slot))
+        Ok((VmSlot(slot), vm))
     }
 
     /// Let the VM's boot vCPU run.
@@ -489,10 +759,10 @@ impl Engine {
     fn apply_shares(
         &self,
         e: vcpu_sched::EntityId,
-        shares: &crate::sched_rules::Shares,
+        shares: &Shares,
         now: u64,
     ) -> Result<(), SchedError> {
-        let d = crate::sched_rules::Shares::default();
+        let d = Shares::default();
         if shares.weight != d.weight {
             self.sched.set_weight(e, shares.weight, now)?;
         }
@@ -634,6 +904,11 @@ impl Engine {
             log::error!("[{}] {e}", vm.name);
         }
         let outcomes: Vec<VcpuOutcome> = match self.dispatch {
+            DispatchKind::Threads if vm.external => vm
+                .vcpus
+                .iter()
+                .map(|v| threads::take_outcome(v, timeout))
+                .collect(),
             DispatchKind::Threads => {
                 let handles =
                     std::mem::take(&mut *vm.threads.lock().unwrap_or_else(|p| p.into_inner()));
@@ -756,9 +1031,13 @@ impl Engine {
 /// vCPUs by run state (see [`Engine::census`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Census {
+    /// Live VMs.
     pub vms: usize,
+    /// vCPUs on a CPU.
     pub running: usize,
+    /// vCPUs queued for a CPU.
     pub ready: usize,
+    /// vCPUs halted, waiting for an interrupt.
     pub halted: usize,
     /// Waiting for a start-up IPI, paused, or leaving.
     pub other: usize,

@@ -2,7 +2,7 @@
 //! `/sys/devices/system/cpu/cpuN`), kept apart from the scheduler's
 //! [`vcpu_sched::CpuId`], which is a dense index into the topology Pacer
 //! schedules on. The one mapping between the two lives in the engine
-//! ([`crate::engine::cpu_map`]).
+//! (`crate::engine::cpu_map`).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;

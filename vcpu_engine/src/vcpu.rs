@@ -543,7 +543,7 @@ pub struct VcpuOutcome {
     pub stats: VcpuStats,
     /// The kernel's scheduling counters of the thread, read just before it
     /// ended (what `policy = "host"` reports).
-    pub thread_sched: crate::engine::stats::VcpuSchedStats,
+    pub thread_sched: crate::stats::VcpuSchedStats,
 }
 
 /// The vCPU loop: ask the gate, run once, repeat. Reports a fatal reason to
@@ -574,12 +574,12 @@ pub fn spawn_vcpu_thread<G: VcpuGate + 'static>(
     std::thread::Builder::new()
         .name(name.clone())
         .spawn(move || {
-            crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Vcpu);
+            crate::thread_hook::thread_started(crate::thread_hook::EngineThread::Vcpu);
             signals::set_current_kvm_run(runner.kvm_run_ptr());
             let reason = run_vcpu_loop(&mut runner, &mut gate);
             signals::set_current_kvm_run(std::ptr::null_mut());
             let thread_sched =
-                crate::engine::stats::VcpuSchedStats::from_host_thread(signals::current_tid());
+                crate::stats::VcpuSchedStats::from_host_thread(signals::current_tid());
             on_exit(&reason);
             VcpuOutcome {
                 reason,

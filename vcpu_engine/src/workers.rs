@@ -46,7 +46,7 @@ fn worker(engine: &Engine, i: usize) {
             return;
         }
     };
-    crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Vcpu);
+    crate::thread_hook::thread_started(crate::thread_hook::EngineThread::Vcpu);
     let tid = current_tid();
     let mut poll = engine.halt_poll();
     let mut reason = StopReason::Idle;

@@ -70,7 +70,7 @@ impl Timers {
                         std::io::Error::last_os_error()
                     );
                 }
-                crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Timers);
+                crate::thread_hook::thread_started(crate::thread_hook::EngineThread::Timers);
                 run(&s, &on_fire)
             })?;
         Ok(Timers {
@@ -104,6 +104,7 @@ impl Timers {
     }
 
     /// Number of armed keys.
+    #[cfg(test)]
     pub fn armed(&self) -> usize {
         self.lock().armed.len()
     }

@@ -23,6 +23,7 @@ use crate::vcpu::{
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 use vcpu_sched::CpuId;
 
 /// The current turn of a dispatched vCPU (its slice ends at its CPU's
@@ -57,6 +58,98 @@ pub fn spawn(
         poll: engine.halt_poll(),
     };
     Ok(spawn_vcpu_thread(&vm.name, runner, gate, |_| {})?)
+}
+
+/// The gate of one vCPU whose thread the embedding VMM owns
+/// ([`Engine::add_vm_gated`]): hand it to
+/// [`run_vcpu_loop`](crate::vcpu::run_vcpu_loop) on that thread, with the
+/// vCPU's [`VcpuRunner`]. Before every KVM_RUN it parks the thread until
+/// the scheduler dispatches the vCPU (binding the thread to the CPU it is
+/// given), injects what the interrupt controller has pending, and gives
+/// the CPU back when the vCPU's slice ends, it is preempted, halts or
+/// yields. It answers [`GateDecision::Exit`] once the VM is finished
+/// ([`Engine::finish_vm`]) or the vCPU failed.
+///
+/// The thread must not block the kick signal
+/// ([`crate::signals::kick_signal`]): the quantum timer and the
+/// scheduler's kicks take the vCPU out of KVM_RUN with it.
+pub struct EngineGate {
+    gate: ThreadGate,
+    started: bool,
+}
+
+impl EngineGate {
+    pub(crate) fn new(engine: &Arc<Engine>, vm: &Arc<EngineVm>, v: &Arc<EngineVcpu>) -> Self {
+        EngineGate {
+            gate: ThreadGate {
+                engine: engine.clone(),
+                vm: vm.clone(),
+                vcpu: v.clone(),
+                turn: None,
+                timer: None,
+                poll: engine.halt_poll(),
+            },
+            started: false,
+        }
+    }
+
+    /// The index of the vCPU this gate is for (give it the runner of the
+    /// same index).
+    pub fn index(&self) -> u32 {
+        self.gate.vcpu.index
+    }
+}
+
+impl VcpuGate for EngineGate {
+    fn next(&mut self, runner: &mut VcpuRunner, last: VcpuStep) -> GateDecision {
+        if !self.started {
+            // The kick handler makes KVM_RUN return at once when a kick
+            // lands just before the entry (`signals`).
+            crate::signals::set_current_kvm_run(runner.kvm_run_ptr());
+            self.started = true;
+        }
+        let d = self.gate.next(runner, last);
+        if let GateDecision::Exit(reason) = &d {
+            crate::signals::set_current_kvm_run(std::ptr::null_mut());
+            self.started = false;
+            *self
+                .gate
+                .vcpu
+                .outcome
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(VcpuOutcome {
+                reason: reason.clone(),
+                stats: runner.stats,
+                thread_sched: crate::stats::VcpuSchedStats::from_host_thread(current_tid()),
+            });
+        }
+        d
+    }
+}
+
+/// The outcome the gate of `v` left ([`EngineGate`]), waiting up to
+/// `timeout` for its thread to leave the loop.
+pub(crate) fn take_outcome(v: &EngineVcpu, timeout: Duration) -> VcpuOutcome {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(o) = v.outcome.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return o;
+        }
+        if Instant::now() >= deadline {
+            log::error!(
+                "{}: its thread did not leave its gate within {timeout:?}",
+                v.name
+            );
+            return VcpuOutcome {
+                reason: VcpuExitReason::Unhandled {
+                    exit: "vCPU thread still in its gate at VM stop".into(),
+                },
+                stats: Default::default(),
+                thread_sched: Default::default(),
+            };
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
 }
 
 impl ThreadGate {

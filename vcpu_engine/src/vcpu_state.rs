@@ -19,7 +19,7 @@
 use super::irq::CpuEvents;
 use super::stats::HaltPollStats;
 use crate::host_cpus::{HostCpu, HostCpuSet};
-use crate::vcpu::{VcpuExitReason, VcpuRunner};
+use crate::vcpu::{VcpuExitReason, VcpuOutcome, VcpuRunner};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use vcpu_sched::{CpuId, EntityId};
@@ -30,10 +30,16 @@ pub enum RunState {
     /// Runnable and queued in the scheduler.
     Ready,
     /// Dispatched on a CPU; that CPU's executor runs it.
-    Running { cpu: CpuId },
+    Running {
+        /// The scheduler's CPU it runs on.
+        cpu: CpuId,
+    },
     /// The guest halted. `interruptible`: it halted with IF set, so a fixed
     /// interrupt wakes it; otherwise only NMI, INIT or SIPI do.
-    Halted { interruptible: bool },
+    Halted {
+        /// Whether a fixed interrupt wakes it.
+        interruptible: bool,
+    },
     /// An application processor before its start-up IPI (after INIT).
     WaitForSipi,
     /// Runnable, but its VM is paused: blocked until resumed.
@@ -76,14 +82,14 @@ pub struct VcpuCtl {
 /// One vCPU of the engine.
 pub struct EngineVcpu {
     /// Index of its VM in the engine.
-    pub vm: usize,
+    pub(crate) vm: usize,
     /// Its VM's trace id (see `trace_points.rs`).
-    pub trace_vm: u16,
+    pub(crate) trace_vm: u16,
     /// Its index in the VM (and APIC id).
-    pub index: u32,
-    pub entity: EntityId,
+    pub(crate) index: u32,
+    pub(crate) entity: EntityId,
     /// `<vm>/vcpu<N>`.
-    pub name: String,
+    pub(crate) name: String,
     ctl: Mutex<VcpuCtl>,
     /// Signalled on every state change (a parked vCPU thread waits here).
     changed: Condvar,
@@ -92,15 +98,18 @@ pub struct EngineVcpu {
     settled: AtomicBool,
     /// Kernel thread id of its own thread (threads dispatch), 0 before it
     /// starts.
-    pub tid: AtomicI32,
+    pub(crate) tid: AtomicI32,
     /// The KVM vCPU while no executor holds it (workers dispatch).
-    pub runner: Mutex<Option<VcpuRunner>>,
+    pub(crate) runner: Mutex<Option<VcpuRunner>>,
+    /// What its loop ended with, left by the gate of a thread the
+    /// embedder owns ([`crate::Engine::add_vm_gated`]).
+    pub(crate) outcome: Mutex<Option<VcpuOutcome>>,
     /// Halt polling after its blocks (see [`HaltPollCounters`]).
-    pub halt_poll: HaltPollCounters,
+    pub(crate) halt_poll: HaltPollCounters,
     /// When it was last dispatched (CLOCK_MONOTONIC ns; stored before its
     /// state says Running): how long a block lasted until the work came,
     /// which its thread's own wake-up latency must not lengthen.
-    pub dispatched_at: AtomicU64,
+    pub(crate) dispatched_at: AtomicU64,
 }
 
 /// The halt polls after a vCPU's blocks: its own thread's (threads
@@ -130,7 +139,22 @@ impl HaltPollCounters {
 }
 
 impl EngineVcpu {
-    pub fn new(
+    /// Its index in its VM (and APIC id).
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Its scheduler entity.
+    pub fn entity(&self) -> EntityId {
+        self.entity
+    }
+
+    /// `<vm>/vcpu<N>`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn new(
         vm: usize,
         trace_vm: u16,
         index: u32,
@@ -157,15 +181,17 @@ impl EngineVcpu {
             settled: AtomicBool::new(false),
             tid: AtomicI32::new(0),
             runner: Mutex::new(None),
+            outcome: Mutex::new(None),
             halt_poll: HaltPollCounters::default(),
             dispatched_at: AtomicU64::new(0),
         }
     }
 
-    pub fn ctl(&self) -> MutexGuard<'_, VcpuCtl> {
+    pub(crate) fn ctl(&self) -> MutexGuard<'_, VcpuCtl> {
         self.ctl.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Where it is in its life now.
     pub fn state(&self) -> RunState {
         self.ctl().state
     }
@@ -208,6 +234,8 @@ impl EngineVcpu {
         ctl
     }
 
+    /// The kernel thread id of its own thread (threads dispatch), 0
+    /// before that thread starts.
     pub fn thread_id(&self) -> i32 {
         self.tid.load(Ordering::Acquire)
     }

@@ -1,6 +1,6 @@
 //! The trace file: a header, then frames, each a tag, a length and a
 //! payload. Written by the drain thread ([`super::tracer`]), read by
-//! [`super::read`].
+//! `super::read`.
 //!
 //! ```text
 //! header   "PACERTRC"  u32 version (1)  u32 0

@@ -17,9 +17,9 @@
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-use vmm::engine::clock::thread_cpu_ns;
-use vmm::trace::format::RunMeta;
-use vmm::trace::{Event, StopWhy, Trace, TraceConfig, Tracer, VcpuRef};
+use vcpu_engine::clock::thread_cpu_ns;
+use vcpu_engine::trace::format::RunMeta;
+use vcpu_engine::trace::{Event, StopWhy, Trace, TraceConfig, Tracer, VcpuRef};
 
 fn record(t: Option<&Trace>, make: impl FnOnce() -> Event) {
     if let Some(t) = t {

@@ -229,7 +229,7 @@ impl CpuSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::clock::now_ns;
+    use crate::clock::now_ns;
     use crate::signals::{register_kick_handler, set_current_kvm_run};
     use kvm_bindings::kvm_run;
 

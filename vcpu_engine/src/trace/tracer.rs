@@ -117,7 +117,7 @@ impl Trace {
     /// Record `event` now.
     #[inline]
     pub fn emit(&self, event: Event) {
-        let r = Record::new(crate::engine::clock::now_ns(), &event);
+        let r = Record::new(crate::clock::now_ns(), &event);
         self.push(r);
     }
 
@@ -215,7 +215,7 @@ impl Tracer {
         let thread = std::thread::Builder::new()
             .name("pacer/trace".into())
             .spawn(move || {
-                crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Trace);
+                crate::thread_hook::thread_started(crate::thread_hook::EngineThread::Trace);
                 drain_loop(&drain_inner, out, every)
             })
             .map_err(TraceError::Thread)?;
@@ -400,7 +400,7 @@ fn drain_once(inner: &Inner, d: &mut Drain, out: &mut Out) -> std::io::Result<()
         let seen = d.lost_seen.entry(id).or_insert(0);
         if lost > *seen {
             d.buf.push(Record::new(
-                crate::engine::clock::now_ns(),
+                crate::clock::now_ns(),
                 &Event::Lost {
                     count: lost - *seen,
                 },
@@ -419,75 +419,4 @@ fn drain_once(inner: &Inner, d: &mut Drain, out: &mut Out) -> std::io::Result<()
     }
     out.records(&d.buf)?;
     out.w.flush()
-}
-
-#[cfg(test)]
-pub(crate) mod tests_support {
-    use super::*;
-
-    /// A run on a 2-CPU topology.
-    pub(crate) fn run_meta() -> RunMeta {
-        RunMeta {
-            policy: "haiku".into(),
-            mode: "low-latency".into(),
-            dispatch: "threads".into(),
-            topology: vcpu_sched::Topology::from_spec("1x2x1").unwrap(),
-            start_ns: 0,
-            config: None,
-            sched: None,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::tests_support::run_meta;
-    use super::*;
-    use crate::trace::record::VcpuRef;
-
-    #[test]
-    fn events_from_several_threads_reach_the_file_with_their_losses() {
-        let dir = std::env::temp_dir().join(format!("pacer-tracer-{}", std::process::id()));
-        let path = dir.join("t.trace");
-        let config = TraceConfig {
-            path: path.clone(),
-            ring_capacity: 16,
-            // Long enough that the threads fill their rings first.
-            drain_every: Duration::from_secs(3600),
-        };
-        let tracer = Tracer::start(&config, run_meta()).unwrap();
-        let v = VcpuRef { vm: 0, vcpu: 0 };
-        let threads: Vec<_> = (0..3u16)
-            .map(|i| {
-                let t = tracer.trace();
-                std::thread::Builder::new()
-                    .name(format!("writer{i}"))
-                    .spawn(move || {
-                        for _ in 0..(10 + 10 * i) {
-                            t.emit(Event::Park { vcpu: v });
-                        }
-                    })
-                    .unwrap()
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        let totals = tracer.finish().unwrap();
-        // 10, 20 and 30 events into rings of 16: 10 + 16 + 16 kept.
-        assert_eq!(totals.lost, 4 + 14);
-        let file = crate::trace::read::TraceFile::read(&path).unwrap();
-        let parks = file
-            .events
-            .iter()
-            .filter(|e| matches!(e.event, Event::Park { .. }))
-            .count();
-        assert_eq!(parks, 42);
-        assert_eq!(file.lost, 18);
-        assert!(file.complete);
-        let mut threads: Vec<&str> = file.rings.iter().map(|r| r.thread.as_str()).collect();
-        threads.sort();
-        assert_eq!(threads, ["writer0", "writer1", "writer2"]);
-        let _ = std::fs::remove_dir_all(dir);
-    }
 }
