@@ -35,12 +35,11 @@ fn main() {
         .unwrap_or(1_000_000);
     let mode = args.next().unwrap_or_else(|| "emit".into());
     let dir = std::env::temp_dir().join(format!("pacer-trace-cost-{}", std::process::id()));
+    let mut config = TraceConfig::new(&dir.join("cost.trace"));
+    config.ring_capacity = (n as usize + 16).max(1 << 10);
+    config.drain_every = Duration::from_secs(3600);
     let tracer = Tracer::start(
-        &TraceConfig {
-            path: dir.join("cost.trace"),
-            ring_capacity: (n as usize + 16).max(1 << 10),
-            drain_every: Duration::from_secs(3600),
-        },
+        &config,
         RunMeta {
             policy: "haiku".into(),
             mode: "low-latency".into(),

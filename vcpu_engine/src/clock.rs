@@ -12,7 +12,9 @@
 
 use crate::signals::{current_tid, kick_signal};
 
-/// Nanoseconds on CLOCK_MONOTONIC.
+/// Nanoseconds on CLOCK_MONOTONIC: the clock of every deadline the engine
+/// takes or gives ([`crate::Engine::set_guest_timer`], the scheduler's
+/// statistics, trace times), so a VMM converts guest time with it.
 pub fn now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -23,7 +25,8 @@ pub fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// CPU time of the calling thread, ns (CLOCK_THREAD_CPUTIME_ID).
+/// CPU time of the calling thread, ns (CLOCK_THREAD_CPUTIME_ID): what the
+/// trace's `thread_cpu_ns` fields hold.
 pub fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -43,13 +46,13 @@ fn timespec(ns: u64) -> libc::timespec {
 
 /// Errors of this module.
 #[derive(Debug, thiserror::Error)]
-pub enum ClockError {
+pub(crate) enum ClockError {
     #[error("cannot create the quantum timer: {0}")]
     Create(std::io::Error),
 }
 
 /// A timer that kicks the thread that created it.
-pub struct QuantumTimer {
+pub(crate) struct QuantumTimer {
     id: libc::timer_t,
 }
 
@@ -62,7 +65,7 @@ unsafe impl Sync for QuantumTimer {}
 
 impl QuantumTimer {
     /// A timer that sends the kick signal to the calling thread.
-    pub fn for_current_thread() -> Result<QuantumTimer, ClockError> {
+    pub(crate) fn for_current_thread() -> Result<QuantumTimer, ClockError> {
         // SAFETY: sigevent is plain data; all-zero is a valid start.
         let mut sev: libc::sigevent = unsafe { std::mem::zeroed() };
         sev.sigev_notify = libc::SIGEV_THREAD_ID;
@@ -80,12 +83,12 @@ impl QuantumTimer {
 
     /// Fire once at `deadline_ns` (absolute, [`now_ns`]'s clock); a
     /// deadline already past fires at once.
-    pub fn arm(&self, deadline_ns: u64) {
+    pub(crate) fn arm(&self, deadline_ns: u64) {
         self.set(timespec(deadline_ns.max(1)));
     }
 
     /// Do not fire.
-    pub fn disarm(&self) {
+    pub(crate) fn disarm(&self) {
         self.set(timespec(0));
     }
 
@@ -184,16 +187,19 @@ mod tests {
 /// (100-500 us on a loaded host) made every block look longer than `max`,
 /// and the window, once at 0, never grew again.
 #[derive(Debug, Clone, Copy)]
-pub struct HaltPoll {
-    pub window_ns: u64,
-    pub max_ns: u64,
+pub(crate) struct HaltPoll {
+    /// The current window (0: no polling).
+    pub(crate) window_ns: u64,
+    /// The longest window (`EngineConfig::halt_poll_ns`; 0: off).
+    pub(crate) max_ns: u64,
 }
 
 impl HaltPoll {
     /// KVM's halt_poll_ns_grow_start.
     const START_NS: u64 = 10_000;
 
-    pub fn new(max_ns: u64) -> HaltPoll {
+    /// No window yet, growing up to `max_ns`.
+    pub(crate) fn new(max_ns: u64) -> HaltPoll {
         HaltPoll {
             window_ns: 0,
             max_ns,
@@ -201,7 +207,7 @@ impl HaltPoll {
     }
 
     /// Spin until `done()` or the window ends; true if `done()` came true.
-    pub fn poll(&self, done: impl Fn() -> bool) -> bool {
+    pub(crate) fn poll(&self, done: impl Fn() -> bool) -> bool {
         if self.window_ns == 0 {
             return done();
         }
@@ -218,7 +224,7 @@ impl HaltPoll {
     }
 
     /// Adapt the window to a block that lasted `blocked_ns`.
-    pub fn adapt(&mut self, blocked_ns: u64) {
+    pub(crate) fn adapt(&mut self, blocked_ns: u64) {
         if self.max_ns == 0 {
             self.window_ns = 0;
         } else if blocked_ns > self.max_ns {

@@ -26,14 +26,18 @@ impl CpuMap {
         CpuMap { topology, to_host }
     }
 
+    /// The scheduler's view of the CPUs: dense [`CpuId`]s with their
+    /// cores, packages and OS numbers.
     pub fn topology(&self) -> &Topology {
         &self.topology
     }
 
+    /// How many CPUs the engine schedules.
     pub fn len(&self) -> usize {
         self.to_host.len()
     }
 
+    /// No CPU at all (an engine cannot be built over it).
     pub fn is_empty(&self) -> bool {
         self.to_host.is_empty()
     }

@@ -1,15 +1,14 @@
 //! Host CPU numbers as the operating system counts them (`taskset`,
 //! `/sys/devices/system/cpu/cpuN`), kept apart from the scheduler's
 //! [`vcpu_sched::CpuId`], which is a dense index into the topology Pacer
-//! schedules on. The one mapping between the two lives in the engine
-//! (`crate::engine::cpu_map`).
+//! schedules on. The one mapping between the two is [`crate::CpuMap`].
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fmt;
 use vcpu_sched::{format_cpu_list, parse_cpu_list, CpuSetError};
 
-/// An OS CPU number.
+/// An OS CPU number (`/sys/devices/system/cpu/cpuN`'s N).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct HostCpu(pub u32);
 
@@ -24,6 +23,7 @@ impl fmt::Display for HostCpu {
 pub struct HostCpuSet(BTreeSet<HostCpu>);
 
 impl HostCpuSet {
+    /// The empty set.
     pub fn new() -> Self {
         Self::default()
     }
@@ -38,27 +38,33 @@ impl HostCpuSet {
         format_cpu_list(self.0.iter().map(|c| c.0))
     }
 
+    /// Add `cpu`.
     pub fn insert(&mut self, cpu: HostCpu) {
         self.0.insert(cpu);
     }
 
+    /// Whether `cpu` is in the set.
     pub fn contains(&self, cpu: HostCpu) -> bool {
         self.0.contains(&cpu)
     }
 
+    /// How many CPUs the set holds.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// No CPU.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    /// Ascending.
+    /// The CPUs in ascending order.
     pub fn iter(&self) -> impl Iterator<Item = HostCpu> + '_ {
         self.0.iter().copied()
     }
 
+    /// Every member is also in `other` (a VM's core set within the
+    /// engine's CPUs).
     pub fn is_subset(&self, other: &HostCpuSet) -> bool {
         self.0.is_subset(&other.0)
     }
@@ -88,7 +94,7 @@ impl Serialize for HostCpuSet {
 }
 
 /// Bind the calling thread to `cpus`.
-pub fn pin_current_thread(cpus: &HostCpuSet) -> std::io::Result<()> {
+pub(crate) fn pin_current_thread(cpus: &HostCpuSet) -> std::io::Result<()> {
     pin_thread(0, cpus)
 }
 
@@ -109,7 +115,7 @@ impl HostCpuSet {
 }
 
 /// Bind thread `tid` of this process (0: the calling thread) to `cpus`.
-pub fn pin_thread(tid: libc::pid_t, cpus: &HostCpuSet) -> std::io::Result<()> {
+pub(crate) fn pin_thread(tid: libc::pid_t, cpus: &HostCpuSet) -> std::io::Result<()> {
     let set = cpus.to_cpu_set();
     // SAFETY: `set` is a valid cpu_set_t and its size is passed; `tid` is 0
     // or a thread of this process (the kernel checks it).
@@ -121,7 +127,9 @@ pub fn pin_thread(tid: libc::pid_t, cpus: &HostCpuSet) -> std::io::Result<()> {
     }
 }
 
-/// The host's online CPUs (`/sys/devices/system/cpu/online`).
+/// The host's online CPUs (`/sys/devices/system/cpu/online`): the usual
+/// set to build a [`crate::CpuMap`] over. The error names the file and
+/// what was wrong with it.
 pub fn online_cpus() -> Result<HostCpuSet, String> {
     let path = "/sys/devices/system/cpu/online";
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;

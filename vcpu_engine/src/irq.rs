@@ -38,12 +38,18 @@
 
 use crate::vcpu::{VcpuExitReason, VcpuRunner, VcpuStep};
 
-/// NMI, INIT and start-up IPIs sent to one vCPU.
+/// NMI, INIT and start-up IPIs sent to one vCPU
+/// ([`InterruptSource::take_events`]). Build one from
+/// [`CpuEvents::default`] (nothing) and set what arrived; more kinds may
+/// be added.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CpuEvents {
     /// NMIs received and not yet injected, at most [`MAX_PENDING_NMIS`]:
     /// one to deliver and one latched behind it, as a processor keeps them.
     pub nmis: u32,
+    /// An INIT IPI: the vCPU leaves what it runs and waits for a start-up
+    /// IPI.
     pub init: bool,
     /// The vector of the latest start-up IPI.
     pub sipi: Option<u8>,
@@ -55,6 +61,8 @@ pub struct CpuEvents {
 pub const MAX_PENDING_NMIS: u32 = 2;
 
 impl CpuEvents {
+    /// Add `other`'s events to these (NMIs capped at
+    /// [`MAX_PENDING_NMIS`]; the later start-up vector wins).
     pub fn merge(&mut self, other: CpuEvents) {
         self.nmis = (self.nmis + other.nmis).min(MAX_PENDING_NMIS);
         self.init |= other.init;
@@ -63,13 +71,18 @@ impl CpuEvents {
         }
     }
 
+    /// No event at all.
     pub fn is_empty(&self) -> bool {
         *self == CpuEvents::default()
     }
 }
 
 /// What the engine needs from a VM's interrupt controller (Pacer's
-/// LAPIC/IOAPIC model implements it).
+/// LAPIC/IOAPIC model implements it; [`NoInterrupts`] is none). The
+/// engine calls it from the thread that runs `vcpu` (before each entry,
+/// after each exit) and from its timer thread; the controller in turn
+/// calls [`crate::Engine::notify`] when something becomes pending, and
+/// hands its timer deadlines to [`crate::Engine::set_guest_timer`].
 pub trait InterruptSource: Send + Sync {
     /// Cheap: might `vcpu` have something to take? Checked before every entry.
     fn has_pending_hint(&self, vcpu: u32) -> bool;
@@ -88,7 +101,8 @@ pub trait InterruptSource: Send + Sync {
     }
     /// The guest changed CR8.
     fn set_cr8(&self, _vcpu: u32, _cr8: u64) {}
-    /// The controller's registers of `vcpu` for the SIGUSR1 snapshot (a
+    /// The controller's registers of `vcpu` for diagnostics
+    /// ([`crate::Engine::vcpus_engine_now`], Pacer's SIGUSR1 snapshot: a
     /// halted vCPU with a vector requested, say), if it has any.
     fn debug_state(&self, _vcpu: u32) -> Option<serde_json::Value> {
         None
@@ -118,6 +132,10 @@ impl InterruptSource for NoInterrupts {
 /// Inject the controller's highest pending interrupt into `runner` if the
 /// guest can take it now, or ask for an interrupt window. `last` is how the
 /// previous KVM_RUN ended. Returns the vector injected, if one was.
+///
+/// [`crate::EngineGate`] calls this before every entry; a VMM with a
+/// [`crate::VcpuGate`] of its own (and a user-space interrupt controller)
+/// calls it the same way.
 pub fn deliver_interrupt(
     src: &dyn InterruptSource,
     runner: &mut VcpuRunner,
@@ -157,7 +175,7 @@ pub fn deliver_interrupt(
 /// Keep CR8 and the controller's task priority one register: a guest
 /// `mov cr8` shows in `kvm_run.cr8` after the exit; a TPR write through
 /// MMIO or an MSR shows in the controller, and goes to `kvm_run.cr8`.
-pub fn sync_cr8(src: &dyn InterruptSource, runner: &mut VcpuRunner) {
+pub(crate) fn sync_cr8(src: &dyn InterruptSource, runner: &mut VcpuRunner) {
     let index = runner.index;
     let guest = runner.kvm_cr8();
     if guest != runner.cr8_synced {
@@ -177,7 +195,7 @@ pub fn sync_cr8(src: &dyn InterruptSource, runner: &mut VcpuRunner) {
 
 /// Whether a vCPU that just executed HLT must stay runnable: something it
 /// can take is pending (`interruptible`: it halted with IF set).
-pub fn halt_is_over(
+pub(crate) fn halt_is_over(
     src: &dyn InterruptSource,
     index: u32,
     events: &CpuEvents,
@@ -234,21 +252,27 @@ impl InterruptSource for IrqChip {
 }
 
 /// The guest TSC as a linear function of the engine clock: one pair of
-/// readings taken together, and the TSC frequency.
+/// readings taken together, and the TSC frequency. [`ChipHost`] converts
+/// the guest's TSC-deadline timer with it.
 #[derive(Debug, Clone, Copy)]
 pub struct TscClock {
+    /// The engine clock ([`crate::clock::now_ns`]) at the reading.
     pub base_ns: u64,
+    /// The guest's TSC (IA32_TSC) at the same moment.
     pub base_tsc: u64,
+    /// The guest TSC's frequency, kHz (KVM_GET_TSC_KHZ).
     pub khz: u64,
 }
 
 impl TscClock {
+    /// The engine-clock time at which the guest TSC reads `tsc`.
     pub fn tsc_to_ns(&self, tsc: u64) -> u64 {
         let d = i128::from(tsc) - i128::from(self.base_tsc);
         let ns = i128::from(self.base_ns) + d * 1_000_000 / i128::from(self.khz.max(1));
         ns.clamp(0, i128::from(u64::MAX)) as u64
     }
 
+    /// The guest TSC at engine-clock time `ns`.
     pub fn ns_to_tsc(&self, ns: u64) -> u64 {
         let d = i128::from(ns) - i128::from(self.base_ns);
         let tsc = i128::from(self.base_tsc) + d * i128::from(self.khz) / 1_000_000;
@@ -257,7 +281,13 @@ impl TscClock {
 }
 
 /// What Pacer's interrupt controller of one VM needs from the engine: its
-/// clock, the guest TSC, host timers, and wake-ups.
+/// clock, the guest TSC, host timers, and wake-ups
+/// ([`devices::irqchip::IrqChipHost`]).
+///
+/// Make one per VM with [`ChipHost::new`], build the VM's
+/// `devices::irqchip::IrqChip` over it, register the VM with the chip as
+/// its [`InterruptSource`], then [`ChipHost::attach`] the slot the engine
+/// gave it.
 pub struct ChipHost {
     engine: Weak<Engine>,
     /// The VM's slot in the engine, known once its vCPUs are added.
@@ -271,6 +301,9 @@ pub struct ChipHost {
 }
 
 impl ChipHost {
+    /// The host side of one VM's controller: `tsc` maps its guest TSC,
+    /// `cpu` is what the guest's CPUID says about the local APIC, `mem` is
+    /// guest RAM (for the guest's paravirtual EOI flags).
     pub fn new(
         engine: &std::sync::Arc<Engine>,
         tsc: TscClock,

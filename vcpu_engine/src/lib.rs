@@ -12,10 +12,12 @@
 //!
 //! - Build one [`Engine`] per process run: [`Engine::new`] with an
 //!   [`EngineConfig`] (policy, mode, tunables, [`DispatchKind`], halt
-//!   polling, an optional [`trace::Trace`]) over a [`CpuMap`] of the host
-//!   CPUs it may use ([`CpuMap::from_host`], [`host_cpus::online_cpus`]).
-//! - Register a VM with a [`VmSchedSpec`] (name, [`vcpu_sched::SchedClass`],
-//!   priority, [`Shares`], core set), its interrupt controller (an
+//!   polling, an optional [`trace::Trace`]; from `Default`) over a
+//!   [`CpuMap`] of the host CPUs it may use ([`CpuMap::from_host`],
+//!   [`host_cpus::online_cpus`]).
+//! - Register a VM with a [`VmSchedSpec`] ([`VmSchedSpec::new`]: name and
+//!   core set; then [`vcpu_sched::SchedClass`], priority, [`Shares`] if
+//!   they differ), its interrupt controller (an
 //!   [`InterruptSource`]; [`ChipHost`] for Pacer's LAPIC/IOAPIC,
 //!   [`NoInterrupts`] for none) and its exit handler (a
 //!   [`VcpuExitHandler`]: port I/O, MMIO, MSRs, the VM-wide stop):
@@ -44,6 +46,18 @@
 //!   [`Engine::set_vcpu_priority`], [`Engine::set_mode`], ... .
 //! - [`thread_hook::set_thread_start_hook`] runs the VMM's code (a seccomp
 //!   filter) at the start of every thread the engine starts.
+//! - The engine takes the kick signal (SIGRTMIN, [`signals::kick_signal`])
+//!   for itself: a VMM neither handles nor blocks it in vCPU threads.
+//! - Recording a trace: [`trace::Tracer`]; its file format, for a reader:
+//!   [`trace::format`], [`trace::record`].
+//!
+//! Keeping up with new versions: the configuration, spec and statistics
+//! structs ([`EngineConfig`], [`VmSchedSpec`], [`Shares`], [`stats`],
+//! [`VcpuStats`], [`FinishedVcpu`], ...) and the error and exit enums are
+//! `#[non_exhaustive]`, so settings, counters and variants can be added in
+//! a minor version: build them from their constructor or `Default` and
+//! assign fields, read their fields, and give `match`es a `_` arm. What the
+//! engine needs only internally is not public.
 //!
 //! The interrupt controller is behind [`InterruptSource`], so a VMM with
 //! another user-space controller implements that trait; KVM's in-kernel
@@ -55,7 +69,7 @@
 //! ```no_run
 //! use std::sync::Arc;
 //! use vcpu_engine::{
-//!     run_vcpu_loop, CpuMap, Engine, EngineConfig, NoInterrupts, Shares, VcpuExitHandler,
+//!     run_vcpu_loop, CpuMap, Engine, EngineConfig, NoInterrupts, VcpuExitHandler,
 //!     VcpuExitReason, VcpuRunner, VmSchedSpec,
 //! };
 //!
@@ -80,13 +94,8 @@
 //! let vm = kvm.create_vm()?;
 //! // ... guest memory, registers: the VMM's business ...
 //! let handler = Arc::new(Devices);
-//! let spec = VmSchedSpec {
-//!     name: "vm0".into(),
-//!     class: vcpu_engine::vcpu_sched::SchedClass::Timeshare,
-//!     priority: 10,
-//!     shares: Shares::default(),
-//!     cpus: cpus.clone(),
-//! };
+//! let mut spec = VmSchedSpec::new("vm0", cpus.clone());
+//! spec.shares.weight = 200; // twice the CPU of a default VM when contended
 //! let (slot, gates) = engine.add_vm_gated(&spec, 2, Arc::new(NoInterrupts), handler.clone())?;
 //! let mut threads = Vec::new();
 //! for mut gate in gates {
@@ -120,7 +129,7 @@
 //! A dispatched vCPU runs until one of these makes it give the CPU back
 //! (`dispatch`):
 //! - its time slice ends: a POSIX timer of the thread that runs it sends
-//!   the kick signal ([`clock::QuantumTimer`]), KVM_RUN returns EINTR, and
+//!   the kick signal (`clock::QuantumTimer`), KVM_RUN returns EINTR, and
 //!   the CPU calls `schedule(QuantumEnd)`. A wake that queues another vCPU
 //!   behind it may bring that end forward (the policy's
 //!   `WakeDecision::shorten_quantum`): the waker's thread re-arms the
@@ -154,28 +163,20 @@
 
 #![warn(missing_docs)]
 
-#[allow(missing_docs)] // Item docs still to write (issue 24).
 pub mod clock;
 mod control;
 mod cpu;
-#[allow(missing_docs)] // Item docs still to write (issue 24).
 pub mod cpu_map;
 mod dispatch;
-#[allow(missing_docs)] // Item docs still to write (issue 24).
 pub mod host_cpus;
-#[allow(missing_docs)] // Item docs still to write (issue 24).
 pub mod irq;
-#[allow(missing_docs)] // Item docs still to write (issue 24).
 pub mod signals;
-#[allow(missing_docs)] // Item docs still to write (issue 24).
 pub mod stats;
 pub mod thread_hook;
 mod threads;
 mod timers;
-#[allow(missing_docs)] // Item docs still to write (issue 24).
 pub mod trace;
 mod trace_points;
-#[allow(missing_docs)] // Item docs still to write (issue 24).
 pub mod vcpu;
 mod vcpu_state;
 mod workers;
@@ -183,7 +184,7 @@ mod workers;
 pub use self::control::MOVE_TIMEOUT;
 pub use self::cpu_map::CpuMap;
 pub use self::host_cpus::{HostCpu, HostCpuSet};
-pub use self::irq::{ChipHost, InterruptSource, NoInterrupts};
+pub use self::irq::{ChipHost, CpuEvents, InterruptSource, NoInterrupts};
 pub use self::stats::{VcpuEngineNow, VcpuNow, VcpuSchedStats};
 pub use self::threads::EngineGate;
 pub use self::vcpu::{
@@ -238,6 +239,7 @@ impl fmt::Display for DispatchKind {
 
 /// Errors of the engine.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EngineError {
     /// The scheduler refused (a bad spec, too many vCPUs, ...).
     #[error("scheduler: {0}")]
@@ -261,8 +263,17 @@ pub enum EngineError {
     GatesNeedThreads,
 }
 
-/// What the engine is built with.
+/// What the engine is built with: start from [`EngineConfig::default`] and
+/// set what differs (the struct is `#[non_exhaustive]`: later versions may
+/// add settings, with defaults that keep today's behaviour).
+///
+/// ```
+/// let mut config = vcpu_engine::EngineConfig::default();
+/// config.policy = vcpu_engine::vcpu_sched::PolicyKind::Haiku;
+/// config.halt_poll_ns = 200_000;
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct EngineConfig {
     /// The `vcpu_sched` policy.
     pub policy: PolicyKind,
@@ -274,7 +285,10 @@ pub struct EngineConfig {
     pub tunables: Tunables,
     /// Who executes KVM_RUN for a dispatched vCPU.
     pub dispatch: DispatchKind,
-    /// Longest halt-polling window (see [`clock::HaltPoll`]); 0 = off.
+    /// Longest halt-polling window, ns; 0 = off. A vCPU thread (or
+    /// worker) whose vCPU halted keeps polling for its next dispatch this
+    /// long at most before it sleeps, as KVM's `halt_poll_ns`: the window
+    /// grows while wake-ups come within it and shrinks when they do not.
     pub halt_poll_ns: u64,
     /// Record what the engine does into this trace (`pacer run --trace`).
     pub trace: Option<crate::trace::Trace>,
@@ -310,8 +324,10 @@ impl EngineConfig {
     }
 }
 
-/// How a VM's vCPUs are to be scheduled.
+/// How a VM's vCPUs are to be scheduled: [`VmSchedSpec::new`], then set
+/// what differs (the struct is `#[non_exhaustive]`).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct VmSchedSpec {
     /// How logs, statistics and traces name the VM (`<name>/vcpu<N>`).
     pub name: String,
@@ -322,14 +338,32 @@ pub struct VmSchedSpec {
     pub priority: u8,
     /// Operator shares of each vCPU (weight, cap, reservation).
     pub shares: Shares,
-    /// The VM's core set.
+    /// The VM's core set: the host CPUs its vCPUs may run on (those
+    /// outside the engine's [`CpuMap`] are ignored).
     pub cpus: HostCpuSet,
+}
+
+impl VmSchedSpec {
+    /// VM `name` on the host CPUs `cpus`: timeshare class at the normal
+    /// priority (10), default [`Shares`].
+    pub fn new(name: impl Into<String>, cpus: HostCpuSet) -> VmSchedSpec {
+        VmSchedSpec {
+            name: name.into(),
+            class: SchedClass::Timeshare,
+            priority: vcpu_sched::tunables::PRIORITY_NORMAL,
+            shares: Shares::default(),
+            cpus,
+        }
+    }
 }
 
 /// A VM's operator shares as each of its vCPUs gets them
 /// (`vcpu_sched::shares`): weight, cap and reservation in per mille of one
-/// CPU.
+/// CPU. Start from [`Shares::default`] (nothing asked: weight 100, no cap,
+/// no reservation) and set what differs; policies without shares take
+/// only the default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Shares {
     /// Relative weight, 1..=10000 (default 100, as cgroups' `cpu.weight`).
     pub weight: u32,
@@ -340,6 +374,7 @@ pub struct Shares {
 }
 
 impl Default for Shares {
+    /// Weight 100, no cap, no reservation.
     fn default() -> Self {
         Shares {
             weight: vcpu_sched::shares::DEFAULT_WEIGHT,
@@ -404,8 +439,10 @@ impl VmSlot {
     }
 }
 
-/// What a VM's vCPUs leave behind when the VM is finished.
+/// What a VM's vCPUs leave behind when the VM is finished
+/// ([`Engine::finish_vm`]).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct FinishedVcpu {
     /// Why its loop ended, and its exit counters.
     pub outcome: VcpuOutcome,
@@ -1030,6 +1067,7 @@ impl Engine {
 
 /// vCPUs by run state (see [`Engine::census`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Census {
     /// Live VMs.
     pub vms: usize,

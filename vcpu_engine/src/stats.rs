@@ -12,6 +12,10 @@
 //! [`VcpuNow`] is the live side: what the scheduler's snapshot says about
 //! a vCPU at this moment (state, host CPU, effective priority, penalty,
 //! time slice), for `--status` and the SIGUSR1 snapshot.
+//!
+//! The engine fills these; a VMM reads them. Each struct is
+//! `#[non_exhaustive]`: later versions may add counters, so build one
+//! (for a test) from `Default` and set fields.
 
 use super::cpu_map::CpuMap;
 use serde::Serialize;
@@ -20,14 +24,19 @@ use vcpu_sched::{EntityId, SchedSnapshot};
 
 /// Wake-to-run latency percentiles, ns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct LatencyNs {
+    /// Median.
     pub p50: u64,
+    /// 99th percentile.
     pub p99: u64,
+    /// Longest seen.
     pub max: u64,
 }
 
 /// Scheduling statistics of one vCPU over its VM's run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct VcpuSchedStats {
     /// Time it ran on a host CPU.
     pub run_ns: u64,
@@ -50,6 +59,7 @@ pub struct VcpuSchedStats {
 /// Halt polling after a vCPU's blocks (the engine's counterpart of KVM's
 /// `halt_attempted_poll`, `halt_successful_poll` and poll time).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct HaltPollStats {
     /// Polls begun (a block with a non-zero window).
     pub polls: u64,
@@ -61,10 +71,13 @@ pub struct HaltPollStats {
 }
 
 /// One vCPU as the scheduler sees it now (the snapshot's introspection),
-/// named by its VM and index.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// named by its VM and index ([`crate::Engine::vcpus_now`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct VcpuNow {
+    /// Its VM's name ([`crate::VmSchedSpec::name`]).
     pub vm: String,
+    /// Its index in the VM.
     pub vcpu: u32,
     /// `blocked` (halted), `waiting` (runnable, in a queue) or `running`.
     pub state: &'static str,
@@ -73,10 +86,12 @@ pub struct VcpuNow {
     pub host_cpu: Option<u32>,
     /// The level it waits or runs at: base priority less its penalty.
     pub effective_priority: u8,
+    /// How far the policy has lowered it below its base priority (0 under
+    /// policies without penalties).
     pub penalty: u8,
-    /// The time slice of its current (or last) dispatch and how much of it
-    /// it has used.
+    /// The time slice of its current (or last) dispatch.
     pub quantum_ns: u64,
+    /// How much of that slice it has used.
     pub quantum_used_ns: u64,
     /// Time it has waited runnable, over the run so far.
     pub ready_wait_ns: u64,
@@ -84,7 +99,7 @@ pub struct VcpuNow {
 
 impl VcpuNow {
     /// The row of `entity` in `snap`, if the scheduler knows it.
-    pub fn from_snapshot(
+    pub(crate) fn from_snapshot(
         snap: &SchedSnapshot,
         vm: &str,
         vcpu: u32,
@@ -133,15 +148,21 @@ impl VcpuNow {
 /// One vCPU as the engine and its VM's interrupt controller see it now
 /// (the SIGUSR1 snapshot, next to the scheduler's [`VcpuNow`]): what a
 /// guest that stopped making progress is diagnosed from — a vCPU halted
-/// with a vector requested, or both sides of an IPI halted with nothing.
-#[derive(Debug, Clone, Serialize)]
+/// with a vector requested, or both sides of an IPI halted with nothing
+/// ([`crate::Engine::vcpus_engine_now`]).
+#[derive(Debug, Clone, Default, Serialize)]
+#[non_exhaustive]
 pub struct VcpuEngineNow {
+    /// Its VM's name.
     pub vm: String,
+    /// Its index in the VM.
     pub vcpu: u32,
     /// The engine's run state (`Halted { interruptible: true }`, ...).
     pub run_state: String,
     /// NMI, INIT and start-up IPIs taken from the controller, not yet acted on.
     pub events: String,
+    /// An application processor not started yet (or sent INIT): only a
+    /// start-up IPI lets it run.
     pub awaiting_sipi: bool,
     /// The interrupt controller's registers of this vCPU (Pacer's local
     /// APIC: IRR, ISR, PPR, LVT, timer, ...).
@@ -150,7 +171,7 @@ pub struct VcpuEngineNow {
 
 impl VcpuSchedStats {
     /// The row of `entity` in a `vcpu_sched` snapshot (zeros if absent).
-    pub fn from_snapshot(snap: &SchedSnapshot, entity: EntityId, _cpus: &CpuMap) -> Self {
+    pub(crate) fn from_snapshot(snap: &SchedSnapshot, entity: EntityId, _cpus: &CpuMap) -> Self {
         let Some(e) = snap.entities.iter().find(|e| e.id == entity) else {
             return Self::default();
         };
@@ -172,7 +193,7 @@ impl VcpuSchedStats {
 
     /// The kernel's counters of thread `tid` of this process (host policy).
     /// Fields the kernel does not expose stay 0.
-    pub fn from_host_thread(tid: i32) -> Self {
+    pub(crate) fn from_host_thread(tid: i32) -> Self {
         let mut s = VcpuSchedStats::default();
         let base = format!("/proc/self/task/{tid}");
         if let Ok(text) = std::fs::read_to_string(format!("{base}/schedstat")) {

@@ -34,48 +34,83 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use vmm_sys_util::signal::Killable;
 
-/// Errors of this module.
+/// Errors of vCPU threads (spawning, commanding a host-mode thread).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum VcpuError {
+    /// The kick signal's handler could not be installed.
     #[error("cannot register the vCPU kick signal handler: {0}")]
     Signal(vmm_sys_util::errno::Error),
+    /// The OS refused a thread.
     #[error("cannot spawn vCPU thread {name}: {source}")]
     Spawn {
+        /// The thread's name (`<vm>/vcpu<N>`).
         name: String,
+        /// Why.
         source: std::io::Error,
     },
+    /// The kick signal could not be sent.
     #[error("cannot kick vCPU thread {name}: {source}")]
     Kick {
+        /// The thread's name.
         name: String,
+        /// Why.
         source: vmm_sys_util::errno::Error,
     },
+    /// The vCPU's thread has ended (names the thread).
     #[error("vCPU {0} has exited")]
     Exited(String),
+    /// A host-mode thread did not answer a command in time.
     #[error("vCPU {name} did not answer {what} within {timeout:?}")]
     Timeout {
+        /// The thread's name.
         name: String,
+        /// The command (`start`, `pause`, `resume`).
         what: &'static str,
+        /// How long it was given.
         timeout: Duration,
     },
 }
 
-/// Why a vCPU stopped for good.
+/// Why a vCPU stopped for good. `Display` gives the sentence for a log.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum VcpuExitReason {
     /// Told to exit (VM shutdown, guest exit request, another vCPU failed).
     Stopped,
     /// KVM_EXIT_SHUTDOWN: the guest triple-faulted.
-    TripleFault { rip: u64 },
+    TripleFault {
+        /// The guest's RIP after the exit.
+        rip: u64,
+    },
     /// KVM_EXIT_INTERNAL_ERROR (e.g. an instruction KVM cannot emulate).
-    InternalError { suberror: u32, rip: u64 },
+    InternalError {
+        /// KVM's suberror (1: emulation failure, 2: simultaneous
+        /// exceptions, 3: delivery event).
+        suberror: u32,
+        /// The guest's RIP after the exit.
+        rip: u64,
+    },
     /// KVM_EXIT_FAIL_ENTRY.
-    FailEntry { reason: u64 },
+    FailEntry {
+        /// The hardware's entry failure reason.
+        reason: u64,
+    },
     /// KVM_EXIT_SYSTEM_EVENT (shutdown/reset/crash).
-    SystemEvent { kind: u32 },
+    SystemEvent {
+        /// KVM's event type (`KVM_SYSTEM_EVENT_*`).
+        kind: u32,
+    },
     /// An exit this VMM does not handle.
-    Unhandled { exit: String },
+    Unhandled {
+        /// The exit as `kvm_ioctls::VcpuExit`'s `Debug` shows it.
+        exit: String,
+    },
     /// KVM_RUN or another vCPU ioctl failed.
-    KvmError { errno: i32 },
+    KvmError {
+        /// The ioctl's errno.
+        errno: i32,
+    },
 }
 
 impl std::fmt::Display for VcpuExitReason {
@@ -117,16 +152,29 @@ impl std::fmt::Display for VcpuExitReason {
 pub struct MsrFault;
 
 /// What the VM provides to its vCPUs: device dispatch and the VM-wide stop.
+///
+/// Called on the thread that runs the vCPU, between two KVM_RUNs, while
+/// the vCPU holds its host CPU: a slow handler delays the vCPU's own
+/// time slice, never another vCPU's. `vcpu` is the vCPU's index in its
+/// VM.
 pub trait VcpuExitHandler: Send + Sync {
+    /// A port read (`in`): fill `data` (1, 2 or 4 bytes).
     fn pio_in(&self, vcpu: u32, port: u16, data: &mut [u8]);
+    /// A port write (`out`). A write to [`YIELD_PORT`] is handed here too,
+    /// then makes the vCPU yield its CPU.
     fn pio_out(&self, vcpu: u32, port: u16, data: &[u8]);
+    /// A read of guest-physical `addr` that no memory slot backs: fill
+    /// `data`.
     fn mmio_read(&self, vcpu: u32, addr: u64, data: &mut [u8]);
+    /// A write to guest-physical `addr` that no memory slot backs.
     fn mmio_write(&self, vcpu: u32, addr: u64, data: &[u8]);
-    /// An MSR access KVM handed to user space; an error makes KVM inject
-    /// a #GP into the guest.
+    /// An MSR read KVM handed to user space (the VMM's MSR filter); an
+    /// error makes KVM inject a #GP into the guest. Default: refuse.
     fn msr_read(&self, _vcpu: u32, _msr: u32) -> Result<u64, MsrFault> {
         Err(MsrFault)
     }
+    /// An MSR write KVM handed to user space; an error makes KVM inject a
+    /// #GP. Default: refuse.
     fn msr_write(&self, _vcpu: u32, _msr: u32, _value: u64) -> Result<(), MsrFault> {
         Err(MsrFault)
     }
@@ -135,28 +183,37 @@ pub trait VcpuExitHandler: Send + Sync {
     /// no exit, and a user-space local APIC must see the task priority it
     /// set before it answers a TPR or PPR read.
     fn guest_cr8(&self, _vcpu: u32, _cr8: u64) {}
-    /// Pacer's engine dispatched `vcpu`: the start of a turn, before its
+    /// The engine dispatched `vcpu`: the start of a turn, before its
     /// first entry, on the thread that runs it. `ready_wait` reads the
-    /// time the scheduler says it has waited runnable over its life (one
-    /// look into the scheduler: call it only when needed). The VM
-    /// publishes it as the guest's steal time (`vm/steal_time.rs`).
+    /// time the scheduler says it has waited runnable over its life, ns
+    /// (one look into the scheduler: call it only when needed). A VMM
+    /// that offers KVM's paravirtual steal time publishes it there (Pacer's
+    /// VMM does). Default: nothing.
     fn vcpu_dispatched(&self, _vcpu: u32, _ready_wait: &dyn Fn() -> Option<u64>) {}
-    /// Pacer's engine took the runnable `vcpu` off its CPU (quantum end,
-    /// a kick, a yield): the guest's PV "preempted" flag.
+    /// The engine took the runnable `vcpu` off its CPU (quantum end, a
+    /// kick, a yield), on the thread that ran it: where a VMM sets the
+    /// guest's paravirtual "preempted" flag. Default: nothing.
     fn vcpu_preempted(&self, _vcpu: u32) {}
-    /// True once the VM is stopping (checked before every entry).
+    /// True once the VM is stopping (checked before every entry): the
+    /// vCPU leaves its loop with [`VcpuExitReason::Stopped`]. Once it is
+    /// true for a VM under the engine, call [`crate::Engine::finish_vm`].
     fn stopping(&self) -> bool;
-    /// A vCPU ended for a reason other than a command (fatal guest state).
+    /// A vCPU ended for a reason other than a stop (fatal guest state, a
+    /// failed ioctl), on its own thread: the VMM typically stops the VM.
     fn vcpu_failed(&self, vcpu: u32, reason: &VcpuExitReason);
 }
 
-/// Statistics a vCPU keeps of its own exits.
+/// Statistics a vCPU keeps of its own exits (more counters may be added).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct VcpuStats {
     /// KVM_RUN returns (including EINTR).
     pub exits: u64,
+    /// Port I/O exits.
     pub pio_exits: u64,
+    /// MMIO exits.
     pub mmio_exits: u64,
+    /// MSR exits (reads and writes KVM handed to user space).
     pub msr_exits: u64,
     /// HLT exits (only without the in-kernel irqchip).
     pub halts: u64,
@@ -166,8 +223,10 @@ pub struct VcpuStats {
     pub injections: u64,
 }
 
-/// What one `KVM_RUN` ended with, after its exit was handled.
+/// What one `KVM_RUN` ended with, after its exit was handled (a
+/// [`VcpuGate`] is handed it before the next entry).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum VcpuStep {
     /// Nothing yet (before the first entry).
     Start,
@@ -191,23 +250,32 @@ const MSR_IA32_APIC_BASE: u32 = 0x1b;
 /// scheduler to run something else for a while.
 pub const YIELD_PORT: u16 = 0xE0C;
 
-vmm_sys_util::ioctl_iow_nr!(KVM_INTERRUPT, kvm_bindings::KVMIO, 0x86, kvm_interrupt);
+mod ioctls {
+    use kvm_bindings::kvm_interrupt;
+    vmm_sys_util::ioctl_iow_nr!(KVM_INTERRUPT, kvm_bindings::KVMIO, 0x86, kvm_interrupt);
+}
+use ioctls::KVM_INTERRUPT;
 
-/// One KVM vCPU with its exit dispatch.
+/// One KVM vCPU with its exit dispatch: the VMM's `VcpuFd` (set up by the
+/// VMM: registers, CPUID, MSRs) and the VM's [`VcpuExitHandler`].
+/// [`run_vcpu_loop`] drives it through a [`VcpuGate`].
 pub struct VcpuRunner {
-    pub index: u32,
+    /// Its index in the VM (and APIC id).
+    pub(crate) index: u32,
     fd: VcpuFd,
     handler: Arc<dyn VcpuExitHandler>,
-    pub stats: VcpuStats,
+    pub(crate) stats: VcpuStats,
     /// CR8 as last exchanged with a user-space interrupt controller.
-    pub cr8_synced: u64,
+    pub(crate) cr8_synced: u64,
     /// `mmio_exits + msr_exits` when CR8 was last read from it.
-    pub apic_exits_synced: u64,
+    pub(crate) apic_exits_synced: u64,
     /// NMIs were given to KVM (KVM_NMI) and may not all be delivered yet.
     nmis_in_kvm: bool,
 }
 
 impl VcpuRunner {
+    /// vCPU `index` of its VM (0 the boot vCPU; the index the engine
+    /// and `handler` know it by), run through `fd`.
     pub fn new(index: u32, fd: VcpuFd, handler: Arc<dyn VcpuExitHandler>) -> VcpuRunner {
         VcpuRunner {
             index,
@@ -222,21 +290,32 @@ impl VcpuRunner {
 
     /// The guest's CR8 as KVM left it (only meaningful without an
     /// in-kernel irqchip, where KVM keeps CR8 in `kvm_run`).
-    pub fn kvm_cr8(&mut self) -> u64 {
+    pub(crate) fn kvm_cr8(&mut self) -> u64 {
         self.fd.get_kvm_run().cr8
     }
 
     /// The CR8 the guest sees at the next entry.
-    pub fn set_kvm_cr8(&mut self, cr8: u64) {
+    pub(crate) fn set_kvm_cr8(&mut self, cr8: u64) {
         self.fd.get_kvm_run().cr8 = cr8;
     }
 
+    /// Its index in the VM.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Its exit counters so far.
+    pub fn stats(&self) -> VcpuStats {
+        self.stats
+    }
+
+    /// The VM's exit handler it dispatches to.
     pub fn handler(&self) -> &Arc<dyn VcpuExitHandler> {
         &self.handler
     }
 
     /// The `kvm_run` mapping, for the kick handler ([`signals::set_current_kvm_run`]).
-    pub fn kvm_run_ptr(&mut self) -> *mut kvm_run {
+    pub(crate) fn kvm_run_ptr(&mut self) -> *mut kvm_run {
         self.fd.get_kvm_run() as *mut kvm_run
     }
 
@@ -273,7 +352,7 @@ impl VcpuRunner {
     }
 
     /// Queue an NMI (KVM_NMI).
-    pub fn inject_nmi(&mut self) -> Result<(), VcpuExitReason> {
+    pub(crate) fn inject_nmi(&mut self) -> Result<(), VcpuExitReason> {
         self.fd
             .nmi()
             .map_err(|e| VcpuExitReason::KvmError { errno: e.errno() })?;
@@ -285,7 +364,7 @@ impl VcpuRunner {
     /// blocked by an NMI handler still running, or being injected): a
     /// processor takes it before any maskable interrupt. One
     /// KVM_GET_VCPU_EVENTS, only while NMIs given to KVM may be undelivered.
-    pub fn nmi_deliverable_in_kvm(&mut self) -> Result<bool, VcpuExitReason> {
+    pub(crate) fn nmi_deliverable_in_kvm(&mut self) -> Result<bool, VcpuExitReason> {
         if !self.nmis_in_kvm {
             return Ok(false);
         }
@@ -326,7 +405,7 @@ impl VcpuRunner {
     /// Put the vCPU in the state a start-up IPI with `vector` leaves a
     /// processor in (Intel SDM vol. 3, "MP initialization"): real mode,
     /// CS = vector << 8, IP = 0, the rest as after INIT.
-    pub fn start_up(&mut self, vector: u8) -> Result<(), VcpuExitReason> {
+    pub(crate) fn start_up(&mut self, vector: u8) -> Result<(), VcpuExitReason> {
         let err = |e: kvm_ioctls::Error| VcpuExitReason::KvmError { errno: e.errno() };
         let mut sregs = self.fd.get_sregs().map_err(err)?;
         init_state_sregs(&mut sregs, vector);
@@ -476,7 +555,7 @@ fn pull_cr8(handler: &dyn VcpuExitHandler, vcpu: u32, synced: &mut u64, run: *co
 }
 
 /// The architectural state after INIT, with CS set for a start-up vector.
-pub fn init_state_sregs(sregs: &mut kvm_sregs, sipi_vector: u8) {
+pub(crate) fn init_state_sregs(sregs: &mut kvm_sregs, sipi_vector: u8) {
     let seg = |type_: u8, base: u64, selector: u16| kvm_segment {
         base,
         limit: 0xffff,
@@ -520,6 +599,7 @@ pub fn init_state_sregs(sregs: &mut kvm_sregs, sipi_vector: u8) {
 
 /// The decision of a [`VcpuGate`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GateDecision {
     /// Enter the guest now.
     Run,
@@ -536,10 +616,14 @@ pub trait VcpuGate: Send {
     fn next(&mut self, runner: &mut VcpuRunner, last: VcpuStep) -> GateDecision;
 }
 
-/// What a vCPU thread returns when joined.
+/// How a vCPU's loop ended: what a vCPU thread returns when joined, and
+/// [`crate::FinishedVcpu::outcome`].
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct VcpuOutcome {
+    /// Why it ended ([`VcpuExitReason::Stopped`] for a normal stop).
     pub reason: VcpuExitReason,
+    /// Its exit counters.
     pub stats: VcpuStats,
     /// The kernel's scheduling counters of the thread, read just before it
     /// ended (what `policy = "host"` reports).
@@ -563,7 +647,7 @@ pub fn run_vcpu_loop(runner: &mut VcpuRunner, gate: &mut dyn VcpuGate) -> VcpuEx
 }
 
 /// Spawn the thread `<vm>/vcpu<N>` running `runner` through `gate`.
-pub fn spawn_vcpu_thread<G: VcpuGate + 'static>(
+pub(crate) fn spawn_vcpu_thread<G: VcpuGate + 'static>(
     vm_name: &str,
     mut runner: VcpuRunner,
     mut gate: G,
@@ -593,18 +677,22 @@ pub fn spawn_vcpu_thread<G: VcpuGate + 'static>(
 // ---------------------------------------------------------------------------
 // Host mode: a command-driven gate; the host kernel schedules the thread.
 
-/// States of the host-mode vCPU state machine.
+/// States of the host-mode vCPU state machine ([`VcpuHandle::state`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VcpuState {
+    /// Its thread waits for [`VcpuHandle::start`].
     Created,
+    /// Entering the guest whenever the host kernel runs its thread.
     Running,
+    /// Out of KVM_RUN until [`VcpuHandle::resume`].
     Paused,
+    /// Its loop has ended.
     Exited,
 }
 
 /// Commands to a host-mode vCPU thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VcpuCommand {
+enum VcpuCommand {
     /// Start (from Created), resume (from Paused), or wake (from a halt).
     Run,
     /// Leave KVM_RUN and wait for Run or Exit.
@@ -615,7 +703,7 @@ pub enum VcpuCommand {
 
 /// Answers from a host-mode vCPU thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VcpuEvent {
+enum VcpuEvent {
     Started,
     Paused,
     Resumed,
@@ -718,10 +806,12 @@ impl VcpuGate for CommandGate {
     }
 }
 
-/// The owner's side of a host-mode vCPU thread.
+/// The owner's side of a host-mode vCPU thread (`policy = "host"`): a
+/// thread per vCPU that the host kernel schedules, commanded through a
+/// channel and kicked out of KVM_RUN; no [`crate::Engine`] involved.
 pub struct VcpuHandle {
-    pub index: u32,
-    pub name: String,
+    index: u32,
+    name: String,
     state: VcpuState,
     cmd_tx: Sender<VcpuCommand>,
     event_rx: Receiver<VcpuEvent>,
@@ -732,6 +822,16 @@ pub struct VcpuHandle {
 }
 
 impl VcpuHandle {
+    /// The vCPU's index in its VM.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The thread's name, `<vm>/vcpu<N>`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The kernel thread id of the vCPU thread, once it has started.
     pub fn thread_id(&self) -> Option<i32> {
         Some(self.tid.load(Ordering::Acquire)).filter(|&t| t != 0)
@@ -776,6 +876,7 @@ impl VcpuHandle {
         })
     }
 
+    /// Where the thread is, as of the last command it answered.
     pub fn state(&self) -> VcpuState {
         self.state
     }

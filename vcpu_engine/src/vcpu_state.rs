@@ -60,7 +60,7 @@ impl RunState {
 
 /// The mutable part of a vCPU, under its `ctl` mutex.
 #[derive(Debug)]
-pub struct VcpuCtl {
+pub(crate) struct VcpuCtl {
     pub state: RunState,
     /// The host CPU its own thread is bound to (threads dispatch), so a
     /// thread is re-bound only when the vCPU migrates.
@@ -79,7 +79,9 @@ pub struct VcpuCtl {
     pub exit_reason: Option<VcpuExitReason>,
 }
 
-/// One vCPU of the engine.
+/// One vCPU of the engine, as [`crate::EngineVm::vcpus`] lists it: its
+/// identity, its run state, and the handle the `Engine::set_vcpu_*`
+/// changes take.
 pub struct EngineVcpu {
     /// Index of its VM in the engine.
     pub(crate) vm: usize,
@@ -115,7 +117,7 @@ pub struct EngineVcpu {
 /// The halt polls after a vCPU's blocks: its own thread's (threads
 /// dispatch), or the worker's whose CPU it left idle (workers).
 #[derive(Debug, Default)]
-pub struct HaltPollCounters {
+pub(crate) struct HaltPollCounters {
     polls: AtomicU64,
     woken: AtomicU64,
     polled_ns: AtomicU64,
@@ -129,6 +131,7 @@ impl HaltPollCounters {
         self.polled_ns.fetch_add(polled_ns, Ordering::Relaxed);
     }
 
+    /// The counts so far.
     pub fn stats(&self) -> HaltPollStats {
         HaltPollStats {
             polls: self.polls.load(Ordering::Relaxed),
@@ -197,14 +200,14 @@ impl EngineVcpu {
     }
 
     /// Set the state and wake whoever waits for a change.
-    pub fn set_state(&self, ctl: &mut VcpuCtl, state: RunState) {
+    pub(crate) fn set_state(&self, ctl: &mut VcpuCtl, state: RunState) {
         self.set_state_quietly(ctl, state);
         self.changed.notify_all();
     }
 
     /// Set the state; the caller wakes the waiters with
     /// [`EngineVcpu::announce`] once it holds no engine lock.
-    pub fn set_state_quietly(&self, ctl: &mut VcpuCtl, state: RunState) {
+    pub(crate) fn set_state_quietly(&self, ctl: &mut VcpuCtl, state: RunState) {
         ctl.state = state;
         self.settled.store(
             matches!(state, RunState::Running { .. } | RunState::Exited),
@@ -213,17 +216,17 @@ impl EngineVcpu {
     }
 
     /// Wake whoever waits for a state change.
-    pub fn announce(&self) {
+    pub(crate) fn announce(&self) {
         self.changed.notify_all();
     }
 
     /// Dispatched or gone (what a parked thread waits for), without a lock.
-    pub fn is_settled(&self) -> bool {
+    pub(crate) fn is_settled(&self) -> bool {
         self.settled.load(Ordering::Acquire)
     }
 
     /// Wait (parked, not spinning) until `done` holds for the state.
-    pub fn wait_until<'a>(
+    pub(crate) fn wait_until<'a>(
         &'a self,
         mut ctl: MutexGuard<'a, VcpuCtl>,
         done: impl Fn(&VcpuCtl) -> bool,

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vcpu_engine::host_cpus::online_cpus;
 use vcpu_engine::{
-    run_vcpu_loop, CpuMap, DispatchKind, Engine, EngineConfig, NoInterrupts, Shares,
-    VcpuExitHandler, VcpuExitReason, VcpuRunner, VmSchedSpec,
+    run_vcpu_loop, CpuMap, DispatchKind, Engine, EngineConfig, NoInterrupts, VcpuExitHandler,
+    VcpuExitReason, VcpuRunner, VmSchedSpec,
 };
 
 const MEM: usize = 0x10000;
@@ -113,13 +113,7 @@ fn an_embedders_own_vcpu_thread_runs_through_the_engine_gate() {
         writes: AtomicU64::new(0),
         failed: AtomicU64::new(0),
     });
-    let spec = VmSchedSpec {
-        name: "gated".into(),
-        class: vcpu_sched::SchedClass::Timeshare,
-        priority: 10,
-        shares: Shares::default(),
-        cpus: online.clone(),
-    };
+    let spec = VmSchedSpec::new("gated", online.clone());
     let (slot, gates) = engine
         .add_vm_gated(&spec, 1, Arc::new(NoInterrupts), handler.clone())
         .unwrap();
@@ -158,18 +152,10 @@ fn gates_need_the_threads_dispatch() {
         return;
     }
     let online = online_cpus().unwrap();
-    let config = EngineConfig {
-        dispatch: DispatchKind::Workers,
-        ..EngineConfig::default()
-    };
+    let mut config = EngineConfig::default();
+    config.dispatch = DispatchKind::Workers;
     let engine = Engine::new(config, CpuMap::from_host(&online).unwrap()).unwrap();
-    let spec = VmSchedSpec {
-        name: "w".into(),
-        class: vcpu_sched::SchedClass::Timeshare,
-        priority: 10,
-        shares: Shares::default(),
-        cpus: online,
-    };
+    let spec = VmSchedSpec::new("w", online);
     let handler = Arc::new(Counter {
         writes: AtomicU64::new(0),
         failed: AtomicU64::new(0),

@@ -75,6 +75,14 @@ pub(crate) fn rotation_target(
     if here <= cpus {
         return None;
     }
+    // The balance search of this epoch found no lighter core (the memo
+    // `rebalance` leaves; an evenly overloaded machine stops here).
+    if m
+        .calm_gap(core)
+        .is_some_and(|gap| gap + t.load_difference as i64 <= 0)
+    {
+        return None;
+    }
     let other = m.least_loaded_core(c).filter(|o| *o != core)?;
     if c.now.saturating_sub(m.rotated_at(other)) < t.rotate_after {
         return None;

@@ -14,8 +14,9 @@
 //! [`cli`].
 //!
 //! The scheduled-vCPU engine, the vCPU runner and its gate, host CPU
-//! numbers, signals and trace recording are the `vcpu_engine` crate, which
-//! this VMM uses as any embedder would.
+//! numbers, the vCPU kick signal and trace recording are the `vcpu_engine`
+//! crate, which this VMM uses as any embedder would; [`signals`] is the
+//! run's own SIGINT/SIGTERM/SIGUSR1 handling.
 
 pub mod api;
 pub mod bench;
@@ -46,6 +47,7 @@ pub mod run_dir;
 pub mod runner;
 pub mod sched_rules;
 pub mod seccomp;
+pub mod signals;
 pub mod sim_command;
 pub mod trace;
 pub mod units;

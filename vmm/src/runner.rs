@@ -8,12 +8,12 @@
 use crate::config::Config;
 use crate::policy::Policy;
 use crate::results::{RunResults, VmResult};
+use crate::signals::{ProcessSignal, SignalGuard};
 use crate::vm::{open_kvm, StopHandle, VcpuScheduling, Vm, VmOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 use vcpu_engine::cpu_map::CpuMap;
-use vcpu_engine::signals::{ProcessSignal, SignalGuard};
 use vcpu_engine::{Engine, EngineConfig, EngineError};
 
 /// Errors of this module.
@@ -238,15 +238,13 @@ pub fn run(
         Policy::Host => None,
         Policy::Scheduled(policy) => {
             let cpus = CpuMap::from_host(&config.host.cpus)?;
-            let mut engine_config = EngineConfig {
-                policy,
-                mode: config.host.mode,
-                smt_isolation: config.host.smt_isolation,
-                tunables: config.host.tunables.clone(),
-                dispatch: config.host.dispatch,
-                halt_poll_ns: config.host.halt_poll_us * 1000,
-                trace: None,
-            };
+            let mut engine_config = EngineConfig::default();
+            engine_config.policy = policy;
+            engine_config.mode = config.host.mode;
+            engine_config.smt_isolation = config.host.smt_isolation;
+            engine_config.tunables = config.host.tunables.clone();
+            engine_config.dispatch = config.host.dispatch;
+            engine_config.halt_poll_ns = config.host.halt_poll_us * 1000;
             if let Some(path) = &opts.trace {
                 let t = vcpu_engine::trace::Tracer::start(
                     &vcpu_engine::trace::TraceConfig::new(path),

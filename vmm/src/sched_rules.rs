@@ -146,11 +146,11 @@ impl Default for Shares {
 impl Shares {
     /// The engine's form of these shares (what `vcpu_engine` schedules by).
     pub fn to_engine(self) -> vcpu_engine::Shares {
-        vcpu_engine::Shares {
-            weight: self.weight,
-            cap: self.cap,
-            reservation: self.reservation,
-        }
+        let mut s = vcpu_engine::Shares::default();
+        s.weight = self.weight;
+        s.cap = self.cap;
+        s.reservation = self.reservation;
+        s
     }
 }
 

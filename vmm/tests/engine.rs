@@ -141,14 +141,14 @@ fn pause_and_resume_under_the_engine() {
     let online = vcpu_engine::host_cpus::online_cpus().unwrap();
     for dispatch in [DispatchKind::Threads, DispatchKind::Workers] {
         let engine: Arc<Engine> = Engine::new(
-            EngineConfig {
-                policy: vcpu_sched::PolicyKind::Haiku,
-                mode: vcpu_sched::Mode::LowLatency,
-                smt_isolation: false,
-                tunables: Default::default(),
-                dispatch,
-                halt_poll_ns: 200_000,
-                trace: None,
+            {
+                let mut c = EngineConfig::default();
+                c.policy = vcpu_sched::PolicyKind::Haiku;
+                c.mode = vcpu_sched::Mode::LowLatency;
+                c.smt_isolation = false;
+                c.dispatch = dispatch;
+                c.halt_poll_ns = 200_000;
+                c
             },
             CpuMap::from_host(&online).unwrap(),
         )

@@ -192,30 +192,42 @@ fn full_result(dir: &TempDir) -> vmm::results::VmResult {
     r.records = log.records.clone();
     r.rejected_records = log.rejected;
     r.results_file = Some(dir.0.join("all.results.jsonl"));
-    r.vcpu_sched = vec![
-        vcpu_engine::stats::VcpuSchedStats {
-            run_ns: 1_000_000,
-            ready_wait_ns: 5000,
-            wakeups: 3,
-            wake_latency_ns: vcpu_engine::stats::LatencyNs {
-                p50: 100,
-                p99: 900,
-                max: 1000,
-            },
-            migrations: 1,
-            preemptions: 2,
-            host_cpus: "0-1".into(),
-            halt_poll: Default::default(),
-        },
-        vcpu_engine::stats::VcpuSchedStats {
-            run_ns: 2_000_000,
-            ready_wait_ns: 7000,
-            wakeups: 4,
-            ..Default::default()
-        },
-    ];
+    // The engine's statistics are #[non_exhaustive]: default, then fields.
+    let mut s0 = vcpu_engine::stats::VcpuSchedStats::default();
+    s0.run_ns = 1_000_000;
+    s0.ready_wait_ns = 5000;
+    s0.wakeups = 3;
+    s0.wake_latency_ns.p50 = 100;
+    s0.wake_latency_ns.p99 = 900;
+    s0.wake_latency_ns.max = 1000;
+    s0.migrations = 1;
+    s0.preemptions = 2;
+    s0.host_cpus = "0-1".into();
+    let mut s1 = vcpu_engine::stats::VcpuSchedStats::default();
+    s1.run_ns = 2_000_000;
+    s1.ready_wait_ns = 7000;
+    s1.wakeups = 4;
+    r.vcpu_sched = vec![s0, s1];
     r.vcpu_stats = vec![Default::default(); 2];
     r
+}
+
+/// A trace outcome as a run reports one (the engine fills these; the
+/// struct is #[non_exhaustive], so a test takes a real tracer's).
+fn trace_outcome(dir: &TempDir) -> vcpu_engine::trace::TraceOutcome {
+    let config = vcpu_engine::trace::TraceConfig::new(&dir.0.join("run.trace"));
+    let run = vcpu_engine::trace::format::RunMeta {
+        policy: "haiku".into(),
+        mode: "low-latency".into(),
+        dispatch: "threads".into(),
+        topology: vcpu_sched::Topology::from_spec("1x2x1").unwrap(),
+        start_ns: 0,
+        config: None,
+        sched: None,
+    };
+    vcpu_engine::trace::Tracer::start(&config, run)
+        .unwrap()
+        .outcome()
 }
 
 fn run_results(dir: &TempDir) -> vmm::results::RunResults {
@@ -227,13 +239,7 @@ fn run_results(dir: &TempDir) -> vmm::results::RunResults {
             full_result(dir),
             vmm::results::VmResult::error("dead", "no kernel".into(), 1.0, ""),
         ],
-        trace: Some(vcpu_engine::trace::TraceOutcome {
-            path: dir.0.join("run.trace"),
-            records: 1000,
-            lost: 0,
-            bytes: 64_000,
-            error: None,
-        }),
+        trace: Some(trace_outcome(dir)),
         control_changes: vec![vmm::api::audit::ControlChange {
             schema_version: 1,
             t_run_ms: 120,
@@ -346,25 +352,25 @@ fn sched_snapshot_validates() {
     let w = sched.wake(a, 0).unwrap().unwrap();
     sched.schedule(w.cpu, 0, StopReason::Idle).unwrap();
     let snap = sched.snapshot(500_000);
-    let vcpus = vec![vcpu_engine::stats::VcpuNow {
-        vm: "a".into(),
-        vcpu: 0,
-        state: "running",
-        host_cpu: Some(1),
-        effective_priority: 10,
-        penalty: 0,
-        quantum_ns: 2_000_000,
-        quantum_used_ns: 500_000,
-        ready_wait_ns: 0,
-    }];
-    let engine = vec![vcpu_engine::stats::VcpuEngineNow {
-        vm: "a".into(),
-        vcpu: 0,
-        run_state: "Running".into(),
-        events: "Events { nmi: 0 }".into(),
-        awaiting_sipi: false,
-        interrupt_controller: Some(json!({ "irr": [0], "ppr": 0 })),
-    }];
+    let mut now = vcpu_engine::stats::VcpuNow::default();
+    now.vm = "a".into();
+    now.vcpu = 0;
+    now.state = "running";
+    now.host_cpu = Some(1);
+    now.effective_priority = 10;
+    now.penalty = 0;
+    now.quantum_ns = 2_000_000;
+    now.quantum_used_ns = 500_000;
+    now.ready_wait_ns = 0;
+    let vcpus = vec![now];
+    let mut engine_now = vcpu_engine::stats::VcpuEngineNow::default();
+    engine_now.vm = "a".into();
+    engine_now.vcpu = 0;
+    engine_now.run_state = "Running".into();
+    engine_now.events = "Events { nmi: 0 }".into();
+    engine_now.awaiting_sipi = false;
+    engine_now.interrupt_controller = Some(json!({ "irr": [0], "ppr": 0 }));
+    let engine = vec![engine_now];
     let doc = documents::snapshot::SnapshotDocument::new(&snap, vcpus, engine, 42);
     check(
         documents::SCHED_SNAPSHOT,

@@ -178,14 +178,14 @@ fn run_soak(test: &str, with_churn: bool, with_hostile: bool) {
     };
     let config = Config::load(&dir.config(&text)).unwrap_or_else(|e| panic!("{e}"));
     let engine = Engine::new(
-        EngineConfig {
-            policy: vcpu_sched::PolicyKind::Haiku,
-            mode: config.host.mode,
-            smt_isolation: false,
-            tunables: Default::default(),
-            dispatch: config.host.dispatch,
-            halt_poll_ns: config.host.halt_poll_us * 1000,
-            trace: None,
+        {
+            let mut c = EngineConfig::default();
+            c.policy = vcpu_sched::PolicyKind::Haiku;
+            c.mode = config.host.mode;
+            c.smt_isolation = false;
+            c.dispatch = config.host.dispatch;
+            c.halt_poll_ns = config.host.halt_poll_us * 1000;
+            c
         },
         CpuMap::from_host(&config.host.cpus).unwrap(),
     )

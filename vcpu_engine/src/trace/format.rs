@@ -1,6 +1,7 @@
 //! The trace file: a header, then frames, each a tag, a length and a
-//! payload. Written by the drain thread ([`super::tracer`]), read by
-//! `super::read`.
+//! payload. Written by the drain thread ([`super::tracer`]); the
+//! constants and metadata types here are what a reader (Pacer's
+//! `vmm::trace::read`) checks a file against.
 //!
 //! ```text
 //! header   "PACERTRC"  u32 version (1)  u32 0
@@ -17,12 +18,19 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The first 8 bytes of every trace file.
 pub const MAGIC: &[u8; 8] = b"PACERTRC";
+/// The file format's version, after the magic (a reader refuses others).
 pub const VERSION: u32 = 1;
+/// Bytes before the first frame: magic, version, 4 reserved.
 pub const HEADER_BYTES: usize = 16;
+/// Bytes before each frame's payload: tag, 3 reserved, u32 length.
 pub const FRAME_HEADER_BYTES: usize = 8;
+/// Frame tag: one JSON [`Meta`].
 pub const TAG_META: u8 = 1;
+/// Frame tag: whole 32-byte records ([`super::record::Record`]).
 pub const TAG_RECORDS: u8 = 2;
+/// Frame tag: the totals of a run that ended cleanly (last frame).
 pub const TAG_END: u8 = 3;
 /// Largest frame a writer makes (and a reader accepts).
 pub const MAX_FRAME_BYTES: u32 = 16 << 20;
@@ -35,7 +43,9 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub struct RunMeta {
     /// `haiku`, `global-rr`, `pinned`.
     pub policy: String,
+    /// The scheduler's mode (`low-latency`, `power-saving`).
     pub mode: String,
+    /// [`crate::DispatchKind`] as named (`threads`, `workers`).
     pub dispatch: String,
     /// The scheduled CPUs: `os_id` is the number records use for a CPU.
     pub topology: vcpu_sched::Topology,
@@ -55,10 +65,13 @@ pub struct RunMeta {
 pub struct VmMeta {
     /// The id records use (order of arrival, from 0).
     pub id: u16,
+    /// Its name ([`crate::VmSchedSpec::name`]).
     pub name: String,
+    /// How many vCPUs it has (indices `0..vcpus`).
     pub vcpus: u16,
     /// `timeshare` or `realtime`.
     pub class: String,
+    /// Its vCPUs' base priority.
     pub priority: u8,
     /// Its core set (OS CPU numbers).
     pub cpus: Vec<u32>,
@@ -67,8 +80,11 @@ pub struct VmMeta {
 /// A thread that records (one ring each).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RingMeta {
+    /// The ring's id (order of registration, from 0).
     pub id: u32,
+    /// The recording thread's name (`vm0/vcpu1`, `pacer/timers`, ...).
     pub thread: String,
+    /// Records the ring holds; more between two drains are lost.
     pub capacity: usize,
 }
 
@@ -76,8 +92,11 @@ pub struct RingMeta {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Meta {
+    /// The run (the first frame after the header).
     Run(Box<RunMeta>),
+    /// A VM joined the engine.
     Vm(VmMeta),
+    /// A thread recorded its first event.
     Ring(RingMeta),
 }
 

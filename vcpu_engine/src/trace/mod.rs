@@ -3,18 +3,19 @@
 //! to leave on while measuring.
 //!
 //! - [`record`]: the events and their fixed 32-byte record;
-//! - [`ring`]: the per-thread lock-free buffer the hot path writes;
+//! - `ring`: the per-thread lock-free buffer the hot path writes (internal);
 //! - [`tracer`]: the recording handle and the drain thread that writes the
 //!   file;
-//! - `format`: the file's frames and metadata.
+//! - [`format`](mod@format): the file's frames and metadata, for a reader.
 //!
-//! Reading a trace back (and summaries, plots, replays) is the VMM's
-//! business (Pacer's `vmm::trace`). Where the engine records each event:
-//! `trace_points.rs`.
+//! A VMM records a trace by starting a [`Tracer`] and handing its
+//! [`Trace`] to [`crate::EngineConfig::trace`]. Reading a trace back (and
+//! summaries, plots, replays) is the VMM's business (Pacer's
+//! `vmm::trace`). Where the engine records each event: `trace_points.rs`.
 
 pub mod format;
 pub mod record;
-pub mod ring;
+pub(crate) mod ring;
 pub mod tracer;
 
 pub use record::{Cause, Event, StopWhy, VcpuRef};

@@ -29,7 +29,9 @@ pub const NONE16: u16 = u16::MAX;
 /// run's engine, from 0) and its index in the VM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct VcpuRef {
+    /// The VM's trace id ([`crate::EngineVm::trace_id`], `VmMeta::id`).
     pub vm: u16,
+    /// The vCPU's index in its VM.
     pub vcpu: u16,
 }
 
@@ -63,6 +65,7 @@ impl StopWhy {
         StopWhy::Exited,
     ];
 
+    /// The reason in words, as summaries print it.
     pub fn as_str(self) -> &'static str {
         match self {
             StopWhy::Quantum => "quantum end",
@@ -79,14 +82,23 @@ impl StopWhy {
 /// Why a vCPU was told it has something to take (a wake's cause).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cause {
-    /// Its local APIC timer, due at `deadline_ns` (0: not known, e.g. a
-    /// TSC deadline written in the past).
-    Timer { deadline_ns: u64 },
-    /// An IPI from vCPU `from` of the same VM.
-    Ipi { from: u16 },
-    /// An I/O APIC pin (a device line); `None`: redelivered by an EOI or
-    /// a redirection-entry write.
-    Line { pin: Option<u8> },
+    /// Its local APIC timer.
+    Timer {
+        /// When it was due, engine clock (0: not known, e.g. a TSC
+        /// deadline written in the past).
+        deadline_ns: u64,
+    },
+    /// An IPI from another vCPU of the same VM.
+    Ipi {
+        /// The sender's index.
+        from: u16,
+    },
+    /// A device line.
+    Line {
+        /// The I/O APIC pin; `None`: redelivered by an EOI or a
+        /// redirection-entry write.
+        pin: Option<u8>,
+    },
     /// The VM's boot vCPU starting.
     Start,
     /// Its VM resumed.
@@ -107,79 +119,142 @@ impl Cause {
 }
 
 /// What happened. Every event is about one host CPU and/or one vCPU.
+///
+/// Host CPUs (`cpu`, `from`, `to`) are OS numbers ([`crate::HostCpu`]),
+/// as the run's topology (`RunMeta::topology`, `os_id`) lists them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
-    /// `schedule` on `cpu` dispatched `vcpu` for `quantum_ns` at effective
-    /// priority `priority` (None: a policy without priorities).
-    /// `by_waker`: dispatched onto an idle CPU from the waker's thread.
+    /// `schedule` on `cpu` dispatched `vcpu`.
     Dispatch {
+        /// The CPU.
         cpu: u16,
+        /// The vCPU it runs now.
         vcpu: VcpuRef,
+        /// The time slice it was given.
         quantum_ns: u64,
+        /// Its effective priority (None: a policy without priorities).
         priority: Option<u8>,
+        /// Dispatched onto an idle CPU from the waker's thread.
         by_waker: bool,
     },
     /// `schedule` on `cpu` found nothing to run: the CPU idles.
-    Idle { cpu: u16 },
-    /// `vcpu` gave `cpu` back. `thread_cpu_ns`: the CPU time of the
-    /// thread that ran it (CLOCK_THREAD_CPUTIME_ID), so that a turn's
-    /// CPU time is this less its `Unpark`'s, host preemption excluded.
-    Stop {
+    Idle {
+        /// The CPU.
         cpu: u16,
+    },
+    /// `vcpu` gave `cpu` back.
+    Stop {
+        /// The CPU.
+        cpu: u16,
+        /// The vCPU that ran there.
         vcpu: VcpuRef,
+        /// Why it stopped.
         why: StopWhy,
+        /// The CPU time of the thread that ran it
+        /// (CLOCK_THREAD_CPUTIME_ID), so that a turn's CPU time is this
+        /// less its `Unpark`'s, host preemption excluded.
         thread_cpu_ns: u64,
     },
-    /// A wake of `woken` cut the slice of what `cpu` runs: it now ends
-    /// `end_in_ns` after this event.
+    /// A wake of `woken` cut the slice of what `cpu` runs.
     Cut {
+        /// The CPU whose slice was cut.
         cpu: u16,
+        /// The vCPU whose wake cut it.
         woken: VcpuRef,
+        /// The slice now ends this long after the event.
         end_in_ns: u64,
     },
     /// The interrupt controller told the engine `vcpu` has something to
-    /// take, for `cause`.
-    Notify { vcpu: VcpuRef, cause: Cause },
-    /// The scheduler's decision on a wake of `vcpu`: the CPU it goes to
-    /// (None: it was runnable already), whether that CPU is kicked, and
-    /// whether the runner's slice was cut.
-    Wake {
+    /// take ([`crate::Engine::notify`]).
+    Notify {
+        /// The vCPU.
         vcpu: VcpuRef,
+        /// What it has to take.
+        cause: Cause,
+    },
+    /// The scheduler's decision on a wake of `vcpu`.
+    Wake {
+        /// The vCPU woken.
+        vcpu: VcpuRef,
+        /// The CPU it goes to (None: it was runnable already).
         cpu: Option<u16>,
+        /// That CPU is kicked (to preempt or to leave its idle wait).
         kick: bool,
+        /// The slice of what that CPU runs was cut (a [`Event::Cut`]
+        /// follows).
         cut: bool,
     },
-    /// The engine kicked `cpu`: `busy`, its executor was signalled out of
-    /// KVM_RUN; else the CPU was idle and was given work.
-    Kick { cpu: u16, busy: bool },
+    /// The engine kicked `cpu`.
+    Kick {
+        /// The CPU.
+        cpu: u16,
+        /// Its executor was signalled out of KVM_RUN; false: the CPU was
+        /// idle and was given work.
+        busy: bool,
+    },
     /// `vcpu`'s KVM_RUN on `cpu` returned EINTR: a kick (or timer) was seen.
-    ExitSeen { cpu: u16, vcpu: VcpuRef },
+    ExitSeen {
+        /// The CPU.
+        cpu: u16,
+        /// The vCPU that ran there.
+        vcpu: VcpuRef,
+    },
     /// `vector` was injected into `vcpu` on `cpu` (KVM_INTERRUPT).
-    Inject { cpu: u16, vcpu: VcpuRef, vector: u8 },
+    Inject {
+        /// The CPU.
+        cpu: u16,
+        /// The vCPU.
+        vcpu: VcpuRef,
+        /// The interrupt vector.
+        vector: u8,
+    },
     /// `vcpu` wrote EOI for `vector`: its handler ran.
-    Eoi { vcpu: VcpuRef, vector: u8 },
-    /// `vcpu` was dispatched on `to` after running last on `from`.
-    Migrate { vcpu: VcpuRef, from: u16, to: u16 },
+    Eoi {
+        /// The vCPU.
+        vcpu: VcpuRef,
+        /// The vector its EOI ended.
+        vector: u8,
+    },
+    /// `vcpu` was dispatched on another CPU than the one it ran on last.
+    Migrate {
+        /// The vCPU.
+        vcpu: VcpuRef,
+        /// The CPU it ran on last.
+        from: u16,
+        /// The CPU it runs on now.
+        to: u16,
+    },
     /// `vcpu`'s thread stops polling and sleeps until its vCPU is
     /// dispatched again.
-    Park { vcpu: VcpuRef },
-    /// A thread takes `cpu` to run `vcpu` (its own thread woken from its
-    /// sleep or found while polling, picked again, or a worker), with that
-    /// thread's CPU time (see `Stop`).
-    Unpark {
-        cpu: u16,
+    Park {
+        /// The vCPU.
         vcpu: VcpuRef,
+    },
+    /// A thread takes `cpu` to run `vcpu` (its own thread woken from its
+    /// sleep or found while polling, picked again, or a worker).
+    Unpark {
+        /// The CPU.
+        cpu: u16,
+        /// The vCPU.
+        vcpu: VcpuRef,
+        /// The thread's CPU time (see [`Event::Stop`]).
         thread_cpu_ns: u64,
     },
-    /// `count` events were lost (a ring was full): written by the drain.
-    Lost { count: u64 },
+    /// Events were lost (a ring was full): written by the drain.
+    Lost {
+        /// How many.
+        count: u64,
+    },
     /// After `vcpu` blocked and left `cpu` idle, its thread (or the CPU's
-    /// worker) polled `polled_ns` for work before sleeping; `woken`: the
-    /// work came within the poll (no sleep, no futex wake).
+    /// worker) polled for work before sleeping.
     HaltPoll {
+        /// The CPU left idle.
         cpu: u16,
+        /// The vCPU that blocked.
         vcpu: VcpuRef,
+        /// How long it polled.
         polled_ns: u64,
+        /// The work came within the poll (no sleep, no futex wake).
         woken: bool,
     },
 }
@@ -244,6 +319,7 @@ const WAKE_CUT: u8 = 4;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct Record {
+    /// When, engine clock ([`crate::clock::now_ns`]).
     pub t_ns: u64,
     kind: u8,
     arg: u8,
@@ -258,10 +334,17 @@ pub struct Record {
 /// Why a record does not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecordError {
+    /// The kind byte names no event (a newer writer, or damage).
     #[error("unknown record kind {0}")]
     Kind(u8),
+    /// A field is out of its range for the kind.
     #[error("record kind {kind}: {what}")]
-    Field { kind: u8, what: &'static str },
+    Field {
+        /// The kind byte.
+        kind: u8,
+        /// What is wrong.
+        what: &'static str,
+    },
 }
 
 impl Record {

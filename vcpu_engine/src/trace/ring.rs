@@ -84,8 +84,6 @@ pub struct Ring {
     tail: CachePadded<AtomicU64>,
     /// Records dropped because the ring was full (written by the producer).
     dropped: AtomicU64,
-    /// Who writes it (for the trace's metadata).
-    pub thread: String,
     /// Its number in its tracer.
     pub id: u32,
 }
@@ -102,17 +100,17 @@ unsafe impl Send for Ring {}
 impl Ring {
     /// A ring of `capacity` records (at least one); None if the memory
     /// cannot be mapped.
-    pub fn new(capacity: usize, id: u32, thread: String) -> Option<Ring> {
+    pub fn new(capacity: usize, id: u32) -> Option<Ring> {
         Some(Ring {
             slots: Slots::map(capacity.max(1))?,
             head: CachePadded::new(AtomicU64::new(0)),
             tail: CachePadded::new(AtomicU64::new(0)),
             dropped: AtomicU64::new(0),
-            thread,
             id,
         })
     }
 
+    /// Records it holds at most.
     pub fn capacity(&self) -> usize {
         self.slots.len
     }
@@ -175,7 +173,7 @@ mod tests {
 
     #[test]
     fn a_full_ring_drops_and_counts_instead_of_waiting() {
-        let ring = Ring::new(4, 0, "t".into()).unwrap();
+        let ring = Ring::new(4, 0).unwrap();
         for i in 0..10 {
             ring.push(rec(i));
         }
@@ -197,7 +195,7 @@ mod tests {
 
     #[test]
     fn a_producer_and_the_drain_on_two_threads_lose_nothing_they_do_not_count() {
-        let ring = std::sync::Arc::new(Ring::new(64, 0, "t".into()).unwrap());
+        let ring = std::sync::Arc::new(Ring::new(64, 0).unwrap());
         let n = 200_000u64;
         let producer = {
             let ring = ring.clone();

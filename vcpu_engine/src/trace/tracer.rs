@@ -1,5 +1,5 @@
 //! Recording: the handle the engine writes events through ([`Trace`]),
-//! one ring per writing thread ([`super::ring`]), and the drain thread
+//! one ring per writing thread (`super::ring`), and the drain thread
 //! (`pacer/trace`) that empties the rings into the file every few
 //! milliseconds ([`Tracer`]).
 //!
@@ -32,25 +32,38 @@ pub const DEFAULT_DRAIN_EVERY: Duration = Duration::from_millis(10);
 
 /// Errors of recording a trace.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TraceError {
+    /// Creating or writing the file failed.
     #[error("trace file {path}: {source}")]
     File {
+        /// The trace file.
         path: PathBuf,
+        /// Why.
         source: std::io::Error,
     },
+    /// The OS refused the drain thread.
     #[error("cannot start the trace drain thread: {0}")]
     Thread(std::io::Error),
 }
 
-/// How a trace is recorded.
+/// How a trace is recorded: [`TraceConfig::new`], then change what
+/// differs from the defaults (more settings may be added).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TraceConfig {
+    /// The file to write (replaced if it exists; its directory is made).
     pub path: PathBuf,
+    /// Records each recording thread's ring holds
+    /// ([`DEFAULT_RING_CAPACITY`]); a ring that fills between two drains
+    /// loses records (counted as `Lost` events).
     pub ring_capacity: usize,
+    /// Time between two drains ([`DEFAULT_DRAIN_EVERY`]).
     pub drain_every: Duration,
 }
 
 impl TraceConfig {
+    /// A trace into `path` with the default ring size and drain period.
     pub fn new(path: &Path) -> TraceConfig {
         TraceConfig {
             path: path.to_path_buf(),
@@ -60,22 +73,31 @@ impl TraceConfig {
     }
 }
 
-/// A run's trace as the run's results report it.
+/// A run's trace as the run's results report it ([`Tracer::outcome`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct TraceOutcome {
+    /// The trace file.
     pub path: PathBuf,
+    /// Records written.
     pub records: u64,
+    /// Records lost to full rings.
     pub lost: u64,
+    /// The file's size.
     pub bytes: u64,
     /// Why the file is incomplete, if it is (a write failed).
     pub error: Option<String>,
 }
 
-/// What a finished trace holds.
+/// What a finished trace holds ([`Tracer::finish`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct TraceTotals {
+    /// Records written.
     pub records: u64,
+    /// Records lost to full rings.
     pub lost: u64,
+    /// The file's size.
     pub bytes: u64,
 }
 
@@ -151,7 +173,7 @@ impl Trace {
             .name()
             .unwrap_or("unnamed")
             .to_string();
-        let ring = Arc::new(Ring::new(self.inner.ring_capacity, id, thread.clone())?);
+        let ring = Arc::new(Ring::new(self.inner.ring_capacity, id)?);
         self.meta(Meta::Ring(RingMeta {
             id,
             thread,
@@ -231,6 +253,7 @@ impl Tracer {
         self.trace.clone()
     }
 
+    /// The file being written.
     pub fn path(&self) -> &Path {
         &self.path
     }

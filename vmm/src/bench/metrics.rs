@@ -533,20 +533,17 @@ mod tests {
                 units_per_s: Some(u),
                 done: true,
             });
-            r.vcpu_sched.push(VcpuSchedStats {
-                run_ns: 1_000_000 * (i as u64 + 1),
-                ready_wait_ns: 1_000_000,
-                wakeups: 5,
-                wake_latency_ns: LatencyNs {
-                    p50: 1000,
-                    p99: 5000 * (i as u64 + 1),
-                    max: 9000,
-                },
-                migrations: 4,
-                preemptions: 1,
-                host_cpus: "0-1".into(),
-                halt_poll: Default::default(),
-            });
+            let mut s = VcpuSchedStats::default();
+            s.run_ns = 1_000_000 * (i as u64 + 1);
+            s.ready_wait_ns = 1_000_000;
+            s.wakeups = 5;
+            s.wake_latency_ns.p50 = 1000;
+            s.wake_latency_ns.p99 = 5000 * (i as u64 + 1);
+            s.wake_latency_ns.max = 9000;
+            s.migrations = 4;
+            s.preemptions = 1;
+            s.host_cpus = "0-1".into();
+            r.vcpu_sched.push(s);
         }
         r
     }

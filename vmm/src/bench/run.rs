@@ -469,7 +469,7 @@ pub fn run_matrix(
     // SIGINT and SIGTERM stay blocked for the whole run (in every thread it
     // starts): a Pacer cell's runner takes them while it runs, a QEMU cell
     // polls for them, and between cells they are looked for after each one.
-    let _signals = vcpu_engine::signals::SignalGuard::install();
+    let _signals = crate::signals::SignalGuard::install();
     let mut store = Store::open(&opts.out, opts.resume)?;
     let all = cells::expand(m);
     let view = crate::documents::matrix::MatrixView::of(m);

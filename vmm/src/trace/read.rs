@@ -298,12 +298,10 @@ mod tests {
     fn events_from_several_threads_reach_the_file_with_their_losses() {
         let dir = std::env::temp_dir().join(format!("pacer-tracer-{}", std::process::id()));
         let path = dir.join("t.trace");
-        let config = TraceConfig {
-            path: path.clone(),
-            ring_capacity: 16,
-            // Long enough that the threads fill their rings first.
-            drain_every: Duration::from_secs(3600),
-        };
+        let mut config = TraceConfig::new(&path);
+        config.ring_capacity = 16;
+        // Long enough that the threads fill their rings first.
+        config.drain_every = Duration::from_secs(3600);
         let tracer = Tracer::start(&config, run_meta()).unwrap();
         let v = VcpuRef { vm: 0, vcpu: 0 };
         let threads: Vec<_> = (0..3u16)

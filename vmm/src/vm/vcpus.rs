@@ -80,19 +80,16 @@ impl Vm {
                 }
             }
             VcpuScheduling::Scheduled(engine) => {
-                let spec = VmSchedSpec {
-                    name: self.spec.name.clone(),
-                    class: self.spec.class,
-                    priority: self.spec.priority,
-                    shares: self.spec.shares.to_engine(),
-                    cpus: self.spec.cpus.clone(),
-                };
+                let mut sched = VmSchedSpec::new(&self.spec.name, self.spec.cpus.clone());
+                sched.class = self.spec.class;
+                sched.priority = self.spec.priority;
+                sched.shares = self.spec.shares.to_engine();
                 let handler: Arc<dyn VcpuExitHandler> = self.handler.clone();
                 let irq: Arc<dyn InterruptSource> = match &self.irqchip {
                     Some((_, chip)) => chip.clone(),
                     None => Arc::new(NoInterrupts),
                 };
-                let slot = engine.add_vm(&spec, runners, irq, handler)?;
+                let slot = engine.add_vm(&sched, runners, irq, handler)?;
                 if let Some((host, _)) = &self.irqchip {
                     host.attach(slot);
                 }
