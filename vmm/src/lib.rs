@@ -55,4 +55,4 @@ pub mod unixbench;
 pub mod vm;
 
 pub use config::{Config, VmConfig};
-pub use vm::{Vm, VmEvent, VmOptions};
+pub use vm::{Vm, VmEvent, VmOptions, VmSpec};

@@ -350,7 +350,7 @@ pub fn run(
                 std::thread::Builder::new()
                     .name(format!("{}/ctl", vm.name))
                     .spawn_scoped(s, move || {
-                        let r = Vm::run_with(kvm, vm, options, |h| registry.register(h));
+                        let r = Vm::run_with(kvm, &vm.spec(), options, |h| registry.register(h));
                         registry.ended(&vm.name);
                         vms_left.fetch_sub(1, Ordering::AcqRel);
                         on_event(RunEvent::VmFinished(&r));

@@ -125,7 +125,7 @@ fn pause_stops_progress_and_resume_continues() {
     let kvm = open_kvm().unwrap();
     let mut vm = Vm::create(
         &kvm,
-        &config.vms[0],
+        &config.vms[0].spec(),
         VmOptions {
             log_dir: None,
             ..Default::default()
@@ -241,7 +241,7 @@ fn kick_latency_pause_resume_cycles() {
     let kvm = open_kvm().unwrap();
     let mut vm = Vm::create(
         &kvm,
-        &config.vms[0],
+        &config.vms[0].spec(),
         VmOptions {
             log_dir: None,
             ..Default::default()

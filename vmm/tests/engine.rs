@@ -156,7 +156,7 @@ fn pause_and_resume_under_the_engine() {
         let kvm = open_kvm().unwrap();
         let mut vm = Vm::create(
             &kvm,
-            &config.vms[0],
+            &config.vms[0].spec(),
             VmOptions {
                 log_dir: None,
                 scheduling: VcpuScheduling::Scheduled(engine.clone()),

@@ -382,7 +382,7 @@ fn more_vcpus_than_the_guest_supports_is_an_error() {
     let kvm = open_kvm().unwrap();
     let r = Vm::run(
         &kvm,
-        &config.vms[0],
+        &config.vms[0].spec(),
         VmOptions {
             log_dir: None,
             ..Default::default()

@@ -207,7 +207,7 @@ fn run_soak(test: &str, with_churn: bool, with_hostile: bool) {
                     ..Default::default()
                 };
                 let kvm = &kvm;
-                s.spawn(move || Vm::run(kvm, vmc, opts))
+                s.spawn(move || Vm::run(kvm, &vmc.spec(), opts))
             })
             .collect();
         // The watchdog: progress of every vCPU each second, RSS samples.
@@ -283,7 +283,7 @@ fn run_soak(test: &str, with_churn: bool, with_hostile: bool) {
                         run_start: t0,
                         ..Default::default()
                     };
-                    let r = Vm::run(kvm, vmc, opts);
+                    let r = Vm::run(kvm, &vmc.spec(), opts);
                     *outcomes.entry(r.status.to_string()).or_default() += 1;
                 }
                 outcomes

@@ -67,7 +67,7 @@ fn run_tiny(dir: &TempDir, n: u32) -> vmm::results::VmResult {
     let kvm = open_kvm().unwrap();
     Vm::run(
         &kvm,
-        &config.vms[0],
+        &config.vms[0].spec(),
         VmOptions {
             log_dir: None,
             ..Default::default()
@@ -144,7 +144,7 @@ fn i8042_reset_stops_the_vm_cleanly() {
     let config = Config::load(&cfg).unwrap();
     let r = Vm::run(
         &open_kvm().unwrap(),
-        &config.vms[0],
+        &config.vms[0].spec(),
         VmOptions {
             log_dir: None,
             ..Default::default()

@@ -30,10 +30,9 @@ pub mod zero_page;
 
 pub use vcpu::{configure_vcpu, vm_cpuid, VcpuBoot};
 
-use crate::config::VmConfig;
-use multiboot::{MultibootError, MultibootHeader};
+use multiboot::{Module, MultibootError, MultibootHeader};
 use std::io::{Read, Seek, SeekFrom};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 /// Errors of this module.
@@ -274,13 +273,36 @@ pub(crate) fn write_gdt(mem: &GuestMemoryMmap, gdt: &[u64]) -> Result<(), BootEr
     Ok(())
 }
 
-/// Load `config`'s kernel (and initrd or modules) into `mem` for its
-/// guest kind. `tsc_khz` goes on the bench guest's command line.
-pub fn load(mem: &GuestMemoryMmap, config: &VmConfig, tsc_khz: u32) -> Result<Booted, BootError> {
-    match config.guest {
+/// What a VM boots: its kernel and how (the guest kind), the initrd, the
+/// multiboot modules and the command line. The layer above makes it from
+/// its configuration (`config::VmConfig::spec`); boot reads no config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BootSpec {
+    pub guest: GuestKind,
+    pub kernel: PathBuf,
+    /// Bench and Linux guests (a Linux guest's initramfs).
+    pub initrd: Option<PathBuf>,
+    /// Bench guest: the config's command line and workload arguments
+    /// ([`load`] appends `tsc_khz=` and `vcpus=`). Multiboot: the kernel's
+    /// command line. Linux: what follows `linux::PLATFORM_CMDLINE`.
+    pub cmdline: String,
+    /// Multiboot modules, in order.
+    pub modules: Vec<Module>,
+}
+
+/// Load `spec`'s kernel (and initrd or modules) into `mem` for its guest
+/// kind, for a VM of `vcpus` vCPUs. `tsc_khz` goes on the bench guest's
+/// command line.
+pub fn load(
+    mem: &GuestMemoryMmap,
+    spec: &BootSpec,
+    vcpus: u32,
+    tsc_khz: u32,
+) -> Result<Booted, BootError> {
+    match spec.guest {
         GuestKind::Bench => {
-            let loaded = elf::load_kernel(mem, &config.kernel, config.initrd.as_deref())?;
-            let cmdline = elf::build_cmdline(&config.cmdline, tsc_khz, config.vcpus)?;
+            let loaded = elf::load_kernel(mem, &spec.kernel, spec.initrd.as_deref())?;
+            let cmdline = elf::build_cmdline(&spec.cmdline, tsc_khz, vcpus)?;
             elf::write_boot_structures(mem, &cmdline, &loaded)?;
             Ok(Booted {
                 entry: EntryState::LongMode {
@@ -293,11 +315,12 @@ pub fn load(mem: &GuestMemoryMmap, config: &VmConfig, tsc_khz: u32) -> Result<Bo
             })
         }
         GuestKind::Multiboot => {
-            let l = multiboot::load(mem, &config.kernel, &config.cmdline, &config.modules)
-                .map_err(|source| BootError::Multiboot {
-                    path: config.kernel.display().to_string(),
+            let l = multiboot::load(mem, &spec.kernel, &spec.cmdline, &spec.modules).map_err(
+                |source| BootError::Multiboot {
+                    path: spec.kernel.display().to_string(),
                     source,
-                })?;
+                },
+            )?;
             write_gdt(mem, &regs::protected_mode_gdt())?;
             acpi::write_tables(mem)?;
             Ok(Booted {
@@ -309,14 +332,14 @@ pub fn load(mem: &GuestMemoryMmap, config: &VmConfig, tsc_khz: u32) -> Result<Bo
             })
         }
         GuestKind::Linux => {
-            let format = inspect(&config.kernel)?.format;
+            let format = inspect(&spec.kernel)?.format;
             let l = linux::load(
                 mem,
-                &config.kernel,
+                &spec.kernel,
                 format,
-                config.initrd.as_deref(),
-                &config.cmdline,
-                config.vcpus,
+                spec.initrd.as_deref(),
+                &spec.cmdline,
+                vcpus,
             )?;
             Ok(Booted {
                 entry: EntryState::LongMode { entry: l.entry },

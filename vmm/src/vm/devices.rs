@@ -7,9 +7,8 @@
 //! pc-testdev's) go to that controller's pins, or under `policy = "host"`
 //! to KVM's in-kernel irqchip.
 
-use super::VmError;
+use super::{VmError, VmSpec};
 use crate::boot::GuestKind;
-use crate::config::VmConfig;
 use crate::irq::KvmIrqLine;
 use crate::memory::{self, DeviceMemory};
 use devices::acpi_pm::{AcpiPm, ACPI_PM_BASE, ACPI_PM_LEN};
@@ -37,12 +36,12 @@ pub(super) struct Devices {
     pub mmio: MmioBus,
 }
 
-/// Build the devices of the VM `config` describes. `irqchip`: Pacer's
+/// Build the devices of the VM `spec` describes. `irqchip`: Pacer's
 /// interrupt controller (None: KVM's in-kernel one); `sink`: where devices
 /// report markers, records and stop requests; `console`: the console log,
 /// holding at most `console_limit` bytes of guest output.
 pub(super) fn create_devices(
-    config: &VmConfig,
+    spec: &VmSpec,
     vm_fd: &Arc<VmFd>,
     mem: &Arc<GuestMemoryMmap>,
     irqchip: Option<&Arc<IrqChip>>,
@@ -63,8 +62,7 @@ pub(super) fn create_devices(
     };
     let serial = Arc::new(Mutex::new(SerialConsole::new(
         serial_irq,
-        ConsoleWriter::new(&config.name, console, config.console.to_stdout())
-            .with_limit(console_limit),
+        ConsoleWriter::new(&spec.name, console, spec.console.stdout).with_limit(console_limit),
     )));
     let mut bus = PioBus::new();
     let bus_err = |e: devices::bus::BusError| VmError::Device(e.to_string());
@@ -98,7 +96,7 @@ pub(super) fn create_devices(
         mmio.insert(IOAPIC_DEFAULT_BASE, IOAPIC_MMIO_LEN, chip.ioapic_mmio())
             .map_err(|e| VmError::Device(e.to_string()))?;
     }
-    if config.guest == GuestKind::Multiboot {
+    if spec.boot.guest == GuestKind::Multiboot {
         // pc-testdev's lines are I/O APIC pins: KVM's in-kernel one
         // under `host`, Pacer's under the scheduled policies.
         let lines: Vec<Arc<dyn InterruptLine>> = (0..u32::from(PC_TESTDEV_IRQ_LINES))
@@ -114,11 +112,11 @@ pub(super) fn create_devices(
             sink.clone(),
             lines,
             memory::ram_size(mem),
-            config.vcpus as u16,
+            spec.vcpus as u16,
         )
         .map_err(bus_err)?;
     }
-    if config.guest == GuestKind::Linux {
+    if spec.boot.guest == GuestKind::Linux {
         // What the FADT names: the PM timer and the power-off registers.
         bus.insert(
             PM_TIMER_PORT,

@@ -5,9 +5,8 @@
 //! the controller thread that fills the user log at the end may only open
 //! files read-only once confined (seccomp).
 
-use super::{Vm, VmError};
+use super::{Vm, VmError, VmSpec};
 use crate::boot::GuestKind;
-use crate::config::VmConfig;
 use std::path::{Path, PathBuf};
 
 /// The files of one VM (all None without a log directory).
@@ -22,7 +21,7 @@ pub(super) struct LogFiles {
 
 impl LogFiles {
     /// Create `log_dir` and the VM's console and user logs in it.
-    pub(super) fn open(log_dir: Option<&Path>, config: &VmConfig) -> Result<LogFiles, VmError> {
+    pub(super) fn open(log_dir: Option<&Path>, spec: &VmSpec) -> Result<LogFiles, VmError> {
         let Some(dir) = log_dir else {
             return Ok(LogFiles {
                 results: None,
@@ -34,19 +33,17 @@ impl LogFiles {
             path: dir.to_path_buf(),
             source,
         })?;
-        let console = if config.console.to_log() {
-            Some(open_log(dir, format!("{}.console.log", config.name))?)
+        let console = if spec.console.log {
+            Some(open_log(dir, format!("{}.console.log", spec.name))?)
         } else {
             None
         };
-        let user_log = match (&console, config.guest) {
-            (Some(_), GuestKind::Linux) => {
-                Some(open_log(dir, format!("{}.user.log", config.name))?)
-            }
+        let user_log = match (&console, spec.boot.guest) {
+            (Some(_), GuestKind::Linux) => Some(open_log(dir, format!("{}.user.log", spec.name))?),
             _ => None,
         };
         Ok(LogFiles {
-            results: Some(dir.join(format!("{}.results.jsonl", config.name))),
+            results: Some(dir.join(format!("{}.results.jsonl", spec.name))),
             console,
             user_log,
         })
@@ -76,7 +73,7 @@ impl Vm {
             Ok(true) => Ok(Some(path.clone())),
             Ok(false) => Ok(None),
             Err(UserLogError::Read(e)) => {
-                log::warn!("[{}] user command output: {e}", self.config.name);
+                log::warn!("[{}] user command output: {e}", self.spec.name);
                 Ok(None)
             }
             Err(UserLogError::Write(e)) => Err(format!("cannot write {}: {e}", path.display())),

@@ -18,14 +18,15 @@ mod guest_ram;
 mod irqchip;
 mod logs;
 mod shared;
+mod spec;
 pub mod steal_time;
 mod vcpus;
 
 pub use shared::{StopCause, StopHandle, VmEvent, VmRequest, VmShared};
+pub use spec::{ConsoleTo, VmSpec};
 pub use vcpus::VcpuScheduling;
 
 use crate::boot;
-use crate::config::VmConfig;
 use crate::cpuid;
 use crate::memory;
 use crate::msr;
@@ -129,7 +130,7 @@ impl VmOptions {
 
 /// One VM.
 pub struct Vm {
-    config: VmConfig,
+    spec: VmSpec,
     // Field order matters for drop: vCPU threads first, then the VM fd, then
     // the memory the memslots point into.
     vcpus: Option<RunningVcpus>,
@@ -155,20 +156,20 @@ pub struct Vm {
 
 impl Vm {
     /// Build the VM (nothing runs until [`Vm::start`]).
-    pub fn create(kvm: &Kvm, config: &VmConfig, options: VmOptions) -> Result<Vm, VmError> {
+    pub fn create(kvm: &Kvm, spec: &VmSpec, options: VmOptions) -> Result<Vm, VmError> {
         let start = Instant::now();
         let vm_fd = Arc::new(kvm.create_vm().map_err(VmError::CreateVm)?);
         if let Err(e) = vm_fd.set_tss_address(KVM_TSS_ADDRESS) {
-            log::debug!("[{}] KVM_SET_TSS_ADDR: {e}", config.name);
+            log::debug!("[{}] KVM_SET_TSS_ADDR: {e}", spec.name);
         }
         if options.in_kernel_irqchip() {
             vm_fd.create_irq_chip().map_err(VmError::Irqchip)?;
         }
-        let mem = guest_ram::create_guest_ram(&vm_fd, config.memory_mib)?;
+        let mem = guest_ram::create_guest_ram(&vm_fd, spec.memory_mib)?;
 
         // vCPUs.
-        let mut vcpus = Vec::with_capacity(config.vcpus as usize);
-        for index in 0..config.vcpus {
+        let mut vcpus = Vec::with_capacity(spec.vcpus as usize);
+        for index in 0..spec.vcpus {
             let fd = vm_fd
                 .create_vcpu(index as u64)
                 .map_err(|source| VmError::CreateVcpu { index, source })?;
@@ -187,11 +188,11 @@ impl Vm {
                 tsc_khz,
                 GuestCpu {
                     phys_addr_bits: cpuid::phys_addr_bits(&vm_cpuid),
-                    // Every vCPU's CPUID has x2APIC unless the config
+                    // Every vCPU's CPUID has x2APIC unless the spec
                     // switches it off (`cpuid::for_vcpu`).
-                    x2apic: config.cpuid.x2apic != Some(false),
+                    x2apic: spec.cpuid.x2apic != Some(false),
                 },
-                config.vcpus,
+                spec.vcpus,
             )?),
         };
         let t_vcpus = start.elapsed();
@@ -201,16 +202,16 @@ impl Vm {
         // state: the others wait for INIT/SIPI from the guest, as on
         // hardware (KVM's in-kernel LAPIC holds them; Pacer's engine keeps
         // them in WaitForSipi).
-        let booted = boot::load(&mem, config, tsc_khz)?;
+        let booted = boot::load(&mem, &spec.boot, spec.vcpus, tsc_khz)?;
         let cmdline = booted.cmdline;
         let supported_msrs = msr::supported_msrs(kvm)?;
         let vcpu_boot = boot::VcpuBoot {
             supported_cpuid: &vm_cpuid,
             supported_msrs: &supported_msrs,
-            vcpus: config.vcpus,
-            cpuid: &config.cpuid,
+            vcpus: spec.vcpus,
+            cpuid: &spec.cpuid,
             entry: booted.entry,
-            vm_name: &config.name,
+            vm_name: &spec.name,
         };
         for (index, fd) in &vcpus {
             boot::configure_vcpu(fd, *index, &vcpu_boot).map_err(|source| {
@@ -223,20 +224,15 @@ impl Vm {
         let t_boot = start.elapsed();
 
         // Files and devices.
-        let logs = LogFiles::open(options.log_dir.as_deref(), config)?;
-        let results = ResultsLog::create(&config.name, tsc_khz, logs.results.as_deref())?
+        let logs = LogFiles::open(options.log_dir.as_deref(), spec)?;
+        let results = ResultsLog::create(&spec.name, tsc_khz, logs.results.as_deref())?
             .with_limits(options.limits);
-        let shared = Arc::new(VmShared::new(
-            &config.name,
-            start,
-            options.run_start,
-            results,
-        ));
+        let shared = Arc::new(VmShared::new(&spec.name, start, options.run_start, results));
         let sink: Arc<dyn VmEventSink> = shared.clone();
         let chip = irqchip.as_ref().map(|(_, chip)| chip.clone());
         let console_log = logs.console.as_ref().map(|(p, _)| p.clone());
         let devices = devices::create_devices(
-            config,
+            spec,
             &vm_fd,
             &mem,
             chip.as_ref(),
@@ -248,7 +244,7 @@ impl Vm {
         // goes to user space with the interrupt controller's).
         let steal = irqchip
             .as_ref()
-            .map(|_| Arc::new(steal_time::StealTime::new(mem.clone(), config.vcpus)));
+            .map(|_| Arc::new(steal_time::StealTime::new(mem.clone(), spec.vcpus)));
         let handler = Arc::new(ExitHandler::new(
             shared.clone(),
             devices.bus,
@@ -259,13 +255,13 @@ impl Vm {
 
         log::debug!(
             "[{}] created in {:.2} ms (KVM VM, memory and vCPUs {:.2} ms, kernel and boot structures {:.2} ms)",
-            config.name,
+            spec.name,
             start.elapsed().as_secs_f64() * 1e3,
             t_vcpus.as_secs_f64() * 1e3,
             (t_boot - t_vcpus).as_secs_f64() * 1e3
         );
         Ok(Vm {
-            config: config.clone(),
+            spec: spec.clone(),
             vcpus: None,
             pending_vcpus: vcpus,
             serial: devices.serial,
@@ -284,7 +280,7 @@ impl Vm {
     }
 
     pub fn name(&self) -> &str {
-        &self.config.name
+        &self.spec.name
     }
 
     pub fn tsc_khz(&self) -> u32 {
@@ -325,7 +321,7 @@ impl Vm {
     /// Wait for the VM to stop (guest request, fatal exit, or the
     /// configured timeout), stop all vCPUs and return the result.
     pub fn wait(mut self) -> VmResult {
-        let deadline = self.config.timeout.map(|t| Instant::now() + t);
+        let deadline = self.spec.timeout.map(|t| Instant::now() + t);
         let cause = loop {
             match self.shared.wait(deadline) {
                 shared::Woken::Stop(c) => break c,
@@ -333,7 +329,7 @@ impl Vm {
                     let _ = answer.send(self.carry_out(req));
                 }
                 shared::Woken::Timeout => {
-                    let t = self.config.timeout.unwrap_or_default();
+                    let t = self.spec.timeout.unwrap_or_default();
                     self.shared.stop(StopCause::Timeout(t));
                 }
             }
@@ -379,7 +375,7 @@ impl Vm {
             let errors = res.guest_errors();
             let why = crate::guest_report::guest_reason(&errors, last_console_line.as_deref());
             if let Some(why) = why {
-                log::error!("[{}] {why}", self.config.name);
+                log::error!("[{}] {why}", self.spec.name);
                 message = format!("{message}; {why}");
             }
         }
@@ -422,7 +418,7 @@ impl Vm {
             .into_iter()
             .flatten()
         {
-            log::warn!("[{}] {what}", self.config.name);
+            log::warn!("[{}] {what}", self.spec.name);
             message = if message.is_empty() {
                 what
             } else {
@@ -442,7 +438,7 @@ impl Vm {
             .filter_map(|w| w.units_per_s)
             .reduce(|a, b| a + b);
         VmResult {
-            name: self.config.name.clone(),
+            name: self.spec.name.clone(),
             status,
             ok,
             message,
@@ -468,25 +464,25 @@ impl Vm {
 
     /// Create, run to completion, and report one VM; errors become a failed
     /// result naming the VM.
-    pub fn run(kvm: &Kvm, config: &VmConfig, options: VmOptions) -> VmResult {
-        Self::run_with(kvm, config, options, |_| {})
+    pub fn run(kvm: &Kvm, spec: &VmSpec, options: VmOptions) -> VmResult {
+        Self::run_with(kvm, spec, options, |_| {})
     }
 
     /// [`Vm::run`], handing a [`StopHandle`] to `on_created` before the
     /// vCPUs start.
     pub fn run_with(
         kvm: &Kvm,
-        config: &VmConfig,
+        spec: &VmSpec,
         options: VmOptions,
         on_created: impl FnOnce(StopHandle),
     ) -> VmResult {
         let t0 = Instant::now();
         let failed = |msg: String| {
-            log::error!("[{}] VM failed: {msg}", config.name);
+            log::error!("[{}] VM failed: {msg}", spec.name);
             let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
-            VmResult::error(&config.name, msg, wall_ms, &config.cmdline)
+            VmResult::error(&spec.name, msg, wall_ms, &spec.boot.cmdline)
         };
-        let mut vm = match Vm::create(kvm, config, options) {
+        let mut vm = match Vm::create(kvm, spec, options) {
             Ok(vm) => vm,
             Err(e) => return failed(e.to_string()),
         };

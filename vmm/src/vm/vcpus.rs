@@ -63,11 +63,11 @@ impl Vm {
             .collect();
         match self.options.scheduling.clone() {
             VcpuScheduling::Host { pin } => {
-                let affinity = pin.then(|| self.config.cpus.clone());
+                let affinity = pin.then(|| self.spec.cpus.clone());
                 let mut handles = Vec::with_capacity(runners.len());
                 for runner in runners {
                     handles.push(VcpuHandle::spawn(
-                        &self.config.name,
+                        &self.spec.name,
                         runner,
                         affinity.clone(),
                     )?);
@@ -80,16 +80,16 @@ impl Vm {
                 }
             }
             VcpuScheduling::Scheduled(engine) => {
-                let mut spec = VmSchedSpec::new(&self.config.name, self.config.cpus.clone());
-                spec.class = self.config.class;
-                spec.priority = self.config.priority;
-                spec.shares = self.config.shares.to_engine();
+                let mut sched = VmSchedSpec::new(&self.spec.name, self.spec.cpus.clone());
+                sched.class = self.spec.class;
+                sched.priority = self.spec.priority;
+                sched.shares = self.spec.shares.to_engine();
                 let handler: Arc<dyn VcpuExitHandler> = self.handler.clone();
                 let irq: Arc<dyn InterruptSource> = match &self.irqchip {
                     Some((_, chip)) => chip.clone(),
                     None => Arc::new(NoInterrupts),
                 };
-                let slot = engine.add_vm(&spec, runners, irq, handler)?;
+                let slot = engine.add_vm(&sched, runners, irq, handler)?;
                 if let Some((host, _)) = &self.irqchip {
                     host.attach(slot);
                 }
@@ -99,7 +99,7 @@ impl Vm {
         }
         log::debug!(
             "[{}] vCPUs running {:.2} ms after VM start",
-            self.config.name,
+            self.spec.name,
             self.shared.start.elapsed().as_secs_f64() * 1e3
         );
         Ok(())

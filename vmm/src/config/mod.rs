@@ -1,0 +1,137 @@
+//! The `pacer` configuration file (TOML).
+//!
+//! ```toml
+//! [host]
+//! cpus = "0-1"            # or [0, 1]; default: all online CPUs
+//! policy = "haiku"        # haiku | global-rr | pinned | eevdf | host
+//! mode = "low-latency"    # low-latency | power-saving
+//! smt_isolation = false   # SMT siblings only co-run one VM (haiku)
+//! dispatch = "threads"    # threads | workers: how the engine runs vCPUs
+//! halt_poll_us = 200      # idle CPUs poll this long for a wake-up (0: off)
+//! log_limit_kib = 65536   # each VM's console and results logs hold at most this
+//! result_records_per_s = 10000   # guest markers/records admitted per second
+//! log_dir = "logs"        # relative to this file; default "pacer-logs"
+//!
+//! [host.tunables]         # vcpu_sched tunables, e.g. bursty_load = 375
+//!
+//! [[vm]]
+//! name = "a"              # unique, [A-Za-z0-9_-]
+//! vcpus = 1               # 1..=254
+//! memory_mib = 64         # >= 2
+//! kernel = "../guests/out/bench-guest.elf"
+//! initrd = "initrd.img"   # optional (bench, linux); `initramfs = "..."` is the same key
+//! cmdline = "foo=1"       # optional (linux: appended to Pacer's `console=ttyS0 reboot=k`)
+//! guest = "bench"         # bench | multiboot | linux; default: from the kernel's format
+//! modules = ["env.txt", { path = "m.bin", cmdline = "x=1" }]   # multiboot only
+//! cpuid = { x2apic = false }                                 # optional CPUID overrides: x2apic, tsc_deadline, cx16
+//! cpus = "0"              # core set, within [host] cpus; default: all of them
+//! class = "timeshare"     # timeshare | realtime
+//! priority = 10           # timeshare 1..=99 (default 10); realtime 100..=120 (default 100)
+//! weight = 100            # share among contending VMs, 1..=10000 (haiku)
+//! cap = 30                # at most this % of one CPU for the VM, split over its vCPUs (haiku)
+//! reservation = 50        # at least this % of one CPU when it asks (haiku; all VMs' fit the host)
+//! workload = { name = "cpu", duration_ms = 500, report_ms = 100 }   # bench only
+//! console = "stdout"      # log | stdout | both
+//! timeout_s = 30          # runaway guard
+//! ```
+//!
+//! Parsing is two-stage: serde (with `deny_unknown_fields`) into raw structs
+//! that keep the spans of the fields that semantic checks need, then
+//! validation, which also checks what the config names against the files
+//! and the host (`kernel_image`, `guest_params`, `preflight`,
+//! `host_resources`). Every error is one line `line:col: field.path: expected
+//! X, found Y`; serde's own errors are put in those words by
+//! `config_errors`.
+//!
+//! One file per concern: `raw` (the serde structs), `load` (reading, the
+//! order of the checks, [`HostInfo`]), `check` (the checker every check
+//! reports through), `host` (`[host]`: CPUs, policy, mode, dispatch,
+//! halt polling, log limits, tunables, log directory), `vm` (a `[[vm]]`'s
+//! name, size, console, timeout), `guest` (kernel, guest kind, modules,
+//! initrd, command line, workload), `sched` (core set, class, priority,
+//! shares and what the policy honours), `limits` (defaults and ranges),
+//! `diagnostic` (errors and their one-line form). The layers that build
+//! and run a VM (`vm`, `boot`) never see these types: the runner hands
+//! them a [`crate::vm::VmSpec`] made by [`VmConfig::spec`].
+
+mod check;
+mod diagnostic;
+mod guest;
+mod host;
+mod limits;
+mod load;
+mod raw;
+mod sched;
+#[cfg(test)]
+mod tests;
+mod vm;
+
+pub use diagnostic::{line_col, ConfigError, Diagnostic};
+pub use host::HostConfig;
+pub use limits::{
+    DEFAULT_HALT_POLL_US, LOG_LIMIT_KIB, MAX_HALT_POLL_US, MAX_MEMORY_MIB, MAX_VCPUS,
+    MIN_MEMORY_MIB, RECORDS_PER_S,
+};
+pub use load::HostInfo;
+pub use vm::{Console, VmConfig};
+
+use crate::policy::Policy;
+use crate::sched_rules::class_name;
+use std::fmt;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--policy NAME`.
+    pub policy: Option<Policy>,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub path: PathBuf,
+    pub host: HostConfig,
+    pub vms: Vec<VmConfig>,
+}
+
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "host: cpus {} policy {} mode {} dispatch {}{} log_dir {}",
+            self.host.cpus.to_list(),
+            self.host.policy,
+            self.host.mode,
+            self.host.dispatch,
+            if self.host.smt_isolation {
+                " smt_isolation"
+            } else {
+                ""
+            },
+            self.host.log_dir.display()
+        )?;
+        for v in &self.vms {
+            writeln!(
+                f,
+                "vm {}: {} guest, {} vCPU(s), {} MiB, cpus {}, {} priority {}, kernel {}, cmdline {:?}{}{}",
+                v.name,
+                v.guest.name(),
+                v.vcpus,
+                v.memory_mib,
+                v.cpus.to_list(),
+                class_name(v.class),
+                v.priority,
+                v.kernel.display(),
+                v.cmdline,
+                v.modules
+                    .iter()
+                    .map(|m| format!(", module {:?}", m.string()))
+                    .collect::<String>(),
+                v.timeout
+                    .map(|t| format!(", timeout {:.1} s", t.as_secs_f64()))
+                    .unwrap_or_default()
+            )?;
+        }
+        Ok(())
+    }
+}

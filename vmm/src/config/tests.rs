@@ -1,0 +1,534 @@
+//! The config's checks, end to end on small files.
+
+use super::*;
+use crate::boot::{self, GuestKind};
+use crate::host_resources::HostResources;
+use std::path::PathBuf;
+use std::time::Duration;
+use vcpu_engine::host_cpus::HostCpuSet;
+use vcpu_engine::DispatchKind;
+use vcpu_sched::{Mode, SchedClass};
+
+struct Fixture {
+    dir: PathBuf,
+}
+
+impl Fixture {
+    fn new(tag: &str) -> Fixture {
+        let dir = std::env::temp_dir().join(format!(
+            "pacer-config-{tag}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        // One 1 MiB segment at 1 MiB: needs 2 MiB of RAM.
+        let elf = crate::kernel_image::tests::elf_with_loads(&[(0x10_0000, 0x10_0000)]);
+        std::fs::write(dir.join("kernel.elf"), elf).unwrap();
+        std::fs::write(dir.join("not-elf.bin"), b"MZ not an elf file....").unwrap();
+        let mut mb = boot::multiboot::tests::header(0);
+        mb.extend([0xf4u8; 16]);
+        let mb = boot::multiboot::tests::elf32(0x40_0000, &mb, 0);
+        std::fs::write(dir.join("mb.flat"), mb).unwrap();
+        // It occupies memory up to 4 MiB as it starts.
+        let bz = boot::linux::tests::bzimage(0x020F, 0x7f, 0x1000);
+        std::fs::write(dir.join("bzImage"), bz).unwrap();
+        let vmlinux = boot::notes::tests::vmlinux(0x40_0000);
+        std::fs::write(dir.join("vmlinux"), vmlinux).unwrap();
+        std::fs::write(dir.join("env"), b"TEST_DEVICE=0\n").unwrap();
+        Fixture { dir }
+    }
+    fn parse(&self, text: &str) -> Result<Config, ConfigError> {
+        self.parse_with(text, Overrides::default())
+    }
+    fn parse_with(&self, text: &str, o: Overrides) -> Result<Config, ConfigError> {
+        let host = HostInfo {
+            online: HostCpuSet::parse_list("0-3").unwrap(),
+            resources: HostResources::default(),
+        };
+        Config::parse_overridden(text, &self.dir.join("pacer.toml"), &host, o)
+    }
+    fn errors(&self, text: &str) -> String {
+        match self.parse(text) {
+            Ok(_) => panic!("config unexpectedly valid:\n{text}"),
+            Err(e) => e.to_string(),
+        }
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+const GOOD: &str = r#"
+[host]
+cpus = "0-1"
+policy = "haiku"
+mode = "power-saving"
+log_dir = "logs"
+
+[[vm]]
+name = "a"
+vcpus = 2
+memory_mib = 64
+kernel = "kernel.elf"
+cpus = [0, 1]
+priority = 20
+workload = { name = "cpu", duration_ms = 500, report_ms = 100 }
+console = "both"
+timeout_s = 2.5
+
+[[vm]]
+name = "b-2"
+vcpus = 1
+memory_mib = 2
+kernel = "kernel.elf"
+cmdline = "debug=1"
+workload = "cpu report_ms=50"
+"#;
+
+#[test]
+fn good_config() {
+    let fx = Fixture::new("good");
+    let c = fx.parse(GOOD).unwrap();
+    assert_eq!(c.host.cpus.to_list(), "0-1");
+    assert_eq!(c.host.policy.as_str(), "haiku");
+    assert_eq!(c.host.mode, Mode::PowerSaving);
+    assert_eq!(c.host.dispatch, DispatchKind::default());
+    assert!(!c.host.smt_isolation);
+    assert_eq!(c.host.log_dir, fx.dir.join("logs"));
+    assert_eq!(c.vms.len(), 2);
+    let a = &c.vms[0];
+    assert_eq!((a.vcpus, a.memory_mib, a.priority), (2, 64, 20));
+    assert_eq!(a.kernel, fx.dir.join("kernel.elf"));
+    assert_eq!(a.cmdline, "workload=cpu duration_ms=500 report_ms=100");
+    assert_eq!(a.console, Console::Both);
+    assert_eq!(a.timeout, Some(Duration::from_millis(2500)));
+    let b = &c.vms[1];
+    assert_eq!(b.cpus.to_list(), "0-1");
+    assert_eq!(b.priority, 10);
+    assert_eq!(b.class, SchedClass::Timeshare);
+    assert_eq!(b.cmdline, "debug=1 workload=cpu report_ms=50");
+    assert_eq!(b.console, Console::Log);
+    assert_eq!(b.timeout, None);
+}
+
+#[test]
+fn defaults_without_host_table() {
+    let fx = Fixture::new("defaults");
+    let c = fx
+        .parse("[[vm]]\nname=\"x\"\nvcpus=1\nmemory_mib=16\nkernel=\"kernel.elf\"\n")
+        .unwrap();
+    assert_eq!(c.host.cpus.to_list(), "0-3");
+    assert_eq!(c.host.log_dir, fx.dir.join("pacer-logs"));
+    assert_eq!(c.vms[0].cpus.to_list(), "0-3");
+}
+
+#[test]
+fn unknown_field_names_field_and_line() {
+    let fx = Fixture::new("unknown");
+    let text = GOOD.replace("priority = 20", "priority = 20\nfrobnicate = 1");
+    let e = fx.errors(&text);
+    assert!(e.contains("frobnicate"), "{e}");
+    // `frobnicate` is on line 15 of the modified text.
+    assert!(e.contains("pacer.toml:15:1:"), "{e}");
+    let e = fx.errors("[host]\nspeed = 3\n");
+    assert!(e.contains("speed") && e.contains(":2:1:"), "{e}");
+}
+
+#[test]
+fn core_set_outside_host() {
+    let fx = Fixture::new("outside");
+    let e = fx.errors(&GOOD.replace("cpus = [0, 1]", "cpus = \"1-2\""));
+    assert!(e.contains("vm[0].cpus"), "{e}");
+    assert!(e.contains("pacer.toml:13:8:"), "{e}");
+    assert!(e.contains("outside the host CPU set 0-1"), "{e}");
+    // [host] cpus beyond the online CPUs.
+    let e = fx.errors(&GOOD.replace("cpus = \"0-1\"", "cpus = \"0-7\""));
+    assert!(e.contains("host.cpus") && e.contains("not online"), "{e}");
+    assert!(e.contains(":3:8:"), "{e}");
+}
+
+#[test]
+fn zero_vcpus() {
+    let fx = Fixture::new("zero");
+    let e = fx.errors(&GOOD.replace("vcpus = 2", "vcpus = 0"));
+    assert!(e.contains("vm[0].vcpus") && e.contains(":10:9:"), "{e}");
+    let e = fx.errors(&GOOD.replace("vcpus = 2", "vcpus = 255"));
+    assert!(e.contains("vm[0].vcpus"), "{e}");
+}
+
+#[test]
+fn missing_kernel_file() {
+    let fx = Fixture::new("kernel");
+    let e = fx.errors(&GOOD.replace(
+        "kernel = \"kernel.elf\"\ncmdline",
+        "kernel = \"nope.elf\"\ncmdline",
+    ));
+    assert!(e.contains("vm[1].kernel") && e.contains("nope.elf"), "{e}");
+    assert!(e.contains(":23:10:"), "{e}");
+    // Not an ELF64 x86-64 file.
+    let e = fx.errors(&GOOD.replace(
+        "kernel = \"kernel.elf\"\ncmdline",
+        "kernel = \"not-elf.bin\"\ncmdline",
+    ));
+    assert!(
+        e.contains("vm[1].kernel") && e.contains("not a kernel Pacer can boot"),
+        "{e}"
+    );
+    // A missing `kernel` key altogether.
+    let e = fx.errors("[[vm]]\nname=\"x\"\nvcpus=1\nmemory_mib=16\n");
+    assert!(e.contains("vm[0].kernel: missing"), "{e}");
+}
+
+const MB: &str = "[[vm]]\nname = \"kut\"\nvcpus = 2\nmemory_mib = 16\nkernel = \"mb.flat\"\n";
+
+#[test]
+fn multiboot_guest_from_the_kernel_format() {
+    let fx = Fixture::new("mb");
+    let text = format!(
+        "{MB}cmdline = \"cpuid  x\"\nmodules = [\"env\", {{ path = \"env\", cmdline = \"a=1\" }}]\ncpuid = {{ x2apic = false }}\n"
+    );
+    let c = fx.parse(&text).unwrap();
+    let v = &c.vms[0];
+    assert_eq!(v.guest, GuestKind::Multiboot);
+    // The user's command line, unchanged: no workload or VMM keys.
+    assert_eq!(v.cmdline, "cpuid  x");
+    assert_eq!(v.modules.len(), 2);
+    assert_eq!(v.modules[0].path, fx.dir.join("env"));
+    assert_eq!(v.modules[1].cmdline, "a=1");
+    assert_eq!(v.cpuid.x2apic, Some(false));
+    assert_eq!(v.cpuid.tsc_deadline, None);
+    // The bench guest's reserved keys are the user's business here.
+    assert!(fx.parse(&format!("{MB}cmdline = \"vcpus=3\"\n")).is_ok());
+    // The bench guest defaults to "bench".
+    let c = fx.parse(GOOD).unwrap();
+    assert_eq!(c.vms[0].guest, GuestKind::Bench);
+    assert!(c.vms[0].modules.is_empty());
+}
+
+#[test]
+fn guest_kind_mismatches_name_the_field() {
+    let fx = Fixture::new("kinds");
+    let e = fx.errors(&format!("{MB}workload = \"cpu\"\n"));
+    assert!(
+        e.contains("vm[0].workload") && e.contains("only the bench guest"),
+        "{e}"
+    );
+    assert!(e.contains(":6:12:"), "{e}");
+    let e = fx.errors(&format!("{MB}guest = \"bench\"\n"));
+    assert!(e.contains("vm[0].guest") && e.contains("ELF64"), "{e}");
+    let e = fx.errors(&GOOD.replace("console = \"both\"", "guest = \"multiboot\""));
+    assert!(
+        e.contains("vm[0].guest") && e.contains("no multiboot header"),
+        "{e}"
+    );
+    let e = fx.errors(&GOOD.replace("console = \"both\"", "modules = [\"env\"]"));
+    assert!(
+        e.contains("vm[0].modules[0]") && e.contains("only multiboot"),
+        "{e}"
+    );
+    let e = fx.errors(&format!("{MB}initrd = \"env\"\n"));
+    assert!(e.contains("vm[0].initrd") && e.contains("modules"), "{e}");
+    let e = fx.errors(&format!("{MB}initramfs = \"env\"\n"));
+    assert!(e.contains("vm[0].initramfs"), "{e}");
+    let e = fx.errors(&format!("{MB}modules = [\"nope\"]\n"));
+    assert!(e.contains("vm[0].modules[0]") && e.contains("nope"), "{e}");
+    let e = fx.errors(&format!("{MB}modules = [{{ path = \"env\", size = 3 }}]\n"));
+    assert!(
+        e.contains("vm[0].modules[0]") && e.contains("a module is a path"),
+        "{e}"
+    );
+    let e = fx.errors(&format!("{MB}modules = [\"env\", 7]\n"));
+    assert!(
+        e.contains("vm[0].modules[1]") && e.contains(":6:19:"),
+        "{e}"
+    );
+    let e = fx.errors(&format!("{MB}cpuid = {{ x2apic = 1 }}\n"));
+    assert!(
+        e.contains(":6:20:")
+            && e.contains("vm[0].cpuid.x2apic")
+            && e.contains("expected true or false"),
+        "{e}"
+    );
+    let e = fx.errors(&format!("{MB}cpuid = {{ avx = false }}\n"));
+    assert!(e.contains("avx"), "{e}");
+}
+
+const LINUX: &str = "[[vm]]\nname = \"deb\"\nvcpus = 2\nmemory_mib = 512\nkernel = \"bzImage\"\n";
+
+#[test]
+fn linux_guests() {
+    let fx = Fixture::new("linux");
+    // A bzImage is a Linux guest; its cmdline is the user's alone (the
+    // platform's words are added at boot); initrd is its initramfs.
+    let c = fx
+        .parse(&format!(
+            "{LINUX}initrd = \"env\"\ncmdline = \"quiet vcpus=3\"\n"
+        ))
+        .unwrap();
+    let v = &c.vms[0];
+    assert_eq!(v.guest, GuestKind::Linux);
+    assert_eq!(v.cmdline, "quiet vcpus=3");
+    assert_eq!(v.initrd, Some(fx.dir.join("env")));
+    // So is an ELF64 vmlinux (it has "Linux" notes) ...
+    let c = fx.parse(&LINUX.replace("bzImage", "vmlinux")).unwrap();
+    assert_eq!(c.vms[0].guest, GuestKind::Linux);
+    // Its segments (16 MiB + 4 MiB) must fit.
+    let e = fx.errors(
+        &LINUX
+            .replace("bzImage", "vmlinux")
+            .replace("memory_mib = 512", "memory_mib = 16"),
+    );
+    assert!(
+        e.contains("vm[0].memory_mib: expected at least 20 MiB for the kernel (it occupies memory up to 0x1400000 as it starts), found 16"),
+        "{e}"
+    );
+    // ... which cannot boot as the bench guest.
+    let e = fx.errors(&format!(
+        "{}guest = \"bench\"\n",
+        LINUX.replace("bzImage", "vmlinux")
+    ));
+    assert!(e.contains("vm[0].guest") && e.contains("vmlinux"), "{e}");
+    // The bench guest's ELF is no Linux kernel.
+    let e = fx.errors(&format!(
+        "{}guest = \"linux\"\n",
+        LINUX.replace("bzImage", "kernel.elf")
+    ));
+    assert!(
+        e.contains("vm[0].guest") && e.contains("not a vmlinux"),
+        "{e}"
+    );
+    // No workloads.
+    let e = fx.errors(&format!("{LINUX}workload = \"cpu\"\n"));
+    assert!(
+        e.contains("vm[0].workload") && e.contains("only the bench guest"),
+        "{e}"
+    );
+    // `initramfs` is the same key as `initrd`; not both.
+    let c = fx.parse(&format!("{LINUX}initramfs = \"env\"\n")).unwrap();
+    assert_eq!(c.vms[0].initrd, Some(fx.dir.join("env")));
+    let e = fx.errors(&format!("{LINUX}initrd = \"env\"\ninitramfs = \"env\"\n"));
+    assert!(
+        e.contains(":7:13: vm[0].initramfs: expected one of `initrd` and `initramfs`"),
+        "{e}"
+    );
+    // It must be a regular file that exists, named by its key.
+    let e = fx.errors(&format!("{LINUX}initramfs = \"nope\"\n"));
+    assert!(
+        e.contains(":6:13: vm[0].initramfs: expected a readable file"),
+        "{e}"
+    );
+    let e = fx.errors(&format!("{LINUX}initramfs = \".\"\n"));
+    assert!(
+        e.contains("vm[0].initramfs: expected a regular file"),
+        "{e}"
+    );
+    // The kernel must be one Pacer boots: a bzImage with the 64-bit
+    // entry.
+    std::fs::write(
+        fx.dir.join("old-bz"),
+        boot::linux::tests::bzimage(0x020B, 0x7f, 0x1000),
+    )
+    .unwrap();
+    let e = fx.errors(&LINUX.replace("bzImage", "old-bz"));
+    assert!(
+        e.contains(":5:10: vm[0].kernel:") && e.contains("no 64-bit entry"),
+        "{e}"
+    );
+    // The kernel as it starts (4 MiB here), and the initramfs above
+    // it, must fit.
+    assert!(fx
+        .parse(&LINUX.replace("memory_mib = 512", "memory_mib = 4"))
+        .is_ok());
+    let e = fx.errors(&LINUX.replace("memory_mib = 512", "memory_mib = 3"));
+    assert!(
+        e.contains("vm[0].memory_mib: expected at least 4 MiB for the kernel (it occupies memory up to 0x400000 as it starts), found 3"),
+        "{e}"
+    );
+    std::fs::write(fx.dir.join("big"), vec![0u8; 3 << 20]).unwrap();
+    let small = LINUX.replace("memory_mib = 512", "memory_mib = 6");
+    let e = fx.errors(&format!("{small}initramfs = \"big\"\n"));
+    assert!(
+        e.contains("vm[0].memory_mib: expected at least 7 MiB")
+            && e.contains("the initramfs (3145728 bytes), found 6"),
+        "{e}"
+    );
+    assert!(fx
+        .parse(&format!(
+            "{}initrd = \"big\"\n",
+            small.replace("= 6", "= 7")
+        ))
+        .is_ok());
+}
+
+#[test]
+fn modules_must_fit_in_memory() {
+    let fx = Fixture::new("mbsize");
+    std::fs::write(fx.dir.join("big"), vec![0u8; 3 << 20]).unwrap();
+    let e = fx.errors(&format!(
+        "{}modules = [\"big\"]\n",
+        MB.replace("memory_mib = 16", "memory_mib = 2")
+    ));
+    assert!(
+        e.contains("vm[0].memory_mib") && e.contains("cannot hold"),
+        "{e}"
+    );
+}
+
+#[test]
+fn duplicate_vm_names() {
+    let fx = Fixture::new("dup");
+    let e = fx.errors(&GOOD.replace("name = \"b-2\"", "name = \"a\""));
+    assert!(e.contains("vm[1].name") && e.contains("duplicate"), "{e}");
+    assert!(e.contains(":20:8:"), "{e}");
+    let e = fx.errors(&GOOD.replace("name = \"b-2\"", "name = \"b 2\""));
+    assert!(e.contains("vm[1].name"), "{e}");
+}
+
+#[test]
+fn bad_policy() {
+    let fx = Fixture::new("policy");
+    let e = fx.errors(&GOOD.replace("policy = \"haiku\"", "policy = \"fifo\""));
+    assert!(e.contains("fifo") && e.contains(":4:10:"), "{e}");
+    // One spelling: the snake_case names of old are refused.
+    let e = fx.errors(&GOOD.replace("policy = \"haiku\"", "policy = \"global_rr\""));
+    assert!(e.contains("global-rr"), "{e}");
+    let e = fx.errors(&GOOD.replace("mode = \"power-saving\"", "mode = \"power_saving\""));
+    assert!(e.contains("power_saving"), "{e}");
+}
+
+#[test]
+fn policy_refuses_what_it_cannot_honour() {
+    let fx = Fixture::new("honour");
+    // vm[0] has priority 20: only haiku honours timeshare priorities.
+    let e = fx.errors(&GOOD.replace("policy = \"haiku\"", "policy = \"global-rr\""));
+    assert!(
+        e.contains("vm[0].priority") && e.contains("ignores timeshare priorities"),
+        "{e}"
+    );
+    assert!(e.contains(":14:12:") && e.contains("(host.policy)"), "{e}");
+    // The same refusal when --policy chose it.
+    let o = Overrides {
+        policy: Some("host".parse().unwrap()),
+    };
+    let e = match fx.parse_with(GOOD, o) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("host cannot honour priority 20"),
+    };
+    assert!(
+        e.contains("vm[0].priority") && e.contains("(--policy)"),
+        "{e}"
+    );
+    let no_prio = GOOD.replace("priority = 20\n", "");
+    assert_eq!(
+        fx.parse_with(&no_prio, o).unwrap().host.policy.as_str(),
+        "host"
+    );
+    // Realtime: a class of its own range; host refuses it.
+    let rt = no_prio.replace("cpus = [0, 1]", "cpus = [0, 1]\nclass = \"realtime\"");
+    let c = fx.parse(&rt).unwrap();
+    assert_eq!(
+        (c.vms[0].class, c.vms[0].priority),
+        (SchedClass::Realtime, 100)
+    );
+    let e = fx.errors(&rt.replace(
+        "class = \"realtime\"",
+        "class = \"realtime\"\npriority = 20",
+    ));
+    assert!(e.contains("between 100 and 120"), "{e}");
+    let e = match fx.parse_with(&rt, o) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("host cannot honour realtime"),
+    };
+    assert!(e.contains("vm[0].class") && e.contains("realtime"), "{e}");
+    // SMT isolation: haiku only.
+    let smt = no_prio.replace(
+        "log_dir = \"logs\"",
+        "log_dir = \"logs\"\nsmt_isolation = true",
+    );
+    assert!(fx.parse(&smt).unwrap().host.smt_isolation);
+    let e = fx.errors(&smt.replace("policy = \"haiku\"", "policy = \"pinned\""));
+    assert!(
+        e.contains("host.smt_isolation") && e.contains("pinned"),
+        "{e}"
+    );
+    // eevdf (every timeshare vCPU at nice 0): priorities and SMT
+    // isolation refused in the words of the other comparison policies,
+    // the realtime class honoured.
+    let eevdf = |t: &str| t.replace("policy = \"haiku\"", "policy = \"eevdf\"");
+    let e = fx.errors(&eevdf(GOOD));
+    assert!(
+        e.contains("vm[0].priority")
+            && e.contains("policy \"eevdf\" orders vCPUs by class only")
+            && e.contains("(host.policy)"),
+        "{e}"
+    );
+    let e = fx.errors(&eevdf(&smt));
+    assert!(
+        e.contains("host.smt_isolation") && e.contains("eevdf"),
+        "{e}"
+    );
+    let c = fx.parse(&eevdf(&rt)).unwrap();
+    assert_eq!(c.host.policy.as_str(), "eevdf");
+    assert_eq!(c.vms[0].class, SchedClass::Realtime);
+}
+
+#[test]
+fn dispatch_and_tunables() {
+    let fx = Fixture::new("tunables");
+    let text = GOOD.replace(
+        "log_dir = \"logs\"",
+        "log_dir = \"logs\"\ndispatch = \"workers\"\n\n[host.tunables]\nbursty_load = 300",
+    );
+    let c = fx.parse(&text).unwrap();
+    assert_eq!(c.host.dispatch, DispatchKind::Workers);
+    assert_eq!(c.host.tunables.bursty_load, 300);
+    let e = fx.errors(&text.replace("bursty_load", "burst_load"));
+    assert!(e.contains("burst_load"), "{e}");
+}
+
+#[test]
+fn every_error_reported() {
+    let fx = Fixture::new("many");
+    let text = GOOD
+        .replace("memory_mib = 64", "memory_mib = 1")
+        .replace("priority = 20", "priority = 100")
+        .replace("timeout_s = 2.5", "timeout_s = 0");
+    let e = fx.errors(&text);
+    for f in ["vm[0].memory_mib", "vm[0].priority", "vm[0].timeout_s"] {
+        assert!(e.contains(f), "{f} missing in {e}");
+    }
+    let e = fx.errors(&GOOD.replace("log_dir = \"logs\"", "log_dir = \"kernel.elf\""));
+    assert!(e.contains("host.log_dir") && e.contains(":6:11:"), "{e}");
+    let e = fx.errors(&GOOD.replace("cmdline = \"debug=1\"", "cmdline = \"vcpus=3\""));
+    assert!(e.contains("vm[1].cmdline"), "{e}");
+}
+
+proptest::proptest! {
+    /// Any text, and the good config with any one line replaced, gives
+    /// a config or diagnostics with valid positions, never a panic.
+    #[test]
+    fn never_panics(text in "\\PC{0,200}", line in 0usize..30, repl in "\\PC{0,40}") {
+        let fx = Fixture::new("prop");
+        let _ = fx.parse(&text);
+        let mut lines: Vec<&str> = GOOD.lines().collect();
+        if line < lines.len() {
+            lines[line] = &repl;
+        }
+        let mutated = lines.join("\n");
+        if let Err(ConfigError::Invalid { diagnostics, .. }) = fx.parse(&mutated) {
+            for d in diagnostics {
+                proptest::prop_assert!(d.line >= 1 && d.line <= mutated.lines().count() + 1);
+            }
+        }
+    }
+}
+
+#[test]
+fn line_col_counts() {
+    assert_eq!(line_col("ab\ncd", 0), (1, 1));
+    assert_eq!(line_col("ab\ncd", 4), (2, 2));
+    assert_eq!(line_col("ab\n", 3), (2, 1));
+}
