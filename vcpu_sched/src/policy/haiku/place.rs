@@ -26,10 +26,10 @@ impl HaikuScheduler {
         let prev = e.last_cpu.filter(|p| e.allowed().contains(*p));
         let first = e.affinity.first().unwrap_or(CpuId(0));
         let warm = prev.is_some_and(|p| {
-            let active = self.m.cores[self.m.core_of(p).0 as usize]
-                .active_time
-                .load(Ordering::Relaxed);
-            active.saturating_sub(e.last_core_active) < self.tun().cache_expire
+            self.m
+                .core_active(self.m.core_of(p))
+                .saturating_sub(e.last_core_active)
+                < self.tun().cache_expire
         });
         Candidate {
             affinity: e.allowed(),

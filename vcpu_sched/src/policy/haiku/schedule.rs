@@ -67,11 +67,7 @@ impl HaikuScheduler {
         if acct.foreign_at_dispatch || self.m.sibling_foreign(cpu, e.vm) {
             acct.foreign = acct.foreign.saturating_add(ran);
         }
-        let active = self.m.cores[core.0 as usize]
-            .active_time
-            .fetch_add(ran, Ordering::Relaxed)
-            + ran;
-        e.last_core_active = active;
+        e.last_core_active = self.m.add_active(cpu, ran);
         if e.removed {
             e.uncharge_remove(&self.m);
             self.free_slot(raw, &mut guard);
