@@ -144,7 +144,9 @@ impl CoreLoad {
         }
         let cur = self.current.load(Ordering::Relaxed).max(0);
         self.epoch_load.store(cur, Ordering::Relaxed);
-        self.epoch.fetch_add(1, Ordering::Relaxed);
+        // Written only here, under the write lock: no locked increment.
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        self.epoch.store(epoch.wrapping_add(1), Ordering::Relaxed);
         self.epoch_start.store(now, Ordering::Relaxed);
         self.update_high(self.per_cpu(cpus), t);
         true

@@ -62,6 +62,13 @@ pub(crate) struct CpuSlot {
     /// In service (`set_cpu_enabled`); out of service it runs nothing and
     /// nothing is placed on it.
     pub in_service: AtomicBool,
+    /// Busy time of this CPU; summed over a core's CPUs it is Haiku's core
+    /// active time, the clock of cache warmth (`Machine::core_active`).
+    /// Written only by this CPU's `schedule` (under its accounting lock),
+    /// so a plain load and store: no locked instruction per quantum end,
+    /// where one counter per core took a `fetch_add` its SMT siblings
+    /// contended for.
+    pub active_time: AtomicU64,
 }
 
 /// Lock-free view of one core plus its run queue.
@@ -72,9 +79,6 @@ pub(crate) struct CoreState {
     /// Mirror of the queue length, read without the lock.
     pub queued: AtomicUsize,
     pub load: CoreLoad,
-    /// Sum of the busy time of the core's CPUs (Haiku's core active time,
-    /// the clock of cache warmth).
-    pub active_time: AtomicU64,
     /// SMT isolation: VM (high 32 bits) and number of CPUs running it.
     pub occupancy: AtomicU64,
     /// Rebalance memo: in load epoch (low 32 bits) a search from this core
@@ -230,6 +234,7 @@ impl Machine {
                     pinned: Mutex::new(RunQueue::default()),
                     pinned_len: AtomicUsize::new(0),
                     in_service: AtomicBool::new(true),
+                    active_time: AtomicU64::new(0),
                 })
             })
             .collect();
@@ -241,7 +246,6 @@ impl Machine {
                     queue: Mutex::new(RunQueue::default()),
                     queued: AtomicUsize::new(0),
                     load: CoreLoad::default(),
-                    active_time: AtomicU64::new(0),
                     occupancy: AtomicU64::new(0),
                     calm: AtomicU64::new(u64::MAX),
                     rotated_at: AtomicU64::new(0),
@@ -310,6 +314,25 @@ impl Machine {
     /// CPUs of a core.
     pub fn core_cpus(&self, core: CoreId) -> &[CpuId] {
         &self.topo.cores[core.0 as usize].cpus
+    }
+
+    /// Haiku's core active time: the busy time of the core's CPUs.
+    pub fn core_active(&self, core: CoreId) -> Nanos {
+        self.core_cpus(core)
+            .iter()
+            .map(|c| self.cpus[c.0 as usize].active_time.load(Ordering::Relaxed))
+            .fold(0, Nanos::wrapping_add)
+    }
+
+    /// `cpu` was busy `ran` more: its share of the core active time, then
+    /// the core's total. Only `cpu`'s own `schedule` calls this.
+    pub fn add_active(&self, cpu: CpuId, ran: Nanos) -> Nanos {
+        let own = &self.cpus[cpu.0 as usize].active_time;
+        own.store(
+            own.load(Ordering::Relaxed).wrapping_add(ran),
+            Ordering::Relaxed,
+        );
+        self.core_active(self.core_of(cpu))
     }
 
     /// Whether the affinity covers every CPU of the core (may use its queue).
@@ -916,6 +939,21 @@ impl Machine {
             g.push_back(entry);
         }
         self.publish_len(q, len, g.len());
+    }
+
+    /// Push `entry` on `q`, then pop `q`'s best entry, in one hold of its
+    /// lock (a quantum end that requeues on the queue it picks from).
+    pub fn push_then_pop(&self, q: QueueRef, entry: QueueEntry, front: bool) -> Option<QueueEntry> {
+        let (lock, len) = self.queue(q);
+        let mut g = lock.lock();
+        if front {
+            g.push_front(entry);
+        } else {
+            g.push_back(entry);
+        }
+        let got = g.pop();
+        self.publish_len(q, len, g.len());
+        got
     }
 
     /// Remove a specific entry; false if it is not there (being popped).

@@ -203,6 +203,9 @@ fn full_result(dir: &TempDir) -> vmm::results::VmResult {
     s0.migrations = 1;
     s0.preemptions = 2;
     s0.host_cpus = "0-1".into();
+    s0.halt_poll.polls = 7;
+    s0.halt_poll.woken = 5;
+    s0.halt_poll.polled_ns = 42_000;
     let mut s1 = vcpu_engine::stats::VcpuSchedStats::default();
     s1.run_ns = 2_000_000;
     s1.ready_wait_ns = 7000;
@@ -271,6 +274,13 @@ fn run_documents_single_and_compare_validate() {
     assert!(vcpus[1]["sched"]["wake_latency"].is_null(), "{vcpus}");
     assert!(vcpus[1]["sched"]["host_cpus"].is_null(), "{vcpus}");
     assert_eq!(vcpus[0]["sched"]["wake_latency"]["p99_ns"], 900);
+    assert_eq!(
+        vcpus[0]["sched"]["halt_poll"],
+        json!({"polls": 7, "woken": 5, "polled_ns": 42_000}),
+        "{vcpus}"
+    );
+    // No CPUs of Pacer's named (host): nobody polled in user space.
+    assert!(vcpus[1]["sched"]["halt_poll"].is_null(), "{vcpus}");
     assert!(vcpus[2]["sched"].is_null());
     assert!(doc["runs"][0]["vms"][0]["message"].is_null());
     assert_eq!(doc["pacer"]["version"], env!("CARGO_PKG_VERSION"));
@@ -617,6 +627,21 @@ fn real_runs_write_valid_documents() {
     assert_eq!(host["policy"], "host");
     assert!(host["mode"].is_null());
     assert!(host["vms"][0]["vcpus"][0]["sched"]["wake_latency"].is_null());
+    assert!(host["vms"][0]["vcpus"][0]["sched"]["halt_poll"].is_null());
+    // Under haiku the engine's halt polling is read back: an object whose
+    // successes are among its polls.
+    let haiku = &doc["runs"][0];
+    assert_eq!(haiku["policy"], "haiku");
+    for vm in haiku["vms"].as_array().unwrap() {
+        for v in vm["vcpus"].as_array().unwrap() {
+            let p = &v["sched"]["halt_poll"];
+            assert!(
+                p["polls"].as_u64().unwrap() >= p["woken"].as_u64().unwrap(),
+                "{p}"
+            );
+            assert!(p["polled_ns"].is_u64(), "{p}");
+        }
+    }
 
     let single = dir.0.join("single.json");
     let (code, out, err) = pacer(&[

@@ -101,6 +101,48 @@ fn every_vcpu_of_four_reports_in_x2apic_and_xapic_mode() {
 }
 
 #[test]
+fn without_apic_the_guest_takes_x2apic_only_when_cpuid_offers_it() {
+    if !kvm_or_skip("without_apic_the_guest_takes_x2apic_only_when_cpuid_offers_it") {
+        return;
+    }
+    let _one = serial();
+    let dir = TempDir::new("smp-x2apic-offered");
+    let fell_back = "CPUID offers no x2APIC: apic=xapic";
+    for policy in POLICIES {
+        // As Linux: no x2APIC in CPUID, xAPIC through MMIO (an x2APIC
+        // MSR access would #GP), and the IPIs of ping-pong still flow.
+        let res = run_config_with(
+            &dir,
+            policy,
+            &(vm("offered", 2, "pingpong duration_ms=200")
+                + &vm("hidden", 2, "pingpong duration_ms=200")
+                + "[vm.cpuid]\nx2apic = false\n\n"),
+        );
+        for r in &res.vms {
+            assert_eq!(r.status, "success", "{policy}: {r:?}");
+            let rts: u64 = r
+                .vcpu_metrics
+                .iter()
+                .filter_map(|m| m.pingpong.as_ref().map(|p| p.roundtrips))
+                .sum();
+            assert!(rts > 0, "{policy}: {:?}", r.vcpu_metrics);
+        }
+        assert!(!console(&dir, "offered").contains(fell_back), "{policy}");
+        let hidden = console(&dir, "hidden");
+        assert!(hidden.contains(fell_back), "{policy}: {hidden}");
+        if policy == "haiku" {
+            // Pacer's LAPIC saw the xAPIC page, not the MSRs.
+            let h = &res.vms[1];
+            assert!(
+                h.vcpu_stats.iter().any(|s| s.mmio_exits > 0),
+                "{:?}",
+                h.vcpu_stats
+            );
+        }
+    }
+}
+
+#[test]
 fn one_two_eight_and_sixty_four_vcpus_boot() {
     if !kvm_or_skip("one_two_eight_and_sixty_four_vcpus_boot") {
         return;

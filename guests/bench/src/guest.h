@@ -62,7 +62,8 @@
 #define SYS_IDLE         6   /* () -> cli; hlt forever */
 #define SYS_IRQ_COUNT    7   /* (which: IRQ_*) -> this CPU's interrupt count */
 #define SYS_APIC_INIT    8   /* (APIC_F_* flags, tsc_khz, vcpus) -> 0, -1: no LAPIC,
-                                -2: no TSC-deadline mode (APIC_F_DEADLINE).
+                                -2: no TSC-deadline mode (APIC_F_DEADLINE),
+                                1: xAPIC, x2APIC not offered (APIC_F_X2APIC_IF_OFFERED).
                                 BSP only, once: sets the mode for every CPU,
                                 enables the BSP's LAPIC, installs the trampoline */
 #define SYS_AP_START     9   /* (apic_id) -> INIT, SIPI, SIPI to that CPU; 0 or -1 */
@@ -95,6 +96,8 @@
 #define APIC_F_X2APIC   1   /* x2APIC (MSRs) instead of xAPIC (MMIO) */
 #define APIC_F_DEADLINE 2   /* TSC-deadline timer instead of one-shot count */
 #define APIC_F_PV_EOI   4   /* KVM's PV EOI where CPUID offers it */
+#define APIC_F_X2APIC_IF_OFFERED 8 /* with APIC_F_X2APIC: xAPIC if CPUID leaf 1
+                                   ECX bit 21 is clear (the default, as Linux) */
 
 /* struct boot_info layout (filled by the kernel entry, in user memory) */
 #define BI_TSC_FIRST    0

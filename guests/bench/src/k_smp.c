@@ -195,6 +195,15 @@ int apic_setup(void)
     return 0;
 }
 
+/* CPUID leaf 1 ECX bit 21. Ring 0 here: the VMM's CPUID table, where
+ * ring 3 may see the host's (this KVM's user-mode CPUID). */
+static int x2apic_offered(void)
+{
+    uint32_t a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1u), "c"(0));
+    return (c & (1u << 21)) != 0;
+}
+
 long k_apic_init(uint64_t flags, uint64_t khz, uint64_t vcpus)
 {
     if (apic_mode)
@@ -203,6 +212,13 @@ long k_apic_init(uint64_t flags, uint64_t khz, uint64_t vcpus)
     pv_eoi_on = (flags & APIC_F_PV_EOI) && pv_eoi_offered();
     tsc_khz = khz ? khz : 1;
     apic_mode = (flags & APIC_F_X2APIC) ? MODE_X2APIC : MODE_XAPIC;
+    /* As Linux: x2APIC when offered, else xAPIC (unless apic=x2apic asked
+     * for it whatever CPUID says). */
+    long fell_back = 0;
+    if (apic_mode == MODE_X2APIC && (flags & APIC_F_X2APIC_IF_OFFERED) && !x2apic_offered()) {
+        apic_mode = MODE_XAPIC;
+        fell_back = 1;
+    }
     int err = apic_setup();
     if (err) {
         if (err == -2)
@@ -216,7 +232,7 @@ long k_apic_init(uint64_t flags, uint64_t khz, uint64_t vcpus)
     char *dst = (char *)(uintptr_t)TRAMPOLINE;
     uint64_t n = (uint64_t)(ap_tramp_end - ap_tramp + 7) / 8;
     __asm__ volatile("rep movsq" : "+S"(src), "+D"(dst), "+c"(n) :: "memory");
-    return 0;
+    return fell_back;
 }
 
 /* INIT, then two STARTUP IPIs (vector TRAMPOLINE >> 12), with the SDM's

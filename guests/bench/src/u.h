@@ -40,7 +40,7 @@ struct cfg {
     unsigned workload_len;
     uint64_t duration_ms, report_ms, tsc_khz, vcpus;
     uint64_t interval_us, period_us, run_us, cs_ns, gap_ns;
-    int x2apic, deadline, pv_eoi;
+    int x2apic, deadline, pv_eoi;   /* x2apic: 0 xapic, 1 x2apic, 2 x2APIC if offered */
     int steal;                   /* KVM steal time where CPUID offers it */
     int pv_spin;                 /* spinlock: yield while the holder's vCPU is preempted */
     uint64_t flood_kib, flood_records, random_ports, random_mmio;   /* hostile */

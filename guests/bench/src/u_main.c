@@ -380,7 +380,7 @@ __attribute__((noreturn)) void umain(struct boot_info *bi)
     cfg.run_us = 300;
     cfg.cs_ns = 2000;
     cfg.gap_ns = 2000;
-    cfg.x2apic = 1;
+    cfg.x2apic = 2;
     cfg.deadline = 1;
     cfg.pv_eoi = 1;
     cfg.steal = 1;
@@ -443,12 +443,17 @@ __attribute__((noreturn)) void umain(struct boot_info *bi)
     /* Local APICs, then the APs. */
     unsigned failed = 0;
     uint64_t flags = (cfg.x2apic ? APIC_F_X2APIC : 0) | (cfg.deadline ? APIC_F_DEADLINE : 0)
-                   | (cfg.pv_eoi ? APIC_F_PV_EOI : 0);
+                   | (cfg.pv_eoi ? APIC_F_PV_EOI : 0)
+                   | (cfg.x2apic == 2 ? APIC_F_X2APIC_IF_OFFERED : 0);
     long apic = sys3(SYS_APIC_INIT, (long)flags, (long)cfg.tsc_khz, (long)cfg.vcpus);
     if (apic == -2) {
         con("pacer-bench: error: timer=deadline: this local APIC has no TSC-deadline mode\r\n");
         record_error(c, PACER_ERR_NO_TSC_DEADLINE, "timer", 5, 0);
         sys_exit(PACER_EXIT_NO_LAPIC);
+    }
+    if (apic == 1) {
+        con("pacer-bench: CPUID offers no x2APIC: apic=xapic\r\n");
+        apic = 0;
     }
     if (apic != 0) {
         int needs = role == ROLE_SLEEP || role == ROLE_BURST || role == ROLE_PINGPONG || is_mixed;

@@ -188,6 +188,7 @@ pub fn title(metric: &str) -> String {
         "burst.wake_latency.p99_ns" => "burst wake p99".into(),
         "sched.migrations_per_s" => "migrations/s".into(),
         "sleep.wake_latency.p99_ns" => "sleep p99".into(),
+        "sleep.wake_latency.p50_ns" => "sleep p50".into(),
         "unixbench.index.copies_1" => "UB index (1 copy)".into(),
         "unixbench.index.copies_vcpus" => "UB index (copy per vCPU)".into(),
         _ if metric.starts_with("jain.") => format!("Jain ({})", title(&metric["jain.".len()..])),

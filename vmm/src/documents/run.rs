@@ -210,6 +210,21 @@ pub struct SchedDoc {
     pub preemptions: u64,
     /// Host CPUs it ran on (Linux list syntax); null under `host`.
     pub host_cpus: Option<String>,
+    /// Pacer's halt polling after its blocks; null under `host` (KVM
+    /// polls there, in the kernel, and counts it in its own statistics).
+    pub halt_poll: Option<HaltPollDoc>,
+}
+
+/// Halt polling after a vCPU's blocks (`VcpuSchedStats::halt_poll`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct HaltPollDoc {
+    /// Polls begun (a block with a non-zero window).
+    pub polls: u64,
+    /// Polls that found their work: the vCPU was dispatched again with no
+    /// sleep and no futex wake.
+    pub woken: u64,
+    /// Time spent polling, successful or not.
+    pub polled_ns: u64,
 }
 
 fn sched(s: &VcpuSchedStats, worked: bool) -> SchedDoc {
@@ -231,6 +246,12 @@ fn sched(s: &VcpuSchedStats, worked: bool) -> SchedDoc {
         migrations: s.migrations,
         preemptions: s.preemptions,
         host_cpus: nonempty(&s.host_cpus),
+        // The engine names the CPUs of every vCPU it ran; none: `host`.
+        halt_poll: (!s.host_cpus.is_empty()).then_some(HaltPollDoc {
+            polls: s.halt_poll.polls,
+            woken: s.halt_poll.woken,
+            polled_ns: s.halt_poll.polled_ns,
+        }),
     }
 }
 

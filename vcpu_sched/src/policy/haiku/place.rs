@@ -27,10 +27,10 @@ impl HaikuScheduler {
         let prev = e.last_cpu.filter(|p| e.allowed().contains(*p));
         let first = e.affinity.first().unwrap_or(CpuId(0));
         let warm = prev.is_some_and(|p| {
-            let active = self.m.cores[self.m.core_of(p).0 as usize]
-                .active_time
-                .load(Ordering::Relaxed);
-            active.saturating_sub(e.last_core_active) < self.tun().cache_expire
+            self.m
+                .core_active(self.m.core_of(p))
+                .saturating_sub(e.last_core_active)
+                < self.tun().cache_expire
         });
         Candidate {
             affinity: e.allowed(),
@@ -102,6 +102,27 @@ impl HaikuScheduler {
         q: QueueRef,
         front: bool,
     ) {
+        let entry = self.queued(e, id, seq, q);
+        self.m.push(q, entry, front);
+    }
+
+    /// `enqueue` on `q`, then take `q`'s best entry (perhaps this one) in
+    /// the same hold of its lock: the pick a CPU would make from it next.
+    pub(super) fn enqueue_then_pop(
+        &self,
+        e: &mut Entity,
+        id: EntityId,
+        seq: &mut u64,
+        q: QueueRef,
+        front: bool,
+    ) -> Option<QueueEntry> {
+        let entry = self.queued(e, id, seq, q);
+        self.m.push_then_pop(q, entry, front)
+    }
+
+    /// Mark the entity queued on `q` (its load charged there) and return
+    /// its entry.
+    fn queued(&self, e: &mut Entity, id: EntityId, seq: &mut u64, q: QueueRef) -> QueueEntry {
         *seq += 1;
         let level = e.prio.effective();
         let entry = QueueEntry {
@@ -118,7 +139,7 @@ impl HaikuScheduler {
             seq: *seq,
             level,
         };
-        self.m.push(q, entry, front);
+        entry
     }
 
     /// `enqueue`, then make sure a CPU in service picks from that queue.

@@ -67,11 +67,7 @@ impl HaikuScheduler {
         if acct.foreign_at_dispatch || self.m.sibling_foreign(cpu, e.vm) {
             acct.foreign = acct.foreign.saturating_add(ran);
         }
-        let active = self.m.cores[core.0 as usize]
-            .active_time
-            .fetch_add(ran, Ordering::Relaxed)
-            + ran;
-        e.last_core_active = active;
+        e.last_core_active = self.m.add_active(cpu, ran);
         if e.removed {
             e.uncharge_remove(&self.m);
             self.free_slot(raw, &mut guard);
@@ -121,6 +117,24 @@ impl HaikuScheduler {
             After::Front => (self.m.queue_for(e.allowed(), cpu), true),
             _ => (self.requeue_target(e, id, cpu, now), false),
         };
+        // Back on this CPU's own core queue, with nothing this call does
+        // before its pick that could change that queue (a due boost, cap
+        // renewals) and no pinned entry to weigh against it (nor SMT
+        // isolation's compatibility): the pick is that queue's head, so
+        // take it in the same hold of the lock as the push (one lock and
+        // unlock fewer per quantum end; `pick_next` dispatches it first).
+        if q == QueueRef::Core(core)
+            && acct.due.is_none()
+            && !self.m.smt_isolation
+            && !self.renewals.due(now)
+            && self.m.cpus[cpu.0 as usize]
+                .pinned_len
+                .load(Ordering::SeqCst)
+                == 0
+        {
+            acct.prepicked = self.enqueue_then_pop(e, id, seq, q, front);
+            return Some(id);
+        }
         if let Some((y, true)) = self.enqueue_served(e, id, seq, q, front, now) {
             acct.kicks.push(y);
         }
@@ -206,7 +220,8 @@ impl HaikuScheduler {
     pub(super) fn pick_next(&self, cpu: CpuId, now: Nanos, acct: &mut CpuAcct) -> Dispatch {
         let _p = crate::profiler::scope("haiku::pick_next");
         for _ in 0..MAX_PICK_ATTEMPTS {
-            let entry = match self.find_work(cpu, acct) {
+            let found = acct.prepicked.take().or_else(|| self.find_work(cpu, acct));
+            let entry = match found {
                 Some(x) => x,
                 None => match self.go_idle(cpu, acct) {
                     Some(x) => x,
