@@ -941,21 +941,6 @@ impl Machine {
         self.publish_len(q, len, g.len());
     }
 
-    /// Push `entry` on `q`, then pop `q`'s best entry, in one hold of its
-    /// lock (a quantum end that requeues on the queue it picks from).
-    pub fn push_then_pop(&self, q: QueueRef, entry: QueueEntry, front: bool) -> Option<QueueEntry> {
-        let (lock, len) = self.queue(q);
-        let mut g = lock.lock();
-        if front {
-            g.push_front(entry);
-        } else {
-            g.push_back(entry);
-        }
-        let got = g.pop();
-        self.publish_len(q, len, g.len());
-        got
-    }
-
     /// Remove a specific entry; false if it is not there (being popped).
     pub fn remove(&self, q: QueueRef, id: crate::EntityId, seq: u64, level: u8) -> bool {
         let (lock, len) = self.queue(q);

@@ -165,11 +165,10 @@ mod shares;
 mod stats;
 
 use super::{SchedConfig, VcpuScheduler};
-use crate::entity::{Entity, Priority, QueueRef, RunState};
+use crate::entity::{Entity, Priority, RunState};
 use crate::mode::{ops_for, ModeOps};
 use crate::placement::{Machine, NO_ENTITY, OUT_OF_SERVICE_PRIO};
 use crate::quantum::{cut_end, Turn};
-use crate::run_queue::QueueEntry;
 use crate::share::{entitlement, time_to_fall, SHARE_SCALE};
 use crate::shares::Renewals;
 use crate::stats::SchedSnapshot;
@@ -244,10 +243,6 @@ struct CpuAcct {
     due_next: Option<(EntityId, Nanos)>,
     /// Entities this `schedule` call throttled (scratch, like `kicks`).
     throttled: Vec<(EntityId, Nanos)>,
-    /// The entry this `schedule` call popped from its core's queue while
-    /// requeueing its stopped entity there (`stop_running`): the pick it
-    /// makes first. Empty between calls.
-    prepicked: Option<QueueEntry>,
 }
 
 /// The entity `id` names in a slot of generation `generation`: an error
@@ -769,11 +764,6 @@ impl VcpuScheduler for HaikuScheduler {
         if !self.m.in_service(cpu) {
             // Out of service: hand on whatever still waits for this CPU,
             // run nothing, and stay claimed (never offered to wakers).
-            // An entry popped at the requeue goes back first (the CPU left
-            // service since): evacuate moves it on with the rest.
-            if let Some(en) = acct.prepicked.take() {
-                self.m.push(QueueRef::Core(core), en, true);
-            }
             self.evacuate(cpu, now, &mut acct.kicks);
             self.m.cpus[cpu.0 as usize]
                 .prio

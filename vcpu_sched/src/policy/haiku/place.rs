@@ -102,27 +102,6 @@ impl HaikuScheduler {
         q: QueueRef,
         front: bool,
     ) {
-        let entry = self.queued(e, id, seq, q);
-        self.m.push(q, entry, front);
-    }
-
-    /// `enqueue` on `q`, then take `q`'s best entry (perhaps this one) in
-    /// the same hold of its lock: the pick a CPU would make from it next.
-    pub(super) fn enqueue_then_pop(
-        &self,
-        e: &mut Entity,
-        id: EntityId,
-        seq: &mut u64,
-        q: QueueRef,
-        front: bool,
-    ) -> Option<QueueEntry> {
-        let entry = self.queued(e, id, seq, q);
-        self.m.push_then_pop(q, entry, front)
-    }
-
-    /// Mark the entity queued on `q` (its load charged there) and return
-    /// its entry.
-    fn queued(&self, e: &mut Entity, id: EntityId, seq: &mut u64, q: QueueRef) -> QueueEntry {
         *seq += 1;
         let level = e.prio.effective();
         let entry = QueueEntry {
@@ -139,7 +118,7 @@ impl HaikuScheduler {
             seq: *seq,
             level,
         };
-        entry
+        self.m.push(q, entry, front);
     }
 
     /// `enqueue`, then make sure a CPU in service picks from that queue.

@@ -117,24 +117,6 @@ impl HaikuScheduler {
             After::Front => (self.m.queue_for(e.allowed(), cpu), true),
             _ => (self.requeue_target(e, id, cpu, now), false),
         };
-        // Back on this CPU's own core queue, with nothing this call does
-        // before its pick that could change that queue (a due boost, cap
-        // renewals) and no pinned entry to weigh against it (nor SMT
-        // isolation's compatibility): the pick is that queue's head, so
-        // take it in the same hold of the lock as the push (one lock and
-        // unlock fewer per quantum end; `pick_next` dispatches it first).
-        if q == QueueRef::Core(core)
-            && acct.due.is_none()
-            && !self.m.smt_isolation
-            && !self.renewals.due(now)
-            && self.m.cpus[cpu.0 as usize]
-                .pinned_len
-                .load(Ordering::SeqCst)
-                == 0
-        {
-            acct.prepicked = self.enqueue_then_pop(e, id, seq, q, front);
-            return Some(id);
-        }
         if let Some((y, true)) = self.enqueue_served(e, id, seq, q, front, now) {
             acct.kicks.push(y);
         }
@@ -220,8 +202,7 @@ impl HaikuScheduler {
     pub(super) fn pick_next(&self, cpu: CpuId, now: Nanos, acct: &mut CpuAcct) -> Dispatch {
         let _p = crate::profiler::scope("haiku::pick_next");
         for _ in 0..MAX_PICK_ATTEMPTS {
-            let found = acct.prepicked.take().or_else(|| self.find_work(cpu, acct));
-            let entry = match found {
+            let entry = match self.find_work(cpu, acct) {
                 Some(x) => x,
                 None => match self.go_idle(cpu, acct) {
                     Some(x) => x,
