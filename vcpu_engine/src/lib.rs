@@ -181,10 +181,13 @@ pub mod vcpu;
 mod vcpu_state;
 mod workers;
 
+pub use self::clock::now_ns;
 pub use self::control::MOVE_TIMEOUT;
 pub use self::cpu_map::CpuMap;
 pub use self::host_cpus::{HostCpu, HostCpuSet};
-pub use self::irq::{ChipHost, CpuEvents, InterruptSource, NoInterrupts};
+pub use self::irq::{
+    route_apic_msrs, ChipHost, CpuEvents, InterruptSource, NoInterrupts, TscClock,
+};
 pub use self::stats::{VcpuEngineNow, VcpuNow, VcpuSchedStats};
 pub use self::threads::EngineGate;
 pub use self::vcpu::{
@@ -195,7 +198,6 @@ pub use self::vcpu_state::{EngineVcpu, RunState};
 /// The scheduler this engine carries out (its types appear in this API).
 pub use vcpu_sched;
 
-use self::clock::now_ns;
 use self::cpu::CpuSlot;
 use self::timers::{TimerKey, Timers};
 use serde::{Deserialize, Serialize};
@@ -598,6 +600,7 @@ impl Engine {
     ) -> Result<VmSlot, EngineError> {
         let indices: Vec<u32> = runners.iter().map(|r| r.index).collect();
         let (slot, vm) = self.register_vm(spec, &indices, irq, handler, false)?;
+        vm.irq.attached(slot);
         match self.dispatch {
             DispatchKind::Threads => {
                 let mut handles = Vec::new();
@@ -636,6 +639,7 @@ impl Engine {
         }
         let indices: Vec<u32> = (0..vcpus).collect();
         let (slot, vm) = self.register_vm(spec, &indices, irq, handler, true)?;
+        vm.irq.attached(slot);
         let gates = vm
             .vcpus
             .iter()
