@@ -37,8 +37,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use vcpu_engine::{
-    route_apic_msrs, run_vcpu_loop, vcpu_sched, ChipHost, CpuMap, Engine, EngineConfig, HostCpuSet,
-    MsrFault, TscClock, VcpuExitHandler, VcpuExitReason, VcpuRunner, VmSchedSpec, VmSlot,
+    apic_cpuid, route_apic_msrs, run_vcpu_loop, vcpu_sched, ChipHost, CpuMap, Engine, EngineConfig,
+    HostCpuSet, MsrFault, TscClock, VcpuExitHandler, VcpuExitReason, VcpuRunner, VmSchedSpec,
+    VmSlot,
 };
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
@@ -319,19 +320,17 @@ fn set_entry_state(vcpu: &kvm_ioctls::VcpuFd, entry: u64) -> Result<(), Error> {
     Ok(())
 }
 
-/// KVM's CPUID with what Pacer's local APIC offers (x2APIC, TSC-deadline
-/// timer, KVM's PV EOI and nothing else of KVM's PV features) and vCPU
-/// `index`'s APIC id.
+/// The VM's CPUID (KVM's, with what Pacer's local APIC offers:
+/// `apic_cpuid`) with vCPU `index`'s APIC id, under a hypervisor.
 fn vcpu_cpuid(base: &CpuId, index: u32) -> CpuId {
     let mut t = base.clone();
     for e in t.as_mut_slice() {
         match e.function {
             0x1 => {
-                e.ecx |= (1 << 21) | (1 << 24) | (1 << 31);
+                e.ecx |= 1 << 31;
                 e.ebx = (e.ebx & 0x00ff_ffff) | (index << 24);
             }
             0xb | 0x1f => e.edx = index,
-            0x4000_0001 => e.eax &= 1 << 6,
             _ => {}
         }
     }
@@ -378,7 +377,8 @@ fn start_vm(
     // No in-kernel irqchip: the local APIC's MSRs (x2APIC range, APIC
     // base, TSC deadline, PV EOI) exit to our handler, for Pacer's chip.
     route_apic_msrs(&vm, &[])?;
-    let cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)?;
+    let mut cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)?;
+    apic_cpuid(&mut cpuid); // x2APIC, TSC deadline, no PV feature of KVM's APIC
     let fds = (0..vcpus)
         .map(|i| {
             let fd = vm.create_vcpu(u64::from(i))?;

@@ -272,6 +272,48 @@ impl InterruptSource for IrqChip {
     }
 }
 
+/// KVM_CPUID_FEATURES (leaf 0x40000001) EAX bits that need KVM's
+/// in-kernel local APIC: interrupt based async page faults (ASYNC_PF 4,
+/// ASYNC_PF_VMEXIT 10, ASYNC_PF_INT 14), PV unhalt / kick (7; the guest's
+/// paravirtual spinlocks halt and wait for a kick the engine never sees),
+/// PV IPIs (11), directed yield to an APIC id (13), extended destination
+/// ids of the I/O APIC (15). PV EOI (6) is not among them: Pacer's local
+/// APIC speaks it too (`devices/src/irqchip/lapic/pv_eoi.rs`).
+pub const KVM_FEATURES_NEEDING_IN_KERNEL_APIC: u32 =
+    (1 << 4) | (1 << 7) | (1 << 10) | (1 << 11) | (1 << 13) | (1 << 14) | (1 << 15);
+
+/// KVM's paravirtual feature leaf.
+const KVM_CPUID_FEATURES: u32 = 0x4000_0001;
+/// Leaf 1 ECX: x2APIC, TSC-deadline timer mode.
+const ECX_X2APIC: u32 = 1 << 21;
+const ECX_TSC_DEADLINE: u32 = 1 << 24;
+
+/// The CPUID changes a VM under Pacer's local APIC
+/// (`devices::irqchip`, no KVM in-kernel irqchip) needs, on a table from
+/// KVM_GET_SUPPORTED_CPUID, before the per-vCPU ones (APIC ids) and
+/// KVM_SET_CPUID2:
+/// - leaf 1 ECX: x2APIC (bit 21) and the TSC-deadline timer (bit 24), both
+///   of which Pacer's local APIC implements and KVM's table may lack
+///   without an in-kernel one (a guest without x2APIC uses the xAPIC page,
+///   which works too: turn the bit off after this to offer only that);
+/// - leaf 0x40000001 EAX: the KVM paravirtual features that only work
+///   with KVM's in-kernel local APIC go
+///   ([`KVM_FEATURES_NEEDING_IN_KERNEL_APIC`]: a guest relying on PV
+///   unhalt would wait for a kick that never comes); PV EOI and the rest
+///   of KVM's (kvmclock, steal time) stay.
+///
+/// The [`ChipHost`]'s `GuestCpu` then says `x2apic: true`, and
+/// [`route_apic_msrs`] sends the MSRs these features use to the VMM.
+pub fn apic_cpuid(cpuid: &mut kvm_bindings::CpuId) {
+    for e in cpuid.as_mut_slice() {
+        match e.function {
+            0x1 => e.ecx |= ECX_X2APIC | ECX_TSC_DEADLINE,
+            KVM_CPUID_FEATURES => e.eax &= !KVM_FEATURES_NEEDING_IN_KERNEL_APIC,
+            _ => {}
+        }
+    }
+}
+
 /// How many MSRs [`route_apic_msrs`] may route besides its own: KVM
 /// takes at most 16 filter ranges, the local APIC's use 3.
 pub const MAX_EXTRA_ROUTED_MSRS: usize = 13;

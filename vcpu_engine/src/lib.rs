@@ -18,9 +18,16 @@
 //! - Register a VM with a [`VmSchedSpec`] ([`VmSchedSpec::new`]: name and
 //!   core set; then [`vcpu_sched::SchedClass`], priority, [`Shares`] if
 //!   they differ), its interrupt controller (an
-//!   [`InterruptSource`]; [`ChipHost`] for Pacer's LAPIC/IOAPIC,
-//!   [`NoInterrupts`] for none) and its exit handler (a
-//!   [`VcpuExitHandler`]: port I/O, MMIO, MSRs, the VM-wide stop):
+//!   [`InterruptSource`]; [`NoInterrupts`] for none) and its exit handler
+//!   (a [`VcpuExitHandler`]: port I/O, MMIO, MSRs, the VM-wide stop).
+//!   With Pacer's LAPIC/IOAPIC (`devices::irqchip::IrqChip`), per VM and
+//!   before its vCPUs first run: [`apic_cpuid`] adjusts the CPUID table
+//!   (x2APIC, TSC deadline, no PV feature needing KVM's local APIC),
+//!   [`route_apic_msrs`] sends the local
+//!   APIC's MSRs to the exit handler, [`TscClock::from_vcpu`] maps the
+//!   guest TSC to the engine clock ([`now_ns`]), and the chip is built over
+//!   a [`ChipHost::new`]; adding the VM attaches the chip to it
+//!   ([`InterruptSource::attached`]), nothing more to call:
 //!   - [`Engine::add_vm_gated`]: the VMM keeps its own vCPU threads; each
 //!     runs [`run_vcpu_loop`] with its [`VcpuRunner`] (the `VcpuFd` plus
 //!     exit dispatch) and the [`EngineGate`] of its vCPU, which is the gate
@@ -186,7 +193,7 @@ pub use self::control::MOVE_TIMEOUT;
 pub use self::cpu_map::CpuMap;
 pub use self::host_cpus::{HostCpu, HostCpuSet};
 pub use self::irq::{
-    route_apic_msrs, ChipHost, CpuEvents, InterruptSource, NoInterrupts, TscClock,
+    apic_cpuid, route_apic_msrs, ChipHost, CpuEvents, InterruptSource, NoInterrupts, TscClock,
 };
 pub use self::stats::{VcpuEngineNow, VcpuNow, VcpuSchedStats};
 pub use self::threads::EngineGate;
