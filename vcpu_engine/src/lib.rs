@@ -597,7 +597,8 @@ impl Engine {
 
     /// Register a VM's vCPUs (all blocked: the boot vCPU until
     /// [`Engine::start_vm`], the others until their start-up IPI) and, with
-    /// threads dispatch, spawn their threads.
+    /// threads dispatch, spawn their threads. `irq` learns its slot
+    /// ([`InterruptSource::attached`]) before any vCPU can run.
     pub fn add_vm(
         &self,
         spec: &VmSchedSpec,
@@ -633,7 +634,8 @@ impl Engine {
     /// dispatches its vCPU, binds it to the CPU, arms its quantum, injects
     /// its interrupts and gives the CPU back when the vCPU halts, yields or
     /// is preempted. Needs [`DispatchKind::Threads`] (workers run vCPUs on
-    /// threads of their own).
+    /// threads of their own). `irq` learns its slot
+    /// ([`InterruptSource::attached`]) before any vCPU can run.
     pub fn add_vm_gated(
         &self,
         spec: &VmSchedSpec,
