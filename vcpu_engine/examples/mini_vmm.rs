@@ -26,7 +26,7 @@ use devices::{
     ResultRecord, StopRequest, VmEventSink,
 };
 use kvm_bindings::{kvm_segment, kvm_userspace_memory_region, CpuId, KVM_MAX_CPUID_ENTRIES};
-use kvm_ioctls::{Kvm, MsrFilterDefaultAction, MsrFilterRange, MsrFilterRangeFlags, VmFd};
+use kvm_ioctls::{Kvm, VmFd};
 use linux_loader::cmdline::Cmdline;
 use linux_loader::configurator::linux::LinuxBootConfigurator;
 use linux_loader::configurator::{BootConfigurator, BootParams};
@@ -36,11 +36,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-use vcpu_engine::clock::now_ns;
-use vcpu_engine::irq::TscClock;
 use vcpu_engine::{
-    run_vcpu_loop, vcpu_sched, ChipHost, CpuMap, Engine, EngineConfig, HostCpuSet, MsrFault,
-    VcpuExitHandler, VcpuExitReason, VcpuRunner, VmSchedSpec, VmSlot,
+    apic_cpuid, route_apic_msrs, run_vcpu_loop, vcpu_sched, ChipHost, CpuMap, Engine, EngineConfig,
+    HostCpuSet, MsrFault, TscClock, VcpuExitHandler, VcpuExitReason, VcpuRunner, VmSchedSpec,
+    VmSlot,
 };
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
@@ -321,51 +320,21 @@ fn set_entry_state(vcpu: &kvm_ioctls::VcpuFd, entry: u64) -> Result<(), Error> {
     Ok(())
 }
 
-/// KVM's CPUID with what Pacer's local APIC offers (x2APIC, TSC-deadline
-/// timer, KVM's PV EOI and nothing else of KVM's PV features) and vCPU
-/// `index`'s APIC id.
+/// The VM's CPUID (KVM's, with what Pacer's local APIC offers:
+/// `apic_cpuid`) with vCPU `index`'s APIC id, under a hypervisor.
 fn vcpu_cpuid(base: &CpuId, index: u32) -> CpuId {
     let mut t = base.clone();
     for e in t.as_mut_slice() {
         match e.function {
             0x1 => {
-                e.ecx |= (1 << 21) | (1 << 24) | (1 << 31);
+                e.ecx |= 1 << 31;
                 e.ebx = (e.ebx & 0x00ff_ffff) | (index << 24);
             }
             0xb | 0x1f => e.edx = index,
-            0x4000_0001 => e.eax &= 1 << 6,
             _ => {}
         }
     }
     t
-}
-
-/// Send the local APIC's MSRs to user space: this VM has no in-kernel
-/// irqchip. KVM refuses the x2APIC range itself then (it cannot be
-/// filtered: the INVAL exit reason brings it here); IA32_APIC_BASE,
-/// IA32_TSC_DEADLINE and MSR_KVM_PV_EOI_EN KVM would handle, so the
-/// filter denies them in KVM, which exits instead.
-fn apic_msrs_to_user_space(vm: &VmFd) -> Result<(), Error> {
-    use kvm_bindings::*;
-    let mut cap = kvm_enable_cap {
-        cap: KVM_CAP_X86_USER_SPACE_MSR,
-        ..Default::default()
-    };
-    cap.args[0] = u64::from(KVM_MSR_EXIT_REASON_INVAL | KVM_MSR_EXIT_REASON_FILTER);
-    vm.enable_cap(&cap)?;
-    let deny = [0u8; 1];
-    let range = |base| MsrFilterRange {
-        flags: MsrFilterRangeFlags::READ | MsrFilterRangeFlags::WRITE,
-        base,
-        msr_count: 1,
-        bitmap: &deny,
-    };
-    let pv_eoi = devices::irqchip::regs::MSR_KVM_PV_EOI_EN;
-    vm.set_msr_filter(
-        MsrFilterDefaultAction::ALLOW,
-        &[range(0x1b), range(0x6e0), range(pv_eoi)],
-    )?;
-    Ok(())
 }
 
 /// One VM, registered with the engine and running.
@@ -405,8 +374,11 @@ fn start_vm(
             flags: 0,
         })?
     };
-    apic_msrs_to_user_space(&vm)?;
-    let cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)?;
+    // No in-kernel irqchip: the local APIC's MSRs (x2APIC range, APIC
+    // base, TSC deadline, PV EOI) exit to our handler, for Pacer's chip.
+    route_apic_msrs(&vm, &[])?;
+    let mut cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)?;
+    apic_cpuid(&mut cpuid); // x2APIC, TSC deadline, no PV feature of KVM's APIC
     let fds = (0..vcpus)
         .map(|i| {
             let fd = vm.create_vcpu(u64::from(i))?;
@@ -414,7 +386,9 @@ fn start_vm(
             Ok(fd)
         })
         .collect::<Result<Vec<_>, kvm_ioctls::Error>>()?;
-    let tsc_khz = fds[0].get_tsc_khz()?;
+    // The guest TSC against the engine's clock (the chip's TSC deadlines).
+    let clock = TscClock::from_vcpu(&fds[0])?;
+    let tsc_khz = clock.khz;
     let cmdline = format!(
         "{workload} duration_ms={} tsc_khz={tsc_khz} vcpus={vcpus}",
         args.duration_ms
@@ -422,24 +396,15 @@ fn start_vm(
     set_entry_state(&fds[0], load_guest(&mem, &args.kernel, &cmdline)?)?;
 
     // Pacer's interrupt controller, its host side on the engine's clock.
-    let mut tsc = kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry {
-        index: 0x10, // IA32_TSC
-        ..Default::default()
-    }])?;
-    let base_ns = now_ns();
-    fds[0].get_msrs(&mut tsc)?;
-    let clock = TscClock {
-        base_ns,
-        base_tsc: tsc.as_slice()[0].data,
-        khz: u64::from(tsc_khz),
-    };
     let phys_addr_bits = cpuid.as_slice().iter().find(|e| e.function == 0x8000_0008);
     let cpu = GuestCpu {
         phys_addr_bits: phys_addr_bits.map_or(36, |e| e.eax as u8),
         x2apic: true,
     };
-    let host = Arc::new(ChipHost::new(engine, clock, cpu, mem.clone()));
-    let chip = IrqChip::new(vcpus, host.clone());
+    let chip = IrqChip::new(
+        vcpus,
+        Arc::new(ChipHost::new(engine, clock, cpu, mem.clone())),
+    );
 
     // The ports the bench guest uses: COM1, result, exit and yield ports.
     let guest = Arc::new(Guest::default());
@@ -480,11 +445,11 @@ fn start_vm(
     // Register the VM with the engine: one gate per vCPU. Each of our vCPU
     // threads runs its KVM_RUN loop through its gate, which parks it until
     // the scheduler dispatches the vCPU and hands the CPU on when it halts,
-    // yields, is preempted or its slice ends.
+    // yields, is preempted or its slice ends. The engine attaches the
+    // chip's host to the VM's slot here: its timers and wake-ups reach it.
     // Timeshare at priority 10, default shares.
     let spec = VmSchedSpec::new(name, args.cpus.clone());
     let (slot, gates) = engine.add_vm_gated(&spec, vcpus, chip, handler.clone())?;
-    host.attach(slot); // the chip's timers and wake-ups now reach this VM
     let mut threads = Vec::new();
     for (fd, mut gate) in fds.into_iter().zip(gates) {
         let mut runner = VcpuRunner::new(gate.index(), fd, handler.clone());
@@ -500,7 +465,7 @@ fn start_vm(
         guest,
         slot,
         threads,
-        tsc_khz: u64::from(tsc_khz),
+        tsc_khz,
         _vm: vm,
         _mem: mem,
     })

@@ -83,7 +83,17 @@ impl CpuEvents {
 /// after each exit) and from its timer thread; the controller in turn
 /// calls [`crate::Engine::notify`] when something becomes pending, and
 /// hands its timer deadlines to [`crate::Engine::set_guest_timer`].
+/// [`InterruptSource::attached`] tells it which VM it serves.
 pub trait InterruptSource: Send + Sync {
+    /// The engine registered the VM this controller serves under `vm`
+    /// ([`crate::Engine::add_vm`], [`crate::Engine::add_vm_gated`] call it
+    /// once, before any of the VM's vCPUs can run): from now on its
+    /// [`crate::Engine::notify`] and [`crate::Engine::set_guest_timer`]
+    /// calls name `vm`. Pacer's controller (`devices::irqchip::IrqChip`
+    /// over a [`ChipHost`]) attaches its host here, so an embedder never
+    /// does it by hand. Default: nothing (a controller that learns its
+    /// slot another way, or needs none).
+    fn attached(&self, _vm: crate::VmSlot) {}
     /// Cheap: might `vcpu` have something to take? Checked before every entry.
     fn has_pending_hint(&self, vcpu: u32) -> bool;
     /// The highest-priority fixed interrupt deliverable now.
@@ -215,6 +225,17 @@ use devices::irqchip::{GuestCpu, IrqChip, IrqChipHost, NotifyCause, PvEoiAccess}
 use std::sync::{OnceLock, Weak};
 
 impl InterruptSource for IrqChip {
+    fn attached(&self, vm: VmSlot) {
+        // The chip's host is the engine's when it is a ChipHost; any other
+        // host reaches its engine (if it has one) on its own.
+        if let Some(host) = self
+            .host()
+            .as_any()
+            .and_then(|a| a.downcast_ref::<ChipHost>())
+        {
+            host.attach(vm);
+        }
+    }
     fn has_pending_hint(&self, vcpu: u32) -> bool {
         IrqChip::has_pending_hint(self, vcpu)
     }
@@ -251,9 +272,138 @@ impl InterruptSource for IrqChip {
     }
 }
 
+/// KVM_CPUID_FEATURES (leaf 0x40000001) EAX bits that need KVM's
+/// in-kernel local APIC: interrupt based async page faults (ASYNC_PF 4,
+/// ASYNC_PF_VMEXIT 10, ASYNC_PF_INT 14), PV unhalt / kick (7; the guest's
+/// paravirtual spinlocks halt and wait for a kick the engine never sees),
+/// PV IPIs (11), directed yield to an APIC id (13), extended destination
+/// ids of the I/O APIC (15). PV EOI (6) is not among them: Pacer's local
+/// APIC speaks it too (`devices/src/irqchip/lapic/pv_eoi.rs`).
+pub const KVM_FEATURES_NEEDING_IN_KERNEL_APIC: u32 =
+    (1 << 4) | (1 << 7) | (1 << 10) | (1 << 11) | (1 << 13) | (1 << 14) | (1 << 15);
+
+/// KVM's paravirtual feature leaf.
+const KVM_CPUID_FEATURES: u32 = 0x4000_0001;
+/// Leaf 1 ECX: x2APIC, TSC-deadline timer mode.
+const ECX_X2APIC: u32 = 1 << 21;
+const ECX_TSC_DEADLINE: u32 = 1 << 24;
+
+/// The CPUID changes a VM under Pacer's local APIC
+/// (`devices::irqchip`, no KVM in-kernel irqchip) needs, on a table from
+/// KVM_GET_SUPPORTED_CPUID, before the per-vCPU ones (APIC ids) and
+/// KVM_SET_CPUID2:
+/// - leaf 1 ECX: x2APIC (bit 21) and the TSC-deadline timer (bit 24), both
+///   of which Pacer's local APIC implements and KVM's table may lack
+///   without an in-kernel one (a guest without x2APIC uses the xAPIC page,
+///   which works too: turn the bit off after this to offer only that);
+/// - leaf 0x40000001 EAX: the KVM paravirtual features that only work
+///   with KVM's in-kernel local APIC go
+///   ([`KVM_FEATURES_NEEDING_IN_KERNEL_APIC`]: a guest relying on PV
+///   unhalt would wait for a kick that never comes); PV EOI and the rest
+///   of KVM's (kvmclock, steal time) stay.
+///
+/// The [`ChipHost`]'s `GuestCpu` then says `x2apic: true`, and
+/// [`route_apic_msrs`] sends the MSRs these features use to the VMM.
+pub fn apic_cpuid(cpuid: &mut kvm_bindings::CpuId) {
+    for e in cpuid.as_mut_slice() {
+        match e.function {
+            0x1 => e.ecx |= ECX_X2APIC | ECX_TSC_DEADLINE,
+            KVM_CPUID_FEATURES => e.eax &= !KVM_FEATURES_NEEDING_IN_KERNEL_APIC,
+            _ => {}
+        }
+    }
+}
+
+/// How many MSRs [`route_apic_msrs`] may route besides its own: KVM
+/// takes at most 16 filter ranges, the local APIC's use 3.
+pub const MAX_EXTRA_ROUTED_MSRS: usize = 13;
+
+/// Send the MSRs of a user-space local APIC to the VMM's exit handler
+/// ([`crate::VcpuExitHandler::msr_read`] / `msr_write`): a VM that runs
+/// under the engine has no KVM in-kernel irqchip, and Pacer's controller
+/// (or the VMM's own) answers them. Call it once per VM, before its vCPUs
+/// first run. `also`: single MSRs the VMM handles itself as well (Pacer's
+/// VMM: MSR_KVM_STEAL_TIME), at most [`MAX_EXTRA_ROUTED_MSRS`].
+///
+/// What it enables (KVM_CAP_X86_USER_SPACE_MSR, KVM_X86_SET_MSR_FILTER):
+/// - the x2APIC registers, 0x800-0x8ff: KVM refuses them itself without
+///   an in-kernel local APIC, and an MSR filter cannot route them (KVM
+///   ignores filter ranges there), so they reach user space only through
+///   the `KVM_MSR_EXIT_REASON_INVAL` exit, which this enables;
+/// - IA32_APIC_BASE (0x1b), IA32_TSC_DEADLINE (0x6e0) and
+///   MSR_KVM_PV_EOI_EN: KVM would handle these itself, so a filter
+///   denies them in KVM (`KVM_MSR_EXIT_REASON_FILTER`), which exits
+///   instead; the same for each of `also`. Every other MSR stays KVM's
+///   (the filter's default is allow);
+/// - `KVM_MSR_EXIT_REASON_UNKNOWN`: an MSR KVM does not know at all goes
+///   to the handler too, whose default refuses it with a #GP, as KVM
+///   would without the host's `kvm.ignore_msrs`.
+///
+/// The INVAL exit also brings the handler any other access KVM would
+/// answer with a #GP (a reserved value written to an MSR it knows); the
+/// default handler refuses it, so the guest sees the same #GP. A later
+/// KVM_X86_SET_MSR_FILTER of the VMM's own replaces this filter.
+pub fn route_apic_msrs(vm: &kvm_ioctls::VmFd, also: &[u32]) -> std::io::Result<()> {
+    use kvm_bindings::{
+        kvm_enable_cap, KVM_CAP_X86_USER_SPACE_MSR, KVM_MSR_EXIT_REASON_FILTER,
+        KVM_MSR_EXIT_REASON_INVAL, KVM_MSR_EXIT_REASON_UNKNOWN,
+    };
+    use kvm_ioctls::{MsrFilterDefaultAction, MsrFilterRange, MsrFilterRangeFlags};
+    if also.len() > MAX_EXTRA_ROUTED_MSRS {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "route_apic_msrs: {} extra MSRs, at most {MAX_EXTRA_ROUTED_MSRS}",
+                also.len()
+            ),
+        ));
+    }
+    let fail = |what: &str, e: kvm_ioctls::Error| {
+        std::io::Error::new(
+            std::io::Error::from_raw_os_error(e.errno()).kind(),
+            format!("{what}: {e}"),
+        )
+    };
+    let mut cap = kvm_enable_cap {
+        cap: KVM_CAP_X86_USER_SPACE_MSR,
+        ..Default::default()
+    };
+    cap.args[0] = u64::from(
+        KVM_MSR_EXIT_REASON_INVAL | KVM_MSR_EXIT_REASON_UNKNOWN | KVM_MSR_EXIT_REASON_FILTER,
+    );
+    vm.enable_cap(&cap)
+        .map_err(|e| fail("KVM_ENABLE_CAP(KVM_CAP_X86_USER_SPACE_MSR)", e))?;
+    // A clear bit denies the access in KVM, which then exits to user space.
+    let deny = [0u8; 1];
+    let ranges: Vec<MsrFilterRange> = [
+        IA32_APIC_BASE,
+        IA32_TSC_DEADLINE,
+        devices::irqchip::regs::MSR_KVM_PV_EOI_EN,
+    ]
+    .iter()
+    .chain(also)
+    .map(|&base| MsrFilterRange {
+        flags: MsrFilterRangeFlags::READ | MsrFilterRangeFlags::WRITE,
+        base,
+        msr_count: 1,
+        bitmap: &deny,
+    })
+    .collect();
+    vm.set_msr_filter(MsrFilterDefaultAction::ALLOW, &ranges)
+        .map_err(|e| fail("KVM_X86_SET_MSR_FILTER", e))
+}
+
+/// IA32_APIC_BASE.
+const IA32_APIC_BASE: u32 = 0x1b;
+/// IA32_TSC_DEADLINE.
+const IA32_TSC_DEADLINE: u32 = 0x6e0;
+/// IA32_TSC, the guest's time-stamp counter.
+const IA32_TSC: u32 = 0x10;
+
 /// The guest TSC as a linear function of the engine clock: one pair of
 /// readings taken together, and the TSC frequency. [`ChipHost`] converts
-/// the guest's TSC-deadline timer with it.
+/// the guest's TSC-deadline timer with it. Build one with
+/// [`TscClock::from_vcpu`] (or from readings of your own).
 #[derive(Debug, Clone, Copy)]
 pub struct TscClock {
     /// The engine clock ([`crate::clock::now_ns`]) at the reading.
@@ -265,6 +415,42 @@ pub struct TscClock {
 }
 
 impl TscClock {
+    /// The mapping of `vcpu`'s guest TSC, read now: the engine clock
+    /// ([`crate::clock::now_ns`]) first, then the vCPU's IA32_TSC
+    /// (KVM_GET_MSRS), so the mapping never lags the guest's TSC (a
+    /// TSC deadline the guest has already passed fires at once), and the
+    /// TSC frequency (KVM_GET_TSC_KHZ). Every vCPU of a VM shares one TSC
+    /// unless the VMM offsets them, so the boot vCPU's is the VM's; read it
+    /// before the vCPU first runs or at any time after. The error names the
+    /// ioctl that failed.
+    pub fn from_vcpu(vcpu: &kvm_ioctls::VcpuFd) -> std::io::Result<TscClock> {
+        use kvm_bindings::{kvm_msr_entry, Msrs};
+        let fail = |what: &str, e: kvm_ioctls::Error| {
+            std::io::Error::new(
+                std::io::Error::from_raw_os_error(e.errno()).kind(),
+                format!("{what}: {e}"),
+            )
+        };
+        let khz = vcpu.get_tsc_khz().map_err(|e| fail("KVM_GET_TSC_KHZ", e))?;
+        let mut msrs = Msrs::from_entries(&[kvm_msr_entry {
+            index: IA32_TSC,
+            ..Default::default()
+        }])
+        .map_err(|e| std::io::Error::other(format!("IA32_TSC: {e:?}")))?;
+        let base_ns = crate::clock::now_ns();
+        let read = vcpu
+            .get_msrs(&mut msrs)
+            .map_err(|e| fail("KVM_GET_MSRS (IA32_TSC)", e))?;
+        if read != 1 {
+            return Err(std::io::Error::other("KVM_GET_MSRS: IA32_TSC not read"));
+        }
+        Ok(TscClock {
+            base_ns,
+            base_tsc: msrs.as_slice()[0].data,
+            khz: u64::from(khz),
+        })
+    }
+
     /// The engine-clock time at which the guest TSC reads `tsc`.
     pub fn tsc_to_ns(&self, tsc: u64) -> u64 {
         let d = i128::from(tsc) - i128::from(self.base_tsc);
@@ -285,9 +471,11 @@ impl TscClock {
 /// ([`devices::irqchip::IrqChipHost`]).
 ///
 /// Make one per VM with [`ChipHost::new`], build the VM's
-/// `devices::irqchip::IrqChip` over it, register the VM with the chip as
-/// its [`InterruptSource`], then [`ChipHost::attach`] the slot the engine
-/// gave it.
+/// `devices::irqchip::IrqChip` over it and register the VM with the chip
+/// as its [`InterruptSource`] ([`crate::Engine::add_vm`],
+/// [`crate::Engine::add_vm_gated`]): the engine attaches the host to the
+/// VM's slot then ([`InterruptSource::attached`]); until that, the
+/// chip's timers and wake-ups go nowhere.
 pub struct ChipHost {
     engine: Weak<Engine>,
     /// The VM's slot in the engine, known once its vCPUs are added.
@@ -320,8 +508,9 @@ impl ChipHost {
         }
     }
 
-    /// Attach to the VM's engine slot (after `Engine::add_vm`).
-    pub fn attach(&self, vm: VmSlot) {
+    /// Attach to the VM's engine slot (the chip's
+    /// [`InterruptSource::attached`], when the engine adds the VM).
+    pub(crate) fn attach(&self, vm: VmSlot) {
         let _ = self.vm.set(vm);
         if let Some(e) = self.engine.upgrade() {
             if let (Some(t), Some(v)) = (e.trace(), e.vm(vm.0)) {
@@ -394,6 +583,9 @@ impl IrqChipHost for ChipHost {
             PvEoiAccess::Read => word.load(Ordering::SeqCst),
         };
         Some(old & 1 != 0)
+    }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
 

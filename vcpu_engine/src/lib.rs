@@ -18,9 +18,16 @@
 //! - Register a VM with a [`VmSchedSpec`] ([`VmSchedSpec::new`]: name and
 //!   core set; then [`vcpu_sched::SchedClass`], priority, [`Shares`] if
 //!   they differ), its interrupt controller (an
-//!   [`InterruptSource`]; [`ChipHost`] for Pacer's LAPIC/IOAPIC,
-//!   [`NoInterrupts`] for none) and its exit handler (a
-//!   [`VcpuExitHandler`]: port I/O, MMIO, MSRs, the VM-wide stop):
+//!   [`InterruptSource`]; [`NoInterrupts`] for none) and its exit handler
+//!   (a [`VcpuExitHandler`]: port I/O, MMIO, MSRs, the VM-wide stop).
+//!   With Pacer's LAPIC/IOAPIC (`devices::irqchip::IrqChip`), per VM and
+//!   before its vCPUs first run: [`apic_cpuid`] adjusts the CPUID table
+//!   (x2APIC, TSC deadline, no PV feature needing KVM's local APIC),
+//!   [`route_apic_msrs`] sends the local
+//!   APIC's MSRs to the exit handler, [`TscClock::from_vcpu`] maps the
+//!   guest TSC to the engine clock ([`now_ns`]), and the chip is built over
+//!   a [`ChipHost::new`]; adding the VM attaches the chip to it
+//!   ([`InterruptSource::attached`]), nothing more to call:
 //!   - [`Engine::add_vm_gated`]: the VMM keeps its own vCPU threads; each
 //!     runs [`run_vcpu_loop`] with its [`VcpuRunner`] (the `VcpuFd` plus
 //!     exit dispatch) and the [`EngineGate`] of its vCPU, which is the gate
@@ -181,10 +188,13 @@ pub mod vcpu;
 mod vcpu_state;
 mod workers;
 
+pub use self::clock::now_ns;
 pub use self::control::MOVE_TIMEOUT;
 pub use self::cpu_map::CpuMap;
 pub use self::host_cpus::{HostCpu, HostCpuSet};
-pub use self::irq::{ChipHost, CpuEvents, InterruptSource, NoInterrupts};
+pub use self::irq::{
+    apic_cpuid, route_apic_msrs, ChipHost, CpuEvents, InterruptSource, NoInterrupts, TscClock,
+};
 pub use self::stats::{VcpuEngineNow, VcpuNow, VcpuSchedStats};
 pub use self::threads::EngineGate;
 pub use self::vcpu::{
@@ -195,7 +205,6 @@ pub use self::vcpu_state::{EngineVcpu, RunState};
 /// The scheduler this engine carries out (its types appear in this API).
 pub use vcpu_sched;
 
-use self::clock::now_ns;
 use self::cpu::CpuSlot;
 use self::timers::{TimerKey, Timers};
 use serde::{Deserialize, Serialize};
@@ -588,7 +597,8 @@ impl Engine {
 
     /// Register a VM's vCPUs (all blocked: the boot vCPU until
     /// [`Engine::start_vm`], the others until their start-up IPI) and, with
-    /// threads dispatch, spawn their threads.
+    /// threads dispatch, spawn their threads. `irq` learns its slot
+    /// ([`InterruptSource::attached`]) before any vCPU can run.
     pub fn add_vm(
         &self,
         spec: &VmSchedSpec,
@@ -598,6 +608,7 @@ impl Engine {
     ) -> Result<VmSlot, EngineError> {
         let indices: Vec<u32> = runners.iter().map(|r| r.index).collect();
         let (slot, vm) = self.register_vm(spec, &indices, irq, handler, false)?;
+        vm.irq.attached(slot);
         match self.dispatch {
             DispatchKind::Threads => {
                 let mut handles = Vec::new();
@@ -623,7 +634,8 @@ impl Engine {
     /// dispatches its vCPU, binds it to the CPU, arms its quantum, injects
     /// its interrupts and gives the CPU back when the vCPU halts, yields or
     /// is preempted. Needs [`DispatchKind::Threads`] (workers run vCPUs on
-    /// threads of their own).
+    /// threads of their own). `irq` learns its slot
+    /// ([`InterruptSource::attached`]) before any vCPU can run.
     pub fn add_vm_gated(
         &self,
         spec: &VmSchedSpec,
@@ -636,6 +648,7 @@ impl Engine {
         }
         let indices: Vec<u32> = (0..vcpus).collect();
         let (slot, vm) = self.register_vm(spec, &indices, irq, handler, true)?;
+        vm.irq.attached(slot);
         let gates = vm
             .vcpus
             .iter()

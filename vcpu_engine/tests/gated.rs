@@ -2,7 +2,9 @@
 //! /dev/kvm): a VM registered with `Engine::add_vm_gated` runs on threads
 //! the test spawns, through `run_vcpu_loop` and the engine's gates; the
 //! scheduler accounts its run time and `finish_vm` collects the outcomes the
-//! gates left.
+//! gates left. And a VM with Pacer's interrupt controller gets its guest
+//! timer's interrupts with no setup beyond the public calls (the engine
+//! attaches the controller when the VM is added).
 
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vcpu_engine::host_cpus::online_cpus;
 use vcpu_engine::{
-    run_vcpu_loop, CpuMap, DispatchKind, Engine, EngineConfig, NoInterrupts, VcpuExitHandler,
-    VcpuExitReason, VcpuRunner, VmSchedSpec,
+    run_vcpu_loop, CpuMap, DispatchKind, Engine, EngineConfig, MsrFault, NoInterrupts,
+    VcpuExitHandler, VcpuExitReason, VcpuRunner, VmSchedSpec,
 };
 
 const MEM: usize = 0x10000;
@@ -163,4 +165,156 @@ fn gates_need_the_threads_dispatch() {
     let r = engine.add_vm_gated(&spec, 1, Arc::new(NoInterrupts), handler);
     assert!(matches!(r, Err(vcpu_engine::EngineError::GatesNeedThreads)));
     engine.shutdown();
+}
+
+/// Real mode at CODE: x2APIC on, a periodic LAPIC timer (vector 0x40,
+/// 1 ms), then `sti; l: hlt; jmp l`. The handler at CODE + 0x4f writes
+/// port 0x10, EOIs and returns.
+const TIMER_GUEST: [u8; 98] = [
+    0x66, 0xb9, 0x1b, 0x00, 0x00, 0x00, 0x0f, 0x32, // mov ecx, 0x1b; rdmsr
+    0x66, 0x0d, 0x00, 0x0c, 0x00, 0x00, 0x0f, 0x30, // or eax, 0xc00; wrmsr (x2APIC)
+    0x66, 0xb9, 0x0f, 0x08, 0x00, 0x00, 0x66, 0xb8, // mov ecx, 0x80f; mov eax,
+    0xff, 0x01, 0x00, 0x00, 0x66, 0x31, 0xd2, 0x0f, //   0x1ff; xor edx, edx;
+    0x30, 0x66, 0xb9, 0x3e, 0x08, 0x00, 0x00, 0x66, //   wrmsr (SVR); mov ecx, 0x83e;
+    0xb8, 0x0b, 0x00, 0x00, 0x00, 0x0f, 0x30, 0x66, //   mov eax, 0xb; wrmsr (divide by 1)
+    0xb9, 0x32, 0x08, 0x00, 0x00, 0x66, 0xb8, 0x40, // mov ecx, 0x832; mov eax,
+    0x00, 0x02, 0x00, 0x0f, 0x30, 0x66, 0xb9, 0x38, //   0x20040; wrmsr (LVT: periodic, 0x40)
+    0x08, 0x00, 0x00, 0x66, 0xb8, 0x40, 0x42, 0x0f, // mov ecx, 0x838; mov eax, 1000000;
+    0x00, 0x0f, 0x30, 0xfb, 0xf4, 0xeb, 0xfd,
+    0xba, //   wrmsr (count); sti; hlt; jmp; handler: mov dx,
+    0x10, 0x00, 0xee, 0x66, 0xb9, 0x0b, 0x08, 0x00, //   0x10; out dx, al; mov ecx, 0x80b;
+    0x00, 0x66, 0x31, 0xc0, 0x66, 0x31, 0xd2, 0x0f, //   xor eax, eax; xor edx, edx;
+    0x30, 0xcf, //                                       wrmsr (EOI); iret
+];
+/// The timer's vector and its handler's offset in TIMER_GUEST.
+const TIMER_VECTOR: u64 = 0x40;
+const TIMER_HANDLER: u64 = 0x4f;
+/// Timer interrupts after which the timer VM stops.
+const TICKS: u64 = 20;
+
+/// The timer VM's exits: its local APIC's MSRs to Pacer's controller,
+/// port 0x10 counts the guest's timer interrupts.
+struct TimerExits {
+    chip: Arc<devices::irqchip::IrqChip>,
+    ticks: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl VcpuExitHandler for TimerExits {
+    fn pio_in(&self, _vcpu: u32, _port: u16, data: &mut [u8]) {
+        data.fill(0xff);
+    }
+    fn pio_out(&self, _vcpu: u32, port: u16, _data: &[u8]) {
+        if port == PORT {
+            self.ticks.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    fn mmio_read(&self, vcpu: u32, addr: u64, data: &mut [u8]) {
+        if !self.chip.lapic_mmio_read(vcpu, addr, data) {
+            data.fill(0xff);
+        }
+    }
+    fn mmio_write(&self, vcpu: u32, addr: u64, data: &[u8]) {
+        self.chip.lapic_mmio_write(vcpu, addr, data);
+    }
+    fn msr_read(&self, vcpu: u32, msr: u32) -> Result<u64, MsrFault> {
+        self.chip.msr_read(vcpu, msr).map_err(|_| MsrFault)
+    }
+    fn msr_write(&self, vcpu: u32, msr: u32, value: u64) -> Result<(), MsrFault> {
+        self.chip.msr_write(vcpu, msr, value).map_err(|_| MsrFault)
+    }
+    fn guest_cr8(&self, vcpu: u32, cr8: u64) {
+        self.chip.set_cr8(vcpu, cr8);
+    }
+    fn stopping(&self) -> bool {
+        self.ticks.load(Ordering::Relaxed) >= TICKS
+    }
+    fn vcpu_failed(&self, _vcpu: u32, _reason: &VcpuExitReason) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn guest_timer_interrupts_arrive_without_a_manual_attach() {
+    use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+    let kvm = match Kvm::new() {
+        Ok(k) => k,
+        Err(e) => {
+            println!("SKIPPED: /dev/kvm not available ({e})");
+            return;
+        }
+    };
+    let online = online_cpus().unwrap();
+    let engine = Engine::new(EngineConfig::default(), CpuMap::from_host(&online).unwrap()).unwrap();
+    let vm = kvm.create_vm().unwrap();
+    let mem = Arc::new(GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM)]).unwrap());
+    mem.write_slice(&TIMER_GUEST, GuestAddress(CODE)).unwrap();
+    // The real-mode IVT entry of the timer's vector: offset, segment 0.
+    let handler_ip = (CODE + TIMER_HANDLER) as u16;
+    mem.write_obj(u32::from(handler_ip), GuestAddress(TIMER_VECTOR * 4))
+        .unwrap();
+    let region = kvm_bindings::kvm_userspace_memory_region {
+        slot: 0,
+        guest_phys_addr: 0,
+        memory_size: MEM as u64,
+        userspace_addr: mem.get_host_address(GuestAddress(0)).unwrap() as u64,
+        flags: 0,
+    };
+    // SAFETY: the region is `mem`'s live mapping, MEM bytes long; `mem`
+    // outlives the VM (dropped after `vm` at the end of the test).
+    unsafe { vm.set_user_memory_region(region).unwrap() };
+    vcpu_engine::route_apic_msrs(&vm, &[]).unwrap();
+    let vcpu = vm.create_vcpu(0).unwrap();
+    let mut sregs = vcpu.get_sregs().unwrap();
+    sregs.cs.base = 0;
+    sregs.cs.selector = 0;
+    vcpu.set_sregs(&sregs).unwrap();
+    vcpu.set_regs(&kvm_bindings::kvm_regs {
+        rip: CODE,
+        rflags: 2,
+        ..Default::default()
+    })
+    .unwrap();
+
+    // Only the public calls an embedder makes: no attach anywhere.
+    let clock = vcpu_engine::TscClock::from_vcpu(&vcpu).unwrap();
+    assert!(clock.khz > 0, "{clock:?}");
+    let cpu = devices::irqchip::GuestCpu {
+        phys_addr_bits: 39,
+        x2apic: true,
+    };
+    let host = vcpu_engine::ChipHost::new(&engine, clock, cpu, mem.clone());
+    let chip = devices::irqchip::IrqChip::new(1, Arc::new(host));
+    let handler = Arc::new(TimerExits {
+        chip: chip.clone(),
+        ticks: AtomicU64::new(0),
+        failed: AtomicU64::new(0),
+    });
+    let spec = VmSchedSpec::new("timer", online.clone());
+    let (slot, mut gates) = engine
+        .add_vm_gated(&spec, 1, chip, handler.clone())
+        .unwrap();
+    let mut gate = gates.remove(0);
+    let mut runner = VcpuRunner::new(0, vcpu, handler.clone());
+    let thread = std::thread::spawn(move || run_vcpu_loop(&mut runner, &mut gate));
+    engine.start_vm(slot);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !handler.stopping() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let ticks = handler.ticks.load(Ordering::Relaxed);
+    let finished = engine.finish_vm(slot, Duration::from_secs(10));
+    assert_eq!(thread.join().unwrap(), VcpuExitReason::Stopped);
+    engine.shutdown();
+    assert_eq!(handler.failed.load(Ordering::Relaxed), 0);
+    assert!(
+        ticks >= TICKS,
+        "{ticks} timer interrupts in 60 s; {:?}",
+        finished[0].outcome.stats
+    );
+    assert!(
+        finished[0].outcome.stats.msr_exits >= 6,
+        "{:?}",
+        finished[0].outcome.stats
+    );
 }

@@ -7,7 +7,8 @@
 //! VM-wide adjustments: the TSC-deadline bit, the TSC frequency in the
 //! hypervisor timing leaf 0x40000010 ([`set_tsc_khz`]), and, when Pacer's
 //! own interrupt controller serves the VM, no KVM paravirtual feature that
-//! only works with KVM's in-kernel local APIC ([`hide_in_kernel_apic_features`]).
+//! only works with KVM's in-kernel local APIC (the engine's
+//! [`vcpu_engine::apic_cpuid`], with x2APIC and the TSC-deadline bit).
 //!
 //! Note: on PVM hosts (KVM without hardware virtualization, see the
 //! README), CPUID executed in guest user or native mode returns the host's
@@ -116,15 +117,9 @@ pub const CPUID_TIMING_LEAF: u32 = 0x4000_0010;
 /// divider: 1 ns per count.
 pub const APIC_BUS_KHZ: u32 = 1_000_000;
 
-/// KVM_CPUID_FEATURES bits that need KVM's in-kernel local APIC: interrupt
-/// based async page faults (ASYNC_PF 4, ASYNC_PF_VMEXIT 10, ASYNC_PF_INT
-/// 14), PV unhalt / kick (7; the guest's paravirtual spinlocks halt and
-/// wait for a kick Pacer never sees), PV IPIs (11), directed yield to an
-/// APIC id (13), extended destination ids of the I/O APIC (15). PV EOI (6)
-/// is not among them: Pacer's local APIC speaks it too
-/// (`devices/src/irqchip/lapic/pv_eoi.rs`).
-pub const KVM_FEATURES_NEEDING_IN_KERNEL_APIC: u32 =
-    (1 << 4) | (1 << 7) | (1 << 10) | (1 << 11) | (1 << 13) | (1 << 14) | (1 << 15);
+/// KVM_CPUID_FEATURES bits that need KVM's in-kernel local APIC (the
+/// engine's list, which [`vcpu_engine::apic_cpuid`] clears).
+pub use vcpu_engine::irq::KVM_FEATURES_NEEDING_IN_KERNEL_APIC;
 
 /// Publish the guest's TSC frequency in the hypervisor timing leaf (only
 /// when KVM's paravirtual leaves are there: the leaf belongs to that range).
@@ -147,16 +142,6 @@ pub fn set_tsc_khz(cpuid: &mut CpuId, tsc_khz: u32) -> Result<(), CpuidError> {
     });
     *cpuid = CpuId::from_entries(&entries).map_err(CpuidError::Fam)?;
     Ok(())
-}
-
-/// Clear the KVM paravirtual features that only work with KVM's in-kernel
-/// local APIC ([`KVM_FEATURES_NEEDING_IN_KERNEL_APIC`]).
-pub fn hide_in_kernel_apic_features(cpuid: &mut CpuId) {
-    for e in cpuid.as_mut_slice() {
-        if e.function == KVM_CPUID_FEATURES {
-            e.eax &= !KVM_FEATURES_NEEDING_IN_KERNEL_APIC;
-        }
-    }
 }
 
 /// KVM_FEATURE_STEAL_TIME (KVM_CPUID_FEATURES EAX bit 5):
@@ -443,7 +428,7 @@ pub(crate) mod tests {
 
         // Pacer's own local APIC: kvmclock, steal time, PV EOI and PV TLB
         // flush stay, the features that need KVM's local APIC go.
-        hide_in_kernel_apic_features(&mut c);
+        vcpu_engine::apic_cpuid(&mut c);
         let f = find(&c, KVM_CPUID_FEATURES, 0).eax;
         assert_eq!(f, 0x0100_7efb & !KVM_FEATURES_NEEDING_IN_KERNEL_APIC);
         for kept in [0, 1, 3, 5, 6, 9, 12, 24] {

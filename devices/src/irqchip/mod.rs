@@ -138,6 +138,13 @@ pub trait IrqChipHost: Send + Sync {
     fn pv_eoi_flag(&self, _gpa: u64, _access: PvEoiAccess) -> Option<bool> {
         None
     }
+    /// This host as `Any`, so that code given only the chip
+    /// ([`IrqChip::host`]) can reach a host type it knows (the engine's
+    /// `vcpu_engine::ChipHost` attaches itself to its VM this way). The
+    /// default: not reachable.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// What [`IrqChipHost::pv_eoi_flag`] does to the guest's flag.
@@ -297,6 +304,11 @@ impl IrqChip {
 
     pub fn vcpus(&self) -> u32 {
         self.lapics.len() as u32
+    }
+
+    /// The host the chip was built over ([`IrqChip::new`]).
+    pub fn host(&self) -> &Arc<dyn IrqChipHost> {
+        &self.host
     }
 
     /// Run `f` on vCPU `vcpu`'s APIC under its lock and refresh the hint.

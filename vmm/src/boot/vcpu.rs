@@ -46,7 +46,8 @@ pub fn vm_cpuid(kvm: &Kvm, tsc_khz: u32, in_kernel_irqchip: bool) -> Result<CpuI
     }
     cpuid::set_tsc_khz(&mut table, tsc_khz)?;
     if !in_kernel_irqchip {
-        cpuid::hide_in_kernel_apic_features(&mut table);
+        // x2APIC, TSC deadline, no PV feature needing KVM's local APIC.
+        vcpu_engine::apic_cpuid(&mut table);
         cpuid::pacer_steal_time(&mut table);
     }
     Ok(table)

@@ -31,7 +31,6 @@ use crate::cpuid;
 use crate::memory;
 use crate::msr;
 use crate::results::{ResultsLog, VmResult};
-use vcpu_engine::irq::ChipHost;
 use vcpu_engine::vcpu::VcpuError;
 use vcpu_engine::EngineError;
 // `::devices` is the devices crate; `devices` here is `devices.rs`.
@@ -140,7 +139,7 @@ pub struct Vm {
     // Devices may hold the VM fd (interrupt lines); both go before memory.
     handler: Arc<ExitHandler>,
     /// Pacer's interrupt controller and its host side (scheduled policies).
-    irqchip: Option<(Arc<ChipHost>, Arc<IrqChip>)>,
+    irqchip: Option<Arc<IrqChip>>,
     _vm_fd: Arc<VmFd>,
     mem: Arc<GuestMemoryMmap>,
     tsc_khz: u32,
@@ -185,7 +184,6 @@ impl Vm {
                 &mem,
                 &vm_fd,
                 &vcpus[0].1,
-                tsc_khz,
                 GuestCpu {
                     phys_addr_bits: cpuid::phys_addr_bits(&vm_cpuid),
                     // Every vCPU's CPUID has x2APIC unless the spec
@@ -229,7 +227,7 @@ impl Vm {
             .with_limits(options.limits);
         let shared = Arc::new(VmShared::new(&spec.name, start, options.run_start, results));
         let sink: Arc<dyn VmEventSink> = shared.clone();
-        let chip = irqchip.as_ref().map(|(_, chip)| chip.clone());
+        let chip = irqchip.clone();
         let console_log = logs.console.as_ref().map(|(p, _)| p.clone());
         let devices = devices::create_devices(
             spec,

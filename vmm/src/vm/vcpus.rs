@@ -86,13 +86,12 @@ impl Vm {
                 sched.shares = self.spec.shares.to_engine();
                 let handler: Arc<dyn VcpuExitHandler> = self.handler.clone();
                 let irq: Arc<dyn InterruptSource> = match &self.irqchip {
-                    Some((_, chip)) => chip.clone(),
+                    Some(chip) => chip.clone(),
                     None => Arc::new(NoInterrupts),
                 };
+                // Attaches the chip's host to the slot (the chip's timers
+                // and wake-ups reach this VM from now on).
                 let slot = engine.add_vm(&sched, runners, irq, handler)?;
-                if let Some((host, _)) = &self.irqchip {
-                    host.attach(slot);
-                }
                 engine.start_vm(slot);
                 self.vcpus = Some(RunningVcpus::Scheduled(engine, slot));
             }
