@@ -314,8 +314,11 @@ fn every_endpoint_against_running_vms() {
     // pause stops a VM's progress; the other goes on; resume.
     let (code, out, err) = run.ctl(&["pause", "a"]);
     assert_eq!((code, out.as_str()), (0, "a: paused\n"), "{err}");
+    // Paused once no vCPU of the VM runs: one still queued (ready) or
+    // halted parks as paused when next dispatched, without entering the
+    // guest (the run time below does not move).
     let a0 = run.vcpu("a", 0);
-    assert_eq!(a0["engine_state"], "paused", "{a0}");
+    assert_ne!(a0["engine_state"], "running", "{a0}");
     let b0 = run.vcpu("b", 0)["run_ns"].as_u64().unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let a1 = run.vcpu("a", 0);
