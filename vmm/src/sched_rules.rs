@@ -123,36 +123,9 @@ pub fn priority(class: SchedClass, value: i64) -> Result<u8, String> {
     }
 }
 
-/// A VM's operator shares as each of its vCPUs gets them
-/// (`vcpu_sched::shares`): weight, cap and reservation in per mille of one
-/// CPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct Shares {
-    pub weight: u32,
-    pub cap: Option<u32>,
-    pub reservation: u32,
-}
-
-impl Default for Shares {
-    fn default() -> Self {
-        Shares {
-            weight: vcpu_sched::shares::DEFAULT_WEIGHT,
-            cap: None,
-            reservation: 0,
-        }
-    }
-}
-
-impl Shares {
-    /// The engine's form of these shares (what `vcpu_engine` schedules by).
-    pub fn to_engine(self) -> vcpu_engine::Shares {
-        let mut s = vcpu_engine::Shares::default();
-        s.weight = self.weight;
-        s.cap = self.cap;
-        s.reservation = self.reservation;
-        s
-    }
-}
+/// A VM's operator shares as each of its vCPUs gets them: the engine's
+/// type, which the config and bench layouts build and pass on unchanged.
+pub use vcpu_engine::Shares;
 
 /// A VM's (or vCPU's) operator weight (`vcpu_sched::shares`): 1..=10000,
 /// default 100, as cgroups' `cpu.weight`.

@@ -83,7 +83,7 @@ impl Vm {
                 let mut sched = VmSchedSpec::new(&self.spec.name, self.spec.cpus.clone());
                 sched.class = self.spec.class;
                 sched.priority = self.spec.priority;
-                sched.shares = self.spec.shares.to_engine();
+                sched.shares = self.spec.shares;
                 let handler: Arc<dyn VcpuExitHandler> = self.handler.clone();
                 let irq: Arc<dyn InterruptSource> = match &self.irqchip {
                     Some(chip) => chip.clone(),
