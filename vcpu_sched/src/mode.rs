@@ -56,7 +56,8 @@ fn worth_moving(m: &Machine, c: &Candidate, core: CoreId, other: CoreId, t: &Tun
 /// after); the move hands the crowded side to the entities that had the
 /// roomy one. The mover is one that has run on the core since before
 /// its last rotation (`resident_since`): not the last one to arrive,
-/// which would otherwise stay on the crowded side move after move. Both modes: once every CPU is busy there is nothing left to pack.
+/// which would otherwise stay on the crowded side move after move. Both
+/// modes: once every CPU is busy there is nothing left to pack.
 pub(crate) fn rotation_target(
     m: &Machine,
     c: &Candidate,
