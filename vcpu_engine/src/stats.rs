@@ -227,12 +227,18 @@ mod tests {
 
     #[test]
     fn host_thread_counters_are_read() {
-        // Burn a little CPU so the counters move.
+        // Burn CPU for 20 ms so the counters move: the kernel folds a
+        // running thread's time into schedstat at its ticks (4 ms at
+        // HZ=250) and switches, so a burn shorter than a tick (a fixed
+        // loop in a release build) can read 0.
+        let start = std::time::Instant::now();
         let mut x = 0u64;
-        for i in 0..2_000_000u64 {
-            x = x.wrapping_mul(31).wrapping_add(i);
+        while start.elapsed() < std::time::Duration::from_millis(20) {
+            for i in 0..10_000u64 {
+                x = x.wrapping_mul(31).wrapping_add(i);
+            }
+            std::hint::black_box(x);
         }
-        std::hint::black_box(x);
         let s = VcpuSchedStats::from_host_thread(crate::signals::current_tid());
         if std::path::Path::new("/proc/self/schedstat").exists() {
             assert!(s.run_ns > 0, "{s:?}");
