@@ -5,7 +5,7 @@
 //! it may be quoted); an accepted one displays without a panic.
 
 use crate::driver::Target;
-use vmm::config::{Config, ConfigError};
+use vmm::config::{Config, ConfigError, Diagnostic};
 
 /// Words that must never reach the user.
 pub const INTERNALS: &[&str] = &[
@@ -109,34 +109,50 @@ impl Target for ConfigTarget {
                     diagnostics: diagnostics.clone(),
                 }
                 .to_string();
-                let lines = shown.lines().count();
-                if lines != diagnostics.len() {
-                    return Err(format!(
-                        "{} diagnostics shown on {lines} lines: {shown:?}",
-                        diagnostics.len()
-                    ));
-                }
-                let max_line = text.split('\n').count();
-                for d in &diagnostics {
-                    if d.line == 0 || d.line > max_line || d.column == 0 {
-                        return Err(format!(
-                            "position {}:{} outside the text: {d:?}",
-                            d.line, d.column
-                        ));
-                    }
-                    if d.field.trim().is_empty() {
-                        return Err(format!("no field path: {d:?}"));
-                    }
-                }
-                if let Some(w) = INTERNALS
-                    .iter()
-                    .find(|w| shown.contains(*w) && !from_the_text(&text, w))
-                {
-                    return Err(format!("internal word {w:?} in {shown:?}"));
-                }
-                Ok(())
+                rejection_is_readable(&text, &shown, &diagnostics, None)
             }
             Err(e) => Err(format!("unexpected error kind: {e}")),
         }
     }
+}
+
+/// The invariants of a rejected config or matrix (`shown` is its error as
+/// printed): one line per diagnostic, each with a position inside the
+/// text and a field path, a message of at most `max_message` characters
+/// when given, and none of the `INTERNALS` unless the text holds them.
+pub fn rejection_is_readable(
+    text: &str,
+    shown: &str,
+    diagnostics: &[Diagnostic],
+    max_message: Option<usize>,
+) -> Result<(), String> {
+    let lines = shown.lines().count();
+    if lines != diagnostics.len() {
+        return Err(format!(
+            "{} diagnostics shown on {lines} lines: {shown:?}",
+            diagnostics.len()
+        ));
+    }
+    let max_line = text.split('\n').count();
+    for d in diagnostics {
+        if d.line == 0 || d.line > max_line || d.column == 0 {
+            return Err(format!(
+                "position {}:{} outside the text: {d:?}",
+                d.line, d.column
+            ));
+        }
+        if d.field.trim().is_empty() {
+            return Err(format!("no field path: {d:?}"));
+        }
+        if max_message.is_some_and(|max| d.message.chars().count() > max) {
+            return Err(format!("a message of {} characters", d.message.len()));
+        }
+    }
+    if let Some(w) = INTERNALS
+        .iter()
+        .find(|w| shown.contains(*w) && !from_the_text(text, w))
+    {
+        return Err(format!("internal word {w:?} in {shown:?}"));
+    }
+    Ok(())
 }

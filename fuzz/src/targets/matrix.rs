@@ -116,35 +116,7 @@ impl Target for MatrixTarget {
                     diagnostics: diagnostics.clone(),
                 }
                 .to_string();
-                let lines = shown.lines().count();
-                if lines != diagnostics.len() {
-                    return Err(format!(
-                        "{} diagnostics shown on {lines} lines: {shown:?}",
-                        diagnostics.len()
-                    ));
-                }
-                let max_line = text.split('\n').count();
-                for d in &diagnostics {
-                    if d.line == 0 || d.line > max_line || d.column == 0 {
-                        return Err(format!(
-                            "position {}:{} outside the text: {d:?}",
-                            d.line, d.column
-                        ));
-                    }
-                    if d.field.trim().is_empty() {
-                        return Err(format!("no field path: {d:?}"));
-                    }
-                    if d.message.chars().count() > 1200 {
-                        return Err(format!("a message of {} characters", d.message.len()));
-                    }
-                }
-                if let Some(w) = super::config::INTERNALS
-                    .iter()
-                    .find(|w| shown.contains(*w) && !super::config::from_the_text(&text, w))
-                {
-                    return Err(format!("internal word {w:?} in {shown:?}"));
-                }
-                Ok(())
+                super::config::rejection_is_readable(&text, &shown, &diagnostics, Some(1200))
             }
             Err(e) => Err(format!("unexpected error kind: {e}")),
         }
