@@ -562,14 +562,14 @@ impl Entity {
         if let Some(w) = self.woken_at.take() {
             self.counters.wake_latency.record(now.saturating_sub(w));
         }
-        if let Some(prev) = self.last_cpu {
-            self.counters.migrations.record(m.distance(prev, cpu));
-        }
-        if self
-            .last_cpu
-            .is_none_or(|prev| m.core_of(prev) != m.core_of(cpu))
-        {
-            self.core_since = now;
+        match self.last_cpu {
+            Some(prev) => {
+                self.counters.migrations.record(m.distance(prev, cpu));
+                if m.core_of(prev) != m.core_of(cpu) {
+                    self.core_since = now;
+                }
+            }
+            None => self.core_since = now,
         }
         self.last_cpu = Some(cpu);
     }
