@@ -316,8 +316,7 @@ impl Engine {
                 vcpu: n.trace_ref(),
                 quantum_ns: quantum,
                 priority: self.scheduler().running_priority(slot.id),
-                by_waker: reason == StopReason::Idle
-                    && self.dispatch_kind() == DispatchKind::Threads,
+                by_waker: reason == StopReason::Idle && self.dispatch_kind().uses_vcpu_threads(),
             },
             None => Event::Idle {
                 cpu: cpu16(slot.host),
@@ -343,7 +342,7 @@ impl Engine {
                 });
             }
             ctl.last_cpu = Some(slot.host);
-            if self.dispatch_kind() == DispatchKind::Threads {
+            if self.dispatch_kind().uses_vcpu_threads() {
                 let tid = n.thread_id();
                 if tid != 0 && ctl.pinned_to != Some(slot.host) {
                     let one: HostCpuSet = [slot.host].into_iter().collect();
@@ -356,7 +355,7 @@ impl Engine {
             }
             n.dispatched_at.store(now, Ordering::Relaxed);
             n.set_state_quietly(&mut ctl, RunState::Running { cpu: slot.id });
-        } else if self.dispatch_kind() == DispatchKind::Threads {
+        } else if self.dispatch_kind().uses_vcpu_threads() {
             slot.executor.store(0, Ordering::Release);
         }
         *owner = next.clone();
@@ -464,7 +463,7 @@ impl Engine {
                 slot.kicked_idle_at.store(now_ns(), Ordering::Relaxed);
                 slot.wake_idle();
             }
-            DispatchKind::Threads => {
+            DispatchKind::Threads | DispatchKind::KvmIrqchip => {
                 let (next, kicks) = self.reschedule_locked(slot, &mut owner, StopReason::Idle);
                 drop(owner);
                 if let Some(n) = next {

@@ -177,6 +177,7 @@ pub mod cpu_map;
 mod dispatch;
 pub mod host_cpus;
 pub mod irq;
+mod kvm_halts;
 pub mod signals;
 pub mod stats;
 pub mod thread_hook;
@@ -228,15 +229,33 @@ pub enum DispatchKind {
     Threads,
     /// One worker thread per host CPU runs whichever vCPU it is handed.
     Workers,
+    /// Threads, with KVM's in-kernel local APIC: the guest's halts, APIC
+    /// timer and IPIs never leave KVM_RUN; the engine learns halts and
+    /// wake-ups from KVM (`kvm_halts`). The VMM creates the VM with
+    /// KVM_CREATE_IRQCHIP and registers it with [`NoInterrupts`].
+    KvmIrqchip,
 }
 
 impl DispatchKind {
-    /// The name configs and results use (`threads`, `workers`).
+    /// The name configs and results use (`threads`, `workers`,
+    /// `kvm-irqchip`).
     pub fn as_str(self) -> &'static str {
         match self {
             DispatchKind::Threads => "threads",
             DispatchKind::Workers => "workers",
+            DispatchKind::KvmIrqchip => "kvm-irqchip",
         }
+    }
+
+    /// One thread per vCPU, handed the CPU by the previous owner
+    /// (`threads` and `kvm-irqchip`).
+    pub fn uses_vcpu_threads(self) -> bool {
+        self != DispatchKind::Workers
+    }
+
+    /// KVM's in-kernel local APIC serves the VMs (`kvm-irqchip`).
+    pub fn kvm_irqchip(self) -> bool {
+        self == DispatchKind::KvmIrqchip
     }
 }
 
@@ -299,6 +318,9 @@ pub struct EngineConfig {
     /// long at most before it sleeps, as KVM's `halt_poll_ns`: the window
     /// grows while wake-ups come within it and shrinks when they do not.
     pub halt_poll_ns: u64,
+    /// How often the `kvm-irqchip` dispatch samples KVM's `blocking`
+    /// statistic of each dispatched or halted vCPU, ns (see `kvm_halts`).
+    pub kvm_poll_ns: u64,
     /// Record what the engine does into this trace (`pacer run --trace`).
     pub trace: Option<crate::trace::Trace>,
 }
@@ -315,6 +337,7 @@ impl Default for EngineConfig {
             tunables: s.tunables,
             dispatch: DispatchKind::Threads,
             halt_poll_ns: 0,
+            kvm_poll_ns: DEFAULT_KVM_POLL_NS,
             trace: None,
         }
     }
@@ -332,6 +355,10 @@ impl EngineConfig {
         }
     }
 }
+
+/// The `kvm-irqchip` dispatch's default sampling period of KVM's
+/// statistics ([`EngineConfig::kvm_poll_ns`]).
+pub const DEFAULT_KVM_POLL_NS: u64 = 1_000_000;
 
 /// How a VM's vCPUs are to be scheduled: [`VmSchedSpec::new`], then set
 /// what differs (the struct is `#[non_exhaustive]`).
@@ -466,6 +493,10 @@ pub struct Engine {
     slots: Vec<CpuSlot>,
     dispatch: DispatchKind,
     halt_poll_ns: u64,
+    kvm_poll_ns: u64,
+    /// The `kvm-irqchip` watcher (started with the first VM) and what it did.
+    kvm_watcher: Mutex<Option<JoinHandle<()>>>,
+    kvm_watch: kvm_halts::WatchCounters,
     vms: RwLock<Vec<Option<Arc<EngineVm>>>>,
     /// vCPU of each live scheduler entity (`EntityId::index` indexes it;
     /// the full handle, generation included, must match).
@@ -519,6 +550,9 @@ impl Engine {
                 slots,
                 dispatch: config.dispatch,
                 halt_poll_ns: config.halt_poll_ns,
+                kvm_poll_ns: config.kvm_poll_ns.max(10_000),
+                kvm_watcher: Mutex::new(None),
+                kvm_watch: Default::default(),
                 vms: RwLock::new(Vec::new()),
                 entities: RwLock::new(Vec::new()),
                 timers: timers.unwrap_or_else(|e| panic!("cannot start the timer thread: {e}")),
@@ -610,7 +644,7 @@ impl Engine {
         let (slot, vm) = self.register_vm(spec, &indices, irq, handler, false)?;
         vm.irq.attached(slot);
         match self.dispatch {
-            DispatchKind::Threads => {
+            DispatchKind::Threads | DispatchKind::KvmIrqchip => {
                 let mut handles = Vec::new();
                 for (runner, v) in runners.into_iter().zip(&vm.vcpus) {
                     handles.push(threads::spawn(&self.arc(), &vm, v, runner)?);
@@ -633,7 +667,8 @@ impl Engine {
     /// of the same index; the gate parks the thread until the scheduler
     /// dispatches its vCPU, binds it to the CPU, arms its quantum, injects
     /// its interrupts and gives the CPU back when the vCPU halts, yields or
-    /// is preempted. Needs [`DispatchKind::Threads`] (workers run vCPUs on
+    /// is preempted. Needs [`DispatchKind::Threads`] or
+    /// [`DispatchKind::KvmIrqchip`] (workers run vCPUs on
     /// threads of their own). `irq` learns its slot
     /// ([`InterruptSource::attached`]) before any vCPU can run.
     pub fn add_vm_gated(
@@ -643,7 +678,7 @@ impl Engine {
         irq: Arc<dyn InterruptSource>,
         handler: Arc<dyn VcpuExitHandler>,
     ) -> Result<(VmSlot, Vec<EngineGate>), EngineError> {
-        if self.dispatch != DispatchKind::Threads {
+        if !self.dispatch.uses_vcpu_threads() {
             return Err(EngineError::GatesNeedThreads);
         }
         let indices: Vec<u32> = (0..vcpus).collect();
@@ -696,12 +731,15 @@ impl Engine {
                     return Err(e.into());
                 }
             };
-            let initial = if index == 0 {
-                RunState::Halted {
+            // Under KVM's local APIC an application processor waits for
+            // its start-up IPI inside KVM_RUN.
+            let kvm = self.dispatch.kvm_irqchip();
+            let initial = match index {
+                0 => RunState::Halted {
                     interruptible: false,
-                }
-            } else {
-                RunState::WaitForSipi
+                },
+                _ if kvm => RunState::HaltedInKvm,
+                _ => RunState::WaitForSipi,
             };
             let v = Arc::new(EngineVcpu::new(
                 slot,
@@ -711,7 +749,7 @@ impl Engine {
                 format!("{}/vcpu{}", spec.name, index),
                 initial,
             ));
-            v.ctl().awaiting_sipi = index != 0;
+            v.ctl().awaiting_sipi = index != 0 && !kvm;
             vcpus.push(v);
         }
         {
@@ -752,7 +790,28 @@ impl Engine {
         } else {
             vms[slot] = Some(vm.clone());
         }
+        drop(vms);
+        if self.dispatch.kvm_irqchip() {
+            self.start_kvm_watcher()?;
+        }
         Ok((VmSlot(slot), vm))
+    }
+
+    /// Start the `kvm-irqchip` watcher if it is not running yet.
+    fn start_kvm_watcher(&self) -> Result<(), EngineError> {
+        let mut w = self.kvm_watcher.lock().unwrap_or_else(|p| p.into_inner());
+        if w.is_none() {
+            let period = Duration::from_nanos(self.kvm_poll_ns);
+            *w = Some(
+                kvm_halts::spawn_watcher(self.me.clone(), period).map_err(EngineError::Thread)?,
+            );
+        }
+        Ok(())
+    }
+
+    /// What the `kvm-irqchip` watcher has done so far.
+    pub(crate) fn kvm_watch_counters(&self) -> &kvm_halts::WatchCounters {
+        &self.kvm_watch
     }
 
     /// Let the VM's boot vCPU run.
@@ -879,13 +938,18 @@ impl Engine {
     }
 
     /// Kick the executor of every running vCPU of `vm` (it sees the VM's
-    /// pause or stop at its next check).
+    /// pause or stop at its next check), and the thread of every vCPU
+    /// halted inside KVM_RUN (which KVM could wake into the guest).
     fn kick_running(&self, vm: &EngineVm) {
         for v in &vm.vcpus {
-            if let RunState::Running { cpu } = v.state() {
-                if let Some(s) = self.slot(cpu) {
-                    s.signal_executor();
+            match v.state() {
+                RunState::Running { cpu } => {
+                    if let Some(s) = self.slot(cpu) {
+                        s.signal_executor();
+                    }
                 }
+                RunState::HaltedInKvm => v.kick_own_thread(),
+                _ => {}
             }
         }
     }
@@ -945,7 +1009,14 @@ impl Engine {
             }
             let mut ctl = v.ctl();
             if ctl.state != RunState::Exited {
+                let in_kvm = ctl.state == RunState::HaltedInKvm;
                 v.set_state(&mut ctl, RunState::Exited);
+                if in_kvm {
+                    // Its thread sleeps inside KVM_RUN: only a signal gets
+                    // it out to see the stop (sent under `ctl`, which it
+                    // needs to see it, so it cannot have ended yet).
+                    v.kick_own_thread();
+                }
             }
         }
         // A vCPU dispatched again between the wait and its removal leaves
@@ -954,12 +1025,12 @@ impl Engine {
             log::error!("[{}] {e}", vm.name);
         }
         let outcomes: Vec<VcpuOutcome> = match self.dispatch {
-            DispatchKind::Threads if vm.external => vm
+            DispatchKind::Threads | DispatchKind::KvmIrqchip if vm.external => vm
                 .vcpus
                 .iter()
                 .map(|v| threads::take_outcome(v, timeout))
                 .collect(),
-            DispatchKind::Threads => {
+            DispatchKind::Threads | DispatchKind::KvmIrqchip => {
                 let handles =
                     std::mem::take(&mut *vm.threads.lock().unwrap_or_else(|p| p.into_inner()));
                 handles
@@ -1071,6 +1142,7 @@ impl Engine {
                     RunState::Ready => c.ready += 1,
                     RunState::Halted { .. } => c.halted += 1,
                     RunState::WaitForSipi | RunState::Paused | RunState::Exited => c.other += 1,
+                    RunState::HaltedInKvm => c.halted += 1,
                 }
             }
         }

@@ -11,6 +11,7 @@
 
 use super::clock::{now_ns, thread_cpu_ns, HaltPoll, QuantumTimer};
 use super::dispatch::{Next, Stop};
+use super::kvm_halts::{ask_host_slice, KvmBlocking, SHORT_HOST_SLICE_NS};
 use super::trace_points::cpu16;
 use super::vcpu_state::{EngineVcpu, RunState, VcpuCtl};
 use super::{Engine, EngineError, EngineVm};
@@ -24,7 +25,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use vcpu_sched::CpuId;
+use vcpu_sched::{CpuId, StopReason};
 
 /// The current turn of a dispatched vCPU (its slice ends at its CPU's
 /// `quantum_end`).
@@ -40,6 +41,23 @@ struct ThreadGate {
     turn: Option<Turn>,
     timer: Option<Arc<QuantumTimer>>,
     poll: HaltPoll,
+    /// KVM's local APIC serves the VM (`kvm-irqchip` dispatch).
+    kvm: bool,
+    /// The thread entered KVM_RUN without a turn, the vCPU halted inside
+    /// KVM (`RunState::HaltedInKvm`).
+    asleep_in_kvm: bool,
+    /// The thread asked the host kernel for a short slice (`kvm-irqchip`).
+    short_slice: bool,
+}
+
+/// What a thread that slept in KVM's halt does once KVM_RUN returns.
+enum AfterKvmSleep {
+    /// The guest is still halted (a stray signal): back into KVM_RUN.
+    SleepAgain,
+    /// Woken (or paused, or stopping): wait for the scheduler.
+    Park,
+    /// The vCPU failed.
+    Exit(VcpuExitReason),
 }
 
 /// Spawn the thread of `v`.
@@ -49,15 +67,28 @@ pub fn spawn(
     v: &Arc<EngineVcpu>,
     runner: VcpuRunner,
 ) -> Result<JoinHandle<VcpuOutcome>, EngineError> {
-    let gate = ThreadGate {
-        engine: engine.clone(),
-        vm: vm.clone(),
-        vcpu: v.clone(),
-        turn: None,
-        timer: None,
-        poll: engine.halt_poll(),
-    };
+    if engine.dispatch_kind().kvm_irqchip() {
+        // Here, not on the vCPU thread, whose system calls a VMM may
+        // confine as it starts.
+        let blocking = open_kvm_blocking(v, &runner)
+            .map_err(|r| EngineError::Thread(std::io::Error::other(r.to_string())))?;
+        let _ = v.kvm_blocking.set(blocking);
+    }
+    let gate = ThreadGate::new(engine, vm, v);
     Ok(spawn_vcpu_thread(&vm.name, runner, gate, |_| {})?)
+}
+
+/// Open KVM's statistics of `v` (`kvm-irqchip` dispatch).
+pub(crate) fn open_kvm_blocking(
+    v: &EngineVcpu,
+    runner: &VcpuRunner,
+) -> Result<KvmBlocking, VcpuExitReason> {
+    KvmBlocking::open(runner.vcpu_fd()).map_err(|e| {
+        log::error!("{}: KVM_GET_STATS_FD: {e}", v.name);
+        VcpuExitReason::Unhandled {
+            exit: format!("kvm-irqchip needs KVM's per-vCPU statistics: {e}"),
+        }
+    })
 }
 
 /// The gate of one vCPU whose thread the embedding VMM owns
@@ -81,14 +112,7 @@ pub struct EngineGate {
 impl EngineGate {
     pub(crate) fn new(engine: &Arc<Engine>, vm: &Arc<EngineVm>, v: &Arc<EngineVcpu>) -> Self {
         EngineGate {
-            gate: ThreadGate {
-                engine: engine.clone(),
-                vm: vm.clone(),
-                vcpu: v.clone(),
-                turn: None,
-                timer: None,
-                poll: engine.halt_poll(),
-            },
+            gate: ThreadGate::new(engine, vm, v),
             started: false,
         }
     }
@@ -153,6 +177,69 @@ pub(crate) fn take_outcome(v: &EngineVcpu, timeout: Duration) -> VcpuOutcome {
 }
 
 impl ThreadGate {
+    fn new(engine: &Arc<Engine>, vm: &Arc<EngineVm>, v: &Arc<EngineVcpu>) -> Self {
+        ThreadGate {
+            engine: engine.clone(),
+            vm: vm.clone(),
+            vcpu: v.clone(),
+            turn: None,
+            timer: None,
+            poll: engine.halt_poll(),
+            kvm: engine.dispatch_kind().kvm_irqchip(),
+            asleep_in_kvm: false,
+            short_slice: false,
+        }
+    }
+
+    /// `kvm-irqchip`: have the vCPU's KVM statistics open (the watcher
+    /// reads `blocking` there); true if an application processor must wait for
+    /// its start-up IPI inside KVM_RUN.
+    fn start_kvm(&mut self, runner: &VcpuRunner) -> Result<bool, VcpuExitReason> {
+        if self.vcpu.kvm_blocking.get().is_none() {
+            // An embedder's thread (`Engine::add_vm` opened it already).
+            let blocking = open_kvm_blocking(&self.vcpu, runner)?;
+            let _ = self.vcpu.kvm_blocking.set(blocking);
+        }
+        Ok(self.vcpu.state() == RunState::HaltedInKvm)
+    }
+
+    /// KVM_RUN returned to a thread that entered it without a turn, its
+    /// vCPU halted inside KVM: the watcher found it woken by KVM (and woke
+    /// it in the scheduler: Ready or already Running), the woken guest
+    /// exited before the watcher looked, the VM is pausing or stopping, or
+    /// a stray signal came.
+    fn after_kvm_sleep(&self, runner: &VcpuRunner, last: &VcpuStep) -> AfterKvmSleep {
+        let v = &self.vcpu;
+        let mut ctl = v.ctl();
+        let fail = |ctl: &mut VcpuCtl, r: VcpuExitReason| {
+            if r != VcpuExitReason::Stopped {
+                ctl.exit_reason = Some(r.clone());
+            }
+            v.set_state(ctl, RunState::Exited);
+            AfterKvmSleep::Exit(r)
+        };
+        if let VcpuStep::Fatal(r) = last {
+            return fail(&mut ctl, r.clone());
+        }
+        if ctl.state != RunState::HaltedInKvm || self.vm.handler.stopping() {
+            return AfterKvmSleep::Park;
+        }
+        if self.vm.is_paused() {
+            v.set_state(&mut ctl, RunState::Paused);
+            return AfterKvmSleep::Park;
+        }
+        match runner.halted_in_kvm() {
+            Ok(true) => AfterKvmSleep::SleepAgain,
+            Ok(false) => {
+                v.set_state(&mut ctl, RunState::Ready);
+                drop(ctl);
+                self.engine.wake(v);
+                AfterKvmSleep::Park
+            }
+            Err(r) => fail(&mut ctl, r),
+        }
+    }
+
     /// Park until dispatched (Some) or the VM is gone (None).
     fn wait_dispatch(&mut self) -> Option<Turn> {
         let v = &self.vcpu;
@@ -218,6 +305,26 @@ impl VcpuGate for ThreadGate {
                 }
             }
         }
+        if last == VcpuStep::Start && self.kvm {
+            match self.start_kvm(runner) {
+                Ok(true) => {
+                    self.asleep_in_kvm = true;
+                    return GateDecision::Run;
+                }
+                Ok(false) => {}
+                Err(r) => return GateDecision::Exit(r),
+            }
+        }
+        if std::mem::take(&mut self.asleep_in_kvm) {
+            match self.after_kvm_sleep(runner, &last) {
+                AfterKvmSleep::SleepAgain => {
+                    self.asleep_in_kvm = true;
+                    return GateDecision::Run;
+                }
+                AfterKvmSleep::Park => {}
+                AfterKvmSleep::Exit(r) => return GateDecision::Exit(r),
+            }
+        }
         let mut last = last;
         loop {
             let Some(turn) = self.turn else {
@@ -237,12 +344,30 @@ impl VcpuGate for ThreadGate {
             let Some(slot) = self.engine.slot(turn.cpu) else {
                 return GateDecision::Exit(VcpuExitReason::Stopped);
             };
-            let stop = match self
-                .engine
-                .next_entry(&self.vm, &self.vcpu, slot, runner, &last)
-            {
-                Next::Enter => return GateDecision::Run,
-                Next::Stop(stop) => stop,
+            // Under KVM's local APIC a halt shows only as the guest's
+            // state at an exit for a signal (quantum end, kick, watcher).
+            let halted_in_kvm = self.kvm
+                && last == VcpuStep::Interrupted
+                && match runner.halted_in_kvm() {
+                    Ok(h) => h,
+                    Err(r) => {
+                        last = VcpuStep::Fatal(r);
+                        false
+                    }
+                };
+            let stop = if halted_in_kvm {
+                slot.left_guest();
+                let mut ctl = self.vcpu.ctl();
+                self.vcpu.set_state(&mut ctl, RunState::HaltedInKvm);
+                Stop::Blocked
+            } else {
+                match self
+                    .engine
+                    .next_entry(&self.vm, &self.vcpu, slot, runner, &last)
+                {
+                    Next::Enter => return GateDecision::Run,
+                    Next::Stop(stop) => stop,
+                }
             };
             self.disarm(&turn);
             let exit = match &stop {
@@ -276,6 +401,25 @@ impl VcpuGate for ThreadGate {
             }
             if let Some(r) = exit {
                 return GateDecision::Exit(r);
+            }
+            if self.kvm {
+                // A vCPU that halts asks the host kernel for a short slice,
+                // so KVM's wake-up of it preempts a CPU-bound vCPU there at
+                // once; one that used up its quantum gives it back.
+                let short = match reason {
+                    StopReason::QuantumEnd => false,
+                    _ if halted_in_kvm => true,
+                    _ => self.short_slice,
+                };
+                if short != self.short_slice {
+                    self.short_slice = short;
+                    ask_host_slice(short.then_some(SHORT_HOST_SLICE_NS));
+                }
+            }
+            if halted_in_kvm {
+                // Back into KVM_RUN to sleep where KVM can wake it.
+                self.asleep_in_kvm = true;
+                return GateDecision::Run;
             }
             if idle {
                 // The CPU went idle with this vCPU blocked: poll a while

@@ -38,6 +38,23 @@ struct Shared {
     cond: Condvar,
 }
 
+/// Give the calling thread, which only ever runs briefly and stands in for
+/// something the kernel does in interrupt context, the place closest to
+/// that where allowed: the lowest real-time priority, 1 us timer slack.
+pub(crate) fn run_like_an_interrupt(what: &str) {
+    // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer
+    // slack.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: sets the calling thread's policy; `param` is valid.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+        log::debug!(
+            "{what} stays SCHED_OTHER: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 /// The timer service. Dropping it stops the thread.
 pub struct Timers {
     shared: Arc<Shared>,
@@ -55,21 +72,9 @@ impl Timers {
         let thread = std::thread::Builder::new()
             .name("pacer/timers".into())
             .spawn(move || {
-                // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's
-                // timer slack.
-                unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
                 // Guest timers are interrupts: KVM's in-kernel LAPIC fires
                 // them from hrtimer interrupt context, ahead of every task.
-                // The lowest real-time priority gives this thread (which
-                // only ever runs briefly) the same place where allowed.
-                let param = libc::sched_param { sched_priority: 1 };
-                // SAFETY: sets the calling thread's policy; `param` is valid.
-                if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
-                    log::debug!(
-                        "timer thread stays SCHED_OTHER: {}",
-                        std::io::Error::last_os_error()
-                    );
-                }
+                run_like_an_interrupt("timer thread");
                 crate::thread_hook::thread_started(crate::thread_hook::EngineThread::Timers);
                 run(&s, &on_fire)
             })?;

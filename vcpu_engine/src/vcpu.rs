@@ -288,6 +288,21 @@ impl VcpuRunner {
         }
     }
 
+    /// The KVM vCPU.
+    pub(crate) fn vcpu_fd(&self) -> &VcpuFd {
+        &self.fd
+    }
+
+    /// Whether KVM's in-kernel local APIC holds the vCPU halted (or, an
+    /// application processor, waiting for INIT or its start-up IPI): its
+    /// KVM_MP_STATE is not RUNNABLE.
+    pub(crate) fn halted_in_kvm(&self) -> Result<bool, VcpuExitReason> {
+        match self.fd.get_mp_state() {
+            Ok(s) => Ok(s.mp_state != kvm_bindings::KVM_MP_STATE_RUNNABLE),
+            Err(e) => Err(VcpuExitReason::KvmError { errno: e.errno() }),
+        }
+    }
+
     /// The guest's CR8 as KVM left it (only meaningful without an
     /// in-kernel irqchip, where KVM keeps CR8 in `kvm_run`).
     pub(crate) fn kvm_cr8(&mut self) -> u64 {

@@ -17,11 +17,12 @@
 //! running, so the halting CPU's `schedule(.., Blocked)` keeps it runnable.
 
 use super::irq::CpuEvents;
+use super::kvm_halts::KvmBlocking;
 use super::stats::HaltPollStats;
 use crate::host_cpus::{HostCpu, HostCpuSet};
 use crate::vcpu::{VcpuExitReason, VcpuOutcome, VcpuRunner};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use vcpu_sched::{CpuId, EntityId};
 
 /// Where a vCPU is in its life.
@@ -42,6 +43,10 @@ pub enum RunState {
     },
     /// An application processor before its start-up IPI (after INIT).
     WaitForSipi,
+    /// The guest halted inside KVM_RUN (KVM's in-kernel local APIC, the
+    /// `kvm-irqchip` dispatch): blocked in the scheduler while its thread
+    /// sleeps in the kernel, where only KVM can wake it (`kvm_halts`).
+    HaltedInKvm,
     /// Runnable, but its VM is paused: blocked until resumed.
     Paused,
     /// Its VM stopped; it never runs again.
@@ -53,7 +58,10 @@ impl RunState {
     pub fn is_blocked(self) -> bool {
         matches!(
             self,
-            RunState::Halted { .. } | RunState::WaitForSipi | RunState::Paused
+            RunState::Halted { .. }
+                | RunState::WaitForSipi
+                | RunState::Paused
+                | RunState::HaltedInKvm
         )
     }
 }
@@ -108,6 +116,9 @@ pub struct EngineVcpu {
     pub(crate) outcome: Mutex<Option<VcpuOutcome>>,
     /// Halt polling after its blocks (see [`HaltPollCounters`]).
     pub(crate) halt_poll: HaltPollCounters,
+    /// KVM's `blocking` statistic of the vCPU (`kvm-irqchip` dispatch;
+    /// opened by its thread as it starts).
+    pub(crate) kvm_blocking: OnceLock<KvmBlocking>,
     /// When it was last dispatched (CLOCK_MONOTONIC ns; stored before its
     /// state says Running): how long a block lasted until the work came,
     /// which its thread's own wake-up latency must not lengthen.
@@ -187,6 +198,7 @@ impl EngineVcpu {
             outcome: Mutex::new(None),
             halt_poll: HaltPollCounters::default(),
             dispatched_at: AtomicU64::new(0),
+            kvm_blocking: OnceLock::new(),
         }
     }
 
@@ -235,6 +247,17 @@ impl EngineVcpu {
             ctl = self.changed.wait(ctl).unwrap_or_else(|p| p.into_inner());
         }
         ctl
+    }
+
+    /// Signal its own thread (threads dispatch; nothing before the thread
+    /// started): out of KVM_RUN, or straight out of the next entry.
+    pub(crate) fn kick_own_thread(&self) {
+        let tid = self.thread_id();
+        if tid != 0 {
+            if let Err(e) = crate::signals::kick_thread(tid) {
+                log::warn!("{}: cannot signal its thread {tid}: {e}", self.name);
+            }
+        }
     }
 
     /// The kernel thread id of its own thread (threads dispatch), 0

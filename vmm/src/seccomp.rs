@@ -11,8 +11,8 @@
 //!
 //! | kind | threads | allowed beyond the common set |
 //! |---|---|---|
-//! | [`ThreadKind::Vcpu`] | `<vm>/vcpu<N>`, `pacer/cpu<N>` (workers) | `ioctl` with KVM_RUN, KVM_GET/SET_REGS, KVM_GET/SET_SREGS, KVM_INTERRUPT, KVM_NMI, KVM_SET_MSRS, KVM_GET_VCPU_EVENTS, KVM_IRQ_LINE only; `timer_create`/`timer_delete`; `ftruncate` (a results log cut back to its last whole line after a failed write); read-only `openat`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (under policy host a vCPU thread reads its own scheduling counters in /proc as it ends) |
-//! | [`ThreadKind::Timers`] | `pacer/timers` | nothing |
+//! | [`ThreadKind::Vcpu`] | `<vm>/vcpu<N>`, `pacer/cpu<N>` (workers) | `ioctl` with KVM_RUN, KVM_GET/SET_REGS, KVM_GET/SET_SREGS, KVM_INTERRUPT, KVM_NMI, KVM_SET_MSRS, KVM_GET_VCPU_EVENTS, KVM_IRQ_LINE, KVM_GET_MP_STATE only; `sched_setattr` (under `kvm-irqchip`, its own time slice); `timer_create`/`timer_delete`; `ftruncate` (a results log cut back to its last whole line after a failed write); read-only `openat`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (under policy host a vCPU thread reads its own scheduling counters in /proc as it ends) |
+//! | [`ThreadKind::Timers`] | `pacer/timers`, `pacer/kvm-halts` | `pread64` (the `kvm-irqchip` watcher reads KVM's per-vCPU statistics) |
 //! | [`ThreadKind::Trace`] | `pacer/trace` (`run --trace`) | read-only `openat`, `read` (glibc's malloc, as for `Api`); it writes the trace file opened before it started |
 //! | [`ThreadKind::Controller`] | `<vm>/ctl` after its vCPUs started | `openat` read-only, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the kernel's per-thread scheduling statistics); `ftruncate` (as for `Vcpu`) |
 //! | [`ThreadKind::Service`] | `pacer/signals`, `pacer/status` | `rt_sigtimedwait`; `openat`, `statx` (the SIGUSR1 snapshot file) |
@@ -42,7 +42,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 use kvm_bindings::{
-    kvm_interrupt, kvm_irq_level, kvm_msrs, kvm_regs, kvm_sregs, kvm_vcpu_events, KVMIO,
+    kvm_interrupt, kvm_irq_level, kvm_mp_state, kvm_msrs, kvm_regs, kvm_sregs, kvm_vcpu_events,
+    KVMIO,
 };
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op,
@@ -59,6 +60,7 @@ vmm_sys_util::ioctl_io_nr!(KVM_NMI, KVMIO, 0x9a);
 vmm_sys_util::ioctl_iow_nr!(KVM_SET_MSRS, KVMIO, 0x89, kvm_msrs);
 vmm_sys_util::ioctl_ior_nr!(KVM_GET_VCPU_EVENTS, KVMIO, 0x9f, kvm_vcpu_events);
 vmm_sys_util::ioctl_iow_nr!(KVM_IRQ_LINE, KVMIO, 0x61, kvm_irq_level);
+vmm_sys_util::ioctl_ior_nr!(KVM_GET_MP_STATE, KVMIO, 0x98, kvm_mp_state);
 
 /// The exit status of a process stopped by a filter.
 pub const EXIT_FORBIDDEN_SYSCALL: i32 = 1;
@@ -230,7 +232,12 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
                 // Under policy host a device line a vCPU raises (pc-testdev,
                 // the serial port) is a pin of KVM's I/O APIC.
                 KVM_IRQ_LINE(),
+                // `dispatch = "kvm-irqchip"`: whether KVM's local APIC
+                // holds the vCPU halted.
+                KVM_GET_MP_STATE(),
             ];
+            // `kvm-irqchip`: the thread's own host time slice.
+            allow(&mut r, &[libc::SYS_sched_setattr]);
             let rules = ioctls
                 .iter()
                 .map(|&req| {
@@ -248,7 +255,8 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
             // failed write cuts the log back to its last whole line.
             allow(&mut r, &[libc::SYS_ftruncate]);
         }
-        ThreadKind::Timers => {}
+        // The `kvm-irqchip` watcher reads KVM's per-vCPU statistics files.
+        ThreadKind::Timers => allow(&mut r, &[libc::SYS_pread64]),
         ThreadKind::Trace => {
             // Read-only: glibc's malloc reads /proc/sys/vm/overcommit_memory
             // the first time a thread's heap shrinks (the drain's buffers

@@ -1,7 +1,8 @@
 //! The scheduled engine on real KVM vCPUs (skipped without /dev/kvm):
-//! every policy and both dispatch mechanisms run overcommitted VMs to
+//! every policy and every dispatch mechanism run overcommitted VMs to
 //! completion, core sets are never left, a faulting VM stops alone, pause
-//! and resume work, and a halted vCPU blocks instead of spinning.
+//! and resume work, a halted vCPU blocks instead of spinning, and under
+//! KVM's local APIC the engine still learns halts and wake-ups.
 
 mod common;
 
@@ -28,7 +29,11 @@ fn every_policy_and_dispatch_runs_overcommitted_vms() {
     let dir = TempDir::new("engine-all");
     let online = vcpu_engine::host_cpus::online_cpus().unwrap();
     for policy in ["haiku", "global-rr", "pinned", "eevdf"] {
-        for dispatch in [DispatchKind::Threads, DispatchKind::Workers] {
+        for dispatch in [
+            DispatchKind::Threads,
+            DispatchKind::Workers,
+            DispatchKind::KvmIrqchip,
+        ] {
             // engine-smoke's shape: 2-vCPU VMs, more vCPUs than host CPUs.
             let n = online.len();
             let mut text = host(policy, dispatch);
@@ -67,7 +72,11 @@ fn core_sets_are_never_left() {
     let cpus: Vec<u32> = online.iter().map(|c| c.0).collect();
     let (first, last) = (cpus[0], cpus[cpus.len() - 1]);
     let dir = TempDir::new("engine-affinity");
-    for dispatch in [DispatchKind::Threads, DispatchKind::Workers] {
+    for dispatch in [
+        DispatchKind::Threads,
+        DispatchKind::Workers,
+        DispatchKind::KvmIrqchip,
+    ] {
         let mut text = host("haiku", dispatch);
         for (i, cpu) in [first, last, first].iter().enumerate() {
             text += &vm_table(&format!("p{i}"), "cpu duration_ms=300 report_ms=100")
@@ -91,7 +100,11 @@ fn a_faulting_vm_stops_alone() {
         return;
     }
     let dir = TempDir::new("engine-fault");
-    for dispatch in [DispatchKind::Threads, DispatchKind::Workers] {
+    for dispatch in [
+        DispatchKind::Threads,
+        DispatchKind::Workers,
+        DispatchKind::KvmIrqchip,
+    ] {
         let text = format!(
             "{}{}{}",
             host("haiku", dispatch),
@@ -131,6 +144,37 @@ fn a_halted_vcpu_blocks_instead_of_spinning() {
 }
 
 #[test]
+fn under_kvms_local_apic_the_engine_learns_halts_and_wakes() {
+    if !kvm_or_skip("under_kvms_local_apic_the_engine_learns_halts_and_wakes") {
+        return;
+    }
+    // A vCPU that sleeps 1 ms at a time (KVM's APIC timer wakes it) and a
+    // ping-pong pair (KVM's IPIs wake them): no HLT ever exits to Pacer,
+    // yet the scheduler must see the vCPUs block and wake, or a sleeper
+    // would count as running all the time.
+    let dir = TempDir::new("engine-kvm-irqchip");
+    let text = format!(
+        "{}{}{}",
+        host("haiku", DispatchKind::KvmIrqchip),
+        vm_table("sleeper", "sleep duration_ms=600 interval_us=1000"),
+        vm_table("pair", "pingpong duration_ms=600").replace("vcpus = 1", "vcpus = 2"),
+    );
+    let res = run_config(&dir, &text);
+    for vm in &res.vms {
+        assert_eq!(vm.status, "success", "{vm:?}");
+        for (st, s) in vm.vcpu_stats.iter().zip(&vm.vcpu_sched) {
+            assert_eq!(st.halts, 0, "KVM handles HLT: {vm:?}");
+            assert!(s.wakeups > 20, "wake-ups learnt from KVM: {s:?}");
+        }
+    }
+    let sleeper = &res.vms[0].vcpu_sched[0];
+    assert!(
+        sleeper.run_ns < 300_000_000,
+        "a vCPU asleep most of 600 ms is not charged as running: {sleeper:?}"
+    );
+}
+
+#[test]
 fn pause_and_resume_under_the_engine() {
     if !kvm_or_skip("pause_and_resume_under_the_engine") {
         return;
@@ -139,7 +183,11 @@ fn pause_and_resume_under_the_engine() {
     let path = dir.config(&vm_table("pz", "cpu duration_ms=800 report_ms=50"));
     let config = Config::load(&path).unwrap();
     let online = vcpu_engine::host_cpus::online_cpus().unwrap();
-    for dispatch in [DispatchKind::Threads, DispatchKind::Workers] {
+    for dispatch in [
+        DispatchKind::Threads,
+        DispatchKind::Workers,
+        DispatchKind::KvmIrqchip,
+    ] {
         let engine: Arc<Engine> = Engine::new(
             {
                 let mut c = EngineConfig::default();

@@ -83,7 +83,7 @@ fn engine_state(s: RunState) -> &'static str {
     match s {
         RunState::Ready => "ready",
         RunState::Running { .. } => "running",
-        RunState::Halted { .. } => "halted",
+        RunState::Halted { .. } | RunState::HaltedInKvm => "halted",
         RunState::WaitForSipi => "wait_for_sipi",
         RunState::Paused => "paused",
         RunState::Exited => "exited",

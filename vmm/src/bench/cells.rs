@@ -234,6 +234,7 @@ pub fn pacer_config(m: &Matrix, cell: &Cell, log_dir: &Path) -> Option<Config> {
             smt_isolation: false,
             dispatch,
             halt_poll_us: crate::config::DEFAULT_HALT_POLL_US,
+            kvm_poll_us: vcpu_engine::DEFAULT_KVM_POLL_NS / 1000,
             log_limits: Default::default(),
             tunables: Tunables::default(),
             log_dir: log_dir.to_path_buf(),

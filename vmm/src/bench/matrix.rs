@@ -323,7 +323,7 @@ pub fn expectation(pattern: &str) -> Option<&'static str> {
         "matrix.policies[].label" => "a label in quotes",
         "matrix.policies[].policy" => "a policy name in quotes such as \"haiku\"",
         "matrix.policies[].mode" => "one of \"low-latency\", \"power-saving\"",
-        "matrix.dispatch" | "matrix.policies[].dispatch" => "one of \"threads\", \"workers\"",
+        "matrix.dispatch" | "matrix.policies[].dispatch" => "one of \"threads\", \"workers\", \"kvm-irqchip\"",
         "matrix.memory_mib" | "layout[].vm[].memory_mib" => {
             "an integer number of MiB from 2 to 1048576"
         }

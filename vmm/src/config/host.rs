@@ -3,7 +3,9 @@
 //! may write into its logs, the scheduler tunables, the log directory.
 
 use super::check::Checker;
-use super::limits::{DEFAULT_HALT_POLL_US, LOG_LIMIT_KIB, MAX_HALT_POLL_US, RECORDS_PER_S};
+use super::limits::{
+    DEFAULT_HALT_POLL_US, KVM_POLL_US, LOG_LIMIT_KIB, MAX_HALT_POLL_US, RECORDS_PER_S,
+};
 use super::raw::RawHost;
 use super::{HostInfo, Overrides};
 use crate::policy::Policy;
@@ -24,6 +26,9 @@ pub struct HostConfig {
     pub dispatch: DispatchKind,
     /// Longest halt-polling window of the engine, us (0: off).
     pub halt_poll_us: u64,
+    /// How often the `kvm-irqchip` dispatch samples KVM's halt
+    /// statistics, us.
+    pub kvm_poll_us: u64,
     /// What each VM may write into its logs (`log_limit_kib`,
     /// `result_records_per_s`).
     pub log_limits: crate::results::LogLimits,
@@ -116,6 +121,13 @@ pub(super) fn check(
         );
         None
     };
+    let kvm_poll_us = int_in(
+        &rh.kvm_poll_us,
+        "host.kvm_poll_us",
+        KVM_POLL_US,
+        "microseconds",
+    )
+    .unwrap_or(vcpu_engine::DEFAULT_KVM_POLL_NS / 1000);
     let log_limits = crate::results::LogLimits {
         log_bytes: int_in(
             &rh.log_limit_kib,
@@ -189,6 +201,7 @@ pub(super) fn check(
             smt_isolation,
             dispatch: rh.dispatch.unwrap_or_default(),
             halt_poll_us,
+            kvm_poll_us,
             log_limits,
             tunables: rh.tunables.unwrap_or_default(),
             log_dir,

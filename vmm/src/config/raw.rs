@@ -43,6 +43,7 @@ pub(super) struct RawHost {
     pub(super) smt_isolation: Option<Spanned<bool>>,
     pub(super) dispatch: Option<DispatchKind>,
     pub(super) halt_poll_us: Option<Spanned<i64>>,
+    pub(super) kvm_poll_us: Option<Spanned<i64>>,
     pub(super) log_limit_kib: Option<Spanned<i64>>,
     pub(super) result_records_per_s: Option<Spanned<i64>>,
     pub(super) tunables: Option<Tunables>,

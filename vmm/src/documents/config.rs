@@ -19,6 +19,9 @@ pub struct HostView {
     /// Null under `host` (no engine).
     pub dispatch: Option<String>,
     pub halt_poll_us: u64,
+    /// Under `kvm-irqchip` dispatch: how often KVM's halt statistics are
+    /// sampled; null otherwise.
+    pub kvm_poll_us: Option<u64>,
     /// What each VM may write into its logs.
     pub log_limit_kib: u64,
     pub result_records_per_s: u32,
@@ -83,6 +86,7 @@ fn host(h: &HostConfig) -> HostView {
         smt_isolation: h.smt_isolation,
         dispatch: scheduled.then(|| h.dispatch.as_str().to_string()),
         halt_poll_us: h.halt_poll_us,
+        kvm_poll_us: (scheduled && h.dispatch.kvm_irqchip()).then_some(h.kvm_poll_us),
         log_limit_kib: h.log_limits.log_bytes >> 10,
         result_records_per_s: h.log_limits.records_per_s,
         log_dir: h.log_dir.clone(),

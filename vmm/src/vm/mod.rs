@@ -123,7 +123,10 @@ impl Default for VmOptions {
 impl VmOptions {
     /// Whether KVM's in-kernel irqchip serves this VM.
     fn in_kernel_irqchip(&self) -> bool {
-        matches!(self.scheduling, VcpuScheduling::Host { .. })
+        match &self.scheduling {
+            VcpuScheduling::Host { .. } => true,
+            VcpuScheduling::Scheduled(e) => e.dispatch_kind().kvm_irqchip(),
+        }
     }
 }
 
@@ -178,6 +181,7 @@ impl Vm {
         let vm_cpuid = boot::vm_cpuid(kvm, tsc_khz, options.in_kernel_irqchip())?;
         // Pacer's interrupt controller for the scheduled policies.
         let irqchip = match &options.scheduling {
+            _ if options.in_kernel_irqchip() => None,
             VcpuScheduling::Host { .. } => None,
             VcpuScheduling::Scheduled(engine) => Some(irqchip::create_irqchip(
                 engine,

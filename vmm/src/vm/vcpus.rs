@@ -23,7 +23,9 @@ pub enum VcpuScheduling {
     /// core set.
     Host { pin: bool },
     /// Pacer's engine dispatches the vCPUs; no in-kernel irqchip (a guest
-    /// HLT exits to Pacer), Pacer's own interrupt controller.
+    /// HLT exits to Pacer), Pacer's own interrupt controller — except under
+    /// `dispatch = "kvm-irqchip"`, where KVM's in-kernel irqchip serves
+    /// the VM and the engine learns its halts from KVM.
     Scheduled(Arc<Engine>),
 }
 
