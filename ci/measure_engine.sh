@@ -57,12 +57,13 @@ for t in vmexit_ipi vmexit_ipi_halt vmexit_tscdeadline_immed; do
 done
 
 echo
-echo "== the price of control (issue 21): host first, haiku (threads dispatch), haiku's ratio, goal"
+echo "== the price of control (issue 21): host first, haiku (threads dispatch), haiku's ratio, goal;"
+echo "   haiku under dispatch kvm-irqchip (KVM's local APIC) and its ratio where measured"
 echo "   $(uptime)"
-fmt='%-52s %-20s %-20s %-30s %s\n'
+fmt='%-52s %-16s %-16s %-30s %-12s %-16s %s\n'
 # shellcheck disable=SC2059
-printf "$fmt" figure host haiku ratio goal
-while IFS='|' read -r _ figure host haiku ratio goal; do
+printf "$fmt" figure host haiku ratio goal kvm-irqchip ratio
+while IFS='|' read -r _ figure host haiku ratio goal kvm kvm_ratio; do
     # shellcheck disable=SC2059
-    printf "$fmt" "$figure" "$host" "$haiku" "$ratio" "$goal"
+    printf "$fmt" "$figure" "$host" "$haiku" "$ratio" "$goal" "${kvm:--}" "${kvm_ratio:--}"
 done <"$rows"

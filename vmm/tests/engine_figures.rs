@@ -14,7 +14,8 @@
 //!   wakes per round trip).
 //!
 //! Lines starting `ROW|` are the rows of issue 21's table ("the price of
-//! control": figure, host, haiku, haiku's ratio, goal), which
+//! control": figure, host, haiku, haiku's ratio, goal, haiku under
+//! kvm-irqchip and its ratio), which
 //! `ci/measure_engine.sh` gathers into one table.
 
 mod common;
@@ -23,7 +24,7 @@ use common::{kvm_or_skip, TempDir};
 use vmm::results::{RunResults, VmResult};
 
 const REPS: usize = 5;
-const VARIANTS: [(&str, &str); 4] = [
+const VARIANTS: [(&str, &str); 5] = [
     ("host", "policy = \"host\""),
     (
         "haiku/threads",
@@ -32,6 +33,10 @@ const VARIANTS: [(&str, &str); 4] = [
     (
         "haiku/workers",
         "policy = \"haiku\"\ndispatch = \"workers\"",
+    ),
+    (
+        "haiku/kvm-irqchip",
+        "policy = \"haiku\"\ndispatch = \"kvm-irqchip\"",
     ),
     ("global-rr", "policy = \"global-rr\""),
 ];
@@ -83,18 +88,29 @@ impl Table {
         row.1.iter().find(|f| f.0 == name).map(|f| f.1)
     }
 
-    /// A `ROW|` line of issue 21's table: `name` under host and haiku
-    /// (threads dispatch, the default), haiku's ratio to host.
+    /// A `ROW|` line of issue 21's table: `name` under host, haiku
+    /// (threads dispatch, the default) and haiku under kvm-irqchip, each
+    /// haiku's ratio to host.
     fn issue_row(&self, figure: &str, name: &str, unit: &str, goal: &str) {
-        let (Some(h), Some(k)) = (self.get("host", name), self.get("haiku/threads", name)) else {
+        let (Some(h), Some(k), Some(q)) = (
+            self.get("host", name),
+            self.get("haiku/threads", name),
+            self.get("haiku/kvm-irqchip", name),
+        ) else {
             return;
         };
-        let ratio = if h != 0.0 {
-            format!("{:.2}x", k / h)
-        } else {
-            "-".into()
+        let ratio = |x: f64| {
+            if h != 0.0 {
+                format!("{:.2}x", x / h)
+            } else {
+                "-".into()
+            }
         };
-        println!("ROW|{figure}|{h:.1} {unit}|{k:.1} {unit}|{ratio}|{goal}");
+        println!(
+            "ROW|{figure}|{h:.1} {unit}|{k:.1} {unit}|{}|{goal}|{q:.1} {unit}|{}",
+            ratio(k),
+            ratio(q)
+        );
     }
 
     fn print(&self, title: &str, base: &str) {
