@@ -26,6 +26,8 @@ if [ -c /dev/kvm ]; then
     echo "== the comparison as JSON: $out/demo.json"
     echo "== the price of control: ping-pong alone (configs/pingpong.toml), nothing for the scheduler to decide"
     ./target/release/pacer run configs/pingpong.toml --compare haiku,host --json "$out/pingpong.json"
+    echo "== the same ping-pong under haiku with KVM's in-kernel local APIC (dispatch kvm-irqchip: no exit per IPI, EOI or HLT)"
+    ./target/release/pacer run configs/pingpong.toml --dispatch kvm-irqchip --json "$out/pingpong-kvm-irqchip.json"
 else
     echo "SKIPPED: /dev/kvm not available, not booting the demo VMs"
 fi

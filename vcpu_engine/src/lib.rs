@@ -259,6 +259,22 @@ impl DispatchKind {
     }
 }
 
+impl std::str::FromStr for DispatchKind {
+    type Err = String;
+
+    /// `threads`, `workers` or `kvm-irqchip`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        [
+            DispatchKind::Threads,
+            DispatchKind::Workers,
+            DispatchKind::KvmIrqchip,
+        ]
+        .into_iter()
+        .find(|d| d.as_str() == s)
+        .ok_or_else(|| format!("unknown dispatch {s:?}: expected threads, workers or kvm-irqchip"))
+    }
+}
+
 impl fmt::Display for DispatchKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -358,7 +374,7 @@ impl EngineConfig {
 
 /// The `kvm-irqchip` dispatch's default sampling period of KVM's
 /// statistics ([`EngineConfig::kvm_poll_ns`]).
-pub const DEFAULT_KVM_POLL_NS: u64 = 1_000_000;
+pub const DEFAULT_KVM_POLL_NS: u64 = 5_000_000;
 
 /// How a VM's vCPUs are to be scheduled: [`VmSchedSpec::new`], then set
 /// what differs (the struct is `#[non_exhaustive]`).

@@ -3,10 +3,10 @@
 //!
 //! ```text
 //! pacer run FILE [--policy P[:MODE]] [--compare P1,P2,..] [--json FILE] [--status]
-//!                [--mode MODE] [--log-dir DIR] [--exit-status-from-guest] [--no-seccomp]
+//!                [--mode MODE] [--dispatch D] [--log-dir DIR] [--exit-status-from-guest] [--no-seccomp]
 //!                [--trace FILE]   record a scheduling trace
 //!                [--api-socket PATH] [--api-http 127.0.0.1:PORT]  with the control API
-//! pacer validate FILE [--policy P[:MODE]] [--mode MODE] [--log-dir DIR]
+//! pacer validate FILE [--policy P[:MODE]] [--mode MODE] [--dispatch D] [--log-dir DIR]
 //! pacer topology [--spec 2x22x2]      print the host (or a synthetic) topology
 //! pacer bench MATRIX --out DIR [--resume] [--dry-run]   (bench::command)
 //! pacer sim SCENARIO [--policy P] [--compare [P1,P2]]    (sim_command)
@@ -178,6 +178,11 @@ pub enum Command {
         /// power-saving (as --policy P:MODE).
         #[arg(long, value_name = "MODE", conflicts_with = "compare")]
         mode: Option<vcpu_sched::Mode>,
+        /// Use this dispatch mechanism instead of the file's: threads,
+        /// workers or kvm-irqchip (KVM's in-kernel local APIC); with
+        /// --compare, for every scheduled policy.
+        #[arg(long, value_name = "DISPATCH")]
+        dispatch: Option<vcpu_engine::DispatchKind>,
         /// Write the run's directory under this directory instead of the
         /// file's `log_dir` (relative to the current directory).
         #[arg(long, value_name = "DIR")]
@@ -202,6 +207,9 @@ pub enum Command {
         /// Check with this Haiku mode instead of the file's.
         #[arg(long, value_name = "MODE")]
         mode: Option<vcpu_sched::Mode>,
+        /// Check with this dispatch mechanism instead of the file's.
+        #[arg(long, value_name = "DISPATCH")]
+        dispatch: Option<vcpu_engine::DispatchKind>,
         /// Check this log directory instead of the file's `log_dir`.
         #[arg(long, value_name = "DIR")]
         log_dir: Option<PathBuf>,
@@ -325,11 +333,13 @@ pub fn out(text: &str) {
 }
 
 /// Load `file` with the command line's choices: `--policy P[:MODE]`,
-/// `--mode` and `--log-dir` override the file's; an error is one line.
+/// `--mode`, `--dispatch` and `--log-dir` override the file's; an error
+/// is one line.
 pub fn load_config(
     file: &Path,
     policy: Option<PolicyChoice>,
     mode: Option<vcpu_sched::Mode>,
+    dispatch: Option<vcpu_engine::DispatchKind>,
     log_dir: Option<&Path>,
 ) -> Result<Config, String> {
     let mut config = Config::load_overridden(
@@ -348,6 +358,9 @@ pub fn load_config(
             ));
         }
         config.host.mode = m;
+    }
+    if let Some(d) = dispatch {
+        config.host.dispatch = d;
     }
     if let Some(dir) = log_dir {
         crate::preflight::check_dir_writable(dir).map_err(|why| {
@@ -374,8 +387,9 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
             file,
             policy,
             mode,
+            dispatch,
             log_dir,
-        } => match load_config(&file, policy, mode, log_dir.as_deref()) {
+        } => match load_config(&file, policy, mode, dispatch, log_dir.as_deref()) {
             Ok(c) => {
                 out(&format!("{}: OK\n{c}", file.display()));
                 EXIT_OK
@@ -410,6 +424,7 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
             exit_status_from_guest,
             no_seccomp,
             mode,
+            dispatch,
             log_dir,
             trace,
             api,
@@ -444,6 +459,7 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 }
                 let runs = RunsOf {
                     file: &file,
+                    dispatch,
                     log_dir: log_dir.as_deref(),
                     json,
                     status,
@@ -451,7 +467,7 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
                 };
                 return run_compare(&runs, &compare);
             }
-            let config = match load_config(&file, policy, mode, log_dir.as_deref()) {
+            let config = match load_config(&file, policy, mode, dispatch, log_dir.as_deref()) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("{e}");
@@ -580,6 +596,7 @@ fn print_event(ev: RunEvent<'_>) {
 /// What every run of a `--compare` shares.
 struct RunsOf<'a> {
     file: &'a Path,
+    dispatch: Option<vcpu_engine::DispatchKind>,
     log_dir: Option<&'a Path>,
     json: Option<PathBuf>,
     status: bool,
@@ -592,7 +609,13 @@ fn run_compare(runs_of: &RunsOf<'_>, policies: &[PolicyChoice]) -> i32 {
     // Every policy's config is checked before anything runs.
     let mut configs = Vec::new();
     for &p in policies {
-        match load_config(runs_of.file, Some(p), None, runs_of.log_dir) {
+        match load_config(
+            runs_of.file,
+            Some(p),
+            None,
+            runs_of.dispatch,
+            runs_of.log_dir,
+        ) {
             Ok(c) => configs.push((p, c)),
             Err(e) => {
                 eprintln!("{e}");

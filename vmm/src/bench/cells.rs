@@ -186,6 +186,7 @@ pub fn pacer_config(m: &Matrix, cell: &Cell, log_dir: &Path) -> Option<Config> {
         policy,
         mode,
         dispatch,
+        kvm_poll_us,
     } = m.policies[cell.policy].runner
     else {
         return None;
@@ -234,7 +235,7 @@ pub fn pacer_config(m: &Matrix, cell: &Cell, log_dir: &Path) -> Option<Config> {
             smt_isolation: false,
             dispatch,
             halt_poll_us: crate::config::DEFAULT_HALT_POLL_US,
-            kvm_poll_us: vcpu_engine::DEFAULT_KVM_POLL_NS / 1000,
+            kvm_poll_us,
             log_limits: Default::default(),
             tunables: Tunables::default(),
             log_dir: log_dir.to_path_buf(),
@@ -253,21 +254,22 @@ mod tests {
         let fx = Fixture::new("cells");
         let m = fx.parse(GOOD).unwrap();
         let cells = expand(&m);
-        // pair x {cpu, lat} + prio x {cpu} = 3 pairs, 5 policies, 3 reps.
-        assert_eq!(cells.len(), 3 * 5 * 3);
+        // pair x {cpu, lat} + prio x {cpu} = 3 pairs, 6 policies, 3 reps.
+        assert_eq!(cells.len(), 3 * 6 * 3);
         let mut ids: Vec<String> = cells.iter().map(|c| c.id(&m)).collect();
         ids.sort();
         ids.dedup();
         assert_eq!(ids.len(), cells.len());
-        // Each policy runs first in some round and last in another.
-        let firsts: std::collections::HashSet<usize> =
-            cells.chunks(5).map(|round| round[0].policy).collect();
-        assert_eq!(firsts.len(), 5);
+        // The policy that leads a round rotates: round offsets 0..=4
+        // (3 pairs x 3 reps) put 5 of the 6 policies first.
+        let firsts: std::collections::BTreeSet<usize> =
+            cells.chunks(6).map(|round| round[0].policy).collect();
+        assert_eq!(firsts.into_iter().collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
         // A round holds one (layout, workload, rep) under all policies.
-        for round in cells.chunks(5) {
+        for round in cells.chunks(6) {
             let mut p: Vec<usize> = round.iter().map(|c| c.policy).collect();
             p.sort();
-            assert_eq!(p, [0, 1, 2, 3, 4]);
+            assert_eq!(p, [0, 1, 2, 3, 4, 5]);
             assert!(round.iter().all(|c| (c.layout, c.workload, c.rep)
                 == (round[0].layout, round[0].workload, round[0].rep)));
         }
@@ -290,6 +292,12 @@ mod tests {
                 })
                 .unwrap()
         };
+        // A policy table's dispatch and its watcher period reach the config.
+        let kvm = pacer_config(&m, &pick("pair", "lat", "kvm"), Path::new("/tmp/x")).unwrap();
+        assert_eq!(
+            (kvm.host.dispatch, kvm.host.kvm_poll_us),
+            (vcpu_engine::DispatchKind::KvmIrqchip, 800)
+        );
         let c = pick("pair", "lat", "haiku:power-saving");
         let cfg = pacer_config(&m, &c, Path::new("/tmp/x")).unwrap();
         assert_eq!(cfg.vms.len(), 3);

@@ -11,7 +11,8 @@
 //! cell_timeout_s = 30         # a cell still running then is stopped: "timeout"
 //! baseline = "host"           # or a list, e.g. ["host", "qemu"]; ratios in the summary
 //! policies = ["host", "haiku", "haiku:power-saving", "global-rr", "pinned", "qemu", "native",
-//!             { label = "haiku-w", policy = "haiku", dispatch = "workers" }]
+//!             { label = "haiku-w", policy = "haiku", dispatch = "workers" },
+//!             { label = "haiku-kvm", policy = "haiku", dispatch = "kvm-irqchip", kvm_poll_us = 1000 }]
 //! memory_mib = 32             # per VM unless the VM says otherwise
 //! trace = true                # a scheduling trace per Pacer cell (scheduled policies)
 //!
@@ -111,6 +112,8 @@ pub enum Runner {
         policy: Policy,
         mode: Mode,
         dispatch: DispatchKind,
+        /// `host.kvm_poll_us` (only under `kvm-irqchip` dispatch).
+        kvm_poll_us: u64,
     },
     /// QEMU with KVM, running the same guest image (a peer to compare with).
     Qemu,
@@ -236,6 +239,7 @@ struct RawPolicyTable {
     policy: String,
     mode: Option<String>,
     dispatch: Option<DispatchKind>,
+    kvm_poll_us: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -324,6 +328,9 @@ pub fn expectation(pattern: &str) -> Option<&'static str> {
         "matrix.policies[].policy" => "a policy name in quotes such as \"haiku\"",
         "matrix.policies[].mode" => "one of \"low-latency\", \"power-saving\"",
         "matrix.dispatch" | "matrix.policies[].dispatch" => "one of \"threads\", \"workers\", \"kvm-irqchip\"",
+        "matrix.policies[].kvm_poll_us" => {
+            "an integer number of microseconds from 10 to 10000 (with dispatch = \"kvm-irqchip\")"
+        }
         "matrix.memory_mib" | "layout[].vm[].memory_mib" => {
             "an integer number of MiB from 2 to 1048576"
         }
@@ -436,6 +443,7 @@ fn parse_policy(
     raw: &RawPolicy,
     default_dispatch: DispatchKind,
 ) -> Result<PolicySpec, (String, String)> {
+    let mut kvm_poll_us = None;
     let (label, policy, mode, dispatch) = match raw {
         RawPolicy::Short(s) => {
             let (p, m) = match s.split_once(':') {
@@ -449,11 +457,12 @@ fn parse_policy(
                 Some(m) => format!("{}:{m}", t.policy),
                 None => t.policy.clone(),
             });
+            kvm_poll_us = t.kvm_poll_us;
             (label, t.policy.clone(), t.mode.clone(), t.dispatch)
         }
     };
     if policy == QEMU || policy == NATIVE {
-        if mode.is_some() || dispatch.is_some() {
+        if mode.is_some() || dispatch.is_some() || kvm_poll_us.is_some() {
             return Err((
                 "policies".into(),
                 format!(
@@ -484,6 +493,15 @@ fn parse_policy(
         Some(m) => m.parse().map_err(|e: String| ("policies".to_string(), e))?,
         None => Mode::default(),
     };
+    let dispatch = match (dispatch, kvm_poll_us) {
+        (d, Some(us)) if d != Some(DispatchKind::KvmIrqchip) || !(10..=10_000).contains(&us) => {
+            return Err((
+                "policies".into(),
+                format!("kvm_poll_us = {us}: takes 10 to 10000 us, and only with dispatch = \"kvm-irqchip\""),
+            ))
+        }
+        (d, _) => d,
+    };
     if dispatch.is_some() && policy == Policy::Host {
         return Err((
             "policies".into(),
@@ -491,12 +509,14 @@ fn parse_policy(
                 .into(),
         ));
     }
+    let dispatch = dispatch.unwrap_or(default_dispatch);
     Ok(PolicySpec {
         label,
         runner: Runner::Pacer {
             policy,
             mode,
-            dispatch: dispatch.unwrap_or(default_dispatch),
+            dispatch,
+            kvm_poll_us: kvm_poll_us.unwrap_or(vcpu_engine::DEFAULT_KVM_POLL_NS / 1000),
         },
     })
 }
@@ -1336,7 +1356,7 @@ host_cpus = "0-1"
 repetitions = 3
 cell_timeout_s = 20
 baseline = ["host", "qemu"]
-policies = ["host", "haiku", "haiku:power-saving", { label = "rr-w", policy = "global-rr", dispatch = "workers" }, "qemu"]
+policies = ["host", "haiku", "haiku:power-saving", { label = "rr-w", policy = "global-rr", dispatch = "workers" }, "qemu", { label = "kvm", policy = "haiku", dispatch = "kvm-irqchip", kvm_poll_us = 800 }]
 
 [[workload]]
 name = "cpu"
@@ -1373,8 +1393,16 @@ vm = [ { name = "hi", vcpus = 1, priority = 20 } ]
         let labels: Vec<_> = m.policies.iter().map(|p| p.label.as_str()).collect();
         assert_eq!(
             labels,
-            ["host", "haiku", "haiku:power-saving", "rr-w", "qemu"]
+            ["host", "haiku", "haiku:power-saving", "rr-w", "qemu", "kvm"]
         );
+        assert!(matches!(
+            m.policies[5].runner,
+            Runner::Pacer {
+                dispatch: DispatchKind::KvmIrqchip,
+                kvm_poll_us: 800,
+                ..
+            }
+        ));
         assert!(matches!(
             m.policies[2].runner,
             Runner::Pacer {
@@ -1447,6 +1475,17 @@ vm = [ { name = "hi", vcpus = 1, priority = 20 } ]
             e.contains("matrix.policies[0]") && e.contains("has no mode"),
             "{e}"
         );
+        // kvm_poll_us only with kvm-irqchip, and in range.
+        for bad in [
+            "dispatch = \"kvm-irqchip\", kvm_poll_us = 5",
+            "dispatch = \"threads\", kvm_poll_us = 800",
+        ] {
+            let e = fx.errors(&GOOD.replace("dispatch = \"kvm-irqchip\", kvm_poll_us = 800", bad));
+            assert!(
+                e.contains("matrix.policies[5]") && e.contains("kvm_poll_us"),
+                "{e}"
+            );
+        }
         // A workload a VM names that does not exist; a layout's list too.
         let e = fx.errors(&GOOD.replace("workload = \"cpu\"", "workload = \"cpuu\""));
         assert!(

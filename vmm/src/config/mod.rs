@@ -8,7 +8,7 @@
 //! smt_isolation = false   # SMT siblings only co-run one VM (haiku)
 //! dispatch = "threads"    # threads | workers | kvm-irqchip: how the engine runs vCPUs
 //! halt_poll_us = 200      # idle CPUs poll this long for a wake-up (0: off)
-//! kvm_poll_us = 1000      # kvm-irqchip: how often KVM's halt statistics are read
+//! kvm_poll_us = 5000      # kvm-irqchip: how often KVM's halt statistics are read
 //! log_limit_kib = 65536   # each VM's console and results logs hold at most this
 //! result_records_per_s = 10000   # guest markers/records admitted per second
 //! log_dir = "logs"        # relative to this file; default "pacer-logs"

@@ -92,6 +92,7 @@ impl MatrixView {
                         policy,
                         mode,
                         dispatch,
+                        ..
                     } => PolicyView {
                         label: p.label.clone(),
                         runner: "pacer",
