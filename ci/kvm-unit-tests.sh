@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kvm-unit-tests x86 under Pacer, beside QEMU on the same images.
 #
-#   ci/kvm-unit-tests.sh [--quick] [--no-qemu] [--no-install] [--profile P] [TEST...]
+#   ci/kvm-unit-tests.sh [--quick] [--no-qemu] [--no-install] [--profile P]
+#                        [--dispatch D] [TEST...]
 #
 # The suite is an external input: its prebuilt images (*.flat) and source
 # tarball live outside the repository, in $KVM_UNIT_TESTS_DIR (default:
@@ -28,6 +29,10 @@
 #
 # --quick       smptest (2 and 3 vCPUs) and the vmexit tests that take
 #               seconds; what `ci/test.sh` runs.
+# --dispatch D  run the haiku column under `dispatch = D` (threads, the
+#               default; workers; kvm-irqchip: KVM's in-kernel local APIC
+#               with the engine deciding, so the suite then tests KVM's
+#               LAPIC under Pacer's scheduling, not devices/src/irqchip).
 # --no-qemu     skip the QEMU column.
 # --no-install  do not apt-get install qemu-system-x86 when it is missing.
 # --profile P   cargo profile of the pacer binary (release, default; or dev).
@@ -37,7 +42,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 export PATH="$HOME/.cargo/bin:$PATH"
 
-quick=0 qemu_wanted=1 install=1 profile=release logs=""
+quick=0 qemu_wanted=1 install=1 profile=release logs="" dispatch=threads
 tests=()
 while (($#)); do
     case "$1" in
@@ -46,6 +51,7 @@ while (($#)); do
     --no-install) install=0 ;;
     --profile) profile=$2; shift ;;
     --logs) logs=$2; shift ;;
+    --dispatch) dispatch=$2; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed 's/^# \{0,1\}//; $d'; exit 0 ;;
     -*) echo "kvm-unit-tests.sh: unknown option $1" >&2; exit 2 ;;
     *) tests+=("$1") ;;
@@ -204,7 +210,7 @@ run_pacer() {
     env=$(env_for "$t")
     limit=$(limit_for "$t")
     {
-        printf '[host]\npolicy = "%s"\nlog_dir = "logs"\n\n[[vm]]\n' "$policy"
+        printf '[host]\npolicy = "%s"\ndispatch = "%s"\nlog_dir = "logs"\n\n[[vm]]\n' "$policy" "$dispatch"
         printf 'name = "%s"\nvcpus = %s\nmemory_mib = 256\n' "$t" "$smp"
         printf 'kernel = "%s"\ncmdline = "%s"\ntimeout_s = %s\n' "$images/$(cfg_get "$t" file)" "$args" "$limit"
         cpuid_overrides "$params"
@@ -283,7 +289,7 @@ rank() {
     case "$1" in PASS*) echo 3 ;; SKIP*) echo 2 ;; FAIL*) echo 1 ;; *) echo 0 ;; esac
 }
 
-echo "== kvm-unit-tests from $images (${#tests[@]} tests; pacer $profile; qemu: ${qemu:-none})"
+echo "== kvm-unit-tests from $images (${#tests[@]} tests; pacer $profile; haiku with dispatch $dispatch; qemu: ${qemu:-none})"
 declare -A cell_host cell_haiku cell_qemu
 worse=()
 for t in "${tests[@]}"; do

@@ -70,6 +70,19 @@ impl Engine {
         let allowed = self.cpus.affinity(cpus);
         let set = allowed.clone();
         self.change(|s, now| s.set_affinity(v.entity, set, now))?;
+        {
+            // Halted inside KVM (`kvm-irqchip`), its thread stays bound to
+            // the CPU it last ran on, where KVM would wake it: move it.
+            let mut ctl = v.ctl();
+            if ctl.state == RunState::HaltedInKvm
+                && ctl.pinned_to.is_some_and(|c| !cpus.contains(c))
+            {
+                match crate::host_cpus::pin_thread(v.thread_id(), cpus) {
+                    Ok(()) => ctl.pinned_to = None,
+                    Err(e) => log::warn!("{}: cannot re-bind its thread: {e}", v.name),
+                }
+            }
+        }
         self.wait_until(v, "affinity change", |state| match state {
             RunState::Running { cpu } => allowed.contains(cpu),
             _ => true,

@@ -36,6 +36,13 @@
 //!   - or [`Engine::add_vm`]: hand over the runners and the engine makes
 //!     the threads (or, with [`DispatchKind::Workers`], runs the vCPUs on
 //!     per-CPU workers).
+//!   With [`DispatchKind::KvmIrqchip`] the VMM instead creates the VM with
+//!   KVM's in-kernel irqchip (KVM_CREATE_IRQCHIP) and passes
+//!   [`NoInterrupts`]: the engine learns halts and wake-ups from KVM (the
+//!   vCPU's KVM_MP_STATE at the exits it causes, KVM's per-vCPU `blocking`
+//!   statistic sampled every [`EngineConfig::kvm_poll_ns`]); a vCPU
+//!   thread must then be free to call `sched_setattr` on itself (its
+//!   host time slice).
 //! - [`Engine::start_vm`] lets the boot vCPU run (the others wait for a
 //!   start-up IPI from the interrupt controller).
 //! - The interrupt controller calls [`Engine::notify`] when something
