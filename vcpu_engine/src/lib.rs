@@ -36,7 +36,7 @@
 //!   - or [`Engine::add_vm`]: hand over the runners and the engine makes
 //!     the threads (or, with [`DispatchKind::Workers`], runs the vCPUs on
 //!     per-CPU workers).
-//!   With [`DispatchKind::KvmIrqchip`] the VMM instead creates the VM with
+//! - With [`DispatchKind::KvmIrqchip`] the VMM instead creates the VM with
 //!   KVM's in-kernel irqchip (KVM_CREATE_IRQCHIP) and passes
 //!   [`NoInterrupts`]: the engine learns halts and wake-ups from KVM (the
 //!   vCPU's KVM_MP_STATE at the exits it causes, KVM's per-vCPU `blocking`
