@@ -310,7 +310,7 @@ pub enum EngineError {
         timeout: Duration,
     },
     /// [`Engine::add_vm_gated`] on an engine with [`DispatchKind::Workers`].
-    #[error("vCPU threads of the embedder's own need the threads dispatch")]
+    #[error("vCPU threads of the embedder's own need the threads or kvm-irqchip dispatch")]
     GatesNeedThreads,
 }
 

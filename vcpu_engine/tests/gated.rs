@@ -4,7 +4,9 @@
 //! scheduler accounts its run time and `finish_vm` collects the outcomes the
 //! gates left. And a VM with Pacer's interrupt controller gets its guest
 //! timer's interrupts with no setup beyond the public calls (the engine
-//! attaches the controller when the VM is added).
+//! attaches the controller when the VM is added); under KVM's in-kernel
+//! irqchip (`kvm-irqchip`) a halt inside KVM reaches the engine and a stop
+//! gets the thread out of KVM's halt.
 
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vcpu_engine::host_cpus::online_cpus;
 use vcpu_engine::{
-    run_vcpu_loop, CpuMap, DispatchKind, Engine, EngineConfig, MsrFault, NoInterrupts,
+    run_vcpu_loop, CpuMap, DispatchKind, Engine, EngineConfig, MsrFault, NoInterrupts, RunState,
     VcpuExitHandler, VcpuExitReason, VcpuRunner, VmSchedSpec,
 };
 
@@ -54,7 +56,16 @@ impl VcpuExitHandler for Counter {
 
 /// A VM with the guest loaded and one vCPU at its first instruction.
 fn vm_and_vcpu(kvm: &Kvm) -> (VmFd, VcpuFd, *mut libc::c_void) {
+    vm_and_vcpu_running(kvm, &GUEST, false)
+}
+
+/// [`vm_and_vcpu`] with `code` at CODE, and KVM's in-kernel irqchip if
+/// `irqchip`.
+fn vm_and_vcpu_running(kvm: &Kvm, code: &[u8], irqchip: bool) -> (VmFd, VcpuFd, *mut libc::c_void) {
     let vm = kvm.create_vm().unwrap();
+    if irqchip {
+        vm.create_irq_chip().unwrap();
+    }
     // SAFETY: an anonymous private mapping of MEM bytes, checked below; it
     // is never unmapped while the VM lives (the test leaks it).
     let mem = unsafe {
@@ -68,12 +79,13 @@ fn vm_and_vcpu(kvm: &Kvm) -> (VmFd, VcpuFd, *mut libc::c_void) {
         )
     };
     assert_ne!(mem, libc::MAP_FAILED);
-    // SAFETY: GUEST fits in the mapping at CODE.
+    assert!(CODE as usize + code.len() <= MEM);
+    // SAFETY: `code` fits in the mapping at CODE (checked above).
     unsafe {
         std::ptr::copy_nonoverlapping(
-            GUEST.as_ptr(),
+            code.as_ptr(),
             mem.cast::<u8>().add(CODE as usize),
-            GUEST.len(),
+            code.len(),
         )
     };
     let region = kvm_bindings::kvm_userspace_memory_region {
@@ -145,6 +157,85 @@ fn an_embedders_own_vcpu_thread_runs_through_the_engine_gate() {
     assert!(f.outcome.stats.pio_exits >= WRITES, "{:?}", f.outcome.stats);
     assert!(f.sched.run_ns > 0, "{:?}", f.sched);
     assert_eq!(handler.failed.load(Ordering::Relaxed), 0);
+    engine.shutdown();
+}
+
+/// Real mode at CODE: `mov dx, 0x10; out dx, al; cli; hlt; jmp $-1`: one
+/// write, then halted for good (only NMI, INIT or SIPI would wake it).
+const HALTS: [u8; 8] = [0xba, 0x10, 0x00, 0xee, 0xfa, 0xf4, 0xeb, 0xfd];
+
+struct Halter {
+    writes: AtomicU64,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+impl VcpuExitHandler for Halter {
+    fn pio_in(&self, _vcpu: u32, _port: u16, data: &mut [u8]) {
+        data.fill(0xff);
+    }
+    fn pio_out(&self, _vcpu: u32, _port: u16, _data: &[u8]) {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+    }
+    fn mmio_read(&self, _vcpu: u32, _addr: u64, data: &mut [u8]) {
+        data.fill(0xff);
+    }
+    fn mmio_write(&self, _vcpu: u32, _addr: u64, _data: &[u8]) {}
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+    fn vcpu_failed(&self, _vcpu: u32, _reason: &VcpuExitReason) {}
+}
+
+#[test]
+fn under_kvms_irqchip_a_halt_inside_kvm_reaches_the_engine() {
+    let kvm = match Kvm::new() {
+        Ok(k) => k,
+        Err(e) => {
+            println!("SKIPPED: /dev/kvm not available ({e})");
+            return;
+        }
+    };
+    let online = online_cpus().unwrap();
+    let mut config = EngineConfig::default();
+    config.dispatch = DispatchKind::KvmIrqchip;
+    config.kvm_poll_ns = 1_000_000;
+    let engine = Engine::new(config, CpuMap::from_host(&online).unwrap()).unwrap();
+    let (_vm, vcpu, _mem) = vm_and_vcpu_running(&kvm, &HALTS, true);
+    let handler = Arc::new(Halter {
+        writes: AtomicU64::new(0),
+        stop: Default::default(),
+    });
+    let spec = VmSchedSpec::new("halter", online.clone());
+    let (slot, mut gates) = engine
+        .add_vm_gated(&spec, 1, Arc::new(NoInterrupts), handler.clone())
+        .unwrap();
+    let mut gate = gates.remove(0);
+    let mut runner = VcpuRunner::new(0, vcpu, handler.clone());
+    let thread = std::thread::spawn(move || run_vcpu_loop(&mut runner, &mut gate));
+    engine.start_vm(slot);
+    // No HLT exit reaches user space; the engine learns the halt from
+    // KVM (the watcher's sample of `blocking`, or the quantum's end).
+    let v = engine.vm_named("halter").unwrap().vcpus()[0].clone();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while v.state() != RunState::HaltedInKvm {
+        assert!(Instant::now() < deadline, "state {:?}", v.state());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(handler.writes.load(Ordering::Relaxed), 1);
+    // Blocked in the scheduler: no run time accrues while it sleeps in KVM.
+    let run = |e: &Engine| {
+        let snap = e.snapshot();
+        let row = snap.entities.iter().find(|r| r.id == v.entity()).unwrap();
+        row.run_time
+    };
+    let before = run(&engine);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(run(&engine), before);
+    // A stop gets the thread out of KVM's halt.
+    handler.stop.store(true, Ordering::Relaxed);
+    let finished = engine.finish_vm(slot, Duration::from_secs(10));
+    assert_eq!(thread.join().unwrap(), VcpuExitReason::Stopped);
+    assert_eq!(finished[0].outcome.stats.halts, 0, "KVM handled the HLT");
     engine.shutdown();
 }
 
