@@ -228,6 +228,10 @@ fn sample(e: &Engine) {
                     // needs `ctl` to look, so it cannot miss the state.
                     v.kick_own_thread();
                     drop(ctl);
+                    e.record(|| crate::trace::Event::Notify {
+                        vcpu: v.trace_ref(),
+                        cause: crate::trace::Cause::Kvm,
+                    });
                     e.wake(v);
                 }
                 Ok(_) => {}

@@ -233,6 +233,10 @@ impl ThreadGate {
             Ok(false) => {
                 v.set_state(&mut ctl, RunState::Ready);
                 drop(ctl);
+                self.engine.record(|| crate::trace::Event::Notify {
+                    vcpu: v.trace_ref(),
+                    cause: crate::trace::Cause::Kvm,
+                });
                 self.engine.wake(v);
                 AfterKvmSleep::Park
             }

@@ -103,6 +103,10 @@ pub enum Cause {
     Start,
     /// Its VM resumed.
     Resume,
+    /// KVM woke it inside KVM_RUN (its in-kernel local APIC, the
+    /// `kvm-irqchip` dispatch): the timer, IPI or line that did is KVM's
+    /// to know; the engine saw the vCPU running again.
+    Kvm,
 }
 
 impl Cause {
@@ -114,6 +118,7 @@ impl Cause {
             Cause::Line { .. } => "device line",
             Cause::Start => "start",
             Cause::Resume => "resume",
+            Cause::Kvm => "woken in KVM",
         }
     }
 }
@@ -310,6 +315,7 @@ const CAUSE_IPI: u8 = 1;
 const CAUSE_LINE: u8 = 2;
 const CAUSE_START: u8 = 3;
 const CAUSE_RESUME: u8 = 4;
+const CAUSE_KVM: u8 = 5;
 /// Wake flags.
 const WAKE_PLACED: u8 = 1;
 const WAKE_KICK: u8 = 2;
@@ -418,6 +424,7 @@ impl Record {
                     }
                     Cause::Start => r.arg = CAUSE_START,
                     Cause::Resume => r.arg = CAUSE_RESUME,
+                    Cause::Kvm => r.arg = CAUSE_KVM,
                 }
             }
             Event::Wake {
@@ -562,6 +569,7 @@ impl Record {
                     },
                     CAUSE_START => Cause::Start,
                     CAUSE_RESUME => Cause::Resume,
+                    CAUSE_KVM => Cause::Kvm,
                     _ => return Err(bad("unknown cause")),
                 },
             },
@@ -759,6 +767,7 @@ mod tests {
             Cause::Line { pin: None },
             Cause::Start,
             Cause::Resume,
+            Cause::Kvm,
         ] {
             all.push(Event::Notify { vcpu: V, cause });
         }

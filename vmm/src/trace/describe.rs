@@ -63,6 +63,7 @@ pub fn cause(trace: &TraceFile, v: VcpuRef, c: Cause) -> String {
         Cause::Line { pin: None } => "device line".into(),
         Cause::Start => "VM start".into(),
         Cause::Resume => "VM resume".into(),
+        Cause::Kvm => "woken inside KVM".into(),
     }
 }
 
