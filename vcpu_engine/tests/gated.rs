@@ -9,7 +9,7 @@
 //! gets the thread out of KVM's halt.
 
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vcpu_engine::host_cpus::online_cpus;
@@ -31,6 +31,29 @@ const GUEST: [u8; 8] = [0xba, 0x10, 0x00, 0xee, 0xfe, 0xc0, 0xeb, 0xfb];
 struct Counter {
     writes: AtomicU64,
     failed: AtomicU64,
+    /// Stop now, whatever the count.
+    stop: AtomicBool,
+}
+
+impl Counter {
+    fn new() -> Arc<Counter> {
+        Arc::new(Counter {
+            writes: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+        })
+    }
+}
+
+/// KVM, or None after printing that the test is skipped.
+fn kvm_or_skip() -> Option<Kvm> {
+    match Kvm::new() {
+        Ok(k) => Some(k),
+        Err(e) => {
+            println!("SKIPPED: /dev/kvm not available ({e})");
+            None
+        }
+    }
 }
 
 impl VcpuExitHandler for Counter {
@@ -47,7 +70,7 @@ impl VcpuExitHandler for Counter {
     }
     fn mmio_write(&self, _vcpu: u32, _addr: u64, _data: &[u8]) {}
     fn stopping(&self) -> bool {
-        self.writes.load(Ordering::Relaxed) >= WRITES
+        self.writes.load(Ordering::Relaxed) >= WRITES || self.stop.load(Ordering::Relaxed)
     }
     fn vcpu_failed(&self, _vcpu: u32, _reason: &VcpuExitReason) {
         self.failed.fetch_add(1, Ordering::Relaxed);
@@ -113,20 +136,11 @@ fn vm_and_vcpu_running(kvm: &Kvm, code: &[u8], irqchip: bool) -> (VmFd, VcpuFd, 
 
 #[test]
 fn an_embedders_own_vcpu_thread_runs_through_the_engine_gate() {
-    let kvm = match Kvm::new() {
-        Ok(k) => k,
-        Err(e) => {
-            println!("SKIPPED: /dev/kvm not available ({e})");
-            return;
-        }
-    };
+    let Some(kvm) = kvm_or_skip() else { return };
     let online = online_cpus().unwrap();
     let engine = Engine::new(EngineConfig::default(), CpuMap::from_host(&online).unwrap()).unwrap();
     let (_vm, vcpu, _mem) = vm_and_vcpu(&kvm);
-    let handler = Arc::new(Counter {
-        writes: AtomicU64::new(0),
-        failed: AtomicU64::new(0),
-    });
+    let handler = Counter::new();
     let spec = VmSchedSpec::new("gated", online.clone());
     let (slot, gates) = engine
         .add_vm_gated(&spec, 1, Arc::new(NoInterrupts), handler.clone())
@@ -164,47 +178,16 @@ fn an_embedders_own_vcpu_thread_runs_through_the_engine_gate() {
 /// write, then halted for good (only NMI, INIT or SIPI would wake it).
 const HALTS: [u8; 8] = [0xba, 0x10, 0x00, 0xee, 0xfa, 0xf4, 0xeb, 0xfd];
 
-struct Halter {
-    writes: AtomicU64,
-    stop: std::sync::atomic::AtomicBool,
-}
-
-impl VcpuExitHandler for Halter {
-    fn pio_in(&self, _vcpu: u32, _port: u16, data: &mut [u8]) {
-        data.fill(0xff);
-    }
-    fn pio_out(&self, _vcpu: u32, _port: u16, _data: &[u8]) {
-        self.writes.fetch_add(1, Ordering::Relaxed);
-    }
-    fn mmio_read(&self, _vcpu: u32, _addr: u64, data: &mut [u8]) {
-        data.fill(0xff);
-    }
-    fn mmio_write(&self, _vcpu: u32, _addr: u64, _data: &[u8]) {}
-    fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
-    }
-    fn vcpu_failed(&self, _vcpu: u32, _reason: &VcpuExitReason) {}
-}
-
 #[test]
 fn under_kvms_irqchip_a_halt_inside_kvm_reaches_the_engine() {
-    let kvm = match Kvm::new() {
-        Ok(k) => k,
-        Err(e) => {
-            println!("SKIPPED: /dev/kvm not available ({e})");
-            return;
-        }
-    };
+    let Some(kvm) = kvm_or_skip() else { return };
     let online = online_cpus().unwrap();
     let mut config = EngineConfig::default();
     config.dispatch = DispatchKind::KvmIrqchip;
     config.kvm_poll_ns = 1_000_000;
     let engine = Engine::new(config, CpuMap::from_host(&online).unwrap()).unwrap();
     let (_vm, vcpu, _mem) = vm_and_vcpu_running(&kvm, &HALTS, true);
-    let handler = Arc::new(Halter {
-        writes: AtomicU64::new(0),
-        stop: Default::default(),
-    });
+    let handler = Counter::new();
     let spec = VmSchedSpec::new("halter", online.clone());
     let (slot, mut gates) = engine
         .add_vm_gated(&spec, 1, Arc::new(NoInterrupts), handler.clone())
@@ -249,10 +232,7 @@ fn gates_need_the_threads_dispatch() {
     config.dispatch = DispatchKind::Workers;
     let engine = Engine::new(config, CpuMap::from_host(&online).unwrap()).unwrap();
     let spec = VmSchedSpec::new("w", online);
-    let handler = Arc::new(Counter {
-        writes: AtomicU64::new(0),
-        failed: AtomicU64::new(0),
-    });
+    let handler = Counter::new();
     let r = engine.add_vm_gated(&spec, 1, Arc::new(NoInterrupts), handler);
     assert!(matches!(r, Err(vcpu_engine::EngineError::GatesNeedThreads)));
     engine.shutdown();
@@ -328,13 +308,7 @@ impl VcpuExitHandler for TimerExits {
 #[test]
 fn guest_timer_interrupts_arrive_without_a_manual_attach() {
     use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
-    let kvm = match Kvm::new() {
-        Ok(k) => k,
-        Err(e) => {
-            println!("SKIPPED: /dev/kvm not available ({e})");
-            return;
-        }
-    };
+    let Some(kvm) = kvm_or_skip() else { return };
     let online = online_cpus().unwrap();
     let engine = Engine::new(EngineConfig::default(), CpuMap::from_host(&online).unwrap()).unwrap();
     let vm = kvm.create_vm().unwrap();
