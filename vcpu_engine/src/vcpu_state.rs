@@ -11,6 +11,12 @@
 //!                                 any state --VM stops--> Exited
 //! ```
 //!
+//! Under the `kvm-irqchip` dispatch a halt stays inside KVM: a Running vCPU
+//! found halted at an exit (or by the watcher) becomes HaltedInKvm, its
+//! thread back in KVM_RUN, and becomes Ready when KVM has woken it
+//! (`kvm_halts`); application processors start there, waiting for their
+//! start-up IPI inside KVM.
+//!
 //! Every transition happens under the vCPU's `ctl` mutex. A wake that races
 //! with a halt is never lost: the state says Ready before the scheduler is
 //! told, and `vcpu_sched` remembers a wake of an entity it still sees
