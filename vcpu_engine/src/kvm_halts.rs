@@ -39,7 +39,7 @@
 //! of KVM's exit-free wake-ups, and what this dispatch measures against
 //! the exact visibility of Pacer's own interrupt controller.
 
-use crate::vcpu_state::RunState;
+use crate::vcpu_state::{EngineVcpu, RunState, VcpuCtl};
 use crate::Engine;
 use kvm_bindings::{kvm_stats_desc, kvm_stats_header, KVMIO};
 use std::fs::File;
@@ -47,6 +47,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::MutexGuard;
 use std::sync::Weak;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -162,6 +163,20 @@ pub(crate) fn ask_host_slice(slice_ns: Option<u64>) {
     }
 }
 
+impl Engine {
+    /// KVM woke `v`, halted inside KVM (its state under `ctl` is
+    /// HaltedInKvm): Ready, then the scheduler's wake path.
+    pub(crate) fn woken_in_kvm(&self, v: &EngineVcpu, mut ctl: MutexGuard<'_, VcpuCtl>) {
+        v.set_state(&mut ctl, RunState::Ready);
+        drop(ctl);
+        self.record(|| crate::trace::Event::Notify {
+            vcpu: v.trace_ref(),
+            cause: crate::trace::Cause::Kvm,
+        });
+        self.wake(v);
+    }
+}
+
 /// What the watcher has done (`kvm_halts` in the engine's counters).
 #[derive(Debug, Default)]
 pub(crate) struct WatchCounters {
@@ -218,21 +233,15 @@ fn sample(e: &Engine) {
                     v.kick_own_thread();
                 }
                 Ok(false) if !signal_if => {
-                    let mut ctl = v.ctl();
+                    let ctl = v.ctl();
                     if ctl.state != RunState::HaltedInKvm {
                         continue;
                     }
                     counters.wakes.fetch_add(1, Ordering::Relaxed);
-                    v.set_state(&mut ctl, RunState::Ready);
                     // Signalled under `ctl`: its thread, out of KVM_RUN,
-                    // needs `ctl` to look, so it cannot miss the state.
+                    // needs `ctl` to look, so it cannot miss the wake.
                     v.kick_own_thread();
-                    drop(ctl);
-                    e.record(|| crate::trace::Event::Notify {
-                        vcpu: v.trace_ref(),
-                        cause: crate::trace::Cause::Kvm,
-                    });
-                    e.wake(v);
+                    e.woken_in_kvm(v, ctl);
                 }
                 Ok(_) => {}
                 Err(err) => log::debug!("{}: KVM stats: {err}", v.name),

@@ -231,13 +231,7 @@ impl ThreadGate {
         match runner.halted_in_kvm() {
             Ok(true) => AfterKvmSleep::SleepAgain,
             Ok(false) => {
-                v.set_state(&mut ctl, RunState::Ready);
-                drop(ctl);
-                self.engine.record(|| crate::trace::Event::Notify {
-                    vcpu: v.trace_ref(),
-                    cause: crate::trace::Cause::Kvm,
-                });
-                self.engine.wake(v);
+                self.engine.woken_in_kvm(v, ctl);
                 AfterKvmSleep::Park
             }
             Err(r) => fail(&mut ctl, r),

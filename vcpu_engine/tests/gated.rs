@@ -121,6 +121,12 @@ fn vm_and_vcpu_running(kvm: &Kvm, code: &[u8], irqchip: bool) -> (VmFd, VcpuFd, 
     // SAFETY: the region is the live mapping above, MEM bytes long.
     unsafe { vm.set_user_memory_region(region).unwrap() };
     let vcpu = vm.create_vcpu(0).unwrap();
+    start_at_code(&vcpu);
+    (vm, vcpu, mem)
+}
+
+/// Put `vcpu` in real mode at CODE.
+fn start_at_code(vcpu: &VcpuFd) {
     let mut sregs = vcpu.get_sregs().unwrap();
     sregs.cs.base = 0;
     sregs.cs.selector = 0;
@@ -131,7 +137,6 @@ fn vm_and_vcpu_running(kvm: &Kvm, code: &[u8], irqchip: bool) -> (VmFd, VcpuFd, 
         ..Default::default()
     })
     .unwrap();
-    (vm, vcpu, mem)
 }
 
 #[test]
@@ -330,16 +335,7 @@ fn guest_timer_interrupts_arrive_without_a_manual_attach() {
     unsafe { vm.set_user_memory_region(region).unwrap() };
     vcpu_engine::route_apic_msrs(&vm, &[]).unwrap();
     let vcpu = vm.create_vcpu(0).unwrap();
-    let mut sregs = vcpu.get_sregs().unwrap();
-    sregs.cs.base = 0;
-    sregs.cs.selector = 0;
-    vcpu.set_sregs(&sregs).unwrap();
-    vcpu.set_regs(&kvm_bindings::kvm_regs {
-        rip: CODE,
-        rflags: 2,
-        ..Default::default()
-    })
-    .unwrap();
+    start_at_code(&vcpu);
 
     // Only the public calls an embedder makes: no attach anywhere.
     let clock = vcpu_engine::TscClock::from_vcpu(&vcpu).unwrap();

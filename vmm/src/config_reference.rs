@@ -14,8 +14,8 @@
 //! document in the repository equals what this module prints.
 
 use crate::config::{
-    DEFAULT_HALT_POLL_US, KVM_POLL_US, LOG_LIMIT_KIB, MAX_HALT_POLL_US, MAX_MEMORY_MIB, MAX_VCPUS,
-    MIN_MEMORY_MIB, RECORDS_PER_S,
+    DEFAULT_HALT_POLL_US, DEFAULT_KVM_POLL_US, KVM_POLL_US, LOG_LIMIT_KIB, MAX_HALT_POLL_US,
+    MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB, RECORDS_PER_S,
 };
 use crate::guest_params::{ParamKind, PARAMS};
 use std::fmt::Write;
@@ -71,7 +71,7 @@ pub fn host_config() -> Vec<Key> {
         key("host.mode", "string", "", "\"low-latency\"", "low-latency | power-saving", "Haiku's mode (time slices, placement). `--mode` or `--policy P:MODE` override it.", "\"power-saving\"", None),
         key("host.smt_isolation", "boolean", "", "false", "true only under haiku", "SMT siblings only ever run vCPUs of one VM at a time.", "false", None),
         key("host.dispatch", "string", "", "\"threads\"", "threads | workers | kvm-irqchip", "How the engine runs a dispatched vCPU: its own thread, or a worker per CPU; kvm-irqchip: its own thread with KVM's in-kernel local APIC (halts, timer and IPIs stay in KVM; the engine learns halts from KVM's statistics).", "\"workers\"", None),
-        key("host.kvm_poll_us", "integer", "us", (vcpu_engine::DEFAULT_KVM_POLL_NS / 1000).to_string(), format!("{}..={}", KVM_POLL_US.0, KVM_POLL_US.1), "Under dispatch kvm-irqchip: how often KVM's halt statistics of each vCPU are sampled (a vCPU KVM woke runs unscheduled at most this long).", "500", Some((KVM_POLL_US.0, KVM_POLL_US.1))),
+        key("host.kvm_poll_us", "integer", "us", DEFAULT_KVM_POLL_US.to_string(), format!("{}..={}", KVM_POLL_US.0, KVM_POLL_US.1), "Under dispatch kvm-irqchip: how often KVM's halt statistics of each vCPU are sampled (a vCPU KVM woke runs unscheduled at most this long).", "500", Some((KVM_POLL_US.0, KVM_POLL_US.1))),
         key("host.halt_poll_us", "integer", "us", DEFAULT_HALT_POLL_US.to_string(), format!("0..={MAX_HALT_POLL_US}"), "How long an idle CPU polls for a wake-up before it sleeps (0: off).", "100", Some((0, MAX_HALT_POLL_US))),
         key("host.log_limit_kib", "integer", "KiB", crate::results::DEFAULT_LOG_LIMIT_KIB.to_string(), format!("{}..={}", LOG_LIMIT_KIB.0, LOG_LIMIT_KIB.1), "Most each VM's console log (and user log) and results log may hold; past it the guest's output is dropped, a marker line saying where and how much.", "1024", Some((LOG_LIMIT_KIB.0, LOG_LIMIT_KIB.1))),
         key("host.result_records_per_s", "integer", "1/s", crate::results::DEFAULT_RECORDS_PER_S.to_string(), format!("{}..={}", RECORDS_PER_S.0, RECORDS_PER_S.1), "Guest markers and result records each VM may send per second (one second's worth at once); beyond it they are dropped and counted (a `dropped` line in its results log).", "1000", Some((RECORDS_PER_S.0, RECORDS_PER_S.1))),

@@ -49,7 +49,7 @@ use super::headline::{HeadlineMetric, LayoutHeadline, ALL_VMS};
 use super::metrics::Better;
 use super::unixbench::SuiteSpec;
 use super::workload::{Workload, WorkloadKind};
-use crate::config::{line_col, Diagnostic, HostInfo};
+use crate::config::{line_col, Diagnostic, HostInfo, KVM_POLL_US};
 use crate::policy::Policy;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
@@ -494,10 +494,16 @@ fn parse_policy(
         None => Mode::default(),
     };
     let dispatch = match (dispatch, kvm_poll_us) {
-        (d, Some(us)) if d != Some(DispatchKind::KvmIrqchip) || !(10..=10_000).contains(&us) => {
+        (d, Some(us))
+            if d != Some(DispatchKind::KvmIrqchip)
+                || !(KVM_POLL_US.0..=KVM_POLL_US.1).contains(&(us as i64)) =>
+        {
             return Err((
                 "policies".into(),
-                format!("kvm_poll_us = {us}: takes 10 to 10000 us, and only with dispatch = \"kvm-irqchip\""),
+                format!(
+                    "kvm_poll_us = {us}: takes {} to {} us, and only with dispatch = \"kvm-irqchip\"",
+                    KVM_POLL_US.0, KVM_POLL_US.1
+                ),
             ))
         }
         (d, _) => d,
@@ -516,7 +522,7 @@ fn parse_policy(
             policy,
             mode,
             dispatch,
-            kvm_poll_us: kvm_poll_us.unwrap_or(vcpu_engine::DEFAULT_KVM_POLL_NS / 1000),
+            kvm_poll_us: kvm_poll_us.unwrap_or(crate::config::DEFAULT_KVM_POLL_US),
         },
     })
 }

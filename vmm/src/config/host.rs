@@ -4,7 +4,8 @@
 
 use super::check::Checker;
 use super::limits::{
-    DEFAULT_HALT_POLL_US, KVM_POLL_US, LOG_LIMIT_KIB, MAX_HALT_POLL_US, RECORDS_PER_S,
+    DEFAULT_HALT_POLL_US, DEFAULT_KVM_POLL_US, KVM_POLL_US, LOG_LIMIT_KIB, MAX_HALT_POLL_US,
+    RECORDS_PER_S,
 };
 use super::raw::RawHost;
 use super::{HostInfo, Overrides};
@@ -127,7 +128,7 @@ pub(super) fn check(
         KVM_POLL_US,
         "microseconds",
     )
-    .unwrap_or(vcpu_engine::DEFAULT_KVM_POLL_NS / 1000);
+    .unwrap_or(DEFAULT_KVM_POLL_US);
     let log_limits = crate::results::LogLimits {
         log_bytes: int_in(
             &rh.log_limit_kib,

@@ -10,6 +10,8 @@ pub const MAX_HALT_POLL_US: i64 = 10_000;
 /// `host.kvm_poll_us`'s range: how often the `kvm-irqchip` dispatch
 /// samples KVM's halt statistics.
 pub const KVM_POLL_US: (i64, i64) = (10, 10_000);
+/// `host.kvm_poll_us`'s default (the engine's).
+pub const DEFAULT_KVM_POLL_US: u64 = vcpu_engine::DEFAULT_KVM_POLL_NS / 1000;
 /// `host.log_limit_kib`'s range: 64 KiB to 16 GiB per log per VM.
 pub const LOG_LIMIT_KIB: (i64, i64) = (64, 16 << 20);
 /// `host.result_records_per_s`'s range.

@@ -70,8 +70,8 @@ mod vm;
 pub use diagnostic::{line_col, ConfigError, Diagnostic};
 pub use host::HostConfig;
 pub use limits::{
-    DEFAULT_HALT_POLL_US, KVM_POLL_US, LOG_LIMIT_KIB, MAX_HALT_POLL_US, MAX_MEMORY_MIB, MAX_VCPUS,
-    MIN_MEMORY_MIB, RECORDS_PER_S,
+    DEFAULT_HALT_POLL_US, DEFAULT_KVM_POLL_US, KVM_POLL_US, LOG_LIMIT_KIB, MAX_HALT_POLL_US,
+    MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB, RECORDS_PER_S,
 };
 pub use load::HostInfo;
 pub use vm::{Console, VmConfig};
