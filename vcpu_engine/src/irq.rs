@@ -345,15 +345,49 @@ pub const MAX_EXTRA_ROUTED_MSRS: usize = 13;
 /// KVM_X86_SET_MSR_FILTER of the VMM's own replaces this filter.
 pub fn route_apic_msrs(vm: &kvm_ioctls::VmFd, also: &[u32]) -> std::io::Result<()> {
     use kvm_bindings::{
-        kvm_enable_cap, KVM_CAP_X86_USER_SPACE_MSR, KVM_MSR_EXIT_REASON_FILTER,
-        KVM_MSR_EXIT_REASON_INVAL, KVM_MSR_EXIT_REASON_UNKNOWN,
+        KVM_MSR_EXIT_REASON_FILTER, KVM_MSR_EXIT_REASON_INVAL, KVM_MSR_EXIT_REASON_UNKNOWN,
     };
+    let apic = [
+        IA32_APIC_BASE,
+        IA32_TSC_DEADLINE,
+        devices::irqchip::regs::MSR_KVM_PV_EOI_EN,
+    ];
+    filter_to_user_space(
+        vm,
+        KVM_MSR_EXIT_REASON_INVAL | KVM_MSR_EXIT_REASON_UNKNOWN | KVM_MSR_EXIT_REASON_FILTER,
+        &apic,
+        also,
+    )
+}
+
+/// Send single MSRs KVM would handle itself to the VMM's exit handler
+/// ([`crate::VcpuExitHandler::msr_read`] / `msr_write`), and nothing else:
+/// for a VM whose local APIC is KVM's (`DispatchKind::KvmIrqchip`) but
+/// some of whose MSRs the VMM serves (Pacer's: MSR_KVM_STEAL_TIME, so the
+/// guest's steal time is the engine's ready wait). Only the filter's
+/// exits are enabled (`KVM_MSR_EXIT_REASON_FILTER`): an unknown MSR or a
+/// reserved value stays KVM's to refuse. At most
+/// [`MAX_EXTRA_ROUTED_MSRS`]; call it once per VM, before its vCPUs first
+/// run. A later KVM_X86_SET_MSR_FILTER of the VMM's own replaces it.
+pub fn route_msrs(vm: &kvm_ioctls::VmFd, msrs: &[u32]) -> std::io::Result<()> {
+    filter_to_user_space(vm, kvm_bindings::KVM_MSR_EXIT_REASON_FILTER, &[], msrs)
+}
+
+/// Enable the user-space MSR exits `reasons` and deny `fixed` and `also`
+/// (single MSRs) in KVM's filter, whose default allows the rest.
+fn filter_to_user_space(
+    vm: &kvm_ioctls::VmFd,
+    reasons: u32,
+    fixed: &[u32],
+    also: &[u32],
+) -> std::io::Result<()> {
+    use kvm_bindings::{kvm_enable_cap, KVM_CAP_X86_USER_SPACE_MSR};
     use kvm_ioctls::{MsrFilterDefaultAction, MsrFilterRange, MsrFilterRangeFlags};
     if also.len() > MAX_EXTRA_ROUTED_MSRS {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!(
-                "route_apic_msrs: {} extra MSRs, at most {MAX_EXTRA_ROUTED_MSRS}",
+                "MSR routing: {} extra MSRs, at most {MAX_EXTRA_ROUTED_MSRS}",
                 also.len()
             ),
         ));
@@ -368,27 +402,21 @@ pub fn route_apic_msrs(vm: &kvm_ioctls::VmFd, also: &[u32]) -> std::io::Result<(
         cap: KVM_CAP_X86_USER_SPACE_MSR,
         ..Default::default()
     };
-    cap.args[0] = u64::from(
-        KVM_MSR_EXIT_REASON_INVAL | KVM_MSR_EXIT_REASON_UNKNOWN | KVM_MSR_EXIT_REASON_FILTER,
-    );
+    cap.args[0] = u64::from(reasons);
     vm.enable_cap(&cap)
         .map_err(|e| fail("KVM_ENABLE_CAP(KVM_CAP_X86_USER_SPACE_MSR)", e))?;
     // A clear bit denies the access in KVM, which then exits to user space.
     let deny = [0u8; 1];
-    let ranges: Vec<MsrFilterRange> = [
-        IA32_APIC_BASE,
-        IA32_TSC_DEADLINE,
-        devices::irqchip::regs::MSR_KVM_PV_EOI_EN,
-    ]
-    .iter()
-    .chain(also)
-    .map(|&base| MsrFilterRange {
-        flags: MsrFilterRangeFlags::READ | MsrFilterRangeFlags::WRITE,
-        base,
-        msr_count: 1,
-        bitmap: &deny,
-    })
-    .collect();
+    let ranges: Vec<MsrFilterRange> = fixed
+        .iter()
+        .chain(also)
+        .map(|&base| MsrFilterRange {
+            flags: MsrFilterRangeFlags::READ | MsrFilterRangeFlags::WRITE,
+            base,
+            msr_count: 1,
+            bitmap: &deny,
+        })
+        .collect();
     vm.set_msr_filter(MsrFilterDefaultAction::ALLOW, &ranges)
         .map_err(|e| fail("KVM_X86_SET_MSR_FILTER", e))
 }

@@ -201,7 +201,8 @@ pub use self::control::MOVE_TIMEOUT;
 pub use self::cpu_map::CpuMap;
 pub use self::host_cpus::{HostCpu, HostCpuSet};
 pub use self::irq::{
-    apic_cpuid, route_apic_msrs, ChipHost, CpuEvents, InterruptSource, NoInterrupts, TscClock,
+    apic_cpuid, route_apic_msrs, route_msrs, ChipHost, CpuEvents, InterruptSource, NoInterrupts,
+    TscClock,
 };
 pub use self::stats::{VcpuEngineNow, VcpuNow, VcpuSchedStats};
 pub use self::threads::EngineGate;

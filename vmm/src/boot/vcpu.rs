@@ -32,11 +32,17 @@ pub struct VcpuBoot<'a> {
 
 /// The CPUID table every vCPU of a VM starts from: what KVM supports, the
 /// TSC frequency (`tsc_khz`, leaf 0x40000010), the TSC-deadline timer bit
-/// where the local APIC has that mode, and, under Pacer's own interrupt
-/// controller (`in_kernel_irqchip` false), without the KVM paravirtual
-/// features only KVM's in-kernel local APIC implements and with Pacer's
-/// steal time (bench guest and Linux alike).
-pub fn vm_cpuid(kvm: &Kvm, tsc_khz: u32, in_kernel_irqchip: bool) -> Result<CpuId, CpuidError> {
+/// where the local APIC has that mode, under Pacer's own interrupt
+/// controller (`in_kernel_irqchip` false) without the KVM paravirtual
+/// features only KVM's in-kernel local APIC implements, and with Pacer's
+/// steal time where `pacer_steal_time` (the VMs Pacer's engine schedules,
+/// under either local APIC; bench guest and Linux alike).
+pub fn vm_cpuid(
+    kvm: &Kvm,
+    tsc_khz: u32,
+    in_kernel_irqchip: bool,
+    pacer_steal_time: bool,
+) -> Result<CpuId, CpuidError> {
     let mut table = cpuid::supported(kvm)?;
     if !in_kernel_irqchip || kvm.check_extension(kvm_ioctls::Cap::TscDeadlineTimer) {
         // Pacer's LAPIC and KVM's in-kernel one (with the capability)
@@ -48,6 +54,8 @@ pub fn vm_cpuid(kvm: &Kvm, tsc_khz: u32, in_kernel_irqchip: bool) -> Result<CpuI
     if !in_kernel_irqchip {
         // x2APIC, TSC deadline, no PV feature needing KVM's local APIC.
         vcpu_engine::apic_cpuid(&mut table);
+    }
+    if pacer_steal_time {
         cpuid::pacer_steal_time(&mut table);
     }
     Ok(table)

@@ -128,6 +128,13 @@ impl VmOptions {
             VcpuScheduling::Scheduled(e) => e.dispatch_kind().kvm_irqchip(),
         }
     }
+
+    /// Whether the guest's steal time is Pacer's (`steal_time.rs`): under
+    /// Pacer's engine, whichever local APIC serves the VM, the wait for a
+    /// host CPU is the engine's, which KVM's accounting does not see.
+    fn pacer_steal_time(&self) -> bool {
+        matches!(self.scheduling, VcpuScheduling::Scheduled(_))
+    }
 }
 
 /// One VM.
@@ -178,7 +185,12 @@ impl Vm {
             vcpus.push((index, fd));
         }
         let tsc_khz = vcpus[0].1.get_tsc_khz().map_err(VmError::TscKhz)?;
-        let vm_cpuid = boot::vm_cpuid(kvm, tsc_khz, options.in_kernel_irqchip())?;
+        let vm_cpuid = boot::vm_cpuid(
+            kvm,
+            tsc_khz,
+            options.in_kernel_irqchip(),
+            options.pacer_steal_time(),
+        )?;
         // Pacer's interrupt controller for the scheduled policies.
         let irqchip = match &options.scheduling {
             _ if options.in_kernel_irqchip() => None,
@@ -243,10 +255,15 @@ impl Vm {
             options.limits.log_bytes,
         )?;
         // Under Pacer's engine the guest's steal time is Pacer's (the MSR
-        // goes to user space with the interrupt controller's).
-        let steal = irqchip
-            .as_ref()
-            .map(|_| Arc::new(steal_time::StealTime::new(mem.clone(), spec.vcpus)));
+        // goes to user space with the interrupt controller's, or alone
+        // under KVM's local APIC).
+        if options.pacer_steal_time() && irqchip.is_none() {
+            vcpu_engine::route_msrs(&vm_fd, &[steal_time::MSR_KVM_STEAL_TIME])
+                .map_err(|e| VmError::Device(e.to_string()))?;
+        }
+        let steal = options
+            .pacer_steal_time()
+            .then(|| Arc::new(steal_time::StealTime::new(mem.clone(), spec.vcpus)));
         let handler = Arc::new(ExitHandler::new(
             shared.clone(),
             devices.bus,
