@@ -248,8 +248,9 @@ impl Engine {
         }
     }
 
-    /// `slot` stopped running what it ran, for `reason`: ask the scheduler
-    /// for the next vCPU and make it the owner (Running). Call with the
+    /// `slot` stopped running what it ran, for `reason` (after `halted_ns`
+    /// of its turn halted inside KVM, not run time: `kvm-irqchip`): ask
+    /// the scheduler for the next vCPU and make it the owner (Running). Call with the
     /// slot's `owner` lock held; after releasing it, wake the next vCPU's
     /// thread ([`EngineVcpu::announce`]) and kick the returned CPUs. Waking
     /// it with the lock held would invite the host to switch to that thread
@@ -260,6 +261,7 @@ impl Engine {
         slot: &CpuSlot,
         owner: &mut Option<Arc<EngineVcpu>>,
         reason: StopReason,
+        halted_ns: u64,
     ) -> (Option<Arc<EngineVcpu>>, Vec<CpuId>) {
         slot.kick_pending.store(false, Ordering::Release);
         let mut turn = slot.lock_turn();
@@ -268,13 +270,14 @@ impl Engine {
         let mut kicks = Vec::new();
         let mut next = None;
         let mut recheck = None;
+        let mut halted_ns = halted_ns;
         // An entity the engine does not know (a bug) must not leave the
         // scheduler believing the CPU runs it: report it blocked and ask
         // again (a bounded number of times).
         for _ in 0..4 {
             let d = self
                 .scheduler()
-                .schedule(slot.id, now, reason)
+                .schedule_after_halts(slot.id, now, reason, std::mem::take(&mut halted_ns))
                 .unwrap_or_else(|e| {
                     log::error!("schedule(CPU {}): {e}", slot.host);
                     Dispatch::idle()
@@ -464,7 +467,7 @@ impl Engine {
                 slot.wake_idle();
             }
             DispatchKind::Threads | DispatchKind::KvmIrqchip => {
-                let (next, kicks) = self.reschedule_locked(slot, &mut owner, StopReason::Idle);
+                let (next, kicks) = self.reschedule_locked(slot, &mut owner, StopReason::Idle, 0);
                 drop(owner);
                 if let Some(n) = next {
                     n.announce();

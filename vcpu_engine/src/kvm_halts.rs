@@ -59,12 +59,19 @@ vmm_sys_util::ioctl_io_nr!(KVM_GET_STATS_FD, KVMIO, 0xce);
 /// vCPU's thread sleeps in the kernel's halt (`kvm_vcpu_block`).
 const BLOCKING: &str = "blocking";
 
-/// One vCPU's `blocking` statistic, read through its KVM stats file.
+/// The name of KVM's per-vCPU cumulative statistic of the time its
+/// thread slept in halts (ns; added at the end of each halt).
+const HALT_WAIT_NS: &str = "halt_wait_ns";
+
+/// One vCPU's `blocking` statistic (and `halt_wait_ns` where KVM has it),
+/// read through its KVM stats file.
 #[derive(Debug)]
 pub(crate) struct KvmBlocking {
     file: File,
     /// Where the statistic's value sits in the file.
     at: u64,
+    /// Where `halt_wait_ns` sits (None: this KVM does not publish it).
+    halt_wait_at: Option<u64>,
 }
 
 impl KvmBlocking {
@@ -80,7 +87,21 @@ impl KvmBlocking {
         // else owns.
         let file = unsafe { File::from_raw_fd(fd) };
         let at = find_stat(&file, BLOCKING)?;
-        Ok(KvmBlocking { file, at })
+        let halt_wait_at = find_stat(&file, HALT_WAIT_NS).ok();
+        Ok(KvmBlocking {
+            file,
+            at,
+            halt_wait_at,
+        })
+    }
+
+    /// The time the vCPU's thread has slept in KVM's halts so far (ns),
+    /// where KVM publishes it. KVM adds a halt when it ends, so a halt a
+    /// signal just ended (the thread is back from KVM_RUN) is counted.
+    pub(crate) fn halt_wait_ns(&self) -> Option<u64> {
+        let mut v = [0u8; 8];
+        self.file.read_exact_at(&mut v, self.halt_wait_at?).ok()?;
+        Some(u64::from_ne_bytes(v))
     }
 
     /// Whether the vCPU's thread sleeps in KVM's halt now.
@@ -293,13 +314,28 @@ mod tests {
 
     #[test]
     fn finds_blocking_among_the_descriptors_and_reads_its_value() {
-        let f = fake_stats(&["halt_exits", "blocking", "exits"], &[7, 1, 9]);
+        let f = fake_stats(&["halt_exits", "blocking", "halt_wait_ns"], &[7, 1, 9]);
         let at = find_stat(&f, BLOCKING).unwrap();
-        let b = KvmBlocking { file: f, at };
+        let halt_wait_at = find_stat(&f, HALT_WAIT_NS).ok();
+        let b = KvmBlocking {
+            file: f,
+            at,
+            halt_wait_at,
+        };
         assert!(b.blocking().unwrap());
+        assert_eq!(b.halt_wait_ns(), Some(9));
+        // A KVM without `halt_wait_ns`: halts are still seen, their time
+        // is not.
         let f = fake_stats(&["halt_exits", "blocking"], &[7, 0]);
         let at = find_stat(&f, BLOCKING).unwrap();
-        assert!(!KvmBlocking { file: f, at }.blocking().unwrap());
+        let halt_wait_at = find_stat(&f, HALT_WAIT_NS).ok();
+        let b = KvmBlocking {
+            file: f,
+            at,
+            halt_wait_at,
+        };
+        assert!(!b.blocking().unwrap());
+        assert_eq!(b.halt_wait_ns(), None);
     }
 
     #[test]

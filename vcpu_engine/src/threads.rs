@@ -32,6 +32,9 @@ use vcpu_sched::{CpuId, StopReason};
 #[derive(Debug, Clone, Copy)]
 struct Turn {
     cpu: CpuId,
+    /// `kvm-irqchip`: KVM's `halt_wait_ns` of the vCPU when the turn began
+    /// (the halts inside KVM during the turn are not run time).
+    halt_wait_ns: Option<u64>,
 }
 
 struct ThreadGate {
@@ -270,7 +273,18 @@ impl ThreadGate {
             vcpu: v.trace_ref(),
             thread_cpu_ns: thread_cpu_ns(),
         });
-        Some(Turn { cpu })
+        Some(Turn {
+            cpu,
+            halt_wait_ns: self.halt_wait_ns(),
+        })
+    }
+
+    /// `kvm-irqchip`: the time the vCPU has slept in KVM's halts so far.
+    fn halt_wait_ns(&self) -> Option<u64> {
+        if !self.kvm {
+            return None;
+        }
+        self.vcpu.kvm_blocking.get()?.halt_wait_ns()
     }
 
     /// Arm the quantum timer for turn `t` (at its CPU's quantum end, which
@@ -373,8 +387,16 @@ impl VcpuGate for ThreadGate {
                 _ => None,
             };
             let reason = self.engine.end_turn(slot, &self.vcpu, stop);
+            // Under KVM's local APIC the vCPU may have halted (and been
+            // woken by KVM) inside this turn: not run time.
+            let halted_ns = match (turn.halt_wait_ns, self.halt_wait_ns()) {
+                (Some(a), Some(b)) => b.saturating_sub(a),
+                _ => 0,
+            };
             let mut owner = slot.lock_owner();
-            let (next, kicks) = self.engine.reschedule_locked(slot, &mut owner, reason);
+            let (next, kicks) = self
+                .engine
+                .reschedule_locked(slot, &mut owner, reason, halted_ns);
             drop(owner);
             if let Some(n) = &next {
                 n.announce();
@@ -391,7 +413,10 @@ impl VcpuGate for ThreadGate {
                     vcpu: self.vcpu.trace_ref(),
                     thread_cpu_ns: thread_cpu_ns(),
                 });
-                let t = Turn { cpu: turn.cpu };
+                let t = Turn {
+                    cpu: turn.cpu,
+                    halt_wait_ns: self.halt_wait_ns(),
+                };
                 self.arm(&t);
                 self.turn = Some(t);
                 last = VcpuStep::Start;

@@ -57,7 +57,7 @@ fn worker(engine: &Engine, i: usize) {
             return;
         }
         let mut owner = slot.lock_owner();
-        let (next, kicks) = engine.reschedule_locked(slot, &mut owner, reason);
+        let (next, kicks) = engine.reschedule_locked(slot, &mut owner, reason, 0);
         slot.executor
             .store(if next.is_some() { tid } else { 0 }, Ordering::Release);
         drop(owner);

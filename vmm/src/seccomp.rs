@@ -11,7 +11,7 @@
 //!
 //! | kind | threads | allowed beyond the common set |
 //! |---|---|---|
-//! | [`ThreadKind::Vcpu`] | `<vm>/vcpu<N>`, `pacer/cpu<N>` (workers) | `ioctl` with KVM_RUN, KVM_GET/SET_REGS, KVM_GET/SET_SREGS, KVM_INTERRUPT, KVM_NMI, KVM_SET_MSRS, KVM_GET_VCPU_EVENTS, KVM_IRQ_LINE, KVM_GET_MP_STATE only; `sched_setattr` (under `kvm-irqchip`, its own time slice); `timer_create`/`timer_delete`; `ftruncate` (a results log cut back to its last whole line after a failed write); read-only `openat`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (under policy host a vCPU thread reads its own scheduling counters in /proc as it ends) |
+//! | [`ThreadKind::Vcpu`] | `<vm>/vcpu<N>`, `pacer/cpu<N>` (workers) | `ioctl` with KVM_RUN, KVM_GET/SET_REGS, KVM_GET/SET_SREGS, KVM_INTERRUPT, KVM_NMI, KVM_SET_MSRS, KVM_GET_VCPU_EVENTS, KVM_IRQ_LINE, KVM_GET_MP_STATE only; `sched_setattr` and `pread64` (under `kvm-irqchip`: its own time slice, its vCPU's KVM statistics); `timer_create`/`timer_delete`; `ftruncate` (a results log cut back to its last whole line after a failed write); read-only `openat`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (under policy host a vCPU thread reads its own scheduling counters in /proc as it ends) |
 //! | [`ThreadKind::Timers`] | `pacer/timers`, `pacer/kvm-halts` | `pread64` (the `kvm-irqchip` watcher reads KVM's per-vCPU statistics) |
 //! | [`ThreadKind::Trace`] | `pacer/trace` (`run --trace`) | read-only `openat`, `read` (glibc's malloc, as for `Api`); it writes the trace file opened before it started |
 //! | [`ThreadKind::Controller`] | `<vm>/ctl` after its vCPUs started | `openat` read-only, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the kernel's per-thread scheduling statistics); `ftruncate` (as for `Vcpu`) |
@@ -236,8 +236,9 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
                 // holds the vCPU halted.
                 KVM_GET_MP_STATE(),
             ];
-            // `kvm-irqchip`: the thread's own host time slice.
-            allow(&mut r, &[libc::SYS_sched_setattr]);
+            // `kvm-irqchip`: the thread's own host time slice, and KVM's
+            // statistics of its vCPU (the time halted in a turn).
+            allow(&mut r, &[libc::SYS_sched_setattr, libc::SYS_pread64]);
             let rules = ioctls
                 .iter()
                 .map(|&req| {

@@ -161,6 +161,22 @@ pub trait VcpuScheduler: Send + Sync {
     ) -> Result<Option<WakeDecision>, SchedError>;
     /// The entity running on `cpu` (if any) stopped for `reason`; pick the next.
     fn schedule(&self, cpu: CpuId, now: Nanos, reason: StopReason) -> Result<Dispatch, SchedError>;
+    /// [`schedule`](Self::schedule), for a turn of which the stopped entity
+    /// spent `halted_ns` halted while still holding the CPU: a VMM that
+    /// learns halts late (Pacer under KVM's in-kernel local APIC sees a
+    /// halt at the next exit or sample) says so here, and that time is not
+    /// charged as run time (penalties, shares, load). The default ignores
+    /// it.
+    fn schedule_after_halts(
+        &self,
+        cpu: CpuId,
+        now: Nanos,
+        reason: StopReason,
+        halted_ns: Nanos,
+    ) -> Result<Dispatch, SchedError> {
+        let _ = halted_ns;
+        self.schedule(cpu, now, reason)
+    }
     /// Change the base priority (cancels the penalty), keeping the class,
     /// the handle and the statistics. A waiting entity is requeued at its
     /// new level. Returns the CPUs the caller must kick (usually none).

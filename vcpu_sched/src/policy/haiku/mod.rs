@@ -740,6 +740,16 @@ impl VcpuScheduler for HaikuScheduler {
     }
 
     fn schedule(&self, cpu: CpuId, now: Nanos, reason: StopReason) -> Result<Dispatch, SchedError> {
+        self.schedule_after_halts(cpu, now, reason, 0)
+    }
+
+    fn schedule_after_halts(
+        &self,
+        cpu: CpuId,
+        now: Nanos,
+        reason: StopReason,
+        halted_ns: Nanos,
+    ) -> Result<Dispatch, SchedError> {
         let _p = crate::profiler::scope("schedule");
         self.check_cpu(cpu)?;
         let core = self.m.core_of(cpu);
@@ -751,7 +761,7 @@ impl VcpuScheduler for HaikuScheduler {
         // This CPU is deciding now: wakers must not count it as idle.
         self.m.claim(cpu);
         acct.forced_idle = false;
-        let requeued = self.stop_running(cpu, now, reason, &mut acct);
+        let requeued = self.stop_running(cpu, now, reason, halted_ns, &mut acct);
         if let Some((waker, _)) = acct.due.take() {
             self.boost_due(waker, now);
         }

@@ -26,11 +26,14 @@ enum Local {
 
 impl HaikuScheduler {
     /// Take the running entity off `cpu`; returns it if it was requeued.
+    /// `halted_ns` of its turn it spent halted (learnt late by the VMM)
+    /// are not charged as run time.
     pub(super) fn stop_running(
         &self,
         cpu: CpuId,
         now: Nanos,
         reason: StopReason,
+        halted_ns: Nanos,
         acct: &mut CpuAcct,
     ) -> Option<EntityId> {
         let _p = crate::profiler::scope("haiku::stop_running");
@@ -57,7 +60,9 @@ impl HaikuScheduler {
             // time used against the cut one.
             e.quantum_full = e.quantum_full.min(t.full);
         }
-        let ran = now.saturating_sub(e.dispatched_at);
+        let ran = now
+            .saturating_sub(e.dispatched_at)
+            .saturating_sub(halted_ns);
         e.counters.run_time = e.counters.run_time.saturating_add(ran);
         e.used = e.used.saturating_add(ran);
         e.load.ran(ran);

@@ -1472,3 +1472,27 @@ fn fair_share_boost_off_is_haiku_alone() {
     );
     assert_eq!(d.stats(w).boosted_wakes, 0);
 }
+
+#[test]
+fn halts_the_vmm_learnt_late_are_not_run_time() {
+    // An entity that held its CPU for a whole slice but, as the VMM learns
+    // only at its end (Pacer under KVM's local APIC), was halted for all
+    // but 100 us of it: charged 100 us, and no used-up quantum (no
+    // penalty). The same stop without the halted time is a full quantum.
+    for told in [false, true] {
+        let mut d = Drv::new("1x1x1", |_| {});
+        let e = d.ts(0, None);
+        d.wake(e);
+        assert_eq!(d.run[0], Some(e));
+        let slice = d.slice_end[0] - d.now;
+        d.now += slice;
+        let halted = if told { slice - 100 * US } else { 0 };
+        d.s.schedule_after_halts(CpuId(0), d.now, StopReason::Blocked, halted)
+            .unwrap();
+        d.run[0] = None;
+        let st = d.stats(e);
+        assert_eq!(st.run_time, slice - halted, "told {told}: {st:?}");
+        assert_eq!(st.quantum_ends, u64::from(!told), "told {told}: {st:?}");
+        assert_eq!(st.blocks, 1, "told {told}: {st:?}");
+    }
+}
