@@ -86,6 +86,11 @@ impl KvmBlocking {
         // SAFETY: `fd` is a descriptor the kernel just gave us and nothing
         // else owns.
         let file = unsafe { File::from_raw_fd(fd) };
+        Self::from_file(file)
+    }
+
+    /// Find `blocking` (required) and `halt_wait_ns` in a KVM stats file.
+    fn from_file(file: File) -> io::Result<KvmBlocking> {
         let at = find_stat(&file, BLOCKING)?;
         let halt_wait_at = find_stat(&file, HALT_WAIT_NS).ok();
         Ok(KvmBlocking {
@@ -315,25 +320,12 @@ mod tests {
     #[test]
     fn finds_blocking_among_the_descriptors_and_reads_its_value() {
         let f = fake_stats(&["halt_exits", "blocking", "halt_wait_ns"], &[7, 1, 9]);
-        let at = find_stat(&f, BLOCKING).unwrap();
-        let halt_wait_at = find_stat(&f, HALT_WAIT_NS).ok();
-        let b = KvmBlocking {
-            file: f,
-            at,
-            halt_wait_at,
-        };
+        let b = KvmBlocking::from_file(f).unwrap();
         assert!(b.blocking().unwrap());
         assert_eq!(b.halt_wait_ns(), Some(9));
         // A KVM without `halt_wait_ns`: halts are still seen, their time
         // is not.
-        let f = fake_stats(&["halt_exits", "blocking"], &[7, 0]);
-        let at = find_stat(&f, BLOCKING).unwrap();
-        let halt_wait_at = find_stat(&f, HALT_WAIT_NS).ok();
-        let b = KvmBlocking {
-            file: f,
-            at,
-            halt_wait_at,
-        };
+        let b = KvmBlocking::from_file(fake_stats(&["halt_exits", "blocking"], &[7, 0])).unwrap();
         assert!(!b.blocking().unwrap());
         assert_eq!(b.halt_wait_ns(), None);
     }

@@ -257,7 +257,7 @@ impl Vm {
         // Under Pacer's engine the guest's steal time is Pacer's (the MSR
         // goes to user space with the interrupt controller's, or alone
         // under KVM's local APIC).
-        if options.pacer_steal_time() && irqchip.is_none() {
+        if options.pacer_steal_time() && options.in_kernel_irqchip() {
             vcpu_engine::route_msrs(&vm_fd, &[steal_time::MSR_KVM_STEAL_TIME])
                 .map_err(|e| VmError::Device(e.to_string()))?;
         }
