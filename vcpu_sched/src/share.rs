@@ -120,6 +120,13 @@ impl RecentShare {
         self.at = self.at.max(now);
     }
 
+    /// The entity did not run from `at` to `from`, then ran until `to`
+    /// (a run the scheduler learnt afterwards).
+    pub fn ran_between(&mut self, from: Nanos, to: Nanos, half_life: Nanos) {
+        self.idle_until(from, half_life);
+        self.ran_until(to, half_life);
+    }
+
     /// The entity ran from `at` to `now`.
     pub fn ran_until(&mut self, now: Nanos, half_life: Nanos) {
         let f = decay_factor(now.saturating_sub(self.at), half_life);

@@ -282,6 +282,27 @@ pub trait VcpuScheduler: Send + Sync {
     fn running_priority(&self, _cpu: CpuId) -> Option<u8> {
         None
     }
+    /// The effective priority the policy gives `id` now (Haiku's E: the
+    /// base priority less the penalty, or boosted), or None for an unknown
+    /// entity or a policy without per-entity priorities. A VMM that lets
+    /// the host kernel switch between its vCPU threads ranks them by it
+    /// (Pacer's `ranked` dispatch), so that a vCPU the hypervisor wakes
+    /// preempts exactly the runners this policy would preempt for it.
+    fn effective_priority(&self, _id: EntityId) -> Option<u8> {
+        None
+    }
+    /// `id`, blocked in the policy's view, ran `ran_ns` up to `now` without
+    /// the policy seeing it: it was woken, ran and blocked again between
+    /// two looks of a VMM whose hypervisor wakes halted vCPUs by itself
+    /// (KVM's in-kernel local APIC), which learns such runs from the
+    /// thread's CPU time. The policy charges it as a wake, a run and a
+    /// block before the quantum's end: load, penalties, shares and caps,
+    /// counters. An entity that is queued, running or unknown to the
+    /// policy's view as blocked is left alone. The default ignores it.
+    fn ran_unseen(&self, id: EntityId, ran_ns: Nanos, now: Nanos) -> Result<(), SchedError> {
+        let _ = (id, ran_ns, now);
+        Ok(())
+    }
 }
 
 /// The error of a policy that has no operator shares of a kind.

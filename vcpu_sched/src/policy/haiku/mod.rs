@@ -413,6 +413,53 @@ impl HaikuScheduler {
         Ok(Some(self.cut_runner_quantum(d, now, due)))
     }
 
+    /// A blocked entity ran `ran` up to `now` unseen (`ran_unseen`): the
+    /// wake, the run and the block before its quantum's end, charged as
+    /// `wake_near` and `stop_running` charge them, but with no placement
+    /// (it is blocked again) and no core load (it was never ready in a
+    /// queue here).
+    fn charge_unseen_run(&self, id: EntityId, ran: Nanos, now: Nanos) -> Result<(), SchedError> {
+        let mut guard = self.slot(id)?.lock();
+        let Slot {
+            entity, generation, ..
+        } = &mut *guard;
+        let e = live(entity, *generation, id)?;
+        if ran == 0 || e.state != RunState::Blocked || e.throttled_until.is_some() {
+            return Ok(());
+        }
+        // It cannot have run longer than it was blocked.
+        let ran = ran.min(now.saturating_sub(e.slept_at));
+        let woke = now - ran;
+        let (t, mode) = (self.tun(), self.mode());
+        // The wake: as `wake_near`.
+        self.judge_reservation(e, woke);
+        let slept = woke.saturating_sub(e.slept_at);
+        e.load.slept(slept);
+        let core = self.home_core(e);
+        let mut starving = None;
+        if slept > self.table().base_quantum / 2 && !self.starving_once(core, now, &mut starving) {
+            if e.is_bursty(t.bursty_load) {
+                e.prio.forgive(t, mode);
+            } else {
+                e.prio.cancel_penalty(t, mode);
+            }
+            e.used = 0;
+        }
+        e.counters.wakes += 1;
+        // The run: as `stop_running`.
+        e.counters.run_time = e.counters.run_time.saturating_add(ran);
+        e.used = e.used.saturating_add(ran);
+        e.load.ran(ran);
+        e.load.update(t.load_measure_interval);
+        e.share.ran_between(woke, now, t.share_half_life);
+        self.charge_shares(e, ran, now);
+        // The block: as a stop for `Blocked`.
+        let after = e.after_stop(StopReason::Blocked, t, mode);
+        debug_assert_eq!(after, crate::entity::After::Block);
+        e.slept_at = now;
+        Ok(())
+    }
+
     /// The fair-share wake boost (`share.rs`), judged on the core the
     /// waking entity last ran on (its first allowed CPU's for a new one).
     /// A timeshare entity that is not bursty and wakes below its entitled
@@ -907,6 +954,21 @@ impl VcpuScheduler for HaikuScheduler {
     fn snapshot(&self, now: Nanos) -> SchedSnapshot {
         let _p = crate::profiler::scope("snapshot");
         self.take_snapshot(now)
+    }
+
+    fn effective_priority(&self, id: EntityId) -> Option<u8> {
+        let mut guard = self.slot(id).ok()?.lock();
+        let Slot {
+            entity, generation, ..
+        } = &mut *guard;
+        live(entity, *generation, id)
+            .ok()
+            .map(|e| e.prio.effective())
+    }
+
+    fn ran_unseen(&self, id: EntityId, ran: Nanos, now: Nanos) -> Result<(), SchedError> {
+        let _p = crate::profiler::scope("ran_unseen");
+        self.charge_unseen_run(id, ran, now)
     }
 
     fn running_priority(&self, cpu: CpuId) -> Option<u8> {

@@ -1496,3 +1496,90 @@ fn halts_the_vmm_learnt_late_are_not_run_time() {
         assert_eq!(st.blocks, 1, "told {told}: {st:?}");
     }
 }
+
+#[test]
+fn effective_priority_is_the_e_the_policy_ranks_by() {
+    let mut d = Drv::new("1x1x1", |_| {});
+    let hog = hog_with_penalty(&mut d);
+    assert_eq!(
+        d.s.effective_priority(hog),
+        Some(d.s.debug_priority(hog).0),
+        "the penalised E, not the base priority"
+    );
+    let fresh = d.ts(1, None);
+    assert_eq!(d.s.effective_priority(fresh), Some(10));
+    d.s.remove_entity(fresh, d.now).unwrap();
+    assert_eq!(d.s.effective_priority(fresh), None, "a stale handle");
+}
+
+#[test]
+fn a_run_learnt_late_is_charged_as_wake_run_and_block() {
+    let mut d = Drv::new("1x1x1", |_| {});
+    let v = d.ts(1, None);
+    d.wake(v);
+    d.now += 100 * US;
+    d.sched(CpuId(0), StopReason::Blocked);
+    let before = d.stats(v);
+    // Unseen by the policy: woke, ran 300 us, halted again.
+    d.now += 2 * MS;
+    d.s.ran_unseen(v, 300 * US, d.now).unwrap();
+    let after = d.stats(v);
+    assert_eq!(after.run_time, before.run_time + 300 * US);
+    assert_eq!(after.wakes, before.wakes + 1);
+    assert_eq!(after.blocks, before.blocks + 1);
+    assert!(after.recent_share > before.recent_share, "its share grew");
+    assert!(matches!(after.state, crate::stats::EntityState::Blocked));
+    // Only a blocked entity: a running one is charged by its turn.
+    d.wake(v);
+    let running = d.stats(v).run_time;
+    d.s.ran_unseen(v, 300 * US, d.now).unwrap();
+    assert_eq!(d.stats(v).run_time, running);
+}
+
+#[test]
+fn runs_learnt_late_that_add_up_to_a_quantum_are_penalised() {
+    // A vCPU that the hypervisor wakes again and again, each run unseen,
+    // uses its quanta like a hog: its E falls as a hog's does (the
+    // starvation guard holds for runs the policy did not dispatch).
+    let mut d = Drv::new("1x1x1", |_| {});
+    let v = d.ts(1, None);
+    d.wake(v);
+    d.now += 20 * US;
+    d.sched(CpuId(0), StopReason::Blocked);
+    let e0 = d.s.effective_priority(v).unwrap();
+    for _ in 0..200 {
+        d.now += 1000 * US;
+        d.s.ran_unseen(v, 990 * US, d.now).unwrap();
+    }
+    let e1 = d.s.effective_priority(v).unwrap();
+    assert!(e1 < e0, "E {e0} -> {e1}: penalised");
+    assert!(d.stats(v).load > 900, "load {}", d.stats(v).load);
+}
+
+#[test]
+fn a_capped_entitys_unseen_runs_spend_its_budget() {
+    let mut d = Drv::new("1x1x1", |_| {});
+    let v = d.ts(1, None);
+    d.s.set_cap(v, Some(100), d.now).unwrap();
+    d.wake(v);
+    d.now += 10 * US;
+    d.sched(CpuId(0), StopReason::Blocked);
+    // Unseen runs far above 10 % of the CPU.
+    for _ in 0..20 {
+        d.now += 1000 * US;
+        d.s.ran_unseen(v, 900 * US, d.now).unwrap();
+    }
+    // At its next wake the spent budget shows: it waits for the budget's
+    // renewal instead of running.
+    let ran = d.stats(v).run_time;
+    d.now += 10 * US;
+    d.wake(v);
+    d.run_until(d.now + 20 * MS);
+    let st = d.stats(v);
+    assert!(st.throttles >= 1, "{st:?}");
+    assert!(
+        st.run_time - ran <= 2 * MS,
+        "ran {} us in 20 ms with a 10 % cap overspent",
+        (st.run_time - ran) / US
+    );
+}
