@@ -291,6 +291,15 @@ pub trait VcpuScheduler: Send + Sync {
     fn effective_priority(&self, _id: EntityId) -> Option<u8> {
         None
     }
+    /// Whether a runnable entity waits in a queue `cpu` takes work from at
+    /// its runner's quantum end (its own and its core's): if none does,
+    /// that quantum end re-picks the runner. A VMM whose quantum ends cost
+    /// a context switch may then let the runner go on, and end its quantum
+    /// when something queues behind it. One or two atomic loads under
+    /// haiku; the default (true) keeps every quantum end.
+    fn has_waiting(&self, _cpu: CpuId) -> bool {
+        true
+    }
     /// `id`, blocked in the policy's view, ran `ran_ns` up to `now` without
     /// the policy seeing it: it was woken, ran and blocked again between
     /// two looks of a VMM whose hypervisor wakes halted vCPUs by itself

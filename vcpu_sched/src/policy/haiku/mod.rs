@@ -966,6 +966,15 @@ impl VcpuScheduler for HaikuScheduler {
             .map(|e| e.prio.effective())
     }
 
+    fn has_waiting(&self, cpu: CpuId) -> bool {
+        let Some(slot) = self.m.cpus.get(cpu.0 as usize) else {
+            return false;
+        };
+        let core = self.m.core_of(cpu);
+        slot.pinned_len.load(Ordering::Acquire) > 0
+            || self.m.cores[core.0 as usize].queued.load(Ordering::Acquire) > 0
+    }
+
     fn ran_unseen(&self, id: EntityId, ran: Nanos, now: Nanos) -> Result<(), SchedError> {
         let _p = crate::profiler::scope("ran_unseen");
         self.charge_unseen_run(id, ran, now)

@@ -1583,3 +1583,20 @@ fn a_capped_entitys_unseen_runs_spend_its_budget() {
         (st.run_time - ran) / US
     );
 }
+
+#[test]
+fn has_waiting_says_whether_a_quantum_end_would_pick_another() {
+    let mut d = Drv::new("1x1x1", |_| {});
+    let a = d.ts(1, None);
+    d.wake(a);
+    assert_eq!(d.cpu_of(a), Some(0));
+    assert!(!d.s.has_waiting(CpuId(0)), "alone: a quantum end re-picks it");
+    let b = d.ts(2, None);
+    let w = d.wake(b).unwrap();
+    assert!(!w.kick);
+    assert!(d.s.has_waiting(CpuId(0)), "b waits behind a");
+    d.now += 10 * MS;
+    d.sched(CpuId(0), StopReason::QuantumEnd);
+    assert_eq!(d.cpu_of(b), Some(0));
+    assert!(d.s.has_waiting(CpuId(0)), "now a waits behind b");
+}
