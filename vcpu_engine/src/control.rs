@@ -17,6 +17,7 @@ use super::clock::now_ns;
 use super::vcpu_state::{EngineVcpu, RunState};
 use super::{Engine, EngineError, EngineVm};
 use crate::host_cpus::{HostCpu, HostCpuSet};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vcpu_sched::{CpuId, CpuSet, Mode, Nanos, SchedClass, SchedError, VcpuScheduler};
@@ -67,9 +68,16 @@ impl Engine {
     /// Restrict `v` to the host CPUs `cpus` (which the caller checked are
     /// scheduled); returns once `v` runs on none of the others.
     pub fn set_vcpu_affinity(&self, v: &EngineVcpu, cpus: &HostCpuSet) -> Result<(), EngineError> {
+        let _s = self.section();
         let allowed = self.cpus.affinity(cpus);
         let set = allowed.clone();
+        if self.dispatch_kind().ranked() {
+            // Where its thread may run when it is not an owner.
+            *v.allowed.write().unwrap_or_else(|p| p.into_inner()) = cpus.clone();
+            v.rank.allowed_changed(cpus);
+        }
         self.change(|s, now| s.set_affinity(v.entity, set, now))?;
+        self.enact_if_ranked(v);
         {
             // Halted inside KVM (`kvm-irqchip`), its thread stays bound to
             // the CPU it last ran on, where KVM would wake it: move it.
@@ -91,22 +99,34 @@ impl Engine {
 
     /// Change the base priority of `v` within its class.
     pub fn set_vcpu_priority(&self, v: &EngineVcpu, priority: u8) -> Result<(), EngineError> {
-        self.change(|s, now| s.set_priority(v.entity, priority, now))
+        let _s = self.section();
+        self.change(|s, now| s.set_priority(v.entity, priority, now))?;
+        self.enact_if_ranked(v);
+        Ok(())
     }
 
     /// Change the operator weight of `v` (`vcpu_sched::shares`).
     pub fn set_vcpu_weight(&self, v: &EngineVcpu, weight: u32) -> Result<(), EngineError> {
+        let _s = self.section();
         self.change(|s, now| s.set_weight(v.entity, weight, now))
     }
 
     /// Cap `v` at `permille` of one CPU (`None`: no cap).
     pub fn set_vcpu_cap(&self, v: &EngineVcpu, permille: Option<u32>) -> Result<(), EngineError> {
-        self.change(|s, now| s.set_cap(v.entity, permille, now))
+        let _s = self.section();
+        self.change(|s, now| s.set_cap(v.entity, permille, now))?;
+        // A capped vCPU is never a filler (ranked dispatch).
+        v.capped.store(permille.is_some(), Ordering::Release);
+        self.enact_if_ranked(v);
+        Ok(())
     }
 
     /// Reserve `permille` of one CPU for `v` (0: none).
     pub fn set_vcpu_reservation(&self, v: &EngineVcpu, permille: u32) -> Result<(), EngineError> {
-        self.change(|s, now| s.set_reservation(v.entity, permille, now))
+        let _s = self.section();
+        self.change(|s, now| s.set_reservation(v.entity, permille, now))?;
+        self.enact_if_ranked(v);
+        Ok(())
     }
 
     /// Change the class of `v` and its base priority in that class.
@@ -116,17 +136,30 @@ impl Engine {
         class: SchedClass,
         priority: u8,
     ) -> Result<(), EngineError> {
-        self.change(|s, now| s.set_class(v.entity, class, priority, now))
+        let _s = self.section();
+        self.change(|s, now| s.set_class(v.entity, class, priority, now))?;
+        self.enact_if_ranked(v);
+        Ok(())
     }
 
     /// Switch the scheduler's mode.
     pub fn set_mode(&self, mode: Mode) -> Result<(), EngineError> {
+        let _s = self.section();
         self.change(|s, now| Ok(s.set_mode(mode, now)))
+    }
+
+    /// Under the ranked dispatch, give `v`'s thread the rank and CPUs of
+    /// its new settings.
+    fn enact_if_ranked(&self, v: &EngineVcpu) {
+        if self.dispatch_kind().ranked() {
+            self.enact(v);
+        }
     }
 
     /// Put a scheduled host CPU in service or take it out; taking it out
     /// returns once it runs no vCPU.
     pub fn set_cpu_service(&self, cpu: HostCpu, in_service: bool) -> Result<(), EngineError> {
+        let _s = self.section();
         let id = self
             .cpus
             .sched(cpu)

@@ -67,6 +67,10 @@ pub struct CpuSlot {
     /// End of the current turn's slice (CLOCK_MONOTONIC ns), read before
     /// every entry; written under `quantum`.
     quantum_end: AtomicU64,
+    /// The length of the current turn's slice as granted (cut by wakes,
+    /// never lengthened): the CPU time the ranked dispatch lets its owner
+    /// use, however long it takes (`set_quantum_end`).
+    granted: AtomicU64,
 }
 
 impl CpuSlot {
@@ -83,6 +87,7 @@ impl CpuSlot {
             kicked_idle_at: AtomicU64::new(0),
             quantum: Mutex::new(TurnQuantum::default()),
             quantum_end: AtomicU64::new(0),
+            granted: AtomicU64::new(0),
         }
     }
 
@@ -104,9 +109,24 @@ impl CpuSlot {
     /// `owner` and [`CpuSlot::lock_turn`]), before the executor arms its
     /// timer.
     pub fn begin_turn(&self, q: &mut TurnQuantum, turn: Option<(EntityId, u64)>, end: u64) {
+        self.granted.store(
+            turn.map_or(0, |(_, at)| end.saturating_sub(at)),
+            Ordering::Release,
+        );
         q.turn = turn;
         q.timer = None;
         self.quantum_end.store(end, Ordering::Release);
+    }
+
+    /// [`CpuSlot::set_quantum_end`] for a caller holding the turn
+    /// ([`CpuSlot::lock_turn`]).
+    pub fn set_quantum_end_locked(&self, _q: &mut TurnQuantum, end: u64) {
+        self.quantum_end.store(end, Ordering::Release);
+    }
+
+    /// The current turn's slice as granted (see `granted`).
+    pub fn granted(&self) -> u64 {
+        self.granted.load(Ordering::Acquire)
     }
 
     /// End of the current turn's slice.
@@ -138,10 +158,24 @@ impl CpuSlot {
             return false;
         }
         self.quantum_end.store(cut.end, Ordering::Release);
+        self.granted.store(
+            self.granted()
+                .min(cut.end.saturating_sub(cut.dispatched_at)),
+            Ordering::Release,
+        );
         if let Some(timer) = &q.timer {
             timer.arm(cut.end);
         }
         true
+    }
+
+    /// Move the current turn's end to `end` (the ranked dispatch: later
+    /// for an owner that lost CPU time to vCPUs KVM woke, or that nothing
+    /// waits behind; earlier again when something does). The granted
+    /// slice stays.
+    pub fn set_quantum_end(&self, end: u64) {
+        let _q = self.lock_quantum();
+        self.quantum_end.store(end, Ordering::Release);
     }
 
     pub fn lock_owner(&self) -> MutexGuard<'_, Option<Arc<EngineVcpu>>> {

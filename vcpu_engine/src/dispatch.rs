@@ -23,6 +23,10 @@ thread_local! {
         const { std::cell::Cell::new(None) };
 }
 
+/// How many picks a `schedule` gets before the CPU idles for this call:
+/// each may find a vCPU the engine cannot run (see `reschedule_locked`).
+const PICK_ATTEMPTS: usize = 16;
+
 /// A kick of a CPU whose running turn ends within this much sends no
 /// signal: the quantum timer's own exit comes about as soon as a signal's
 /// would (a kick's signal and exit take ~10-30 us on this machine).
@@ -273,8 +277,11 @@ impl Engine {
         let mut halted_ns = halted_ns;
         // An entity the engine does not know (a bug) must not leave the
         // scheduler believing the CPU runs it: report it blocked and ask
-        // again (a bounded number of times).
-        for _ in 0..4 {
+        // again (a bounded number of times). Under the ranked dispatch so
+        // is a vCPU taken off while queued (its VM paused or stopping):
+        // nothing else tells the scheduler.
+        let ranked = self.dispatch_kind().ranked();
+        for _ in 0..PICK_ATTEMPTS {
             let d = self
                 .scheduler()
                 .schedule_after_halts(slot.id, now, reason, std::mem::take(&mut halted_ns))
@@ -293,6 +300,10 @@ impl Engine {
             recheck = d.recheck_at;
             let Some(e) = d.entity else { break };
             match self.vcpu_of(e) {
+                Some(v) if ranked && v.state() != RunState::Ready => {
+                    log::trace!("{} taken off while queued: blocked", v.name);
+                    reason = StopReason::Blocked;
+                }
                 Some(v) => {
                     next = Some((v, d.quantum));
                     break;
@@ -333,6 +344,27 @@ impl Engine {
             ),
             None => slot.begin_turn(&mut turn, None, 0),
         }
+        if ranked {
+            // The slice's end is the timer thread's (no vCPU thread leaves
+            // KVM_RUN for it), and counts its owner's CPU time from here.
+            // An owner nothing waits behind is looked at less often: its
+            // quantum end would re-pick it (a wake that queues behind it
+            // brings the end back, `Engine::queued_behind`).
+            let end = if self.scheduler().has_waiting(slot.id) {
+                now.saturating_add(quantum)
+            } else {
+                now.saturating_add(quantum.max(crate::ranked::LONE_SLICE_NS))
+            };
+            if next.is_some() && end > now.saturating_add(quantum) {
+                slot.set_quantum_end_locked(&mut turn, end);
+            }
+            self.arm_quantum(slot.id, next.as_ref().map(|_| end));
+            if let Some(n) = &next {
+                if let Some(t) = crate::rank::thread_cpu_ns_of(n.thread_id()) {
+                    n.cpu_seen.store(t, Ordering::Release);
+                }
+            }
+        }
         drop(turn);
         if let Some(n) = &next {
             let mut ctl = n.ctl();
@@ -345,7 +377,10 @@ impl Engine {
                 });
             }
             ctl.last_cpu = Some(slot.host);
-            if self.dispatch_kind().uses_vcpu_threads() {
+            if ranked {
+                // Bound and ranked by the caller (`Engine::enact`).
+                slot.executor.store(n.thread_id(), Ordering::Release);
+            } else if self.dispatch_kind().uses_vcpu_threads() {
                 let tid = n.thread_id();
                 if tid != 0 && ctl.pinned_to != Some(slot.host) {
                     let one: HostCpuSet = [slot.host].into_iter().collect();
@@ -399,6 +434,9 @@ impl Engine {
                 let mut cut_now = false;
                 if let (Some(cut), Some(slot)) = (d.shorten_quantum, self.slot(d.cpu)) {
                     cut_now = slot.cut_quantum(&cut);
+                    if cut_now && self.dispatch_kind().ranked() {
+                        self.arm_quantum(d.cpu, Some(cut.end));
+                    }
                     log::trace!("cut cpu {} to {} ns: {cut_now}", slot.host, cut.end);
                     if cut_now {
                         self.record(|| Event::Cut {
@@ -407,6 +445,9 @@ impl Engine {
                             end_in_ns: cut.end.saturating_sub(super::clock::now_ns()),
                         });
                     }
+                }
+                if !cut_now && self.dispatch_kind().ranked() {
+                    self.queued_behind(d.cpu);
                 }
                 self.record(|| Event::Wake {
                     vcpu: v.trace_ref(),
@@ -423,12 +464,20 @@ impl Engine {
             }),
             Err(e) => log::debug!("wake {}: {e}", v.name),
         }
+        if self.dispatch_kind().ranked() {
+            // Queued (a filler) or dispatched: its thread's rank and CPUs.
+            self.enact(v);
+        }
     }
 
     /// The scheduler says `cpu` must call `schedule`: interrupt the vCPU it
     /// runs, or, if it is idle, give it work (threads: dispatch here, on
     /// the caller's thread; workers: wake its worker).
     pub(crate) fn kick_cpu(&self, cpu: CpuId) {
+        if self.dispatch_kind().ranked() {
+            self.ranked_kick(cpu);
+            return;
+        }
         let Some(slot) = self.slot(cpu) else { return };
         if !slot.set_kick_pending() {
             // One kick per preemption: the pending one's `schedule` call
@@ -466,7 +515,7 @@ impl Engine {
                 slot.kicked_idle_at.store(now_ns(), Ordering::Relaxed);
                 slot.wake_idle();
             }
-            DispatchKind::Threads | DispatchKind::KvmIrqchip => {
+            DispatchKind::Threads | DispatchKind::KvmIrqchip | DispatchKind::Ranked => {
                 let (next, kicks) = self.reschedule_locked(slot, &mut owner, StopReason::Idle, 0);
                 drop(owner);
                 if let Some(n) = next {

@@ -63,8 +63,13 @@ const BLOCKING: &str = "blocking";
 /// thread slept in halts (ns; added at the end of each halt).
 const HALT_WAIT_NS: &str = "halt_wait_ns";
 
-/// One vCPU's `blocking` statistic (and `halt_wait_ns` where KVM has it),
-/// read through its KVM stats file.
+/// The name of KVM's per-vCPU cumulative count of wake-ups of a halted
+/// vCPU, incremented by the waker (`kvm_vcpu_wake_up`), so it moves before
+/// the woken thread runs (`blocking` is cleared by the thread itself).
+const HALT_WAKEUP: &str = "halt_wakeup";
+
+/// One vCPU's `blocking` statistic (and `halt_wait_ns` and `halt_wakeup`
+/// where KVM has them), read through its KVM stats file.
 #[derive(Debug)]
 pub(crate) struct KvmBlocking {
     file: File,
@@ -72,6 +77,8 @@ pub(crate) struct KvmBlocking {
     at: u64,
     /// Where `halt_wait_ns` sits (None: this KVM does not publish it).
     halt_wait_at: Option<u64>,
+    /// Where `halt_wakeup` sits (None: this KVM does not publish it).
+    halt_wakeup_at: Option<u64>,
 }
 
 impl KvmBlocking {
@@ -93,11 +100,21 @@ impl KvmBlocking {
     fn from_file(file: File) -> io::Result<KvmBlocking> {
         let at = find_stat(&file, BLOCKING)?;
         let halt_wait_at = find_stat(&file, HALT_WAIT_NS).ok();
+        let halt_wakeup_at = find_stat(&file, HALT_WAKEUP).ok();
         Ok(KvmBlocking {
             file,
             at,
             halt_wait_at,
+            halt_wakeup_at,
         })
+    }
+
+    /// How many times KVM has woken the vCPU from a halt so far, where KVM
+    /// publishes it.
+    pub(crate) fn halt_wakeups(&self) -> Option<u64> {
+        let mut v = [0u8; 8];
+        self.file.read_exact_at(&mut v, self.halt_wakeup_at?).ok()?;
+        Some(u64::from_ne_bytes(v))
     }
 
     /// The time the vCPU's thread has slept in KVM's halts so far (ns),
@@ -217,7 +234,11 @@ pub(crate) struct WatchCounters {
 /// Start the watcher: every `period` it samples each dispatched or
 /// KVM-halted vCPU of the engine (see the module documentation). It ends
 /// with the engine.
-pub(crate) fn spawn_watcher(engine: Weak<Engine>, period: Duration) -> io::Result<JoinHandle<()>> {
+pub(crate) fn spawn_watcher(
+    engine: Weak<Engine>,
+    period: Duration,
+    rank: i32,
+) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("pacer/kvm-halts".into())
         .spawn(move || {
@@ -225,7 +246,7 @@ pub(crate) fn spawn_watcher(engine: Weak<Engine>, period: Duration) -> io::Resul
             // interrupt: a watcher that waits for a CPU behind the vCPUs it
             // watches sees a wake-up only when the host kernel gets round
             // to it (milliseconds next to a CPU-bound vCPU).
-            crate::timers::run_like_an_interrupt("kvm-irqchip watcher");
+            crate::timers::run_like_an_interrupt("kvm-irqchip watcher", rank);
             crate::thread_hook::thread_started(crate::thread_hook::EngineThread::Timers);
             loop {
                 std::thread::sleep(period);
@@ -241,6 +262,13 @@ pub(crate) fn spawn_watcher(engine: Weak<Engine>, period: Duration) -> io::Resul
 /// One round of the watcher.
 fn sample(e: &Engine) {
     let counters = e.kvm_watch_counters();
+    if e.dispatch_kind().ranked() {
+        let (samples, halts, wakes) = e.ranked_sample();
+        counters.samples.fetch_add(samples, Ordering::Relaxed);
+        counters.halts.fetch_add(halts, Ordering::Relaxed);
+        counters.wakes.fetch_add(wakes, Ordering::Relaxed);
+        return;
+    }
     for vm in e.live_vms() {
         for v in vm.vcpus() {
             let Some(stats) = v.kvm_blocking.get() else {
@@ -319,15 +347,20 @@ mod tests {
 
     #[test]
     fn finds_blocking_among_the_descriptors_and_reads_its_value() {
-        let f = fake_stats(&["halt_exits", "blocking", "halt_wait_ns"], &[7, 1, 9]);
+        let f = fake_stats(
+            &["halt_exits", "blocking", "halt_wait_ns", "halt_wakeup"],
+            &[7, 1, 9, 3],
+        );
         let b = KvmBlocking::from_file(f).unwrap();
         assert!(b.blocking().unwrap());
         assert_eq!(b.halt_wait_ns(), Some(9));
+        assert_eq!(b.halt_wakeups(), Some(3));
         // A KVM without `halt_wait_ns`: halts are still seen, their time
         // is not.
         let b = KvmBlocking::from_file(fake_stats(&["halt_exits", "blocking"], &[7, 0])).unwrap();
         assert!(!b.blocking().unwrap());
         assert_eq!(b.halt_wait_ns(), None);
+        assert_eq!(b.halt_wakeups(), None);
     }
 
     #[test]

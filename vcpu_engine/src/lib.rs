@@ -43,6 +43,15 @@
 //!   statistic sampled every [`EngineConfig::kvm_poll_ns`]); a vCPU
 //!   thread must then be free to call `sched_setattr` on itself (its
 //!   host time slice).
+//! - With [`DispatchKind::Ranked`] the VM has KVM's in-kernel irqchip too
+//!   (registered with [`NoInterrupts`]), and the engine enacts the
+//!   scheduler's decisions as each vCPU thread's host rank (a real-time
+//!   priority for halted vCPUs, the normal class for a CPU's owner, the
+//!   idle class for those queued behind it) and CPUs: the host kernel then
+//!   switches between the threads on its own fast path (`ranked.rs`). The
+//!   process needs the right to real-time priorities up to 48 (root,
+//!   CAP_SYS_NICE or RLIMIT_RTPRIO); every thread that calls the engine
+//!   may be raised to that priority while it holds the engine's locks.
 //! - [`Engine::start_vm`] lets the boot vCPU run (the others wait for a
 //!   start-up IPI from the interrupt controller).
 //! - The interrupt controller calls [`Engine::notify`] when something
@@ -168,7 +177,11 @@
 //! thread per vCPU that is bound to the CPU and handed the CPU by the
 //! previous owner (`threads`), or a worker thread per CPU that runs
 //! whichever vCPU it is handed (`workers`). Both share every decision
-//! above; they differ only in who executes KVM_RUN.
+//! above; they differ only in who executes KVM_RUN. Under KVM's
+//! in-kernel local APIC, `kvm-irqchip` hands the CPU as `threads` does
+//! and learns halts from KVM, and `ranked` lets the host kernel switch
+//! the threads by the ranks the engine gives them (`ranked.rs` has the
+//! design).
 //!
 //! Lock order: a CPU's `owner` before its turn (`cpu::CpuSlot::lock_turn`)
 //! and before a vCPU's `ctl`; the scheduler's own
@@ -185,6 +198,8 @@ mod dispatch;
 pub mod host_cpus;
 pub mod irq;
 mod kvm_halts;
+mod rank;
+mod ranked;
 pub mod signals;
 pub mod stats;
 pub mod thread_hook;
@@ -242,44 +257,71 @@ pub enum DispatchKind {
     /// wake-ups from KVM (`kvm_halts`). The VMM creates the VM with
     /// KVM_CREATE_IRQCHIP and registers it with [`NoInterrupts`].
     KvmIrqchip,
+    /// KVM's in-kernel local APIC, and a thread per vCPU that the host
+    /// kernel switches by the ranks and CPUs the engine gives it from the
+    /// scheduler's decisions (host real-time priorities: `ranked.rs`):
+    /// wake-ups, halts and preemptions cost what they cost the host
+    /// kernel. The VMM creates the VM with KVM_CREATE_IRQCHIP and
+    /// registers it with [`NoInterrupts`]; the process needs the right to
+    /// real-time priorities (root or CAP_SYS_NICE).
+    Ranked,
 }
 
 impl DispatchKind {
+    /// Every dispatch, the default first.
+    pub const ALL: [DispatchKind; 4] = [
+        DispatchKind::Threads,
+        DispatchKind::Workers,
+        DispatchKind::KvmIrqchip,
+        DispatchKind::Ranked,
+    ];
+
     /// The name configs and results use (`threads`, `workers`,
-    /// `kvm-irqchip`).
+    /// `kvm-irqchip`, `ranked`).
     pub fn as_str(self) -> &'static str {
         match self {
             DispatchKind::Threads => "threads",
             DispatchKind::Workers => "workers",
             DispatchKind::KvmIrqchip => "kvm-irqchip",
+            DispatchKind::Ranked => "ranked",
         }
     }
 
-    /// One thread per vCPU, handed the CPU by the previous owner
-    /// (`threads` and `kvm-irqchip`).
+    /// One thread per vCPU (`threads`, `kvm-irqchip`, `ranked`).
     pub fn uses_vcpu_threads(self) -> bool {
         self != DispatchKind::Workers
     }
 
-    /// KVM's in-kernel local APIC serves the VMs (`kvm-irqchip`).
+    /// The `kvm-irqchip` mechanism: threads handed the CPU, halts learnt
+    /// from KVM.
     pub fn kvm_irqchip(self) -> bool {
         self == DispatchKind::KvmIrqchip
+    }
+
+    /// KVM's in-kernel local APIC serves the VMs (`kvm-irqchip`,
+    /// `ranked`): the VMM creates them with KVM_CREATE_IRQCHIP.
+    pub fn in_kernel_lapic(self) -> bool {
+        matches!(self, DispatchKind::KvmIrqchip | DispatchKind::Ranked)
+    }
+
+    /// The host kernel switches the vCPU threads by the ranks the engine
+    /// gives them (`ranked`).
+    pub fn ranked(self) -> bool {
+        self == DispatchKind::Ranked
     }
 }
 
 impl std::str::FromStr for DispatchKind {
     type Err = String;
 
-    /// `threads`, `workers` or `kvm-irqchip`.
+    /// `threads`, `workers`, `kvm-irqchip` or `ranked`.
     fn from_str(s: &str) -> Result<Self, String> {
-        [
-            DispatchKind::Threads,
-            DispatchKind::Workers,
-            DispatchKind::KvmIrqchip,
-        ]
-        .into_iter()
-        .find(|d| d.as_str() == s)
-        .ok_or_else(|| format!("unknown dispatch {s:?}: expected threads, workers or kvm-irqchip"))
+        DispatchKind::ALL
+            .into_iter()
+            .find(|d| d.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown dispatch {s:?}: expected threads, workers, kvm-irqchip or ranked")
+            })
     }
 }
 
@@ -311,8 +353,22 @@ pub enum EngineError {
         timeout: Duration,
     },
     /// [`Engine::add_vm_gated`] on an engine with [`DispatchKind::Workers`].
-    #[error("vCPU threads of the embedder's own need the threads or kvm-irqchip dispatch")]
+    #[error("vCPU threads of the embedder's own need the threads, kvm-irqchip or ranked dispatch")]
     GatesNeedThreads,
+    /// [`DispatchKind::Ranked`] without the right to real-time priorities.
+    #[error(
+        "the ranked dispatch needs real-time priorities up to {rank} (root, CAP_SYS_NICE or RLIMIT_RTPRIO >= {rank}): {source}"
+    )]
+    NoRealtimeRanks {
+        /// The highest rank it needs.
+        rank: i32,
+        /// What the kernel answered.
+        source: std::io::Error,
+    },
+    /// [`DispatchKind::Ranked`] with SMT isolation, which ranks and CPUs
+    /// cannot express.
+    #[error("SMT isolation needs the threads dispatch: under ranked a halted vCPU KVM wakes may run beside another VM's")]
+    RankedSmtIsolation,
 }
 
 /// What the engine is built with: start from [`EngineConfig::default`] and
@@ -518,6 +574,8 @@ pub struct Engine {
     dispatch: DispatchKind,
     halt_poll_ns: u64,
     kvm_poll_ns: u64,
+    /// The real-time rank of the engine's timer thread and watcher.
+    service_rank: i32,
     /// The `kvm-irqchip` watcher (started with the first VM) and what it did.
     kvm_watcher: Mutex<Option<JoinHandle<()>>>,
     kvm_watch: kvm_halts::WatchCounters,
@@ -544,6 +602,14 @@ fn timer_key(vm: usize, vcpu: u32) -> TimerKey {
 /// (`Dispatch::recheck_at`): no VM slot reaches it.
 const RECHECK_VM: u64 = u32::MAX as u64;
 
+/// The VM part of the timer keys of the ranked dispatch's slice ends.
+const QUANTUM_VM: u64 = u32::MAX as u64 - 1;
+
+/// The timer key of the end of the slice `cpu` runs (ranked dispatch).
+pub(crate) fn quantum_key(cpu: vcpu_sched::CpuId) -> TimerKey {
+    (QUANTUM_VM << 32) | u64::from(cpu.0)
+}
+
 /// The timer key of scheduler CPU `cpu`'s recheck.
 pub(crate) fn recheck_key(cpu: vcpu_sched::CpuId) -> TimerKey {
     (RECHECK_VM << 32) | u64::from(cpu.0)
@@ -554,6 +620,20 @@ impl Engine {
     pub fn new(config: EngineConfig, cpus: CpuMap) -> Result<Arc<Engine>, EngineError> {
         crate::signals::register_kick_handler()
             .map_err(|e| EngineError::Thread(std::io::Error::from_raw_os_error(e.errno())))?;
+        if config.dispatch.ranked() {
+            if config.smt_isolation {
+                return Err(EngineError::RankedSmtIsolation);
+            }
+            rank::ranks_allowed().map_err(|source| EngineError::NoRealtimeRanks {
+                rank: rank::SERVICE_RANK,
+                source,
+            })?;
+        }
+        let service_rank = if config.dispatch.ranked() {
+            rank::SERVICE_RANK
+        } else {
+            1
+        };
         let sched = vcpu_sched::build(cpus.topology().clone(), config.sched_config())?;
         let slots = cpus
             .topology()
@@ -563,11 +643,14 @@ impl Engine {
             .collect();
         let engine = Arc::new_cyclic(|me: &Weak<Engine>| {
             let weak = me.clone();
-            let timers = Timers::start(Box::new(move |key, deadline| {
-                if let Some(e) = weak.upgrade() {
-                    e.timer_fired(key, deadline);
-                }
-            }));
+            let timers = Timers::start(
+                Box::new(move |key, deadline| {
+                    if let Some(e) = weak.upgrade() {
+                        e.timer_fired(key, deadline);
+                    }
+                }),
+                service_rank,
+            );
             Engine {
                 sched,
                 cpus,
@@ -575,6 +658,7 @@ impl Engine {
                 dispatch: config.dispatch,
                 halt_poll_ns: config.halt_poll_ns,
                 kvm_poll_ns: config.kvm_poll_ns.max(10_000),
+                service_rank,
                 kvm_watcher: Mutex::new(None),
                 kvm_watch: Default::default(),
                 vms: RwLock::new(Vec::new()),
@@ -645,6 +729,13 @@ impl Engine {
             .filter(|v| v.entity == e)
     }
 
+    /// Under the ranked dispatch, run the calling thread above every vCPU
+    /// thread until the returned guard drops (`rank::ServiceSection`): every
+    /// entry point of the engine takes one before it takes a lock.
+    pub(crate) fn section(&self) -> Option<rank::ServiceSection> {
+        self.dispatch.ranked().then(rank::ServiceSection::enter)
+    }
+
     pub(crate) fn scheduler(&self) -> &dyn VcpuScheduler {
         self.sched.as_ref()
     }
@@ -665,10 +756,11 @@ impl Engine {
         handler: Arc<dyn VcpuExitHandler>,
     ) -> Result<VmSlot, EngineError> {
         let indices: Vec<u32> = runners.iter().map(|r| r.index).collect();
+        let _s = self.section();
         let (slot, vm) = self.register_vm(spec, &indices, irq, handler, false)?;
         vm.irq.attached(slot);
         match self.dispatch {
-            DispatchKind::Threads | DispatchKind::KvmIrqchip => {
+            DispatchKind::Threads | DispatchKind::KvmIrqchip | DispatchKind::Ranked => {
                 let mut handles = Vec::new();
                 for (runner, v) in runners.into_iter().zip(&vm.vcpus) {
                     handles.push(threads::spawn(&self.arc(), &vm, v, runner)?);
@@ -702,6 +794,7 @@ impl Engine {
         irq: Arc<dyn InterruptSource>,
         handler: Arc<dyn VcpuExitHandler>,
     ) -> Result<(VmSlot, Vec<EngineGate>), EngineError> {
+        let _s = self.section();
         if !self.dispatch.uses_vcpu_threads() {
             return Err(EngineError::GatesNeedThreads);
         }
@@ -757,7 +850,7 @@ impl Engine {
             };
             // Under KVM's local APIC an application processor waits for
             // its start-up IPI inside KVM_RUN.
-            let kvm = self.dispatch.kvm_irqchip();
+            let kvm = self.dispatch.in_kernel_lapic();
             let initial = match index {
                 0 => RunState::Halted {
                     interruptible: false,
@@ -765,15 +858,19 @@ impl Engine {
                 _ if kvm => RunState::HaltedInKvm,
                 _ => RunState::WaitForSipi,
             };
-            let v = Arc::new(EngineVcpu::new(
-                slot,
-                trace_id,
-                index,
-                entity,
-                format!("{}/vcpu{}", spec.name, index),
-                initial,
-            ));
+            let v = Arc::new(
+                EngineVcpu::new(
+                    slot,
+                    trace_id,
+                    index,
+                    entity,
+                    format!("{}/vcpu{}", spec.name, index),
+                    initial,
+                )
+                .with_home(spec.priority, ranked::allowed_host_cpus(self, &spec.cpus)),
+            );
             v.ctl().awaiting_sipi = index != 0 && !kvm;
+            v.capped.store(spec.shares.cap.is_some(), Ordering::Release);
             vcpus.push(v);
         }
         {
@@ -815,7 +912,7 @@ impl Engine {
             vms[slot] = Some(vm.clone());
         }
         drop(vms);
-        if self.dispatch.kvm_irqchip() {
+        if self.dispatch.in_kernel_lapic() {
             self.start_kvm_watcher()?;
         }
         Ok((VmSlot(slot), vm))
@@ -827,7 +924,8 @@ impl Engine {
         if w.is_none() {
             let period = Duration::from_nanos(self.kvm_poll_ns);
             *w = Some(
-                kvm_halts::spawn_watcher(self.me.clone(), period).map_err(EngineError::Thread)?,
+                kvm_halts::spawn_watcher(self.me.clone(), period, self.service_rank)
+                    .map_err(EngineError::Thread)?,
             );
         }
         Ok(())
@@ -840,6 +938,7 @@ impl Engine {
 
     /// Let the VM's boot vCPU run.
     pub fn start_vm(&self, vm: VmSlot) {
+        let _s = self.section();
         if let Some(vm) = self.vm(vm.0) {
             if let Some(bsp) = vm.vcpus.first() {
                 let mut ctl = bsp.ctl();
@@ -858,6 +957,7 @@ impl Engine {
 
     /// The VM's interrupt controller has something new for `vcpu`.
     pub fn notify(&self, vm: VmSlot, vcpu: u32) {
+        let _s = self.section();
         let Some(vm) = self.vm(vm.0) else { return };
         let Some(v) = vm.vcpus.get(vcpu as usize) else {
             return;
@@ -867,6 +967,7 @@ impl Engine {
 
     /// [`Engine::notify`], recording `cause` when tracing.
     pub fn notify_because(&self, vm: VmSlot, vcpu: u32, cause: crate::trace::Cause) {
+        let _s = self.section();
         let Some(vm) = self.vm(vm.0) else { return };
         let Some(v) = vm.vcpus.get(vcpu as usize) else {
             return;
@@ -908,6 +1009,15 @@ impl Engine {
         Ok(())
     }
 
+    /// Ask the timer thread to end the slice of `cpu`'s owner at `at`
+    /// (`None`: the CPU idles) (ranked dispatch).
+    pub(crate) fn arm_quantum(&self, cpu: vcpu_sched::CpuId, at: Option<u64>) {
+        match at {
+            Some(t) => self.timers.arm(quantum_key(cpu), t),
+            None => self.timers.cancel(quantum_key(cpu)),
+        }
+    }
+
     /// Ask the timer thread to kick idle `cpu` at `at` (the policy's
     /// `Dispatch::recheck_at`: a capped vCPU's budget or a reservation is
     /// renewed then).
@@ -919,6 +1029,10 @@ impl Engine {
     }
 
     fn timer_fired(&self, key: TimerKey, deadline_ns: u64) {
+        if key >> 32 == QUANTUM_VM {
+            self.quantum_expired(vcpu_sched::CpuId(key as u32));
+            return;
+        }
         if key >> 32 == RECHECK_VM {
             let cpu = vcpu_sched::CpuId(key as u32);
             // Only an idle CPU: a busy one calls `schedule` at its turn's end.
@@ -935,16 +1049,21 @@ impl Engine {
 
     /// Pause every vCPU of the VM; returns once none runs.
     pub fn pause_vm(&self, vm: VmSlot, timeout: Duration) -> Result<(), EngineError> {
+        let _s = self.section();
         let Some(vm) = self.vm(vm.0) else {
             return Ok(());
         };
         vm.paused.store(true, Ordering::Release);
+        if self.dispatch.ranked() {
+            return self.ranked_take_off(&vm, RunState::Paused, timeout);
+        }
         self.kick_running(&vm);
         self.wait_not_running(&vm, timeout, "pause")
     }
 
     /// Resume a paused VM.
     pub fn resume_vm(&self, vm: VmSlot) {
+        let _s = self.section();
         let Some(vm) = self.vm(vm.0) else { return };
         vm.paused.store(false, Ordering::Release);
         for v in &vm.vcpus {
@@ -1012,9 +1131,15 @@ impl Engine {
     /// the scheduler; returns each vCPU's outcome and scheduling statistics.
     /// The VM's exit handler must already report `stopping()`.
     pub fn finish_vm(&self, slot: VmSlot, timeout: Duration) -> Vec<FinishedVcpu> {
+        let _s = self.section();
         let Some(vm) = self.vm(slot.0) else {
             return Vec::new();
         };
+        if self.dispatch.ranked() {
+            if let Err(e) = self.ranked_take_off(&vm, RunState::Exited, timeout) {
+                log::error!("[{}] {e}", vm.name);
+            }
+        }
         self.kick_running(&vm);
         if let Err(e) = self.wait_not_running(&vm, timeout, "stop") {
             log::error!("[{}] {e}", vm.name);
@@ -1049,12 +1174,15 @@ impl Engine {
             log::error!("[{}] {e}", vm.name);
         }
         let outcomes: Vec<VcpuOutcome> = match self.dispatch {
-            DispatchKind::Threads | DispatchKind::KvmIrqchip if vm.external => vm
-                .vcpus
-                .iter()
-                .map(|v| threads::take_outcome(v, timeout))
-                .collect(),
-            DispatchKind::Threads | DispatchKind::KvmIrqchip => {
+            DispatchKind::Threads | DispatchKind::KvmIrqchip | DispatchKind::Ranked
+                if vm.external =>
+            {
+                vm.vcpus
+                    .iter()
+                    .map(|v| threads::take_outcome(v, timeout))
+                    .collect()
+            }
+            DispatchKind::Threads | DispatchKind::KvmIrqchip | DispatchKind::Ranked => {
                 let handles =
                     std::mem::take(&mut *vm.threads.lock().unwrap_or_else(|p| p.into_inner()));
                 handles
@@ -1076,9 +1204,16 @@ impl Engine {
                 .map(|v| workers::take_outcome(v, timeout))
                 .collect(),
         };
-        for (s, v) in stats.iter_mut().zip(&vm.vcpus) {
+        for ((s, v), o) in stats.iter_mut().zip(&vm.vcpus).zip(&outcomes) {
             s.host_cpus = v.ctl().ran_on.to_list();
             s.halt_poll = v.halt_poll.stats();
+            if self.dispatch.ranked() {
+                // The host kernel switched the threads: its accounting is
+                // the run time and the wait (the scheduler saw only what
+                // it decided).
+                s.run_ns = o.thread_sched.run_ns;
+                s.ready_wait_ns = o.thread_sched.ready_wait_ns;
+            }
         }
         {
             // The scheduler may already have given a removed entity's slot
@@ -1103,12 +1238,14 @@ impl Engine {
 
     /// The scheduler's counters now.
     pub fn snapshot(&self) -> SchedSnapshot {
+        let _s = self.section();
         self.sched.snapshot(now_ns())
     }
 
     /// Every vCPU of the live VMs as the scheduler sees it in `snap`
     /// (state, host CPU, effective priority, penalty, time slice).
     pub fn vcpus_now(&self, snap: &SchedSnapshot) -> Vec<VcpuNow> {
+        let _s = self.section();
         let vms = self.vms.read().unwrap_or_else(|p| p.into_inner());
         vms.iter()
             .flatten()
@@ -1123,6 +1260,7 @@ impl Engine {
     /// Every vCPU of the live VMs as the engine and its VM's interrupt
     /// controller see it now.
     pub fn vcpus_engine_now(&self) -> Vec<VcpuEngineNow> {
+        let _s = self.section();
         let vms = self.vms.read().unwrap_or_else(|p| p.into_inner());
         vms.iter()
             .flatten()
@@ -1151,6 +1289,7 @@ impl Engine {
 
     /// How many vCPUs are in each run state now.
     pub fn census(&self) -> Census {
+        let _s = self.section();
         let mut c = Census::default();
         for vm in self
             .vms

@@ -12,6 +12,7 @@
 use super::clock::{now_ns, thread_cpu_ns, HaltPoll, QuantumTimer};
 use super::dispatch::{Next, Stop};
 use super::kvm_halts::{ask_host_slice, KvmBlocking, SHORT_HOST_SLICE_NS};
+use super::ranked::RankedGate;
 use super::trace_points::cpu16;
 use super::vcpu_state::{EngineVcpu, RunState, VcpuCtl};
 use super::{Engine, EngineError, EngineVm};
@@ -70,12 +71,16 @@ pub fn spawn(
     v: &Arc<EngineVcpu>,
     runner: VcpuRunner,
 ) -> Result<JoinHandle<VcpuOutcome>, EngineError> {
-    if engine.dispatch_kind().kvm_irqchip() {
+    if engine.dispatch_kind().in_kernel_lapic() {
         // Here, not on the vCPU thread, whose system calls a VMM may
         // confine as it starts.
         let blocking = open_kvm_blocking(v, &runner)
             .map_err(|r| EngineError::Thread(std::io::Error::other(r.to_string())))?;
         let _ = v.kvm_blocking.set(blocking);
+    }
+    if engine.dispatch_kind().ranked() {
+        let gate = RankedGate::new(engine, vm, v);
+        return Ok(spawn_vcpu_thread(&vm.name, runner, gate, |_| {})?);
     }
     let gate = ThreadGate::new(engine, vm, v);
     Ok(spawn_vcpu_thread(&vm.name, runner, gate, |_| {})?)
@@ -108,14 +113,27 @@ pub(crate) fn open_kvm_blocking(
 /// ([`crate::signals::kick_signal`]): the quantum timer and the
 /// scheduler's kicks take the vCPU out of KVM_RUN with it.
 pub struct EngineGate {
-    gate: ThreadGate,
+    gate: Gate,
+    vcpu: Arc<EngineVcpu>,
     started: bool,
+}
+
+/// The mechanism behind an [`EngineGate`].
+enum Gate {
+    Threads(ThreadGate),
+    Ranked(RankedGate),
 }
 
 impl EngineGate {
     pub(crate) fn new(engine: &Arc<Engine>, vm: &Arc<EngineVm>, v: &Arc<EngineVcpu>) -> Self {
+        let gate = if engine.dispatch_kind().ranked() {
+            Gate::Ranked(RankedGate::new(engine, vm, v))
+        } else {
+            Gate::Threads(ThreadGate::new(engine, vm, v))
+        };
         EngineGate {
-            gate: ThreadGate::new(engine, vm, v),
+            gate,
+            vcpu: v.clone(),
             started: false,
         }
     }
@@ -123,7 +141,7 @@ impl EngineGate {
     /// The index of the vCPU this gate is for (give it the runner of the
     /// same index).
     pub fn index(&self) -> u32 {
-        self.gate.vcpu.index
+        self.vcpu.index
     }
 }
 
@@ -135,16 +153,14 @@ impl VcpuGate for EngineGate {
             crate::signals::set_current_kvm_run(runner.kvm_run_ptr());
             self.started = true;
         }
-        let d = self.gate.next(runner, last);
+        let d = match &mut self.gate {
+            Gate::Threads(g) => g.next(runner, last),
+            Gate::Ranked(g) => g.next(runner, last),
+        };
         if let GateDecision::Exit(reason) = &d {
             crate::signals::set_current_kvm_run(std::ptr::null_mut());
             self.started = false;
-            *self
-                .gate
-                .vcpu
-                .outcome
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(VcpuOutcome {
+            *self.vcpu.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(VcpuOutcome {
                 reason: reason.clone(),
                 stats: runner.stats,
                 thread_sched: crate::stats::VcpuSchedStats::from_host_thread(current_tid()),

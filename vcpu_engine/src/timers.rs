@@ -40,12 +40,16 @@ struct Shared {
 
 /// Give the calling thread, which only ever runs briefly and stands in for
 /// something the kernel does in interrupt context, the place closest to
-/// that where allowed: the lowest real-time priority, 1 us timer slack.
-pub(crate) fn run_like_an_interrupt(what: &str) {
+/// that where allowed: real-time priority `rank` (the lowest, 1, unless
+/// vCPU threads are real-time too: the ranked dispatch's service rank),
+/// 1 us timer slack.
+pub(crate) fn run_like_an_interrupt(what: &str, rank: i32) {
     // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer
     // slack.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
-    let param = libc::sched_param { sched_priority: 1 };
+    let param = libc::sched_param {
+        sched_priority: rank,
+    };
     // SAFETY: sets the calling thread's policy; `param` is valid.
     if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
         log::debug!(
@@ -62,8 +66,9 @@ pub struct Timers {
 }
 
 impl Timers {
-    /// Start the timer thread; `on_fire` runs on it, with no lock held.
-    pub fn start(on_fire: TimerCallback) -> std::io::Result<Timers> {
+    /// Start the timer thread at real-time priority `rank` (see
+    /// [`run_like_an_interrupt`]); `on_fire` runs on it, with no lock held.
+    pub fn start(on_fire: TimerCallback, rank: i32) -> std::io::Result<Timers> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             cond: Condvar::new(),
@@ -74,7 +79,7 @@ impl Timers {
             .spawn(move || {
                 // Guest timers are interrupts: KVM's in-kernel LAPIC fires
                 // them from hrtimer interrupt context, ahead of every task.
-                run_like_an_interrupt("timer thread");
+                run_like_an_interrupt("timer thread", rank);
                 crate::thread_hook::thread_started(crate::thread_hook::EngineThread::Timers);
                 run(&s, &on_fire)
             })?;
@@ -176,9 +181,12 @@ mod tests {
     fn fires_in_deadline_order_and_honours_cancel_and_rearm() {
         let (tx, rx) = channel();
         let tx = Mutex::new(tx);
-        let timers = Timers::start(Box::new(move |k, _deadline| {
-            let _ = tx.lock().unwrap().send((k, now_ns()));
-        }))
+        let timers = Timers::start(
+            Box::new(move |k, _deadline| {
+                let _ = tx.lock().unwrap().send((k, now_ns()));
+            }),
+            1,
+        )
         .unwrap();
         let t0 = now_ns();
         timers.arm(1, t0 + 30_000_000);

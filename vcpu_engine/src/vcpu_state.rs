@@ -17,6 +17,14 @@
 //! (`kvm_halts`); application processors start there, waiting for their
 //! start-up IPI inside KVM.
 //!
+//! Under the `ranked` dispatch the same states are the scheduler's view,
+//! and the host kernel runs the threads by the rank each state gives
+//! (`ranked.rs`): Running is the CPU's owner, Ready a filler queued behind
+//! it (running while the owner is halted), HaltedInKvm a halted vCPU whose
+//! thread sleeps in KVM at a real-time rank; Halted (the boot vCPU before
+//! its start), Paused and Exited park the thread outside KVM_RUN, as
+//! Ready does for a capped vCPU.
+//!
 //! Every transition happens under the vCPU's `ctl` mutex. A wake that races
 //! with a halt is never lost: the state says Ready before the scheduler is
 //! told, and `vcpu_sched` remembers a wake of an entity it still sees
@@ -27,8 +35,8 @@ use super::kvm_halts::KvmBlocking;
 use super::stats::HaltPollStats;
 use crate::host_cpus::{HostCpu, HostCpuSet};
 use crate::vcpu::{VcpuExitReason, VcpuOutcome, VcpuRunner};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 use vcpu_sched::{CpuId, EntityId};
 
 /// Where a vCPU is in its life.
@@ -60,6 +68,19 @@ pub enum RunState {
 }
 
 impl RunState {
+    /// A number per variant (the lock-free mirror, [`EngineVcpu::state_code`]).
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            RunState::Ready => STATE_READY,
+            RunState::Running { .. } => STATE_RUNNING,
+            RunState::Halted { .. } => 2,
+            RunState::WaitForSipi => 3,
+            RunState::HaltedInKvm => STATE_HALTED_IN_KVM,
+            RunState::Paused => 5,
+            RunState::Exited => STATE_EXITED,
+        }
+    }
+
     /// Blocked in the scheduler (not queued, not running).
     pub fn is_blocked(self) -> bool {
         matches!(
@@ -71,6 +92,12 @@ impl RunState {
         )
     }
 }
+
+/// [`RunState::code`] of Ready, Running, HaltedInKvm and Exited.
+pub(crate) const STATE_READY: u8 = 0;
+pub(crate) const STATE_RUNNING: u8 = 1;
+pub(crate) const STATE_HALTED_IN_KVM: u8 = 4;
+pub(crate) const STATE_EXITED: u8 = 6;
 
 /// The mutable part of a vCPU, under its `ctl` mutex.
 #[derive(Debug)]
@@ -112,6 +139,10 @@ pub struct EngineVcpu {
     /// Mirrors "state is Running or Exited", for a thread that polls
     /// before it parks (halt polling) without taking `ctl`.
     settled: AtomicBool,
+    /// Mirrors the state's [`RunState::code`], for a ranked vCPU thread's
+    /// look at every exit without taking `ctl` (which it may take only
+    /// above every vCPU's rank: `rank::ServiceSection`).
+    state_code: AtomicU8,
     /// Kernel thread id of its own thread (threads dispatch), 0 before it
     /// starts.
     pub(crate) tid: AtomicI32,
@@ -129,6 +160,101 @@ pub struct EngineVcpu {
     /// state says Running): how long a block lasted until the work came,
     /// which its thread's own wake-up latency must not lengthen.
     pub(crate) dispatched_at: AtomicU64,
+    /// Its base priority as registered: its rank where the policy has no
+    /// effective priority of its own (ranked dispatch).
+    pub(crate) base_priority: u8,
+    /// It has a cap: never a filler (ranked dispatch).
+    pub(crate) capped: AtomicBool,
+    /// Its thread's CPU time when the engine last accounted it, ns
+    /// (ranked dispatch).
+    pub(crate) cpu_seen: AtomicU64,
+    /// Its thread waits outside KVM_RUN (ranked dispatch).
+    pub(crate) parked: AtomicBool,
+    /// Its thread left its loop for good (ranked dispatch).
+    pub(crate) left: AtomicBool,
+    /// KVM's `halt_wakeup` count when the engine last looked (ranked).
+    pub(crate) wakeups_seen: AtomicU64,
+    /// Its thread's `/proc/thread-self/stat`, opened by the thread as it
+    /// starts: whether a halted vCPU KVM woke is runnable but has not run
+    /// yet (ranked dispatch).
+    pub(crate) thread_stat: OnceLock<std::fs::File>,
+    /// The host CPUs it may use (its VM's core set among the engine's, or
+    /// what an affinity change set): a ranked filler's or halted vCPU's
+    /// thread may run on any of them. Bumps `rank.allowed_gen` when set.
+    pub(crate) allowed: RwLock<HostCpuSet>,
+    /// Its thread's rank and CPUs, as decided and as applied (ranked
+    /// dispatch, `ranked.rs`).
+    pub(crate) rank: RankState,
+}
+
+/// What the ranked dispatch decided for a vCPU's thread and what it
+/// applied (see `Engine::enact`): decided under the vCPU's `ctl`, applied
+/// by system calls made without any lock by whichever thread decided (the
+/// thread itself may be lowered by them), each applier checking the
+/// decision again after its calls so that the last decision wins.
+#[derive(Debug)]
+pub(crate) struct RankState {
+    /// Decided real-time rank (0: none yet).
+    pub want_rank: AtomicI32,
+    /// Applied real-time rank (0: none yet).
+    pub has_rank: AtomicI32,
+    /// Decided CPUs ([`RankState::one`] or [`RankState::allowed`]).
+    pub want_cpus: AtomicU64,
+    /// Applied CPUs (`NO_CPUS` before the first).
+    pub has_cpus: AtomicU64,
+    /// Bumped at every change of [`EngineVcpu::allowed`].
+    pub allowed_gen: AtomicU32,
+    /// The one CPU of [`EngineVcpu::allowed`] if it holds one only
+    /// (`NO_CPUS` otherwise).
+    pub allowed_single: AtomicU64,
+}
+
+/// [`RankState::has_cpus`] before any binding.
+pub(crate) const NO_CPUS: u64 = u64::MAX;
+/// The tag of "any allowed CPU" in [`RankState::want_cpus`].
+const ALLOWED_TAG: u64 = 1 << 40;
+
+impl RankState {
+    fn new() -> RankState {
+        RankState {
+            want_rank: AtomicI32::new(0),
+            has_rank: AtomicI32::new(0),
+            want_cpus: AtomicU64::new(NO_CPUS),
+            has_cpus: AtomicU64::new(NO_CPUS),
+            allowed_gen: AtomicU32::new(0),
+            allowed_single: AtomicU64::new(NO_CPUS),
+        }
+    }
+
+    /// A new allowed set: a new generation, and its one CPU if it has one.
+    pub fn allowed_changed(&self, allowed: &HostCpuSet) {
+        let single = match allowed.len() {
+            1 => allowed.iter().next().map_or(NO_CPUS, RankState::one),
+            _ => NO_CPUS,
+        };
+        self.allowed_single.store(single, Ordering::Release);
+        self.allowed_gen.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The one CPU of the allowed set, if it holds one only.
+    pub fn allowed_one(&self) -> Option<HostCpu> {
+        Self::single(self.allowed_single.load(Ordering::Acquire))
+    }
+
+    /// Bound to host CPU `cpu` alone.
+    pub fn one(cpu: HostCpu) -> u64 {
+        u64::from(cpu.0)
+    }
+
+    /// On any CPU of its allowed set (of the current generation).
+    pub fn allowed(&self) -> u64 {
+        ALLOWED_TAG | u64::from(self.allowed_gen.load(Ordering::Acquire))
+    }
+
+    /// Whether a [`RankState::want_cpus`] value names one CPU (which).
+    pub fn single(cpus: u64) -> Option<HostCpu> {
+        (cpus < ALLOWED_TAG).then_some(HostCpu(cpus as u32))
+    }
 }
 
 /// The halt polls after a vCPU's blocks: its own thread's (threads
@@ -199,13 +325,32 @@ impl EngineVcpu {
             }),
             changed: Condvar::new(),
             settled: AtomicBool::new(false),
+            state_code: AtomicU8::new(state.code()),
             tid: AtomicI32::new(0),
             runner: Mutex::new(None),
             outcome: Mutex::new(None),
             halt_poll: HaltPollCounters::default(),
             dispatched_at: AtomicU64::new(0),
             kvm_blocking: OnceLock::new(),
+            base_priority: crate::vcpu_sched::tunables::PRIORITY_NORMAL,
+            capped: AtomicBool::new(false),
+            cpu_seen: AtomicU64::new(0),
+            parked: AtomicBool::new(false),
+            left: AtomicBool::new(false),
+            wakeups_seen: AtomicU64::new(0),
+            thread_stat: OnceLock::new(),
+            rank: RankState::new(),
+            allowed: RwLock::new(HostCpuSet::new()),
         }
+    }
+
+    /// The same vCPU with its base priority and the host CPUs it may use
+    /// (what the ranked dispatch ranks and binds it by).
+    pub(crate) fn with_home(mut self, base_priority: u8, allowed: HostCpuSet) -> Self {
+        self.base_priority = base_priority;
+        self.rank.allowed_changed(&allowed);
+        self.allowed = RwLock::new(allowed);
+        self
     }
 
     pub(crate) fn ctl(&self) -> MutexGuard<'_, VcpuCtl> {
@@ -227,6 +372,7 @@ impl EngineVcpu {
     /// [`EngineVcpu::announce`] once it holds no engine lock.
     pub(crate) fn set_state_quietly(&self, ctl: &mut VcpuCtl, state: RunState) {
         ctl.state = state;
+        self.state_code.store(state.code(), Ordering::Release);
         self.settled.store(
             matches!(state, RunState::Running { .. } | RunState::Exited),
             Ordering::Release,
@@ -236,6 +382,12 @@ impl EngineVcpu {
     /// Wake whoever waits for a state change.
     pub(crate) fn announce(&self) {
         self.changed.notify_all();
+    }
+
+    /// The state's [`RunState::code`], without a lock (it may change right
+    /// after).
+    pub(crate) fn state_code(&self) -> u8 {
+        self.state_code.load(Ordering::Acquire)
     }
 
     /// Dispatched or gone (what a parked thread waits for), without a lock.
@@ -260,8 +412,13 @@ impl EngineVcpu {
     pub(crate) fn kick_own_thread(&self) {
         let tid = self.thread_id();
         if tid != 0 {
-            if let Err(e) = crate::signals::kick_thread(tid) {
-                log::warn!("{}: cannot signal its thread {tid}: {e}", self.name);
+            match crate::signals::kick_thread(tid) {
+                Ok(()) => {}
+                // Its loop has just ended: nothing left to take out.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                    log::debug!("{}: its thread {tid} has ended", self.name)
+                }
+                Err(e) => log::warn!("{}: cannot signal its thread {tid}: {e}", self.name),
             }
         }
     }

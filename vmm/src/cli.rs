@@ -179,8 +179,9 @@ pub enum Command {
         #[arg(long, value_name = "MODE", conflicts_with = "compare")]
         mode: Option<vcpu_sched::Mode>,
         /// Use this dispatch mechanism instead of the file's: threads,
-        /// workers or kvm-irqchip (KVM's in-kernel local APIC); with
-        /// --compare, for every scheduled policy.
+        /// workers, kvm-irqchip (KVM's in-kernel local APIC) or ranked
+        /// (KVM's local APIC, the host kernel switching vCPU threads by
+        /// the engine's ranks); with --compare, for every scheduled policy.
         #[arg(long, value_name = "DISPATCH")]
         dispatch: Option<vcpu_engine::DispatchKind>,
         /// Write the run's directory under this directory instead of the

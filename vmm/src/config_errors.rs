@@ -116,7 +116,7 @@ pub fn expectation(pattern: &str) -> Option<&'static str> {
         "host.policy" => "one of \"haiku\", \"global-rr\", \"pinned\", \"eevdf\", \"host\"",
         "host.mode" => "one of \"low-latency\", \"power-saving\"",
         "host.smt_isolation" => "true or false",
-        "host.dispatch" => "one of \"threads\", \"workers\", \"kvm-irqchip\"",
+        "host.dispatch" => "one of \"threads\", \"workers\", \"kvm-irqchip\", \"ranked\"",
         "host.kvm_poll_us" => "an integer number of microseconds from 10 to 10000",
         "host.halt_poll_us" => "an integer number of microseconds from 0 to 10000",
         "host.tunables" => "a table of scheduler tunables such as { bursty_load = 375 }",

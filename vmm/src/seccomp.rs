@@ -169,6 +169,14 @@ fn common() -> Result<Rules, String> {
             // A wake from any of those threads may cut the running vCPU's
             // quantum and re-arm that vCPU's timer (a timer of this process).
             libc::SYS_timer_settime,
+            // `dispatch = "ranked"`: whichever thread decides ranks the
+            // vCPU threads it concerns (their real-time priority), runs
+            // its own decision above them (reading its class first, to
+            // give it back), and reads the halted state of a vCPU it
+            // preempts in KVM's statistics file of that vCPU.
+            libc::SYS_sched_setattr,
+            libc::SYS_sched_getattr,
+            libc::SYS_pread64,
             libc::SYS_getrandom,
             libc::SYS_restart_syscall,
             libc::SYS_exit,
@@ -236,9 +244,6 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
                 // holds the vCPU halted.
                 KVM_GET_MP_STATE(),
             ];
-            // `kvm-irqchip`: the thread's own host time slice, and KVM's
-            // statistics of its vCPU (the time halted in a turn).
-            allow(&mut r, &[libc::SYS_sched_setattr, libc::SYS_pread64]);
             let rules = ioctls
                 .iter()
                 .map(|&req| {
@@ -256,8 +261,8 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
             // failed write cuts the log back to its last whole line.
             allow(&mut r, &[libc::SYS_ftruncate]);
         }
-        // The `kvm-irqchip` watcher reads KVM's per-vCPU statistics files.
-        ThreadKind::Timers => allow(&mut r, &[libc::SYS_pread64]),
+        // The watcher reads KVM's per-vCPU statistics files (common).
+        ThreadKind::Timers => {}
         ThreadKind::Trace => {
             // Read-only: glibc's malloc reads /proc/sys/vm/overcommit_memory
             // the first time a thread's heap shrinks (the drain's buffers

@@ -29,11 +29,7 @@ fn every_policy_and_dispatch_runs_overcommitted_vms() {
     let dir = TempDir::new("engine-all");
     let online = vcpu_engine::host_cpus::online_cpus().unwrap();
     for policy in ["haiku", "global-rr", "pinned", "eevdf"] {
-        for dispatch in [
-            DispatchKind::Threads,
-            DispatchKind::Workers,
-            DispatchKind::KvmIrqchip,
-        ] {
+        for dispatch in DispatchKind::ALL {
             // engine-smoke's shape: 2-vCPU VMs, more vCPUs than host CPUs.
             let n = online.len();
             let mut text = host(policy, dispatch);
@@ -72,11 +68,7 @@ fn core_sets_are_never_left() {
     let cpus: Vec<u32> = online.iter().map(|c| c.0).collect();
     let (first, last) = (cpus[0], cpus[cpus.len() - 1]);
     let dir = TempDir::new("engine-affinity");
-    for dispatch in [
-        DispatchKind::Threads,
-        DispatchKind::Workers,
-        DispatchKind::KvmIrqchip,
-    ] {
+    for dispatch in DispatchKind::ALL {
         let mut text = host("haiku", dispatch);
         for (i, cpu) in [first, last, first].iter().enumerate() {
             text += &vm_table(&format!("p{i}"), "cpu duration_ms=300 report_ms=100")
@@ -100,11 +92,7 @@ fn a_faulting_vm_stops_alone() {
         return;
     }
     let dir = TempDir::new("engine-fault");
-    for dispatch in [
-        DispatchKind::Threads,
-        DispatchKind::Workers,
-        DispatchKind::KvmIrqchip,
-    ] {
+    for dispatch in DispatchKind::ALL {
         let text = format!(
             "{}{}{}",
             host("haiku", dispatch),
@@ -153,27 +141,32 @@ fn under_kvms_local_apic_the_engine_learns_halts_and_wakes() {
     // yet the scheduler must see the vCPUs block and wake, or a sleeper
     // would count as running all the time.
     let dir = TempDir::new("engine-kvm-irqchip");
-    let text = format!(
-        "{}{}{}",
-        // Sampled often enough that wake-ups KVM handles alone (the
-        // default 5 ms lets most pass unseen) are caught too.
-        host("haiku", DispatchKind::KvmIrqchip).replace("[host]\n", "[host]\nkvm_poll_us = 200\n"),
-        vm_table("sleeper", "sleep duration_ms=600 interval_us=1000"),
-        vm_table("pair", "pingpong duration_ms=600").replace("vcpus = 1", "vcpus = 2"),
-    );
-    let res = run_config(&dir, &text);
-    for vm in &res.vms {
-        assert_eq!(vm.status, "success", "{vm:?}");
-        for (st, s) in vm.vcpu_stats.iter().zip(&vm.vcpu_sched) {
-            assert_eq!(st.halts, 0, "KVM handles HLT: {vm:?}");
-            assert!(s.wakeups > 20, "wake-ups learnt from KVM: {s:?}");
+    for dispatch in [DispatchKind::KvmIrqchip, DispatchKind::Ranked] {
+        let text = format!(
+            "{}{}{}",
+            // Sampled often enough that wake-ups KVM handles alone (the
+            // default 5 ms lets most pass unseen) are caught too.
+            host("haiku", dispatch).replace("[host]\n", "[host]\nkvm_poll_us = 200\n"),
+            vm_table("sleeper", "sleep duration_ms=600 interval_us=1000"),
+            vm_table("pair", "pingpong duration_ms=600").replace("vcpus = 1", "vcpus = 2"),
+        );
+        let res = run_config(&dir, &text);
+        for vm in &res.vms {
+            assert_eq!(vm.status, "success", "{dispatch}: {vm:?}");
+            for (st, s) in vm.vcpu_stats.iter().zip(&vm.vcpu_sched) {
+                assert_eq!(st.halts, 0, "{dispatch}: KVM handles HLT: {vm:?}");
+                assert!(
+                    s.wakeups > 20,
+                    "{dispatch}: wake-ups learnt from KVM: {s:?}"
+                );
+            }
         }
+        let sleeper = &res.vms[0].vcpu_sched[0];
+        assert!(
+            sleeper.run_ns < 300_000_000,
+            "{dispatch}: a vCPU asleep most of 600 ms is not charged as running: {sleeper:?}"
+        );
     }
-    let sleeper = &res.vms[0].vcpu_sched[0];
-    assert!(
-        sleeper.run_ns < 300_000_000,
-        "a vCPU asleep most of 600 ms is not charged as running: {sleeper:?}"
-    );
 }
 
 #[test]
@@ -185,11 +178,7 @@ fn pause_and_resume_under_the_engine() {
     let path = dir.config(&vm_table("pz", "cpu duration_ms=800 report_ms=50"));
     let config = Config::load(&path).unwrap();
     let online = vcpu_engine::host_cpus::online_cpus().unwrap();
-    for dispatch in [
-        DispatchKind::Threads,
-        DispatchKind::Workers,
-        DispatchKind::KvmIrqchip,
-    ] {
+    for dispatch in DispatchKind::ALL {
         let engine: Arc<Engine> = Engine::new(
             {
                 let mut c = EngineConfig::default();

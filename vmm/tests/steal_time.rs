@@ -87,6 +87,90 @@ fn under_kvms_local_apic_guest_steal_is_still_the_engines() {
 }
 
 #[test]
+fn under_the_ranked_dispatch_guest_steal_is_the_host_kernels_wait() {
+    if !kvm_or_skip("under_the_ranked_dispatch_guest_steal_is_the_host_kernels_wait") {
+        return;
+    }
+    // Every runnable vCPU's thread is runnable in the host kernel there:
+    // KVM's own steal time (the threads' run-queue wait) is the wait, and
+    // the engine reports the same wait from the kernel.
+    overcommitted_steal_matches("ranked");
+}
+
+/// A thread that spins on host CPU 0 until `stop` is set: another process's
+/// work on the CPU the VM runs on.
+fn spin_on_cpu0(
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let one: vcpu_engine::HostCpuSet = [vcpu_engine::HostCpu(0)].into_iter().collect();
+        let set = one.to_cpu_set();
+        // SAFETY: sched_setaffinity of the calling thread with a valid
+        // cpu_set_t of the size passed.
+        let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+        assert_eq!(r, 0, "pin the spinner: {}", std::io::Error::last_os_error());
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            std::hint::spin_loop();
+        }
+    })
+}
+
+#[test]
+fn the_ranked_dispatchs_accounting_is_the_guests_on_a_busy_host() {
+    if !kvm_or_skip("the_ranked_dispatchs_accounting_is_the_guests_on_a_busy_host") {
+        return;
+    }
+    // Two cpu hogs on host CPU 0 while another thread of the host keeps
+    // that CPU busy too: each vCPU's run time as Pacer reports it is the
+    // guest's own view of it (the run less the steal it saw), and equal
+    // work per reported run second on both vCPUs.
+    let dir = TempDir::new("accounting-busy");
+    let duration_ms: u64 = 2000;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spinner = spin_on_cpu0(stop.clone());
+    let res = run_config(&dir, &config_under("ranked", "0", 2, duration_ms, ""));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    spinner.join().unwrap();
+    let vm = &res.vms[0];
+    assert_eq!(vm.status, "success", "{vm:?}");
+    let mut per_run_s = Vec::new();
+    for (i, s) in vm.vcpu_sched.iter().enumerate() {
+        let m = vm.vcpu_metrics.iter().find(|m| m.vcpu == i as u32).unwrap();
+        let steal = m.steal.as_ref().expect("steal time").workload_steal_ns;
+        let w = vm.work.iter().find(|w| w.vcpu == i as u32).unwrap();
+        let work = w.ticks * 1_000_000 / u64::from(vm.tsc_khz);
+        let guest_run = work.saturating_sub(steal);
+        // The engine's run time covers the whole life of the thread (boot
+        // and the last report too); the guest's view covers its workload.
+        println!(
+            "vcpu{i}: engine run {} ms, guest run {} ms (workload {} ms, steal {} ms)",
+            s.run_ns / 1_000_000,
+            guest_run / 1_000_000,
+            work / 1_000_000,
+            steal / 1_000_000
+        );
+        let diff = s.run_ns.abs_diff(guest_run) as f64 / work as f64;
+        assert!(
+            diff <= 0.05,
+            "vcpu{i}: engine {} ns vs guest {guest_run} ns: {:.1} % of the run",
+            s.run_ns,
+            diff * 100.0
+        );
+        // Neither vCPU had the CPU to itself: the spinner took its part.
+        assert!(
+            guest_run < work * 2 / 3,
+            "vcpu{i}: ran {guest_run} of {work} ns"
+        );
+        per_run_s.push(w.units as f64 / s.run_ns as f64);
+    }
+    let (a, b) = (per_run_s[0], per_run_s[1]);
+    assert!(
+        (a - b).abs() / a.max(b) <= 0.05,
+        "work per reported run second: {a:e} vs {b:e}"
+    );
+}
+
+#[test]
 fn no_steal_when_undercommitted_and_none_when_switched_off() {
     if !kvm_or_skip("no_steal_when_undercommitted_and_none_when_switched_off") {
         return;

@@ -327,9 +327,9 @@ pub fn expectation(pattern: &str) -> Option<&'static str> {
         "matrix.policies[].label" => "a label in quotes",
         "matrix.policies[].policy" => "a policy name in quotes such as \"haiku\"",
         "matrix.policies[].mode" => "one of \"low-latency\", \"power-saving\"",
-        "matrix.dispatch" | "matrix.policies[].dispatch" => "one of \"threads\", \"workers\", \"kvm-irqchip\"",
+        "matrix.dispatch" | "matrix.policies[].dispatch" => "one of \"threads\", \"workers\", \"kvm-irqchip\", \"ranked\"",
         "matrix.policies[].kvm_poll_us" => {
-            "an integer number of microseconds from 10 to 10000 (with dispatch = \"kvm-irqchip\")"
+            "an integer number of microseconds from 10 to 10000 (with dispatch = \"kvm-irqchip\" or \"ranked\")"
         }
         "matrix.memory_mib" | "layout[].vm[].memory_mib" => {
             "an integer number of MiB from 2 to 1048576"
@@ -495,13 +495,13 @@ fn parse_policy(
     };
     let dispatch = match (dispatch, kvm_poll_us) {
         (d, Some(us))
-            if d != Some(DispatchKind::KvmIrqchip)
+            if !d.is_some_and(DispatchKind::in_kernel_lapic)
                 || !(KVM_POLL_US.0..=KVM_POLL_US.1).contains(&(us as i64)) =>
         {
             return Err((
                 "policies".into(),
                 format!(
-                    "kvm_poll_us = {us}: takes {} to {} us, and only with dispatch = \"kvm-irqchip\"",
+                    "kvm_poll_us = {us}: takes {} to {} us, and only with dispatch = \"kvm-irqchip\" or \"ranked\"",
                     KVM_POLL_US.0, KVM_POLL_US.1
                 ),
             ))

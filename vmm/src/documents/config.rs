@@ -86,7 +86,7 @@ fn host(h: &HostConfig) -> HostView {
         smt_isolation: h.smt_isolation,
         dispatch: scheduled.then(|| h.dispatch.as_str().to_string()),
         halt_poll_us: h.halt_poll_us,
-        kvm_poll_us: (scheduled && h.dispatch.kvm_irqchip()).then_some(h.kvm_poll_us),
+        kvm_poll_us: (scheduled && h.dispatch.in_kernel_lapic()).then_some(h.kvm_poll_us),
         log_limit_kib: h.log_limits.log_bytes >> 10,
         result_records_per_s: h.log_limits.records_per_s,
         log_dir: h.log_dir.clone(),

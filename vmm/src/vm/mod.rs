@@ -125,15 +125,17 @@ impl VmOptions {
     fn in_kernel_irqchip(&self) -> bool {
         match &self.scheduling {
             VcpuScheduling::Host { .. } => true,
-            VcpuScheduling::Scheduled(e) => e.dispatch_kind().kvm_irqchip(),
+            VcpuScheduling::Scheduled(e) => e.dispatch_kind().in_kernel_lapic(),
         }
     }
 
     /// Whether the guest's steal time is Pacer's (`steal_time.rs`): under
-    /// Pacer's engine, whichever local APIC serves the VM, the wait for a
-    /// host CPU is the engine's, which KVM's accounting does not see.
+    /// Pacer's engine the wait for a host CPU is the engine's, which KVM's
+    /// accounting does not see while a vCPU's thread is parked. Not under
+    /// the ranked dispatch: there every runnable vCPU's thread is runnable
+    /// in the host kernel, whose wait KVM's own steal time counts exactly.
     fn pacer_steal_time(&self) -> bool {
-        matches!(self.scheduling, VcpuScheduling::Scheduled(_))
+        matches!(&self.scheduling, VcpuScheduling::Scheduled(e) if !e.dispatch_kind().ranked())
     }
 }
 

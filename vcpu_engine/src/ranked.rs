@@ -1,0 +1,761 @@
+//! The `ranked` dispatch: the scheduler decides, the host kernel switches
+//! ([`crate::DispatchKind::Ranked`]).
+//!
+//! # Why
+//!
+//! Enforcing each decision in user space costs an exit per IPI, halt and
+//! timer (the `threads` dispatch, with Pacer's own local APIC); leaving
+//! the vCPU threads to the host kernel with KVM's local APIC (`host`, and
+//! the `kvm-irqchip` dispatch between two looks of its watcher) is cheap
+//! but gives the wake-up race, the tail and the accounting back to the
+//! host's EEVDF. Here KVM's in-kernel local APIC keeps IPIs, timers, EOIs
+//! and halts inside KVM_RUN, and the decisions reach the host kernel as
+//! two attributes of each vCPU thread that the kernel enforces on its own
+//! fast path (the split of policy and mechanism of ghOSt, and how
+//! real-time VMMs run vCPU threads):
+//!
+//! - its **rank**, a SCHED_FIFO priority (`rank.rs`): the CPU's *owner*
+//!   (the vCPU the scheduler dispatched there) and every halted vCPU rank
+//!   by the scheduler's effective priority E, vCPUs queued behind an owner
+//!   rank below all of them (*fillers*). So a vCPU KVM wakes preempts the
+//!   owner at once when the scheduler would (E above the owner's: ranks
+//!   are monotone in E), and an owner that halts hands its CPU at once to
+//!   the best runnable vCPU there — both without leaving the kernel;
+//! - its **CPUs**: the owner is bound to its CPU; fillers and halted
+//!   vCPUs may use their VM's whole core set, so the kernel's real-time
+//!   placement puts a woken vCPU where it may run now and pulls a waiting
+//!   filler to a CPU whose owners all halted (no vCPU waits while a CPU
+//!   it may use idles).
+//!
+//! vCPU threads never leave KVM_RUN for a scheduling reason: quantum ends,
+//! preemptions and blocks are carried out from whichever thread decides
+//! (the timer thread at the end of a slice, the agent, a waker), by
+//! changing ranks and CPUs; the kernel then switches threads as it would
+//! for any preemption. A thread leaves KVM_RUN only to park (its VM
+//! paused or stopping, or it is capped and not running: a capped vCPU is
+//! never a filler, so its cap holds exactly).
+//!
+//! # What the engine learns, and when
+//!
+//! The scheduler's view lags the kernel's by at most one look:
+//! - **the slice's end** (the timer thread, at the owner's quantum end,
+//!   `quantum_expired`): the owner's thread CPU time says how much of the
+//!   slice it used (a slice is CPU time, as in Haiku: one preempted by
+//!   woken vCPUs is extended by what it lost); KVM's `blocking` statistic
+//!   says whether it halted meanwhile (a block, not a quantum end);
+//! - **the agent** (every `kvm_poll_ns`, `sample`): an owner that halted
+//!   gives its CPU back as a block; a halted vCPU that is awake is woken
+//!   through the scheduler's wake path (placement, preemption, its slice);
+//!   the CPU time a halted vCPU used since the last look (woken, ran and
+//!   halted again in between) is charged to it as such
+//!   (`VcpuScheduler::ran_unseen`: its load, penalties, share and cap see
+//!   every run, so a vCPU that wakes itself all the time is penalised as
+//!   a hog is and cannot starve the others from the top ranks);
+//! - **its own exits** (I/O, the yield port): a halted vCPU that exits
+//!   is awake; a yield ends the owner's turn.
+//!
+//! Accounting is the kernel's: a turn is charged the CPU time its thread
+//! used (not the wall time it held the CPU), the statistics report each
+//! thread's run time and run-queue wait from the kernel, and the guest's
+//! steal time is KVM's own (the time its runnable thread waited), exact
+//! here since every runnable vCPU's thread is runnable in the kernel.
+//!
+//! # Departures
+//!
+//! - Fillers run while their CPU's owners are halted, which the scheduler
+//!   would also do at its next look (an idle CPU takes queued work); their
+//!   runs are not charged to the scheduler's shares (their threads' time
+//!   is in the statistics). Capped vCPUs are never fillers.
+//! - SMT isolation cannot be expressed by ranks and CPUs (a filler or a
+//!   woken vCPU may run beside another VM's): an engine with it refuses
+//!   this dispatch.
+//! - Without the right to real-time ranks (CAP_SYS_NICE, or an
+//!   RLIMIT_RTPRIO of at least `rank::SERVICE_RANK`) the engine refuses
+//!   this dispatch ([`crate::EngineError::NoRealtimeRanks`]).
+
+use crate::clock::now_ns;
+use crate::cpu::CpuSlot;
+use crate::dispatch::Stop;
+use crate::host_cpus::{pin_thread, HostCpuSet};
+use crate::kvm_halts::KvmBlocking;
+use crate::rank::{set_rank, thread_cpu_ns_of, Rank, ServiceSection};
+use crate::trace::{Event, StopWhy};
+use crate::trace_points::cpu16;
+use crate::vcpu::{GateDecision, VcpuExitReason, VcpuGate, VcpuRunner, VcpuStep};
+use crate::vcpu_state::{
+    EngineVcpu, RankState, RunState, VcpuCtl, NO_CPUS, STATE_HALTED_IN_KVM, STATE_READY,
+    STATE_RUNNING,
+};
+use crate::{Engine, EngineError, EngineVm};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vcpu_sched::{CpuId, StopReason};
+
+/// How long an owner that nothing waits behind runs before its slice's
+/// end is looked at (its penalty and balance; a vCPU that queues behind
+/// it brings the end back to its slice's).
+pub(crate) const LONE_SLICE_NS: u64 = 20_000_000;
+
+/// A slice given back to an owner that lost CPU time ends at the latest
+/// this many slices after its dispatch.
+const MAX_SLICE_STRETCH: u64 = 3;
+
+/// A slice counts as used up when less than this is left of it (the
+/// timer thread's own latency; Haiku ends a quantum with less than half
+/// the minimal quantum left, which the scheduler applies itself).
+const SLICE_SLACK_NS: u64 = 20_000;
+
+impl Engine {
+    /// Decide, under `ctl`, the rank and CPUs of `v`'s thread for its
+    /// state (see the module documentation); true if it must park.
+    fn decide_rank(&self, v: &EngineVcpu, ctl: &VcpuCtl) -> bool {
+        let halted = || {
+            let e = self
+                .scheduler()
+                .effective_priority(v.entity)
+                .unwrap_or(v.base_priority);
+            Rank::Halted(e)
+        };
+        let (rank, cpus, park) = match ctl.state {
+            RunState::Running { cpu } => match self.slot(cpu) {
+                Some(s) => (Rank::Owner, RankState::one(s.host), false),
+                None => (Rank::Park, v.rank.allowed(), true),
+            },
+            RunState::HaltedInKvm => (halted(), v.rank.allowed(), false),
+            RunState::Ready if !v.capped.load(Ordering::Acquire) => {
+                (Rank::Filler, v.rank.allowed(), false)
+            }
+            // Out of KVM_RUN: the signal is taken when the thread runs,
+            // so it must run at once.
+            RunState::Ready
+            | RunState::Halted { .. }
+            | RunState::WaitForSipi
+            | RunState::Paused
+            | RunState::Exited => (Rank::Park, v.rank.allowed(), true),
+        };
+        // A core set of one CPU: bound there whatever the state, so that
+        // a change of state changes no binding.
+        let cpus = match (RankState::single(cpus), v.rank.allowed_one()) {
+            (None, Some(one)) => RankState::one(one),
+            _ => cpus,
+        };
+        v.rank.want_rank.store(rank.code(), Ordering::Release);
+        v.rank.want_cpus.store(cpus, Ordering::Release);
+        park
+    }
+
+    /// Give `v`'s thread the rank and CPUs last decided for it, with no
+    /// lock held (the caller may be that thread, which the calls may
+    /// lower): only what differs from what was applied, and again while a
+    /// newer decision came meanwhile, so that the last decision is the one
+    /// the kernel holds.
+    fn apply_rank(&self, v: &EngineVcpu) {
+        let tid = v.thread_id();
+        if tid == 0 || v.left.load(Ordering::Acquire) {
+            return;
+        }
+        let r = &v.rank;
+        for _ in 0..8 {
+            let rank = r.want_rank.load(Ordering::Acquire);
+            let cpus = r.want_cpus.load(Ordering::Acquire);
+            if rank != 0 && r.has_rank.swap(rank, Ordering::AcqRel) != rank {
+                if let Err(e) = set_rank(tid, rank) {
+                    r.has_rank.store(0, Ordering::Release);
+                    gone_or_warn(v, "rank", &e);
+                }
+            }
+            if cpus != NO_CPUS && r.has_cpus.swap(cpus, Ordering::AcqRel) != cpus {
+                let set = match RankState::single(cpus) {
+                    Some(c) => [c].into_iter().collect(),
+                    None => v.allowed.read().unwrap_or_else(|p| p.into_inner()).clone(),
+                };
+                if let Err(e) = pin_thread(tid, &set) {
+                    r.has_cpus.store(NO_CPUS, Ordering::Release);
+                    gone_or_warn(v, "bind", &e);
+                }
+            }
+            if r.want_rank.load(Ordering::Acquire) == rank
+                && r.want_cpus.load(Ordering::Acquire) == cpus
+            {
+                return;
+            }
+        }
+    }
+
+    /// Decide and apply `v`'s rank and CPUs for its state; a thread that
+    /// must park is signalled out of KVM_RUN. On `v`'s own thread (a
+    /// decision its gate made in a service section) only decided: its gate
+    /// applies it once out of the section.
+    pub(crate) fn enact(&self, v: &EngineVcpu) {
+        let park = {
+            let ctl = v.ctl();
+            self.decide_rank(v, &ctl)
+        };
+        if v.thread_id() == crate::signals::current_tid() {
+            return;
+        }
+        self.apply_rank(v);
+        if park && !v.parked.load(Ordering::Acquire) && !v.left.load(Ordering::Acquire) {
+            v.kick_own_thread();
+        }
+    }
+
+    /// The CPU time `v`'s thread used since the engine last looked (and
+    /// mark it seen).
+    fn take_cpu_time(&self, v: &EngineVcpu) -> u64 {
+        let Some(now) = thread_cpu_ns_of(v.thread_id()) else {
+            return 0;
+        };
+        let seen = v.cpu_seen.swap(now, Ordering::AcqRel);
+        now.saturating_sub(seen)
+    }
+
+    /// The owner `v` of `slot` stops for `stop` (under the slot's `owner`
+    /// lock, `owner` holding `v`): charge its turn the CPU time it used,
+    /// set its state, ask the scheduler for the next owner. The caller
+    /// enacts both and kicks the CPUs returned, once it released `owner`.
+    fn stop_owner_locked(
+        &self,
+        slot: &CpuSlot,
+        owner: &mut Option<Arc<EngineVcpu>>,
+        v: &EngineVcpu,
+        stop: Stop,
+    ) -> (Option<Arc<EngineVcpu>>, Vec<CpuId>) {
+        let now = now_ns();
+        let ran = self.take_cpu_time(v);
+        let held = now.saturating_sub(v.dispatched_at.load(Ordering::Relaxed));
+        let reason = {
+            let mut ctl = v.ctl();
+            self.record(|| Event::Stop {
+                cpu: cpu16(slot.host),
+                vcpu: v.trace_ref(),
+                why: match &stop {
+                    Stop::Quantum => StopWhy::Quantum,
+                    Stop::Preempted => StopWhy::Preempted,
+                    Stop::Yielded => StopWhy::Yielded,
+                    Stop::Blocked if self.vm_paused(v) => StopWhy::Paused,
+                    Stop::Blocked => StopWhy::Halted,
+                    Stop::Exit(_) => StopWhy::Exited,
+                },
+                thread_cpu_ns: v.cpu_seen.load(Ordering::Relaxed),
+            });
+            match stop {
+                Stop::Quantum => {
+                    v.set_state(&mut ctl, RunState::Ready);
+                    StopReason::QuantumEnd
+                }
+                Stop::Preempted => {
+                    v.set_state(&mut ctl, RunState::Ready);
+                    StopReason::Preempted
+                }
+                Stop::Yielded => {
+                    v.set_state(&mut ctl, RunState::Ready);
+                    StopReason::Yielded
+                }
+                Stop::Blocked => {
+                    // Halted, or paused (the caller set Paused already).
+                    if matches!(ctl.state, RunState::Running { .. }) {
+                        v.set_state(&mut ctl, RunState::HaltedInKvm);
+                        note_wakeups(v);
+                    }
+                    StopReason::Blocked
+                }
+                Stop::Exit(r) => {
+                    if r != VcpuExitReason::Stopped {
+                        ctl.exit_reason = Some(r);
+                    }
+                    v.set_state(&mut ctl, RunState::Exited);
+                    StopReason::Blocked
+                }
+            }
+        };
+        // The time it held the CPU without running (halted, or preempted
+        // by a vCPU KVM woke, or by another host thread) is not run time.
+        self.reschedule_locked(slot, owner, reason, held.saturating_sub(ran))
+    }
+
+    fn vm_paused(&self, v: &EngineVcpu) -> bool {
+        self.vm(v.vm).is_some_and(|vm| vm.is_paused())
+    }
+
+    /// After a decision on `slot` (its `owner` released): rank the vCPU
+    /// that stopped and the one that runs next, wake the next one's thread
+    /// if it was parked, and kick the CPUs the scheduler named.
+    fn carry_out(
+        &self,
+        stopped: Option<&EngineVcpu>,
+        next: Option<Arc<EngineVcpu>>,
+        kicks: Vec<CpuId>,
+    ) {
+        for k in kicks {
+            self.kick_cpu(k);
+        }
+        // The stopped owner first: out of the normal class, so that the
+        // new owner's entry into it preempts it at once.
+        if let Some(s) = stopped {
+            self.enact(s);
+        }
+        if let Some(n) = &next {
+            self.enact(n);
+            n.announce();
+        }
+    }
+
+    /// `stop` the owner of `cpu` if it is `v` (from any thread); false if
+    /// `v` does not own it (any more).
+    fn stop_owner(&self, cpu: CpuId, v: &Arc<EngineVcpu>, stop: Stop) -> bool {
+        let Some(slot) = self.slot(cpu) else {
+            return false;
+        };
+        let mut owner = slot.lock_owner();
+        if !owner.as_ref().is_some_and(|o| Arc::ptr_eq(o, v)) {
+            return false;
+        }
+        let (next, kicks) = self.stop_owner_locked(slot, &mut owner, v, stop);
+        drop(owner);
+        self.carry_out(Some(v), next, kicks);
+        true
+    }
+
+    /// The scheduler asked `cpu` to call `schedule` (a wake that preempts,
+    /// work for an idle CPU, a change): done here, on the caller's thread.
+    pub(crate) fn ranked_kick(&self, cpu: CpuId) {
+        let Some(slot) = self.slot(cpu) else { return };
+        slot.kick_pending.store(false, Ordering::Release);
+        let mut owner = slot.lock_owner();
+        match owner.clone() {
+            Some(v) => {
+                // An owner found halted gives the CPU back as a block.
+                let stop = if halted_in_kvm(&v) {
+                    Stop::Blocked
+                } else {
+                    Stop::Preempted
+                };
+                let (next, kicks) = self.stop_owner_locked(slot, &mut owner, &v, stop);
+                drop(owner);
+                self.carry_out(Some(&v), next, kicks);
+            }
+            None => {
+                let (next, kicks) = self.reschedule_locked(slot, &mut owner, StopReason::Idle, 0);
+                drop(owner);
+                self.carry_out(None, next, kicks);
+            }
+        }
+    }
+
+    /// The timer thread: the slice of `cpu`'s owner ends now (see the
+    /// module documentation).
+    pub(crate) fn quantum_expired(&self, cpu: CpuId) {
+        let Some(slot) = self.slot(cpu) else { return };
+        let mut owner = slot.lock_owner();
+        let Some(v) = owner.clone() else { return };
+        let now = now_ns();
+        let end = slot.quantum_end();
+        if halted_in_kvm(&v) {
+            let (next, kicks) = self.stop_owner_locked(slot, &mut owner, &v, Stop::Blocked);
+            drop(owner);
+            self.carry_out(Some(&v), next, kicks);
+            return;
+        }
+        if now < end {
+            // Extended since the timer was taken: not over yet.
+            self.arm_quantum(cpu, Some(end));
+            return;
+        }
+        // A slice is CPU time: what the owner lost to vCPUs KVM woke (or
+        // to other host threads) is given back, up to the slice again.
+        let dispatched = v.dispatched_at.load(Ordering::Relaxed);
+        let granted = slot.granted();
+        let used = thread_cpu_ns_of(v.thread_id())
+            .unwrap_or(0)
+            .saturating_sub(v.cpu_seen.load(Ordering::Acquire));
+        let latest = dispatched.saturating_add(granted.saturating_mul(MAX_SLICE_STRETCH));
+        if used.saturating_add(SLICE_SLACK_NS) < granted && now < latest {
+            let until = (now + (granted - used)).min(latest);
+            slot.set_quantum_end(until);
+            self.arm_quantum(cpu, Some(until));
+            return;
+        }
+        let (next, kicks) = self.stop_owner_locked(slot, &mut owner, &v, Stop::Quantum);
+        drop(owner);
+        self.carry_out(Some(&v), next, kicks);
+    }
+
+    /// A vCPU was queued behind the owner of `cpu`: that owner's slice,
+    /// stretched while it was alone, ends when its granted slice does (or
+    /// now, if it has used that up).
+    pub(crate) fn queued_behind(&self, cpu: CpuId) {
+        let Some(slot) = self.slot(cpu) else { return };
+        let owner = slot.lock_owner();
+        let Some(v) = owner.as_ref() else { return };
+        let due = v
+            .dispatched_at
+            .load(Ordering::Relaxed)
+            .saturating_add(slot.granted())
+            .max(now_ns());
+        if due < slot.quantum_end() {
+            slot.set_quantum_end(due);
+            self.arm_quantum(cpu, Some(due));
+        }
+    }
+
+    /// A vCPU halted in KVM is awake (the agent saw it, or it exited):
+    /// charge what it ran unseen, then wake it through the scheduler.
+    fn awake_in_kvm(&self, v: &EngineVcpu) {
+        let ran = self.take_cpu_time(v);
+        self.awake_after(v, ran);
+    }
+
+    /// [`Engine::awake_in_kvm`], having run `ran` ns unseen.
+    fn awake_after(&self, v: &EngineVcpu, ran: u64) {
+        if ran > 0 {
+            let _ = self.scheduler().ran_unseen(v.entity, ran, now_ns());
+        }
+        let ctl = v.ctl();
+        if ctl.state != RunState::HaltedInKvm {
+            return;
+        }
+        self.woken_in_kvm(v, ctl);
+        self.enact(v);
+    }
+
+    /// One look of the agent at every vCPU (see the module documentation).
+    pub(crate) fn ranked_sample(&self) -> (u64, u64, u64) {
+        let (mut samples, mut halts, mut wakes) = (0, 0, 0);
+        for vm in self.live_vms() {
+            for v in vm.vcpus() {
+                let Some(stats) = v.kvm_blocking.get() else {
+                    continue;
+                };
+                samples += 1;
+                match v.state() {
+                    RunState::Running { cpu }
+                        if stats.blocking().unwrap_or(false)
+                            && self.stop_owner(cpu, v, Stop::Blocked) =>
+                    {
+                        halts += 1;
+                    }
+                    RunState::HaltedInKvm => {
+                        // KVM's `blocking` is cleared by the woken thread
+                        // when it runs: one KVM woke but that has not run
+                        // (ranked below the CPU's owner) still reads 1.
+                        // The wake-up count moves at the wake itself.
+                        let blocking = stats.blocking().unwrap_or(true);
+                        let woken = stats
+                            .halt_wakeups()
+                            .is_some_and(|w| v.wakeups_seen.swap(w, Ordering::AcqRel) != w);
+                        let ran = self.take_cpu_time(v);
+                        let awake = !blocking || (woken && (ran == 0 || thread_runnable(v)));
+                        if awake {
+                            wakes += 1;
+                            self.awake_after(v, ran);
+                        } else if ran > 0 {
+                            let _ = self.scheduler().ran_unseen(v.entity, ran, now_ns());
+                            // Its E may have changed.
+                            self.enact(v);
+                        }
+                    }
+                    RunState::Ready => {
+                        // A filler's runs are not the scheduler's to charge.
+                        self.take_cpu_time(v);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        (samples, halts, wakes)
+    }
+
+    /// Take every vCPU of `vm` off its CPU and out of the scheduler's
+    /// queues into `state` (Paused or Exited), park their threads, and
+    /// wait up to `timeout` until every thread is out of KVM_RUN.
+    ///
+    /// Every CPU's `owner` lock is held while the states change, so no
+    /// CPU dispatches a vCPU of `vm` meanwhile; a vCPU still queued in
+    /// the scheduler stays queued there, and the CPU that picks it later
+    /// finds it taken off and picks again (`reschedule_locked`).
+    pub(crate) fn ranked_take_off(
+        &self,
+        vm: &EngineVm,
+        state: RunState,
+        timeout: Duration,
+    ) -> Result<(), EngineError> {
+        let mut decided = Vec::new();
+        {
+            let mut owners: Vec<_> = self.slots().iter().map(|s| s.lock_owner()).collect();
+            for v in &vm.vcpus {
+                let mut ctl = v.ctl();
+                match ctl.state {
+                    RunState::Exited => {}
+                    RunState::Running { cpu } => {
+                        let Some(slot) = self.slot(cpu) else { continue };
+                        let stop = if state == RunState::Exited {
+                            Stop::Exit(VcpuExitReason::Stopped)
+                        } else {
+                            // Paused first: the block keeps it.
+                            v.set_state(&mut ctl, state);
+                            Stop::Blocked
+                        };
+                        drop(ctl);
+                        let owner = &mut owners[cpu.0 as usize];
+                        let (next, kicks) = self.stop_owner_locked(slot, owner, v, stop);
+                        decided.push((next, kicks));
+                    }
+                    _ => v.set_state(&mut ctl, state),
+                }
+            }
+        }
+        for (next, kicks) in decided {
+            self.carry_out(None, next, kicks);
+        }
+        for v in &vm.vcpus {
+            self.enact(v);
+        }
+        let deadline = Instant::now() + timeout;
+        for v in &vm.vcpus {
+            while !v.parked.load(Ordering::Acquire) && !v.left.load(Ordering::Acquire) {
+                if Instant::now() >= deadline {
+                    return Err(EngineError::Timeout {
+                        what: format!("parking {}", v.name),
+                        timeout,
+                    });
+                }
+                v.kick_own_thread();
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A rank or binding of `v`'s thread failed: quietly if the thread has
+/// just ended (its loop leaves before the engine forgets it).
+fn gone_or_warn(v: &EngineVcpu, what: &str, e: &std::io::Error) {
+    if e.raw_os_error() == Some(libc::ESRCH) || v.left.load(Ordering::Acquire) {
+        log::debug!("{}: thread gone, no {what}: {e}", v.name);
+    } else {
+        log::warn!("{}: cannot {what} its thread: {e}", v.name);
+    }
+}
+
+/// Remember KVM's wake-up count of `v` (it is halted now in the engine's
+/// view): a later count says KVM woke it since.
+fn note_wakeups(v: &EngineVcpu) {
+    if let Some(w) = v.kvm_blocking.get().and_then(KvmBlocking::halt_wakeups) {
+        v.wakeups_seen.store(w, Ordering::Release);
+    }
+}
+
+/// Whether `v`'s thread is runnable (running or waiting for a CPU) now,
+/// from its `/proc/thread-self/stat` (false if unknown).
+fn thread_runnable(v: &EngineVcpu) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Some(f) = v.thread_stat.get() else {
+        return false;
+    };
+    let mut buf = [0u8; 512];
+    let Ok(n) = f.read_at(&mut buf, 0) else {
+        return false;
+    };
+    // "<tid> (<comm>) <state> ...": the name may hold anything, so the
+    // state follows the last ')'.
+    let text = &buf[..n];
+    text.iter()
+        .rposition(|b| *b == b')')
+        .and_then(|i| text.get(i + 2))
+        .is_some_and(|s| *s == b'R')
+}
+
+/// Whether `v`'s thread sleeps in KVM's halt now (false if unknown).
+fn halted_in_kvm(v: &EngineVcpu) -> bool {
+    v.kvm_blocking
+        .get()
+        .is_some_and(|b| b.blocking().unwrap_or(false))
+}
+
+/// The gate of a vCPU thread under the ranked dispatch: it runs the guest
+/// whenever the host kernel gives it its CPU, and leaves KVM_RUN only to
+/// park (see the module documentation). Its look at every exit takes no
+/// lock; what it decides itself (a yield, a wake it found, parking) it
+/// decides in a [`ServiceSection`], then takes its vCPU's rank again.
+pub(crate) struct RankedGate {
+    engine: Arc<Engine>,
+    vm: Arc<EngineVm>,
+    vcpu: Arc<EngineVcpu>,
+}
+
+impl RankedGate {
+    pub(crate) fn new(engine: &Arc<Engine>, vm: &Arc<EngineVm>, v: &Arc<EngineVcpu>) -> Self {
+        RankedGate {
+            engine: engine.clone(),
+            vm: vm.clone(),
+            vcpu: v.clone(),
+        }
+    }
+
+    /// The thread starts: known to the engine, its KVM statistics open.
+    fn start(&mut self, runner: &VcpuRunner) -> Result<(), VcpuExitReason> {
+        let v = &self.vcpu;
+        v.tid
+            .store(crate::signals::current_tid(), Ordering::Release);
+        if v.kvm_blocking.get().is_none() {
+            // An embedder's thread (`Engine::add_vm` opened it already).
+            let blocking =
+                KvmBlocking::open(runner.vcpu_fd()).map_err(|e| VcpuExitReason::Unhandled {
+                    exit: format!("the ranked dispatch needs KVM's per-vCPU statistics: {e}"),
+                })?;
+            let _ = v.kvm_blocking.set(blocking);
+        }
+        v.cpu_seen
+            .store(crate::clock::thread_cpu_ns(), Ordering::Release);
+        match std::fs::File::open("/proc/thread-self/stat") {
+            Ok(f) => {
+                let _ = v.thread_stat.set(f);
+            }
+            Err(e) => log::debug!("{}: no /proc/thread-self/stat: {e}", v.name),
+        }
+        note_wakeups(v);
+        Ok(())
+    }
+
+    /// Leave the loop: the vCPU stops for good, for `reason` (a stop: the
+    /// reason a fatal exit left, if any).
+    fn exit(&self, reason: VcpuExitReason) -> GateDecision {
+        let v = &self.vcpu;
+        let reason = {
+            let _s = ServiceSection::enter();
+            if let RunState::Running { cpu } = v.state() {
+                self.engine.stop_owner(cpu, v, Stop::Exit(reason.clone()));
+            }
+            let mut ctl = v.ctl();
+            if ctl.state != RunState::Exited {
+                v.set_state(&mut ctl, RunState::Exited);
+            }
+            match (&reason, &ctl.exit_reason) {
+                (VcpuExitReason::Stopped, Some(r)) => r.clone(),
+                (VcpuExitReason::Stopped, None) => reason,
+                (_, _) => {
+                    ctl.exit_reason.get_or_insert_with(|| reason.clone());
+                    reason
+                }
+            }
+        };
+        v.left.store(true, Ordering::Release);
+        GateDecision::Exit(reason)
+    }
+
+    /// Whether the state (`code`) keeps the thread out of KVM_RUN.
+    fn must_park(&self, code: u8) -> bool {
+        match code {
+            STATE_RUNNING | STATE_HALTED_IN_KVM => false,
+            STATE_READY => self.vcpu.capped.load(Ordering::Acquire),
+            _ => true,
+        }
+    }
+
+    /// Park while the vCPU's state keeps its thread out of KVM_RUN.
+    /// Returns false once the VM is gone.
+    fn park(&self) -> bool {
+        let v = &self.vcpu;
+        let gone = {
+            let _s = ServiceSection::enter();
+            let ctl = v.ctl();
+            if !self.must_park(ctl.state.code()) {
+                false
+            } else {
+                v.parked.store(true, Ordering::Release);
+                self.engine.record(|| Event::Park {
+                    vcpu: v.trace_ref(),
+                });
+                let ctl = v.wait_until(ctl, |c| {
+                    !self.must_park(c.state.code()) || self.vm.handler.stopping()
+                });
+                let gone = ctl.state == RunState::Exited || self.vm.handler.stopping();
+                drop(ctl);
+                v.parked.store(false, Ordering::Release);
+                gone
+            }
+        };
+        if gone {
+            return false;
+        }
+        // The CPU time it used parked is nothing to charge.
+        v.cpu_seen
+            .store(crate::clock::thread_cpu_ns(), Ordering::Release);
+        true
+    }
+}
+
+impl VcpuGate for RankedGate {
+    fn next(&mut self, runner: &mut VcpuRunner, last: VcpuStep) -> GateDecision {
+        let v = self.vcpu.clone();
+        // The service section this thread decides in, once it needs one:
+        // its rank is then decided again from its vCPU's state, and set
+        // once out of the section.
+        let mut section: Option<ServiceSection> = None;
+        match &last {
+            VcpuStep::Start => {
+                if let Err(r) = self.start(runner) {
+                    return self.exit(r);
+                }
+                section.get_or_insert_with(ServiceSection::enter_for_vcpu);
+            }
+            VcpuStep::Fatal(r) => return self.exit(r.clone()),
+            VcpuStep::Yielded if v.state_code() == STATE_RUNNING => {
+                section.get_or_insert_with(ServiceSection::enter_for_vcpu);
+                if let RunState::Running { cpu } = v.state() {
+                    self.engine.stop_owner(cpu, &v, Stop::Yielded);
+                }
+            }
+            VcpuStep::Yielded => {
+                // A filler or a vCPU KVM woke: behind its equals.
+                // SAFETY: sched_yield takes no arguments.
+                unsafe { libc::sched_yield() };
+            }
+            _ => {}
+        }
+        if self.vm.handler.stopping() {
+            return self.exit(VcpuExitReason::Stopped);
+        }
+        if v.state_code() == STATE_HALTED_IN_KVM {
+            // It exited, so it is awake.
+            section.get_or_insert_with(ServiceSection::enter_for_vcpu);
+            self.engine.awake_in_kvm(&v);
+        }
+        if self.must_park(v.state_code()) {
+            drop(section.take());
+            if !self.park() {
+                return self.exit(VcpuExitReason::Stopped);
+            }
+            section.get_or_insert_with(ServiceSection::enter_for_vcpu);
+        }
+        if let Some(s) = section {
+            // Decided at the service rank, applied (lowering this thread)
+            // once out of it, with no lock held.
+            {
+                let ctl = v.ctl();
+                self.engine.decide_rank(&v, &ctl);
+            }
+            drop(s);
+            v.rank.has_rank.store(0, Ordering::Release);
+            self.engine.apply_rank(&v);
+        }
+        GateDecision::Run
+    }
+}
+
+/// The host CPUs a vCPU of `vm` may use under this dispatch (its core set
+/// among the engine's CPUs).
+pub(crate) fn allowed_host_cpus(engine: &Engine, cpus: &HostCpuSet) -> HostCpuSet {
+    let ours = engine.host_cpus();
+    let mut set = HostCpuSet::new();
+    for c in cpus.iter().filter(|c| ours.contains(*c)) {
+        set.insert(c);
+    }
+    if set.is_empty() {
+        ours
+    } else {
+        set
+    }
+}
