@@ -142,6 +142,14 @@ impl CpuSlot {
         q.timer = Some(timer.clone());
     }
 
+    /// [`CpuSlot::arm_turn`] for a caller holding the turn
+    /// ([`CpuSlot::lock_turn`]): the ranked dispatch arms the new owner's
+    /// timer from whichever thread dispatched it.
+    pub fn arm_turn_locked(&self, q: &mut TurnQuantum, timer: &Arc<QuantumTimer>) {
+        timer.arm(self.quantum_end.load(Ordering::Acquire));
+        q.timer = Some(timer.clone());
+    }
+
     /// The executor's turn is over: disarm `timer`, which cuts no longer
     /// reach.
     pub fn disarm_turn(&self, timer: &QuantumTimer) {
@@ -174,8 +182,11 @@ impl CpuSlot {
     /// waits behind; earlier again when something does). The granted
     /// slice stays.
     pub fn set_quantum_end(&self, end: u64) {
-        let _q = self.lock_quantum();
+        let q = self.lock_quantum();
         self.quantum_end.store(end, Ordering::Release);
+        if let Some(timer) = &q.timer {
+            timer.arm(end);
+        }
     }
 
     pub fn lock_owner(&self) -> MutexGuard<'_, Option<Arc<EngineVcpu>>> {

@@ -358,7 +358,15 @@ impl Engine {
             if next.is_some() && end > now.saturating_add(quantum) {
                 slot.set_quantum_end_locked(&mut turn, end);
             }
-            self.arm_quantum(slot.id, next.as_ref().map(|_| end));
+            // The owner's own quantum timer takes its thread out of KVM_RUN
+            // at the end (one exit on its CPU, no other thread woken); the
+            // stopped owner's no longer fires.
+            if let Some(t) = owner.as_ref().and_then(|o| o.quantum_timer.get()) {
+                t.disarm();
+            }
+            if let Some(t) = next.as_ref().and_then(|n| n.quantum_timer.get()) {
+                slot.arm_turn_locked(&mut turn, t);
+            }
             if let Some(n) = &next {
                 if let Some(t) = crate::rank::thread_cpu_ns_of(n.thread_id()) {
                     n.cpu_seen.store(t, Ordering::Release);
@@ -434,9 +442,7 @@ impl Engine {
                 let mut cut_now = false;
                 if let (Some(cut), Some(slot)) = (d.shorten_quantum, self.slot(d.cpu)) {
                     cut_now = slot.cut_quantum(&cut);
-                    if cut_now && self.dispatch_kind().ranked() {
-                        self.arm_quantum(d.cpu, Some(cut.end));
-                    }
+
                     log::trace!("cut cpu {} to {} ns: {cut_now}", slot.host, cut.end);
                     if cut_now {
                         self.record(|| Event::Cut {

@@ -602,14 +602,6 @@ fn timer_key(vm: usize, vcpu: u32) -> TimerKey {
 /// (`Dispatch::recheck_at`): no VM slot reaches it.
 const RECHECK_VM: u64 = u32::MAX as u64;
 
-/// The VM part of the timer keys of the ranked dispatch's slice ends.
-const QUANTUM_VM: u64 = u32::MAX as u64 - 1;
-
-/// The timer key of the end of the slice `cpu` runs (ranked dispatch).
-pub(crate) fn quantum_key(cpu: vcpu_sched::CpuId) -> TimerKey {
-    (QUANTUM_VM << 32) | u64::from(cpu.0)
-}
-
 /// The timer key of scheduler CPU `cpu`'s recheck.
 pub(crate) fn recheck_key(cpu: vcpu_sched::CpuId) -> TimerKey {
     (RECHECK_VM << 32) | u64::from(cpu.0)
@@ -1009,15 +1001,6 @@ impl Engine {
         Ok(())
     }
 
-    /// Ask the timer thread to end the slice of `cpu`'s owner at `at`
-    /// (`None`: the CPU idles) (ranked dispatch).
-    pub(crate) fn arm_quantum(&self, cpu: vcpu_sched::CpuId, at: Option<u64>) {
-        match at {
-            Some(t) => self.timers.arm(quantum_key(cpu), t),
-            None => self.timers.cancel(quantum_key(cpu)),
-        }
-    }
-
     /// Ask the timer thread to kick idle `cpu` at `at` (the policy's
     /// `Dispatch::recheck_at`: a capped vCPU's budget or a reservation is
     /// renewed then).
@@ -1029,10 +1012,6 @@ impl Engine {
     }
 
     fn timer_fired(&self, key: TimerKey, deadline_ns: u64) {
-        if key >> 32 == QUANTUM_VM {
-            self.quantum_expired(vcpu_sched::CpuId(key as u32));
-            return;
-        }
         if key >> 32 == RECHECK_VM {
             let cpu = vcpu_sched::CpuId(key as u32);
             // Only an idle CPU: a busy one calls `schedule` at its turn's end.

@@ -68,11 +68,11 @@ impl Rank {
     }
 
     /// The scheduling class and real-time priority of a [`Rank::code`].
-    fn class_of(code: i32) -> (u32, u32) {
+    fn class_of(code: i32) -> (u32, u32, i32) {
         match code {
-            -1 => (libc::SCHED_OTHER as u32, 0),
-            -2 => (libc::SCHED_IDLE as u32, 0),
-            p => (libc::SCHED_FIFO as u32, p as u32),
+            -1 => (libc::SCHED_OTHER as u32, 0, 0),
+            -2 => (libc::SCHED_IDLE as u32, 0, 0),
+            p => (libc::SCHED_FIFO as u32, p as u32, 0),
         }
     }
 }
@@ -112,12 +112,12 @@ struct SchedAttr {
 /// Give thread `tid` (0: the calling thread) the rank of [`Rank::code`]
 /// `code`.
 pub(crate) fn set_rank(tid: i32, code: i32) -> io::Result<()> {
-    let (policy, priority) = Rank::class_of(code);
+    let (policy, priority, nice) = Rank::class_of(code);
     let attr = SchedAttr {
         size: std::mem::size_of::<SchedAttr>() as u32,
         policy,
         flags: RESET_ON_FORK,
-        nice: 0,
+        nice,
         priority,
         runtime: 0,
         deadline: 0,
@@ -166,30 +166,25 @@ fn own_attr() -> io::Result<SchedAttr> {
 /// The calling thread runs at [`SERVICE_RANK`] while this lives, and at
 /// what it ran at before afterwards.
 ///
-/// Under the ranked dispatch every thread that takes the engine's locks
-/// (a CPU's owner, a vCPU's state, the scheduler's) must rank above every
-/// vCPU thread while it holds them: a holder preempted by a CPU-bound
-/// vCPU would otherwise keep the lock for as long as that vCPU runs, and
-/// the timer thread, which needs it to end that vCPU's slice, would wait
-/// for ever (priority inversion). Each of the engine's entry points takes
-/// one ([`crate::Engine`]'s `section`); the engine's own timer thread
-/// and agent run at this rank throughout.
+/// Under the ranked dispatch a thread of the VMM's that takes the
+/// engine's locks (a CPU's owner, a vCPU's state, the scheduler's: the
+/// control API, a VM's controller) runs above every vCPU thread while it
+/// holds them: one preempted by a vCPU KVM woke would otherwise keep the
+/// agent, which needs them, waiting for as long as that vCPU runs
+/// (priority inversion). Each of the engine's entry points takes one
+/// ([`crate::Engine`]'s `section`); the agent runs at this rank
+/// throughout. vCPU threads take none: a thread that leaves the normal
+/// class and comes back is placed anew by the kernel's fair scheduler
+/// (EEVDF), which lost CPU-bound vCPUs most of their time when their
+/// slice ends went through a section (measured: 0.1x their CPU time on a
+/// host busy with other processes); the engine's work on a vCPU thread
+/// is its own turn's, at the class its rank gives it.
 pub(crate) struct ServiceSection {
     /// What to restore (None: the thread ranked this high already).
     before: Option<SchedAttr>,
 }
 
 impl ServiceSection {
-    /// Raise the calling thread, a vCPU thread of the ranked dispatch, to
-    /// [`SERVICE_RANK`] with nothing to restore: its gate gives it its
-    /// vCPU's rank again afterwards (one system call instead of three).
-    pub(crate) fn enter_for_vcpu() -> ServiceSection {
-        if let Err(e) = set_rank(0, Rank::Service.code()) {
-            log::warn!("cannot rank this vCPU thread for the engine's work: {e}");
-        }
-        ServiceSection { before: None }
-    }
-
     /// Raise the calling thread to [`SERVICE_RANK`] if it is below.
     pub(crate) fn enter() -> ServiceSection {
         let before = match own_attr() {
@@ -295,7 +290,7 @@ mod tests {
         );
         assert_eq!(
             Rank::class_of(Rank::Halted(10).code()),
-            (libc::SCHED_FIFO as u32, 12)
+            (libc::SCHED_FIFO as u32, 12, 0)
         );
     }
 

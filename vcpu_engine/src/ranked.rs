@@ -14,31 +14,38 @@
 //! fast path (the split of policy and mechanism of ghOSt, and how
 //! real-time VMMs run vCPU threads):
 //!
-//! - its **rank**, a SCHED_FIFO priority (`rank.rs`): the CPU's *owner*
-//!   (the vCPU the scheduler dispatched there) and every halted vCPU rank
-//!   by the scheduler's effective priority E, vCPUs queued behind an owner
-//!   rank below all of them (*fillers*). So a vCPU KVM wakes preempts the
-//!   owner at once when the scheduler would (E above the owner's: ranks
-//!   are monotone in E), and an owner that halts hands its CPU at once to
-//!   the best runnable vCPU there — both without leaving the kernel;
+//! - its **rank** (`rank.rs`): a halted vCPU's thread is real-time
+//!   (SCHED_FIFO) at a priority monotone in the scheduler's effective
+//!   priority E, so KVM's wake-up of it preempts the running vCPU at once,
+//!   and of two woken at once the higher E runs first; the CPU's *owner*
+//!   (the vCPU the scheduler dispatched there) is in the normal class, as
+//!   the host's own vCPU threads are; vCPUs queued behind an owner
+//!   (*fillers*) are in the idle class, which runs only while the owner
+//!   is halted and which any other thread preempts at its wake-up. So an
+//!   owner that halts hands its CPU at once to the best runnable vCPU
+//!   there, and rotation among CPU-bound vCPUs is the scheduler's own;
+//!   only halted vCPUs, between KVM's wake-up and their next halt, are
+//!   real-time, so the kernel's real-time throttling never stops a
+//!   CPU-bound vCPU;
 //! - its **CPUs**: the owner is bound to its CPU; fillers and halted
 //!   vCPUs may use their VM's whole core set, so the kernel's real-time
 //!   placement puts a woken vCPU where it may run now and pulls a waiting
 //!   filler to a CPU whose owners all halted (no vCPU waits while a CPU
 //!   it may use idles).
 //!
-//! vCPU threads never leave KVM_RUN for a scheduling reason: quantum ends,
-//! preemptions and blocks are carried out from whichever thread decides
-//! (the timer thread at the end of a slice, the agent, a waker), by
-//! changing ranks and CPUs; the kernel then switches threads as it would
-//! for any preemption. A thread leaves KVM_RUN only to park (its VM
-//! paused or stopping, or it is capped and not running: a capped vCPU is
-//! never a filler, so its cap holds exactly).
+//! A vCPU thread leaves KVM_RUN for the engine only at its turn's end
+//! (its own quantum timer: one exit on its own CPU, where it ends its
+//! turn, demotes itself and promotes the next owner; no other thread is
+//! woken for it) and to park (its VM paused or stopping, or it is capped
+//! and not running: a capped vCPU is never a filler, so its cap holds
+//! exactly). Preemptions and blocks are carried out from whichever thread
+//! decides (the agent, a waker) by changing ranks and CPUs; the kernel
+//! then switches threads as it would for any preemption.
 //!
 //! # What the engine learns, and when
 //!
 //! The scheduler's view lags the kernel's by at most one look:
-//! - **the slice's end** (the timer thread, at the owner's quantum end,
+//! - **the slice's end** (the owner's own thread, at its quantum timer,
 //!   `quantum_expired`): the owner's thread CPU time says how much of the
 //!   slice it used (a slice is CPU time, as in Haiku: one preempted by
 //!   woken vCPUs is extended by what it lost); KVM's `blocking` statistic
@@ -62,14 +69,25 @@
 //!
 //! # Departures
 //!
-//! - Fillers run while their CPU's owners are halted, which the scheduler
+//! - A vCPU KVM wakes preempts the owner whatever their effective
+//!   priorities (haiku preempts only for a higher one): until the agent's
+//!   next look, which queues it behind the owner if the scheduler says so
+//!   (its rank then becomes a filler's). A vCPU that stays awake after its
+//!   wake-up is thus real-time for one look at most; one that wakes itself
+//!   all the time is charged every run (`ran_unseen`), its E falls, and
+//!   among halted vCPUs it then ranks below the others.
+//! - Fillers run while their CPU's owner is halted, which the scheduler
 //!   would also do at its next look (an idle CPU takes queued work); their
 //!   runs are not charged to the scheduler's shares (their threads' time
 //!   is in the statistics). Capped vCPUs are never fillers.
+//! - vCPU threads never leave the class their rank gives them to do the
+//!   engine's work (see `rank::ServiceSection`): a thread that leaves the
+//!   kernel's fair class and comes back is placed anew by it, which cost
+//!   CPU-bound vCPUs most of their time on a busy host when tried.
 //! - SMT isolation cannot be expressed by ranks and CPUs (a filler or a
 //!   woken vCPU may run beside another VM's): an engine with it refuses
 //!   this dispatch.
-//! - Without the right to real-time ranks (CAP_SYS_NICE, or an
+//! - Without the right to real-time priorities (CAP_SYS_NICE, or an
 //!   RLIMIT_RTPRIO of at least `rank::SERVICE_RANK`) the engine refuses
 //!   this dispatch ([`crate::EngineError::NoRealtimeRanks`]).
 
@@ -78,7 +96,7 @@ use crate::cpu::CpuSlot;
 use crate::dispatch::Stop;
 use crate::host_cpus::{pin_thread, HostCpuSet};
 use crate::kvm_halts::KvmBlocking;
-use crate::rank::{set_rank, thread_cpu_ns_of, Rank, ServiceSection};
+use crate::rank::{set_rank, thread_cpu_ns_of, Rank};
 use crate::trace::{Event, StopWhy};
 use crate::trace_points::cpu16;
 use crate::vcpu::{GateDecision, VcpuExitReason, VcpuGate, VcpuRunner, VcpuStep};
@@ -102,7 +120,7 @@ pub(crate) const LONE_SLICE_NS: u64 = 20_000_000;
 const MAX_SLICE_STRETCH: u64 = 3;
 
 /// A slice counts as used up when less than this is left of it (the
-/// timer thread's own latency; Haiku ends a quantum with less than half
+/// timer's own latency; Haiku ends a quantum with less than half
 /// the minimal quantum left, which the scheduler applies itself).
 const SLICE_SLACK_NS: u64 = 20_000;
 
@@ -185,8 +203,8 @@ impl Engine {
 
     /// Decide and apply `v`'s rank and CPUs for its state; a thread that
     /// must park is signalled out of KVM_RUN. On `v`'s own thread (a
-    /// decision its gate made in a service section) only decided: its gate
-    /// applies it once out of the section.
+    /// decision its gate took part in) only decided: its gate applies it
+    /// once it holds no lock.
     pub(crate) fn enact(&self, v: &EngineVcpu) {
         let park = {
             let ctl = v.ctl();
@@ -344,42 +362,56 @@ impl Engine {
         }
     }
 
-    /// The timer thread: the slice of `cpu`'s owner ends now (see the
-    /// module documentation).
-    pub(crate) fn quantum_expired(&self, cpu: CpuId) {
+    /// The owner `v` of `cpu` left KVM_RUN for its quantum timer, on its
+    /// own thread (`halted`: the guest is halted in KVM): its slice ends
+    /// now, unless it lost CPU time to others (see the module
+    /// documentation), or it is not the owner any more.
+    pub(crate) fn quantum_expired(&self, cpu: CpuId, v: &Arc<EngineVcpu>, halted: bool) {
         let Some(slot) = self.slot(cpu) else { return };
         let mut owner = slot.lock_owner();
-        let Some(v) = owner.clone() else { return };
-        let now = now_ns();
-        let end = slot.quantum_end();
-        if halted_in_kvm(&v) {
-            let (next, kicks) = self.stop_owner_locked(slot, &mut owner, &v, Stop::Blocked);
-            drop(owner);
-            self.carry_out(Some(&v), next, kicks);
+        if !owner.as_ref().is_some_and(|o| Arc::ptr_eq(o, v)) {
             return;
         }
+        let now = now_ns();
+        let end = slot.quantum_end();
         if now < end {
-            // Extended since the timer was taken: not over yet.
-            self.arm_quantum(cpu, Some(end));
+            // A stray signal, or a slice moved since the timer fired.
+            return;
+        }
+        if halted {
+            let (next, kicks) = self.stop_owner_locked(slot, &mut owner, v, Stop::Blocked);
+            drop(owner);
+            self.carry_out(Some(v), next, kicks);
             return;
         }
         // A slice is CPU time: what the owner lost to vCPUs KVM woke (or
         // to other host threads) is given back, up to the slice again.
         let dispatched = v.dispatched_at.load(Ordering::Relaxed);
         let granted = slot.granted();
-        let used = thread_cpu_ns_of(v.thread_id())
-            .unwrap_or(0)
-            .saturating_sub(v.cpu_seen.load(Ordering::Acquire));
+        let used = crate::clock::thread_cpu_ns().saturating_sub(v.cpu_seen.load(Ordering::Acquire));
         let latest = dispatched.saturating_add(granted.saturating_mul(MAX_SLICE_STRETCH));
         if used.saturating_add(SLICE_SLACK_NS) < granted && now < latest {
-            let until = (now + (granted - used)).min(latest);
-            slot.set_quantum_end(until);
-            self.arm_quantum(cpu, Some(until));
+            slot.set_quantum_end((now + (granted - used)).min(latest));
             return;
         }
-        let (next, kicks) = self.stop_owner_locked(slot, &mut owner, &v, Stop::Quantum);
+        let (next, kicks) = self.stop_owner_locked(slot, &mut owner, v, Stop::Quantum);
         drop(owner);
-        self.carry_out(Some(&v), next, kicks);
+        self.carry_out(Some(v), next, kicks);
+    }
+
+    /// `v`'s quantum timer, made after it was dispatched: armed at its
+    /// turn's end if it still owns its CPU.
+    fn arm_if_owner(&self, v: &Arc<EngineVcpu>) {
+        let RunState::Running { cpu } = v.state() else {
+            return;
+        };
+        let (Some(slot), Some(timer)) = (self.slot(cpu), v.quantum_timer.get()) else {
+            return;
+        };
+        let owner = slot.lock_owner();
+        if owner.as_ref().is_some_and(|o| Arc::ptr_eq(o, v)) {
+            slot.arm_turn(timer);
+        }
     }
 
     /// A vCPU was queued behind the owner of `cpu`: that owner's slice,
@@ -396,7 +428,6 @@ impl Engine {
             .max(now_ns());
         if due < slot.quantum_end() {
             slot.set_quantum_end(due);
-            self.arm_quantum(cpu, Some(due));
         }
     }
 
@@ -575,10 +606,11 @@ fn halted_in_kvm(v: &EngineVcpu) -> bool {
 }
 
 /// The gate of a vCPU thread under the ranked dispatch: it runs the guest
-/// whenever the host kernel gives it its CPU, and leaves KVM_RUN only to
-/// park (see the module documentation). Its look at every exit takes no
-/// lock; what it decides itself (a yield, a wake it found, parking) it
-/// decides in a [`ServiceSection`], then takes its vCPU's rank again.
+/// whenever the host kernel gives it its CPU, and leaves KVM_RUN for the
+/// engine only at its slice's end (its quantum timer) and to park (see
+/// the module documentation). Its look at every exit takes no lock; after
+/// it took part in a decision (its slice's end, a yield, a wake it found,
+/// parking) it takes its vCPU's rank again, holding no lock.
 pub(crate) struct RankedGate {
     engine: Arc<Engine>,
     vm: Arc<EngineVm>,
@@ -609,6 +641,17 @@ impl RankedGate {
         }
         v.cpu_seen
             .store(crate::clock::thread_cpu_ns(), Ordering::Release);
+        if v.quantum_timer.get().is_none() {
+            let timer = crate::clock::QuantumTimer::for_current_thread().map_err(|e| {
+                // Without it an owner would keep its CPU for ever.
+                VcpuExitReason::Unhandled {
+                    exit: e.to_string(),
+                }
+            })?;
+            let _ = v.quantum_timer.set(Arc::new(timer));
+            // Dispatched before its thread had a timer: arm it now.
+            self.engine.arm_if_owner(v);
+        }
         match std::fs::File::open("/proc/thread-self/stat") {
             Ok(f) => {
                 let _ = v.thread_stat.set(f);
@@ -624,7 +667,6 @@ impl RankedGate {
     fn exit(&self, reason: VcpuExitReason) -> GateDecision {
         let v = &self.vcpu;
         let reason = {
-            let _s = ServiceSection::enter();
             if let RunState::Running { cpu } = v.state() {
                 self.engine.stop_owner(cpu, v, Stop::Exit(reason.clone()));
             }
@@ -659,7 +701,6 @@ impl RankedGate {
     fn park(&self) -> bool {
         let v = &self.vcpu;
         let gone = {
-            let _s = ServiceSection::enter();
             let ctl = v.ctl();
             if !self.must_park(ctl.state.code()) {
                 false
@@ -690,22 +731,39 @@ impl RankedGate {
 impl VcpuGate for RankedGate {
     fn next(&mut self, runner: &mut VcpuRunner, last: VcpuStep) -> GateDecision {
         let v = self.vcpu.clone();
-        // The service section this thread decides in, once it needs one:
-        // its rank is then decided again from its vCPU's state, and set
-        // once out of the section.
-        let mut section: Option<ServiceSection> = None;
+        // Whether this thread took part in a decision: its rank is then
+        // decided again from its vCPU's state and set (with no lock held,
+        // as it may lower this thread).
+        let mut decided = false;
         match &last {
             VcpuStep::Start => {
                 if let Err(r) = self.start(runner) {
                     return self.exit(r);
                 }
-                section.get_or_insert_with(ServiceSection::enter_for_vcpu);
+                decided = true;
             }
             VcpuStep::Fatal(r) => return self.exit(r.clone()),
             VcpuStep::Yielded if v.state_code() == STATE_RUNNING => {
-                section.get_or_insert_with(ServiceSection::enter_for_vcpu);
                 if let RunState::Running { cpu } = v.state() {
                     self.engine.stop_owner(cpu, &v, Stop::Yielded);
+                }
+                decided = true;
+            }
+            VcpuStep::Interrupted if v.state_code() == STATE_RUNNING => {
+                // Its quantum timer (or a stray signal): the slice's end.
+                if let RunState::Running { cpu } = v.state() {
+                    if self
+                        .engine
+                        .slot(cpu)
+                        .is_some_and(|s| now_ns() >= s.quantum_end())
+                    {
+                        let halted = match runner.halted_in_kvm() {
+                            Ok(h) => h,
+                            Err(r) => return self.exit(r),
+                        };
+                        self.engine.quantum_expired(cpu, &v, halted);
+                        decided = true;
+                    }
                 }
             }
             VcpuStep::Yielded => {
@@ -720,24 +778,20 @@ impl VcpuGate for RankedGate {
         }
         if v.state_code() == STATE_HALTED_IN_KVM {
             // It exited, so it is awake.
-            section.get_or_insert_with(ServiceSection::enter_for_vcpu);
             self.engine.awake_in_kvm(&v);
+            decided = true;
         }
         if self.must_park(v.state_code()) {
-            drop(section.take());
             if !self.park() {
                 return self.exit(VcpuExitReason::Stopped);
             }
-            section.get_or_insert_with(ServiceSection::enter_for_vcpu);
+            decided = true;
         }
-        if let Some(s) = section {
-            // Decided at the service rank, applied (lowering this thread)
-            // once out of it, with no lock held.
+        if decided {
             {
                 let ctl = v.ctl();
                 self.engine.decide_rank(&v, &ctl);
             }
-            drop(s);
             v.rank.has_rank.store(0, Ordering::Release);
             self.engine.apply_rank(&v);
         }

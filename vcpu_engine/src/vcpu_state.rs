@@ -36,7 +36,7 @@ use super::stats::HaltPollStats;
 use crate::host_cpus::{HostCpu, HostCpuSet};
 use crate::vcpu::{VcpuExitReason, VcpuOutcome, VcpuRunner};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 use vcpu_sched::{CpuId, EntityId};
 
 /// Where a vCPU is in its life.
@@ -172,6 +172,10 @@ pub struct EngineVcpu {
     pub(crate) parked: AtomicBool,
     /// Its thread left its loop for good (ranked dispatch).
     pub(crate) left: AtomicBool,
+    /// The quantum timer of its own thread (ranked dispatch: whoever
+    /// dispatches the vCPU arms it; it takes the thread out of KVM_RUN at
+    /// its slice's end).
+    pub(crate) quantum_timer: OnceLock<Arc<crate::clock::QuantumTimer>>,
     /// KVM's `halt_wakeup` count when the engine last looked (ranked).
     pub(crate) wakeups_seen: AtomicU64,
     /// Its thread's `/proc/thread-self/stat`, opened by the thread as it
@@ -338,6 +342,7 @@ impl EngineVcpu {
             parked: AtomicBool::new(false),
             left: AtomicBool::new(false),
             wakeups_seen: AtomicU64::new(0),
+            quantum_timer: OnceLock::new(),
             thread_stat: OnceLock::new(),
             rank: RankState::new(),
             allowed: RwLock::new(HostCpuSet::new()),

@@ -177,6 +177,9 @@ fn common() -> Result<Rules, String> {
             libc::SYS_sched_setattr,
             libc::SYS_sched_getattr,
             libc::SYS_pread64,
+            // A ranked vCPU's quantum timer is deleted where its vCPU is
+            // dropped (the VM's controller, at the VM's end).
+            libc::SYS_timer_delete,
             libc::SYS_getrandom,
             libc::SYS_restart_syscall,
             libc::SYS_exit,
@@ -256,7 +259,7 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
             // Under policy host a vCPU thread reads its own scheduling
             // counters (/proc/self/task/<tid>/sched*) as it ends.
             read_only_files(&mut r)?;
-            allow(&mut r, &[libc::SYS_timer_create, libc::SYS_timer_delete]);
+            allow(&mut r, &[libc::SYS_timer_create]);
             // Devices append the guest's results from vCPU threads; a
             // failed write cuts the log back to its last whole line.
             allow(&mut r, &[libc::SYS_ftruncate]);

@@ -186,6 +186,9 @@ use std::sync::Arc;
 /// Stale or contended entries a CPU skips before giving up and idling for
 /// this call (the entries are not lost: they stay queued or are requeued).
 const MAX_PICK_ATTEMPTS: usize = 64;
+/// Cores (its own first, then the nearest of its last-level cache) whose
+/// queues `has_waiting` looks at.
+const HAS_WAITING_CORES: usize = 16;
 /// Waiting entries a `schedule` call hands to idle CPUs (see `kick_for_leftovers`).
 const LEFTOVER_KICKS: usize = 4;
 /// The fair-share boost pauses on a core where an entity has waited longer
@@ -970,9 +973,23 @@ impl VcpuScheduler for HaikuScheduler {
         let Some(slot) = self.m.cpus.get(cpu.0 as usize) else {
             return false;
         };
-        let core = self.m.core_of(cpu);
-        slot.pinned_len.load(Ordering::Acquire) > 0
-            || self.m.cores[core.0 as usize].queued.load(Ordering::Acquire) > 0
+        if slot.pinned_len.load(Ordering::Acquire) > 0 {
+            return true;
+        }
+        // Its core's queue, then the nearest cores of its last-level cache
+        // (a bounded look): a quantum end here rebalances what waits there.
+        let llc = self.m.llc_of(cpu);
+        self.m
+            .cores_near(self.m.core_of(cpu))
+            .iter()
+            .take(HAS_WAITING_CORES)
+            .take_while(|c| {
+                self.m
+                    .core_cpus(**c)
+                    .first()
+                    .is_some_and(|x| self.m.llc_of(*x) == llc)
+            })
+            .any(|c| self.m.cores[c.0 as usize].queued.load(Ordering::Acquire) > 0)
     }
 
     fn ran_unseen(&self, id: EntityId, ran: Nanos, now: Nanos) -> Result<(), SchedError> {

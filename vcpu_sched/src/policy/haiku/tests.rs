@@ -1603,3 +1603,22 @@ fn has_waiting_says_whether_a_quantum_end_would_pick_another() {
     assert_eq!(d.cpu_of(b), Some(0));
     assert!(d.s.has_waiting(CpuId(0)), "now a waits behind b");
 }
+
+#[test]
+fn has_waiting_sees_what_waits_on_a_neighbour_core_of_its_cache() {
+    // Two cores of one cache, three hogs: the core that runs one alone
+    // still has its quantum ends, which rebalance what waits next door.
+    let mut d = Drv::new("1x2x1", |_| {});
+    let hogs: Vec<_> = (0..3).map(|i| d.ts(i, None)).collect();
+    for h in &hogs {
+        d.wake(*h);
+    }
+    assert!(d.s.has_waiting(CpuId(0)) && d.s.has_waiting(CpuId(1)));
+    // Two cores of two caches, two hogs: nothing waits anywhere.
+    let mut d = Drv::new("2x1x1", |_| {});
+    for i in 0..2 {
+        let h = d.ts(i, None);
+        d.wake(h);
+    }
+    assert!(!d.s.has_waiting(CpuId(0)) && !d.s.has_waiting(CpuId(1)));
+}
