@@ -21,15 +21,13 @@ cargo build --release --locked -p vmm --bin pacer
 echo "== host topology as vcpu_sched sees it"
 ./target/release/pacer topology
 if [ -c /dev/kvm ]; then
-    echo "== two VMs (configs/demo.toml) under Pacer's haiku scheduler, then left to the host kernel"
+    echo "== two VMs (configs/demo.toml) under Pacer's haiku scheduler (dispatch ranked, the default), then left to the host kernel"
     ./target/release/pacer run configs/demo.toml --compare haiku,host --json "$out/demo.json"
     echo "== the comparison as JSON: $out/demo.json"
-    echo "== the same two VMs under haiku with KVM's in-kernel local APIC (dispatch kvm-irqchip: the latency VM's timer, EOIs and halts stay in KVM)"
-    ./target/release/pacer run configs/demo.toml --dispatch kvm-irqchip --json "$out/demo-kvm-irqchip.json"
     echo "== the price of control: ping-pong alone (configs/pingpong.toml), nothing for the scheduler to decide"
     ./target/release/pacer run configs/pingpong.toml --compare haiku,host --json "$out/pingpong.json"
-    echo "== the same ping-pong under haiku with KVM's in-kernel local APIC (dispatch kvm-irqchip: no exit per IPI, EOI or HLT)"
-    ./target/release/pacer run configs/pingpong.toml --dispatch kvm-irqchip --json "$out/pingpong-kvm-irqchip.json"
+    echo "== the same ping-pong under haiku with Pacer's own local APIC (dispatch threads: an exit to Pacer per IPI, EOI and HLT)"
+    ./target/release/pacer run configs/pingpong.toml --dispatch threads --json "$out/pingpong-threads.json"
 else
     echo "SKIPPED: /dev/kvm not available, not booting the demo VMs"
 fi

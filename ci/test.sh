@@ -40,13 +40,14 @@ else
 fi
 
 # kvm-unit-tests (an external suite, see README): the quick subset under
-# Pacer (threads dispatch, then kvm-irqchip), beside QEMU if installed. Needs the suite's prebuilt images
+# Pacer (threads dispatch, then ranked and kvm-irqchip), beside QEMU if installed. Needs the suite's prebuilt images
 # ($KVM_UNIT_TESTS_DIR, default ../shared/kvm-unit-tests).
 echo "== kvm-unit-tests --quick"
 if [ -d "${KVM_UNIT_TESTS_DIR:-../shared/kvm-unit-tests}" ]; then
     bash ci/kvm-unit-tests.sh --quick --no-install --profile dev 2>&1 | tee -a "$log"
     # The same subset with the haiku column under KVM's in-kernel local
-    # APIC (dispatch kvm-irqchip): the third mechanism against the suite.
+    # APIC: the default dispatch (ranked) and kvm-irqchip.
+    bash ci/kvm-unit-tests.sh --quick --no-install --profile dev --dispatch ranked 2>&1 | tee -a "$log"
     bash ci/kvm-unit-tests.sh --quick --no-install --profile dev --dispatch kvm-irqchip 2>&1 | tee -a "$log"
 else
     echo "kvm-unit-tests: SKIPPED (no images in ${KVM_UNIT_TESTS_DIR:-../shared/kvm-unit-tests})"

@@ -361,8 +361,12 @@ impl Engine {
             // The owner's own quantum timer takes its thread out of KVM_RUN
             // at the end (one exit on its CPU, no other thread woken); the
             // stopped owner's no longer fires.
-            if let Some(t) = owner.as_ref().and_then(|o| o.quantum_timer.get()) {
-                t.disarm();
+            let again =
+                matches!((owner.as_ref(), next.as_ref()), (Some(o), Some(n)) if Arc::ptr_eq(o, n));
+            if !again {
+                if let Some(t) = owner.as_ref().and_then(|o| o.quantum_timer.get()) {
+                    t.disarm();
+                }
             }
             if let Some(t) = next.as_ref().and_then(|n| n.quantum_timer.get()) {
                 slot.arm_turn_locked(&mut turn, t);

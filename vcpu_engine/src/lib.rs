@@ -242,13 +242,15 @@ use vcpu_sched::{
     Tunables, VcpuScheduler, VmId,
 };
 
-/// How the engine puts a dispatched vCPU on its host CPU.
+/// How the engine puts a dispatched vCPU on its host CPU. The default is
+/// [`DispatchKind::Ranked`], Pacer's VMM's; [`EngineConfig::default`]
+/// keeps [`DispatchKind::Threads`], which works with any interrupt
+/// controller of an embedder's, its own in user space included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DispatchKind {
     /// One thread per vCPU, parked until the scheduler dispatches it, then
     /// bound to its CPU; the CPU is handed from thread to thread.
-    #[default]
     Threads,
     /// One worker thread per host CPU runs whichever vCPU it is handed.
     Workers,
@@ -264,16 +266,17 @@ pub enum DispatchKind {
     /// kernel. The VMM creates the VM with KVM_CREATE_IRQCHIP and
     /// registers it with [`NoInterrupts`]; the process needs the right to
     /// real-time priorities (root or CAP_SYS_NICE).
+    #[default]
     Ranked,
 }
 
 impl DispatchKind {
     /// Every dispatch, the default first.
     pub const ALL: [DispatchKind; 4] = [
+        DispatchKind::Ranked,
         DispatchKind::Threads,
         DispatchKind::Workers,
         DispatchKind::KvmIrqchip,
-        DispatchKind::Ranked,
     ];
 
     /// The name configs and results use (`threads`, `workers`,
@@ -320,7 +323,7 @@ impl std::str::FromStr for DispatchKind {
             .into_iter()
             .find(|d| d.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown dispatch {s:?}: expected threads, workers, kvm-irqchip or ranked")
+                format!("unknown dispatch {s:?}: expected ranked, threads, workers or kvm-irqchip")
             })
     }
 }
@@ -329,6 +332,14 @@ impl fmt::Display for DispatchKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// Whether this process may run the [`DispatchKind::Ranked`] dispatch:
+/// it needs real-time priorities (CAP_SYS_NICE, or an RLIMIT_RTPRIO high
+/// enough); the error is the kernel's answer. [`Engine::new`] refuses the
+/// dispatch with [`EngineError::NoRealtimeRanks`] where this fails.
+pub fn ranked_dispatch_allowed() -> std::io::Result<()> {
+    rank::ranks_allowed()
 }
 
 /// Errors of the engine.

@@ -792,7 +792,6 @@ impl VcpuGate for RankedGate {
                 let ctl = v.ctl();
                 self.engine.decide_rank(&v, &ctl);
             }
-            v.rank.has_rank.store(0, Ordering::Release);
             self.engine.apply_rank(&v);
         }
         GateDecision::Run

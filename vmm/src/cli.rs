@@ -362,6 +362,7 @@ pub fn load_config(
     }
     if let Some(d) = dispatch {
         config.host.dispatch = d;
+        config.host.dispatch_explicit = true;
     }
     if let Some(dir) = log_dir {
         crate::preflight::check_dir_writable(dir).map_err(|why| {
@@ -371,6 +372,10 @@ pub fn load_config(
             )
         })?;
         config.host.log_dir = dir.to_path_buf();
+    }
+    // What the run will use, so that every document says so.
+    if let Some(warning) = config.fall_back_from_ranked() {
+        log::warn!("{warning}");
     }
     Ok(config)
 }

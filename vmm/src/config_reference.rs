@@ -70,7 +70,7 @@ pub fn host_config() -> Vec<Key> {
         key("host.policy", "string", "", "\"haiku\"", "haiku | global-rr | pinned | eevdf | host", "Who schedules the vCPUs (host: the host kernel, with KVM's in-kernel irqchip). `--policy` overrides it.", "\"pinned\"", None),
         key("host.mode", "string", "", "\"low-latency\"", "low-latency | power-saving", "Haiku's mode (time slices, placement). `--mode` or `--policy P:MODE` override it.", "\"power-saving\"", None),
         key("host.smt_isolation", "boolean", "", "false", "true only under haiku", "SMT siblings only ever run vCPUs of one VM at a time.", "false", None),
-        key("host.dispatch", "string", "", "\"threads\"", "threads | workers | kvm-irqchip | ranked", "How the engine runs a dispatched vCPU: its own thread, or a worker per CPU; kvm-irqchip: its own thread with KVM's in-kernel local APIC (halts, timer and IPIs stay in KVM; the engine learns halts from KVM's statistics); ranked: KVM's in-kernel local APIC, and the host kernel switches the vCPU threads by the ranks (real-time priorities) and CPUs the engine gives them from the scheduler's decisions.", "\"ranked\"", None),
+        key("host.dispatch", "string", "", "\"ranked\" (\"threads\" with smt_isolation, or where real-time priorities are not allowed)", "ranked | threads | workers | kvm-irqchip", "How the engine carries out the scheduler's decisions. ranked: KVM's in-kernel local APIC, and the host kernel switches the vCPU threads by the ranks (real-time priority for halted vCPUs, normal class for each CPU's owner, idle class behind it) and CPUs the engine gives them; threads: Pacer's own local APIC, a thread per vCPU handed each CPU; workers: a worker thread per CPU runs whichever vCPU it is handed; kvm-irqchip: threads with KVM's in-kernel local APIC, halts learnt from KVM's statistics.", "\"threads\"", None),
         key("host.kvm_poll_us", "integer", "us", DEFAULT_KVM_POLL_US.to_string(), format!("{}..={}", KVM_POLL_US.0, KVM_POLL_US.1), "Under dispatch kvm-irqchip or ranked: how often KVM's halt statistics of each vCPU are sampled (a vCPU KVM woke runs unscheduled at most this long).", "500", Some((KVM_POLL_US.0, KVM_POLL_US.1))),
         key("host.halt_poll_us", "integer", "us", DEFAULT_HALT_POLL_US.to_string(), format!("0..={MAX_HALT_POLL_US}"), "How long an idle CPU polls for a wake-up before it sleeps (0: off).", "100", Some((0, MAX_HALT_POLL_US))),
         key("host.log_limit_kib", "integer", "KiB", crate::results::DEFAULT_LOG_LIMIT_KIB.to_string(), format!("{}..={}", LOG_LIMIT_KIB.0, LOG_LIMIT_KIB.1), "Most each VM's console log (and user log) and results log may hold; past it the guest's output is dropped, a marker line saying where and how much.", "1024", Some((LOG_LIMIT_KIB.0, LOG_LIMIT_KIB.1))),
@@ -301,7 +301,7 @@ pub fn matrix() -> Vec<Key> {
             "string",
             "",
             "matrix.dispatch",
-            "threads | workers | kvm-irqchip | ranked (not host, qemu, native)",
+            "ranked | threads | workers | kvm-irqchip (not host, qemu, native)",
             "The engine's dispatch mechanism.",
             "",
             None,
@@ -330,8 +330,8 @@ pub fn matrix() -> Vec<Key> {
             "matrix.dispatch",
             "string",
             "",
-            "\"threads\"",
-            "threads | workers | kvm-irqchip | ranked",
+            "\"ranked\"",
+            "ranked | threads | workers | kvm-irqchip",
             "The dispatch of every Pacer policy without its own.",
             "\"threads\"",
             None,
@@ -818,7 +818,7 @@ mod tests {
         assert_eq!(default_of("host.policy"), format!("\"{}\"", c.host.policy));
         assert_eq!(default_of("host.mode"), format!("\"{}\"", c.host.mode));
         assert_eq!(
-            default_of("host.dispatch"),
+            default_of("host.dispatch").split(' ').next().unwrap(),
             format!("\"{}\"", c.host.dispatch)
         );
         assert_eq!(

@@ -202,6 +202,14 @@ pub fn run(
     if opts.trace.is_some() && config.host.policy == Policy::Host {
         return Err(RunError::TraceUnderHost);
     }
+    let resolved;
+    let config = match dispatch_fallback(config) {
+        Some(c) => {
+            resolved = c;
+            &resolved
+        }
+        None => config,
+    };
     // This run's own directory, before anything starts.
     let run_dir = crate::run_dir::create(&config.host.log_dir)?;
     crate::run_dir::keep_config(&run_dir, config);
@@ -400,6 +408,16 @@ pub fn run(
             .map(|(audit, _)| audit.changes())
             .unwrap_or_default(),
     })
+}
+
+/// The default dispatch, `ranked`, needs real-time priorities: a config
+/// that did not ask for it runs with `threads` where this process may not
+/// have them, and a warning says so (None: run as configured).
+fn dispatch_fallback(config: &Config) -> Option<Config> {
+    let mut c = config.clone();
+    let warning = c.fall_back_from_ranked()?;
+    log::warn!("{warning}");
+    Some(c)
 }
 
 /// What a trace says about the run it records.

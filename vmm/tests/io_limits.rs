@@ -495,9 +495,12 @@ fn a_trace_that_cannot_be_written_fails_the_run_with_exit_3() {
         return;
     }
     let dir = TempDir::new("io-trace");
+    // Two CPU-bound VMs on one CPU: their turns fill a trace under any
+    // dispatch.
     let cfg = dir.config(&format!(
-        "[host]\npolicy = \"haiku\"\n\n{}",
-        vm_table("a", "cpu")
+        "[host]\ncpus = \"0\"\npolicy = \"haiku\"\n\n{}{}",
+        vm_table("a", "cpu"),
+        vm_table("b", "cpu")
     ));
     let logs = dir.0.join("logs");
     let trace = dir.0.join("t.trace");

@@ -32,7 +32,16 @@ fn run_config(dir: &TempDir, text: &str) -> RunResults {
 fn run_config_with(dir: &TempDir, policy: &str, text: &str) -> RunResults {
     common::run_config(
         dir,
-        &format!("[host]\npolicy = \"{policy}\"\nlog_dir = \"logs\"\n\n{text}"),
+        // Pacer's own local APIC under the scheduled policies (the threads
+        // dispatch): the guest's APIC modes are what these tests check.
+        &format!(
+            "[host]\npolicy = \"{policy}\"\n{}log_dir = \"logs\"\n\n{text}",
+            if policy == "host" {
+                ""
+            } else {
+                "dispatch = \"threads\"\n"
+            }
+        ),
     )
 }
 

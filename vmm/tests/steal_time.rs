@@ -8,7 +8,20 @@
 
 mod common;
 
-use common::{kvm_or_skip, run_config, TempDir};
+use common::{kvm_or_skip, TempDir};
+use std::sync::{Mutex, MutexGuard};
+
+/// One VM run at a time in this file: each test compares a vCPU's waits
+/// as two sides account them, on CPUs no other test of it shares.
+fn serial() -> MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn run_config(dir: &TempDir, text: &str) -> vmm::results::RunResults {
+    let _one = serial();
+    common::run_config(dir, text)
+}
 
 fn config(cpus: &str, vcpus: u32, duration_ms: u64, extra: &str) -> String {
     config_under("threads", cpus, vcpus, duration_ms, extra)

@@ -22,9 +22,12 @@ fn exit_status(tag: &str, policy: &str, code: &[u8]) -> u64 {
     let dir = TempDir::new(&format!("{tag}-{policy}"));
     let kernel = dir.0.join("guest.elf");
     std::fs::write(&kernel, tiny_elf(code)).unwrap();
-    let cfg = dir.config(&format!(
-        "[host]\npolicy = \"{policy}\"\n\n[[vm]]\nname = \"{tag}\"\nvcpus = 1\nmemory_mib = 4\n\
+    let cfg =
+        dir.config(&format!(
+        "[host]\npolicy = \"{policy}\"\n{}\n[[vm]]\nname = \"{tag}\"\nvcpus = 1\nmemory_mib = 4\n\
          kernel = \"{}\"\ntimeout_s = 60\n",
+        // Pacer's own local APIC under the scheduled policies.
+        if policy == "host" { "" } else { "dispatch = \"threads\"\n" },
         kernel.display()
     ));
     let config = Config::load(&cfg).unwrap_or_else(|e| panic!("{e}"));

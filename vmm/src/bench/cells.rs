@@ -234,6 +234,9 @@ pub fn pacer_config(m: &Matrix, cell: &Cell, log_dir: &Path) -> Option<Config> {
             },
             smt_isolation: false,
             dispatch,
+            // A matrix column measures one mechanism: a cell that cannot
+            // have it fails rather than measure another.
+            dispatch_explicit: true,
             halt_poll_us: crate::config::DEFAULT_HALT_POLL_US,
             kvm_poll_us,
             log_limits: Default::default(),

@@ -25,6 +25,10 @@ pub struct HostConfig {
     pub mode: Mode,
     pub smt_isolation: bool,
     pub dispatch: DispatchKind,
+    /// The file or the command line named the dispatch (the default,
+    /// `ranked`, falls back to `threads` where real-time priorities are
+    /// not allowed; a dispatch asked for does not).
+    pub dispatch_explicit: bool,
     /// Longest halt-polling window of the engine, us (0: off).
     pub halt_poll_us: u64,
     /// How often the `kvm-irqchip` dispatch samples KVM's halt
@@ -146,7 +150,21 @@ pub(super) fn check(
         )
         .map_or(crate::results::DEFAULT_RECORDS_PER_S, |v| v as u32),
     };
+    // SMT isolation needs the engine to hand the CPUs out itself: its
+    // default is then the threads dispatch.
+    let dispatch = match rh.dispatch {
+        Some(d) => d,
+        None if smt_isolation => DispatchKind::Threads,
+        None => DispatchKind::default(),
+    };
     if let Some(s) = &rh.smt_isolation {
+        if *s.get_ref() && dispatch.ranked() {
+            c.err(
+                s.span(),
+                "host.smt_isolation",
+                "cannot be kept by dispatch \"ranked\" (a halted vCPU KVM wakes may run beside another VM's); use dispatch = \"threads\" or leave dispatch out",
+            );
+        }
         if *s.get_ref() && !policy.honours_smt_isolation() {
             c.err(
                 s.span(),
@@ -200,7 +218,8 @@ pub(super) fn check(
             policy,
             mode: rh.mode.unwrap_or_default(),
             smt_isolation,
-            dispatch: rh.dispatch.unwrap_or_default(),
+            dispatch,
+            dispatch_explicit: rh.dispatch.is_some(),
             halt_poll_us,
             kvm_poll_us,
             log_limits,

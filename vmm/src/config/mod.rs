@@ -95,6 +95,27 @@ pub struct Config {
     pub vms: Vec<VmConfig>,
 }
 
+impl Config {
+    /// The default dispatch, `ranked`, needs real-time priorities: where
+    /// this process may not have them, a config that did not ask for it
+    /// runs with `threads` instead. Returns the warning that says so (None:
+    /// the config stays as it is; a dispatch asked for is kept, and the
+    /// engine then refuses it with the reason).
+    pub fn fall_back_from_ranked(&mut self) -> Option<String> {
+        if self.host.policy == Policy::Host
+            || !self.host.dispatch.ranked()
+            || self.host.dispatch_explicit
+        {
+            return None;
+        }
+        let why = vcpu_engine::ranked_dispatch_allowed().err()?;
+        self.host.dispatch = vcpu_engine::DispatchKind::Threads;
+        Some(format!(
+            "the default dispatch, ranked, needs real-time priorities ({why}): running with dispatch = \"threads\" (give pacer CAP_SYS_NICE, or set host.dispatch)"
+        ))
+    }
+}
+
 impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
