@@ -301,6 +301,7 @@ impl Engine {
             let Some(e) = d.entity else { break };
             match self.vcpu_of(e) {
                 Some(v) if ranked && v.state() != RunState::Ready => {
+                    // Paused, stopping, or halted while it waited.
                     log::trace!("{} taken off while queued: blocked", v.name);
                     reason = StopReason::Blocked;
                 }

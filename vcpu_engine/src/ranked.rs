@@ -431,6 +431,20 @@ impl Engine {
         }
     }
 
+    /// `v`, queued as a filler, halted in KVM: halted in the engine's view
+    /// (the scheduler learns it when a CPU picks it), ranked as halted.
+    fn halted_while_queued(&self, v: &EngineVcpu) {
+        {
+            let mut ctl = v.ctl();
+            if ctl.state != RunState::Ready {
+                return;
+            }
+            v.set_state(&mut ctl, RunState::HaltedInKvm);
+            note_wakeups(v);
+        }
+        self.enact(v);
+    }
+
     /// A vCPU halted in KVM is awake (the agent saw it, or it exited):
     /// charge what it ran unseen, then wake it through the scheduler.
     fn awake_in_kvm(&self, v: &EngineVcpu) {
@@ -478,8 +492,18 @@ impl Engine {
                             .is_some_and(|w| v.wakeups_seen.swap(w, Ordering::AcqRel) != w);
                         let ran = self.take_cpu_time(v);
                         let awake = !blocking || (woken && (ran == 0 || thread_runnable(v)));
-                        if awake {
+                        // Awake at two looks in a row: it stays awake, and
+                        // the scheduler decides where it goes. Awake at one
+                        // only: most likely a burst between two halts
+                        // (an IPI, a timer), which its rank serves at once
+                        // and the scheduler sees as an unseen run.
+                        let sustained = awake && v.awake_at_look.swap(true, Ordering::AcqRel);
+                        if !awake {
+                            v.awake_at_look.store(false, Ordering::Release);
+                        }
+                        if sustained {
                             wakes += 1;
+                            v.awake_at_look.store(false, Ordering::Release);
                             self.awake_after(v, ran);
                         } else if ran > 0 {
                             let _ = self.scheduler().ran_unseen(v.entity, ran, now_ns());
@@ -490,6 +514,13 @@ impl Engine {
                     RunState::Ready => {
                         // A filler's runs are not the scheduler's to charge.
                         self.take_cpu_time(v);
+                        if stats.blocking().unwrap_or(false) {
+                            // Queued, but halted in KVM: it ranks as a
+                            // halted vCPU again (so KVM's wake-up of it
+                            // preempts), and the CPU that picks it finds
+                            // it halted and picks again.
+                            self.halted_while_queued(v);
+                        }
                     }
                     _ => {}
                 }

@@ -176,6 +176,9 @@ pub struct EngineVcpu {
     /// dispatches the vCPU arms it; it takes the thread out of KVM_RUN at
     /// its slice's end).
     pub(crate) quantum_timer: OnceLock<Arc<crate::clock::QuantumTimer>>,
+    /// Awake (not halted) at the agent's last look, halted in the engine's
+    /// view (ranked).
+    pub(crate) awake_at_look: AtomicBool,
     /// KVM's `halt_wakeup` count when the engine last looked (ranked).
     pub(crate) wakeups_seen: AtomicU64,
     /// Its thread's `/proc/thread-self/stat`, opened by the thread as it
@@ -342,6 +345,7 @@ impl EngineVcpu {
             parked: AtomicBool::new(false),
             left: AtomicBool::new(false),
             wakeups_seen: AtomicU64::new(0),
+            awake_at_look: AtomicBool::new(false),
             quantum_timer: OnceLock::new(),
             thread_stat: OnceLock::new(),
             rank: RankState::new(),
