@@ -20,9 +20,9 @@
 
 use crate::bench::metrics::{self, Better, Sample};
 use crate::bench::summary::{cell_value, Column, ALL};
-use crate::results::RunResults;
-use crate::units;
 use serde::Serialize;
+use vmm::results::RunResults;
+use vmm::units;
 
 /// Two figures of one run each closer than this (relative) are "about the
 /// same": below what one run can tell apart here.
@@ -311,9 +311,9 @@ pub fn format_vcpus(runs: &[(String, RunResults)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::guest_metrics::{LatencySummary, VcpuMetrics};
-    use crate::results::VmResult;
     use std::path::PathBuf;
+    use vmm::guest_metrics::{LatencySummary, VcpuMetrics};
+    use vmm::results::VmResult;
 
     fn vm(name: &str, units: Option<f64>, p99: Option<u64>) -> VmResult {
         let mut r = VmResult::error(name, String::new(), 1000.0, "");

@@ -1,16 +1,16 @@
-//! The `pacer` binary: a thin wrapper over `vmm::cli`.
+//! The `pacer` binary: a thin wrapper over `pacer::cli`.
 
 use clap::Parser;
 
 fn main() {
     let run_start = std::time::Instant::now();
-    let cli = match vmm::cli::Cli::try_parse() {
+    let cli = match pacer::cli::Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
             // Usage errors are "bad input" (clap's own exit code for them is
             // 2 too); --help/--version exit 0.
             let code = if e.use_stderr() {
-                vmm::cli::EXIT_BAD_INPUT
+                pacer::output::EXIT_BAD_INPUT
             } else {
                 0
             };
@@ -30,5 +30,5 @@ fn main() {
         .format_timestamp(None)
         .format_target(false)
         .init();
-    std::process::exit(vmm::cli::main_with(cli, run_start));
+    std::process::exit(pacer::cli::main_with(cli, run_start));
 }

@@ -7,10 +7,10 @@
 mod common;
 
 use common::{kvm_or_skip, TempDir};
+use pacer::bench::store::{read_csv, read_jsonl, CellStatus};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use vmm::bench::store::{read_csv, read_jsonl, CellStatus};
 
 fn pacer() -> Command {
     Command::new(env!("CARGO_BIN_EXE_pacer"))
@@ -273,7 +273,7 @@ vm = [ { name = "small", vcpus = 2 } ]
     let summary = std::fs::read_to_string(out.join("summary.json")).unwrap();
     assert!(summary.contains("\"baselines\""));
     // trace = true: a trace per cell of a scheduled policy, none for host.
-    let trace = vmm::trace::TraceFile::read(&out.join("traces/ok_short_haiku_r1.trace")).unwrap();
+    let trace = pacer::trace::TraceFile::read(&out.join("traces/ok_short_haiku_r1.trace")).unwrap();
     assert!(trace.complete && trace.vms.len() == 2);
     assert!(!out.join("traces/ok_short_host_r1.trace").exists());
 }
@@ -334,9 +334,9 @@ fn shipped_matrices_validate() {
         let text = std::fs::read_to_string(&path)
             .unwrap()
             .replace("../guests/out/bench-guest.elf", &kernel);
-        let m = vmm::bench::Matrix::parse(&text, &path, &host)
+        let m = pacer::bench::Matrix::parse(&text, &path, &host)
             .unwrap_or_else(|e| panic!("{name}.toml: {e}"));
-        assert_eq!(vmm::bench::cells::expand(&m).len(), cells, "{name}");
+        assert_eq!(pacer::bench::cells::expand(&m).len(), cells, "{name}");
     }
 }
 

@@ -13,8 +13,8 @@
 mod common;
 
 use common::{kvm_or_skip, linux_standin, TempDir};
+use pacer::bench::store::{read_jsonl, CellRecord, CellStatus};
 use std::process::Command;
-use vmm::bench::store::{read_jsonl, CellRecord, CellStatus};
 
 /// A recorded console (shared with the adapter's unit test): the suite's
 /// lines as a guest prints them, with kernel noise; two tests, 1 copy and

@@ -8,9 +8,9 @@
 //!
 //! `PACER_PROBE_VERBOSE=1` prints every refusal.
 
+use pacer::bench::matrix::{Matrix, MatrixError};
 use std::path::{Path, PathBuf};
 use vcpu_engine::host_cpus::HostCpuSet;
-use vmm::bench::matrix::{Matrix, MatrixError};
 use vmm::config::HostInfo;
 
 /// Words that only serde, toml or Rust would use.

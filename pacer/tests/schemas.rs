@@ -17,12 +17,14 @@ use common::pacer;
 use common::{kvm_or_skip, vm_table, TempDir};
 use devices::result_payload::{bucket_of, HIST_COUNT_BITS};
 use devices::{Marker, RecordKind, ResultRecord};
+use pacer::documents::run::RunDocument;
+use pacer::documents::run::RunEntry;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use vmm::documents::{self, run::RunDocument, run::RunEntry};
+use vmm::documents;
 
 const BASE: &str = "https://example.invalid/pacer/schemas/";
 
@@ -289,7 +291,7 @@ fn run_documents_single_and_compare_validate() {
         ("haiku".to_string(), results.clone()),
         ("host".to_string(), results),
     ];
-    let comparison = vmm::compare::compare(&runs);
+    let comparison = pacer::compare::compare(&runs);
     let entries = runs.iter().map(|(_, r)| RunEntry::of(&config, r)).collect();
     let both = RunDocument::new(dir.0.join("pacer.toml"), entries, Some(comparison));
     let doc = serde_json::to_value(&both).unwrap();
@@ -339,7 +341,7 @@ fn a_log_cut_by_a_failed_write_ends_with_a_valid_incomplete_line() {
     let log = vmm::results::ResultsLog::create("cut", 1000, Some(Path::new("/dev/full"))).unwrap();
     let why = log.write_error().expect("a write to /dev/full fails");
     assert!(why.contains("No space left on device"), "{why}");
-    let line = documents::run::events_incomplete("cut", why, 3, 5.0);
+    let line = vmm::results::events::events_incomplete("cut", why, 3, 5.0);
     check(documents::VM_EVENTS, &line);
     let mut bad = line.clone();
     bad["lines_lost"] = serde_json::json!(-1);
@@ -473,10 +475,10 @@ fn check_bench_dir(out: &Path) {
 
 #[test]
 fn bench_cells_csv_and_summary_validate() {
-    use vmm::bench::metrics::Sample;
-    use vmm::bench::store::{CellRecord, CellStatus, Store};
+    use pacer::bench::metrics::Sample;
+    use pacer::bench::store::{CellRecord, CellStatus, Store};
     let dir = TempDir::new("schema-bench");
-    let m = vmm::bench::Matrix::load(&matrix_file(&dir)).unwrap();
+    let m = pacer::bench::Matrix::load(&matrix_file(&dir)).unwrap();
     let out = dir.0.join("out");
     let mut store = Store::open(&out, false).unwrap();
     let sample = |vm: &str, vcpu: Option<u32>, metric: &str, value: f64| Sample {
@@ -526,11 +528,11 @@ fn bench_cells_csv_and_summary_validate() {
     na.samples.clear();
     store.append(na).unwrap();
     let order: Vec<String> = m.policies.iter().map(|p| p.label.clone()).collect();
-    let headline = |_: &str, _: &str| Some(vmm::bench::headline::resolve(&m, 0, 0));
+    let headline = |_: &str, _: &str| Some(pacer::bench::headline::resolve(&m, 0, 0));
     let mut summary =
-        vmm::bench::summary::Summary::build(store.records(), &order, &m.baselines, &headline);
-    summary.matrix = Some(documents::matrix::MatrixView::of(&m));
-    let doc = documents::summary::SummaryDocument::of(&summary);
+        pacer::bench::summary::Summary::build(store.records(), &order, &m.baselines, &headline);
+    summary.matrix = Some(pacer::documents::matrix::MatrixView::of(&m));
+    let doc = pacer::documents::summary::SummaryDocument::of(&summary);
     std::fs::write(
         out.join("summary.json"),
         serde_json::to_string(&doc).unwrap(),

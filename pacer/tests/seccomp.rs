@@ -317,7 +317,7 @@ fn a_traced_run_is_confined_too() {
             panic!("{dispatch}: exit {code}\n{out}{err}\ntrace:\n{dump}");
         }
         assert!(err.contains("scheduling trace:"), "{err}");
-        let t = vmm::trace::TraceFile::read(&trace).unwrap();
+        let t = pacer::trace::TraceFile::read(&trace).unwrap();
         assert!(t.complete && !t.events.is_empty(), "{dispatch}");
     }
 }

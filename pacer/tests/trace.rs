@@ -5,12 +5,12 @@
 mod common;
 
 use common::{kvm_or_skip, vm_table, TempDir};
+use pacer::trace::replay::{compare, replay_of, Demand};
+use pacer::trace::summary::Summary;
+use pacer::trace::TraceFile;
 use vcpu_engine::trace::Event;
 use vmm::config::Config;
 use vmm::runner::{run, RunError, RunOptions};
-use vmm::trace::replay::{compare, replay_of, Demand};
-use vmm::trace::summary::Summary;
-use vmm::trace::TraceFile;
 
 fn pingpong(dir: &TempDir, policy: &str) -> Config {
     let vm = vm_table("pp", "pingpong duration_ms=400").replace("vcpus = 1", "vcpus = 2");
@@ -114,7 +114,7 @@ fn a_pingpong_trace_explains_its_round_trip_and_replays() {
 
     // Perfetto: CPU and vCPU tracks, slices, wake arrows.
     let doc: serde_json::Value =
-        serde_json::from_str(&vmm::trace::export::perfetto_json(&trace)).unwrap();
+        serde_json::from_str(&pacer::trace::export::perfetto_json(&trace)).unwrap();
     let evs = doc["traceEvents"].as_array().unwrap();
     let count = |ph: &str| evs.iter().filter(|e| e["ph"] == ph).count();
     assert!(count("X") > 10 && count("s") > 10 && count("f") > 10);
@@ -131,7 +131,7 @@ fn a_pingpong_trace_explains_its_round_trip_and_replays() {
     // The timeline (text needs a TrueType font, which ci/install.sh installs).
     let svg = dir.0.join("pp.svg");
     let (first, last) = trace.span();
-    match vmm::trace::plot::draw(&trace, first, last, &svg) {
+    match pacer::trace::plot::draw(&trace, first, last, &svg) {
         Err(e) if e.contains("no TrueType font") => println!("SKIPPED: the timeline ({e})"),
         r => {
             r.unwrap();

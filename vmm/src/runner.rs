@@ -9,9 +9,9 @@ use crate::config::Config;
 use crate::policy::Policy;
 use crate::results::{RunResults, VmResult};
 use crate::signals::{ProcessSignal, SignalGuard};
-use crate::vm::{open_kvm, StopHandle, VcpuScheduling, Vm, VmOptions};
+use crate::stop_registry::StopRegistry;
+use crate::vm::{open_kvm, VcpuScheduling, Vm, VmOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 use std::time::Instant;
 use vcpu_engine::cpu_map::CpuMap;
 use vcpu_engine::{Engine, EngineConfig, EngineError};
@@ -137,59 +137,6 @@ fn write_snapshot(
     ));
     std::fs::write(&path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
-}
-
-/// The VMs of a run, so that all of them can be stopped at once (SIGINT,
-/// SIGTERM). A VM registered after `stop_all` is stopped at once.
-#[derive(Default)]
-pub struct StopRegistry {
-    stopped: AtomicBool,
-    vms: Mutex<Vec<StopHandle>>,
-    /// The VMs that have ended (those that failed to start included).
-    ended: Mutex<Vec<String>>,
-}
-
-impl StopRegistry {
-    pub fn register(&self, h: StopHandle) {
-        let mut vms = self.vms.lock().unwrap_or_else(|p| p.into_inner());
-        if self.stopped.load(Ordering::Acquire) {
-            h.stop();
-        }
-        vms.push(h);
-    }
-
-    /// The handle of the VM named `name`, once it has started.
-    pub fn find(&self, name: &str) -> Option<StopHandle> {
-        self.vms
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .find(|h| h.name() == name)
-            .cloned()
-    }
-
-    /// Whether the VM named `name` has ended.
-    pub fn has_ended(&self, name: &str) -> bool {
-        self.ended
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|n| n == name)
-    }
-
-    fn ended(&self, name: &str) {
-        self.ended
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(name.to_string());
-    }
-
-    pub fn stop_all(&self) {
-        self.stopped.store(true, Ordering::Release);
-        for h in self.vms.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            h.stop();
-        }
-    }
 }
 
 /// Run every VM of `config` to completion; `on_event` hears about each VM

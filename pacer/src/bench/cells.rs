@@ -12,12 +12,12 @@ use super::matrix::{Matrix, Runner};
 use super::native;
 use super::unixbench::SuiteSpec;
 use super::workload::Workload;
-use crate::boot::GuestKind;
-use crate::config::{Config, Console, HostConfig, VmConfig};
-use crate::policy::Policy;
 use std::path::{Path, PathBuf};
 use vcpu_sched::tunables::PRIORITY_NORMAL;
 use vcpu_sched::{SchedClass, Tunables};
+use vmm::boot::GuestKind;
+use vmm::config::{Config, Console, HostConfig, VmConfig};
+use vmm::policy::Policy;
 
 /// One cell of the matrix (indices into the matrix's axes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,16 +91,16 @@ impl Cell {
                     if let Some(r) = policy.refuses_vm(v.class, v.priority) {
                         return Some(format!("VM {}: {}", v.name, r.explain(policy)));
                     }
-                    if v.shares != crate::sched_rules::Shares::default() {
+                    if v.shares != vmm::sched_rules::Shares::default() {
                         if let Err(why) =
-                            crate::sched_rules::shares_honoured(policy, "shares", "the matrix")
+                            vmm::sched_rules::shares_honoured(policy, "shares", "the matrix")
                         {
                             return Some(format!("VM {}: {why}", v.name));
                         }
                     }
                 }
                 Runner::Qemu | Runner::Native => {
-                    if v.shares != crate::sched_rules::Shares::default() {
+                    if v.shares != vmm::sched_rules::Shares::default() {
                         return Some(format!(
                             "VM {}: {} leaves its threads to the host kernel, which knows nothing of Pacer's weights, caps and reservations",
                             v.name,
@@ -234,7 +234,7 @@ pub fn pacer_config(m: &Matrix, cell: &Cell, log_dir: &Path) -> Option<Config> {
             },
             smt_isolation: false,
             dispatch,
-            halt_poll_us: crate::config::DEFAULT_HALT_POLL_US,
+            halt_poll_us: vmm::config::DEFAULT_HALT_POLL_US,
             kvm_poll_us,
             log_limits: Default::default(),
             tunables: Tunables::default(),

@@ -309,14 +309,14 @@ mod tests {
         std::fs::create_dir_all(fx.dir.join("guests/out")).unwrap();
         std::fs::write(
             fx.dir.join("guests/out/bench-guest.elf"),
-            crate::kernel_image::tests::elf_with_loads(&[(0x10_0000, 0x10_0000)]),
+            vmm::test_images::elf_with_loads(&[(0x10_0000, 0x10_0000)]),
         )
         .unwrap();
         let text = std::fs::read_to_string(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../benches/{name}")),
         )
         .unwrap();
-        let host = crate::config::HostInfo {
+        let host = vmm::config::HostInfo {
             online: super::super::matrix::cpu_set(&[0, 1]),
             resources: Default::default(),
         };

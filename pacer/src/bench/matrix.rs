@@ -49,8 +49,6 @@ use super::headline::{HeadlineMetric, LayoutHeadline, ALL_VMS};
 use super::metrics::Better;
 use super::unixbench::SuiteSpec;
 use super::workload::{Workload, WorkloadKind};
-use crate::config::{line_col, Diagnostic, HostInfo, KVM_POLL_US};
-use crate::policy::Policy;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
 use std::ops::Range;
@@ -61,6 +59,8 @@ use vcpu_engine::host_cpus::{HostCpu, HostCpuSet};
 use vcpu_engine::DispatchKind;
 use vcpu_sched::tunables::{PRIORITY_NORMAL, PRIORITY_REALTIME_MAX, PRIORITY_REALTIME_MIN};
 use vcpu_sched::{Mode, SchedClass};
+use vmm::config::{line_col, Diagnostic, HostInfo, KVM_POLL_US};
+use vmm::policy::Policy;
 
 /// The label of the QEMU peer column in `policies`.
 pub const QEMU: &str = "qemu";
@@ -86,7 +86,7 @@ pub enum MatrixError {
         diagnostics: Vec<Diagnostic>,
     },
     #[error("{0}")]
-    Host(#[from] crate::config::ConfigError),
+    Host(#[from] vmm::config::ConfigError),
 }
 
 fn format_diagnostics(path: &Path, diags: &[Diagnostic]) -> String {
@@ -143,7 +143,7 @@ pub struct VmSpec {
     pub priority: u8,
     /// Operator shares of each vCPU (`weight`, `cap`, `reservation` as in
     /// a config's `[[vm]]`).
-    pub shares: crate::sched_rules::Shares,
+    pub shares: vmm::sched_rules::Shares,
     pub memory_mib: u64,
     /// A workload of its own (an index into `Matrix::workloads`), else the
     /// cell's.
@@ -187,7 +187,7 @@ impl Layout {
                 if v.priority != PRIORITY_NORMAL {
                     s += &format!(" prio {}", v.priority);
                 }
-                let d = crate::sched_rules::Shares::default();
+                let d = vmm::sched_rules::Shares::default();
                 if v.shares.weight != d.weight {
                     s += &format!(" weight {}", v.shares.weight);
                 }
@@ -354,7 +354,7 @@ pub fn expectation(pattern: &str) -> Option<&'static str> {
 }
 
 /// The matrix file's schema for `config_errors`.
-pub const SCHEMA: crate::config_errors::Schema = crate::config_errors::Schema {
+pub const SCHEMA: vmm::config_errors::Schema = vmm::config_errors::Schema {
     expectation,
     table_fields: &[
         "matrix",
@@ -378,8 +378,8 @@ impl Checker<'_> {
         self.diags.push(Diagnostic {
             line,
             column,
-            field: crate::config_errors::readable(&field.into()),
-            message: crate::config_errors::readable(&message.into()),
+            field: vmm::config_errors::readable(&field.into()),
+            message: vmm::config_errors::readable(&message.into()),
         });
     }
 
@@ -522,7 +522,7 @@ fn parse_policy(
             policy,
             mode,
             dispatch,
-            kvm_poll_us: kvm_poll_us.unwrap_or(crate::config::DEFAULT_KVM_POLL_US),
+            kvm_poll_us: kvm_poll_us.unwrap_or(vmm::config::DEFAULT_KVM_POLL_US),
         },
     })
 }
@@ -814,27 +814,20 @@ fn layout_headline(
 }
 
 impl Matrix {
-    /// Read and validate a matrix file against the running host.
-    pub fn load(path: &Path) -> Result<Matrix, MatrixError> {
-        let host = HostInfo::detect()?;
-        let text = crate::input::read_config_text(path, "a matrix").map_err(|source| {
-            MatrixError::Read {
-                path: path.to_path_buf(),
-                source,
-            }
-        })?;
-        Self::parse(&text, path, &host)
-    }
-
-    /// Validate `text` as if read from `path` (relative paths inside are
-    /// resolved against `path`'s directory).
-    pub fn parse(text: &str, path: &Path, host: &HostInfo) -> Result<Matrix, MatrixError> {
+    /// Validate the matrix's own fields in `text` as if read from `path`
+    /// (relative paths inside are resolved against `path`'s directory);
+    /// [`Matrix::parse`] checks its VMs too.
+    pub(super) fn parse_fields(
+        text: &str,
+        path: &Path,
+        host: &HostInfo,
+    ) -> Result<Matrix, MatrixError> {
         let invalid = |diagnostics| MatrixError::Invalid {
             path: path.to_path_buf(),
             diagnostics,
         };
         let raw: RawMatrix = toml::from_str(text)
-            .map_err(|e| invalid(vec![crate::config_errors::explain_in(&SCHEMA, text, &e)]))?;
+            .map_err(|e| invalid(vec![vmm::config_errors::explain_in(&SCHEMA, text, &e)]))?;
         let base = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
@@ -1026,7 +1019,7 @@ impl Matrix {
                         .as_ref()
                         .map_or(1, |n| c.int_in(n, &vf("count"), 1, 64)) as u32;
                 let vcpus =
-                    c.int_in(&v.vcpus, &vf("vcpus"), 1, crate::config::MAX_VCPUS as i64) as u32;
+                    c.int_in(&v.vcpus, &vf("vcpus"), 1, vmm::config::MAX_VCPUS as i64) as u32;
                 let cpus = match &v.cpus {
                     Some(s) => {
                         let set = c.cpus(s, &vf("cpus")).unwrap_or_else(|| host_cpus.clone());
@@ -1070,22 +1063,22 @@ impl Matrix {
                 let priority = v.priority.as_ref().map_or(default as i64, |p| {
                     c.int_in(p, &vf("priority"), lo as i64, hi as i64)
                 }) as u8;
-                let mut shares = crate::sched_rules::Shares::default();
+                let mut shares = vmm::sched_rules::Shares::default();
                 let n = vcpus.max(1);
                 if let Some(w) = &v.weight {
-                    match crate::sched_rules::weight(*w.get_ref()) {
+                    match vmm::sched_rules::weight(*w.get_ref()) {
                         Ok(x) => shares.weight = x,
                         Err(why) => c.err(w.span(), vf("weight"), why),
                     }
                 }
                 if let Some(x) = &v.cap {
-                    match crate::sched_rules::cap(*x.get_ref(), n) {
+                    match vmm::sched_rules::cap(*x.get_ref(), n) {
                         Ok(p) => shares.cap = Some(p),
                         Err(why) => c.err(x.span(), vf("cap"), why),
                     }
                 }
                 if let Some(x) = &v.reservation {
-                    match crate::sched_rules::reservation(*x.get_ref(), n) {
+                    match vmm::sched_rules::reservation(*x.get_ref(), n) {
                         Ok(p) => {
                             shares.reservation = p;
                             reserved += *x.get_ref() * count as i64;
@@ -1136,7 +1129,7 @@ impl Matrix {
                 }
             }
             if let Some((span, field)) = reserved_at {
-                if let Err(why) = crate::sched_rules::reservations_fit(reserved, host_cpus.len()) {
+                if let Err(why) = vmm::sched_rules::reservations_fit(reserved, host_cpus.len()) {
                     c.err(span, &field, why);
                 }
             }
@@ -1220,12 +1213,6 @@ impl Matrix {
             layouts,
             trace: head.trace,
         };
-        // Every VM as a host config's VM (`vm_check.rs`).
-        let mut diags = super::vm_check::check(&m, text, host);
-        if !diags.is_empty() {
-            diags.sort_by_key(|d| (d.line, d.column));
-            return Err(invalid(diags));
-        }
         Ok(m)
     }
 
@@ -1329,7 +1316,7 @@ pub(crate) mod tests {
             ));
             std::fs::create_dir_all(&dir).unwrap();
             // A bench guest image of one 1 MiB segment at 1 MiB (2 MiB of RAM).
-            let elf = crate::kernel_image::tests::elf_with_loads(&[(0x10_0000, 0x10_0000)]);
+            let elf = vmm::test_images::elf_with_loads(&[(0x10_0000, 0x10_0000)]);
             std::fs::write(dir.join("guest.elf"), elf).unwrap();
             Fixture { dir }
         }

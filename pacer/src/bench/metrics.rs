@@ -2,7 +2,7 @@
 //!
 //! A cell's metrics are flat [`Sample`]s: (VM, vCPU, metric name, value).
 //! They are read from a [`VmResult`] by walking its published JSON form
-//! (`documents::run`, schema `pacer-run`), so every numeric per-vCPU field
+//! (`vmm::results::events`, schema `pacer-run`), so every numeric per-vCPU field
 //! a VM result carries becomes a metric without code here: `vcpus[].guest`
 //! (what the workload measured: `cpu.units_per_s`,
 //! `sleep.wake_latency.p99_ns`, `pingpong.roundtrips_per_s`,
@@ -26,10 +26,10 @@
 //! headline column), so a new workload's metrics appear in the tables,
 //! CSV/JSON and plots without touching the runner.
 
-use crate::results::VmResult;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use vmm::results::VmResult;
 
 /// One measured value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -213,9 +213,9 @@ pub fn histogram_buckets(metric: &str) -> Option<u64> {
         return None;
     }
     Some(if metric.starts_with("sched.") {
-        crate::units::SCHED_SUB_BUCKETS
+        vmm::units::SCHED_SUB_BUCKETS
     } else {
-        crate::units::GUEST_SUB_BUCKETS
+        vmm::units::GUEST_SUB_BUCKETS
     })
 }
 
@@ -227,12 +227,12 @@ pub fn format_value(metric: &str, v: f64) -> String {
     }
     match info(metric).unit {
         Unit::Nanoseconds => match histogram_buckets(metric) {
-            Some(sub) => crate::units::latency(v, sub),
-            None => crate::units::duration3(v),
+            Some(sub) => vmm::units::latency(v, sub),
+            None => vmm::units::duration3(v),
         },
         Unit::Ratio => format!("{v:.3}"),
         Unit::Score => format!("{v:.1}"),
-        Unit::PerSecond | Unit::Count => crate::units::number(v),
+        Unit::PerSecond | Unit::Count => vmm::units::number(v),
     }
 }
 
@@ -299,9 +299,11 @@ pub fn vm_samples(r: &VmResult, group: &str) -> Vec<Sample> {
     }
     // What the guest printed on its console fills in what the VM result
     // lacks (a VMM that does not decode a newer guest's records yet).
-    if let Some(text) = r.console_log.as_ref().and_then(|p| {
-        crate::input::read_lossy(p, crate::input::MAX_LOG_BYTES, "a console log").ok()
-    }) {
+    if let Some(text) = r
+        .console_log
+        .as_ref()
+        .and_then(|p| vmm::input::read_lossy(p, vmm::input::MAX_LOG_BYTES, "a console log").ok())
+    {
         for s in console_samples(&text, &r.name, group).0 {
             if let Some(vcpu) = s.vcpu {
                 per_vcpu
@@ -519,8 +521,8 @@ pub fn unknown_workload(r: &VmResult) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::VcpuWork;
     use vcpu_engine::stats::{LatencyNs, VcpuSchedStats};
+    use vmm::results::VcpuWork;
 
     pub(crate) fn vm(name: &str, units: &[f64]) -> VmResult {
         let mut r = VmResult::error(name, String::new(), 2000.0, "");

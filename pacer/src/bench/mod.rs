@@ -8,7 +8,8 @@
 //! interrupted run); at the end come a terminal summary (medians, min-max,
 //! ratios to the baselines), `summary.json`, plots and `report.html`.
 //!
-//! Module map: [`matrix`] (the file, validation), [`workload`] (workload
+//! Module map: [`matrix`] (the file, validation; `load.rs` reads it and
+//! checks its VMs with `vm_check.rs`), [`workload`] (workload
 //! kinds and their parameters), [`cells`] (expansion, order, the `Config`
 //! of a cell), [`run`] (the runner, resume), [`metrics`] (the one adapter
 //! from VM results and console lines to metrics), [`store`] (JSONL + CSV),
@@ -19,8 +20,8 @@
 //! guest's boot and the suite's console lines as metrics).
 
 pub mod cells;
-pub mod command;
 pub mod headline;
+mod load;
 pub mod matrix;
 pub mod metrics;
 pub mod native;

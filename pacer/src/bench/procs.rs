@@ -106,16 +106,12 @@ impl Proc {
 
     /// Its output so far (lossy UTF-8: a guest may print anything).
     pub fn read_output(&self) -> String {
-        crate::input::read_lossy(
-            &self.output,
-            crate::input::MAX_LOG_BYTES,
-            "a process output",
-        )
-        .unwrap_or_default()
+        vmm::input::read_lossy(&self.output, vmm::input::MAX_LOG_BYTES, "a process output")
+            .unwrap_or_default()
     }
 
     fn read_log(&self) -> String {
-        crate::input::read_lossy(&self.log, crate::input::MAX_LOG_BYTES, "a process log")
+        vmm::input::read_lossy(&self.log, vmm::input::MAX_LOG_BYTES, "a process log")
             .unwrap_or_default()
     }
 

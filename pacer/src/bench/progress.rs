@@ -24,7 +24,7 @@ impl Default for Progress {
 
 impl Progress {
     pub fn new() -> Progress {
-        let target = if crate::cli::quiet() {
+        let target = if crate::output::quiet() {
             ProgressDrawTarget::hidden()
         } else {
             ProgressDrawTarget::stderr()
@@ -44,7 +44,7 @@ impl Progress {
 
     fn line(&self, text: &str) {
         if self.bar.is_hidden() {
-            if !crate::cli::quiet() {
+            if !crate::output::quiet() {
                 let _ = std::io::stderr()
                     .lock()
                     .write_all(format!("{text}\n").as_bytes());

@@ -19,12 +19,12 @@ use super::cells::VmBoot;
 use super::metrics::{self, Sample};
 use super::procs::{self, Look, Proc, ProcOutcome};
 use super::unixbench::SuiteSpec;
-use crate::boot::linux::PLATFORM_CMDLINE;
-use crate::boot::notes;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use vcpu_engine::host_cpus::HostCpuSet;
+use vmm::boot::linux::PLATFORM_CMDLINE;
+use vmm::boot::notes;
 
 /// The QEMU binary the peer runs.
 pub const QEMU_BINARY: &str = "qemu-system-x86_64";
@@ -362,7 +362,7 @@ fn guest_refused(console: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::boot::notes::tests::{elf64_with_notes as elf_with_notes, note};
+    use vmm::test_images::{elf64_with_notes as elf_with_notes, note};
 
     #[test]
     fn a_guest_kvm_could_not_run_is_noticed() {

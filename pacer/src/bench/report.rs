@@ -405,7 +405,7 @@ pub fn write(
         "<li>QEMU: {}</li></ul>",
         esc(&qemu_version.unwrap_or_else(|| "not used".into()))
     );
-    let matrix_text = crate::input::read_config_text(&m.path, "a matrix").unwrap_or_default();
+    let matrix_text = vmm::input::read_config_text(&m.path, "a matrix").unwrap_or_default();
     let _ = writeln!(
         h,
         "<h2>Matrix</h2>\n<p>{}</p><pre>{}</pre>\n<p>Data: <a href=\"results.jsonl\">results.jsonl</a>, \

@@ -26,11 +26,11 @@ use super::settings;
 use super::store::{CellRecord, CellStatus, Store, StoreError};
 use super::workload::WorkloadKind;
 use super::{plots, report, summary::Summary};
-use crate::runner::{self, RunEvent, RunOptions};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use vmm::runner::{self, RunEvent, RunOptions};
 
 /// Errors of this module.
 #[derive(Debug, thiserror::Error)]
@@ -160,7 +160,7 @@ impl Ctx<'_> {
             _ => None,
         };
         CellRecord {
-            header: crate::documents::Header::new(crate::documents::BENCH_CELL),
+            header: vmm::documents::Header::new(vmm::documents::BENCH_CELL),
             id: cell.id(self.m),
             layout: self.m.layouts[cell.layout].name.clone(),
             workload: self.m.workloads[cell.workload].name.clone(),
@@ -256,7 +256,7 @@ impl Ctx<'_> {
                 interrupted.store(true, Ordering::Release);
             }
         };
-        let trace = (self.m.trace && config.host.policy != crate::policy::Policy::Host)
+        let trace = (self.m.trace && config.host.policy != vmm::policy::Policy::Host)
             .then(|| self.trace_path(cell));
         let opts = RunOptions {
             run_start: start,
@@ -289,8 +289,7 @@ impl Ctx<'_> {
                     .console_log
                     .as_ref()
                     .and_then(|p| {
-                        crate::input::read_lossy(p, crate::input::MAX_LOG_BYTES, "a console log")
-                            .ok()
+                        vmm::input::read_lossy(p, vmm::input::MAX_LOG_BYTES, "a console log").ok()
                     })
                     .unwrap_or_default();
                 match suite.samples(&console, &vm.name, &spec.group, spec.vcpus) {
@@ -469,7 +468,7 @@ pub fn run_matrix(
     // SIGINT and SIGTERM stay blocked for the whole run (in every thread it
     // starts): a Pacer cell's runner takes them while it runs, a QEMU cell
     // polls for them, and between cells they are looked for after each one.
-    let _signals = crate::signals::SignalGuard::install();
+    let _signals = vmm::signals::SignalGuard::install();
     let mut store = Store::open(&opts.out, opts.resume)?;
     let all = cells::expand(m);
     let view = crate::documents::matrix::MatrixView::of(m);
@@ -595,9 +594,9 @@ fn keep_matrix_text(
     out: &Path,
     on_event: &mut dyn FnMut(BenchEvent<'_>),
 ) -> Result<(), RunMatrixError> {
-    let text = crate::input::read_config_text(&m.path, "a matrix").unwrap_or_default();
+    let text = vmm::input::read_config_text(&m.path, "a matrix").unwrap_or_default();
     let first = out.join("matrix.toml");
-    let kept = crate::input::read_config_text(&first, "a matrix").ok();
+    let kept = vmm::input::read_config_text(&first, "a matrix").ok();
     let target = match kept {
         None => first,
         Some(k) if k == text => return Ok(()),

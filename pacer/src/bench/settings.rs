@@ -164,9 +164,9 @@ pub fn differences(
 /// The settings recorded in `dir` (none if the file is missing), by cell id.
 pub fn read(dir: &Path) -> Result<BTreeMap<String, CellSettings>, String> {
     let path = dir.join(FILE);
-    let bytes = match crate::input::read_regular_file(
+    let bytes = match vmm::input::read_regular_file(
         &path,
-        crate::input::MAX_RESULTS_BYTES,
+        vmm::input::MAX_RESULTS_BYTES,
         "a cell-settings.jsonl",
     ) {
         Ok(b) => b,

@@ -10,12 +10,12 @@
 //! appended, so the files never hold a torn record.
 
 use super::metrics::Sample;
-use crate::documents::{Header, Producer, SCHEMA_VERSION};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use vmm::documents::{Header, Producer, SCHEMA_VERSION};
 
 pub const JSONL: &str = "results.jsonl";
 pub const CSV: &str = "results.csv";
@@ -262,9 +262,9 @@ pub fn read_csv(path: &Path) -> Result<Vec<CellRecord>, StoreError> {
 /// Read `results.jsonl`: the complete lines, and the length of the file up
 /// to the end of the last complete line (a torn tail is ignored).
 pub fn read_jsonl(path: &Path) -> Result<(Vec<CellRecord>, u64), StoreError> {
-    let text = match crate::input::read_regular_file(
+    let text = match vmm::input::read_regular_file(
         path,
-        crate::input::MAX_RESULTS_BYTES,
+        vmm::input::MAX_RESULTS_BYTES,
         "a bench results.jsonl",
     ) {
         Ok(t) => t,
@@ -427,7 +427,7 @@ pub(crate) mod tests {
 
     pub(crate) fn record(id: &str, policy: &str, status: CellStatus, units: &[f64]) -> CellRecord {
         CellRecord {
-            header: Header::new(crate::documents::BENCH_CELL),
+            header: Header::new(vmm::documents::BENCH_CELL),
             id: id.into(),
             layout: "l".into(),
             workload: "w, \"quoted\"".into(),

@@ -177,7 +177,7 @@ impl GroupSummary {
 /// The whole summary.
 #[derive(Debug, Clone)]
 pub struct Summary {
-    pub header: crate::documents::Header,
+    pub header: vmm::documents::Header,
     /// The matrix as run (set by the runner; null when summarising records
     /// alone).
     pub matrix: Option<crate::documents::matrix::MatrixView>,
@@ -510,7 +510,7 @@ impl Summary {
             })
             .collect();
         Summary {
-            header: crate::documents::Header::new(crate::documents::BENCH_SUMMARY),
+            header: vmm::documents::Header::new(vmm::documents::BENCH_SUMMARY),
             matrix: None,
             baselines: baselines.to_vec(),
             groups,

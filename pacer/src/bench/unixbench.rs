@@ -22,9 +22,10 @@
 //! it rather than reporting a partial index as if it were whole.
 
 use super::metrics::Sample;
-use crate::unixbench::{catalog, parse_log, score};
+use crate::unixbench::score;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use vmm::unixbench::{catalog, parse_log};
 
 /// One entry of `copies`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

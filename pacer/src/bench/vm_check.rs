@@ -21,10 +21,10 @@
 
 use super::cells::{self, Cell, VmBoot};
 use super::matrix::Matrix;
-use crate::config::{line_col, Config, ConfigError, Diagnostic, HostInfo, Overrides};
-use crate::config_errors::SpanIndex;
 use std::collections::BTreeSet;
 use std::ops::Range;
+use vmm::config::{line_col, Config, ConfigError, Diagnostic, HostInfo, Overrides};
+use vmm::config_errors::SpanIndex;
 
 /// Where diagnostics of the rendered config land in the matrix file.
 struct Mapper<'a> {
@@ -144,7 +144,7 @@ fn render(m: &Matrix, cell: &Cell) -> String {
         t.insert("cpus".into(), Value::String(v.cpus.to_list()));
         t.insert(
             "class".into(),
-            Value::String(crate::sched_rules::class_name(v.class).into()),
+            Value::String(vmm::sched_rules::class_name(v.class).into()),
         );
         t.insert("priority".into(), Value::Integer(v.priority.into()));
         t.insert(
@@ -311,7 +311,7 @@ mod tests {
     fn kernel_and_memory_checked_as_a_host_config_would() {
         let fx = Fixture::new("vmcheck-kernel");
         // A guest image reaching 4 MiB: 2 MiB is too little.
-        let big = crate::kernel_image::tests::elf_with_loads(&[(0x10_0000, 0x30_0000)]);
+        let big = vmm::test_images::elf_with_loads(&[(0x10_0000, 0x30_0000)]);
         std::fs::write(fx.dir.join("big.elf"), big).unwrap();
         let text = GOOD.replace("guest.elf", "big.elf").replace(
             "{ name = \"hi\", vcpus = 1",

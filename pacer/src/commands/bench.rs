@@ -1,14 +1,14 @@
 //! `pacer bench MATRIX --out DIR [--resume] [--dry-run]`: the command
-//! around [`run_matrix`](super::run_matrix). Exit codes as `pacer run`:
+//! around [`run_matrix`](crate::bench::run_matrix). Exit codes as `pacer run`:
 //! 0 every cell ok or n/a, 1 a cell failed or timed out (or the run was
 //! stopped), 2 bad input (matrix, or results already in DIR without
 //! `--resume`).
 
-use super::progress::Progress;
-use super::run::{run_matrix, BenchOptions, RunMatrixError};
-use super::store::StoreError;
-use super::{cells, Matrix};
-use crate::cli::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
+use crate::bench::progress::Progress;
+use crate::bench::run::{run_matrix, BenchOptions, RunMatrixError};
+use crate::bench::store::StoreError;
+use crate::bench::{cells, Matrix};
+use crate::output::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
 use std::path::PathBuf;
 
 /// The closing text of `pacer bench --help`.
@@ -76,8 +76,8 @@ pub fn main(args: BenchArgs) -> i32 {
     // Every VM thread confined; the thread that runs cell after cell
     // (and starts QEMU) is not.
     if !args.no_seccomp {
-        let kinds = crate::seccomp::ThreadKind::all_but_runner();
-        if let Err(e) = crate::seccomp::enable(kinds) {
+        let kinds = vmm::seccomp::ThreadKind::all_but_runner();
+        if let Err(e) = vmm::seccomp::enable(kinds) {
             eprintln!("pacer bench: running without seccomp filters: {e}");
         }
     }
@@ -121,7 +121,7 @@ pub fn main(args: BenchArgs) -> i32 {
         }
         Err(e @ (RunMatrixError::Store(StoreError::Io { .. }) | RunMatrixError::Report(_))) => {
             eprintln!("pacer bench: results not saved: {e}");
-            crate::cli::EXIT_WRITE_FAILED
+            crate::output::EXIT_WRITE_FAILED
         }
         Err(e) => {
             eprintln!("pacer bench: {e}");

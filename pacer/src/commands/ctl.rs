@@ -14,12 +14,12 @@
 //! exit status 0 done, 1 the API failed or cannot be reached, 2 refused
 //! (bad input: the server's reason names the target and key).
 
-use crate::api::client::{Client, ClientError};
-use crate::api::set::SetRequest;
-use crate::cli::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
+use crate::output::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 use std::path::PathBuf;
+use vmm::api::client::{Client, ClientError};
+use vmm::api::set::SetRequest;
 
 /// The control API options of `pacer run`.
 #[derive(Debug, Clone, Args)]
@@ -35,8 +35,8 @@ pub struct ApiArgs {
 }
 
 impl ApiArgs {
-    pub fn options(&self) -> crate::api::ApiOptions {
-        crate::api::ApiOptions {
+    pub fn options(&self) -> vmm::api::ApiOptions {
+        vmm::api::ApiOptions {
             socket: self.api_socket.clone(),
             http: self.api_http.clone(),
         }
@@ -186,7 +186,7 @@ fn run(args: &CtlArgs) -> Result<(), CtlError> {
             };
             let path = format!(
                 "/api/v1/vms/{}/{action}",
-                crate::api::http::percent_encode(vm)
+                vmm::api::http::percent_encode(vm)
             );
             show(&c.post(&path, &json!({}))?, |v| {
                 format!(
@@ -226,7 +226,7 @@ pub fn set_words(words: &[String]) -> Result<SetRequest, CtlError> {
             _ => {
                 return Err(CtlError::Usage(format!(
                     "expected KEY=VALUE, found {}",
-                    crate::config_errors::quoted(w)
+                    vmm::config_errors::quoted(w)
                 )))
             }
         }

@@ -2,8 +2,6 @@
 //! say exactly what `--help` says: `pacer.1` and one `pacer-SUBCOMMAND.1`
 //! per subcommand, each with its examples and exit codes.
 
-use crate::cli::Cli;
-use clap::CommandFactory;
 use std::path::Path;
 
 /// Errors of this module.
@@ -24,10 +22,10 @@ fn render(cmd: clap::Command) -> Vec<u8> {
     text
 }
 
-/// With `dir`: write every page there (creating it) and return the list
-/// of what was written; without: return `pacer.1` itself.
-pub fn write(dir: Option<&Path>) -> Result<String, ManError> {
-    let root = Cli::command();
+/// The pages of `root` (the `pacer` command tree): with `dir`, write
+/// every page there (creating it) and return the list of what was
+/// written; without, return `pacer.1` itself.
+pub fn write(root: clap::Command, dir: Option<&Path>) -> Result<String, ManError> {
     let Some(dir) = dir else {
         return Ok(String::from_utf8_lossy(&render(root)).into_owned());
     };
@@ -53,12 +51,14 @@ pub fn write(dir: Option<&Path>) -> Result<String, ManError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::Cli;
+    use clap::CommandFactory;
 
     #[test]
     fn a_page_per_subcommand_with_its_examples() {
         let dir = std::env::temp_dir().join(format!("pacer-man-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let list = write(Some(&dir)).unwrap();
+        let list = write(Cli::command(), Some(&dir)).unwrap();
         for sub in Cli::command().get_subcommands() {
             let page = dir.join(format!("pacer-{}.1", sub.get_name()));
             assert!(list.contains(&page.display().to_string()), "{list}");
@@ -70,7 +70,7 @@ mod tests {
                 page.display()
             );
         }
-        let root = write(None).unwrap();
+        let root = write(Cli::command(), None).unwrap();
         assert!(root.contains("pacer") && root.contains("Exit codes"));
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -103,13 +103,13 @@ pub fn main(a: SimArgs) -> i32 {
         topology: a.topology,
         scale: a.scale,
         // -q (global): the summary lines only.
-        quiet: crate::cli::quiet(),
+        quiet: crate::output::quiet(),
         trace: a.trace,
         snapshot: a.snapshot,
     };
     // The scenario through Pacer's bounded reader (a FIFO or /dev/zero is
     // refused, not read for ever).
-    let workload = crate::input::read_config_text(&opts.file, "a scenario")
+    let workload = vmm::input::read_config_text(&opts.file, "a scenario")
         .map_err(|e| format!("cannot read {}: {e}", opts.file.display()))
         .and_then(|text| {
             vcpu_sched::sim::Workload::from_toml(&text)
@@ -119,27 +119,27 @@ pub fn main(a: SimArgs) -> i32 {
         Ok(w) => w,
         Err(e) => {
             eprintln!("{e}");
-            return crate::cli::EXIT_BAD_INPUT;
+            return crate::output::EXIT_BAD_INPUT;
         }
     };
     let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr());
     match run_workload(&opts, workload, &mut out, &mut err) {
-        Ok(_) => crate::cli::EXIT_OK,
+        Ok(_) => crate::output::EXIT_OK,
         Err(FrontError::Scenario(e)) => {
             eprintln!("{e}");
-            crate::cli::EXIT_BAD_INPUT
+            crate::output::EXIT_BAD_INPUT
         }
-        Err(FrontError::PolicyFailed { .. }) => crate::cli::EXIT_VM_FAILED,
+        Err(FrontError::PolicyFailed { .. }) => crate::output::EXIT_VM_FAILED,
         Err(FrontError::Io(e)) => {
             eprintln!("{e}");
-            crate::cli::EXIT_VM_FAILED
+            crate::output::EXIT_VM_FAILED
         }
     }
 }
 
 /// `pacer sim --replay TRACE`.
 fn replay(a: &SimArgs, path: &std::path::Path) -> i32 {
-    use crate::cli::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
+    use crate::output::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
     use crate::trace::replay::{compare, comparison_table, replay_of};
     let trace = match crate::trace::TraceFile::read(path) {
         Ok(t) => t,
@@ -176,7 +176,7 @@ fn replay(a: &SimArgs, path: &std::path::Path) -> i32 {
         match rec.replay.run() {
             Ok(report) => {
                 let rows = compare(&rec, &report);
-                if !crate::cli::quiet() {
+                if !crate::output::quiet() {
                     out(&format!("{}\n", report.to_table()));
                 }
                 out(&format!(

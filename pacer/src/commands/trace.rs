@@ -10,8 +10,8 @@
 //! Exit codes: 0 ok, 2 bad input (a file that is not a readable trace),
 //! 1 an output that cannot be written.
 
-use super::read::TraceFile;
-use crate::cli::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
+use crate::output::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
+use crate::trace::read::TraceFile;
 use std::path::{Path, PathBuf};
 
 /// The closing text of `pacer trace --help`.
@@ -106,8 +106,8 @@ pub enum TraceCommand {
 fn load(path: &Path) -> Result<TraceFile, i32> {
     TraceFile::read(path).map_err(|e| {
         match e {
-            super::read::ReadError::Io { .. } => eprintln!("pacer trace: {e}"),
-            super::read::ReadError::Format { .. } => eprintln!("{}: {e}", path.display()),
+            crate::trace::read::ReadError::Io { .. } => eprintln!("pacer trace: {e}"),
+            crate::trace::read::ReadError::Format { .. } => eprintln!("{}: {e}", path.display()),
         }
         EXIT_BAD_INPUT
     })
@@ -126,12 +126,12 @@ fn run(args: TraceArgs) -> Result<(), i32> {
         TraceCommand::Dump { file, window } => {
             let trace = load(&file)?;
             let (from, to) = window.bounds(&trace).map_err(bad)?;
-            out(&super::describe::dump(&trace, from, to));
+            out(&crate::trace::describe::dump(&trace, from, to));
             Ok(())
         }
         TraceCommand::Summary { file, json } => {
             let trace = load(&file)?;
-            let s = super::summary::Summary::of(&trace);
+            let s = crate::trace::summary::Summary::of(&trace);
             out(&s.to_text(&trace));
             if let Some(path) = json {
                 write(&path, &s.to_json_text())?;
@@ -140,7 +140,7 @@ fn run(args: TraceArgs) -> Result<(), i32> {
         }
         TraceCommand::Export { file, out: path } => {
             let trace = load(&file)?;
-            write(&path, &super::export::perfetto_json(&trace))
+            write(&path, &crate::trace::export::perfetto_json(&trace))
         }
         TraceCommand::Plot {
             file,
@@ -149,7 +149,7 @@ fn run(args: TraceArgs) -> Result<(), i32> {
         } => {
             let trace = load(&file)?;
             let (from, to) = window.bounds(&trace).map_err(bad)?;
-            super::plot::draw(&trace, from, to, &path).map_err(|e| {
+            crate::trace::plot::draw(&trace, from, to, &path).map_err(|e| {
                 eprintln!("pacer trace plot: {e}");
                 EXIT_VM_FAILED
             })?;

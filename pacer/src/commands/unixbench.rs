@@ -11,12 +11,12 @@
 //! Exit codes as the rest of the CLI: 0 ok, 1 the suite failed or some
 //! passes failed, 2 bad input (missing files, no results in the log).
 
-use super::host::{self, HostRun};
-use super::parse::{parse_log, Log};
-use super::report;
-use crate::cli::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
+use crate::output::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
+use crate::unixbench::host::{self, HostRun};
+use crate::unixbench::report;
 use clap::Args;
 use std::path::{Path, PathBuf};
+use vmm::unixbench::parse::{parse_log, Log};
 
 /// The closing text of `pacer unixbench --help`.
 pub const HELP: &str = "Examples:
@@ -89,7 +89,7 @@ pub enum UnixbenchCliError {
 }
 
 fn read_log(path: &Path) -> Result<Log, UnixbenchCliError> {
-    let bytes = crate::input::read_regular_file(path, crate::input::MAX_LOG_BYTES, "a console log")
+    let bytes = vmm::input::read_regular_file(path, vmm::input::MAX_LOG_BYTES, "a console log")
         .map_err(|source| UnixbenchCliError::Read {
             path: path.into(),
             source,
@@ -154,7 +154,7 @@ pub fn run(a: &UnixbenchArgs) -> i32 {
             seconds: a.seconds,
         };
         // The suite's lines as they come are status: none with -q.
-        let mut progress: Box<dyn std::io::Write> = if crate::cli::quiet() {
+        let mut progress: Box<dyn std::io::Write> = if crate::output::quiet() {
             Box::new(std::io::sink())
         } else {
             Box::new(std::io::stderr())

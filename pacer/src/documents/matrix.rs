@@ -98,7 +98,7 @@ impl MatrixView {
                         runner: "pacer",
                         policy: Some(policy.to_string()),
                         mode: policy.uses_mode().then(|| mode.as_str().to_string()),
-                        dispatch: (policy != crate::policy::Policy::Host)
+                        dispatch: (policy != vmm::policy::Policy::Host)
                             .then(|| dispatch.as_str().to_string()),
                     },
                     Runner::Qemu | Runner::Native => PolicyView {

@@ -6,11 +6,11 @@
 //! fractions and indexes have none).
 
 use super::matrix::MatrixView;
-use super::Header;
 use crate::bench::headline::GroupHeadline;
 use crate::bench::metrics::{self, Better};
 use crate::bench::summary::{GroupSummary, Role, Summary};
 use serde::Serialize;
+use vmm::documents::Header;
 
 /// A policy's figure in one column.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -4,11 +4,11 @@
 //! `score` is in its own `unit` (lps, KBps, MWIPS, lpm: UnixBench's);
 //! indexes are UnixBench's (score / baseline x 10, geometric means).
 
-use super::{Header, UNIXBENCH};
 use crate::unixbench::report::Section;
 use crate::unixbench::score::Summary;
 use serde::Serialize;
 use std::path::PathBuf;
+use vmm::documents::{Header, UNIXBENCH};
 
 /// One test of a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -11,11 +11,10 @@
 //!   checked, never a panic);
 //! - [`summary`] (per-path latency breakdown), [`export`] (Perfetto JSON),
 //!   [`plot`] (the timeline as PNG/SVG), [`describe`] (events in words):
-//!   `pacer trace` ([`command`]).
+//!   `pacer trace` (`commands::trace`).
 //!
 //! Where the engine records each event: `vcpu_engine/src/trace_points.rs`.
 
-pub mod command;
 pub mod describe;
 pub mod export;
 pub mod plot;

@@ -56,7 +56,7 @@ pub struct TraceFile {
 impl TraceFile {
     /// Read and check the file at `path`.
     pub fn read(path: &Path) -> Result<TraceFile, ReadError> {
-        let bytes = crate::preflight::read_regular_file(path, MAX_TRACE_BYTES, "a trace file")
+        let bytes = vmm::preflight::read_regular_file(path, MAX_TRACE_BYTES, "a trace file")
             .map_err(|source| ReadError::Io {
                 path: path.display().to_string(),
                 source,

@@ -121,7 +121,8 @@ pub fn run(run: &HostRun, echo: &mut dyn Write) -> Result<String, HostRunError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unixbench::{catalog, parse_log, summarize};
+    use crate::unixbench::summarize;
+    use vmm::unixbench::{catalog, parse_log};
 
     fn suite_dir() -> PathBuf {
         guests::ubench().parent().unwrap().to_path_buf()

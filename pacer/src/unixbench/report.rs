@@ -3,10 +3,10 @@
 //! given, the host's result and index and the guest/host ratio per test,
 //! the virtualization cost a user wants to see.
 
-use super::parse::Log;
 use super::score::{summarize, Summary};
 use serde::Serialize;
 use std::fmt::Write;
+use vmm::unixbench::parse::Log;
 
 /// One section of the report: a guest (or host) run and its reference.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -164,7 +164,7 @@ pub fn render(sections: &[Section], what: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unixbench::parse::parse_log;
+    use vmm::unixbench::parse::parse_log;
 
     #[test]
     fn table_with_host_reference_shows_ratios() {

@@ -8,9 +8,9 @@
 //!   that produced a score (all twelve for a full index; fewer makes a
 //!   partial index, which the table says).
 
-use super::catalog::{self, TestInfo};
-use super::parse::Run;
 use serde::Serialize;
+use vmm::unixbench::catalog::{self, TestInfo};
+use vmm::unixbench::parse::Run;
 
 /// Geometric mean of positive finite values; `None` for an empty slice or
 /// any value that is not positive and finite.
@@ -101,7 +101,7 @@ pub fn summarize(run: &Run) -> Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unixbench::parse::parse_log;
+    use vmm::unixbench::parse::parse_log;
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * b.abs().max(1.0)

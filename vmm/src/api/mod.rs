@@ -41,7 +41,7 @@ pub mod view;
 
 use crate::config::VmConfig;
 use crate::policy::Policy;
-use crate::runner::StopRegistry;
+use crate::stop_registry::StopRegistry;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;

@@ -436,8 +436,9 @@ mod tests {
         assert!(i.check_guest(GuestKind::Bench).is_err());
 
         // An ELF64 with "Linux" notes is a vmlinux.
-        let vmlinux =
-            notes::tests::elf64_with_notes(&notes::tests::note(b"Linux", 0x100, b"6.1\0"));
+        let vmlinux = crate::test_images::elf64_with_notes(&crate::test_images::note(
+            b"Linux", 0x100, b"6.1\0",
+        ));
         let i = inspect_bytes(&vmlinux).unwrap();
         assert_eq!(i.format, KernelFormat::Elf64X86_64);
         assert!(i.notes.linux);

@@ -65,6 +65,7 @@ mod raw;
 mod sched;
 #[cfg(test)]
 mod tests;
+pub mod view;
 mod vm;
 
 pub use diagnostic::{line_col, ConfigError, Diagnostic};
@@ -74,7 +75,8 @@ pub use limits::{
     MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB, RECORDS_PER_S,
 };
 pub use load::HostInfo;
-pub use vm::{Console, VmConfig};
+pub use raw::Console;
+pub use vm::VmConfig;
 
 use crate::policy::Policy;
 use crate::sched_rules::class_name;

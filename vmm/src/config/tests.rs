@@ -22,7 +22,7 @@ impl Fixture {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         // One 1 MiB segment at 1 MiB: needs 2 MiB of RAM.
-        let elf = crate::kernel_image::tests::elf_with_loads(&[(0x10_0000, 0x10_0000)]);
+        let elf = crate::test_images::elf_with_loads(&[(0x10_0000, 0x10_0000)]);
         std::fs::write(dir.join("kernel.elf"), elf).unwrap();
         std::fs::write(dir.join("not-elf.bin"), b"MZ not an elf file....").unwrap();
         let mut mb = boot::multiboot::tests::header(0);
@@ -32,7 +32,7 @@ impl Fixture {
         // It occupies memory up to 4 MiB as it starts.
         let bz = boot::linux::tests::bzimage(0x020F, 0x7f, 0x1000);
         std::fs::write(dir.join("bzImage"), bz).unwrap();
-        let vmlinux = boot::notes::tests::vmlinux(0x40_0000);
+        let vmlinux = crate::test_images::vmlinux(0x40_0000);
         std::fs::write(dir.join("vmlinux"), vmlinux).unwrap();
         std::fs::write(dir.join("env"), b"TEST_DEVICE=0\n").unwrap();
         Fixture { dir }

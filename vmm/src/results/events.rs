@@ -1,17 +1,16 @@
-//! `pacer-run` (`pacer run --json`) and `pacer-vm-events` (the lines of a
-//! run's `<vm>.results.jsonl`): a VM's results as one object per vCPU
+//! The published form of a VM's results: the lines of a run's
+//! `<vm>.results.jsonl` (`pacer-vm-events`) and a VM's entry in the
+//! `pacer-run` document (`pacer run --json`): a VM's results as one object per vCPU
 //! (`vcpus[]`: what its guest workload measured, its scheduling, its
 //! exits), its records with named values, every time in integer ns.
 //!
-//! A `--compare` run is the same document with one entry per policy in
-//! `runs` and the verdicts in `comparison`; a single run has one entry and
-//! `comparison: null`. The top level is an object either way.
+//! The `pacer-run` document itself (its entries, one per policy run, and
+//! a `--compare`'s verdicts) is the `pacer` tool's
+//! (`pacer::documents::run`), made of the [`VmDoc`]s here.
 
-use super::config::ConfigView;
-use super::{ms_to_ns, nonempty, nonzero, Header, RUN, VM_EVENTS};
-use crate::compare::Comparison;
+use super::{MarkerEntry, RecordEntry, VcpuWork, VmResult};
+use crate::documents::{ms_to_ns, nonempty, nonzero, Header, VM_EVENTS};
 use crate::guest_metrics::{LatencySummary, VcpuMetrics};
-use crate::results::{MarkerEntry, RecordEntry, RunResults, VcpuWork, VmResult};
 use devices::result_payload::{bucket_range, decode, Payload};
 use devices::RecordKind;
 use serde::Serialize;
@@ -589,68 +588,6 @@ impl ControlChangeDoc {
             key: c.key.clone(),
             previous: c.previous.clone(),
             value: c.value.clone(),
-        }
-    }
-}
-
-/// One run of the config under one policy.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunEntry {
-    pub policy: String,
-    /// Null under `host`.
-    pub mode: Option<String>,
-    /// The config as this run used it.
-    pub config: ConfigView,
-    /// This run's directory (consoles, results, the config's copy).
-    pub run_dir: Option<PathBuf>,
-    pub ok: bool,
-    pub vms: Vec<VmDoc>,
-    /// The scheduling trace it recorded (`--trace FILE`), else null.
-    pub trace: Option<vcpu_engine::trace::TraceOutcome>,
-    /// What was changed through the control API (`--api-socket`) while
-    /// the VMs ran; empty without the API.
-    pub control_changes: Vec<ControlChangeDoc>,
-}
-
-impl RunEntry {
-    pub fn of(config: &crate::config::Config, r: &RunResults) -> RunEntry {
-        let config = ConfigView::of(config);
-        let (policy, mode) = config.policy_mode();
-        RunEntry {
-            policy,
-            mode,
-            config,
-            run_dir: r.run_dir.clone(),
-            ok: r.ok,
-            vms: r.vms.iter().map(VmDoc::of).collect(),
-            trace: r.trace.clone(),
-            control_changes: r.control_changes.iter().map(ControlChangeDoc::of).collect(),
-        }
-    }
-}
-
-/// `pacer run --json`: one entry per policy run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunDocument {
-    #[serde(flatten)]
-    pub header: Header,
-    /// The config file as given on the command line.
-    pub config_file: PathBuf,
-    /// Every VM of every run succeeded.
-    pub ok: bool,
-    pub runs: Vec<RunEntry>,
-    /// `--compare`: per VM its headline under each policy and the verdict.
-    pub comparison: Option<Comparison>,
-}
-
-impl RunDocument {
-    pub fn new(config_file: PathBuf, runs: Vec<RunEntry>, comparison: Option<Comparison>) -> Self {
-        RunDocument {
-            header: Header::new(RUN),
-            config_file,
-            ok: runs.iter().all(|r| r.ok),
-            runs,
-            comparison,
         }
     }
 }

@@ -10,10 +10,12 @@
 //! [`STATUS_WRITE_ERROR`] (`pacer run` exits 3). A results log without a
 //! `stop` line is incomplete whatever its last line.
 
-use crate::documents::run::{self as events, MarkerDoc, RecordDoc};
+pub mod events;
+
 use crate::guest_metrics::{self, GuestErrorEntry, LatencySummary, VcpuMetrics};
 use crate::units;
 use devices::{Marker, RecordError, RecordKind, ResultRecord};
+use events::{MarkerDoc, RecordDoc};
 use serde::Serialize;
 use std::fs::File;
 use std::io::{Seek, Write};
@@ -116,7 +118,7 @@ pub struct VcpuWork {
 }
 
 /// Outcome of one VM. Serialized as the published `pacer-run` shape
-/// (`documents::run::VmDoc`), never field by field.
+/// (`events::VmDoc`), never field by field.
 #[derive(Debug, Clone)]
 pub struct VmResult {
     pub name: String,
@@ -189,11 +191,11 @@ impl VmResult {
 
 impl Serialize for VmResult {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        crate::documents::run::VmDoc::of(self).serialize(s)
+        events::VmDoc::of(self).serialize(s)
     }
 }
 
-/// The results of one run (`documents::run::RunEntry` is what `--json`
+/// The results of one run (`pacer::documents::run::RunEntry` is what `--json`
 /// writes of it).
 #[derive(Debug, Clone)]
 pub struct RunResults {
