@@ -14,11 +14,11 @@
 //! document in the repository equals what this module prints.
 
 use std::fmt::Write;
+use vmm::config::guest_params::{ParamKind, PARAMS};
 use vmm::config::{
     DEFAULT_HALT_POLL_US, DEFAULT_KVM_POLL_US, KVM_POLL_US, LOG_LIMIT_KIB, MAX_HALT_POLL_US,
     MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB, RECORDS_PER_S,
 };
-use vmm::guest_params::{ParamKind, PARAMS};
 
 /// One key of a file.
 #[derive(Debug, Clone, PartialEq)]
@@ -775,7 +775,7 @@ mod tests {
             };
             // Workload keys of other workloads: the guest refuses a key its
             // workload does not use, so take one that uses it.
-            let vm = match vmm::guest_params::PARAMS
+            let vm = match vmm::config::guest_params::PARAMS
                 .iter()
                 .find(|p| p.key == name && !p.used_by.is_empty())
             {

@@ -9,8 +9,8 @@ mod common;
 use common::{kernel, TempDir};
 use std::path::Path;
 use vcpu_engine::host_cpus::HostCpuSet;
+use vmm::config::host_resources::HostResources;
 use vmm::config::{Config, ConfigError, HostInfo};
-use vmm::host_resources::HostResources;
 
 /// A good config: every field of the format.
 fn base() -> String {

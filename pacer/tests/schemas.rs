@@ -245,7 +245,7 @@ fn run_results(dir: &TempDir) -> vmm::results::RunResults {
             vmm::results::VmResult::error("dead", "no kernel".into(), 1.0, ""),
         ],
         trace: Some(trace_outcome(dir)),
-        control_changes: vec![vmm::api::audit::ControlChange {
+        control_changes: vec![vmm::results::ControlChange {
             schema_version: 1,
             t_run_ms: 120,
             unix_time_ms: 1_700_000_000_000,

@@ -180,6 +180,7 @@
 pub mod clock;
 mod control;
 mod cpu;
+mod cpu_events;
 pub mod cpu_map;
 mod dispatch;
 pub mod host_cpus;

@@ -22,7 +22,7 @@
 //! told, and `vcpu_sched` remembers a wake of an entity it still sees
 //! running, so the halting CPU's `schedule(.., Blocked)` keeps it runnable.
 
-use super::irq::CpuEvents;
+use super::cpu_events::CpuEvents;
 use super::kvm_halts::KvmBlocking;
 use super::stats::HaltPollStats;
 use crate::host_cpus::{HostCpu, HostCpuSet};

@@ -91,16 +91,18 @@ impl Cell {
                     if let Some(r) = policy.refuses_vm(v.class, v.priority) {
                         return Some(format!("VM {}: {}", v.name, r.explain(policy)));
                     }
-                    if v.shares != vmm::sched_rules::Shares::default() {
-                        if let Err(why) =
-                            vmm::sched_rules::shares_honoured(policy, "shares", "the matrix")
-                        {
+                    if v.shares != vmm::config::sched_rules::Shares::default() {
+                        if let Err(why) = vmm::config::sched_rules::shares_honoured(
+                            policy,
+                            "shares",
+                            "the matrix",
+                        ) {
                             return Some(format!("VM {}: {why}", v.name));
                         }
                     }
                 }
                 Runner::Qemu | Runner::Native => {
-                    if v.shares != vmm::sched_rules::Shares::default() {
+                    if v.shares != vmm::config::sched_rules::Shares::default() {
                         return Some(format!(
                             "VM {}: {} leaves its threads to the host kernel, which knows nothing of Pacer's weights, caps and reservations",
                             v.name,

@@ -143,7 +143,7 @@ pub struct VmSpec {
     pub priority: u8,
     /// Operator shares of each vCPU (`weight`, `cap`, `reservation` as in
     /// a config's `[[vm]]`).
-    pub shares: vmm::sched_rules::Shares,
+    pub shares: vmm::config::sched_rules::Shares,
     pub memory_mib: u64,
     /// A workload of its own (an index into `Matrix::workloads`), else the
     /// cell's.
@@ -187,7 +187,7 @@ impl Layout {
                 if v.priority != PRIORITY_NORMAL {
                     s += &format!(" prio {}", v.priority);
                 }
-                let d = vmm::sched_rules::Shares::default();
+                let d = vmm::config::sched_rules::Shares::default();
                 if v.shares.weight != d.weight {
                     s += &format!(" weight {}", v.shares.weight);
                 }
@@ -354,7 +354,7 @@ pub fn expectation(pattern: &str) -> Option<&'static str> {
 }
 
 /// The matrix file's schema for `config_errors`.
-pub const SCHEMA: vmm::config_errors::Schema = vmm::config_errors::Schema {
+pub const SCHEMA: vmm::config::errors::Schema = vmm::config::errors::Schema {
     expectation,
     table_fields: &[
         "matrix",
@@ -378,8 +378,8 @@ impl Checker<'_> {
         self.diags.push(Diagnostic {
             line,
             column,
-            field: vmm::config_errors::readable(&field.into()),
-            message: vmm::config_errors::readable(&message.into()),
+            field: vmm::config::errors::readable(&field.into()),
+            message: vmm::config::errors::readable(&message.into()),
         });
     }
 
@@ -827,7 +827,7 @@ impl Matrix {
             diagnostics,
         };
         let raw: RawMatrix = toml::from_str(text)
-            .map_err(|e| invalid(vec![vmm::config_errors::explain_in(&SCHEMA, text, &e)]))?;
+            .map_err(|e| invalid(vec![vmm::config::errors::explain_in(&SCHEMA, text, &e)]))?;
         let base = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
@@ -1063,22 +1063,22 @@ impl Matrix {
                 let priority = v.priority.as_ref().map_or(default as i64, |p| {
                     c.int_in(p, &vf("priority"), lo as i64, hi as i64)
                 }) as u8;
-                let mut shares = vmm::sched_rules::Shares::default();
+                let mut shares = vmm::config::sched_rules::Shares::default();
                 let n = vcpus.max(1);
                 if let Some(w) = &v.weight {
-                    match vmm::sched_rules::weight(*w.get_ref()) {
+                    match vmm::config::sched_rules::weight(*w.get_ref()) {
                         Ok(x) => shares.weight = x,
                         Err(why) => c.err(w.span(), vf("weight"), why),
                     }
                 }
                 if let Some(x) = &v.cap {
-                    match vmm::sched_rules::cap(*x.get_ref(), n) {
+                    match vmm::config::sched_rules::cap(*x.get_ref(), n) {
                         Ok(p) => shares.cap = Some(p),
                         Err(why) => c.err(x.span(), vf("cap"), why),
                     }
                 }
                 if let Some(x) = &v.reservation {
-                    match vmm::sched_rules::reservation(*x.get_ref(), n) {
+                    match vmm::config::sched_rules::reservation(*x.get_ref(), n) {
                         Ok(p) => {
                             shares.reservation = p;
                             reserved += *x.get_ref() * count as i64;
@@ -1129,7 +1129,9 @@ impl Matrix {
                 }
             }
             if let Some((span, field)) = reserved_at {
-                if let Err(why) = vmm::sched_rules::reservations_fit(reserved, host_cpus.len()) {
+                if let Err(why) =
+                    vmm::config::sched_rules::reservations_fit(reserved, host_cpus.len())
+                {
                     c.err(span, &field, why);
                 }
             }

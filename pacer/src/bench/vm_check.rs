@@ -23,8 +23,8 @@ use super::cells::{self, Cell, VmBoot};
 use super::matrix::Matrix;
 use std::collections::BTreeSet;
 use std::ops::Range;
+use vmm::config::errors::SpanIndex;
 use vmm::config::{line_col, Config, ConfigError, Diagnostic, HostInfo, Overrides};
-use vmm::config_errors::SpanIndex;
 
 /// Where diagnostics of the rendered config land in the matrix file.
 struct Mapper<'a> {
@@ -144,7 +144,7 @@ fn render(m: &Matrix, cell: &Cell) -> String {
         t.insert("cpus".into(), Value::String(v.cpus.to_list()));
         t.insert(
             "class".into(),
-            Value::String(vmm::sched_rules::class_name(v.class).into()),
+            Value::String(vmm::config::sched_rules::class_name(v.class).into()),
         );
         t.insert("priority".into(), Value::Integer(v.priority.into()));
         t.insert(
@@ -195,6 +195,7 @@ pub fn check(m: &Matrix, text: &str, host: &HostInfo) -> Vec<Diagnostic> {
     // The policy that honours every class and priority.
     let overrides = Overrides {
         policy: "haiku".parse().ok(),
+        ..Overrides::default()
     };
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
@@ -210,7 +211,7 @@ pub fn check(m: &Matrix, text: &str, host: &HostInfo) -> Vec<Diagnostic> {
                 continue;
             }
             let rendered = render(m, &cell);
-            let diags = match Config::parse_overridden(&rendered, &m.path, host, overrides) {
+            let diags = match Config::parse_overridden(&rendered, &m.path, host, &overrides) {
                 Ok(_) => continue,
                 Err(ConfigError::Invalid { diagnostics, .. }) => diagnostics,
                 Err(e) => {

@@ -226,7 +226,7 @@ pub fn set_words(words: &[String]) -> Result<SetRequest, CtlError> {
             _ => {
                 return Err(CtlError::Usage(format!(
                     "expected KEY=VALUE, found {}",
-                    vmm::config_errors::quoted(w)
+                    vmm::text::quoted(w)
                 )))
             }
         }

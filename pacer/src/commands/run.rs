@@ -126,7 +126,7 @@ pub fn main(args: RunArgs, run_start: Instant) -> i32 {
     // Before any VM starts: a result that cannot be written is bad input.
     for (flag, path) in [("--json", &json), ("--trace", &trace)] {
         if let Some(path) = path {
-            if let Err(why) = vmm::preflight::check_output_file(path) {
+            if let Err(why) = vmm::input::check_output_file(path) {
                 eprintln!("pacer run: {flag}: {why}");
                 return EXIT_BAD_INPUT;
             }

@@ -59,8 +59,8 @@ pub fn main(args: &ValidateArgs) -> i32 {
 }
 
 /// Load `file` with the command line's choices: `--policy P[:MODE]`,
-/// `--mode`, `--dispatch` and `--log-dir` override the file's; an error
-/// is one line.
+/// `--mode`, `--dispatch` and `--log-dir` override the file's (merged into
+/// it as it is checked); an error is one line.
 pub fn load_config(
     file: &Path,
     policy: Option<PolicyChoice>,
@@ -68,34 +68,11 @@ pub fn load_config(
     dispatch: Option<vcpu_engine::DispatchKind>,
     log_dir: Option<&Path>,
 ) -> Result<Config, String> {
-    let mut config = Config::load_overridden(
-        file,
-        Overrides {
-            policy: policy.map(|c| c.policy),
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    if let Some(m) = policy.and_then(|c| c.mode).or(mode) {
-        if !config.host.policy.uses_mode() {
-            return Err(format!(
-                "{}: --mode {m}: policy \"{}\" has no mode (the host kernel schedules its threads)",
-                file.display(),
-                config.host.policy
-            ));
-        }
-        config.host.mode = m;
-    }
-    if let Some(d) = dispatch {
-        config.host.dispatch = d;
-    }
-    if let Some(dir) = log_dir {
-        vmm::preflight::check_dir_writable(dir).map_err(|why| {
-            format!(
-                "--log-dir {}: expected a directory Pacer can create and write, but {why}",
-                dir.display()
-            )
-        })?;
-        config.host.log_dir = dir.to_path_buf();
-    }
-    Ok(config)
+    let overrides = Overrides {
+        policy: policy.map(|c| c.policy),
+        mode: policy.and_then(|c| c.mode).or(mode),
+        dispatch,
+        log_dir: log_dir.map(Path::to_path_buf),
+    };
+    Config::load_overridden(file, &overrides).map_err(|e| e.to_string())
 }

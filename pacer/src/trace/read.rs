@@ -1,6 +1,6 @@
 //! Reading a trace file (`format.rs`). A trace file is input from anywhere
 //! (a colleague's run, a bug report): it is read only if it is a regular
-//! file of at most [`MAX_TRACE_BYTES`] (`preflight::read_regular_file`),
+//! file of at most [`MAX_TRACE_BYTES`] (`vmm::input::read_regular_file`),
 //! every length and field is checked, and every fault is an error naming
 //! the byte offset, never a panic. A file cut short (a run that was
 //! killed) is read up to its last whole frame and marked incomplete.
@@ -56,11 +56,12 @@ pub struct TraceFile {
 impl TraceFile {
     /// Read and check the file at `path`.
     pub fn read(path: &Path) -> Result<TraceFile, ReadError> {
-        let bytes = vmm::preflight::read_regular_file(path, MAX_TRACE_BYTES, "a trace file")
-            .map_err(|source| ReadError::Io {
+        let bytes = vmm::input::read_regular_file(path, MAX_TRACE_BYTES, "a trace file").map_err(
+            |source| ReadError::Io {
                 path: path.display().to_string(),
                 source,
-            })?;
+            },
+        )?;
         TraceFile::parse(&bytes)
     }
 

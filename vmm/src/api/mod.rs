@@ -20,7 +20,7 @@
 //! The socket is created mode 0600 (only the user who started Pacer, and
 //! root, can connect) before any VM starts; a path that is taken is bad
 //! input (a socket nobody listens on is replaced). Every change is checked
-//! by the config's rules (`crate::sched_rules`) and recorded with the
+//! by the config's rules (`crate::config::sched_rules`) and recorded with the
 //! peer's uid (SO_PEERCRED; `audit.rs`). `--api-http 127.0.0.1:PORT`
 //! serves the same on a loopback TCP port for a browser, read-only: a TCP
 //! peer has no uid to record, so it may look but not change.

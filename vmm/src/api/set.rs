@@ -11,7 +11,7 @@
 //! A target is `VM` (every vCPU of it), `VM/VCPU`, or none (the host). Each
 //! key is one entry of [`KEYS`]: its scope, the syntax of its value, how to
 //! read its value now (for the record) and how to check a new value by the
-//! config's own rules (`crate::sched_rules`) and make the change through
+//! config's own rules (`crate::config::sched_rules`) and make the change through
 //! the engine. Every key of a request is checked on every vCPU of the
 //! target before anything is changed, so a request is refused whole or
 //! made whole. Adding a key is one entry of the table (weight, cap and
@@ -19,8 +19,8 @@
 
 use super::audit::SCHEMA_VERSION;
 use super::ApiContext;
-use crate::config_errors::quoted;
-use crate::sched_rules;
+use crate::config::sched_rules;
+use crate::text::quoted;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use vcpu_engine::host_cpus::HostCpuSet;

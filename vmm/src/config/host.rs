@@ -53,7 +53,7 @@ pub(super) fn check(
     c: &mut Checker<'_>,
     rh: RawHost,
     host: &HostInfo,
-    overrides: Overrides,
+    overrides: &Overrides,
     base: &Path,
 ) -> Host {
     let host_cpus = match &rh.cpus {
@@ -166,14 +166,14 @@ pub(super) fn check(
         }
         Some(d) => {
             let p = base.join(d.get_ref());
-            if let Err(why) = crate::path_rules::dir_to_create(&p) {
+            if let Err(why) = crate::config::path_rules::dir_to_create(&p) {
                 let msg = if why.starts_with("expected") {
                     why
                 } else {
                     format!("expected a directory Pacer can create and write, but {why}")
                 };
                 c.err(d.span(), "host.log_dir", msg);
-            } else if let Err(why) = crate::preflight::check_dir_writable(&p) {
+            } else if let Err(why) = crate::input::check_dir_writable(&p) {
                 c.err(
                     d.span(),
                     "host.log_dir",
@@ -184,7 +184,7 @@ pub(super) fn check(
         }
         None => {
             let p = base.join("pacer-logs");
-            if let Err(why) = crate::preflight::check_dir_writable(&p) {
+            if let Err(why) = crate::input::check_dir_writable(&p) {
                 c.err(
                     0..0,
                     "host.log_dir",
@@ -198,14 +198,14 @@ pub(super) fn check(
         config: HostConfig {
             cpus: host_cpus,
             policy,
-            mode: rh.mode.unwrap_or_default(),
+            mode: overrides.mode.or(rh.mode).unwrap_or_default(),
             smt_isolation,
-            dispatch: rh.dispatch.unwrap_or_default(),
+            dispatch: overrides.dispatch.or(rh.dispatch).unwrap_or_default(),
             halt_poll_us,
             kvm_poll_us,
             log_limits,
             tunables: rh.tunables.unwrap_or_default(),
-            log_dir,
+            log_dir: overrides.log_dir.clone().unwrap_or(log_dir),
         },
         policy_origin,
     }

@@ -10,8 +10,8 @@ use super::raw::{Console, RawNumber, RawVm};
 use super::sched::{self, Reservations};
 use crate::boot::multiboot::Module;
 use crate::boot::{BootSpec, GuestKind};
-use crate::config_errors::quoted;
 use crate::cpuid::CpuidOverrides;
+use crate::text::quoted;
 use crate::vm::{ConsoleTo, VmSpec};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -42,7 +42,7 @@ pub struct VmConfig {
     pub class: SchedClass,
     pub priority: u8,
     /// Operator shares (`vcpu_sched::shares`), per vCPU.
-    pub shares: crate::sched_rules::Shares,
+    pub shares: crate::config::sched_rules::Shares,
     pub console: Console,
     pub timeout: Option<Duration>,
 }

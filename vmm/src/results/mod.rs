@@ -195,6 +195,27 @@ impl Serialize for VmResult {
     }
 }
 
+/// One change made through the control API while the VMs ran (its
+/// record: `crate::api::audit`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ControlChange {
+    pub schema_version: u32,
+    /// Milliseconds since the run started.
+    pub t_run_ms: u64,
+    /// Wall-clock time, milliseconds since the Unix epoch.
+    pub unix_time_ms: u64,
+    /// Who asked: the uid of the peer of the API socket.
+    pub uid: u32,
+    /// `VM`, `VM/VCPU` or `host`.
+    pub target: String,
+    /// The key set (`affinity`, `priority`, `mode`, ...) or the action
+    /// (`state` for pause, resume, stop).
+    pub key: String,
+    /// The value before the change (`null` when there was none to read).
+    pub previous: Option<String>,
+    pub value: String,
+}
+
 /// The results of one run (`pacer::documents::run::RunEntry` is what `--json`
 /// writes of it).
 #[derive(Debug, Clone)]
@@ -208,7 +229,7 @@ pub struct RunResults {
     pub trace: Option<vcpu_engine::trace::TraceOutcome>,
     /// What was changed through the control API while the VMs ran (also
     /// `control.jsonl` in the run directory).
-    pub control_changes: Vec<crate::api::audit::ControlChange>,
+    pub control_changes: Vec<ControlChange>,
 }
 
 /// Collects a VM's events and appends them to its JSON-lines file.

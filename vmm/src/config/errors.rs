@@ -20,34 +20,9 @@
 //! echoes (an unterminated string swallows the next line).
 
 use crate::config::Diagnostic;
+use crate::text::{one_line, quoted, MAX_EXCERPT};
 use std::ops::Range;
 use toml::de::{DeTable, DeValue};
-
-/// Longest value excerpt quoted in an error.
-const MAX_EXCERPT: usize = 48;
-
-/// `s` with every control character escaped (`\n`, `\t`, `\u{7}`) so that it
-/// prints on one line; printable text (any script) is kept as is.
-pub fn one_line(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if c.is_control() || c == '\u{2028}' || c == '\u{2029}' {
-            out.extend(c.escape_debug());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// `s` as a quoted, escaped, shortened excerpt: `"abc"`.
-pub fn quoted(s: &str) -> String {
-    let mut short: String = s.chars().take(MAX_EXCERPT).collect();
-    if short.len() < s.len() {
-        short.push('…');
-    }
-    format!("\"{}\"", one_line(&short).replace('"', "\\\""))
-}
 
 /// Longest word of a message kept whole; longer ones (a value or a path
 /// the file repeats) are cut.

@@ -8,8 +8,8 @@
 //! front). A change made while the VMs run is therefore refused for exactly
 //! the reasons the same value would be refused in the file.
 
-use crate::config_errors::{one_line, quoted};
 use crate::policy::Policy;
+use crate::text::{one_line, quoted};
 use vcpu_engine::host_cpus::{HostCpu, HostCpuSet};
 use vcpu_sched::tunables::{
     PRIORITY_MAX_TIMESHARE, PRIORITY_NORMAL, PRIORITY_REALTIME_MAX, PRIORITY_REALTIME_MIN,

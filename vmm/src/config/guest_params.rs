@@ -153,7 +153,7 @@ fn err(key: &str, message: String) -> ParamError {
 }
 
 fn found(value: &str) -> String {
-    crate::config_errors::quoted(value)
+    crate::text::quoted(value)
 }
 
 fn names(list: &[&str]) -> String {
@@ -318,7 +318,7 @@ mod tests {
     /// keys, workloads, choices and integer ranges.
     #[test]
     fn matches_the_protocol_table() {
-        let text = include_str!("../../guests/PROTOCOL.md");
+        let text = include_str!("../../../guests/PROTOCOL.md");
         let rows: Vec<(String, String)> = text
             .lines()
             .filter_map(|l| {

@@ -14,7 +14,7 @@
 //!
 //! Every message names the path shortened to a readable length.
 
-use crate::config_errors::quoted;
+use crate::text::quoted;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
