@@ -268,11 +268,16 @@ impl DispatchKind {
     }
 }
 
+/// A dispatch name that is none of [`DispatchKind`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown dispatch {0:?}: expected threads, workers or kvm-irqchip")]
+pub struct UnknownDispatch(pub String);
+
 impl std::str::FromStr for DispatchKind {
-    type Err = String;
+    type Err = UnknownDispatch;
 
     /// `threads`, `workers` or `kvm-irqchip`.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, UnknownDispatch> {
         [
             DispatchKind::Threads,
             DispatchKind::Workers,
@@ -280,7 +285,7 @@ impl std::str::FromStr for DispatchKind {
         ]
         .into_iter()
         .find(|d| d.as_str() == s)
-        .ok_or_else(|| format!("unknown dispatch {s:?}: expected threads, workers or kvm-irqchip"))
+        .ok_or_else(|| UnknownDispatch(s.to_string()))
     }
 }
 

@@ -133,20 +133,47 @@ pub fn read_config_text(path: &Path, what: &str) -> std::io::Result<String> {
     read_text(path, MAX_CONFIG_BYTES, what)
 }
 
-/// Whether this process may write into directory `dir` (access(2), which
+/// Why a directory or an output file cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteCheckError {
+    #[error("the path contains a NUL byte")]
+    Nul,
+    #[error("{} is not writable: {source}", .path.display())]
+    NotWritable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no part of {} exists", .0.display())]
+    Nothing(PathBuf),
+    #[error("{} exists and is {kind}, not a directory", .path.display())]
+    NotADirectory { path: PathBuf, kind: &'static str },
+    #[error("cannot be created: {} is {kind}, not a directory", .at.display())]
+    UnderAFile { at: PathBuf, kind: &'static str },
+    #[error("{} is a directory", .0.display())]
+    IsADirectory(PathBuf),
+    #[error("{} is {kind}", .path.display())]
+    NotAFile { path: PathBuf, kind: &'static str },
+    /// The output file's directory.
+    #[error("cannot write {}: {dir}", .path.display())]
+    Directory {
+        path: PathBuf,
+        dir: Box<WriteCheckError>,
+    },
+}
+
+/// Whether this process may write `path` (access(2) with `mode`, which
 /// also reports a read-only file system).
-fn writable_dir(dir: &Path) -> Result<(), String> {
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| "the path contains a NUL byte".to_string())?;
+fn access(path: &Path, mode: libc::c_int) -> Result<(), WriteCheckError> {
+    let c =
+        std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| WriteCheckError::Nul)?;
     // SAFETY: access reads a NUL-terminated string that outlives the call.
-    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0 {
+    if unsafe { libc::access(c.as_ptr(), mode) } == 0 {
         Ok(())
     } else {
-        Err(format!(
-            "{} is not writable: {}",
-            dir.display(),
-            std::io::Error::last_os_error()
-        ))
+        Err(WriteCheckError::NotWritable {
+            path: path.to_path_buf(),
+            source: std::io::Error::last_os_error(),
+        })
     }
 }
 
@@ -168,34 +195,33 @@ fn existing_ancestor(p: &Path) -> Option<(PathBuf, std::fs::Metadata)> {
 }
 
 /// Can directory `dir` be created (if missing) and written?
-pub fn check_dir_writable(dir: &Path) -> Result<(), String> {
+pub fn check_dir_writable(dir: &Path) -> Result<(), WriteCheckError> {
     let Some((at, meta)) = existing_ancestor(dir) else {
-        return Err(format!("no part of {} exists", dir.display()));
+        return Err(WriteCheckError::Nothing(dir.to_path_buf()));
     };
     if !meta.is_dir() {
+        let kind = kind_of(meta.file_type());
         return Err(if at == dir {
-            format!(
-                "{} exists and is {}, not a directory",
-                dir.display(),
-                kind_of(meta.file_type())
-            )
+            WriteCheckError::NotADirectory {
+                path: dir.to_path_buf(),
+                kind,
+            }
         } else {
-            format!(
-                "cannot be created: {} is {}, not a directory",
-                at.display(),
-                kind_of(meta.file_type())
-            )
+            WriteCheckError::UnderAFile { at, kind }
         });
     }
-    writable_dir(&at)
+    access(&at, libc::W_OK | libc::X_OK)
 }
 
 /// Can the JSON results be written to `path` (a file to create or replace)?
-pub fn check_output_file(path: &Path) -> Result<(), String> {
+pub fn check_output_file(path: &Path) -> Result<(), WriteCheckError> {
     match std::fs::metadata(path) {
-        Ok(m) if m.is_dir() => return Err(format!("{} is a directory", path.display())),
+        Ok(m) if m.is_dir() => return Err(WriteCheckError::IsADirectory(path.to_path_buf())),
         Ok(m) if !m.is_file() => {
-            return Err(format!("{} is {}", path.display(), kind_of(m.file_type())))
+            return Err(WriteCheckError::NotAFile {
+                path: path.to_path_buf(),
+                kind: kind_of(m.file_type()),
+            })
         }
         _ => {}
     }
@@ -203,18 +229,12 @@ pub fn check_output_file(path: &Path) -> Result<(), String> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    check_dir_writable(parent).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    check_dir_writable(parent).map_err(|e| WriteCheckError::Directory {
+        path: path.to_path_buf(),
+        dir: Box::new(e),
+    })?;
     if path.exists() {
-        let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| "the path contains a NUL byte".to_string())?;
-        // SAFETY: access reads a NUL-terminated string that outlives the call.
-        if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
-            return Err(format!(
-                "{} is not writable: {}",
-                path.display(),
-                std::io::Error::last_os_error()
-            ));
-        }
+        access(path, libc::W_OK)?;
     }
     Ok(())
 }
@@ -310,15 +330,19 @@ mod tests {
         std::fs::write(&file, "x").unwrap();
         assert!(check_dir_writable(&d.join("new/deeper")).is_ok());
         assert!(check_dir_writable(&d).is_ok());
-        let e = check_dir_writable(&file.join("sub")).unwrap_err();
+        let e = check_dir_writable(&file.join("sub"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not a directory"), "{e}");
-        let e = check_dir_writable(&file).unwrap_err();
+        let e = check_dir_writable(&file).unwrap_err().to_string();
         assert!(e.contains("exists and is"), "{e}");
         assert!(check_output_file(&d.join("out.json")).is_ok());
         assert!(check_output_file(&d.join("new/out.json")).is_ok());
-        let e = check_output_file(&d).unwrap_err();
+        let e = check_output_file(&d).unwrap_err().to_string();
         assert!(e.contains("is a directory"), "{e}");
-        let e = check_output_file(&file.join("out.json")).unwrap_err();
+        let e = check_output_file(&file.join("out.json"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not a directory"), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
     }

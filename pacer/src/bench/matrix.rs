@@ -373,13 +373,13 @@ struct Checker<'a> {
 }
 
 impl Checker<'_> {
-    fn err(&mut self, span: Range<usize>, field: impl Into<String>, message: impl Into<String>) {
+    fn err(&mut self, span: Range<usize>, field: impl Into<String>, message: impl ToString) {
         let (line, column) = line_col(self.text, span.start);
         self.diags.push(Diagnostic {
             line,
             column,
             field: vmm::config::errors::readable(&field.into()),
-            message: vmm::config::errors::readable(&message.into()),
+            message: vmm::config::errors::readable(&message.to_string()),
         });
     }
 

@@ -22,14 +22,14 @@ impl Checker<'_> {
         &mut self,
         span: Range<usize>,
         field: impl Into<String>,
-        message: impl Into<String>,
+        message: impl ToString,
     ) {
         let (line, column) = line_col(self.text, span.start);
         self.diags.push(Diagnostic {
             line,
             column,
             field: readable(&field.into()),
-            message: readable(&message.into()),
+            message: readable(&message.to_string()),
         });
     }
 

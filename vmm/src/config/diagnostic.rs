@@ -29,7 +29,10 @@ pub enum ConfigError {
         diagnostics: Vec<Diagnostic>,
     },
     #[error("cannot read the host's online CPUs ({path}): {reason}")]
-    HostCpus { path: PathBuf, reason: String },
+    HostCpus {
+        path: PathBuf,
+        reason: vcpu_engine::host_cpus::OnlineCpusError,
+    },
     /// `--mode` (or `--policy P:MODE`) under a policy that has no modes.
     #[error("{}: --mode {mode}: policy \"{policy}\" has no mode (the host kernel schedules its threads)", .path.display())]
     ModeWithoutModes {
@@ -39,7 +42,10 @@ pub enum ConfigError {
     },
     /// `--log-dir DIR` that cannot be created or written.
     #[error("--log-dir {}: expected a directory Pacer can create and write, but {why}", .dir.display())]
-    LogDirOverride { dir: PathBuf, why: String },
+    LogDirOverride {
+        dir: PathBuf,
+        why: crate::input::WriteCheckError,
+    },
 }
 
 fn format_diagnostics(path: &Path, diags: &[Diagnostic]) -> String {

@@ -168,36 +168,58 @@ fn parse_uint(v: &str) -> Option<u64> {
     v.parse().ok()
 }
 
-fn check_value(p: &Param, value: &str, vcpus: u32) -> Result<(), String> {
+/// Why one parameter's value is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ValueError {
+    #[error("expected an integer from {min} to {max} ({unit}), found {}", found(.value))]
+    Int {
+        min: u64,
+        max: u64,
+        unit: &'static str,
+        value: String,
+    },
+    #[error("expected one of {}, found {}", names(.list), found(.value))]
+    Choice {
+        list: &'static [&'static str],
+        value: String,
+    },
+    #[error("expected one of {} per vCPU, comma-separated, found {}", names(MIXABLE), found(.0))]
+    NotMixable(String),
+    #[error("expected one workload per vCPU ({vcpus}), found {count} in {}", found(.value))]
+    PerVcpuCount {
+        vcpus: u32,
+        count: usize,
+        value: String,
+    },
+}
+
+fn check_value(p: &Param, value: &str, vcpus: u32) -> Result<(), ValueError> {
     match p.kind {
         ParamKind::Int { min, max, unit } => match parse_uint(value) {
             Some(x) if (min..=max).contains(&x) => Ok(()),
-            _ => Err(format!(
-                "expected an integer from {min} to {max} ({unit}), found {}",
-                found(value)
-            )),
+            _ => Err(ValueError::Int {
+                min,
+                max,
+                unit,
+                value: value.to_string(),
+            }),
         },
         ParamKind::Choice(list) if list.contains(&value) => Ok(()),
-        ParamKind::Choice(list) => Err(format!(
-            "expected one of {}, found {}",
-            names(list),
-            found(value)
-        )),
+        ParamKind::Choice(list) => Err(ValueError::Choice {
+            list,
+            value: value.to_string(),
+        }),
         ParamKind::PerVcpuWorkloads => {
             let entries: Vec<&str> = value.split(',').collect();
             if let Some(bad) = entries.iter().find(|e| !MIXABLE.contains(e)) {
-                return Err(format!(
-                    "expected one of {} per vCPU, comma-separated, found {}",
-                    names(MIXABLE),
-                    found(bad)
-                ));
+                return Err(ValueError::NotMixable(bad.to_string()));
             }
             if entries.len() != vcpus as usize {
-                return Err(format!(
-                    "expected one workload per vCPU ({vcpus}), found {} in {}",
-                    entries.len(),
-                    found(value)
-                ));
+                return Err(ValueError::PerVcpuCount {
+                    vcpus,
+                    count: entries.len(),
+                    value: value.to_string(),
+                });
             }
             Ok(())
         }
@@ -251,7 +273,7 @@ pub fn check(args: &[(String, String)], vcpus: u32) -> Vec<ParamError> {
             continue;
         };
         if let Err(m) = check_value(p, value, vcpus) {
-            errors.push(err(key, m));
+            errors.push(err(key, m.to_string()));
             continue;
         }
         if !p.used_by.is_empty() && !running.iter().any(|w| p.used_by.contains(w)) {

@@ -167,8 +167,8 @@ pub(super) fn check(
         Some(d) => {
             let p = base.join(d.get_ref());
             if let Err(why) = crate::config::path_rules::dir_to_create(&p) {
-                let msg = if why.starts_with("expected") {
-                    why
+                let msg = if why.is_expectation() {
+                    why.to_string()
                 } else {
                     format!("expected a directory Pacer can create and write, but {why}")
                 };

@@ -82,9 +82,10 @@ pub(super) fn check(
     if let Err(why) = crate::config::sched_rules::vm_class(class) {
         let span = v.class.as_ref().map(|c| c.span()).unwrap_or(0..0);
         c.err(span, f("class"), why);
-    } else if let Err((refusal, why)) =
+    } else if let Err(why) =
         crate::config::sched_rules::honoured(policy, class, priority, policy_origin)
     {
+        let refusal = why.refusal().unwrap_or(crate::policy::Refusal::Priority);
         let span = match (refusal, &v.priority, &v.class) {
             (crate::policy::Refusal::Priority, Some(p), _) => p.span(),
             (_, _, Some(c)) => c.span(),
