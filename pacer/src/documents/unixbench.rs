@@ -5,24 +5,10 @@
 //! indexes are UnixBench's (score / baseline x 10, geometric means).
 
 use crate::unixbench::report::Section;
-use crate::unixbench::score::Summary;
+use crate::unixbench::score::{Row, Summary};
 use serde::Serialize;
 use std::path::PathBuf;
 use vmm::documents::{Header, UNIXBENCH};
-
-/// One test of a run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TestDoc {
-    pub test: &'static str,
-    pub title: &'static str,
-    pub unit: &'static str,
-    pub baseline: f64,
-    pub passes: usize,
-    pub failed_passes: usize,
-    /// Null when no pass produced a score.
-    pub score: Option<f64>,
-    pub index: Option<f64>,
-}
 
 /// One scored run (one copy count).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -30,7 +16,8 @@ pub struct RunDoc {
     pub copies: u32,
     /// The CPUs the suite saw; null when the log does not say.
     pub cpus: Option<u32>,
-    pub tests: Vec<TestDoc>,
+    /// One test of a run, as the table has it (`unixbench::score::Row`).
+    pub tests: Vec<Row>,
     /// Geometric mean of the tests' indexes; null without any.
     pub index: Option<f64>,
     pub tests_scored: usize,
@@ -44,20 +31,7 @@ fn run(s: &Summary) -> RunDoc {
     RunDoc {
         copies: s.copies,
         cpus: (s.cpus > 0).then_some(s.cpus),
-        tests: s
-            .rows
-            .iter()
-            .map(|r| TestDoc {
-                test: r.test,
-                title: r.title,
-                unit: r.unit,
-                baseline: r.baseline,
-                passes: r.passes,
-                failed_passes: r.failed_passes,
-                score: r.score,
-                index: r.index,
-            })
-            .collect(),
+        tests: s.rows.clone(),
         index: s.index,
         tests_scored: s.tests_scored,
         full: s.full,

@@ -35,7 +35,8 @@ pub fn test_index(score: f64, baseline: f64) -> f64 {
     score / baseline * 10.0
 }
 
-/// One row of the table.
+/// One row of the table, and one test of a run in the `pacer-unixbench`
+/// document (`documents::unixbench`): the same fields in the same order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Row {
     pub test: &'static str,
@@ -44,7 +45,7 @@ pub struct Row {
     pub baseline: f64,
     pub passes: usize,
     pub failed_passes: usize,
-    /// `None` if no pass produced a score.
+    /// `None` (null) if no pass produced a score.
     pub score: Option<f64>,
     pub index: Option<f64>,
 }
