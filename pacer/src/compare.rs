@@ -7,7 +7,7 @@
 //! results through the bench's one adapter (`bench::metrics`) and combined
 //! over its vCPUs the same way (rates add up, p99s take the worst vCPU,
 //! p50s the median vCPU): the sleep p99 and p50 of a `sleep` VM (the tail
-//! and the typical wake, which issue 21's noisy-neighbour row compares
+//! and the typical wake, which the price-of-control table's noisy-neighbour row compares
 //! with the host's), the run fraction of a `burst` VM, round
 //! trips/s, acquisitions/s, units/s of a `cpu` VM (`bench::headline`'s
 //! defaults; a `mixed` VM has one row per kind it runs).

@@ -1,4 +1,4 @@
-//! Nothing lost, nothing unbounded (issue 22): a result or log that cannot
+//! Nothing lost, nothing unbounded: a result or log that cannot
 //! be written fails the run with its own exit code, every file Pacer reads
 //! is bounded, and a flooding guest cannot fill the disk.
 

@@ -1,4 +1,4 @@
-//! The bench-matrix probe (issue 22, item 3): hundreds of mutations of
+//! The bench-matrix probe (item 3 of the input hardening): hundreds of mutations of
 //! benches/smoke.toml (keys deleted, duplicated or misspelt, values of
 //! another type, out of range or misspelt, headers renamed or removed), each
 //! validated as `pacer bench` would before its first cell. Every refusal

@@ -1,4 +1,4 @@
-//! `pacer validate` refuses what `pacer run` would fail on (issue 22, item
+//! `pacer validate` refuses what `pacer run` would fail on (the input-hardening work, item
 //! 5), with the field, its line and column, and messages of a readable
 //! length whatever the file holds.
 

@@ -74,9 +74,10 @@
 //! engine needs only internally is not public.
 //!
 //! The interrupt controller is behind [`InterruptSource`], so a VMM with
-//! another user-space controller implements that trait; KVM's in-kernel
-//! irqchip (where KVM handles HLT itself) is not supported yet: the engine
-//! relies on HLT exiting to user space.
+//! another user-space controller implements that trait. With KVM's
+//! in-kernel irqchip, where KVM handles HLT itself, the VMM chooses
+//! [`DispatchKind::KvmIrqchip`] (above): the engine then learns halts and
+//! wake-ups from KVM instead of from HLT exits.
 //!
 //! # A VMM's vCPU loop
 //!

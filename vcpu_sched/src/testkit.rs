@@ -60,7 +60,7 @@ pub fn built_by_the_factory(kind: crate::PolicyKind, name: &str) {
 }
 
 /// The handle of a removed entity never reaches the entity added next in
-/// its slot (issue 12's reproduction: add, remove a, add b in a's slot,
+/// its slot (the reproduction of a stale-handle bug: add, remove a, add b in a's slot,
 /// wake a): every call with it fails as stale, and a never-issued handle
 /// as unknown.
 pub fn stale_handles_are_refused(kind: crate::PolicyKind) {

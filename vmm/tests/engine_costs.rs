@@ -95,7 +95,7 @@ fn exit_yield_and_switch_costs() {
         st / host,
         sw / host
     );
-    // Issue 21's table (`ci/measure_engine.sh` gathers the ROW lines).
+    // The price-of-control table (`ci/measure_engine.sh` gathers the ROW lines).
     println!(
         "ROW|local vCPU switch vs exit round trip|{host:.1} us (exit)|{st:.1} us (switch)|{:.2}x|<= 1.3x",
         st / host

@@ -15,7 +15,7 @@
 //! the engine. Every key of a request is checked on every vCPU of the
 //! target before anything is changed, so a request is refused whole or
 //! made whole. Adding a key is one entry of the table (weight, cap and
-//! reservation, per vCPU, came with issue 23's shares).
+//! reservation, per vCPU, came with the operator shares).
 
 use super::audit::SCHEMA_VERSION;
 use super::ApiContext;

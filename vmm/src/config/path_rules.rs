@@ -1,5 +1,5 @@
 //! What `pacer validate` checks of a path a config names, so that it
-//! refuses what `pacer run` would fail on (issue 22):
+//! refuses what `pacer run` would fail on:
 //!
 //! - a path with a NUL byte (no system call takes it), a component longer
 //!   than NAME_MAX (255 bytes) or a whole path longer than PATH_MAX;
