@@ -19,6 +19,11 @@
 #     corpus every time: lines dropped, doubled or swapped, values replaced
 #     (other types, out-of-range numbers, values of other keys), keys and
 #     section names misspelt, files cut short;
+#   - with RUNS=1, real runs under both binaries (configs/pingpong.toml
+#     and configs/demo.toml --compare with --json, benches/smoke.toml
+#     through `pacer bench`): their JSON documents compared by shape
+#     (every key path with its JSON type, and the `schema`, `type`,
+#     `policy` and `status` strings), since timings differ run to run;
 #   - `pacer sim` on every scenario and its JSON; `pacer unixbench
 #     --report` on the tests' console log and its JSON; and, when TRACE
 #     names a trace (`pacer run --trace`), `pacer trace summary` (JSON),
@@ -235,6 +240,66 @@ done
 if [ -n "$ub_log" ]; then
     run_both unixbench report sh -c '"$PACER" unixbench --report "$1" --json "$TMPOUT.json" && cat "$TMPOUT.json"' _ "$ub_log"
     run_both unixbench report-missing sh -c '"$PACER" unixbench --report /nonexistent/log'
+fi
+
+# --- real runs: the documents' shape (keys, types, kinds), not timings
+if [ "${RUNS:-0}" = 1 ] && [ -e /dev/kvm ]; then
+    shape() {
+        python3 - "$@" <<'PY'
+import json, sys
+def walk(v, path, out):
+    if isinstance(v, dict):
+        for k, x in v.items():
+            walk(x, path + '.' + k, out)
+        if not v:
+            out.add(path + ' {}')
+    elif isinstance(v, list):
+        for x in v:
+            walk(x, path + '[]', out)
+        if not v:
+            out.add(path + ' []')
+    else:
+        t = {bool: 'bool', int: 'number', float: 'number', str: 'string', type(None): 'null'}[type(v)]
+        if isinstance(v, str) and path.split('.')[-1] in ('schema', 'type', 'policy', 'status', 'mode', 'kind'):
+            t += '=' + v
+        out.add(path + ' ' + t)
+out = set()
+for f in sys.argv[1:]:
+    text = open(f).read()
+    docs = [json.loads(l) for l in text.splitlines() if l.strip()] if f.endswith('.jsonl') else [json.loads(text)]
+    for d in docs:
+        walk(d, '', out)
+print('\n'.join(sorted(out)))
+PY
+    }
+    for side in old new; do
+        bin=$old
+        [ "$side" = new ] && bin=$new
+        d=$work/runs/$side
+        mkdir -p "$d"
+        "$bin" -q run configs/pingpong.toml --log-dir "$d/logs-pp" --json "$d/pingpong.json" >/dev/null 2>&1 || true
+        "$bin" -q run configs/demo.toml --compare haiku,host --log-dir "$d/logs-demo" --json "$d/demo.json" >/dev/null 2>&1 || true
+        "$bin" -q bench benches/smoke.toml --out "$d/smoke" >/dev/null 2>&1 || true
+    done
+    for doc in pingpong.json demo.json smoke/summary.json smoke/results.jsonl; do
+        for side in old new; do
+            d=$work/runs/$side
+            extra=
+            case $doc in pingpong.json) extra=$(ls "$d"/logs-pp/latest/*.results.jsonl) ;; esac
+            shape "$d/$doc" > "$work/runs/$side-${doc//\//_}.shape"
+            [ -n "$extra" ] && shape $extra > "$work/runs/$side-${doc//\//_}-events.shape"
+        done
+        for f in "$work/runs/old-${doc//\//_}"*.shape; do
+            n=${f/\/old-/\/new-}
+            total=$((total + 1))
+            kind_total[json-shape]=$((${kind_total[json-shape]:-0} + 1))
+            if ! diff -q "$f" "$n" >/dev/null; then
+                differ=$((differ + 1))
+                kind_differ[json-shape]=$((${kind_differ[json-shape]:-0} + 1))
+                diff -u "$f" "$n" >"$work/diffs/json-shape-${f##*/}" || true
+            fi
+        done
+    done
 fi
 
 for k in $(printf '%s\n' "${!kind_total[@]}" | sort); do
