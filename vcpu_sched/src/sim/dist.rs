@@ -49,12 +49,6 @@ pub enum Dist {
     },
 }
 
-/// A distribution whose parameters are not finite, non-negative and
-/// ordered.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("bad distribution parameters {0:?}")]
-pub struct BadDist(pub Dist);
-
 impl Dist {
     /// `Fixed { us }`.
     pub fn fixed(us: f64) -> Dist {
@@ -94,7 +88,7 @@ impl Dist {
     }
 
     /// Check that the parameters are finite, non-negative and ordered.
-    pub fn validate(&self) -> Result<(), BadDist> {
+    pub fn validate(&self) -> Result<(), String> {
         let ok = |v: f64| v.is_finite() && v >= 0.0;
         match *self {
             Dist::Fixed { us } if ok(us) => Ok(()),
@@ -106,7 +100,7 @@ impl Dist {
                 min_us,
                 max_us,
             } if ok(mean_us) && ok(min_us) && max_us.is_none_or(|m| ok(m) && m >= min_us) => Ok(()),
-            _ => Err(BadDist(self.clone())),
+            _ => Err(format!("bad distribution parameters {self:?}")),
         }
     }
 

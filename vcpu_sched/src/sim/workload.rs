@@ -68,30 +68,26 @@ pub struct PeriodRepr {
     pub period_us: f64,
 }
 
-/// A `sleep` value that is none of the accepted forms.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum BadSleep {
-    #[error("sleep must be \"never\", \"until_message\" or a distribution table, not {0:?}")]
-    Word(String),
-    #[error("sleep.period_us must be a finite number of at least 0.001, not {0}")]
-    Period(f64),
-}
-
 impl TryFrom<SleepRepr> for Sleep {
-    type Error = BadSleep;
-    fn try_from(r: SleepRepr) -> Result<Sleep, BadSleep> {
+    type Error = String;
+    fn try_from(r: SleepRepr) -> Result<Sleep, String> {
         match r {
             SleepRepr::Word(w) => match w.as_str() {
                 "never" => Ok(Sleep::Never),
                 "until_message" => Ok(Sleep::UntilMessage),
-                _ => Err(BadSleep::Word(w)),
+                other => Err(format!(
+                    "sleep must be \"never\", \"until_message\" or a distribution table, not {other:?}"
+                )),
             },
             SleepRepr::Dist(d) if d.is_zero() => Ok(Sleep::Never),
             SleepRepr::Dist(d) => Ok(Sleep::For(d)),
             SleepRepr::Period(p) if p.period_us.is_finite() && p.period_us >= 0.001 => {
                 Ok(Sleep::Period((p.period_us * 1000.0).round() as Nanos))
             }
-            SleepRepr::Period(p) => Err(BadSleep::Period(p.period_us)),
+            SleepRepr::Period(p) => Err(format!(
+                "sleep.period_us must be a finite number of at least 0.001, not {}",
+                p.period_us
+            )),
         }
     }
 }
