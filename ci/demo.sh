@@ -17,7 +17,7 @@ mkdir -p "$out"
 echo "== building the bench guest (guests/out/)"
 bash guests/build.sh
 echo "== building pacer (release)"
-cargo build --release --locked -p vmm --bin pacer
+cargo build --release --locked -p pacer
 echo "== host topology as vcpu_sched sees it"
 ./target/release/pacer topology
 if [ -c /dev/kvm ]; then

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 prefix=${1:-$HOME/.local}
 
-cargo build --release --locked -p vmm --bin pacer
+cargo build --release --locked -p pacer
 pacer=./target/release/pacer
 install -d "$prefix/bin" "$prefix/share/man/man1" \
     "$prefix/share/bash-completion/completions" \

@@ -21,7 +21,7 @@ if ((${#need_apt[@]})); then
     apt-get install -y -qq "${need_apt[@]}"
 fi
 
-# Headless Chromium for the live page's browser test (vmm/tests/api.rs).
+# Headless Chromium for the live page's browser test (pacer/tests/api.rs).
 # Optional: where it cannot be installed the test prints SKIPPED.
 if ! command -v chromium >/dev/null; then
     echo "ci/install.sh: installing chromium (the live page's browser test)"

@@ -147,7 +147,7 @@ env_for() {
 
 # Pacer binary.
 echo "== building pacer ($profile)"
-cargo build --locked -q --profile "$profile" -p vmm --bin pacer
+cargo build --locked -q --profile "$profile" -p pacer
 case "$profile" in dev) pacer=$root/target/debug/pacer ;; *) pacer=$root/target/$profile/pacer ;; esac
 
 # QEMU.

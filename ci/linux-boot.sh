@@ -71,8 +71,8 @@ if [ ! -f "$img/vmlinux" ] || [ ! -f "$img/initramfs.cpio.gz" ]; then
     echo "== no Linux guest image in $img: bash guests/linux/build.sh"
     bash guests/linux/build.sh
 fi
-echo "== cargo build --release -p vmm"
-cargo build -q --release --locked -p vmm
+echo "== cargo build --release -p pacer"
+cargo build -q --release --locked -p pacer
 pacer=$root/target/release/pacer
 
 work=$(mktemp -d /tmp/pacer-linux-boot.XXXXXX)

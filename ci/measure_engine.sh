@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The scheduled engine's mechanism costs and figures on real guests, every
 # policy side by side and interleaved (medians, ratios to `host`), then
-# issue 21's table ("the price of control") in one place, host first.
+# the table of "the price of control" (docs/measurements/price-of-control.md) in one place, host first.
 # Needs /dev/kvm; takes several minutes. Not part of ci/test.sh.
 #   bash ci/measure_engine.sh
 # The kvm-unit-tests rows need the suite's images ($KVM_UNIT_TESTS_DIR,
@@ -57,7 +57,7 @@ for t in vmexit_ipi vmexit_ipi_halt vmexit_tscdeadline_immed; do
 done
 
 echo
-echo "== the price of control (issue 21): host first, haiku (threads dispatch), haiku's ratio, goal;"
+echo "== the price of control: host first, haiku (threads dispatch), haiku's ratio, goal;"
 echo "   haiku under dispatch kvm-irqchip (KVM's local APIC) and its ratio where measured"
 echo "   $(uptime)"
 fmt='%-52s %-16s %-16s %-30s %-12s %-16s %s\n'

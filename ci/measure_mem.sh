@@ -10,7 +10,7 @@
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$here/target}
-cargo build --quiet --release -p vmm --manifest-path "$here/Cargo.toml"
+cargo build --quiet --release -p pacer --manifest-path "$here/Cargo.toml"
 pacer="$target/release/pacer"
 kernel="$here/guests/out/bench-guest.elf"
 [ -f "$kernel" ] || "$here/guests/build.sh" >/dev/null

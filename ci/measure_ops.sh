@@ -10,8 +10,8 @@
 # (1x4x2, 2x16x2, 4x64x4) x vCPUs {64, 2048, 65536}.
 #
 # Prints one table: Ir/op, D1mr/op, and the Ir ratios to the smallest size
-# (same vCPUs on 8 CPUs; same CPUs with 64 vCPUs), then the goals (issue
-# 10): <= 1.2x Ir/op from 8 to 1024 CPUs and from 64 to 65536 vCPUs,
+# (same vCPUs on 8 CPUs; same CPUs with 64 vCPUs), then the goals
+# (scalability): <= 1.2x Ir/op from 8 to 1024 CPUs and from 64 to 65536 vCPUs,
 # <= 4 D1mr/op everywhere. The simulated caches are fixed (32 KiB 8-way L1s,
 # 8 MiB 16-way LL) so the figures do not depend on the host.
 #

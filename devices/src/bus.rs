@@ -1,9 +1,11 @@
-//! A simple port-I/O bus: non-overlapping port ranges, each mapped to a
-//! device trait object. Shared by all vCPUs of one VM; each device sits
-//! behind its own mutex so two vCPUs touching different devices never
-//! contend.
+//! The bus: non-overlapping ranges of an address space, each mapped to a
+//! device trait object, one type ([`Bus`]) for port I/O ([`PioBus`]) and
+//! MMIO (`crate::mmio::MmioBus`). Shared by all vCPUs of one VM; each
+//! device sits behind its own mutex so two vCPUs touching different
+//! devices never contend.
 
-use crate::ranges::{RangeError, RangeMap};
+pub use crate::ranges::RangeError;
+use crate::ranges::RangeMap;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
@@ -33,43 +35,96 @@ pub trait PioDevice: Send {
 /// Shared handle of a device on the bus.
 pub type SharedDevice = Arc<Mutex<dyn PioDevice>>;
 
-/// The bus itself.
-#[derive(Default)]
-pub struct PioBus {
-    ranges: RangeMap<SharedDevice>,
+/// An address space devices are mapped into: port I/O ([`PortIo`]) or
+/// MMIO (`crate::mmio::Mmio`). [`Bus`] is the one bus over either.
+pub trait AddressSpace {
+    /// An address (and a length) in the space.
+    type Addr: Copy + Into<u64>;
+    /// The devices the space maps.
+    type Device: ?Sized + Send;
+    /// Why a range cannot be mapped, in the space's own words.
+    type Error;
+    /// One past the last address.
+    const LIMIT: u64;
+    /// An offset within a mapped range as an address of the space (the
+    /// range lies below [`AddressSpace::LIMIT`], so it fits).
+    fn addr(offset: u64) -> Self::Addr;
+    /// A range `base+len` refused by the map.
+    fn range_error(base: Self::Addr, len: Self::Addr, e: RangeError) -> Self::Error;
+    fn read(dev: &mut Self::Device, ctx: IoContext, offset: Self::Addr, data: &mut [u8]);
+    fn write(dev: &mut Self::Device, ctx: IoContext, offset: Self::Addr, data: &[u8]);
 }
 
-impl PioBus {
+/// Port I/O: 16-bit ports, [`PioDevice`]s.
+pub struct PortIo;
+
+impl AddressSpace for PortIo {
+    type Addr = u16;
+    type Device = dyn PioDevice;
+    type Error = BusError;
+    const LIMIT: u64 = 0x1_0000;
+    fn addr(offset: u64) -> u16 {
+        offset as u16
+    }
+    fn range_error(base: u16, len: u16, e: RangeError) -> BusError {
+        match e {
+            RangeError::Bad => BusError::BadRange { base, len },
+            RangeError::Overlap(other) => BusError::Overlap {
+                base,
+                len,
+                other: other as u16,
+            },
+        }
+    }
+    fn read(dev: &mut Self::Device, ctx: IoContext, offset: u16, data: &mut [u8]) {
+        dev.read(ctx, offset, data);
+    }
+    fn write(dev: &mut Self::Device, ctx: IoContext, offset: u16, data: &[u8]) {
+        dev.write(ctx, offset, data);
+    }
+}
+
+/// A bus: non-overlapping ranges of one address space, each mapped to a
+/// device behind its own mutex.
+pub struct Bus<S: AddressSpace> {
+    ranges: RangeMap<Arc<Mutex<S::Device>>>,
+}
+
+/// The port-I/O bus.
+pub type PioBus = Bus<PortIo>;
+
+impl<S: AddressSpace> Default for Bus<S> {
+    fn default() -> Self {
+        Bus {
+            ranges: RangeMap::default(),
+        }
+    }
+}
+
+impl<S: AddressSpace> Bus<S> {
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Map `base..base+len` to `dev`.
-    pub fn insert(&mut self, base: u16, len: u16, dev: SharedDevice) -> Result<(), BusError> {
+    pub fn insert(
+        &mut self,
+        base: S::Addr,
+        len: S::Addr,
+        dev: Arc<Mutex<S::Device>>,
+    ) -> Result<(), S::Error> {
         self.ranges
-            .insert(u64::from(base), u64::from(len), 0x1_0000, dev)
-            .map_err(|e| match e {
-                RangeError::Bad => BusError::BadRange { base, len },
-                RangeError::Overlap(other) => BusError::Overlap {
-                    base,
-                    len,
-                    other: other as u16,
-                },
-            })
+            .insert(base.into(), len.into(), S::LIMIT, dev)
+            .map_err(|e| S::range_error(base, len, e))
     }
 
-    fn resolve(&self, port: u16, size: usize) -> Option<(u16, &SharedDevice)> {
-        // The whole access must fall inside the device's range.
-        let (off, dev) = self.ranges.resolve(u64::from(port), size)?;
-        Some((off as u16, dev))
-    }
-
-    /// Dispatch an IN. Returns false (and fills `data` with 0xff, what an
-    /// unclaimed ISA port reads as) when no device claims the port.
-    pub fn read(&self, ctx: IoContext, port: u16, data: &mut [u8]) -> bool {
-        match self.resolve(port, data.len()) {
+    /// Dispatch a read (an IN). Returns false (and fills `data` with 0xff,
+    /// what an unclaimed ISA port or MMIO hole reads as) when no device
+    /// claims the whole access.
+    pub fn read(&self, ctx: IoContext, addr: S::Addr, data: &mut [u8]) -> bool {
+        match self.ranges.resolve(addr.into(), data.len()) {
             Some((off, dev)) => {
-                lock(dev).read(ctx, off, data);
+                S::read(&mut *lock(dev), ctx, S::addr(off), data);
                 true
             }
             None => {
@@ -79,11 +134,12 @@ impl PioBus {
         }
     }
 
-    /// Dispatch an OUT. Returns false when no device claims the port.
-    pub fn write(&self, ctx: IoContext, port: u16, data: &[u8]) -> bool {
-        match self.resolve(port, data.len()) {
+    /// Dispatch a write (an OUT). Returns false when no device claims the
+    /// whole access.
+    pub fn write(&self, ctx: IoContext, addr: S::Addr, data: &[u8]) -> bool {
+        match self.ranges.resolve(addr.into(), data.len()) {
             Some((off, dev)) => {
-                lock(dev).write(ctx, off, data);
+                S::write(&mut *lock(dev), ctx, S::addr(off), data);
                 true
             }
             None => false,
@@ -93,7 +149,7 @@ impl PioBus {
 
 /// Lock a device, recovering from a poisoned mutex (a device that panicked
 /// once must not take the whole VM down with a second panic).
-fn lock(dev: &SharedDevice) -> std::sync::MutexGuard<'_, dyn PioDevice + 'static> {
+fn lock<D: ?Sized>(dev: &Mutex<D>) -> std::sync::MutexGuard<'_, D> {
     dev.lock().unwrap_or_else(|p| p.into_inner())
 }
 

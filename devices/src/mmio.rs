@@ -1,9 +1,8 @@
-//! The MMIO bus: non-overlapping guest-physical ranges, each mapped to a
-//! device, beside the port-I/O bus ([`crate::bus`]). Shared by all vCPUs of
-//! one VM; each device sits behind its own mutex.
+//! The MMIO address space: guest-physical ranges, each mapped to a device,
+//! on the same [`Bus`] type as port I/O ([`crate::bus`]). Shared by all
+//! vCPUs of one VM; each device sits behind its own mutex.
 
-use crate::bus::IoContext;
-use crate::ranges::{RangeError, RangeMap};
+use crate::bus::{AddressSpace, Bus, IoContext, RangeError};
 use std::sync::{Arc, Mutex};
 
 /// Errors from building an MMIO bus.
@@ -25,68 +24,33 @@ pub trait MmioDevice: Send {
 /// Shared handle of a device on the MMIO bus.
 pub type SharedMmioDevice = Arc<Mutex<dyn MmioDevice>>;
 
-/// The bus itself.
-#[derive(Default)]
-pub struct MmioBus {
-    ranges: RangeMap<SharedMmioDevice>,
-}
+/// MMIO: 64-bit guest-physical addresses, [`MmioDevice`]s.
+pub struct Mmio;
 
-impl MmioBus {
-    pub fn new() -> Self {
-        Self::default()
+impl AddressSpace for Mmio {
+    type Addr = u64;
+    type Device = dyn MmioDevice;
+    type Error = MmioBusError;
+    const LIMIT: u64 = u64::MAX;
+    fn addr(offset: u64) -> u64 {
+        offset
     }
-
-    /// Map `base..base+len` to `dev`.
-    pub fn insert(
-        &mut self,
-        base: u64,
-        len: u64,
-        dev: SharedMmioDevice,
-    ) -> Result<(), MmioBusError> {
-        self.ranges
-            .insert(base, len, u64::MAX, dev)
-            .map_err(|e| match e {
-                RangeError::Bad => MmioBusError::BadRange { base, len },
-                RangeError::Overlap(other) => MmioBusError::Overlap { base, len, other },
-            })
-    }
-
-    fn resolve(&self, addr: u64, size: usize) -> Option<(u64, &SharedMmioDevice)> {
-        // The whole access must fall inside the device's range.
-        self.ranges.resolve(addr, size)
-    }
-
-    /// Dispatch a read. Returns false (and fills `data` with 0xff) when no
-    /// device claims the address.
-    pub fn read(&self, ctx: IoContext, addr: u64, data: &mut [u8]) -> bool {
-        match self.resolve(addr, data.len()) {
-            Some((off, dev)) => {
-                lock(dev).read(ctx, off, data);
-                true
-            }
-            None => {
-                data.fill(0xff);
-                false
-            }
+    fn range_error(base: u64, len: u64, e: RangeError) -> MmioBusError {
+        match e {
+            RangeError::Bad => MmioBusError::BadRange { base, len },
+            RangeError::Overlap(other) => MmioBusError::Overlap { base, len, other },
         }
     }
-
-    /// Dispatch a write. Returns false when no device claims the address.
-    pub fn write(&self, ctx: IoContext, addr: u64, data: &[u8]) -> bool {
-        match self.resolve(addr, data.len()) {
-            Some((off, dev)) => {
-                lock(dev).write(ctx, off, data);
-                true
-            }
-            None => false,
-        }
+    fn read(dev: &mut Self::Device, ctx: IoContext, offset: u64, data: &mut [u8]) {
+        dev.read(ctx, offset, data);
+    }
+    fn write(dev: &mut Self::Device, ctx: IoContext, offset: u64, data: &[u8]) {
+        dev.write(ctx, offset, data);
     }
 }
 
-/// Lock a device, recovering from a poisoned mutex.
-fn lock(dev: &SharedMmioDevice) -> std::sync::MutexGuard<'_, dyn MmioDevice + 'static> {
-    dev.lock().unwrap_or_else(|p| p.into_inner())
-}
+/// The MMIO bus: the one [`Bus`] type over [`Mmio`].
+pub type MmioBus = Bus<Mmio>;
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 /// Why a range cannot be added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RangeError {
+pub enum RangeError {
     /// Empty, or past the end of the address space.
     Bad,
     /// Overlaps the range that starts at this address.

@@ -177,12 +177,37 @@ pub fn packed_name(words: &[u64]) -> String {
         .collect()
 }
 
-fn metric(v: u64) -> Result<LatencyMetric, String> {
-    LatencyMetric::from_u64(v).ok_or_else(|| format!("unknown latency metric {v}"))
+/// Why a record's values are refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("unknown latency metric {0}")]
+    Metric(u64),
+    #[error("percentiles out of order (p50 {p50} p99 {p99} max {max})")]
+    Percentiles { p50: u64, p99: u64, max: u64 },
+    #[error("reserved bits set in v0 {0:#x}")]
+    ReservedBits(u64),
+    #[error("{0} pairs (want 1..={HIST_PAIRS})")]
+    Pairs(usize),
+    #[error("unused pair {0} is not zero")]
+    UnusedPair(usize),
+    #[error("bucket {0} out of range")]
+    Bucket(u16),
+    #[error("pair {0} has a zero count")]
+    ZeroCount(usize),
+    #[error("partner {0} too big")]
+    Partner(u64),
+    #[error("role {0} (want 0 or 1)")]
+    Role(u64),
+    #[error("STEAL: workload steal {workload} ns exceeds the total {total} ns")]
+    Steal { workload: u64, total: u64 },
+}
+
+fn metric(v: u64) -> Result<LatencyMetric, DecodeError> {
+    LatencyMetric::from_u64(v).ok_or(DecodeError::Metric(v))
 }
 
 /// Decode (and so validate) the values of a record of kind `kind`.
-pub fn decode(kind: RecordKind, v: &[u64; 5]) -> Result<Payload, String> {
+pub fn decode(kind: RecordKind, v: &[u64; 5]) -> Result<Payload, DecodeError> {
     Ok(match kind {
         RecordKind::WorkSample | RecordKind::WorkDone | RecordKind::BootTimes => Payload::Plain,
         RecordKind::Text => Payload::Plain,
@@ -200,10 +225,11 @@ pub fn decode(kind: RecordKind, v: &[u64; 5]) -> Result<Payload, String> {
                 max_ns: v[4],
             };
             if !(l.p50_ns <= l.p99_ns && l.p99_ns <= l.max_ns) {
-                return Err(format!(
-                    "percentiles out of order (p50 {} p99 {} max {})",
-                    l.p50_ns, l.p99_ns, l.max_ns
-                ));
+                return Err(DecodeError::Percentiles {
+                    p50: l.p50_ns,
+                    p99: l.p99_ns,
+                    max: l.max_ns,
+                });
             }
             Payload::Latency(l)
         }
@@ -211,26 +237,26 @@ pub fn decode(kind: RecordKind, v: &[u64; 5]) -> Result<Payload, String> {
             let m = metric(v[0] & 0xffff)?;
             let n = ((v[0] >> 16) & 0xff) as usize;
             if v[0] >> 24 != 0 {
-                return Err(format!("reserved bits set in v0 {:#x}", v[0]));
+                return Err(DecodeError::ReservedBits(v[0]));
             }
             if n == 0 || n > HIST_PAIRS {
-                return Err(format!("{n} pairs (want 1..={HIST_PAIRS})"));
+                return Err(DecodeError::Pairs(n));
             }
             let mask = (1u64 << HIST_COUNT_BITS) - 1;
             let mut buckets = Vec::with_capacity(n);
             for (i, &pair) in v[1..].iter().enumerate() {
                 if i >= n {
                     if pair != 0 {
-                        return Err(format!("unused pair {i} is not zero"));
+                        return Err(DecodeError::UnusedPair(i));
                     }
                     continue;
                 }
                 let (bucket, count) = ((pair >> HIST_COUNT_BITS) as u16, pair & mask);
                 if bucket >= HIST_BUCKETS {
-                    return Err(format!("bucket {bucket} out of range"));
+                    return Err(DecodeError::Bucket(bucket));
                 }
                 if count == 0 {
-                    return Err(format!("pair {i} has a zero count"));
+                    return Err(DecodeError::ZeroCount(i));
                 }
                 buckets.push((bucket, count));
             }
@@ -243,9 +269,9 @@ pub fn decode(kind: RecordKind, v: &[u64; 5]) -> Result<Payload, String> {
             ticks: v[3],
         },
         RecordKind::PingpongDone => {
-            let partner = u32::try_from(v[3]).map_err(|_| format!("partner {} too big", v[3]))?;
+            let partner = u32::try_from(v[3]).map_err(|_| DecodeError::Partner(v[3]))?;
             if v[4] > 1 {
-                return Err(format!("role {} (want 0 or 1)", v[4]));
+                return Err(DecodeError::Role(v[4]));
             }
             Payload::PingpongDone {
                 roundtrips: v[0],
@@ -269,10 +295,10 @@ pub fn decode(kind: RecordKind, v: &[u64; 5]) -> Result<Payload, String> {
         },
         RecordKind::Steal => {
             if v[1] > v[0] {
-                return Err(format!(
-                    "STEAL: workload steal {} ns exceeds the total {} ns",
-                    v[1], v[0]
-                ));
+                return Err(DecodeError::Steal {
+                    workload: v[1],
+                    total: v[0],
+                });
             }
             Payload::Steal {
                 steal_ns: v[0],

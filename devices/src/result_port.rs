@@ -144,7 +144,10 @@ pub enum RecordError {
     #[error("record port written with {0} bytes (want a 32-bit OUT)")]
     BadAccessSize(usize),
     #[error("{kind:?} record: {reason}")]
-    BadPayload { kind: RecordKind, reason: String },
+    BadPayload {
+        kind: RecordKind,
+        reason: crate::result_payload::DecodeError,
+    },
 }
 
 fn u16_at(b: &[u8; RECORD_SIZE], o: usize) -> u16 {

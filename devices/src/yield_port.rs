@@ -6,7 +6,9 @@
 
 use crate::bus::{IoContext, PioDevice};
 
+/// The port (the one definition: `vcpu_engine::vcpu::YIELD_PORT` is this).
 pub const YIELD_PORT: u16 = 0xE0C;
+/// The ports it claims from [`YIELD_PORT`].
 pub const YIELD_PORT_LEN: u16 = 4;
 
 #[derive(Debug, Default)]

@@ -34,7 +34,7 @@ EOF
 chmod +x "$work/user/hello.sh"
 
 cargo build -q --release --locked -p guests --bin mkinitramfs
-cargo build -q --release --locked -p vmm --bin pacer
+cargo build -q --release --locked -p pacer
 "$root/target/release/mkinitramfs" --init "$root/guests/linux/init" --busybox "$img/busybox" \
     --suite "$img/ubench" --user-dir "$work/user" -o "$work/initramfs.cpio.gz"
 

@@ -130,10 +130,23 @@ pub(crate) fn pin_thread(tid: libc::pid_t, cpus: &HostCpuSet) -> std::io::Result
 /// The host's online CPUs (`/sys/devices/system/cpu/online`): the usual
 /// set to build a [`crate::CpuMap`] over. The error names the file and
 /// what was wrong with it.
-pub fn online_cpus() -> Result<HostCpuSet, String> {
-    let path = "/sys/devices/system/cpu/online";
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-    HostCpuSet::parse_list(text.trim()).map_err(|e| format!("{path}: {e}"))
+pub fn online_cpus() -> Result<HostCpuSet, OnlineCpusError> {
+    let text = std::fs::read_to_string(ONLINE).map_err(OnlineCpusError::Read)?;
+    HostCpuSet::parse_list(text.trim()).map_err(OnlineCpusError::Parse)
+}
+
+/// Where the kernel lists the online CPUs.
+const ONLINE: &str = "/sys/devices/system/cpu/online";
+
+/// Why [`online_cpus`] could not tell.
+#[derive(Debug, thiserror::Error)]
+pub enum OnlineCpusError {
+    /// The file could not be read.
+    #[error("{ONLINE}: {0}")]
+    Read(std::io::Error),
+    /// It holds no CPU list.
+    #[error("{ONLINE}: {0}")]
+    Parse(vcpu_sched::CpuSetError),
 }
 
 #[cfg(test)]

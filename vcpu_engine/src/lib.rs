@@ -83,9 +83,10 @@
 //! engine needs only internally is not public.
 //!
 //! The interrupt controller is behind [`InterruptSource`], so a VMM with
-//! another user-space controller implements that trait; KVM's in-kernel
-//! irqchip (where KVM handles HLT itself) is not supported yet: the engine
-//! relies on HLT exiting to user space.
+//! another user-space controller implements that trait. With KVM's
+//! in-kernel irqchip, where KVM handles HLT itself, the VMM chooses
+//! [`DispatchKind::KvmIrqchip`] (above): the engine then learns halts and
+//! wake-ups from KVM instead of from HLT exits.
 //!
 //! # A VMM's vCPU loop
 //!
@@ -193,6 +194,7 @@
 pub mod clock;
 mod control;
 mod cpu;
+mod cpu_events;
 pub mod cpu_map;
 mod dispatch;
 pub mod host_cpus;
@@ -314,17 +316,20 @@ impl DispatchKind {
     }
 }
 
-impl std::str::FromStr for DispatchKind {
-    type Err = String;
+/// A dispatch name that is none of [`DispatchKind`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown dispatch {0:?}: expected ranked, threads, workers or kvm-irqchip")]
+pub struct UnknownDispatch(pub String);
 
-    /// `threads`, `workers`, `kvm-irqchip` or `ranked`.
-    fn from_str(s: &str) -> Result<Self, String> {
+impl std::str::FromStr for DispatchKind {
+    type Err = UnknownDispatch;
+
+    /// `ranked`, `threads`, `workers` or `kvm-irqchip`.
+    fn from_str(s: &str) -> Result<Self, UnknownDispatch> {
         DispatchKind::ALL
             .into_iter()
             .find(|d| d.as_str() == s)
-            .ok_or_else(|| {
-                format!("unknown dispatch {s:?}: expected ranked, threads, workers or kvm-irqchip")
-            })
+            .ok_or_else(|| UnknownDispatch(s.to_string()))
     }
 }
 

@@ -247,8 +247,9 @@ pub enum VcpuStep {
 const MSR_IA32_APIC_BASE: u32 = 0x1b;
 
 /// The guest's yield port (guests/PROTOCOL.md): an OUT here asks the
-/// scheduler to run something else for a while.
-pub const YIELD_PORT: u16 = 0xE0C;
+/// scheduler to run something else for a while. Defined once, with the
+/// device that claims it on a VMM's bus.
+pub use devices::yield_port::YIELD_PORT;
 
 mod ioctls {
     use kvm_bindings::kvm_interrupt;

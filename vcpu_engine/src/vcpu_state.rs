@@ -6,9 +6,23 @@
 //!   Halted --------------------------------> Ready ------------------> Running{cpu}
 //!   WaitForSipi                                ^                          |
 //!   Paused                                     +--- quantum end, kick, ---+
-//!      ^                                            yield                 |
-//!      +------------- HLT, INIT, pause ---------------------------------- +
+//!   HaltedInKvm                                     yield                 |
+//!      ^                                                                  |
+//!      +------------- HLT, INIT, pause, halt inside KVM ------------------+
 //!                                 any state --VM stops--> Exited
+//! ```
+//!
+//! The same diagram as the table the code keeps ([`TRANSITIONS`]; a test
+//! holds these lines to it, and `set_state` refuses any other step):
+//!
+//! ```text
+//! Ready -> Running, HaltedInKvm, Paused, Exited
+//! Running -> Ready, Halted, WaitForSipi, HaltedInKvm, Paused, Exited
+//! Halted -> Ready, Paused, Exited
+//! WaitForSipi -> Ready, Paused, Exited
+//! HaltedInKvm -> Ready, Paused, Exited
+//! Paused -> Ready, Exited
+//! Exited ->
 //! ```
 //!
 //! Under the `kvm-irqchip` dispatch a halt stays inside KVM: a Running vCPU
@@ -30,7 +44,7 @@
 //! told, and `vcpu_sched` remembers a wake of an entity it still sees
 //! running, so the halting CPU's `schedule(.., Blocked)` keeps it runnable.
 
-use super::irq::CpuEvents;
+use super::cpu_events::CpuEvents;
 use super::kvm_halts::KvmBlocking;
 use super::stats::HaltPollStats;
 use crate::host_cpus::{HostCpu, HostCpuSet};
@@ -67,18 +81,114 @@ pub enum RunState {
     Exited,
 }
 
+/// Every step of the run-state diagram above: `(from, to)`. A step not
+/// listed is a bug; [`EngineVcpu::set_state`] refuses it.
+pub const TRANSITIONS: &[(&str, &[&str])] = &[
+    // Under the ranked dispatch a queued vCPU found halted in KVM, or
+    // taken off by a pause, changes state before a CPU picks it.
+    ("Ready", &["Running", "HaltedInKvm", "Paused", "Exited"]),
+    (
+        "Running",
+        &[
+            "Ready",
+            "Halted",
+            "WaitForSipi",
+            "HaltedInKvm",
+            "Paused",
+            "Exited",
+        ],
+    ),
+    ("Halted", &["Ready", "Paused", "Exited"]),
+    ("WaitForSipi", &["Ready", "Paused", "Exited"]),
+    ("HaltedInKvm", &["Ready", "Paused", "Exited"]),
+    ("Paused", &["Ready", "Exited"]),
+    ("Exited", &[]),
+];
+
+/// [`TRANSITIONS`] as a bit per (from, to) pair of [`RunState::index`]es,
+/// built at compile time: the check on every state change is one load.
+const ALLOWED: [u8; STATES.len()] = {
+    let mut allowed = [0u8; STATES.len()];
+    let mut i = 0;
+    while i < TRANSITIONS.len() {
+        let (from, tos) = TRANSITIONS[i];
+        let mut j = 0;
+        while j < tos.len() {
+            allowed[state_index(from)] |= 1 << state_index(tos[j]);
+            j += 1;
+        }
+        i += 1;
+    }
+    allowed
+};
+
+/// The states' names, in [`RunState::index`] order.
+const STATES: [&str; 7] = [
+    "Ready",
+    "Running",
+    "Halted",
+    "WaitForSipi",
+    "HaltedInKvm",
+    "Paused",
+    "Exited",
+];
+
+/// The index of a state's name in [`STATES`] (a name not there fails the
+/// build).
+const fn state_index(name: &str) -> usize {
+    let mut i = 0;
+    while i < STATES.len() {
+        if str_eq(STATES[i], name) {
+            return i;
+        }
+        i += 1;
+    }
+    panic!("a state TRANSITIONS names is not in STATES")
+}
+
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 impl RunState {
-    /// A number per variant (the lock-free mirror, [`EngineVcpu::state_code`]).
-    pub(crate) fn code(self) -> u8 {
+    /// Its place in [`STATES`].
+    fn index(self) -> usize {
         match self {
-            RunState::Ready => STATE_READY,
-            RunState::Running { .. } => STATE_RUNNING,
+            RunState::Ready => 0,
+            RunState::Running { .. } => 1,
             RunState::Halted { .. } => 2,
             RunState::WaitForSipi => 3,
-            RunState::HaltedInKvm => STATE_HALTED_IN_KVM,
+            RunState::HaltedInKvm => 4,
             RunState::Paused => 5,
-            RunState::Exited => STATE_EXITED,
+            RunState::Exited => 6,
         }
+    }
+
+    /// Its name in the run-state diagram.
+    pub fn name(self) -> &'static str {
+        STATES[self.index()]
+    }
+
+    /// Whether the diagram has a step from `self` to `to`.
+    pub fn may_become(self, to: RunState) -> bool {
+        ALLOWED[self.index()] & (1 << to.index()) != 0
+    }
+
+    /// Its place in [`STATES`], as the lock-free mirror holds it
+    /// ([`EngineVcpu::state_code`]).
+    pub(crate) fn code(self) -> u8 {
+        self.index() as u8
     }
 
     /// Blocked in the scheduler (not queued, not running).
@@ -97,7 +207,6 @@ impl RunState {
 pub(crate) const STATE_READY: u8 = 0;
 pub(crate) const STATE_RUNNING: u8 = 1;
 pub(crate) const STATE_HALTED_IN_KVM: u8 = 4;
-pub(crate) const STATE_EXITED: u8 = 6;
 
 /// The mutable part of a vCPU, under its `ctl` mutex.
 #[derive(Debug)]
@@ -380,6 +489,23 @@ impl EngineVcpu {
     /// Set the state; the caller wakes the waiters with
     /// [`EngineVcpu::announce`] once it holds no engine lock.
     pub(crate) fn set_state_quietly(&self, ctl: &mut VcpuCtl, state: RunState) {
+        if !ctl.state.may_become(state) {
+            // A bug, never the guest's doing: tests stop at it; a running
+            // VM logs it and goes on.
+            debug_assert!(
+                false,
+                "{}: {} -> {} is not in the run-state diagram",
+                self.name,
+                ctl.state.name(),
+                state.name()
+            );
+            log::error!(
+                "{}: {} -> {} is not in the run-state diagram",
+                self.name,
+                ctl.state.name(),
+                state.name()
+            );
+        }
         ctl.state = state;
         self.state_code.store(state.code(), Ordering::Release);
         self.settled.store(
@@ -436,5 +562,88 @@ impl EngineVcpu {
     /// before that thread starts.
     pub fn thread_id(&self) -> i32 {
         self.tid.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One state of each kind.
+    const ALL: [RunState; 7] = [
+        RunState::Ready,
+        RunState::Running { cpu: CpuId(0) },
+        RunState::Halted {
+            interruptible: true,
+        },
+        RunState::WaitForSipi,
+        RunState::HaltedInKvm,
+        RunState::Paused,
+        RunState::Exited,
+    ];
+
+    #[test]
+    fn the_table_is_the_diagram_in_the_module_doc() {
+        let src = include_str!("vcpu_state.rs");
+        let block = src
+            .split("//! ```text\n")
+            .nth(2)
+            .and_then(|b| b.split("//! ```").next())
+            .expect("the module doc lists the transitions");
+        let doc: Vec<String> = block
+            .lines()
+            .map(|l| l.trim_start_matches("//!").trim().to_string())
+            .collect();
+        let table: Vec<String> = TRANSITIONS
+            .iter()
+            .map(|(from, tos)| format!("{from} -> {}", tos.join(", ")).trim().to_string())
+            .collect();
+        assert_eq!(doc, table);
+        // Every state is a row, once, in index order.
+        let froms: Vec<&str> = TRANSITIONS.iter().map(|t| t.0).collect();
+        assert_eq!(froms, STATES);
+        for s in ALL {
+            assert_eq!(STATES[s.index()], s.name());
+        }
+    }
+
+    #[test]
+    fn only_the_listed_steps_are_allowed() {
+        let mut allowed = 0;
+        for from in ALL {
+            for to in ALL {
+                let listed = TRANSITIONS
+                    .iter()
+                    .any(|(f, tos)| *f == from.name() && tos.contains(&to.name()));
+                assert_eq!(from.may_become(to), listed, "{from:?} -> {to:?}");
+                allowed += usize::from(listed);
+            }
+        }
+        assert_eq!(allowed, 17);
+        // Nothing leaves Exited; everything can reach it.
+        assert!(ALL.iter().all(|&s| !RunState::Exited.may_become(s)));
+        assert!(ALL[..6].iter().all(|s| s.may_become(RunState::Exited)));
+        // A wake goes through Ready: never straight from a halt to a CPU.
+        assert!(!RunState::Halted {
+            interruptible: true
+        }
+        .may_become(ALL[1]));
+    }
+
+    #[test]
+    #[should_panic(expected = "Halted -> Running is not in the run-state diagram")]
+    fn an_unlisted_step_is_refused() {
+        let v = EngineVcpu::new(
+            0,
+            0,
+            0,
+            EntityId::new(0, 0),
+            "vm/vcpu0".into(),
+            RunState::Halted {
+                interruptible: true,
+            },
+        );
+        let mut ctl = v.ctl();
+        v.set_state(&mut ctl, RunState::Running { cpu: CpuId(0) });
     }
 }

@@ -29,7 +29,7 @@
 //! event per millisecond on every machine size (a 1024-CPU host handles
 //! 128 times the events of an 8-CPU host in the same time).
 //!
-//! # What the counts showed (issue 10)
+//! # What the counts showed
 //!
 //! The cost that grew with CPUs was algorithmic, not memory alone: an
 //! idle CPU looked at every queue of the machine three times per call

@@ -1,4 +1,4 @@
-//! Operator shares per vCPU: weight, cap and reservation (issue 23).
+//! Operator shares per vCPU: weight, cap and reservation.
 //!
 //! Every hypervisor lets its operator say what each VM gets: Xen credit2's
 //! weight and cap, ESXi's shares, limit and reservation, libvirt's

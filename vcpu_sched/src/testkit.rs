@@ -1,5 +1,6 @@
-//! Test support shared by the policies' unit tests: a protocol-level
-//! random driver that plays random event sequences against any
+//! Test support shared by the policies' unit tests: the fixtures every
+//! policy's tests use ([`add`], [`ts`]), a protocol-level random driver
+//! that plays random event sequences against any
 //! [`crate::VcpuScheduler`] while keeping a model of the protocol, and
 //! checks every decision against it; and the factory check each policy
 //! runs.
@@ -10,6 +11,26 @@ use crate::{
 };
 use proptest::prelude::*;
 use std::collections::HashMap;
+
+/// Add an entity of VM 0 with `class`, `prio` and the CPU list `aff`,
+/// at time 0.
+pub fn add(s: &(impl VcpuScheduler + ?Sized), class: SchedClass, prio: u8, aff: &str) -> EntityId {
+    s.add_entity(
+        EntitySpec {
+            vm: VmId(0),
+            class,
+            priority: prio,
+            affinity: CpuSet::parse_list(aff).unwrap(),
+        },
+        0,
+    )
+    .unwrap()
+}
+
+/// [`add`] a timeshare entity of the default priority.
+pub fn ts(s: &(impl VcpuScheduler + ?Sized), aff: &str) -> EntityId {
+    add(s, SchedClass::Timeshare, 10, aff)
+}
 
 /// `build` makes the policy `kind` (reporting `name`): one entity is
 /// woken onto an idle CPU with a kick, dispatched there, and the
@@ -39,7 +60,7 @@ pub fn built_by_the_factory(kind: crate::PolicyKind, name: &str) {
 }
 
 /// The handle of a removed entity never reaches the entity added next in
-/// its slot (issue 12's reproduction: add, remove a, add b in a's slot,
+/// its slot (the reproduction of a stale-handle bug: add, remove a, add b in a's slot,
 /// wake a): every call with it fails as stale, and a never-issued handle
 /// as unknown.
 pub fn stale_handles_are_refused(kind: crate::PolicyKind) {

@@ -1,4 +1,4 @@
-//! Property tests of haiku's operator caps (issue 23), driven through the
+//! Property tests of haiku's operator caps (operator shares), driven through the
 //! public API like a VMM: random topologies, random mixes of hogs and
 //! sleepers with random weights, caps and reservations, every kick and
 //! every `Dispatch::recheck_at` honoured at once.

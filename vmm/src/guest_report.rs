@@ -7,8 +7,8 @@
 //! each, escaped and shortened, so the reason reaches stderr and the
 //! results instead of being buried in the console log.
 
-use crate::config_errors::quoted;
 use crate::guest_metrics::GuestErrorEntry;
+use crate::text::quoted;
 use devices::result_payload::{GuestError, GuestErrorCode};
 
 /// An ERROR code as guests/PROTOCOL.md spells it.

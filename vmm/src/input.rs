@@ -1,5 +1,8 @@
-//! Every file Pacer reads from a user goes through here, under the host
-//! config's rules: a regular file only (a FIFO, a device, a directory or a
+//! Every file Pacer reads from a user, and every directory or file a run
+//! will write, checked before anything starts (exit 2, nothing started)
+//! instead of failing after the VMs ran.
+//!
+//! Reading: a regular file only (a FIFO, a device, a directory or a
 //! socket is refused by name), opened non-blocking (a FIFO swapped in
 //! between the check and the open cannot hang it) and checked again on the
 //! descriptor, and read no further than a cap per kind of file (the file's
@@ -11,14 +14,21 @@
 //! | host config, bench matrix, sim scenario | [`MAX_CONFIG_BYTES`] (1 MiB) | `pacer validate/run`, `pacer bench`, `pacer sim` |
 //! | console log, unixbench report, process output | [`MAX_LOG_BYTES`] (256 MiB) | `pacer unixbench --report`, bench cells |
 //! | bench results (`--resume`) | [`MAX_RESULTS_BYTES`] (1 GiB) | `pacer bench --resume` |
-//! | scheduling trace | `trace::read::MAX_TRACE_BYTES` | `pacer trace`, `pacer sim --replay` |
+//! | scheduling trace | `pacer::trace::read::MAX_TRACE_BYTES` | `pacer trace`, `pacer sim --replay` |
 //!
 //! Kernel images and initrds are checked as regular files by config
 //! validation and read by the boot loaders, whose formats bound the reads.
+//!
+//! Writing: a log directory must be creatable and writable (its nearest
+//! existing ancestor a directory this process may write into:
+//! [`check_dir_writable`]); the `--json` (and `--trace`) output must not
+//! be a directory and its directory must be writable or creatable
+//! ([`check_output_file`]). Nothing here creates or changes a file.
 
 use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Largest config, matrix or scenario file (a config of hundreds of VMs is
 /// a few tens of KiB).
@@ -31,7 +41,7 @@ pub const MAX_LOG_BYTES: u64 = 256 << 20;
 pub const MAX_RESULTS_BYTES: u64 = 1 << 30;
 
 /// What kind of file a non-regular path is, in words.
-pub(crate) fn kind_of(ft: std::fs::FileType) -> &'static str {
+fn kind_of(ft: std::fs::FileType) -> &'static str {
     if ft.is_file() {
         "a regular file"
     } else if ft.is_dir() {
@@ -123,6 +133,112 @@ pub fn read_config_text(path: &Path, what: &str) -> std::io::Result<String> {
     read_text(path, MAX_CONFIG_BYTES, what)
 }
 
+/// Why a directory or an output file cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteCheckError {
+    #[error("the path contains a NUL byte")]
+    Nul,
+    #[error("{} is not writable: {source}", .path.display())]
+    NotWritable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no part of {} exists", .0.display())]
+    Nothing(PathBuf),
+    #[error("{} exists and is {kind}, not a directory", .path.display())]
+    NotADirectory { path: PathBuf, kind: &'static str },
+    #[error("cannot be created: {} is {kind}, not a directory", .at.display())]
+    UnderAFile { at: PathBuf, kind: &'static str },
+    #[error("{} is a directory", .0.display())]
+    IsADirectory(PathBuf),
+    #[error("{} is {kind}", .path.display())]
+    NotAFile { path: PathBuf, kind: &'static str },
+    /// The output file's directory.
+    #[error("cannot write {}: {dir}", .path.display())]
+    Directory {
+        path: PathBuf,
+        dir: Box<WriteCheckError>,
+    },
+}
+
+/// Whether this process may write `path` (access(2) with `mode`, which
+/// also reports a read-only file system).
+fn access(path: &Path, mode: libc::c_int) -> Result<(), WriteCheckError> {
+    let c =
+        std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| WriteCheckError::Nul)?;
+    // SAFETY: access reads a NUL-terminated string that outlives the call.
+    if unsafe { libc::access(c.as_ptr(), mode) } == 0 {
+        Ok(())
+    } else {
+        Err(WriteCheckError::NotWritable {
+            path: path.to_path_buf(),
+            source: std::io::Error::last_os_error(),
+        })
+    }
+}
+
+/// The nearest ancestor of `p` (or `p` itself) that exists.
+fn existing_ancestor(p: &Path) -> Option<(PathBuf, std::fs::Metadata)> {
+    let mut cur = Some(p);
+    while let Some(c) = cur {
+        let probe = if c.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            c
+        };
+        if let Ok(m) = std::fs::metadata(probe) {
+            return Some((probe.to_path_buf(), m));
+        }
+        cur = c.parent();
+    }
+    None
+}
+
+/// Can directory `dir` be created (if missing) and written?
+pub fn check_dir_writable(dir: &Path) -> Result<(), WriteCheckError> {
+    let Some((at, meta)) = existing_ancestor(dir) else {
+        return Err(WriteCheckError::Nothing(dir.to_path_buf()));
+    };
+    if !meta.is_dir() {
+        let kind = kind_of(meta.file_type());
+        return Err(if at == dir {
+            WriteCheckError::NotADirectory {
+                path: dir.to_path_buf(),
+                kind,
+            }
+        } else {
+            WriteCheckError::UnderAFile { at, kind }
+        });
+    }
+    access(&at, libc::W_OK | libc::X_OK)
+}
+
+/// Can the JSON results be written to `path` (a file to create or replace)?
+pub fn check_output_file(path: &Path) -> Result<(), WriteCheckError> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => return Err(WriteCheckError::IsADirectory(path.to_path_buf())),
+        Ok(m) if !m.is_file() => {
+            return Err(WriteCheckError::NotAFile {
+                path: path.to_path_buf(),
+                kind: kind_of(m.file_type()),
+            })
+        }
+        _ => {}
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    check_dir_writable(parent).map_err(|e| WriteCheckError::Directory {
+        path: path.to_path_buf(),
+        dir: Box::new(e),
+    })?;
+    if path.exists() {
+        access(path, libc::W_OK)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,5 +278,72 @@ mod tests {
             "a = 1\nb = \"\u{fffd}\"\n"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn tmp(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("pacer-input-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn config_file_must_be_regular_and_small() {
+        let d = tmp("cfg");
+        let f = d.join("a.toml");
+        std::fs::write(&f, "x = 1\n").unwrap();
+        assert_eq!(read_config_text(&f, "a config file").unwrap(), "x = 1\n");
+        let e = read_config_text(&d, "a config file")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a directory"), "{e}");
+        let fifo = d.join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        // SAFETY: mkfifo reads a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_config_text(&fifo, "a config file")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a FIFO"), "{e}");
+        let e = read_config_text(Path::new("/dev/zero"), "a config file")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("character device"), "{e}");
+        let big = d.join("big.toml");
+        std::fs::write(&big, vec![b'#'; MAX_CONFIG_BYTES as usize + 1]).unwrap();
+        let e = read_config_text(&big, "a config file")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("more than"), "{e}");
+        std::fs::write(&big, b"\xff\xfe").unwrap();
+        let e = read_config_text(&big, "a config file")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("UTF-8"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn dirs_and_outputs() {
+        let d = tmp("dirs");
+        let file = d.join("file");
+        std::fs::write(&file, "x").unwrap();
+        assert!(check_dir_writable(&d.join("new/deeper")).is_ok());
+        assert!(check_dir_writable(&d).is_ok());
+        let e = check_dir_writable(&file.join("sub"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a directory"), "{e}");
+        let e = check_dir_writable(&file).unwrap_err().to_string();
+        assert!(e.contains("exists and is"), "{e}");
+        assert!(check_output_file(&d.join("out.json")).is_ok());
+        assert!(check_output_file(&d.join("new/out.json")).is_ok());
+        let e = check_output_file(&d).unwrap_err().to_string();
+        assert!(e.contains("is a directory"), "{e}");
+        let e = check_output_file(&file.join("out.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a directory"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -18,12 +18,12 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 /// ELF program header type of a loadable segment.
-const PT_LOAD: u32 = 1;
+pub(crate) const PT_LOAD: u32 = 1;
 /// x86-64.
-const EM_X86_64: u16 = 62;
+pub(crate) const EM_X86_64: u16 = 62;
 /// Size of the ELF64 file header and of one ELF64 program header.
-const EHDR_SIZE: usize = 64;
-const PHDR_SIZE: usize = 56;
+pub(crate) const EHDR_SIZE: usize = 64;
+pub(crate) const PHDR_SIZE: usize = 56;
 /// Program headers read at most (the format allows 65535).
 const MAX_PHDRS: usize = 4096;
 /// ELF program header type of a note.
@@ -189,30 +189,10 @@ pub fn image_extent(path: &Path) -> Result<ImageExtent, KernelImageError> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use crate::test_images::elf_with_loads;
     use std::io::Cursor;
-
-    /// A minimal ELF64 x86-64 image with the given PT_LOAD (paddr, memsz).
-    pub fn elf_with_loads(loads: &[(u64, u64)]) -> Vec<u8> {
-        let mut b = vec![0u8; EHDR_SIZE];
-        b[0..4].copy_from_slice(b"\x7fELF");
-        b[4] = 2;
-        b[5] = 1;
-        b[18..20].copy_from_slice(&EM_X86_64.to_le_bytes());
-        b[24..32].copy_from_slice(&0x10_0000u64.to_le_bytes());
-        b[32..40].copy_from_slice(&(EHDR_SIZE as u64).to_le_bytes());
-        b[54..56].copy_from_slice(&(PHDR_SIZE as u16).to_le_bytes());
-        b[56..58].copy_from_slice(&(loads.len() as u16).to_le_bytes());
-        for &(paddr, memsz) in loads {
-            let mut ph = [0u8; PHDR_SIZE];
-            ph[0..4].copy_from_slice(&PT_LOAD.to_le_bytes());
-            ph[24..32].copy_from_slice(&paddr.to_le_bytes());
-            ph[40..48].copy_from_slice(&memsz.to_le_bytes());
-            b.extend_from_slice(&ph);
-        }
-        b
-    }
 
     #[test]
     fn extent_of_loads() {

@@ -1,17 +1,19 @@
-//! Pacer's VMM: KVM VMs (memory, direct ELF boot, vCPUs, devices), the
-//! configuration file, the run loop for many VMs, and the `pacer` CLI.
+//! Pacer's VMM as a library: KVM VMs (memory, direct ELF boot, vCPUs,
+//! devices), the configuration file, the run loop for many VMs, the
+//! control API, results and their event-line format, seccomp. The `pacer`
+//! tool (its commands, bench matrices, trace analysis, plots) is the
+//! `pacer` crate, built on this one.
 //!
-//! Module map: [`bench`] (benchmark matrices), [`config`] (TOML),
+//! Module map: [`config`] (TOML),
 //! [`memory`] (layout + guest RAM), [`boot`] (kernel formats: direct ELF64
 //! and multiboot; boot structures, ACPI for multiboot guests, per-vCPU
 //! CPUID/MSRs/registers), [`cpuid`], [`msr`], [`irq`] (KVM interrupt lines),
 //! [`vm`] (one VM), [`policy`] (which scheduler runs the vCPUs),
 //! [`runner`] (many VMs), [`results`],
 //! [`guest_metrics`] (per-vCPU workload metrics from the guest's records),
-//! [`compare`] (`run --compare`: per VM its headline under each policy,
-//! ratios, verdict), [`units`] (how quantities are printed),
-//! [`unixbench`] (the UnixBench-style suite's scoring and host reference),
-//! [`cli`].
+//! [`units`] (how quantities are printed), [`unixbench`] (the
+//! UnixBench-style suite's console lines), [`api`] (the control API),
+//! [`documents`] (the JSON documents' header and the VMM's own).
 //!
 //! The scheduled-vCPU engine, the vCPU runner and its gate, host CPU
 //! numbers, the vCPU kick signal and trace recording are the `vcpu_engine`
@@ -19,37 +21,26 @@
 //! run's own SIGINT/SIGTERM/SIGUSR1 handling.
 
 pub mod api;
-pub mod bench;
 pub mod boot;
-pub mod cli;
-pub mod compare;
 pub mod config;
-pub mod config_errors;
-pub mod config_reference;
 pub mod cpuid;
-pub mod ctl_command;
 pub mod documents;
 pub mod guest_metrics;
-pub mod guest_params;
 pub mod guest_report;
-pub mod host_resources;
 pub mod input;
 pub mod irq;
 pub mod kernel_image;
-pub mod manpages;
 pub mod memory;
 pub mod msr;
-pub mod path_rules;
 pub mod policy;
-pub mod preflight;
 pub mod results;
 pub mod run_dir;
 pub mod runner;
-pub mod sched_rules;
 pub mod seccomp;
 pub mod signals;
-pub mod sim_command;
-pub mod trace;
+pub mod stop_registry;
+pub mod test_images;
+pub mod text;
 pub mod units;
 pub mod unixbench;
 pub mod vm;

@@ -89,7 +89,7 @@ pub fn keep_config(dir: &Path, config: &crate::config::Config) {
             warn("config.toml", &e);
         }
     }
-    let view = crate::documents::config::ConfigView::of(config);
+    let view = crate::config::view::ConfigView::of(config);
     match toml::to_string(&view) {
         Ok(text) => {
             let text = format!(

@@ -9,9 +9,9 @@ use crate::config::Config;
 use crate::policy::Policy;
 use crate::results::{RunResults, VmResult};
 use crate::signals::{ProcessSignal, SignalGuard};
-use crate::vm::{open_kvm, StopHandle, VcpuScheduling, Vm, VmOptions};
+use crate::stop_registry::StopRegistry;
+use crate::vm::{open_kvm, VcpuScheduling, Vm, VmOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 use std::time::Instant;
 use vcpu_engine::cpu_map::CpuMap;
 use vcpu_engine::{Engine, EngineConfig, EngineError};
@@ -61,7 +61,7 @@ pub enum RunEvent<'a> {
     /// The once-a-second status line (with `RunOptions::status`).
     Status(String),
     /// SIGUSR1: the scheduler's snapshot was written here (or why not).
-    Snapshot(Result<std::path::PathBuf, String>),
+    Snapshot(Result<std::path::PathBuf, SnapshotError>),
     /// The control API listens (before any VM starts): its socket, and
     /// the address of the live page on TCP if one was asked for.
     ApiReady {
@@ -113,13 +113,27 @@ impl StatusLine {
     }
 }
 
+/// Why no scheduler snapshot was written (SIGUSR1).
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("policy host has no scheduler snapshot")]
+    NoScheduler,
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{}: {source}", .path.display())]
+    Write {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
 /// Write the scheduler's snapshot to `<log_dir>/sched-snapshot-<ms>.json`.
 fn write_snapshot(
     engine: Option<&Engine>,
     log_dir: &std::path::Path,
     start: Instant,
-) -> Result<std::path::PathBuf, String> {
-    let engine = engine.ok_or("policy host has no scheduler snapshot")?;
+) -> Result<std::path::PathBuf, SnapshotError> {
+    let engine = engine.ok_or(SnapshotError::NoScheduler)?;
     let snap = engine.snapshot();
     // The vCPUs by VM and index as the scheduler sees them, then as the
     // engine and the interrupt controller do, then the scheduler's whole
@@ -130,66 +144,15 @@ fn write_snapshot(
         engine.vcpus_engine_now(),
         start.elapsed().as_nanos() as u64,
     );
-    let json = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;
+    let json = serde_json::to_string_pretty(&file)?;
     let path = log_dir.join(format!(
         "sched-snapshot-{}.json",
         start.elapsed().as_millis()
     ));
-    std::fs::write(&path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Err(source) = std::fs::write(&path, json + "\n") {
+        return Err(SnapshotError::Write { path, source });
+    }
     Ok(path)
-}
-
-/// The VMs of a run, so that all of them can be stopped at once (SIGINT,
-/// SIGTERM). A VM registered after `stop_all` is stopped at once.
-#[derive(Default)]
-pub struct StopRegistry {
-    stopped: AtomicBool,
-    vms: Mutex<Vec<StopHandle>>,
-    /// The VMs that have ended (those that failed to start included).
-    ended: Mutex<Vec<String>>,
-}
-
-impl StopRegistry {
-    pub fn register(&self, h: StopHandle) {
-        let mut vms = self.vms.lock().unwrap_or_else(|p| p.into_inner());
-        if self.stopped.load(Ordering::Acquire) {
-            h.stop();
-        }
-        vms.push(h);
-    }
-
-    /// The handle of the VM named `name`, once it has started.
-    pub fn find(&self, name: &str) -> Option<StopHandle> {
-        self.vms
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .find(|h| h.name() == name)
-            .cloned()
-    }
-
-    /// Whether the VM named `name` has ended.
-    pub fn has_ended(&self, name: &str) -> bool {
-        self.ended
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|n| n == name)
-    }
-
-    fn ended(&self, name: &str) {
-        self.ended
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(name.to_string());
-    }
-
-    pub fn stop_all(&self) {
-        self.stopped.store(true, Ordering::Release);
-        for h in self.vms.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            h.stop();
-        }
-    }
 }
 
 /// Run every VM of `config` to completion; `on_event` hears about each VM

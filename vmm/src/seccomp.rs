@@ -68,10 +68,17 @@ pub const EXIT_FORBIDDEN_SYSCALL: i32 = 1;
 /// Errors of this module.
 #[derive(Debug, thiserror::Error)]
 pub enum SeccompError {
-    #[error("cannot build the {kind:?} seccomp filter: {reason}")]
-    Build { kind: ThreadKind, reason: String },
-    #[error("cannot install the {kind:?} seccomp filter: {reason}")]
-    Install { kind: ThreadKind, reason: String },
+    #[error("cannot build the {kind:?} seccomp filter: {source}")]
+    Build {
+        kind: ThreadKind,
+        /// Shared: every thread of a kind is told the same cached error.
+        source: std::sync::Arc<seccompiler::BackendError>,
+    },
+    #[error("cannot install the {kind:?} seccomp filter: {source}")]
+    Install {
+        kind: ThreadKind,
+        source: seccompiler::Error,
+    },
     #[error("cannot install the SIGSYS handler: {0}")]
     Handler(std::io::Error),
 }
@@ -121,12 +128,15 @@ pub fn enabled(kind: ThreadKind) -> bool {
 
 type Rules = BTreeMap<i64, Vec<SeccompRule>>;
 
-fn cond(arg: u8, op: Op, value: u64) -> Result<Cond, String> {
-    Cond::new(arg, Len::Qword, op, value).map_err(|e| e.to_string())
+/// What building a filter's rules can fail with.
+type BuildError = seccompiler::BackendError;
+
+fn cond(arg: u8, op: Op, value: u64) -> Result<Cond, BuildError> {
+    Cond::new(arg, Len::Qword, op, value)
 }
 
-fn rule(conds: Vec<Cond>) -> Result<SeccompRule, String> {
-    SeccompRule::new(conds).map_err(|e| e.to_string())
+fn rule(conds: Vec<Cond>) -> Result<SeccompRule, BuildError> {
+    SeccompRule::new(conds)
 }
 
 fn allow(rules: &mut Rules, calls: &[libc::c_long]) {
@@ -136,12 +146,12 @@ fn allow(rules: &mut Rules, calls: &[libc::c_long]) {
 }
 
 /// Allowed when argument `arg` has none of the bits of `mask` set.
-fn without_bits(arg: u8, mask: u64) -> Result<Vec<SeccompRule>, String> {
+fn without_bits(arg: u8, mask: u64) -> Result<Vec<SeccompRule>, BuildError> {
     Ok(vec![rule(vec![cond(arg, Op::MaskedEq(mask), 0)?])?])
 }
 
 /// The calls every thread needs.
-fn common() -> Result<Rules, String> {
+fn common() -> Result<Rules, BuildError> {
     let mut r = Rules::new();
     allow(
         &mut r,
@@ -201,14 +211,14 @@ fn common() -> Result<Rules, String> {
 }
 
 /// `openat` for reading only (no O_CREAT, O_WRONLY, O_RDWR or O_TRUNC).
-fn read_only_openat(r: &mut Rules) -> Result<(), String> {
+fn read_only_openat(r: &mut Rules) -> Result<(), BuildError> {
     let write_flags = (libc::O_ACCMODE | libc::O_CREAT | libc::O_TRUNC) as u64;
     r.insert(libc::SYS_openat, without_bits(2, write_flags)?);
     Ok(())
 }
 
 /// Read-only file access (no O_CREAT, O_WRONLY or O_RDWR).
-fn read_only_files(r: &mut Rules) -> Result<(), String> {
+fn read_only_files(r: &mut Rules) -> Result<(), BuildError> {
     read_only_openat(r)?;
     allow(
         r,
@@ -223,7 +233,7 @@ fn read_only_files(r: &mut Rules) -> Result<(), String> {
     Ok(())
 }
 
-fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
+fn rules_for(kind: ThreadKind) -> Result<Rules, BuildError> {
     let mut r = common()?;
     match kind {
         ThreadKind::Vcpu => {
@@ -249,11 +259,7 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
             ];
             let rules = ioctls
                 .iter()
-                .map(|&req| {
-                    rule(vec![
-                        Cond::new(1, Len::Dword, Op::Eq, req).map_err(|e| e.to_string())?
-                    ])
-                })
+                .map(|&req| rule(vec![Cond::new(1, Len::Dword, Op::Eq, req)?]))
                 .collect::<Result<Vec<_>, _>>()?;
             r.insert(libc::SYS_ioctl, rules);
             // Under policy host a vCPU thread reads its own scheduling
@@ -325,38 +331,41 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, String> {
 
 /// The compiled filter of `kind`.
 pub fn filter(kind: ThreadKind) -> Result<BpfProgram, SeccompError> {
-    let build = |reason: String| SeccompError::Build { kind, reason };
-    let rules = rules_for(kind).map_err(build)?;
+    build(kind).map_err(|e| SeccompError::Build {
+        kind,
+        source: std::sync::Arc::new(e),
+    })
+}
+
+fn build(kind: ThreadKind) -> Result<BpfProgram, BuildError> {
     let f = SeccompFilter::new(
-        rules,
+        rules_for(kind)?,
         SeccompAction::Trap,
         SeccompAction::Allow,
         TargetArch::x86_64,
-    )
-    .map_err(|e| build(e.to_string()))?;
-    BpfProgram::try_from(f).map_err(|e| build(e.to_string()))
+    )?;
+    BpfProgram::try_from(f)
 }
 
 fn compiled(kind: ThreadKind) -> Result<&'static BpfProgram, SeccompError> {
-    static FILTERS: OnceLock<Result<Vec<(ThreadKind, BpfProgram)>, String>> = OnceLock::new();
+    /// Every kind's filter, or the first kind whose filter failed and why.
+    type Filters = Result<Vec<BpfProgram>, (ThreadKind, std::sync::Arc<BuildError>)>;
+    static FILTERS: OnceLock<Filters> = OnceLock::new();
     let all = FILTERS.get_or_init(|| {
         ThreadKind::ALL
             .iter()
-            .map(|&k| filter(k).map(|f| (k, f)).map_err(|e| e.to_string()))
+            .map(|&k| build(k).map_err(|e| (k, std::sync::Arc::new(e))))
             .collect()
     });
     match all {
-        Ok(list) => list
+        // In ThreadKind::ALL's order, which has every kind.
+        Ok(list) => Ok(&list[ThreadKind::ALL
             .iter()
-            .find(|(k, _)| *k == kind)
-            .map(|(_, f)| f)
-            .ok_or_else(|| SeccompError::Build {
-                kind,
-                reason: "no such filter".into(),
-            }),
-        Err(reason) => Err(SeccompError::Build {
-            kind,
-            reason: reason.clone(),
+            .position(|k| *k == kind)
+            .unwrap_or_default()]),
+        Err((which, source)) => Err(SeccompError::Build {
+            kind: *which,
+            source: source.clone(),
         }),
     }
 }
@@ -523,10 +532,7 @@ fn apply(kind: ThreadKind) -> Result<(), SeccompError> {
     let len = label.len().min(NAME_MAX);
     name[..len].copy_from_slice(&label[..len]);
     WHO.with(|w| w.set((name, len)));
-    seccompiler::apply_filter(prog).map_err(|e| SeccompError::Install {
-        kind,
-        reason: e.to_string(),
-    })
+    seccompiler::apply_filter(prog).map_err(|source| SeccompError::Install { kind, source })
 }
 
 /// The filter of a thread `vcpu_engine` starts.

@@ -102,8 +102,8 @@ fn exit_yield_and_switch_costs() {
             default_switch = Some(s);
         }
     }
-    // Issue 21's table (`ci/measure_engine.sh` gathers the ROW lines): the
-    // default dispatch's switch.
+    // The price-of-control table (`ci/measure_engine.sh` gathers the ROW
+    // lines): the default dispatch's switch.
     let st = default_switch.expect("the default dispatch is measured");
     println!(
         "ROW|local vCPU switch vs exit round trip ({})|{host:.1} us (exit)|{st:.1} us (switch)|{:.2}x|<= 1.3x",

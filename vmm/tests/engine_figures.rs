@@ -13,7 +13,7 @@
 //! - ping-pong: IPI round trips per second between two vCPUs (two remote
 //!   wakes per round trip).
 //!
-//! Lines starting `ROW|` are the rows of issue 21's table ("the price of
+//! Lines starting `ROW|` are the rows of the price-of-control table ("the price of
 //! control": figure, host, haiku, haiku's ratio, goal, haiku under
 //! kvm-irqchip and its ratio), which
 //! `ci/measure_engine.sh` gathers into one table.
@@ -88,7 +88,7 @@ impl Table {
         row.1.iter().find(|f| f.0 == name).map(|f| f.1)
     }
 
-    /// A `ROW|` line of issue 21's table: `name` under host, haiku
+    /// A `ROW|` line of the price-of-control table: `name` under host, haiku
     /// (threads dispatch, the default) and haiku under kvm-irqchip, each
     /// haiku's ratio to host.
     fn issue_row(&self, figure: &str, name: &str, unit: &str, goal: &str) {

@@ -8,8 +8,8 @@
 //! panic.
 
 use crate::driver::Target;
-use vmm::bench::cells;
-use vmm::bench::matrix::{Matrix, MatrixError};
+use pacer::bench::cells;
+use pacer::bench::matrix::{Matrix, MatrixError};
 
 pub struct MatrixTarget {
     files: super::GuestDir,

@@ -64,7 +64,7 @@ impl GuestDir {
             dir,
             host: vmm::config::HostInfo {
                 online: vcpu_engine::host_cpus::HostCpuSet::parse_list("0-3").unwrap_or_default(),
-                resources: vmm::host_resources::HostResources {
+                resources: vmm::config::host_resources::HostResources {
                     memory_mib: Some(4096),
                     max_vcpus_per_vm: Some(64),
                     max_open_files: Some(1024),

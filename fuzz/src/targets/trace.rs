@@ -7,10 +7,10 @@
 //! replay's sends name vCPUs it has.
 
 use crate::driver::Target;
+use pacer::trace::TraceFile;
 use vcpu_engine::trace::format::{self, Meta, RunMeta, VmMeta};
 use vcpu_engine::trace::record::{Event, Record, StopWhy, VcpuRef};
 use vcpu_engine::trace::Cause;
-use vmm::trace::TraceFile;
 
 pub struct TraceTarget;
 
@@ -198,15 +198,18 @@ impl Target for TraceTarget {
                 return Err(format!("{:?} re-encodes to {again:?}", e.event));
             }
         }
-        let summary = vmm::trace::summary::Summary::of(&trace);
+        let summary = pacer::trace::summary::Summary::of(&trace);
         let _ = summary.to_text(&trace);
-        let json = vmm::trace::export::perfetto_json(&trace);
+        let json = pacer::trace::export::perfetto_json(&trace);
         if serde_json::from_str::<serde_json::Value>(&json).is_err() {
             return Err("the Perfetto export is not valid JSON".into());
         }
-        if let Ok(rec) =
-            vmm::trace::replay::replay_of(&trace, None, None, vmm::trace::replay::Demand::Scheduled)
-        {
+        if let Ok(rec) = pacer::trace::replay::replay_of(
+            &trace,
+            None,
+            None,
+            pacer::trace::replay::Demand::Scheduled,
+        ) {
             rec.replay.validate().map_err(|e| format!("replay: {e}"))?;
         }
         Ok(())
@@ -222,7 +225,7 @@ mod tests {
         let whole = TraceFile::parse(&pingpong_trace(true)).unwrap();
         assert!(whole.complete);
         assert_eq!(whole.lost, 3);
-        let summary = vmm::trace::summary::Summary::of(&whole);
+        let summary = pacer::trace::summary::Summary::of(&whole);
         assert_eq!(summary.round_trips.len(), 1, "{summary:?}");
         let cut = TraceFile::parse(&pingpong_trace(false)).unwrap();
         assert!(!cut.complete);

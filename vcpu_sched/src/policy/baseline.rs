@@ -22,16 +22,62 @@
 //!   rule that a slot removed while its entity runs is reused only after
 //!   its CPU's next `schedule`.
 //!
+//! - the trait's bookkeeping the three share: [`ModeCell`] (the mode,
+//!   recorded for the snapshot and read by the quantum),
+//!   [`EntityAccount::set_priority`] (validate, record) and
+//!   [`service_change`] (the checks before a CPU leaves or rejoins
+//!   service).
+//!
 //! None of these types locks anything: the owning policy keeps them under
 //! whatever lock protects the data they describe. Methods never panic on
 //! inconsistent input (times running backwards saturate to zero; an
 //! impossible transition is refused and reported through the return value).
 
 use crate::stats::{CpuStats, EntityState, EntityStats, LatencyHistogram, MigrationCounts};
+use crate::tunables::Mode;
 use crate::{
     CpuId, CpuSet, EntityId, EntitySpec, Nanos, SchedClass, SchedError, StopReason, Topology, VmId,
 };
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// A baseline policy's mode (`set_mode`, `mode`): recorded for the
+/// snapshot; `global-rr` and `pinned` read their quantum from it, `eevdf`
+/// has none.
+#[derive(Debug)]
+pub(crate) struct ModeCell(AtomicU8);
+
+impl ModeCell {
+    pub fn new(mode: Mode) -> ModeCell {
+        ModeCell(AtomicU8::new(mode as u8))
+    }
+
+    pub fn get(&self) -> Mode {
+        Mode::ALL[self.0.load(Ordering::Relaxed) as usize & 1]
+    }
+
+    pub fn set(&self, mode: Mode) {
+        self.0.store(mode as u8, Ordering::Relaxed);
+    }
+}
+
+/// The checks before `cpu` (in service now: `serving_now`; `serving` CPUs
+/// in service in all) is taken out of service or put back: `Ok(false)`
+/// when nothing changes, an error when it is the last CPU in service.
+pub(crate) fn service_change(
+    cpu: CpuId,
+    serving_now: bool,
+    serving: usize,
+    enabled: bool,
+) -> Result<bool, SchedError> {
+    if serving_now == enabled {
+        Ok(false)
+    } else if !enabled && serving == 1 {
+        Err(SchedError::LastCpuInService(cpu))
+    } else {
+        Ok(true)
+    }
+}
 
 /// Order of the classes: 0 runs first (realtime), 2 last (idle).
 pub(crate) fn class_rank(class: SchedClass) -> usize {
@@ -100,6 +146,14 @@ pub(crate) struct EntityAccount {
 }
 
 impl EntityAccount {
+    /// `set_priority`: a priority of its class, recorded (the baselines
+    /// schedule by class alone).
+    pub fn set_priority(&mut self, priority: u8) -> Result<(), SchedError> {
+        crate::validate::validate_priority(self.class, priority)?;
+        self.priority = priority;
+        Ok(())
+    }
+
     /// A new, blocked entity.
     pub fn new(id: EntityId, spec: &EntitySpec, now: Nanos) -> Self {
         EntityAccount {

@@ -28,8 +28,8 @@
 //!   for work; the mode switches the quantum.
 
 use super::baseline::{
-    class_rank, utilisation, ClassFifo, CoreCorun, CpuAccount, EntityAccount, EntityTable,
-    RunState, Tabled,
+    class_rank, service_change, utilisation, ClassFifo, CoreCorun, CpuAccount, EntityAccount,
+    EntityTable, ModeCell, RunState, Tabled,
 };
 use crate::stats::{CoreStats, EntityState, EntityStats};
 use crate::tunables::{Mode, Tunables};
@@ -41,7 +41,7 @@ use crate::{
     SchedSnapshot, StopReason, Topology, WakeDecision,
 };
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One registered entity.
 #[derive(Debug)]
@@ -72,7 +72,7 @@ pub struct GlobalRoundRobin {
     topology: Topology,
     /// Both modes' quantum tables (the mode picks one, `set_mode` switches).
     tunables: Tunables,
-    mode: AtomicU8,
+    mode: ModeCell,
     idle_core_search: AtomicBool,
     state: Mutex<State>,
 }
@@ -102,7 +102,7 @@ impl GlobalRoundRobin {
         };
         Ok(GlobalRoundRobin {
             tunables: config.tunables,
-            mode: AtomicU8::new(config.mode as u8),
+            mode: ModeCell::new(config.mode),
             idle_core_search: AtomicBool::new(config.idle_core_search),
             state: Mutex::new(state),
             topology,
@@ -124,7 +124,7 @@ impl GlobalRoundRobin {
     }
 
     fn current_mode(&self) -> Mode {
-        Mode::ALL[self.mode.load(Ordering::Relaxed) as usize & 1]
+        self.mode.get()
     }
 
     /// Kick the CPU a wake of `id` would kick (`kick_target`; with
@@ -417,9 +417,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
     ) -> Result<Vec<CpuId>, SchedError> {
         let _p = crate::profiler::scope("global_rr::set_priority");
         let mut st = self.state.lock();
-        let e = st.table.live_mut(id)?;
-        validate_priority(e.acct.class, priority)?;
-        e.acct.priority = priority;
+        st.table.live_mut(id)?.acct.set_priority(priority)?;
         Ok(Vec::new())
     }
 
@@ -476,7 +474,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
 
     /// The quantum follows at the next dispatch; placement has no mode.
     fn set_mode(&self, mode: Mode, _now: Nanos) -> Vec<CpuId> {
-        self.mode.store(mode as u8, Ordering::Relaxed);
+        self.mode.set(mode);
         Vec::new()
     }
 
@@ -492,11 +490,9 @@ impl super::VcpuScheduler for GlobalRoundRobin {
         }
         let mut st = self.state.lock();
         let ci = cpu.0 as usize;
-        if st.in_service[ci] == enabled {
+        let serving = st.in_service.iter().filter(|on| **on).count();
+        if !service_change(cpu, st.in_service[ci], serving, enabled)? {
             return Ok(Vec::new());
-        }
-        if !enabled && st.in_service.iter().filter(|on| **on).count() == 1 {
-            return Err(SchedError::LastCpuInService(cpu));
         }
         st.in_service[ci] = enabled;
         // Out of service: what it runs leaves at its next call, which also
@@ -585,7 +581,7 @@ impl super::VcpuScheduler for GlobalRoundRobin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit;
+    use crate::testkit::{self, add, ts};
     use crate::{SchedClass, VcpuScheduler, VmId};
     use proptest::prelude::*;
 
@@ -593,23 +589,6 @@ mod tests {
 
     fn sched(spec: &str) -> GlobalRoundRobin {
         GlobalRoundRobin::new(Topology::from_spec(spec).unwrap(), SchedConfig::default()).unwrap()
-    }
-
-    fn add(s: &GlobalRoundRobin, class: SchedClass, prio: u8, aff: &str) -> EntityId {
-        s.add_entity(
-            EntitySpec {
-                vm: VmId(0),
-                class,
-                priority: prio,
-                affinity: CpuSet::parse_list(aff).unwrap(),
-            },
-            0,
-        )
-        .unwrap()
-    }
-
-    fn ts(s: &GlobalRoundRobin, aff: &str) -> EntityId {
-        add(s, SchedClass::Timeshare, 10, aff)
     }
 
     #[test]
@@ -978,7 +957,7 @@ mod tests {
     #[test]
     fn concurrent_events_from_many_threads() {
         let s = std::sync::Arc::new(sched("1x2x2"));
-        let ids: Vec<EntityId> = (0..6).map(|_| ts(&s, "0-3")).collect();
+        let ids: Vec<EntityId> = (0..6).map(|_| ts(&*s, "0-3")).collect();
         let handles: Vec<_> = (0..4u32)
             .map(|cpu| {
                 let (s, ids) = (s.clone(), ids.clone());

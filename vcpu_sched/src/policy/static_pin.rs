@@ -24,7 +24,10 @@
 //!   switches the quantum. A move holds both CPUs' locks, lower index
 //!   first.
 
-use super::baseline::{utilisation, ClassFifo, CoreCorun, CpuAccount, EntityAccount, RunState};
+use super::baseline::{
+    service_change, utilisation, ClassFifo, CoreCorun, CpuAccount, EntityAccount, ModeCell,
+    RunState,
+};
 use crate::stats::{CoreStats, EntityState};
 use crate::tunables::{Mode, Tunables};
 use crate::validate::{
@@ -36,7 +39,7 @@ use crate::{
 };
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// Home part of a `homes` value for an unused entity slot.
 const NO_HOME: u32 = u32::MAX;
@@ -78,7 +81,7 @@ pub struct StaticPinning {
     topology: Topology,
     /// Both modes' quantum tables (the mode picks one, `set_mode` switches).
     tunables: Tunables,
-    mode: AtomicU8,
+    mode: ModeCell,
     max_entities: usize,
     idle_core_search: AtomicBool,
     /// Per entity slot: its generation (high 32 bits, bumped when its
@@ -108,7 +111,7 @@ impl StaticPinning {
         let n = topology.num_cpus();
         Ok(StaticPinning {
             tunables: config.tunables,
-            mode: AtomicU8::new(config.mode as u8),
+            mode: ModeCell::new(config.mode),
             max_entities: config.max_entities,
             idle_core_search: AtomicBool::new(config.idle_core_search),
             homes: (0..config.max_entities)
@@ -193,7 +196,7 @@ impl StaticPinning {
     }
 
     fn current_mode(&self) -> Mode {
-        Mode::ALL[self.mode.load(Ordering::Relaxed) as usize & 1]
+        self.mode.get()
     }
 
     fn cpu_in_service(&self, cpu: usize) -> bool {
@@ -602,8 +605,7 @@ impl super::VcpuScheduler for StaticPinning {
         let Some(e) = pc.entities.get_mut(&id) else {
             return Err(SchedError::StaleEntity(id));
         };
-        validate_priority(e.acct.class, priority)?;
-        e.acct.priority = priority;
+        e.acct.set_priority(priority)?;
         Ok(Vec::new())
     }
 
@@ -662,7 +664,7 @@ impl super::VcpuScheduler for StaticPinning {
 
     /// The quantum follows at the next dispatch; placement has no mode.
     fn set_mode(&self, mode: Mode, _now: Nanos) -> Vec<CpuId> {
-        self.mode.store(mode as u8, Ordering::Relaxed);
+        self.mode.set(mode);
         Vec::new()
     }
 
@@ -679,16 +681,13 @@ impl super::VcpuScheduler for StaticPinning {
         }
         // One change of service at a time (the last-CPU check).
         let _changing = self.alloc.lock();
-        if self.cpu_in_service(ci) == enabled {
-            return Ok(Vec::new());
-        }
         let serving = self
             .in_service
             .iter()
             .filter(|c| c.load(Ordering::Acquire))
             .count();
-        if !enabled && serving == 1 {
-            return Err(SchedError::LastCpuInService(cpu));
+        if !service_change(cpu, self.cpu_in_service(ci), serving, enabled)? {
+            return Ok(Vec::new());
         }
         self.in_service[ci].store(enabled, Ordering::SeqCst);
         drop(_changing);
@@ -788,7 +787,7 @@ impl super::VcpuScheduler for StaticPinning {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit;
+    use crate::testkit::{self, add, ts};
     use crate::{SchedClass, VcpuScheduler, VmId};
     use proptest::prelude::*;
 
@@ -796,23 +795,6 @@ mod tests {
 
     fn sched(spec: &str) -> StaticPinning {
         StaticPinning::new(Topology::from_spec(spec).unwrap(), SchedConfig::default()).unwrap()
-    }
-
-    fn add(s: &StaticPinning, class: SchedClass, prio: u8, aff: &str) -> EntityId {
-        s.add_entity(
-            EntitySpec {
-                vm: VmId(0),
-                class,
-                priority: prio,
-                affinity: CpuSet::parse_list(aff).unwrap(),
-            },
-            0,
-        )
-        .unwrap()
-    }
-
-    fn ts(s: &StaticPinning, aff: &str) -> EntityId {
-        add(s, SchedClass::Timeshare, 10, aff)
     }
 
     /// The home CPU assigned at `add_entity`.
@@ -1062,7 +1044,7 @@ mod tests {
     #[test]
     fn concurrent_events_from_many_threads() {
         let s = std::sync::Arc::new(sched("1x4x1"));
-        let ids: Vec<EntityId> = (0..8).map(|_| ts(&s, "0-3")).collect();
+        let ids: Vec<EntityId> = (0..8).map(|_| ts(&*s, "0-3")).collect();
         let handles: Vec<_> = (0..4u32)
             .map(|cpu| {
                 let (s, ids) = (s.clone(), ids.clone());

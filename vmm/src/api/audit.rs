@@ -5,33 +5,13 @@
 //! is made (one `write` per line) and an entry of the run's results
 //! (`control_changes` in `--json`).
 
-use serde::Serialize;
+use crate::results::ControlChange;
 use std::io::Write;
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// The version of the `control.jsonl` line and of the API's documents.
 pub const SCHEMA_VERSION: u32 = 1;
-
-/// One change made while the VMs ran.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ControlChange {
-    pub schema_version: u32,
-    /// Milliseconds since the run started.
-    pub t_run_ms: u64,
-    /// Wall-clock time, milliseconds since the Unix epoch.
-    pub unix_time_ms: u64,
-    /// Who asked: the uid of the peer of the API socket.
-    pub uid: u32,
-    /// `VM`, `VM/VCPU` or `host`.
-    pub target: String,
-    /// The key set (`affinity`, `priority`, `mode`, ...) or the action
-    /// (`state` for pause, resume, stop).
-    pub key: String,
-    /// The value before the change (`null` when there was none to read).
-    pub previous: Option<String>,
-    pub value: String,
-}
 
 /// The run's change record.
 pub struct Audit {

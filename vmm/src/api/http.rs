@@ -182,7 +182,7 @@ impl Response {
     pub fn error(status: u16, why: &str) -> Response {
         Response::json(
             status,
-            &serde_json::json!({ "error": crate::config_errors::one_line(why) }),
+            &serde_json::json!({ "error": crate::text::one_line(why) }),
         )
     }
 

@@ -20,7 +20,7 @@
 //! The socket is created mode 0600 (only the user who started Pacer, and
 //! root, can connect) before any VM starts; a path that is taken is bad
 //! input (a socket nobody listens on is replaced). Every change is checked
-//! by the config's rules (`crate::sched_rules`) and recorded with the
+//! by the config's rules (`crate::config::sched_rules`) and recorded with the
 //! peer's uid (SO_PEERCRED; `audit.rs`). `--api-http 127.0.0.1:PORT`
 //! serves the same on a loopback TCP port for a browser, read-only: a TCP
 //! peer has no uid to record, so it may look but not change.
@@ -41,7 +41,7 @@ pub mod view;
 
 use crate::config::VmConfig;
 use crate::policy::Policy;
-use crate::runner::StopRegistry;
+use crate::stop_registry::StopRegistry;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
@@ -56,14 +56,35 @@ pub use server::serve;
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("--api-socket {}: {why}", .path.display())]
-    Socket { path: PathBuf, why: String },
+    Socket { path: PathBuf, why: BindError },
     #[error("--api-http {addr}: {why}")]
-    Http { addr: String, why: String },
+    Http { addr: String, why: BindError },
     #[error("cannot create {}: {source}", .path.display())]
     Record {
         path: PathBuf,
         source: std::io::Error,
     },
+}
+
+/// Why a socket could not be bound.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("expected a loopback address and port such as 127.0.0.1:8080 or [::1]:8080")]
+    NotAnAddress,
+    #[error("expected a loopback address (the page has no authentication), found {0}")]
+    NotLoopback(std::net::IpAddr),
+    #[error("exists and is not a socket; remove it or name another path")]
+    NotASocket,
+    #[error("another process serves this socket")]
+    InUse,
+    #[error("cannot replace it: {0}")]
+    Replace(std::io::Error),
+    #[error("expected a path of at most {0} bytes without NUL")]
+    PathTooLong(usize),
+    #[error("cannot make it owner-only: {0}")]
+    OwnerOnly(std::io::Error),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
 }
 
 /// Where the API listens.
@@ -135,43 +156,35 @@ pub fn bind(opts: &ApiOptions) -> Result<Listeners, ApiError> {
     Ok(Listeners { unix, tcp })
 }
 
-fn bind_tcp(addr: &str) -> Result<TcpListener, String> {
-    let parsed: SocketAddr = addr.parse().map_err(|_| {
-        "expected a loopback address and port such as 127.0.0.1:8080 or [::1]:8080".to_string()
-    })?;
+fn bind_tcp(addr: &str) -> Result<TcpListener, BindError> {
+    let parsed: SocketAddr = addr.parse().map_err(|_| BindError::NotAnAddress)?;
     if !parsed.ip().is_loopback() {
-        return Err(format!(
-            "expected a loopback address (the page has no authentication), found {}",
-            parsed.ip()
-        ));
+        return Err(BindError::NotLoopback(parsed.ip()));
     }
-    let l = TcpListener::bind(parsed).map_err(|e| e.to_string())?;
-    l.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let l = TcpListener::bind(parsed)?;
+    l.set_nonblocking(true)?;
     Ok(l)
 }
 
 /// A Unix socket at `path`, mode 0600 before anyone can connect.
-fn bind_unix(path: &Path) -> Result<UnixListener, String> {
+fn bind_unix(path: &Path) -> Result<UnixListener, BindError> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::FileTypeExt;
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
-            return Err("exists and is not a socket; remove it or name another path".into());
+            return Err(BindError::NotASocket);
         }
         match std::os::unix::net::UnixStream::connect(path) {
-            Ok(_) => return Err("another process serves this socket".into()),
+            Ok(_) => return Err(BindError::InUse),
             // Nobody listens: a socket left by a run that ended abruptly.
-            Err(_) => std::fs::remove_file(path).map_err(|e| format!("cannot replace it: {e}"))?,
+            Err(_) => std::fs::remove_file(path).map_err(BindError::Replace)?,
         }
     }
     let bytes = path.as_os_str().as_bytes();
     // SAFETY: sockaddr_un is plain data.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
-        return Err(format!(
-            "expected a path of at most {} bytes without NUL",
-            addr.sun_path.len() - 1
-        ));
+        return Err(BindError::PathTooLong(addr.sun_path.len() - 1));
     }
     addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
     for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
@@ -186,28 +199,30 @@ fn bind_unix(path: &Path) -> Result<UnixListener, String> {
         )
     };
     if fd < 0 {
-        return Err(std::io::Error::last_os_error().to_string());
+        return Err(std::io::Error::last_os_error().into());
     }
     // SAFETY: `fd` is a new socket this function owns.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
     let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
     // SAFETY: `addr` is a valid sockaddr_un and `len` within it.
     if unsafe { libc::bind(fd, (&addr as *const libc::sockaddr_un).cast(), len as u32) } != 0 {
-        return Err(std::io::Error::last_os_error().to_string());
+        return Err(std::io::Error::last_os_error().into());
     }
     // Owner-only before listen(2): no one can connect in between.
-    let c_path = std::ffi::CString::new(bytes).map_err(|e| e.to_string())?;
+    // (No NUL: checked above.)
+    let c_path = std::ffi::CString::new(bytes)
+        .map_err(|_| BindError::PathTooLong(addr.sun_path.len() - 1))?;
     // SAFETY: a valid NUL-terminated path.
     if unsafe { libc::chmod(c_path.as_ptr(), 0o600) } != 0 {
         let e = std::io::Error::last_os_error();
         let _ = std::fs::remove_file(path);
-        return Err(format!("cannot make it owner-only: {e}"));
+        return Err(BindError::OwnerOnly(e));
     }
     // SAFETY: a bound socket we own.
     if unsafe { libc::listen(fd, 16) } != 0 {
         let e = std::io::Error::last_os_error();
         let _ = std::fs::remove_file(path);
-        return Err(e.to_string());
+        return Err(e.into());
     }
     Ok(UnixListener::from(owned))
 }

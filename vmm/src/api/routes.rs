@@ -5,7 +5,7 @@
 use super::audit::SCHEMA_VERSION;
 use super::http::{Request, Response};
 use super::{set, view, ApiContext};
-use crate::config_errors::quoted;
+use crate::text::quoted;
 use crate::vm::VmRequest;
 use serde_json::{json, Value};
 use std::collections::VecDeque;

@@ -11,16 +11,16 @@
 //! A target is `VM` (every vCPU of it), `VM/VCPU`, or none (the host). Each
 //! key is one entry of [`KEYS`]: its scope, the syntax of its value, how to
 //! read its value now (for the record) and how to check a new value by the
-//! config's own rules (`crate::sched_rules`) and make the change through
+//! config's own rules (`crate::config::sched_rules`) and make the change through
 //! the engine. Every key of a request is checked on every vCPU of the
 //! target before anything is changed, so a request is refused whole or
 //! made whole. Adding a key is one entry of the table (weight, cap and
-//! reservation, per vCPU, came with issue 23's shares).
+//! reservation, per vCPU, came with the operator shares).
 
 use super::audit::SCHEMA_VERSION;
 use super::ApiContext;
-use crate::config_errors::quoted;
-use crate::sched_rules;
+use crate::config::sched_rules;
+use crate::text::quoted;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use vcpu_engine::host_cpus::HostCpuSet;
@@ -28,6 +28,26 @@ use vcpu_engine::EngineVcpu;
 use vcpu_engine::{Engine, EngineError, EngineVm};
 use vcpu_sched::stats::EntityStats;
 use vcpu_sched::{Mode, SchedSnapshot};
+
+/// Why a key's value is refused (the API answers 422 with the key in
+/// front).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SetError {
+    /// The config's own rule for the value.
+    #[error(transparent)]
+    Rule(#[from] sched_rules::SchedRuleError),
+    /// `priority` given beside `class`, out of the class's range.
+    #[error("priority: {0}")]
+    Priority(sched_rules::SchedRuleError),
+    #[error("a vCPU key without a vCPU (a bug)")]
+    NoVcpu,
+    #[error("expected an integer, found {}", quoted(.0))]
+    NotAnInteger(String),
+    #[error("expected \"low-latency\" or \"power-saving\", found {}", quoted(.0))]
+    NotAMode(String),
+    #[error("expected at least one CPU left in service, found none after taking out {}", .0.to_list())]
+    NoCpuLeft(HostCpuSet),
+}
 
 /// Where a key applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,9 +68,8 @@ pub struct Site<'a> {
 }
 
 impl<'a> Site<'a> {
-    fn vcpu(&self) -> Result<(&'a EngineVcpu, &'a EntityStats), String> {
-        self.vcpu
-            .ok_or_else(|| "a vCPU key without a vCPU (a bug)".to_string())
+    fn vcpu(&self) -> Result<(&'a EngineVcpu, &'a EntityStats), SetError> {
+        self.vcpu.ok_or(SetError::NoVcpu)
     }
 
     /// The CPUs out of service now.
@@ -82,7 +101,7 @@ pub struct Key {
     pub read: fn(&Site<'_>) -> String,
     /// Check `value` and return the change to make (`None`: another key
     /// of the request makes it).
-    pub prepare: for<'a> fn(&Site<'a>, &str, &Pairs) -> Result<Option<Action<'a>>, String>,
+    pub prepare: for<'a> fn(&Site<'a>, &str, &Pairs) -> Result<Option<Action<'a>>, SetError>,
 }
 
 /// Every key `set` knows.
@@ -141,8 +160,7 @@ pub const KEYS: &[Key] = &[
             let (v, _) = s.vcpu()?;
             let class = sched_rules::class_from_name(value)?;
             let priority = match given(pairs, "priority") {
-                Some(p) => sched_rules::priority(class, integer(p)?)
-                    .map_err(|why| format!("priority: {why}"))?,
+                Some(p) => sched_rules::priority(class, integer(p)?).map_err(SetError::Priority)?,
                 None => sched_rules::default_priority(class),
             };
             honoured(s, class, priority)?;
@@ -237,12 +255,9 @@ pub const KEYS: &[Key] = &[
         syntax: "low-latency or power-saving",
         read: |s| s.engine.mode().as_str().to_string(),
         prepare: |s, value, _| {
-            let mode: Mode = value.parse().map_err(|_| {
-                format!(
-                    "expected \"low-latency\" or \"power-saving\", found {}",
-                    quoted(value)
-                )
-            })?;
+            let mode: Mode = value
+                .parse()
+                .map_err(|_| SetError::NotAMode(value.to_string()))?;
             let engine = s.engine;
             Ok(Some(Box::new(move || engine.set_mode(mode))))
         },
@@ -260,10 +275,7 @@ pub const KEYS: &[Key] = &[
                 .difference(&s.out_of_service())
                 .difference(&set);
             if left.is_empty() {
-                return Err(format!(
-                    "expected at least one CPU left in service, found none after taking out {}",
-                    set.to_list()
-                ));
+                return Err(SetError::NoCpuLeft(set));
             }
             Ok(Some(service(s.engine, set, false)))
         },
@@ -293,21 +305,26 @@ fn given<'p>(pairs: &'p Pairs, key: &str) -> Option<&'p str> {
         .map(|(_, v)| v.as_str())
 }
 
-fn integer(value: &str) -> Result<i64, String> {
+fn integer(value: &str) -> Result<i64, SetError> {
     value
         .trim()
         .parse()
-        .map_err(|_| format!("expected an integer, found {}", quoted(value)))
+        .map_err(|_| SetError::NotAnInteger(value.to_string()))
 }
 
 /// What the run's policy honours, as the config file says it.
-fn honoured(s: &Site<'_>, class: vcpu_sched::SchedClass, priority: u8) -> Result<(), String> {
+fn honoured(s: &Site<'_>, class: vcpu_sched::SchedClass, priority: u8) -> Result<(), SetError> {
     sched_rules::vm_class(class)?;
-    sched_rules::honoured(s.ctx.policy, class, priority, "the run's policy").map_err(|(_, why)| why)
+    Ok(sched_rules::honoured(
+        s.ctx.policy,
+        class,
+        priority,
+        "the run's policy",
+    )?)
 }
 
 /// Host CPUs given for `offline`/`online`: a list within `[host] cpus`.
-fn service_list(s: &Site<'_>, value: &str) -> Result<HostCpuSet, String> {
+fn service_list(s: &Site<'_>, value: &str) -> Result<HostCpuSet, SetError> {
     let set = sched_rules::cpu_list(value)?;
     sched_rules::core_set(&set, &s.ctx.host_cpus)?;
     Ok(set)

@@ -43,7 +43,7 @@ pub fn vm_list(ctx: &ApiContext<'_>) -> Value {
                 "state": vm_state(ctx, &c.name),
                 "vcpus": c.vcpus,
                 "cpus": c.cpus.to_list(),
-                "class": crate::sched_rules::class_name(c.class),
+                "class": crate::config::sched_rules::class_name(c.class),
                 "priority": c.priority,
             })
         })
@@ -103,7 +103,7 @@ fn vcpu_row(engine: &Engine, vm: &EngineVm, index: usize, e: &EntityStats) -> Va
             _ => e.cpu.and_then(|c| cpus.host(c)).map(|h| h.0),
         },
         "affinity": engine.host_set(&e.affinity).to_list(),
-        "class": crate::sched_rules::class_name(e.class),
+        "class": crate::config::sched_rules::class_name(e.class),
         "base_priority": e.base_priority,
         "effective_priority": e.effective_priority,
         "penalty": e.penalty,

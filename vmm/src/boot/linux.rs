@@ -114,7 +114,7 @@ pub fn load_kernel(
             let hdr = r
                 .setup_header
                 .ok_or_else(|| format_err(path, "bzImage without a setup header"))?;
-            check_64bit_entry(&hdr).map_err(|why| format_err(path, why))?;
+            check_64bit_entry(&hdr).map_err(|why| format_err(path, why.to_string()))?;
             Ok(LoadedLinux {
                 entry: r.kernel_load.raw_value() + BZIMAGE_64BIT_ENTRY_OFFSET,
                 kernel_end: r.kernel_end,
@@ -138,12 +138,26 @@ pub fn load_kernel(
 }
 
 /// Does the bzImage header `hdr` have the 64-bit entry Pacer jumps to?
-pub fn check_64bit_entry(hdr: &setup_header) -> Result<(), String> {
+/// Why a bzImage's setup header is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BzImageError {
+    #[error("boot protocol {version:#x}, xloadflags {xloadflags:#x}: no 64-bit entry (needs 2.12+ and XLF_KERNEL_64)")]
+    No64BitEntry { version: u16, xloadflags: u16 },
+    #[error("{file_len} bytes, fewer than its {setup_len} bytes of real-mode setup")]
+    Short { file_len: u64, setup_len: u64 },
+    #[error("code32_start {0:#x} is below 1 MiB")]
+    LowLoad(u64),
+    #[error("kernel_alignment {0:#x} overflows")]
+    Alignment(u32),
+}
+
+pub fn check_64bit_entry(hdr: &setup_header) -> Result<(), BzImageError> {
     let (version, xloadflags) = (hdr.version, hdr.xloadflags);
     if version < MIN_BZIMAGE_PROTOCOL || xloadflags & XLF_KERNEL_64 == 0 {
-        return Err(format!(
-            "boot protocol {version:#x}, xloadflags {xloadflags:#x}: no 64-bit entry (needs 2.12+ and XLF_KERNEL_64)"
-        ));
+        return Err(BzImageError::No64BitEntry {
+            version,
+            xloadflags,
+        });
     }
     Ok(())
 }
@@ -176,7 +190,7 @@ pub fn footprint(path: &Path) -> Result<Footprint, BootError> {
             f.seek(SeekFrom::Start(SETUP_HEADER_OFFSET))
                 .and_then(|_| f.read_exact(hdr.as_mut_slice()))
                 .map_err(open_err)?;
-            bzimage_footprint(&hdr, len).map_err(|why| format_err(path, why))
+            bzimage_footprint(&hdr, len).map_err(|why| format_err(path, why.to_string()))
         }
         KernelFormat::Elf64X86_64 => {
             let extent = crate::kernel_image::image_extent(path)
@@ -199,23 +213,24 @@ pub fn footprint(path: &Path) -> Result<Footprint, BootError> {
 /// `kernel_alignment` (a relocatable kernel) but never below
 /// `pref_address`, and uses `init_size` bytes from there
 /// (Documentation/arch/x86/boot.rst).
-pub fn bzimage_footprint(hdr: &setup_header, file_len: u64) -> Result<Footprint, String> {
+pub fn bzimage_footprint(hdr: &setup_header, file_len: u64) -> Result<Footprint, BzImageError> {
     check_64bit_entry(hdr)?;
     let (sects, load, align) = (hdr.setup_sects, hdr.code32_start, hdr.kernel_alignment);
     let (relocatable, pref, init_size) = (hdr.relocatable_kernel, hdr.pref_address, hdr.init_size);
     // The boot protocol: 0 setup sectors means 4.
     let sects = if sects == 0 { 4 } else { u64::from(sects) };
     let setup_len = (sects + 1) * 512;
-    let pm_len = file_len.checked_sub(setup_len).ok_or_else(|| {
-        format!("{file_len} bytes, fewer than its {setup_len} bytes of real-mode setup")
+    let pm_len = file_len.checked_sub(setup_len).ok_or(BzImageError::Short {
+        file_len,
+        setup_len,
     })?;
     let load = u64::from(load);
     if load < HIMEM_START {
-        return Err(format!("code32_start {load:#x} is below 1 MiB"));
+        return Err(BzImageError::LowLoad(load));
     }
     let out = if relocatable != 0 {
         load.checked_next_multiple_of(u64::from(align).max(1))
-            .ok_or_else(|| format!("kernel_alignment {align:#x} overflows"))?
+            .ok_or(BzImageError::Alignment(align))?
             .max(pref)
     } else {
         pref.max(load)
@@ -453,11 +468,13 @@ pub(crate) mod tests {
         // A file shorter than its setup sectors, a load below 1 MiB.
         assert!(bzimage_footprint(&header(&b), 1000)
             .unwrap_err()
+            .to_string()
             .contains("real-mode setup"));
         let mut low = b.clone();
         low[0x214..0x218].copy_from_slice(&0x9_0000u32.to_le_bytes());
         assert!(bzimage_footprint(&header(&low), len)
             .unwrap_err()
+            .to_string()
             .contains("below 1 MiB"));
         // The file-reading path agrees, and needs the 64-bit entry.
         let path = temp_file("fp", &b);

@@ -194,45 +194,66 @@ pub fn inspect(path: &Path) -> Result<KernelInfo, BootError> {
     Ok(info)
 }
 
+/// Why a kernel cannot boot as a guest kind (or as any).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GuestKindError {
+    #[error(
+        "an ELF file (class {class}, machine {machine}) that is neither ELF64 x86-64 nor multiboot"
+    )]
+    OtherElf { class: u8, machine: u16 },
+    #[error("not a kernel Pacer can boot: not ELF64 x86-64, no multiboot header, not a bzImage")]
+    Unknown,
+    #[error("guest \"bench\": this ELF64 is a Linux vmlinux (it has \"Linux\" ELF notes); use guest = \"linux\"")]
+    BenchIsLinux,
+    #[error("guest \"bench\" needs an ELF64 x86-64 kernel")]
+    BenchNotElf64,
+    #[error("guest \"multiboot\": no multiboot header in the first 8 KiB")]
+    NoMultibootHeader,
+    #[error(
+        "guest \"multiboot\": an ELF64 image needs a.out-kludge addresses in its multiboot header"
+    )]
+    MultibootElf64WithoutAout,
+    #[error("guest \"linux\": an ELF64 file without \"Linux\" ELF notes is not a vmlinux")]
+    LinuxWithoutNotes,
+    #[error("guest \"linux\" needs a bzImage or an ELF64 vmlinux")]
+    LinuxNotAKernel,
+}
+
 impl KernelInfo {
     /// The guest kind this kernel boots as when the config names none.
-    pub fn default_guest(&self) -> Result<GuestKind, String> {
+    pub fn default_guest(&self) -> Result<GuestKind, GuestKindError> {
         match (self.format, self.multiboot) {
             (KernelFormat::Elf64X86_64, _) if self.notes.linux => Ok(GuestKind::Linux),
             (KernelFormat::Elf64X86_64, _) => Ok(GuestKind::Bench),
             (KernelFormat::BzImage, _) => Ok(GuestKind::Linux),
             (_, Some(_)) => Ok(GuestKind::Multiboot),
-            (KernelFormat::OtherElf { class, machine }, None) => Err(format!(
-                "an ELF file (class {class}, machine {machine}) that is neither ELF64 x86-64 nor multiboot"
-            )),
-            (KernelFormat::Raw, None) => Err(
-                "not a kernel Pacer can boot: not ELF64 x86-64, no multiboot header, not a bzImage".into(),
-            ),
+            (KernelFormat::OtherElf { class, machine }, None) => {
+                Err(GuestKindError::OtherElf { class, machine })
+            }
+            (KernelFormat::Raw, None) => Err(GuestKindError::Unknown),
         }
     }
 
     /// Can this kernel boot as `guest`? (Err: why not.)
-    pub fn check_guest(&self, guest: GuestKind) -> Result<(), String> {
+    pub fn check_guest(&self, guest: GuestKind) -> Result<(), GuestKindError> {
         match guest {
-            GuestKind::Bench if self.format == KernelFormat::Elf64X86_64 && self.notes.linux => Err(
-                "guest \"bench\": this ELF64 is a Linux vmlinux (it has \"Linux\" ELF notes); use guest = \"linux\"".into(),
-            ),
+            GuestKind::Bench if self.format == KernelFormat::Elf64X86_64 && self.notes.linux => {
+                Err(GuestKindError::BenchIsLinux)
+            }
             GuestKind::Bench if self.format == KernelFormat::Elf64X86_64 => Ok(()),
-            GuestKind::Bench => Err("guest \"bench\" needs an ELF64 x86-64 kernel".into()),
+            GuestKind::Bench => Err(GuestKindError::BenchNotElf64),
             GuestKind::Multiboot => match self.multiboot {
-                None => Err("guest \"multiboot\": no multiboot header in the first 8 KiB".into()),
-                Some(h) if h.aout.is_none() && self.format == KernelFormat::Elf64X86_64 => Err(
-                    "guest \"multiboot\": an ELF64 image needs a.out-kludge addresses in its multiboot header".into(),
-                ),
+                None => Err(GuestKindError::NoMultibootHeader),
+                Some(h) if h.aout.is_none() && self.format == KernelFormat::Elf64X86_64 => {
+                    Err(GuestKindError::MultibootElf64WithoutAout)
+                }
                 Some(_) => Ok(()),
             },
             GuestKind::Linux => match self.format {
                 KernelFormat::BzImage => Ok(()),
                 KernelFormat::Elf64X86_64 if self.notes.linux => Ok(()),
-                KernelFormat::Elf64X86_64 => Err(
-                    "guest \"linux\": an ELF64 file without \"Linux\" ELF notes is not a vmlinux".into(),
-                ),
-                _ => Err("guest \"linux\" needs a bzImage or an ELF64 vmlinux".into()),
+                KernelFormat::Elf64X86_64 => Err(GuestKindError::LinuxWithoutNotes),
+                _ => Err(GuestKindError::LinuxNotAKernel),
             },
         }
     }
@@ -422,7 +443,7 @@ mod tests {
         );
         assert_eq!(i.default_guest(), Ok(GuestKind::Multiboot));
         assert!(i.check_guest(GuestKind::Multiboot).is_ok());
-        let e = i.check_guest(GuestKind::Bench).unwrap_err();
+        let e = i.check_guest(GuestKind::Bench).unwrap_err().to_string();
         assert!(e.contains("ELF64"), "{e}");
 
         let mut bz = vec![0u8; 0x400];
@@ -436,19 +457,21 @@ mod tests {
         assert!(i.check_guest(GuestKind::Bench).is_err());
 
         // An ELF64 with "Linux" notes is a vmlinux.
-        let vmlinux =
-            notes::tests::elf64_with_notes(&notes::tests::note(b"Linux", 0x100, b"6.1\0"));
+        let vmlinux = crate::test_images::elf64_with_notes(&crate::test_images::note(
+            b"Linux", 0x100, b"6.1\0",
+        ));
         let i = inspect_bytes(&vmlinux).unwrap();
         assert_eq!(i.format, KernelFormat::Elf64X86_64);
         assert!(i.notes.linux);
         assert_eq!(i.default_guest(), Ok(GuestKind::Linux));
-        let e = i.check_guest(GuestKind::Bench).unwrap_err();
+        let e = i.check_guest(GuestKind::Bench).unwrap_err().to_string();
         assert!(e.contains("guest = \"linux\""), "{e}");
         // ... and an ELF64 without them is not.
         let i = inspect_bytes(&elf64).unwrap();
         assert!(i
             .check_guest(GuestKind::Linux)
             .unwrap_err()
+            .to_string()
             .contains("not a vmlinux"));
 
         let i = inspect_bytes(b"MZ not a kernel").unwrap();

@@ -18,7 +18,7 @@ pub struct ElfNotes {
     pub pvh_entry: Option<u64>,
 }
 
-const PT_NOTE: u32 = 4;
+pub(crate) const PT_NOTE: u32 = 4;
 const XEN_ELFNOTE_PHYS32_ENTRY: u32 = 18;
 /// Program headers read at most (a kernel has a handful).
 const MAX_PHDRS: usize = 64;
@@ -108,64 +108,9 @@ pub fn scan_bytes(image: &[u8]) -> ElfNotes {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-
-    pub(crate) fn note(name: &[u8], kind: u32, desc: &[u8]) -> Vec<u8> {
-        let mut n = Vec::new();
-        n.extend_from_slice(&(name.len() as u32 + 1).to_le_bytes());
-        n.extend_from_slice(&(desc.len() as u32).to_le_bytes());
-        n.extend_from_slice(&kind.to_le_bytes());
-        n.extend_from_slice(name);
-        n.push(0);
-        n.resize(n.len().next_multiple_of(4), 0);
-        n.extend_from_slice(desc);
-        n.resize(n.len().next_multiple_of(4), 0);
-        n
-    }
-
-    /// An ELF64 x86-64 header, one PT_NOTE program header, then `notes`.
-    pub(crate) fn elf64_with_notes(notes: &[u8]) -> Vec<u8> {
-        let mut e = vec![0u8; 64 + 56];
-        e[0..4].copy_from_slice(b"\x7fELF");
-        e[4] = 2;
-        e[5] = 1;
-        e[18] = 62;
-        e[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
-        e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
-        e[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
-        let ph = &mut e[64..];
-        ph[0..4].copy_from_slice(&PT_NOTE.to_le_bytes());
-        ph[0x08..0x10].copy_from_slice(&120u64.to_le_bytes());
-        ph[0x20..0x28].copy_from_slice(&(notes.len() as u64).to_le_bytes());
-        e.extend_from_slice(notes);
-        e
-    }
-
-    /// A vmlinux stand-in: "Linux" notes, the entry at 16 MiB and one
-    /// PT_LOAD of `memsz` bytes there (no file bytes: all bss).
-    pub(crate) fn vmlinux(memsz: u64) -> Vec<u8> {
-        let notes = note(b"Linux", 0x100, b"6.1.0\0");
-        let mut e = vec![0u8; 64 + 2 * 56];
-        e[0..4].copy_from_slice(b"\x7fELF");
-        e[4] = 2;
-        e[5] = 1;
-        e[18] = 62;
-        e[0x18..0x20].copy_from_slice(&0x100_0000u64.to_le_bytes());
-        e[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
-        e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
-        e[0x38..0x3a].copy_from_slice(&2u16.to_le_bytes());
-        let load = &mut e[64..120];
-        load[0..4].copy_from_slice(&1u32.to_le_bytes()); // PT_LOAD
-        load[0x18..0x20].copy_from_slice(&0x100_0000u64.to_le_bytes());
-        load[0x28..0x30].copy_from_slice(&memsz.to_le_bytes());
-        let ph = &mut e[120..];
-        ph[0..4].copy_from_slice(&PT_NOTE.to_le_bytes());
-        ph[0x08..0x10].copy_from_slice(&(64u64 + 2 * 56).to_le_bytes());
-        ph[0x20..0x28].copy_from_slice(&(notes.len() as u64).to_le_bytes());
-        e.extend_from_slice(&notes);
-        e
-    }
+    use crate::test_images::{elf64_with_notes, note};
 
     #[test]
     fn linux_and_pvh_notes() {

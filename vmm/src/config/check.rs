@@ -4,7 +4,7 @@
 
 use super::diagnostic::{line_col, Diagnostic};
 use super::raw::RawCpus;
-use crate::config_errors::{readable, SpanIndex};
+use crate::config::errors::{readable, SpanIndex};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use toml::Spanned;
@@ -22,21 +22,21 @@ impl Checker<'_> {
         &mut self,
         span: Range<usize>,
         field: impl Into<String>,
-        message: impl Into<String>,
+        message: impl ToString,
     ) {
         let (line, column) = line_col(self.text, span.start);
         self.diags.push(Diagnostic {
             line,
             column,
             field: readable(&field.into()),
-            message: readable(&message.into()),
+            message: readable(&message.to_string()),
         });
     }
 
     pub(super) fn cpus(&mut self, raw: &Spanned<RawCpus>, field: &str) -> Option<HostCpuSet> {
         let parsed = match raw.get_ref() {
-            RawCpus::List(s) => crate::sched_rules::cpu_list(s),
-            RawCpus::Ids(ids) => crate::sched_rules::cpu_ids(ids),
+            RawCpus::List(s) => crate::config::sched_rules::cpu_list(s),
+            RawCpus::Ids(ids) => crate::config::sched_rules::cpu_ids(ids),
         };
         parsed.map_err(|why| self.err(raw.span(), field, why)).ok()
     }
@@ -53,12 +53,12 @@ impl Checker<'_> {
         } else {
             base.join(p)
         };
-        if let Err(why) = crate::path_rules::shape(&p) {
+        if let Err(why) = crate::config::path_rules::shape(&p) {
             self.err(raw.span(), field, why);
             return None;
         }
         match std::fs::metadata(&p) {
-            Ok(m) if m.is_file() => match crate::path_rules::input_file(&p) {
+            Ok(m) if m.is_file() => match crate::config::path_rules::input_file(&p) {
                 Ok(()) => Some(p),
                 Err(why) => {
                     self.err(raw.span(), field, why);

@@ -2,7 +2,7 @@
 //! line and column with its field path, and the [`ConfigError`] that
 //! prints them one line each (`file:line:col: field: message`).
 
-use crate::config_errors::one_line;
+use crate::text::one_line;
 use std::path::{Path, PathBuf};
 
 /// One problem found in a config file.
@@ -29,7 +29,23 @@ pub enum ConfigError {
         diagnostics: Vec<Diagnostic>,
     },
     #[error("cannot read the host's online CPUs ({path}): {reason}")]
-    HostCpus { path: PathBuf, reason: String },
+    HostCpus {
+        path: PathBuf,
+        reason: vcpu_engine::host_cpus::OnlineCpusError,
+    },
+    /// `--mode` (or `--policy P:MODE`) under a policy that has no modes.
+    #[error("{}: --mode {mode}: policy \"{policy}\" has no mode (the host kernel schedules its threads)", .path.display())]
+    ModeWithoutModes {
+        path: PathBuf,
+        mode: vcpu_sched::Mode,
+        policy: crate::policy::Policy,
+    },
+    /// `--log-dir DIR` that cannot be created or written.
+    #[error("--log-dir {}: expected a directory Pacer can create and write, but {why}", .dir.display())]
+    LogDirOverride {
+        dir: PathBuf,
+        why: crate::input::WriteCheckError,
+    },
 }
 
 fn format_diagnostics(path: &Path, diags: &[Diagnostic]) -> String {

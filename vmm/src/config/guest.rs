@@ -8,7 +8,7 @@ use super::limits::{MAX_VCPUS, MIN_MEMORY_MIB};
 use super::raw::{RawVm, RawWorkload};
 use crate::boot::multiboot::Module;
 use crate::boot::{self, GuestKind};
-use crate::config_errors::{one_line, quoted};
+use crate::text::{one_line, quoted};
 use std::path::{Path, PathBuf};
 use toml::Spanned;
 
@@ -145,7 +145,7 @@ fn workload_args(
     let mut out = Vec::new();
     match raw.get_ref() {
         RawWorkload::Datetime(d) => {
-            let expected = crate::config_errors::expectation("vm[].workload").unwrap_or_default();
+            let expected = crate::config::errors::expectation("vm[].workload").unwrap_or_default();
             c.err(
                 span,
                 field,
@@ -242,8 +242,8 @@ fn workload_args(
         }
     }
     // What the bench guest would refuse or silently replace.
-    let args = crate::guest_params::split_args(out.iter().map(String::as_str));
-    for e in crate::guest_params::check(&args, vcpus) {
+    let args = crate::config::guest_params::split_args(out.iter().map(String::as_str));
+    for e in crate::config::guest_params::check(&args, vcpus) {
         let toml_key = if e.key == "workload" { "name" } else { &e.key };
         let at = match raw.get_ref() {
             RawWorkload::Table(_) => c

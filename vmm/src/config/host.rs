@@ -57,7 +57,7 @@ pub(super) fn check(
     c: &mut Checker<'_>,
     rh: RawHost,
     host: &HostInfo,
-    overrides: Overrides,
+    overrides: &Overrides,
     base: &Path,
 ) -> Host {
     let host_cpus = match &rh.cpus {
@@ -152,7 +152,7 @@ pub(super) fn check(
     };
     // SMT isolation needs the engine to hand the CPUs out itself: its
     // default is then the threads dispatch.
-    let dispatch = match rh.dispatch {
+    let dispatch = match overrides.dispatch.or(rh.dispatch) {
         Some(d) => d,
         None if smt_isolation => DispatchKind::Threads,
         None => DispatchKind::default(),
@@ -184,14 +184,14 @@ pub(super) fn check(
         }
         Some(d) => {
             let p = base.join(d.get_ref());
-            if let Err(why) = crate::path_rules::dir_to_create(&p) {
-                let msg = if why.starts_with("expected") {
-                    why
+            if let Err(why) = crate::config::path_rules::dir_to_create(&p) {
+                let msg = if why.is_expectation() {
+                    why.to_string()
                 } else {
                     format!("expected a directory Pacer can create and write, but {why}")
                 };
                 c.err(d.span(), "host.log_dir", msg);
-            } else if let Err(why) = crate::preflight::check_dir_writable(&p) {
+            } else if let Err(why) = crate::input::check_dir_writable(&p) {
                 c.err(
                     d.span(),
                     "host.log_dir",
@@ -202,7 +202,7 @@ pub(super) fn check(
         }
         None => {
             let p = base.join("pacer-logs");
-            if let Err(why) = crate::preflight::check_dir_writable(&p) {
+            if let Err(why) = crate::input::check_dir_writable(&p) {
                 c.err(
                     0..0,
                     "host.log_dir",
@@ -216,15 +216,15 @@ pub(super) fn check(
         config: HostConfig {
             cpus: host_cpus,
             policy,
-            mode: rh.mode.unwrap_or_default(),
+            mode: overrides.mode.or(rh.mode).unwrap_or_default(),
             smt_isolation,
             dispatch,
-            dispatch_explicit: rh.dispatch.is_some(),
+            dispatch_explicit: overrides.dispatch.or(rh.dispatch).is_some(),
             halt_poll_us,
             kvm_poll_us,
             log_limits,
             tunables: rh.tunables.unwrap_or_default(),
-            log_dir,
+            log_dir: overrides.log_dir.clone().unwrap_or(log_dir),
         },
         policy_origin,
     }

@@ -8,8 +8,8 @@ use super::check::Checker;
 use super::raw::RawConfig;
 use super::sched::Reservations;
 use super::{host, vm, Config, ConfigError, Overrides};
-use crate::config_errors::SpanIndex;
-use crate::host_resources::HostResources;
+use crate::config::errors::SpanIndex;
+use crate::config::host_resources::HostResources;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use vcpu_engine::host_cpus::HostCpuSet;
@@ -41,11 +41,11 @@ impl HostInfo {
 impl Config {
     /// Read and validate a config file against the running host.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        Self::load_overridden(path, Overrides::default())
+        Self::load_overridden(path, &Overrides::default())
     }
 
     /// [`Config::load`] with command-line overrides.
-    pub fn load_overridden(path: &Path, overrides: Overrides) -> Result<Config, ConfigError> {
+    pub fn load_overridden(path: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
         let host = HostInfo::detect()?;
         Self::load_with(path, &host, overrides)
     }
@@ -54,21 +54,18 @@ impl Config {
     pub fn load_with(
         path: &Path,
         host: &HostInfo,
-        overrides: Overrides,
+        overrides: &Overrides,
     ) -> Result<Config, ConfigError> {
-        let bytes = crate::preflight::read_regular_file(
-            path,
-            crate::preflight::MAX_CONFIG_BYTES,
-            "a config file",
-        )
-        .map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes =
+            crate::input::read_regular_file(path, crate::input::MAX_CONFIG_BYTES, "a config file")
+                .map_err(|source| ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
         // Not UTF-8: the bad byte's line and column, like any other error.
         let text = String::from_utf8(bytes).map_err(|e| ConfigError::Invalid {
             path: path.to_path_buf(),
-            diagnostics: vec![crate::config_errors::utf8_error(
+            diagnostics: vec![crate::config::errors::utf8_error(
                 e.as_bytes(),
                 &e.utf8_error(),
             )],
@@ -79,7 +76,7 @@ impl Config {
     /// Validate `text` as if read from `path` (relative paths inside are
     /// resolved against `path`'s directory).
     pub fn parse(text: &str, path: &Path, host: &HostInfo) -> Result<Config, ConfigError> {
-        Self::parse_overridden(text, path, host, Overrides::default())
+        Self::parse_overridden(text, path, host, &Overrides::default())
     }
 
     /// [`Config::parse`] with command-line overrides.
@@ -87,7 +84,7 @@ impl Config {
         text: &str,
         path: &Path,
         host: &HostInfo,
-        overrides: Overrides,
+        overrides: &Overrides,
     ) -> Result<Config, ConfigError> {
         let invalid = |diagnostics| ConfigError::Invalid {
             path: path.to_path_buf(),
@@ -95,7 +92,7 @@ impl Config {
         };
         let raw: RawConfig = match toml::from_str(text) {
             Ok(r) => r,
-            Err(e) => return Err(invalid(vec![crate::config_errors::explain(text, &e)])),
+            Err(e) => return Err(invalid(vec![crate::config::errors::explain(text, &e)])),
         };
         let base = path
             .parent()
@@ -138,12 +135,12 @@ impl Config {
         // The host's memory, KVM's vCPU limit, open files and threads.
         let demand: Vec<_> = vms
             .iter()
-            .map(|v| crate::host_resources::VmDemand {
+            .map(|v| crate::config::host_resources::VmDemand {
                 vcpus: v.vcpus,
                 memory_mib: v.memory_mib,
             })
             .collect();
-        for s in crate::host_resources::check(&host.resources, &demand) {
+        for s in crate::config::host_resources::check(&host.resources, &demand) {
             let raw_vm = &raw.vm[s.vm];
             let span = match s.field {
                 "memory_mib" => raw_vm.memory_mib.span(),
@@ -155,6 +152,22 @@ impl Config {
         if !c.diags.is_empty() {
             c.diags.sort_by_key(|d| (d.line, d.column));
             return Err(invalid(c.diags));
+        }
+        // The command line's own values, once the file holds.
+        if let Some(mode) = overrides.mode {
+            if !h.config.policy.uses_mode() {
+                return Err(ConfigError::ModeWithoutModes {
+                    path: path.to_path_buf(),
+                    mode,
+                    policy: h.config.policy,
+                });
+            }
+        }
+        if let Some(dir) = &overrides.log_dir {
+            crate::input::check_dir_writable(dir).map_err(|why| ConfigError::LogDirOverride {
+                dir: dir.clone(),
+                why,
+            })?;
         }
         Ok(Config {
             path: path.to_path_buf(),

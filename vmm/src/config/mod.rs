@@ -39,10 +39,12 @@
 //! Parsing is two-stage: serde (with `deny_unknown_fields`) into raw structs
 //! that keep the spans of the fields that semantic checks need, then
 //! validation, which also checks what the config names against the files
-//! and the host (`kernel_image`, `guest_params`, `preflight`,
-//! `host_resources`). Every error is one line `line:col: field.path: expected
-//! X, found Y`; serde's own errors are put in those words by
-//! `config_errors`.
+//! and the host (`crate::kernel_image`, [`guest_params`], `crate::input`,
+//! [`host_resources`]). Every error is one line `line:col: field.path:
+//! expected X, found Y`; serde's own errors are put in those words by
+//! [`errors`]. The command line's `--policy`, `--mode`, `--dispatch` and
+//! `--log-dir` enter as one [`Overrides`] value, merged as `[host]` is
+//! checked: a config is validated once, as it will run.
 //!
 //! One file per concern: `raw` (the serde structs), `load` (reading, the
 //! order of the checks, [`HostInfo`]), `check` (the checker every check
@@ -51,20 +53,32 @@
 //! name, size, console, timeout), `guest` (kernel, guest kind, modules,
 //! initrd, command line, workload), `sched` (core set, class, priority,
 //! shares and what the policy honours), `limits` (defaults and ranges),
-//! `diagnostic` (errors and their one-line form). The layers that build
+//! `diagnostic` (errors and their one-line form), [`view`] (the resolved
+//! config as the documents carry it). The rules the config shares with
+//! the control API and the bench matrix: [`sched_rules`] (CPU sets,
+//! classes, priorities, shares), [`path_rules`] (path shapes),
+//! [`guest_params`] (the bench guest's workload parameters),
+//! [`host_resources`] (memory, vCPU, file and thread limits), [`errors`]
+//! (serde's errors in the user's words). The layers that build
 //! and run a VM (`vm`, `boot`) never see these types: the runner hands
 //! them a [`crate::vm::VmSpec`] made by [`VmConfig::spec`].
 
 mod check;
 mod diagnostic;
+pub mod errors;
 mod guest;
+pub mod guest_params;
 mod host;
+pub mod host_resources;
 mod limits;
 mod load;
+pub mod path_rules;
 mod raw;
 mod sched;
+pub mod sched_rules;
 #[cfg(test)]
 mod tests;
+pub mod view;
 mod vm;
 
 pub use diagnostic::{line_col, ConfigError, Diagnostic};
@@ -74,17 +88,30 @@ pub use limits::{
     MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB, RECORDS_PER_S,
 };
 pub use load::HostInfo;
-pub use vm::{Console, VmConfig};
+pub use raw::Console;
+pub use vm::VmConfig;
 
+use crate::config::sched_rules::class_name;
 use crate::policy::Policy;
-use crate::sched_rules::class_name;
 use std::fmt;
 use std::path::PathBuf;
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What the command line sets instead of the file (`--policy P[:MODE]`,
+/// `--mode`, `--dispatch`, `--log-dir`): one value, merged into `[host]`
+/// as it is checked, so the config is validated once, as it will run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Overrides {
     /// `--policy NAME`.
     pub policy: Option<Policy>,
+    /// `--mode MODE`, or the mode of `--policy NAME:MODE`: refused
+    /// ([`ConfigError::ModeWithoutModes`]) under a policy without modes.
+    pub mode: Option<vcpu_sched::Mode>,
+    /// `--dispatch D`.
+    pub dispatch: Option<vcpu_engine::DispatchKind>,
+    /// `--log-dir DIR`: relative to the current directory (not to the
+    /// file), and checked as writable ([`ConfigError::LogDirOverride`]).
+    /// The file's own `log_dir` is still checked.
+    pub log_dir: Option<PathBuf>,
 }
 
 /// A validated configuration.

@@ -2,7 +2,6 @@
 //! raw structs that keep the spans of the fields the checks need. Only
 //! [`super`]'s checks see them.
 
-use super::vm::Console;
 use crate::boot::GuestKind;
 use crate::cpuid::CpuidOverrides;
 use crate::policy::Policy;
@@ -81,4 +80,26 @@ pub(super) struct RawConfig {
     pub(super) host: Option<RawHost>,
     #[serde(default)]
     pub(super) vm: Vec<RawVm>,
+}
+
+/// Where a VM's console goes (`console`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Console {
+    /// `<log_dir>/<vm>.console.log` only.
+    #[default]
+    Log,
+    /// Standard output (prefixed `[vm] `) only.
+    Stdout,
+    /// Both.
+    Both,
+}
+
+impl Console {
+    pub fn to_log(&self) -> bool {
+        matches!(self, Console::Log | Console::Both)
+    }
+    pub fn to_stdout(&self) -> bool {
+        matches!(self, Console::Stdout | Console::Both)
+    }
 }

@@ -7,7 +7,7 @@ use super::check::Checker;
 use super::host::Host;
 use super::limits::MAX_VCPUS;
 use super::raw::RawVm;
-use crate::sched_rules::Shares;
+use crate::config::sched_rules::Shares;
 use std::ops::Range;
 use vcpu_engine::host_cpus::HostCpuSet;
 use vcpu_sched::SchedClass;
@@ -32,7 +32,9 @@ impl Reservations {
     /// After every VM: do all the reservations fit `[host] cpus`?
     pub(super) fn check_fit(self, c: &mut Checker<'_>, host_cpus: &HostCpuSet) {
         if let Some((span, field)) = self.last {
-            if let Err(why) = crate::sched_rules::reservations_fit(self.total, host_cpus.len()) {
+            if let Err(why) =
+                crate::config::sched_rules::reservations_fit(self.total, host_cpus.len())
+            {
                 c.err(span, field, why);
             }
         }
@@ -58,7 +60,7 @@ pub(super) fn check(
             let set = parsed.clone().unwrap_or_default();
             // (An empty host set was reported at host.cpus.)
             if parsed.is_some() && !host_cpus.is_empty() {
-                if let Err(why) = crate::sched_rules::core_set(&set, host_cpus) {
+                if let Err(why) = crate::config::sched_rules::core_set(&set, host_cpus) {
                     c.err(s.span(), f("cpus"), why);
                 }
             }
@@ -68,19 +70,22 @@ pub(super) fn check(
     };
     let class = v.class.as_ref().map(|c| *c.get_ref()).unwrap_or_default();
     let priority = match &v.priority {
-        Some(p) => crate::sched_rules::priority(class, *p.get_ref()).unwrap_or_else(|why| {
-            c.err(p.span(), f("priority"), why);
-            let range = crate::sched_rules::priority_range(class);
-            (*p.get_ref()).clamp(i64::from(*range.start()), i64::from(*range.end())) as u8
-        }),
-        None => crate::sched_rules::default_priority(class),
+        Some(p) => {
+            crate::config::sched_rules::priority(class, *p.get_ref()).unwrap_or_else(|why| {
+                c.err(p.span(), f("priority"), why);
+                let range = crate::config::sched_rules::priority_range(class);
+                (*p.get_ref()).clamp(i64::from(*range.start()), i64::from(*range.end())) as u8
+            })
+        }
+        None => crate::config::sched_rules::default_priority(class),
     };
-    if let Err(why) = crate::sched_rules::vm_class(class) {
+    if let Err(why) = crate::config::sched_rules::vm_class(class) {
         let span = v.class.as_ref().map(|c| c.span()).unwrap_or(0..0);
         c.err(span, f("class"), why);
-    } else if let Err((refusal, why)) =
-        crate::sched_rules::honoured(policy, class, priority, policy_origin)
+    } else if let Err(why) =
+        crate::config::sched_rules::honoured(policy, class, priority, policy_origin)
     {
+        let refusal = why.refusal().unwrap_or(crate::policy::Refusal::Priority);
         let span = match (refusal, &v.priority, &v.class) {
             (crate::policy::Refusal::Priority, Some(p), _) => p.span(),
             (_, _, Some(c)) => c.span(),
@@ -94,21 +99,21 @@ pub(super) fn check(
         c.err(span, field, why);
     }
     let n_vcpus = vcpus.clamp(1, MAX_VCPUS as i64) as u32;
-    let mut shares = crate::sched_rules::Shares::default();
+    let mut shares = crate::config::sched_rules::Shares::default();
     if let Some(w) = &v.weight {
-        match crate::sched_rules::weight(*w.get_ref()) {
+        match crate::config::sched_rules::weight(*w.get_ref()) {
             Ok(x) => shares.weight = x,
             Err(why) => c.err(w.span(), f("weight"), why),
         }
     }
     if let Some(x) = &v.cap {
-        match crate::sched_rules::cap(*x.get_ref(), n_vcpus) {
+        match crate::config::sched_rules::cap(*x.get_ref(), n_vcpus) {
             Ok(p) => shares.cap = Some(p),
             Err(why) => c.err(x.span(), f("cap"), why),
         }
     }
     if let Some(x) = &v.reservation {
-        match crate::sched_rules::reservation(*x.get_ref(), n_vcpus) {
+        match crate::config::sched_rules::reservation(*x.get_ref(), n_vcpus) {
             Ok(p) => {
                 shares.reservation = p;
                 reservations.total += *x.get_ref();
@@ -116,7 +121,7 @@ pub(super) fn check(
             }
             Err(why) => c.err(x.span(), f("reservation"), why),
         }
-        if let Err(why) = crate::sched_rules::cap_covers_reservation(
+        if let Err(why) = crate::config::sched_rules::cap_covers_reservation(
             v.cap.as_ref().map(|c| *c.get_ref()),
             *x.get_ref(),
         ) {
@@ -137,7 +142,9 @@ pub(super) fn check(
                 "cap" => "caps",
                 _ => "reservations",
             };
-            if let Err(why) = crate::sched_rules::shares_honoured(policy, what, policy_origin) {
+            if let Err(why) =
+                crate::config::sched_rules::shares_honoured(policy, what, policy_origin)
+            {
                 c.err(x.span(), f(key), why);
             }
         }

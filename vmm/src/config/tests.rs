@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::boot::{self, GuestKind};
-use crate::host_resources::HostResources;
+use crate::config::host_resources::HostResources;
 use std::path::PathBuf;
 use std::time::Duration;
 use vcpu_engine::host_cpus::HostCpuSet;
@@ -22,7 +22,7 @@ impl Fixture {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         // One 1 MiB segment at 1 MiB: needs 2 MiB of RAM.
-        let elf = crate::kernel_image::tests::elf_with_loads(&[(0x10_0000, 0x10_0000)]);
+        let elf = crate::test_images::elf_with_loads(&[(0x10_0000, 0x10_0000)]);
         std::fs::write(dir.join("kernel.elf"), elf).unwrap();
         std::fs::write(dir.join("not-elf.bin"), b"MZ not an elf file....").unwrap();
         let mut mb = boot::multiboot::tests::header(0);
@@ -32,15 +32,15 @@ impl Fixture {
         // It occupies memory up to 4 MiB as it starts.
         let bz = boot::linux::tests::bzimage(0x020F, 0x7f, 0x1000);
         std::fs::write(dir.join("bzImage"), bz).unwrap();
-        let vmlinux = boot::notes::tests::vmlinux(0x40_0000);
+        let vmlinux = crate::test_images::vmlinux(0x40_0000);
         std::fs::write(dir.join("vmlinux"), vmlinux).unwrap();
         std::fs::write(dir.join("env"), b"TEST_DEVICE=0\n").unwrap();
         Fixture { dir }
     }
     fn parse(&self, text: &str) -> Result<Config, ConfigError> {
-        self.parse_with(text, Overrides::default())
+        self.parse_with(text, &Overrides::default())
     }
-    fn parse_with(&self, text: &str, o: Overrides) -> Result<Config, ConfigError> {
+    fn parse_with(&self, text: &str, o: &Overrides) -> Result<Config, ConfigError> {
         let host = HostInfo {
             online: HostCpuSet::parse_list("0-3").unwrap(),
             resources: HostResources::default(),
@@ -412,8 +412,9 @@ fn policy_refuses_what_it_cannot_honour() {
     // The same refusal when --policy chose it.
     let o = Overrides {
         policy: Some("host".parse().unwrap()),
+        ..Overrides::default()
     };
-    let e = match fx.parse_with(GOOD, o) {
+    let e = match fx.parse_with(GOOD, &o) {
         Err(e) => e.to_string(),
         Ok(_) => panic!("host cannot honour priority 20"),
     };
@@ -423,7 +424,7 @@ fn policy_refuses_what_it_cannot_honour() {
     );
     let no_prio = GOOD.replace("priority = 20\n", "");
     assert_eq!(
-        fx.parse_with(&no_prio, o).unwrap().host.policy.as_str(),
+        fx.parse_with(&no_prio, &o).unwrap().host.policy.as_str(),
         "host"
     );
     // Realtime: a class of its own range; host refuses it.
@@ -438,7 +439,7 @@ fn policy_refuses_what_it_cannot_honour() {
         "class = \"realtime\"\npriority = 20",
     ));
     assert!(e.contains("between 100 and 120"), "{e}");
-    let e = match fx.parse_with(&rt, o) {
+    let e = match fx.parse_with(&rt, &o) {
         Err(e) => e.to_string(),
         Ok(_) => panic!("host cannot honour realtime"),
     };
@@ -531,4 +532,52 @@ fn line_col_counts() {
     assert_eq!(line_col("ab\ncd", 0), (1, 1));
     assert_eq!(line_col("ab\ncd", 4), (2, 2));
     assert_eq!(line_col("ab\n", 3), (2, 1));
+}
+
+#[test]
+fn command_line_overrides_enter_before_the_config_is_validated() {
+    let fx = Fixture::new("overrides");
+    let dir = fx.dir.join("cli-logs");
+    let o = Overrides {
+        mode: Some(Mode::LowLatency),
+        dispatch: Some(DispatchKind::Workers),
+        log_dir: Some(dir.clone()),
+        ..Overrides::default()
+    };
+    let c = fx.parse_with(GOOD, &o).unwrap();
+    assert_eq!(
+        (c.host.mode, c.host.dispatch, c.host.log_dir),
+        (Mode::LowLatency, DispatchKind::Workers, dir)
+    );
+    // A mode under a policy without modes: refused, naming the file.
+    let o = Overrides {
+        policy: Some("host".parse().unwrap()),
+        mode: Some(Mode::PowerSaving),
+        ..Overrides::default()
+    };
+    let no_prio = GOOD.replace("priority = 20\n", "");
+    let e = fx.parse_with(&no_prio, &o).unwrap_err();
+    assert!(matches!(e, ConfigError::ModeWithoutModes { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("--mode power-saving: policy \"host\" has no mode"),
+        "{e}"
+    );
+    // The file's own errors come first: one kind of answer at a time.
+    let e = fx
+        .parse_with(&no_prio.replace("vcpus = 2", "vcpus = 0"), &o)
+        .unwrap_err();
+    assert!(matches!(e, ConfigError::Invalid { .. }), "{e}");
+    // A --log-dir under a file.
+    let under_file = fx.dir.join("kernel.elf/logs");
+    let o = Overrides {
+        log_dir: Some(under_file.clone()),
+        ..Overrides::default()
+    };
+    let e = fx.parse_with(GOOD, &o).unwrap_err();
+    let start = format!(
+        "--log-dir {}: expected a directory Pacer can create and write, but ",
+        under_file.display()
+    );
+    assert!(e.to_string().starts_with(&start), "{e}");
 }

@@ -6,40 +6,18 @@ use super::check::Checker;
 use super::guest;
 use super::host::Host;
 use super::limits::{MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB};
-use super::raw::{RawNumber, RawVm};
+use super::raw::{Console, RawNumber, RawVm};
 use super::sched::{self, Reservations};
 use crate::boot::multiboot::Module;
 use crate::boot::{BootSpec, GuestKind};
-use crate::config_errors::quoted;
 use crate::cpuid::CpuidOverrides;
+use crate::text::quoted;
 use crate::vm::{ConsoleTo, VmSpec};
-use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use vcpu_engine::host_cpus::HostCpuSet;
 use vcpu_sched::SchedClass;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Console {
-    /// `<log_dir>/<vm>.console.log` only.
-    #[default]
-    Log,
-    /// Standard output (prefixed `[vm] `) only.
-    Stdout,
-    /// Both.
-    Both,
-}
-
-impl Console {
-    pub fn to_log(&self) -> bool {
-        matches!(self, Console::Log | Console::Both)
-    }
-    pub fn to_stdout(&self) -> bool {
-        matches!(self, Console::Stdout | Console::Both)
-    }
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct VmConfig {
@@ -64,7 +42,7 @@ pub struct VmConfig {
     pub class: SchedClass,
     pub priority: u8,
     /// Operator shares (`vcpu_sched::shares`), per vCPU.
-    pub shares: crate::sched_rules::Shares,
+    pub shares: crate::config::sched_rules::Shares,
     pub console: Console,
     pub timeout: Option<Duration>,
 }

@@ -1,8 +1,13 @@
-//! The JSON documents Pacer writes, one published schema each.
+//! The JSON documents Pacer writes, one published schema each: their
+//! common header and kinds, and the documents the VMM itself writes (a
+//! run's entries and event lines, the scheduler snapshot, the config's
+//! view). The documents of the tool's outputs (the run document, bench
+//! cells and summary, UnixBench) are the `pacer` crate's
+//! (`pacer::documents`), built on this header.
 //!
 //! Every JSON output is a document of a named kind with a JSON Schema in
 //! the repository (`schemas/<kind>.schema.json`, draft 2020-12), tested
-//! against what the code writes (`tests` below and `vmm/tests/schemas.rs`):
+//! against what the code writes (`pacer/tests/schemas.rs`):
 //!
 //! | kind | written by |
 //! |---|---|
@@ -32,12 +37,7 @@
 //! The in-memory structs stay what the code needs; the documents are views
 //! built from them here, so the published shape changes only on purpose.
 
-pub mod config;
-pub mod matrix;
-pub mod run;
 pub mod snapshot;
-pub mod summary;
-pub mod unixbench;
 
 use serde::Serialize;
 

@@ -7,7 +7,7 @@
 //! pc-testdev's) go to that controller's pins, or under `policy = "host"`
 //! to KVM's in-kernel irqchip.
 
-use super::{VmError, VmSpec};
+use super::{DeviceSetupError, VmError, VmSpec};
 use crate::boot::GuestKind;
 use crate::irq::KvmIrqLine;
 use crate::memory::{self, DeviceMemory};
@@ -49,14 +49,13 @@ pub(super) fn create_devices(
     console: Option<std::fs::File>,
     console_limit: u64,
 ) -> Result<Devices, VmError> {
-    let dev_err = |e: std::io::Error| VmError::Device(e.to_string());
     let serial_irq: Arc<dyn InterruptLine> = match irqchip {
         Some(chip) => chip.irq_line(COM1_IRQ),
         None => {
-            let line = EventFdLine::new().map_err(dev_err)?;
+            let line = EventFdLine::new().map_err(DeviceSetupError::EventFd)?;
             vm_fd
                 .register_irqfd(&line.0, COM1_IRQ)
-                .map_err(|e| VmError::Device(format!("serial irqfd: {e}")))?;
+                .map_err(DeviceSetupError::SerialIrqfd)?;
             Arc::new(line)
         }
     };
@@ -65,7 +64,7 @@ pub(super) fn create_devices(
         ConsoleWriter::new(&spec.name, console, spec.console.stdout).with_limit(console_limit),
     )));
     let mut bus = PioBus::new();
-    let bus_err = |e: devices::bus::BusError| VmError::Device(e.to_string());
+    let bus_err = |e: devices::bus::BusError| VmError::Device(e.into());
     bus.insert(COM1_BASE, COM1_LEN, serial.clone())
         .map_err(bus_err)?;
     bus.insert(
@@ -94,7 +93,7 @@ pub(super) fn create_devices(
     let mut mmio = MmioBus::new();
     if let Some(chip) = irqchip {
         mmio.insert(IOAPIC_DEFAULT_BASE, IOAPIC_MMIO_LEN, chip.ioapic_mmio())
-            .map_err(|e| VmError::Device(e.to_string()))?;
+            .map_err(|e| VmError::Device(e.into()))?;
     }
     if spec.boot.guest == GuestKind::Multiboot {
         // pc-testdev's lines are I/O APIC pins: KVM's in-kernel one

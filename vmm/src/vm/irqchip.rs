@@ -4,7 +4,7 @@
 //! MSRs to user space. Under `policy = "host"` KVM's
 //! in-kernel irqchip serves the VM and nothing here runs.
 
-use super::VmError;
+use super::{DeviceSetupError, VmError};
 use devices::irqchip::{GuestCpu, IrqChip};
 use kvm_ioctls::{VcpuFd, VmFd};
 use std::sync::Arc;
@@ -28,8 +28,8 @@ pub(super) fn create_irqchip(
     // Not the local APIC's, but Pacer's under its engine too: the guest's
     // steal-time area (`steal_time.rs`).
     vcpu_engine::route_apic_msrs(vm_fd, &[super::steal_time::MSR_KVM_STEAL_TIME])
-        .map_err(|e| VmError::Device(e.to_string()))?;
-    let tsc = TscClock::from_vcpu(boot_vcpu).map_err(|e| VmError::Device(e.to_string()))?;
+        .map_err(DeviceSetupError::MsrRouting)?;
+    let tsc = TscClock::from_vcpu(boot_vcpu).map_err(DeviceSetupError::TscClock)?;
     let host = Arc::new(ChipHost::new(engine, tsc, guest_cpu, mem.clone()));
     Ok(IrqChip::new(vcpus, host))
 }

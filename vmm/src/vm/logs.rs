@@ -63,7 +63,7 @@ impl Vm {
     /// A Linux guest's user command output, cut from its console log with
     /// the UnixBench-style suite's parser, into `<log_dir>/<vm>.user.log`
     /// (None: not a Linux guest, no console log, no user command).
-    pub(super) fn write_user_log(&self) -> Result<Option<PathBuf>, String> {
+    pub(super) fn write_user_log(&self) -> Result<Option<PathBuf>, UserLogWriteError> {
         let (Some(console), Some((path, file))) =
             (self.console_log.as_ref(), self.user_log.as_ref())
         else {
@@ -76,9 +76,20 @@ impl Vm {
                 log::warn!("[{}] user command output: {e}", self.spec.name);
                 Ok(None)
             }
-            Err(UserLogError::Write(e)) => Err(format!("cannot write {}: {e}", path.display())),
+            Err(UserLogError::Write(source)) => Err(UserLogWriteError {
+                path: path.clone(),
+                source,
+            }),
         }
     }
+}
+
+/// The user log could not be written: the VM's run fails for it.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write {}: {source}", .path.display())]
+pub(super) struct UserLogWriteError {
+    path: PathBuf,
+    source: std::io::Error,
 }
 
 /// Why the user log was not written.

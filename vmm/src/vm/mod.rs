@@ -22,7 +22,7 @@ mod spec;
 pub mod steal_time;
 mod vcpus;
 
-pub use shared::{StopCause, StopHandle, VmEvent, VmRequest, VmShared};
+pub use shared::{Answer, RequestError, StopCause, StopHandle, VmEvent, VmRequest, VmShared};
 pub use spec::{ConsoleTo, VmSpec};
 pub use vcpus::VcpuScheduling;
 
@@ -54,6 +54,25 @@ const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 const KVM_TSS_ADDRESS: usize = 0xfffb_d000;
 
 /// Errors of this module.
+/// Why a VM's devices could not be set up (`VmError::Device`).
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceSetupError {
+    #[error("{0}")]
+    EventFd(std::io::Error),
+    #[error("serial irqfd: {0}")]
+    SerialIrqfd(kvm_ioctls::Error),
+    #[error(transparent)]
+    PortBus(#[from] ::devices::bus::BusError),
+    #[error(transparent)]
+    MmioBus(#[from] ::devices::mmio::MmioBusError),
+    /// Routing MSRs to user space (`vcpu_engine::route_msrs`).
+    #[error("{0}")]
+    MsrRouting(std::io::Error),
+    /// The interrupt controller's TSC clock.
+    #[error("{0}")]
+    TscClock(std::io::Error),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum VmError {
     #[error("cannot open /dev/kvm: {0}")]
@@ -82,7 +101,7 @@ pub enum VmError {
     #[error("vcpu{index}: {source}")]
     ConfigureVcpu { index: u32, source: boot::BootError },
     #[error("device setup: {0}")]
-    Device(String),
+    Device(#[from] DeviceSetupError),
     #[error("cannot create {path}: {source}")]
     File {
         path: PathBuf,
@@ -261,7 +280,7 @@ impl Vm {
         // under KVM's local APIC).
         if options.pacer_steal_time() && options.in_kernel_irqchip() {
             vcpu_engine::route_msrs(&vm_fd, &[steal_time::MSR_KVM_STEAL_TIME])
-                .map_err(|e| VmError::Device(e.to_string()))?;
+                .map_err(DeviceSetupError::MsrRouting)?;
         }
         let steal = options
             .pacer_steal_time()
@@ -359,7 +378,7 @@ impl Vm {
     }
 
     /// A pause or resume asked through a [`StopHandle`] (the control API).
-    fn carry_out(&mut self, req: VmRequest) -> Result<(), String> {
+    fn carry_out(&mut self, req: VmRequest) -> shared::Answer {
         let r = match req {
             VmRequest::Pause => self.pause(REQUEST_TIMEOUT),
             VmRequest::Resume => self.resume(REQUEST_TIMEOUT),
@@ -369,7 +388,7 @@ impl Vm {
                 self.shared.set_paused(req == VmRequest::Pause);
                 Ok(())
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(shared::RequestError::Failed(Box::new(e))),
         }
     }
 
@@ -414,7 +433,7 @@ impl Vm {
                     format!("cannot write {}: {e}", path.display())
                 })
             })
-            .or(user_log_error);
+            .or(user_log_error.map(|e| e.to_string()));
         let fail = |why: String, status: &mut String, ok: &mut bool, message: &mut String| {
             let guest = if message.is_empty() {
                 status.clone()

@@ -125,8 +125,26 @@ pub enum VmRequest {
     Resume,
 }
 
+/// Why a pause or resume was not carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("VM {0} is stopping")]
+    Stopping(String),
+    #[error("VM {name} did not answer within {:.1} s", .timeout.as_secs_f64())]
+    NoAnswer {
+        name: String,
+        timeout: std::time::Duration,
+    },
+    /// The VM tried and failed.
+    #[error(transparent)]
+    Failed(Box<super::VmError>),
+}
+
+/// The answer to a request.
+pub type Answer = Result<(), RequestError>;
+
 /// A request and where its answer goes.
-type Pending = (VmRequest, Sender<Result<(), String>>);
+type Pending = (VmRequest, Sender<Answer>);
 
 /// What the controller waits for: the stop, or a request.
 #[derive(Default)]
@@ -138,7 +156,7 @@ struct Mailbox {
 /// Why the controller's wait ended.
 pub(super) enum Woken {
     Stop(StopCause),
-    Request(VmRequest, Sender<Result<(), String>>),
+    Request(VmRequest, Sender<Answer>),
     Timeout,
 }
 
@@ -228,11 +246,11 @@ impl VmShared {
 
     /// Ask the controller to pause or resume the VM; the answer comes on
     /// the returned channel (an error if the VM is stopping).
-    pub fn request(&self, req: VmRequest) -> std::sync::mpsc::Receiver<Result<(), String>> {
+    pub fn request(&self, req: VmRequest) -> std::sync::mpsc::Receiver<Answer> {
         let (tx, rx) = std::sync::mpsc::channel();
         let mut m = self.mailbox.lock().unwrap_or_else(|p| p.into_inner());
         if m.cause.is_some() {
-            let _ = tx.send(Err(format!("VM {} is stopping", self.name)));
+            let _ = tx.send(Err(RequestError::Stopping(self.name.clone())));
         } else {
             m.requests.push_back((req, tx));
             self.cond.notify_all();
@@ -248,7 +266,7 @@ impl VmShared {
             if let Some(cause) = m.cause.as_ref() {
                 let cause = cause.clone();
                 for (_, tx) in m.requests.drain(..) {
-                    let _ = tx.send(Err(format!("VM {} is stopping", self.name)));
+                    let _ = tx.send(Err(RequestError::Stopping(self.name.clone())));
                 }
                 return Woken::Stop(cause);
             }
@@ -357,14 +375,13 @@ impl StopHandle {
     }
     /// Pause or resume the VM; returns once every vCPU is out of the guest
     /// (pause) or runnable again (resume), or why not, within `timeout`.
-    pub fn request(&self, req: VmRequest, timeout: std::time::Duration) -> Result<(), String> {
+    pub fn request(&self, req: VmRequest, timeout: std::time::Duration) -> Answer {
         match self.0.request(req).recv_timeout(timeout) {
             Ok(r) => r,
-            Err(_) => Err(format!(
-                "VM {} did not answer within {:.1} s",
-                self.0.name,
-                timeout.as_secs_f64()
-            )),
+            Err(_) => Err(RequestError::NoAnswer {
+                name: self.0.name.clone(),
+                timeout,
+            }),
         }
     }
 }

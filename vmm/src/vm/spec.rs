@@ -6,9 +6,9 @@
 
 use crate::boot::BootSpec;
 use crate::cpuid::CpuidOverrides;
-use crate::sched_rules::Shares;
 use std::time::Duration;
 use vcpu_engine::host_cpus::HostCpuSet;
+use vcpu_engine::Shares;
 use vcpu_sched::SchedClass;
 
 /// One VM: its name, size, what it boots, its CPUID overrides, how it is

@@ -262,17 +262,3 @@ pub fn tiny_vmlinux_of(code: &[u8], msg: &[u8]) -> Vec<u8> {
 pub fn linux_standin(msg: &[u8]) -> Vec<u8> {
     tiny_vmlinux_of(&LINUX_STANDIN_CODE, msg)
 }
-
-/// Run the `pacer` binary of this build: exit code (-1 when killed by a
-/// signal), stdout, stderr.
-pub fn pacer(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pacer"))
-        .args(args)
-        .output()
-        .expect("run pacer");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}

@@ -98,7 +98,10 @@ mod schedule;
 #[cfg(test)]
 mod tests;
 
-use super::baseline::{utilisation, CoreCorun, CpuAccount, EntityAccount, EntityTable, Tabled};
+use super::baseline::{
+    service_change, utilisation, CoreCorun, CpuAccount, EntityAccount, EntityTable, ModeCell,
+    Tabled,
+};
 use crate::stats::{CoreStats, EntityState, EntityStats};
 use crate::tunables::Mode;
 use crate::validate::validate_topology;
@@ -110,7 +113,7 @@ use crate::{
 use fair::{FairEntities, FairEntity, FairRq};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 const MS: Nanos = 1_000_000;
 
@@ -231,7 +234,7 @@ struct State {
 pub struct Eevdf {
     topology: Topology,
     params: EevdfParams,
-    mode: AtomicU8,
+    mode: ModeCell,
     idle_core_search: AtomicBool,
     state: Mutex<State>,
 }
@@ -281,7 +284,7 @@ impl Eevdf {
         };
         Ok(Eevdf {
             params,
-            mode: AtomicU8::new(config.mode as u8),
+            mode: ModeCell::new(config.mode),
             idle_core_search: AtomicBool::new(config.idle_core_search),
             state: Mutex::new(state),
             topology,
@@ -384,9 +387,7 @@ impl super::VcpuScheduler for Eevdf {
         _now: Nanos,
     ) -> Result<Vec<CpuId>, SchedError> {
         let mut st = self.state.lock();
-        let e = st.ents.table.live_mut(id)?;
-        validate_priority(e.acct.class, priority)?;
-        e.acct.priority = priority;
+        st.ents.table.live_mut(id)?.acct.set_priority(priority)?;
         Ok(Vec::new())
     }
 
@@ -418,12 +419,12 @@ impl super::VcpuScheduler for Eevdf {
     }
 
     fn mode(&self) -> Mode {
-        Mode::ALL[self.mode.load(Ordering::Relaxed) as usize & 1]
+        self.mode.get()
     }
 
     /// Recorded only: EEVDF has no modes.
     fn set_mode(&self, mode: Mode, _now: Nanos) -> Vec<CpuId> {
-        self.mode.store(mode as u8, Ordering::Relaxed);
+        self.mode.set(mode);
         Vec::new()
     }
 
@@ -440,11 +441,9 @@ impl super::VcpuScheduler for Eevdf {
         let mut guard = self.state.lock();
         let st = &mut *guard;
         let c = cpu.0 as usize;
-        if st.cpus[c].in_service == enabled {
+        let serving = st.cpus.iter().filter(|x| x.in_service).count();
+        if !service_change(cpu, st.cpus[c].in_service, serving, enabled)? {
             return Ok(Vec::new());
-        }
-        if !enabled && st.cpus.iter().filter(|x| x.in_service).count() == 1 {
-            return Err(SchedError::LastCpuInService(cpu));
         }
         st.cpus[c].in_service = enabled;
         let mut kicks = if enabled {

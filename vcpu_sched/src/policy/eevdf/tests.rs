@@ -3,8 +3,8 @@
 //! event sequences.
 
 use super::*;
-use crate::testkit;
-use crate::{SchedClass, VcpuScheduler, VmId};
+use crate::testkit::{self, add, ts};
+use crate::{SchedClass, VcpuScheduler};
 use proptest::prelude::*;
 
 const US: Nanos = 1_000;
@@ -12,23 +12,6 @@ const TICK: Nanos = 4 * MS;
 
 fn sched(spec: &str) -> Eevdf {
     Eevdf::new(Topology::from_spec(spec).unwrap(), SchedConfig::default()).unwrap()
-}
-
-fn add(s: &Eevdf, class: SchedClass, prio: u8, aff: &str) -> EntityId {
-    s.add_entity(
-        EntitySpec {
-            vm: VmId(0),
-            class,
-            priority: prio,
-            affinity: CpuSet::parse_list(aff).unwrap(),
-        },
-        0,
-    )
-    .unwrap()
-}
-
-fn ts(s: &Eevdf, aff: &str) -> EntityId {
-    add(s, SchedClass::Timeshare, 10, aff)
 }
 
 fn run(s: &Eevdf, cpu: u32, now: Nanos, reason: StopReason) -> Option<EntityId> {
@@ -407,7 +390,7 @@ fn yield_moves_the_deadline_one_request_on() {
 #[test]
 fn concurrent_events_from_many_threads() {
     let s = std::sync::Arc::new(sched("1x2x2"));
-    let ids: Vec<EntityId> = (0..6).map(|_| ts(&s, "0-3")).collect();
+    let ids: Vec<EntityId> = (0..6).map(|_| ts(&*s, "0-3")).collect();
     let handles: Vec<_> = (0..4u32)
         .map(|cpu| {
             let (s, ids) = (s.clone(), ids.clone());

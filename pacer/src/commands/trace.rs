@@ -1,0 +1,172 @@
+//! `pacer trace`: reading a scheduling trace recorded with
+//! `pacer run --trace FILE` (or a bench matrix's `trace = true`).
+//!
+//! ```text
+//! pacer trace summary FILE [--json OUT]      per-path latency breakdown (p50/p99)
+//! pacer trace export FILE --out OUT.json     Chrome/Perfetto trace event JSON
+//! pacer trace plot FILE --out OUT.png|svg [--from MS --to MS]   the timeline
+//! pacer trace dump FILE [--from MS --to MS]  every event as a line of text
+//! ```
+//! Exit codes: 0 ok, 2 bad input (a file that is not a readable trace),
+//! 1 an output that cannot be written.
+
+use crate::output::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
+use crate::trace::read::TraceFile;
+use std::path::{Path, PathBuf};
+
+/// The closing text of `pacer trace --help`.
+pub const HELP: &str = "Examples:
+  pacer run configs/demo.toml --trace /tmp/demo.trace
+  pacer trace summary /tmp/demo.trace
+  pacer trace export /tmp/demo.trace --out /tmp/demo.json     open in ui.perfetto.dev
+  pacer trace plot /tmp/demo.trace --out /tmp/demo.png --from 100 --to 120
+  pacer sim --replay /tmp/demo.trace --compare
+
+Exit codes:
+  0  done
+  1  an output cannot be written
+  2  bad input: a file that is not a readable trace";
+
+/// Arguments of `pacer trace`.
+#[derive(Debug, clap::Args)]
+pub struct TraceArgs {
+    #[command(subcommand)]
+    pub command: TraceCommand,
+}
+
+/// A window of a trace, in ms from its first event.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct Window {
+    /// Start of the window, ms after the trace's first event.
+    #[arg(long, value_name = "MS")]
+    pub from: Option<f64>,
+    /// End of the window, ms after the trace's first event.
+    #[arg(long, value_name = "MS")]
+    pub to: Option<f64>,
+}
+
+impl Window {
+    /// The window as absolute ns on the trace's clock.
+    pub fn bounds(&self, trace: &TraceFile) -> Result<(u64, u64), String> {
+        let (first, last) = trace.span();
+        let at = |ms: f64, flag: &str| {
+            if !ms.is_finite() || ms < 0.0 {
+                return Err(format!("--{flag}: expected milliseconds >= 0, found {ms}"));
+            }
+            Ok(first.saturating_add((ms * 1e6) as u64))
+        };
+        let from = self
+            .from
+            .map(|m| at(m, "from"))
+            .transpose()?
+            .unwrap_or(first);
+        let to = self.to.map(|m| at(m, "to")).transpose()?.unwrap_or(last);
+        if to <= from && last > first {
+            return Err("--to must be after --from".into());
+        }
+        Ok((from, to.max(from)))
+    }
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum TraceCommand {
+    /// Per-path latency breakdown: for each kind of wake (timer, IPI,
+    /// device line) and for interrupts to running vCPUs, every step from
+    /// the cause to the guest's handler, p50 and p99; IPI round trips.
+    Summary {
+        file: PathBuf,
+        /// Also write the summary as JSON here.
+        #[arg(long, value_name = "OUT")]
+        json: Option<PathBuf>,
+    },
+    /// Write the trace as Chrome/Perfetto trace event JSON (open it in
+    /// ui.perfetto.dev or chrome://tracing).
+    Export {
+        file: PathBuf,
+        #[arg(long, value_name = "OUT")]
+        out: PathBuf,
+    },
+    /// Draw the timeline (one lane per host CPU, coloured by VM, wakes and
+    /// preemptions marked) as PNG or SVG, by the extension of --out.
+    Plot {
+        file: PathBuf,
+        #[arg(long, value_name = "OUT")]
+        out: PathBuf,
+        #[command(flatten)]
+        window: Window,
+    },
+    /// Print every event as a line of text.
+    Dump {
+        file: PathBuf,
+        #[command(flatten)]
+        window: Window,
+    },
+}
+
+fn load(path: &Path) -> Result<TraceFile, i32> {
+    TraceFile::read(path).map_err(|e| {
+        match e {
+            crate::trace::read::ReadError::Io { .. } => eprintln!("pacer trace: {e}"),
+            crate::trace::read::ReadError::Format { .. } => eprintln!("{}: {e}", path.display()),
+        }
+        EXIT_BAD_INPUT
+    })
+}
+
+/// Run `pacer trace`; returns the exit code.
+pub fn main(args: TraceArgs) -> i32 {
+    match run(args) {
+        Ok(()) => EXIT_OK,
+        Err(code) => code,
+    }
+}
+
+fn run(args: TraceArgs) -> Result<(), i32> {
+    match args.command {
+        TraceCommand::Dump { file, window } => {
+            let trace = load(&file)?;
+            let (from, to) = window.bounds(&trace).map_err(bad)?;
+            out(&crate::trace::describe::dump(&trace, from, to));
+            Ok(())
+        }
+        TraceCommand::Summary { file, json } => {
+            let trace = load(&file)?;
+            let s = crate::trace::summary::Summary::of(&trace);
+            out(&s.to_text(&trace));
+            if let Some(path) = json {
+                write(&path, &s.to_json_text())?;
+            }
+            Ok(())
+        }
+        TraceCommand::Export { file, out: path } => {
+            let trace = load(&file)?;
+            write(&path, &crate::trace::export::perfetto_json(&trace))
+        }
+        TraceCommand::Plot {
+            file,
+            out: path,
+            window,
+        } => {
+            let trace = load(&file)?;
+            let (from, to) = window.bounds(&trace).map_err(bad)?;
+            crate::trace::plot::draw(&trace, from, to, &path).map_err(|e| {
+                eprintln!("pacer trace plot: {e}");
+                EXIT_VM_FAILED
+            })?;
+            out(&format!("pacer: timeline written to {}\n", path.display()));
+            Ok(())
+        }
+    }
+}
+
+fn bad(msg: String) -> i32 {
+    eprintln!("pacer trace: {msg}");
+    EXIT_BAD_INPUT
+}
+
+fn write(path: &Path, text: &str) -> Result<(), i32> {
+    std::fs::write(path, text).map_err(|e| {
+        eprintln!("pacer trace: cannot write {}: {e}", path.display());
+        EXIT_VM_FAILED
+    })
+}

@@ -1,0 +1,382 @@
+//! `pacer bench` and `pacer sim` end to end, through the binary: matrix
+//! validation errors, resume after SIGKILL mid-cell, failing and timed-out
+//! cells that do not stop the run, the report and its plots; and `pacer
+//! sim` printing what the simulator's front end (the `sim` example's code)
+//! prints.
+
+mod common;
+
+use common::{kvm_or_skip, TempDir};
+use pacer::bench::store::{read_csv, read_jsonl, CellStatus};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn pacer() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_pacer"))
+}
+
+/// Write `m.toml` in `dir` with `@KERNEL@` replaced by the bench guest.
+fn matrix(dir: &Path, text: &str) -> PathBuf {
+    let p = dir.join("m.toml");
+    let kernel = guests::bench_guest_elf().display().to_string();
+    std::fs::write(&p, text.replace("@KERNEL@", &kernel)).unwrap();
+    p
+}
+
+const RESUMABLE: &str = r#"
+[matrix]
+name = "resume"
+kernel = "@KERNEL@"
+host_cpus = "0"
+repetitions = 3
+cell_timeout_s = 60
+policies = ["host", "haiku"]
+memory_mib = 16
+
+[[workload]]
+name = "cpu"
+kind = "cpu"
+duration_ms = 400
+
+[[layout]]
+name = "one"
+vm = [ { name = "a", vcpus = 1, cpus = "0" } ]
+"#;
+
+#[test]
+fn bad_matrix_is_bad_input_with_position() {
+    let dir = TempDir::new("bench-bad");
+    let m = matrix(
+        &dir.0,
+        &RESUMABLE.replace("kind = \"cpu\"", "kind = \"cpu\"\nreport_us = 5"),
+    );
+    let out = pacer()
+        .args(["bench"])
+        .arg(&m)
+        .arg("--out")
+        .arg(dir.0.join("out"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("m.toml:14:1: workload[0].report_us: unknown parameter of a cpu workload"),
+        "{err}"
+    );
+    assert!(!dir.0.join("out").exists(), "nothing is run or written");
+}
+
+#[test]
+fn resume_after_sigkill_keeps_finished_cells() {
+    if !kvm_or_skip("resume_after_sigkill_keeps_finished_cells") {
+        return;
+    }
+    let dir = TempDir::new("bench-kill");
+    let m = matrix(&dir.0, RESUMABLE);
+    let out = dir.0.join("out");
+    let jsonl = out.join("results.jsonl");
+    let mut child = pacer()
+        .arg("bench")
+        .arg(&m)
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for two finished cells, then kill in the middle of the third.
+    let start = Instant::now();
+    loop {
+        let n = std::fs::read_to_string(&jsonl)
+            .map(|t| t.lines().count())
+            .unwrap_or(0);
+        if n >= 2 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "no progress");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "pacer bench ended early"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let before = std::fs::read(&jsonl).unwrap();
+    assert!(before.ends_with(b"\n"), "no torn line after SIGKILL");
+    let (kept, _) = read_jsonl(&jsonl).unwrap();
+    assert!((2..6).contains(&kept.len()), "{} cells", kept.len());
+
+    // Without --resume the directory is refused.
+    let refused = pacer()
+        .arg("bench")
+        .arg(&m)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--resume"));
+
+    let resumed = pacer()
+        .arg("bench")
+        .arg(&m)
+        .arg("--out")
+        .arg(&out)
+        .arg("--resume")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&resumed.stdout);
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert_eq!(resumed.status.code(), Some(0), "{stdout}{stderr}");
+    // Progress is status: stderr.
+    assert!(
+        stderr.contains(&format!("{} already done (resumed)", kept.len())),
+        "{stderr}"
+    );
+    let after = std::fs::read(&jsonl).unwrap();
+    assert!(
+        after.starts_with(&before),
+        "finished cells kept as they were"
+    );
+    let (all, _) = read_jsonl(&jsonl).unwrap();
+    let mut ids: Vec<&str> = all.iter().map(|r| r.id.as_str()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 6, "every cell exactly once: {ids:?}");
+    assert!(all.iter().all(|r| r.status == CellStatus::Ok), "{all:?}");
+    assert_eq!(read_csv(&out.join("results.csv")).unwrap(), all);
+}
+
+#[test]
+fn failing_cells_do_not_stop_the_run_and_the_report_is_written() {
+    if !kvm_or_skip("failing_cells_do_not_stop_the_run_and_the_report_is_written") {
+        return;
+    }
+    let dir = TempDir::new("bench-fail");
+    let m = matrix(
+        &dir.0,
+        r#"
+[matrix]
+name = "failing"
+kernel = "@KERNEL@"
+host_cpus = "0-1"
+repetitions = 1
+cell_timeout_s = 3
+baseline = ["host", "qemu"]
+policies = ["host", "haiku", "qemu"]
+memory_mib = 16
+trace = true
+
+[[workload]]
+name = "short"
+kind = "cpu"
+duration_ms = 200
+
+# Validation refuses a workload longer than the cell limit; this one fits,
+# but its guest first waits 1 s for a vCPU that never starts (the knob
+# below) and then runs 2.99 s: it is still running when the 3 s limit
+# comes, however fast the machine boots it.
+[[workload]]
+name = "long"
+kind = "cpu"
+duration_ms = 2990
+args = "ap_skip=1"
+
+# The guest never starts vCPU 1 (a test knob): it waits 1 s for it and
+# reports an AP timeout, an error the matrix cannot foresee.
+[[workload]]
+name = "skip"
+kind = "cpu"
+duration_ms = 200
+args = "ap_skip=1"
+
+[[workload]]
+name = "lat"
+kind = "sleep"
+interval_us = 500
+duration_ms = 200
+
+[[layout]]
+name = "ok"
+workloads = ["short", "lat"]
+vm = [ { name = "a", vcpus = 1 }, { name = "b", vcpus = 1 } ]
+
+[[layout]]
+name = "tiny"
+workloads = ["skip", "long"]
+vm = [ { name = "small", vcpus = 2 } ]
+"#,
+    );
+    let out = dir.0.join("out");
+    let run = pacer()
+        .arg("bench")
+        .arg(&m)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert_eq!(run.status.code(), Some(1), "{stdout}");
+    let (recs, _) = read_jsonl(&out.join("results.jsonl")).unwrap();
+    assert_eq!(recs.len(), 4 * 3, "every cell recorded: {stdout}");
+    let status = |id: &str| {
+        recs.iter()
+            .find(|r| r.id == id)
+            .unwrap_or_else(|| panic!("{id} missing"))
+    };
+    assert_eq!(status("ok/short/haiku/r1").status, CellStatus::Ok);
+    assert_eq!(status("ok/short/host/r1").status, CellStatus::Ok);
+    let long = status("tiny/long/haiku/r1");
+    assert_eq!(long.status, CellStatus::Timeout, "{long:?}");
+    assert!(long.error.contains("timeout"), "{}", long.error);
+    let tiny = status("tiny/skip/host/r1");
+    assert_eq!(tiny.status, CellStatus::Failed, "{tiny:?}");
+    assert!(tiny.error.contains("vm small"), "{}", tiny.error);
+    // The qemu column: n/a with the reason (no PVH entry in today's guest).
+    let q = status("ok/short/qemu/r1");
+    if q.status == CellStatus::NotApplicable {
+        assert!(!q.error.is_empty());
+    }
+    // A guest without `sleep` makes it n/a with the guest's answer, not a
+    // failure (today's guest; the SMP guest implements it).
+    let lat = status("ok/lat/haiku/r1");
+    if lat.status == CellStatus::NotApplicable {
+        assert!(lat.error.contains("UNKNOWN_WORKLOAD"), "{}", lat.error);
+    }
+    // The summary, the report and its plots.
+    assert!(stdout.contains("== ok / short"), "{stdout}");
+    assert!(stdout.contains("report: "), "{stdout}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("<h1>Pacer bench: failing</h1>"));
+    assert!(html.contains("tiny/skip/host/r1") && html.contains("failed"));
+    let plots: Vec<PathBuf> = std::fs::read_dir(out.join("plots"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    if html.contains("no TrueType font found") {
+        println!("SKIPPED: plots (no TrueType font on this machine)");
+    } else {
+        for name in ["headline", "fairness"] {
+            for ext in ["svg", "png"] {
+                let p = out.join("plots").join(format!("{name}.{ext}"));
+                let len = std::fs::metadata(&p)
+                    .unwrap_or_else(|_| panic!("{} missing ({plots:?})", p.display()))
+                    .len();
+                assert!(len > 1000, "{} is {len} bytes", p.display());
+                assert!(html.contains(&format!("plots/{name}.svg")));
+            }
+        }
+    }
+    let summary = std::fs::read_to_string(out.join("summary.json")).unwrap();
+    assert!(summary.contains("\"baselines\""));
+    // trace = true: a trace per cell of a scheduled policy, none for host.
+    let trace = pacer::trace::TraceFile::read(&out.join("traces/ok_short_haiku_r1.trace")).unwrap();
+    assert!(trace.complete && trace.vms.len() == 2);
+    assert!(!out.join("traces/ok_short_host_r1.trace").exists());
+}
+
+#[test]
+fn pacer_sim_prints_what_the_front_end_prints() {
+    use vcpu_sched::sim::front::{run_scenario, SimOptions};
+    let scenario = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../vcpu_sched/scenarios/03_bursty_waker.toml");
+    let out = pacer()
+        .arg("sim")
+        .arg(&scenario)
+        .args(["--compare", "--duration-ms", "300", "--seed", "7"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let opts = SimOptions {
+        file: scenario.clone(),
+        policies: vcpu_sched::PolicyKind::ALL.to_vec(),
+        duration_ms: Some(300),
+        seed: Some(7),
+        scale: 1,
+        ..Default::default()
+    };
+    let mut expected = Vec::new();
+    run_scenario(&opts, &mut expected, &mut Vec::new()).unwrap();
+    // Everything but the host-speed lines is deterministic.
+    let strip = |t: &[u8]| -> Vec<String> {
+        String::from_utf8_lossy(t)
+            .lines()
+            .filter(|l| !l.starts_with("speed [") && !l.starts_with("events "))
+            .map(str::to_string)
+            .collect()
+    };
+    let got = strip(&out.stdout);
+    assert_eq!(got, strip(&expected));
+    assert!(got.iter().any(|l| l == "summary:"), "{got:?}");
+    assert!(
+        got.iter().any(|l| l.contains("worst group p99 wake")),
+        "{got:?}"
+    );
+    // A missing scenario is bad input.
+    let missing = pacer().args(["sim", "/nonexistent.toml"]).output().unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+}
+
+#[test]
+fn shipped_matrices_validate() {
+    let benches = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../benches");
+    let host = vmm::config::HostInfo {
+        online: vcpu_engine::host_cpus::HostCpuSet::parse_list("0-1").unwrap(),
+        resources: Default::default(),
+    };
+    let kernel = guests::bench_guest_elf().display().to_string();
+    for (name, cells) in [("smoke", 36), ("seeds", 455), ("unixbench", 42)] {
+        let path = benches.join(format!("{name}.toml"));
+        // The guest image at the path the build gives it, not guests/out/.
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("../guests/out/bench-guest.elf", &kernel);
+        let m = pacer::bench::Matrix::parse(&text, &path, &host)
+            .unwrap_or_else(|e| panic!("{name}.toml: {e}"));
+        assert_eq!(pacer::bench::cells::expand(&m).len(), cells, "{name}");
+    }
+}
+
+#[test]
+fn sigint_stops_the_run_without_recording_the_cell_in_progress() {
+    if !kvm_or_skip("sigint_stops_the_run_without_recording_the_cell_in_progress") {
+        return;
+    }
+    let dir = TempDir::new("bench-int");
+    // Long cells under a Pacer policy, so the signal lands inside one.
+    let m = matrix(
+        &dir.0,
+        &RESUMABLE
+            .replace("policies = [\"host\", \"haiku\"]", "policies = [\"haiku\"]")
+            .replace("duration_ms = 400", "duration_ms = 3000"),
+    );
+    let out = dir.0.join("out");
+    let child = pacer()
+        .arg("bench")
+        .arg(&m)
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: sending SIGINT to our own child process.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let done = child.wait_with_output().unwrap();
+    assert_eq!(done.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert!(err.contains("--resume"), "{err}");
+    let (recs, _) = read_jsonl(&out.join("results.jsonl")).unwrap();
+    assert!(
+        recs.is_empty(),
+        "the interrupted cell is not recorded: {recs:?}"
+    );
+    assert!(
+        out.join("report.html").exists(),
+        "the report is written on the way out"
+    );
+}
