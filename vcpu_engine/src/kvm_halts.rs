@@ -248,26 +248,39 @@ pub(crate) fn spawn_watcher(
             // to it (milliseconds next to a CPU-bound vCPU).
             crate::timers::run_like_an_interrupt("kvm-irqchip watcher", rank);
             crate::thread_hook::thread_started(crate::thread_hook::EngineThread::Timers);
+            let mut next = period;
             loop {
-                std::thread::sleep(period);
+                std::thread::sleep(next);
                 let Some(e) = engine.upgrade() else { return };
                 if e.is_shutting_down() {
                     return;
                 }
-                sample(&e);
+                // With nothing halted in KVM to watch (CPU-bound vCPUs
+                // only), each look is a thread switch on a CPU a vCPU
+                // wants: look less often, up to QUIET_STRETCH periods.
+                next = if sample(&e) {
+                    (next * 2).min(period * QUIET_STRETCH)
+                } else {
+                    period
+                };
             }
         })
 }
 
-/// One round of the watcher.
-fn sample(e: &Engine) {
+/// How many periods the ranked agent's look may stretch to while no vCPU
+/// is halted in KVM.
+const QUIET_STRETCH: u32 = 8;
+
+/// One round of the watcher; true if it found nothing to watch (the ranked
+/// dispatch's agent with no vCPU halted in KVM and nothing done).
+fn sample(e: &Engine) -> bool {
     let counters = e.kvm_watch_counters();
     if e.dispatch_kind().ranked() {
-        let (samples, halts, wakes) = e.ranked_sample();
-        counters.samples.fetch_add(samples, Ordering::Relaxed);
-        counters.halts.fetch_add(halts, Ordering::Relaxed);
-        counters.wakes.fetch_add(wakes, Ordering::Relaxed);
-        return;
+        let look = e.ranked_sample();
+        counters.samples.fetch_add(look.samples, Ordering::Relaxed);
+        counters.halts.fetch_add(look.halts, Ordering::Relaxed);
+        counters.wakes.fetch_add(look.wakes, Ordering::Relaxed);
+        return look.quiet();
     }
     for vm in e.live_vms() {
         for v in vm.vcpus() {
@@ -302,6 +315,7 @@ fn sample(e: &Engine) {
             }
         }
     }
+    false
 }
 
 #[cfg(test)]

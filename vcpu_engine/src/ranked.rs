@@ -466,8 +466,9 @@ impl Engine {
     }
 
     /// One look of the agent at every vCPU (see the module documentation).
-    pub(crate) fn ranked_sample(&self) -> (u64, u64, u64) {
+    pub(crate) fn ranked_sample(&self) -> Look {
         let (mut samples, mut halts, mut wakes) = (0, 0, 0);
+        let mut watched = 0;
         for vm in self.live_vms() {
             for v in vm.vcpus() {
                 let Some(stats) = v.kvm_blocking.get() else {
@@ -482,6 +483,7 @@ impl Engine {
                         halts += 1;
                     }
                     RunState::HaltedInKvm => {
+                        watched += 1;
                         // KVM's `blocking` is cleared by the woken thread
                         // when it runs: one KVM woke but that has not run
                         // (ranked below the CPU's owner) still reads 1.
@@ -526,7 +528,12 @@ impl Engine {
                 }
             }
         }
-        (samples, halts, wakes)
+        Look {
+            samples,
+            halts,
+            wakes,
+            watched,
+        }
     }
 
     /// Take every vCPU of `vm` off its CPU and out of the scheduler's
@@ -627,6 +634,25 @@ fn thread_runnable(v: &EngineVcpu) -> bool {
         .rposition(|b| *b == b')')
         .and_then(|i| text.get(i + 2))
         .is_some_and(|s| *s == b'R')
+}
+
+/// What one look of the agent saw and did.
+pub(crate) struct Look {
+    /// vCPUs looked at.
+    pub samples: u64,
+    /// Owners found halted (their CPUs given back).
+    pub halts: u64,
+    /// Halted vCPUs found awake for good (woken in the scheduler).
+    pub wakes: u64,
+    /// vCPUs halted in KVM at the look.
+    pub watched: u64,
+}
+
+impl Look {
+    /// Nothing halted in KVM to watch, nothing done.
+    pub fn quiet(&self) -> bool {
+        self.halts == 0 && self.wakes == 0 && self.watched == 0
+    }
 }
 
 /// Whether `v`'s thread sleeps in KVM's halt now (false if unknown).
