@@ -129,8 +129,7 @@ impl CoreLoad {
     /// ready now. Updates the high-load hysteresis from the per-CPU load.
     /// Returns whether this call rolled the epoch.
     pub fn maybe_roll(&self, now: Nanos, cpus: usize, t: &Tunables) -> bool {
-        let start = self.epoch_start.load(Ordering::Relaxed);
-        if now < start.saturating_add(t.load_epoch) {
+        if !self.epoch_over(now, t) {
             return false;
         }
         let _w = self.roll.write();
@@ -150,6 +149,15 @@ impl CoreLoad {
         self.epoch_start.store(now, Ordering::Relaxed);
         self.update_high(self.per_cpu(cpus), t);
         true
+    }
+
+    /// Whether the current epoch is over at `now` (`maybe_roll` would roll).
+    #[inline]
+    pub fn epoch_over(&self, now: Nanos, t: &Tunables) -> bool {
+        now >= self
+            .epoch_start
+            .load(Ordering::Relaxed)
+            .saturating_add(t.load_epoch)
     }
 
     /// Haiku's two heaps as a flag with hysteresis.
