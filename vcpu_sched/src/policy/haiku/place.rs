@@ -22,24 +22,41 @@ impl HaikuScheduler {
         origin: Option<CpuId>,
         now: Nanos,
     ) -> Candidate<'a> {
-        // A previous CPU its affinity no longer holds is no place to
-        // return to (its affinity changed since).
-        let prev = e.last_cpu.filter(|p| e.allowed().contains(*p));
-        let first = e.affinity.first().unwrap_or(CpuId(0));
-        let warm = prev.is_some_and(|p| {
+        let mut c = self.balance_candidate(e, id, origin, now);
+        c.warm = c.prev.is_some_and(|p| {
             self.m
                 .core_active(self.m.core_of(p))
                 .saturating_sub(e.last_core_active)
                 < self.tun().cache_expire
         });
+        c
+    }
+
+    /// `candidate` without its cache warmth (`warm` false, not looked
+    /// at): the rebalance and rotation rules (`ModeOps::rebalance`,
+    /// `rotation_target`, `least_loaded_core`) never read it, and
+    /// summing the core's active time is most of a candidate's cost on
+    /// every quantum end.
+    pub(super) fn balance_candidate<'a>(
+        &self,
+        e: &'a Entity,
+        id: EntityId,
+        origin: Option<CpuId>,
+        now: Nanos,
+    ) -> Candidate<'a> {
+        // A previous CPU its affinity no longer holds is no place to
+        // return to (its affinity changed since).
+        let prev = e.last_cpu.filter(|p| e.allowed().contains(*p));
         Candidate {
             affinity: e.allowed(),
             vm: e.vm,
             class: e.prio.class,
             effective: e.prio.effective(),
-            origin: origin.or(prev).unwrap_or(first),
+            origin: origin
+                .or(prev)
+                .unwrap_or_else(|| e.affinity.first().unwrap_or(CpuId(0))),
             prev,
-            warm,
+            warm: false,
             load: e.load.load,
             interactive: e.is_interactive(self.tun().bursty_load),
             now,
@@ -289,7 +306,7 @@ impl HaikuScheduler {
         if !self.m.covers_core(e.allowed(), core) {
             return QueueRef::Pinned(cpu);
         }
-        let c = self.candidate(e, id, Some(cpu), now);
+        let c = self.balance_candidate(e, id, Some(cpu), now);
         let mut target = self.ops().rebalance(&self.m, &c, core, self.tun());
         let mut rotated = false;
         if target == core {
