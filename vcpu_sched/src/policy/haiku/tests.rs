@@ -1590,7 +1590,10 @@ fn has_waiting_says_whether_a_quantum_end_would_pick_another() {
     let a = d.ts(1, None);
     d.wake(a);
     assert_eq!(d.cpu_of(a), Some(0));
-    assert!(!d.s.has_waiting(CpuId(0)), "alone: a quantum end re-picks it");
+    assert!(
+        !d.s.has_waiting(CpuId(0)),
+        "alone: a quantum end re-picks it"
+    );
     let b = d.ts(2, None);
     let w = d.wake(b).unwrap();
     assert!(!w.kick);
