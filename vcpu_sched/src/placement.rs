@@ -33,7 +33,7 @@ use crate::run_queue::{QueueEntry, RunQueue};
 use crate::tunables::Tunables;
 use crate::{CoreId, CpuId, CpuSet, Distance, LlcId, Nanos, SchedClass, Topology, VmId};
 use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// `CpuSlot::running` when the CPU runs nothing.
@@ -985,6 +985,25 @@ impl Machine {
             g.push_back(entry);
         }
         self.publish_len(q, len, g.len());
+    }
+
+    /// `push`, returning the queue still locked: its next pop is the
+    /// caller's, in the same hold (see `HaikuScheduler::stop_running`).
+    pub fn push_held(
+        &self,
+        q: QueueRef,
+        entry: QueueEntry,
+        front: bool,
+    ) -> MutexGuard<'_, RunQueue> {
+        let (lock, len) = self.queue(q);
+        let mut g = lock.lock();
+        if front {
+            g.push_front(entry);
+        } else {
+            g.push_back(entry);
+        }
+        self.publish_len(q, len, g.len());
+        g
     }
 
     /// Remove a specific entry; false if it is not there (being popped).

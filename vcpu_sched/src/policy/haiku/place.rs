@@ -8,8 +8,9 @@ use super::HaikuScheduler;
 use crate::entity::{Entity, QueueRef, RunState};
 use crate::mode::rotation_target;
 use crate::placement::Candidate;
-use crate::run_queue::QueueEntry;
+use crate::run_queue::{QueueEntry, RunQueue};
 use crate::{CoreId, CpuId, EntityId, LlcId, Nanos, SchedClass, WakeDecision};
+use parking_lot::MutexGuard;
 use std::sync::atomic::{fence, Ordering};
 
 impl HaikuScheduler {
@@ -119,6 +120,27 @@ impl HaikuScheduler {
         q: QueueRef,
         front: bool,
     ) {
+        let entry = self.queued(e, id, seq, q);
+        self.m.push(q, entry, front);
+    }
+
+    /// `enqueue`, keeping `q` locked for the caller's pick from it (a
+    /// quantum end's requeue on its own core's queue, `Stopped::held`).
+    pub(super) fn enqueue_held(
+        &self,
+        e: &mut Entity,
+        id: EntityId,
+        seq: &mut u64,
+        q: QueueRef,
+        front: bool,
+    ) -> MutexGuard<'_, RunQueue> {
+        let entry = self.queued(e, id, seq, q);
+        self.m.push_held(q, entry, front)
+    }
+
+    /// Mark the entity queued on `q` (its load charged to that queue's
+    /// core) and return the entry to push there.
+    fn queued(&self, e: &mut Entity, id: EntityId, seq: &mut u64, q: QueueRef) -> QueueEntry {
         *seq += 1;
         let level = e.prio.effective();
         let entry = QueueEntry {
@@ -135,7 +157,7 @@ impl HaikuScheduler {
             seq: *seq,
             level,
         };
-        self.m.push(q, entry, front);
+        entry
     }
 
     /// `enqueue`, then make sure a CPU in service picks from that queue.
@@ -156,6 +178,19 @@ impl HaikuScheduler {
         now: Nanos,
     ) -> Option<(CpuId, bool)> {
         self.enqueue(e, id, seq, q, front);
+        self.serve(e, id, seq, q, now)
+    }
+
+    /// The check of `enqueue_served` after its push: an entity queued on
+    /// `q` moves to a served queue if no CPU in service serves `q`.
+    pub(super) fn serve(
+        &self,
+        e: &mut Entity,
+        id: EntityId,
+        seq: &mut u64,
+        q: QueueRef,
+        now: Nanos,
+    ) -> Option<(CpuId, bool)> {
         if self.m.serves(q) {
             return None;
         }
