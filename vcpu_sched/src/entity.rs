@@ -22,7 +22,8 @@ use crate::shares::{Bucket, DEFAULT_WEIGHT, RESERVED_PRIORITY};
 use crate::stats::MigrationCounts;
 use crate::tunables::{Mode, QuantumTable, Tunables};
 use crate::{
-    CoreId, CpuId, CpuSet, EntityId, LatencyHistogram, Nanos, SchedClass, StopReason, VmId,
+    CoreId, CpuId, CpuSet, Distance, EntityId, LatencyHistogram, Nanos, SchedClass, StopReason,
+    VmId,
 };
 use std::sync::Arc;
 
@@ -413,10 +414,13 @@ impl Entity {
 
     /// The entity is ready on `core`: charge its load there.
     pub fn charge_ready(&mut self, m: &Machine, core: CoreId) {
+        if self.load_ready && self.load_core == Some(core) {
+            // Charged there already (a requeue or dispatch on its core).
+            return;
+        }
         let load = self.load.load;
         let weight = self.share_weight();
         match self.load_core {
-            Some(c) if c == core && self.load_ready => return,
             Some(c) if self.load_ready => {
                 m.load_of(c).remove(self.charged, true, self.charged_weight);
                 m.load_of(c).remove_slice(self.charged_slice);
@@ -564,8 +568,10 @@ impl Entity {
         }
         match self.last_cpu {
             Some(prev) => {
-                self.counters.migrations.record(m.distance(prev, cpu));
-                if m.core_of(prev) != m.core_of(cpu) {
+                let d = m.distance(prev, cpu);
+                self.counters.migrations.record(d);
+                // The same CPU or an SMT sibling: the same core.
+                if !matches!(d, Distance::SameCpu | Distance::SmtSibling) {
                     self.core_since = now;
                 }
             }

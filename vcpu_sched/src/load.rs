@@ -51,8 +51,12 @@ impl EntityLoad {
         if self.available < interval {
             return false;
         }
-        let new = ((self.active as u128 * LOAD_SCALE as u128) / self.available as u128)
-            .min(LOAD_SCALE as u128) as u64;
+        let new = match self.active.checked_mul(LOAD_SCALE as u64) {
+            // The usual case in u64 (a u128 division is a library call).
+            Some(scaled) => (scaled / self.available).min(LOAD_SCALE as u64),
+            None => ((self.active as u128 * LOAD_SCALE as u128) / self.available as u128)
+                .min(LOAD_SCALE as u128) as u64,
+        };
         let n = self.available / interval;
         let old = self.load;
         self.load = if n > MAX_DECAY_SHIFT {
