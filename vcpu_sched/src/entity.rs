@@ -413,11 +413,17 @@ impl Entity {
     // ---- load charging (Haiku's AddLoad / RemoveLoad with epochs) ----
 
     /// The entity is ready on `core`: charge its load there.
+    #[inline]
     pub fn charge_ready(&mut self, m: &Machine, core: CoreId) {
-        if self.load_ready && self.load_core == Some(core) {
-            // Charged there already (a requeue or dispatch on its core).
-            return;
+        // Charged there already (a requeue or dispatch on its core): the
+        // usual case, checked inline.
+        if !(self.load_ready && self.load_core == Some(core)) {
+            self.charge_on(m, core);
         }
+    }
+
+    #[inline(never)]
+    fn charge_on(&mut self, m: &Machine, core: CoreId) {
         let load = self.load.load;
         let weight = self.share_weight();
         match self.load_core {

@@ -1065,12 +1065,19 @@ impl Machine {
     #[inline]
     pub fn publish_len(&self, q: QueueRef, mirror: &AtomicUsize, len: usize) {
         // A release store: the lost-wake-up protocol needs order only on
-        // the transitions, whose bit and count updates below are SeqCst.
+        // the transitions, whose bit and count updates are SeqCst (out of
+        // line: most pushes and pops do not empty or fill a queue).
         let old = mirror.load(Ordering::Relaxed);
         mirror.store(len, Ordering::Release);
-        if (old == 0) == (len == 0) {
-            return;
+        if (old == 0) != (len == 0) {
+            self.publish_transition(q, len);
         }
+    }
+
+    /// A queue became empty (`len` 0) or non-empty: its bit in the work
+    /// bitmaps and its LLC's count (`publish_len`, under the queue's lock).
+    #[inline(never)]
+    fn publish_transition(&self, q: QueueRef, len: usize) {
         let (words, l, i, one) = match q {
             QueueRef::Core(core) => {
                 let (l, i) = self.idle.core_pos[core.0 as usize];
