@@ -169,6 +169,9 @@ pub(crate) struct Machine {
     /// so the slot is written at most once per core and epoch, never per
     /// operation. A hint: `least_loaded_core` compares live loads.
     llc_light: Vec<CachePadded<AtomicU32>>,
+    /// Per CPU, the other CPUs of its core (its SMT siblings), read on
+    /// every `schedule` for the foreign-VM statistic.
+    siblings: Vec<Box<[CpuId]>>,
 }
 
 /// An entity's hard affinity as placement reads it. `all` (the set holds
@@ -265,7 +268,20 @@ impl Machine {
             .iter()
             .map(|c| core_order_from(&topo, c.id))
             .collect();
+        let siblings = topo
+            .cpus
+            .iter()
+            .map(|c| {
+                topo.cores[c.core.0 as usize]
+                    .cpus
+                    .iter()
+                    .copied()
+                    .filter(|s| *s != c.id)
+                    .collect()
+            })
+            .collect();
         Machine {
+            siblings,
             topo,
             cpus,
             cores,
@@ -306,10 +322,9 @@ impl Machine {
     /// Whether an SMT sibling of `cpu` runs an entity of another VM.
     #[inline]
     pub fn sibling_foreign(&self, cpu: CpuId, vm: VmId) -> bool {
-        self.core_cpus(self.core_of(cpu)).iter().any(|s| {
+        self.siblings[cpu.0 as usize].iter().any(|s| {
             let slot = &self.cpus[s.0 as usize];
-            *s != cpu
-                && slot.running.load(Ordering::SeqCst) != NO_ENTITY
+            slot.running.load(Ordering::SeqCst) != NO_ENTITY
                 && slot.vm.load(Ordering::SeqCst) != vm.0
         })
     }
@@ -334,11 +349,14 @@ impl Machine {
     #[inline]
     pub fn add_active(&self, cpu: CpuId, ran: Nanos) -> Nanos {
         let own = &self.cpus[cpu.0 as usize].active_time;
-        own.store(
-            own.load(Ordering::Relaxed).wrapping_add(ran),
-            Ordering::Relaxed,
-        );
-        self.core_active(self.core_of(cpu))
+        let mine = own.load(Ordering::Relaxed).wrapping_add(ran);
+        own.store(mine, Ordering::Relaxed);
+        // `core_active`: this CPU's time and its siblings' (a wrapping
+        // sum, in any order).
+        self.siblings[cpu.0 as usize]
+            .iter()
+            .map(|s| self.cpus[s.0 as usize].active_time.load(Ordering::Relaxed))
+            .fold(mine, Nanos::wrapping_add)
     }
 
     /// Whether the affinity covers every CPU of the core (may use its queue).
