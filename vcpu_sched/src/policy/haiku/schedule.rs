@@ -186,16 +186,24 @@ impl HaikuScheduler {
 
     /// Best entry of the CPU's pinned queue and its core's queue; `held`:
     /// the core queue, locked since the requeue (`Stopped::held`; the
-    /// pinned queue was empty then, and is not locked after it).
+    /// pinned queue was empty then, and is not locked after it: the lock
+    /// order puts it first).
     fn take_local(&self, cpu: CpuId, held: Option<MutexGuard<'_, RunQueue>>) -> Local {
         let core = self.m.core_of(cpu);
         let slot = &self.m.cpus[cpu.0 as usize];
         let cs = &self.m.cores[core.0 as usize];
+        if let Some(mut shared) = held {
+            // Held only with the pinned queue empty and SMT isolation off
+            // (`Stopped::held`): the pick is the core queue's head.
+            let got = shared.pop();
+            self.m
+                .publish_len(QueueRef::Core(core), &cs.queued, shared.len());
+            return got.map_or(Local::Empty, Local::Got);
+        }
         // The pinned queue is locked only when its mirror shows entries: a
         // push that races with this look is one that came after it.
-        let mut pinned = (held.is_none() && slot.pinned_len.load(Ordering::SeqCst) > 0)
-            .then(|| slot.pinned.lock());
-        let mut shared = held.unwrap_or_else(|| cs.queue.lock());
+        let mut pinned = (slot.pinned_len.load(Ordering::SeqCst) > 0).then(|| slot.pinned.lock());
+        let mut shared = cs.queue.lock();
         let rank = |h: &QueueEntry| ((h.level, std::cmp::Reverse(h.since)), h.vm);
         let p = pinned.as_ref().and_then(|g| g.head()).map(rank);
         let s = shared.head().map(rank);
