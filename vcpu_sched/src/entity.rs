@@ -22,7 +22,8 @@ use crate::shares::{Bucket, DEFAULT_WEIGHT, RESERVED_PRIORITY};
 use crate::stats::MigrationCounts;
 use crate::tunables::{Mode, QuantumTable, Tunables};
 use crate::{
-    CoreId, CpuId, CpuSet, EntityId, LatencyHistogram, Nanos, SchedClass, StopReason, VmId,
+    CoreId, CpuId, CpuSet, Distance, EntityId, LatencyHistogram, Nanos, SchedClass, StopReason,
+    VmId,
 };
 use std::sync::Arc;
 
@@ -412,11 +413,20 @@ impl Entity {
     // ---- load charging (Haiku's AddLoad / RemoveLoad with epochs) ----
 
     /// The entity is ready on `core`: charge its load there.
+    #[inline]
     pub fn charge_ready(&mut self, m: &Machine, core: CoreId) {
+        // Charged there already (a requeue or dispatch on its core): the
+        // usual case, checked inline.
+        if !(self.load_ready && self.load_core == Some(core)) {
+            self.charge_on(m, core);
+        }
+    }
+
+    #[inline(never)]
+    fn charge_on(&mut self, m: &Machine, core: CoreId) {
         let load = self.load.load;
         let weight = self.share_weight();
         match self.load_core {
-            Some(c) if c == core && self.load_ready => return,
             Some(c) if self.load_ready => {
                 m.load_of(c).remove(self.charged, true, self.charged_weight);
                 m.load_of(c).remove_slice(self.charged_slice);
@@ -564,8 +574,10 @@ impl Entity {
         }
         match self.last_cpu {
             Some(prev) => {
-                self.counters.migrations.record(m.distance(prev, cpu));
-                if m.core_of(prev) != m.core_of(cpu) {
+                let d = m.distance(prev, cpu);
+                self.counters.migrations.record(d);
+                // The same CPU or an SMT sibling: the same core.
+                if !matches!(d, Distance::SameCpu | Distance::SmtSibling) {
                     self.core_since = now;
                 }
             }

@@ -51,8 +51,12 @@ impl EntityLoad {
         if self.available < interval {
             return false;
         }
-        let new = ((self.active as u128 * LOAD_SCALE as u128) / self.available as u128)
-            .min(LOAD_SCALE as u128) as u64;
+        let new = match self.active.checked_mul(LOAD_SCALE as u64) {
+            // The usual case in u64 (a u128 division is a library call).
+            Some(scaled) => (scaled / self.available).min(LOAD_SCALE as u64),
+            None => ((self.active as u128 * LOAD_SCALE as u128) / self.available as u128)
+                .min(LOAD_SCALE as u128) as u64,
+        };
         let n = self.available / interval;
         let old = self.load;
         self.load = if n > MAX_DECAY_SHIFT {
@@ -129,8 +133,7 @@ impl CoreLoad {
     /// ready now. Updates the high-load hysteresis from the per-CPU load.
     /// Returns whether this call rolled the epoch.
     pub fn maybe_roll(&self, now: Nanos, cpus: usize, t: &Tunables) -> bool {
-        let start = self.epoch_start.load(Ordering::Relaxed);
-        if now < start.saturating_add(t.load_epoch) {
+        if !self.epoch_over(now, t) {
             return false;
         }
         let _w = self.roll.write();
@@ -150,6 +153,15 @@ impl CoreLoad {
         self.epoch_start.store(now, Ordering::Relaxed);
         self.update_high(self.per_cpu(cpus), t);
         true
+    }
+
+    /// Whether the current epoch is over at `now` (`maybe_roll` would roll).
+    #[inline]
+    pub fn epoch_over(&self, now: Nanos, t: &Tunables) -> bool {
+        now >= self
+            .epoch_start
+            .load(Ordering::Relaxed)
+            .saturating_add(t.load_epoch)
     }
 
     /// Haiku's two heaps as a flag with hysteresis.

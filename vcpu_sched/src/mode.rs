@@ -70,17 +70,18 @@ pub(crate) fn rotation_target(
     if t.rotate_after == 0 || c.now.saturating_sub(last) < t.rotate_after || arrived_with_last {
         return None;
     }
+    // The balance search of this epoch found no lighter core (the memo
+    // `rebalance` leaves; an evenly overloaded machine stops here). Looked
+    // at before the crowding below: two loads, where that is a loop.
+    if m.calm_gap(core)
+        .is_some_and(|gap| gap + t.load_difference as i64 <= 0)
+    {
+        return None;
+    }
     let cpus = m.core_cpus(core).len().max(1);
     // The stopped entity is in no queue yet: it makes one more.
     let here = m.ready_on_core(core) + 1;
     if here <= cpus {
-        return None;
-    }
-    // The balance search of this epoch found no lighter core (the memo
-    // `rebalance` leaves; an evenly overloaded machine stops here).
-    if m.calm_gap(core)
-        .is_some_and(|gap| gap + t.load_difference as i64 <= 0)
-    {
         return None;
     }
     let other = m.least_loaded_core(c).filter(|o| *o != core)?;

@@ -33,7 +33,7 @@ use crate::run_queue::{QueueEntry, RunQueue};
 use crate::tunables::Tunables;
 use crate::{CoreId, CpuId, CpuSet, Distance, LlcId, Nanos, SchedClass, Topology, VmId};
 use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// `CpuSlot::running` when the CPU runs nothing.
@@ -169,6 +169,9 @@ pub(crate) struct Machine {
     /// so the slot is written at most once per core and epoch, never per
     /// operation. A hint: `least_loaded_core` compares live loads.
     llc_light: Vec<CachePadded<AtomicU32>>,
+    /// Per CPU, the other CPUs of its core (its SMT siblings), read on
+    /// every `schedule` for the foreign-VM statistic.
+    siblings: Vec<Box<[CpuId]>>,
 }
 
 /// An entity's hard affinity as placement reads it. `all` (the set holds
@@ -265,7 +268,20 @@ impl Machine {
             .iter()
             .map(|c| core_order_from(&topo, c.id))
             .collect();
+        let siblings = topo
+            .cpus
+            .iter()
+            .map(|c| {
+                topo.cores[c.core.0 as usize]
+                    .cpus
+                    .iter()
+                    .copied()
+                    .filter(|s| *s != c.id)
+                    .collect()
+            })
+            .collect();
         Machine {
+            siblings,
             topo,
             cpus,
             cores,
@@ -284,11 +300,13 @@ impl Machine {
     }
 
     /// Core of a (valid) CPU.
+    #[inline]
     pub fn core_of(&self, cpu: CpuId) -> CoreId {
         self.topo.cpus[cpu.0 as usize].core
     }
 
     /// The load accounting of a core.
+    #[inline]
     pub fn load_of(&self, core: CoreId) -> &CoreLoad {
         &self.cores[core.0 as usize].load
     }
@@ -302,21 +320,23 @@ impl Machine {
     }
 
     /// Whether an SMT sibling of `cpu` runs an entity of another VM.
+    #[inline]
     pub fn sibling_foreign(&self, cpu: CpuId, vm: VmId) -> bool {
-        self.core_cpus(self.core_of(cpu)).iter().any(|s| {
+        self.siblings[cpu.0 as usize].iter().any(|s| {
             let slot = &self.cpus[s.0 as usize];
-            *s != cpu
-                && slot.running.load(Ordering::SeqCst) != NO_ENTITY
+            slot.running.load(Ordering::SeqCst) != NO_ENTITY
                 && slot.vm.load(Ordering::SeqCst) != vm.0
         })
     }
 
     /// CPUs of a core.
+    #[inline]
     pub fn core_cpus(&self, core: CoreId) -> &[CpuId] {
         &self.topo.cores[core.0 as usize].cpus
     }
 
     /// Haiku's core active time: the busy time of the core's CPUs.
+    #[inline]
     pub fn core_active(&self, core: CoreId) -> Nanos {
         self.core_cpus(core)
             .iter()
@@ -326,13 +346,17 @@ impl Machine {
 
     /// `cpu` was busy `ran` more: its share of the core active time, then
     /// the core's total. Only `cpu`'s own `schedule` calls this.
+    #[inline]
     pub fn add_active(&self, cpu: CpuId, ran: Nanos) -> Nanos {
         let own = &self.cpus[cpu.0 as usize].active_time;
-        own.store(
-            own.load(Ordering::Relaxed).wrapping_add(ran),
-            Ordering::Relaxed,
-        );
-        self.core_active(self.core_of(cpu))
+        let mine = own.load(Ordering::Relaxed).wrapping_add(ran);
+        own.store(mine, Ordering::Relaxed);
+        // `core_active`: this CPU's time and its siblings' (a wrapping
+        // sum, in any order).
+        self.siblings[cpu.0 as usize]
+            .iter()
+            .map(|s| self.cpus[s.0 as usize].active_time.load(Ordering::Relaxed))
+            .fold(mine, Nanos::wrapping_add)
     }
 
     /// Whether the affinity covers every CPU of the core (may use its queue).
@@ -357,6 +381,7 @@ impl Machine {
     }
 
     /// Entities ready on a core: queued in its queue and pinned queues, plus running.
+    #[inline]
     pub fn ready_on_core(&self, core: CoreId) -> usize {
         let c = &self.cores[core.0 as usize];
         let cpus = self.core_cpus(core);
@@ -371,6 +396,7 @@ impl Machine {
 
     /// Core load per CPU at `now` (rolling the core's epoch first if it is
     /// over, so a core nobody schedules on does not keep stale sleepers).
+    #[inline]
     pub fn core_load(&self, core: CoreId, now: Nanos) -> u32 {
         self.roll(core, now);
         self.cores[core.0 as usize]
@@ -380,7 +406,17 @@ impl Machine {
 
     /// Roll the core's load epoch if it is over; a core whose epoch rolls
     /// offers itself as its LLC's light core.
+    /// The check whether the epoch is over is inline (one load and a
+    /// compare on every call); the roll itself is out of line.
+    #[inline]
     pub fn roll(&self, core: CoreId, now: Nanos) {
+        if self.cores[core.0 as usize].load.epoch_over(now, &self.tun) {
+            self.roll_over(core, now);
+        }
+    }
+
+    #[inline(never)]
+    fn roll_over(&self, core: CoreId, now: Nanos) {
         let cpus = self.core_cpus(core).len();
         let load = &self.cores[core.0 as usize].load;
         if !load.maybe_roll(now, cpus, &self.tun) {
@@ -409,6 +445,7 @@ impl Machine {
     /// epoch, if one ran and found no move worth it. Core loads change by
     /// epochs, so within one the answer stands for entities at least as
     /// heavy; a new epoch forgets it.
+    #[inline]
     pub fn calm_gap(&self, core: CoreId) -> Option<i64> {
         let c = &self.cores[core.0 as usize];
         let memo = c.calm.load(Ordering::Relaxed);
@@ -416,6 +453,7 @@ impl Machine {
     }
 
     /// When an entity last rotated into or out of `core`.
+    #[inline]
     pub fn rotated_at(&self, core: CoreId) -> Nanos {
         self.cores[core.0 as usize]
             .rotated_at
@@ -467,6 +505,7 @@ impl Machine {
 
     /// Take `cpu` out of the available set; true if this call did it (the
     /// caller then owns the duty to kick it, or is the CPU itself).
+    #[inline]
     pub fn claim(&self, cpu: CpuId) -> bool {
         let (l, i) = self.idle.cpu_pos[cpu.0 as usize];
         let word = &self.idle.cpu_words[l][i / 64];
@@ -488,6 +527,7 @@ impl Machine {
     }
 
     /// SMT isolation: may an entity of `vm` start on a CPU of `core` now?
+    #[inline]
     pub fn compatible(&self, core: CoreId, vm: VmId) -> bool {
         if !self.smt_isolation {
             return true;
@@ -498,6 +538,7 @@ impl Machine {
 
     /// SMT isolation: register a CPU of `core` as running `vm`; fails if a
     /// sibling runs another VM.
+    #[inline]
     pub fn occupy(&self, core: CoreId, vm: VmId) -> bool {
         if !self.smt_isolation {
             return true;
@@ -518,6 +559,7 @@ impl Machine {
     }
 
     /// SMT isolation: a CPU of `core` stopped running an entity.
+    #[inline]
     pub fn vacate(&self, core: CoreId) {
         if self.smt_isolation {
             let occ = &self.cores[core.0 as usize].occupancy;
@@ -736,6 +778,7 @@ impl Machine {
 
     /// Cores the entity may run on: at least one CPU in service, and
     /// (unless it may use every CPU) an allowed CPU.
+    #[inline]
     pub fn eligible(&self, core: CoreId, affinity: Allowed) -> bool {
         self.core_in_service(core)
             && (affinity.all || self.core_cpus(core).iter().any(|c| affinity.contains(*c)))
@@ -744,11 +787,13 @@ impl Machine {
     // ---- CPUs in and out of service ----
 
     /// Whether `cpu` is in service.
+    #[inline]
     pub fn in_service(&self, cpu: CpuId) -> bool {
         self.cpus[cpu.0 as usize].in_service.load(Ordering::Acquire)
     }
 
     /// Whether any CPU of `core` is in service.
+    #[inline]
     pub fn core_in_service(&self, core: CoreId) -> bool {
         self.cores[core.0 as usize]
             .in_service
@@ -808,15 +853,9 @@ impl Machine {
     pub fn least_loaded_core(&self, c: &Candidate) -> Option<CoreId> {
         let origin_core = self.core_of(c.origin);
         let near = self.cores_near(origin_core);
-        let key = |core: &CoreId| {
-            (
-                self.cores[core.0 as usize].load.is_high(),
-                self.core_load(*core, c.now),
-            )
-        };
-        let eligible = |core: &CoreId| self.eligible(*core, c.affinity);
+        let key = |core: &CoreId| self.balance_key(*core, c.now);
         if near.len() <= self.balance_candidates {
-            return near.iter().copied().filter(eligible).min_by_key(key);
+            return self.lightest(near.iter().copied(), c);
         }
         // `near` is the origin, then the rest of its LLC, then the others.
         let llc = self.topo.cores[origin_core.0 as usize].llc;
@@ -840,21 +879,46 @@ impl Machine {
         let n_local = local.len().min(budget - n_remote);
         let local = (0..n_local).map(|i| local[(cursor + i) % local.len()]);
         let remote = (0..n_remote).map(|i| remote[(cursor + i) % remote.len()]);
-        std::iter::once(origin_core)
+        let sample = std::iter::once(origin_core)
             .chain(hints.into_iter().flatten())
             .chain(local)
-            .chain(remote)
-            .filter(eligible)
-            .min_by_key(key)
-            .or_else(|| {
-                // The affinity missed the sample: the cores of its CPUs.
-                c.affinity
-                    .set
-                    .iter()
-                    .filter(|s| (s.0 as usize) < self.cpus.len())
-                    .map(|s| self.core_of(s))
-                    .min_by_key(key)
-            })
+            .chain(remote);
+        self.lightest(sample, c).or_else(|| {
+            // The affinity missed the sample: the cores of its CPUs.
+            c.affinity
+                .set
+                .iter()
+                .filter(|s| (s.0 as usize) < self.cpus.len())
+                .map(|s| self.core_of(s))
+                .min_by_key(key)
+        })
+    }
+
+    /// A core's rank for `least_loaded_core` at `now`: outside the
+    /// high-load set first, then its load per CPU (the high flag read
+    /// before the load, which may roll the core's epoch).
+    #[inline]
+    fn balance_key(&self, core: CoreId, now: Nanos) -> (bool, u32) {
+        let high = self.cores[core.0 as usize].load.is_high();
+        (high, self.core_load(core, now))
+    }
+
+    /// The eligible core of `cores` with the lowest `balance_key`, the
+    /// first among equals (as `Iterator::min_by_key`), in one plain loop:
+    /// this runs on every balance search.
+    #[inline]
+    fn lightest(&self, cores: impl Iterator<Item = CoreId>, c: &Candidate) -> Option<CoreId> {
+        let mut best: Option<((bool, u32), CoreId)> = None;
+        for core in cores {
+            if !self.eligible(core, c.affinity) {
+                continue;
+            }
+            let k = self.balance_key(core, c.now);
+            if best.is_none_or(|(b, _)| k < b) {
+                best = Some((k, core));
+            }
+        }
+        best.map(|(_, core)| core)
     }
 
     /// Inside a core: the previous CPU if it runs lower priority than the
@@ -941,6 +1005,25 @@ impl Machine {
         self.publish_len(q, len, g.len());
     }
 
+    /// `push`, returning the queue still locked: its next pop is the
+    /// caller's, in the same hold (see `HaikuScheduler::stop_running`).
+    pub fn push_held(
+        &self,
+        q: QueueRef,
+        entry: QueueEntry,
+        front: bool,
+    ) -> MutexGuard<'_, RunQueue> {
+        let (lock, len) = self.queue(q);
+        let mut g = lock.lock();
+        if front {
+            g.push_front(entry);
+        } else {
+            g.push_back(entry);
+        }
+        self.publish_len(q, len, g.len());
+        g
+    }
+
     /// Remove a specific entry; false if it is not there (being popped).
     pub fn remove(&self, q: QueueRef, id: crate::EntityId, seq: u64, level: u8) -> bool {
         let (lock, len) = self.queue(q);
@@ -997,14 +1080,22 @@ impl Machine {
     /// Update a queue's length mirror and its bit in the work bitmaps.
     /// Call with the queue's lock held: its transitions between empty and
     /// non-empty are then ordered, and so are the bit updates.
+    #[inline]
     pub fn publish_len(&self, q: QueueRef, mirror: &AtomicUsize, len: usize) {
         // A release store: the lost-wake-up protocol needs order only on
-        // the transitions, whose bit and count updates below are SeqCst.
+        // the transitions, whose bit and count updates are SeqCst (out of
+        // line: most pushes and pops do not empty or fill a queue).
         let old = mirror.load(Ordering::Relaxed);
         mirror.store(len, Ordering::Release);
-        if (old == 0) == (len == 0) {
-            return;
+        if (old == 0) != (len == 0) {
+            self.publish_transition(q, len);
         }
+    }
+
+    /// A queue became empty (`len` 0) or non-empty: its bit in the work
+    /// bitmaps and its LLC's count (`publish_len`, under the queue's lock).
+    #[inline(never)]
+    fn publish_transition(&self, q: QueueRef, len: usize) {
         let (words, l, i, one) = match q {
             QueueRef::Core(core) => {
                 let (l, i) = self.idle.core_pos[core.0 as usize];

@@ -63,14 +63,17 @@ impl QueueEntry {
 
 impl RunQueue {
     /// Number of queued entries.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
+    #[inline]
     fn mark(&mut self, level: usize) {
         self.nonempty[level / 64] |= 1 << (level % 64);
     }
 
+    #[inline]
     fn unmark_if_empty(&mut self, level: usize) {
         if self.levels[level].is_empty() {
             self.nonempty[level / 64] &= !(1 << (level % 64));
@@ -78,6 +81,7 @@ impl RunQueue {
     }
 
     /// Queue at the tail of its level (quantum ended, new arrival).
+    #[inline]
     pub fn push_back(&mut self, entry: QueueEntry) {
         let level = clamp_level(entry.level);
         self.levels[level].push_back(QueueEntry {
@@ -89,6 +93,7 @@ impl RunQueue {
     }
 
     /// Queue at the head of its level (preempted with quantum left).
+    #[inline]
     pub fn push_front(&mut self, entry: QueueEntry) {
         let level = clamp_level(entry.level);
         self.levels[level].push_front(QueueEntry {
@@ -100,6 +105,7 @@ impl RunQueue {
     }
 
     /// Highest non-empty level, O(1).
+    #[inline]
     pub fn top_level(&self) -> Option<u8> {
         if self.nonempty[1] != 0 {
             Some((127 - self.nonempty[1].leading_zeros()) as u8)
@@ -111,12 +117,14 @@ impl RunQueue {
     }
 
     /// The entry that `pop` would return, O(1).
+    #[inline]
     pub fn head(&self) -> Option<&QueueEntry> {
         let level = self.top_level()?;
         self.levels[level as usize].front()
     }
 
     /// Take the oldest entry of the highest level.
+    #[inline]
     pub fn pop(&mut self) -> Option<QueueEntry> {
         let level = self.top_level()? as usize;
         let entry = self.levels[level].pop_front()?;

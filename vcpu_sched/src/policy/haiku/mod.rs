@@ -811,17 +811,23 @@ impl VcpuScheduler for HaikuScheduler {
         // This CPU is deciding now: wakers must not count it as idle.
         self.m.claim(cpu);
         acct.forced_idle = false;
-        let requeued = self.stop_running(cpu, now, reason, halted_ns, &mut acct);
+        let schedule::Stopped { requeued, mut held } =
+            self.stop_running(cpu, now, reason, halted_ns, &mut acct);
         if let Some((waker, _)) = acct.due.take() {
+            // (Never with the queue held: it was not taken then.)
+            drop(held.take());
             self.boost_due(waker, now);
         }
         // The entity this call requeued at its quantum end, due soon: the
         // turn this call dispatches is cut then.
         acct.due = acct.due_next.take();
         if self.renewals.due(now) {
+            // Due since the requeue looked: the queue is let go first.
+            drop(held.take());
             self.renew_due(now, &mut acct.kicks);
         }
         if !self.m.in_service(cpu) {
+            drop(held.take());
             // Out of service: hand on whatever still waits for this CPU,
             // run nothing, and stay claimed (never offered to wakers).
             self.evacuate(cpu, now, &mut acct.kicks);
@@ -837,7 +843,7 @@ impl VcpuScheduler for HaikuScheduler {
                 ..Dispatch::idle()
             });
         }
-        let mut d = self.pick_next(cpu, now, &mut acct);
+        let mut d = self.pick_next(cpu, now, &mut acct, held);
         if d.entity.is_none() {
             acct.idle_since = Some(now);
             d.recheck_at = self.renewals.next();

@@ -8,8 +8,9 @@ use super::HaikuScheduler;
 use crate::entity::{Entity, QueueRef, RunState};
 use crate::mode::rotation_target;
 use crate::placement::Candidate;
-use crate::run_queue::QueueEntry;
+use crate::run_queue::{QueueEntry, RunQueue};
 use crate::{CoreId, CpuId, EntityId, LlcId, Nanos, SchedClass, WakeDecision};
+use parking_lot::MutexGuard;
 use std::sync::atomic::{fence, Ordering};
 
 impl HaikuScheduler {
@@ -22,24 +23,41 @@ impl HaikuScheduler {
         origin: Option<CpuId>,
         now: Nanos,
     ) -> Candidate<'a> {
-        // A previous CPU its affinity no longer holds is no place to
-        // return to (its affinity changed since).
-        let prev = e.last_cpu.filter(|p| e.allowed().contains(*p));
-        let first = e.affinity.first().unwrap_or(CpuId(0));
-        let warm = prev.is_some_and(|p| {
+        let mut c = self.balance_candidate(e, id, origin, now);
+        c.warm = c.prev.is_some_and(|p| {
             self.m
                 .core_active(self.m.core_of(p))
                 .saturating_sub(e.last_core_active)
                 < self.tun().cache_expire
         });
+        c
+    }
+
+    /// `candidate` without its cache warmth (`warm` false, not looked
+    /// at): the rebalance and rotation rules (`ModeOps::rebalance`,
+    /// `rotation_target`, `least_loaded_core`) never read it, and
+    /// summing the core's active time is most of a candidate's cost on
+    /// every quantum end.
+    pub(super) fn balance_candidate<'a>(
+        &self,
+        e: &'a Entity,
+        id: EntityId,
+        origin: Option<CpuId>,
+        now: Nanos,
+    ) -> Candidate<'a> {
+        // A previous CPU its affinity no longer holds is no place to
+        // return to (its affinity changed since).
+        let prev = e.last_cpu.filter(|p| e.allowed().contains(*p));
         Candidate {
             affinity: e.allowed(),
             vm: e.vm,
             class: e.prio.class,
             effective: e.prio.effective(),
-            origin: origin.or(prev).unwrap_or(first),
+            origin: origin
+                .or(prev)
+                .unwrap_or_else(|| e.affinity.first().unwrap_or(CpuId(0))),
             prev,
-            warm,
+            warm: false,
             load: e.load.load,
             interactive: e.is_interactive(self.tun().bursty_load),
             now,
@@ -102,6 +120,27 @@ impl HaikuScheduler {
         q: QueueRef,
         front: bool,
     ) {
+        let entry = self.queued(e, id, seq, q);
+        self.m.push(q, entry, front);
+    }
+
+    /// `enqueue`, keeping `q` locked for the caller's pick from it (a
+    /// quantum end's requeue on its own core's queue, `Stopped::held`).
+    pub(super) fn enqueue_held(
+        &self,
+        e: &mut Entity,
+        id: EntityId,
+        seq: &mut u64,
+        q: QueueRef,
+        front: bool,
+    ) -> MutexGuard<'_, RunQueue> {
+        let entry = self.queued(e, id, seq, q);
+        self.m.push_held(q, entry, front)
+    }
+
+    /// Mark the entity queued on `q` (its load charged to that queue's
+    /// core) and return the entry to push there.
+    fn queued(&self, e: &mut Entity, id: EntityId, seq: &mut u64, q: QueueRef) -> QueueEntry {
         *seq += 1;
         let level = e.prio.effective();
         let entry = QueueEntry {
@@ -118,7 +157,7 @@ impl HaikuScheduler {
             seq: *seq,
             level,
         };
-        self.m.push(q, entry, front);
+        entry
     }
 
     /// `enqueue`, then make sure a CPU in service picks from that queue.
@@ -139,6 +178,19 @@ impl HaikuScheduler {
         now: Nanos,
     ) -> Option<(CpuId, bool)> {
         self.enqueue(e, id, seq, q, front);
+        self.serve(e, id, seq, q, now)
+    }
+
+    /// The check of `enqueue_served` after its push: an entity queued on
+    /// `q` moves to a served queue if no CPU in service serves `q`.
+    pub(super) fn serve(
+        &self,
+        e: &mut Entity,
+        id: EntityId,
+        seq: &mut u64,
+        q: QueueRef,
+        now: Nanos,
+    ) -> Option<(CpuId, bool)> {
         if self.m.serves(q) {
             return None;
         }
@@ -289,7 +341,7 @@ impl HaikuScheduler {
         if !self.m.covers_core(e.allowed(), core) {
             return QueueRef::Pinned(cpu);
         }
-        let c = self.candidate(e, id, Some(cpu), now);
+        let c = self.balance_candidate(e, id, Some(cpu), now);
         let mut target = self.ops().rebalance(&self.m, &c, core, self.tun());
         let mut rotated = false;
         if target == core {

@@ -9,10 +9,28 @@ use super::{CpuAcct, HaikuScheduler, Slot, LEFTOVER_KICKS, MAX_PICK_ATTEMPTS};
 use crate::entity::{After, Entity, QueueRef, RunState};
 use crate::placement::{IDLE_PRIO, NO_ENTITY};
 use crate::quantum::{full_quantum, time_left, Turn};
-use crate::run_queue::QueueEntry;
+use crate::run_queue::{QueueEntry, RunQueue};
 use crate::share::{entitlement, SHARE_SCALE};
 use crate::{CoreId, CpuId, Dispatch, EntityId, Nanos, SchedClass, StopReason};
+use parking_lot::MutexGuard;
 use std::sync::atomic::{fence, Ordering};
+
+/// What `stop_running` leaves to the rest of `schedule`.
+pub(super) struct Stopped<'a> {
+    /// The stopped entity, if it went back to a queue.
+    pub requeued: Option<EntityId>,
+    /// The CPU's core queue, still locked after the stopped entity was
+    /// requeued there, for the pick (`take_local`): one lock and unlock
+    /// of that queue per quantum end instead of two. Held only when
+    /// nothing `schedule` does between the requeue and the pick would
+    /// lock a queue or an entity (no due boost, no renewal due, the CPU
+    /// in service), when the CPU's pinned queue is empty (it comes before
+    /// the core queue in the lock order, so the pick does not look at
+    /// it) and without SMT isolation (whose pick may refuse the head).
+    /// The push and the pop are then one critical section: the original
+    /// two with nothing between them, one of their interleavings.
+    pub held: Option<MutexGuard<'a, RunQueue>>,
+}
 
 /// Result of looking at a CPU's own queues.
 enum Local {
@@ -25,7 +43,8 @@ enum Local {
 }
 
 impl HaikuScheduler {
-    /// Take the running entity off `cpu`; returns it if it was requeued.
+    /// Take the running entity off `cpu`; says whether it was requeued
+    /// (and may leave its core queue locked for the pick, see `Stopped`).
     /// `halted_ns` of its turn it spent halted (learnt late by the VMM)
     /// are not charged as run time.
     pub(super) fn stop_running(
@@ -35,7 +54,28 @@ impl HaikuScheduler {
         reason: StopReason,
         halted_ns: Nanos,
         acct: &mut CpuAcct,
-    ) -> Option<EntityId> {
+    ) -> Stopped<'_> {
+        match self.stop_entity(cpu, now, reason, halted_ns, acct) {
+            Some((id, held)) => Stopped {
+                requeued: Some(id),
+                held,
+            },
+            None => Stopped {
+                requeued: None,
+                held: None,
+            },
+        }
+    }
+
+    /// `stop_running`'s work: the requeued entity and the held queue.
+    fn stop_entity(
+        &self,
+        cpu: CpuId,
+        now: Nanos,
+        reason: StopReason,
+        halted_ns: Nanos,
+        acct: &mut CpuAcct,
+    ) -> Option<(EntityId, Option<MutexGuard<'_, RunQueue>>)> {
         let _p = crate::profiler::scope("haiku::stop_running");
         let slot = &self.m.cpus[cpu.0 as usize];
         let turn = acct.turn.take();
@@ -122,17 +162,44 @@ impl HaikuScheduler {
             After::Front => (self.m.queue_for(e.allowed(), cpu), true),
             _ => (self.requeue_target(e, id, cpu, now), false),
         };
+        let hold = q == QueueRef::Core(core)
+            && !self.m.smt_isolation
+            && acct.due.is_none()
+            && !self.renewals.due(now)
+            && slot.pinned_len.load(Ordering::SeqCst) == 0;
+        if hold {
+            let held = self.enqueue_held(e, id, seq, q, front);
+            if self.m.serves(q) {
+                return Some((id, Some(held)));
+            }
+            drop(held);
+            if let Some((y, true)) = self.serve(e, id, seq, q, now) {
+                acct.kicks.push(y);
+            }
+            return Some((id, None));
+        }
         if let Some((y, true)) = self.enqueue_served(e, id, seq, q, front, now) {
             acct.kicks.push(y);
         }
-        Some(id)
+        Some((id, None))
     }
 
-    /// Best entry of the CPU's pinned queue and its core's queue.
-    fn take_local(&self, cpu: CpuId) -> Local {
+    /// Best entry of the CPU's pinned queue and its core's queue; `held`:
+    /// the core queue, locked since the requeue (`Stopped::held`; the
+    /// pinned queue was empty then, and is not locked after it: the lock
+    /// order puts it first).
+    fn take_local(&self, cpu: CpuId, held: Option<MutexGuard<'_, RunQueue>>) -> Local {
         let core = self.m.core_of(cpu);
         let slot = &self.m.cpus[cpu.0 as usize];
         let cs = &self.m.cores[core.0 as usize];
+        if let Some(mut shared) = held {
+            // Held only with the pinned queue empty and SMT isolation off
+            // (`Stopped::held`): the pick is the core queue's head.
+            let got = shared.pop();
+            self.m
+                .publish_len(QueueRef::Core(core), &cs.queued, shared.len());
+            return got.map_or(Local::Empty, Local::Got);
+        }
         // The pinned queue is locked only when its mirror shows entries: a
         // push that races with this look is one that came after it.
         let mut pinned = (slot.pinned_len.load(Ordering::SeqCst) > 0).then(|| slot.pinned.lock());
@@ -177,8 +244,13 @@ impl HaikuScheduler {
     }
 
     /// Local queues first, then steal; records a forced idle in `acct`.
-    fn find_work(&self, cpu: CpuId, acct: &mut CpuAcct) -> Option<QueueEntry> {
-        match self.take_local(cpu) {
+    fn find_work(
+        &self,
+        cpu: CpuId,
+        acct: &mut CpuAcct,
+        held: Option<MutexGuard<'_, RunQueue>>,
+    ) -> Option<QueueEntry> {
+        match self.take_local(cpu, held) {
             Local::Got(e) => Some(e),
             Local::Empty => self.steal(cpu),
             Local::ForcedIdle => {
@@ -203,11 +275,18 @@ impl HaikuScheduler {
                 .is_some()
     }
 
-    /// Pick and dispatch the next entity for `cpu`, or idle.
-    pub(super) fn pick_next(&self, cpu: CpuId, now: Nanos, acct: &mut CpuAcct) -> Dispatch {
+    /// Pick and dispatch the next entity for `cpu`, or idle; `held`: its
+    /// core queue, still locked since the requeue (`Stopped::held`).
+    pub(super) fn pick_next(
+        &self,
+        cpu: CpuId,
+        now: Nanos,
+        acct: &mut CpuAcct,
+        mut held: Option<MutexGuard<'_, RunQueue>>,
+    ) -> Dispatch {
         let _p = crate::profiler::scope("haiku::pick_next");
         for _ in 0..MAX_PICK_ATTEMPTS {
-            let entry = match self.find_work(cpu, acct) {
+            let entry = match self.find_work(cpu, acct, held.take()) {
                 Some(x) => x,
                 None => match self.go_idle(cpu, acct) {
                     Some(x) => x,
@@ -235,7 +314,7 @@ impl HaikuScheduler {
     fn go_idle(&self, cpu: CpuId, acct: &mut CpuAcct) -> Option<QueueEntry> {
         self.m.set_available(cpu);
         fence(Ordering::SeqCst);
-        let found = self.find_work(cpu, acct)?;
+        let found = self.find_work(cpu, acct, None)?;
         // A waker may have claimed us meanwhile; its kick then only causes
         // one extra `schedule`.
         self.m.claim(cpu);

@@ -33,7 +33,17 @@ fn validate_permille(what: &str, permille: u32, zero_ok: bool) -> Result<(), Sch
 impl HaikuScheduler {
     /// A timeshare entity holding reservation tokens runs at the reserved
     /// level; one that spent them waits for their renewal at its own.
+    /// Nothing to judge without a reservation (the common case, checked
+    /// inline on the hot path; the rest is out of line).
+    #[inline]
     pub(super) fn judge_reservation(&self, e: &mut Entity, now: Nanos) {
+        if e.reserve.is_some() {
+            self.judge_reservation_held(e, now);
+        }
+    }
+
+    #[inline(never)]
+    fn judge_reservation_held(&self, e: &mut Entity, now: Nanos) {
         let (t, mode) = (self.tun(), self.mode());
         let Some(b) = e.reserve.as_mut() else {
             return;
@@ -49,8 +59,17 @@ impl HaikuScheduler {
         }
     }
 
-    /// The stopped entity ran `ran` up to `now`: charge its buckets.
+    /// The stopped entity ran `ran` up to `now`: charge its buckets
+    /// (nothing to do without a cap or reservation).
+    #[inline]
     pub(super) fn charge_shares(&self, e: &mut Entity, ran: Nanos, now: Nanos) {
+        if e.cap.is_some() || e.reserve.is_some() {
+            self.charge_buckets(e, ran, now);
+        }
+    }
+
+    #[inline(never)]
+    fn charge_buckets(&self, e: &mut Entity, ran: Nanos, now: Nanos) {
         if let Some(b) = e.cap.as_mut() {
             b.charge(ran, now);
         }
@@ -65,6 +84,7 @@ impl HaikuScheduler {
     /// runnable to the caller) until its bucket is renewed, and the CPU
     /// calling `schedule` reports it. An idle CPU is kicked so that it
     /// asks to be called at the renewal (`Dispatch::recheck_at`).
+    #[inline]
     pub(super) fn throttle_if_spent(
         &self,
         e: &mut Entity,
@@ -72,6 +92,12 @@ impl HaikuScheduler {
         now: Nanos,
         acct: &mut CpuAcct,
     ) -> bool {
+        e.cap.is_some() && self.throttle_capped(e, cpu, now, acct)
+    }
+
+    /// `throttle_if_spent` for an entity with a cap.
+    #[inline(never)]
+    fn throttle_capped(&self, e: &mut Entity, cpu: CpuId, now: Nanos, acct: &mut CpuAcct) -> bool {
         let Some(b) = e.cap.as_mut() else {
             return false;
         };
