@@ -495,12 +495,15 @@ fn a_trace_that_cannot_be_written_fails_the_run_with_exit_3() {
         return;
     }
     let dir = TempDir::new("io-trace");
-    // Two CPU-bound VMs on one CPU: their turns fill a trace under any
-    // dispatch.
+    // Three CPU-bound VMs on one CPU for 4 s: their turns fill a trace
+    // under any dispatch (ranked records ~100 turns a second, well over
+    // 8 KiB in 4 s however loaded the host is).
+    let cpu_4s = "cpu duration_ms=4000";
     let cfg = dir.config(&format!(
-        "[host]\ncpus = \"0\"\npolicy = \"haiku\"\n\n{}{}",
-        vm_table("a", "cpu"),
-        vm_table("b", "cpu")
+        "[host]\ncpus = \"0\"\npolicy = \"haiku\"\n\n{}{}{}",
+        vm_table("a", cpu_4s),
+        vm_table("b", cpu_4s),
+        vm_table("c", cpu_4s)
     ));
     let logs = dir.0.join("logs");
     let trace = dir.0.join("t.trace");
