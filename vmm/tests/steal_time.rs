@@ -60,7 +60,8 @@ fn steal_pairs(res: &vmm::results::RunResults) -> Vec<(u64, u64)> {
 /// 3 cpu hogs on one host CPU under `dispatch`: each waits about 2/3 of
 /// the time, and the guest sees that wait as its steal.
 fn overcommitted_steal_matches(dispatch: &str) {
-    let dir = TempDir::new("steal-over");
+    // A directory per dispatch: the tests of this file share one process id.
+    let dir = TempDir::new(&format!("steal-over-{dispatch}"));
     let duration_ms = 2000;
     let res = run_config(&dir, &config_under(dispatch, "0", 3, duration_ms, ""));
     for (i, (guest, engine)) in steal_pairs(&res).into_iter().enumerate() {
@@ -139,9 +140,12 @@ fn the_ranked_dispatchs_accounting_is_the_guests_on_a_busy_host() {
     // work per reported run second on both vCPUs.
     let dir = TempDir::new("accounting-busy");
     let duration_ms: u64 = 2000;
+    // The spinner is part of this test's run: no other test's VM may run
+    // beside it.
+    let _one = serial();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let spinner = spin_on_cpu0(stop.clone());
-    let res = run_config(&dir, &config_under("ranked", "0", 2, duration_ms, ""));
+    let res = common::run_config(&dir, &config_under("ranked", "0", 2, duration_ms, ""));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     spinner.join().unwrap();
     let vm = &res.vms[0];
