@@ -385,3 +385,142 @@ fn sigint_stops_the_run_without_recording_the_cell_in_progress() {
         "the report is written on the way out"
     );
 }
+
+/// An output folder as a finished run of `m` leaves it, made without
+/// running anything: one ok record per cell in `results.jsonl` and, with
+/// `settings`, each cell's settings in `cell-settings.jsonl`.
+fn finished_folder(m: &Path, out: &Path, settings: bool) {
+    use pacer::bench::{cells, settings as cs, store, Matrix};
+    let matrix = Matrix::load(m).unwrap();
+    let view = pacer::documents::matrix::MatrixView::of(&matrix);
+    std::fs::create_dir_all(out).unwrap();
+    let (mut results, mut lines) = (String::new(), String::new());
+    for c in cells::expand(&matrix) {
+        let r = store::CellRecord {
+            header: vmm::documents::Header::new(vmm::documents::BENCH_CELL),
+            id: c.id(&matrix),
+            layout: "one".into(),
+            workload: "cpu".into(),
+            policy: matrix.policies[c.policy].label.clone(),
+            mode: None,
+            rep: c.rep,
+            status: CellStatus::Ok,
+            error: String::new(),
+            started_unix_ns: 1,
+            wall_ns: 400_000_000,
+            samples: Vec::new(),
+        };
+        results += &(serde_json::to_string(&r).unwrap() + "\n");
+        lines += &(serde_json::to_string(&cs::of(&matrix, &view, &c)).unwrap() + "\n");
+    }
+    std::fs::write(out.join(store::JSONL), results).unwrap();
+    if settings {
+        std::fs::write(out.join(cs::FILE), lines).unwrap();
+    }
+}
+
+/// Every file under `dir` with its bytes.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.file_type().unwrap().is_dir() {
+            out.extend(snapshot(&e.path()));
+        } else {
+            out.push((e.path(), std::fs::read(e.path()).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn resume_refuses_finished_cells_it_cannot_prove_ran_this_matrix() {
+    let dir = TempDir::new("bench-unproven");
+    let m = matrix(&dir.0, RESUMABLE);
+    let out = dir.0.join("out");
+    let resume = || {
+        let o = pacer()
+            .arg("bench")
+            .arg(&m)
+            .arg("--out")
+            .arg(&out)
+            .args(["--resume", "-q"])
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+            text,
+        )
+    };
+
+    // No cell-settings.jsonl (an older Pacer's folder, or deleted):
+    // nothing proves the 6 finished cells ran this matrix.
+    finished_folder(&m, &out, false);
+    let before = snapshot(&out);
+    let (code, err, all) = resume();
+    assert_eq!(code, Some(2), "{all}");
+    assert!(
+        err.contains("cell-settings.jsonl is missing") && err.contains("another --out"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(
+        snapshot(&out),
+        before,
+        "a refused resume touched the folder"
+    );
+
+    // The file without one finished cell's line: refused, naming it.
+    finished_folder(&m, &out, true);
+    let settings = out.join("cell-settings.jsonl");
+    let text = std::fs::read_to_string(&settings).unwrap();
+    let first = text.lines().next().unwrap().to_string();
+    let id = serde_json::from_str::<serde_json::Value>(&first).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::write(&settings, text.replacen(&format!("{first}\n"), "", 1)).unwrap();
+    let before = snapshot(&out);
+    let (code, err, all) = resume();
+    assert_eq!(code, Some(2), "{all}");
+    assert!(
+        err.contains("has no settings for 1 finished cell(s)") && err.contains(&id),
+        "{err}"
+    );
+    assert_eq!(
+        snapshot(&out),
+        before,
+        "a refused resume touched the folder"
+    );
+}
+
+#[test]
+fn resume_with_every_cell_done_writes_the_summary_and_says_nothing_is_left() {
+    let dir = TempDir::new("bench-all-done");
+    let m = matrix(&dir.0, RESUMABLE);
+    let out = dir.0.join("out");
+    finished_folder(&m, &out, true);
+    let o = pacer()
+        .arg("bench")
+        .arg(&m)
+        .arg("--out")
+        .arg(&out)
+        .arg("--resume")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("6 cells, 6 already done (resumed); nothing left to run"),
+        "{err}"
+    );
+    assert!(!err.contains("-0 s"), "{err}");
+    let summary = std::fs::read_to_string(out.join("summary.json")).unwrap();
+    serde_json::from_str::<serde_json::Value>(&summary).unwrap();
+}
