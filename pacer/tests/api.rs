@@ -552,6 +552,46 @@ fn a_taken_path_or_a_public_address_is_bad_input() {
     );
 }
 
+/// A second run on the socket of a live one is refused before it writes
+/// anything: no run directory of its own, `latest` still at the live run.
+#[test]
+fn a_run_refused_for_a_busy_socket_touches_no_log_directory() {
+    if !kvm_or_skip("a_run_refused_for_a_busy_socket_touches_no_log_directory") {
+        return;
+    }
+    let dir = TempDir::new("api-busy");
+    let run = Run::start(&dir, &two_vms(60_000), &[]);
+    let logs = dir.0.join("logs");
+    let latest = logs.join("latest");
+    assert!(
+        eventually(Duration::from_secs(20), || latest.exists()),
+        "no latest: {}",
+        run.stderr()
+    );
+    let listing = |d: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let (names, target) = (listing(&logs), std::fs::read_link(&latest).unwrap());
+    let out = Command::new(PACER)
+        .args(["run", dir.0.join("pacer.toml").to_str().unwrap()])
+        .args(["--api-socket", run.socket.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("another process serves this socket"), "{err}");
+    assert_eq!(listing(&logs), names, "a refused run created a directory");
+    assert_eq!(std::fs::read_link(&latest).unwrap(), target, "latest moved");
+    // The live run still answers on its socket.
+    assert_eq!(run.json(&["ls"])["vms"].as_array().map(Vec::len), Some(2));
+}
+
 /// Chromium, as Debian packages it (installed by ci/install.sh).
 fn chromium() -> Option<PathBuf> {
     ["chromium", "chromium-browser"].iter().find_map(|name| {
