@@ -408,7 +408,19 @@ fn finished_folder(m: &Path, out: &Path, settings: bool) {
             error: String::new(),
             started_unix_ns: 1,
             wall_ns: 400_000_000,
-            samples: Vec::new(),
+            // A cpu cell's figures (vary by cell), and more of them.
+            samples: (0..16)
+                .map(|i| pacer::bench::metrics::Sample {
+                    vm: "a".into(),
+                    group: "a".into(),
+                    vcpu: Some(0),
+                    metric: match i {
+                        0 => "cpu.units_per_s".to_string(),
+                        i => format!("guest.figure{i}_per_s"),
+                    },
+                    value: 1e6 * (1 + i) as f64 + f64::from(c.rep) * 1e4 + c.policy as f64,
+                })
+                .collect(),
         };
         results += &(serde_json::to_string(&r).unwrap() + "\n");
         lines += &(serde_json::to_string(&cs::of(&matrix, &view, &c)).unwrap() + "\n");
@@ -523,4 +535,102 @@ fn resume_with_every_cell_done_writes_the_summary_and_says_nothing_is_left() {
     assert!(!err.contains("-0 s"), "{err}");
     let summary = std::fs::read_to_string(out.join("summary.json")).unwrap();
     serde_json::from_str::<serde_json::Value>(&summary).unwrap();
+}
+
+/// A full disk while the summary is written: exit 3, and no document in
+/// DIR is torn (summary.json, report.html are whole or absent) and no
+/// temporary file is left. The output folder is on a tmpfs filled up to
+/// a page or two more than the CSV (which a resume rewrites first) needs.
+#[test]
+fn a_full_disk_leaves_no_torn_summary() {
+    let dir = TempDir::new("bench-full");
+    let m = matrix(&dir.0, RESUMABLE);
+    let out = dir.0.join("mnt");
+    std::fs::create_dir_all(&out).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .arg(&out)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !mounted {
+        println!(
+            "SKIPPED: cannot mount a tmpfs (not root?); a_full_disk_leaves_no_torn_summary not run"
+        );
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&out);
+    finished_folder(&m, &out, true);
+    // What the resume writes before the summary: results.csv and
+    // matrix.toml (neither is there yet); the summary needs more than the
+    // one page left free after them.
+    let probe = dir.0.join("probe");
+    finished_folder(&m, &probe, true);
+    let o = pacer()
+        .arg("bench")
+        .arg(&m)
+        .arg("--out")
+        .arg(&probe)
+        .args(["--resume", "-q"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let pages = |f: &str| {
+        std::fs::metadata(probe.join(f))
+            .unwrap()
+            .len()
+            .div_ceil(4096)
+    };
+    let summary_len = std::fs::metadata(probe.join("summary.json")).unwrap().len();
+    assert!(summary_len > 4096, "summary {summary_len} bytes");
+    let before_summary = pages("results.csv") + pages("matrix.toml");
+    // Fill the disk, then free those pages and one more.
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(out.join("filler")).unwrap();
+        let page = vec![0u8; 4096];
+        while f.write_all(&page).is_ok() {}
+        let len = f.metadata().unwrap().len() / 4096 * 4096;
+        f.set_len(len - (before_summary + 1) * 4096).unwrap();
+        f.sync_all().unwrap();
+    }
+    let o = pacer()
+        .arg("bench")
+        .arg(&m)
+        .arg("--out")
+        .arg(&out)
+        .args(["--resume", "-q"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("results not saved") && err.contains("No space left on device"),
+        "{err}"
+    );
+    for doc in ["summary.json", "report.html", "results.csv"] {
+        match std::fs::read(out.join(doc)) {
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{doc}: {e}"),
+            Ok(bytes) if doc == "summary.json" => {
+                serde_json::from_slice::<serde_json::Value>(&bytes)
+                    .unwrap_or_else(|e| panic!("summary.json torn ({} bytes): {e}", bytes.len()));
+            }
+            Ok(bytes) if doc == "report.html" => {
+                assert!(bytes.ends_with(b"</html>"), "report.html torn")
+            }
+            Ok(_) => {}
+        }
+    }
+    let left: Vec<String> = snapshot(&out)
+        .into_iter()
+        .map(|(p, _)| p.display().to_string())
+        .filter(|p| p.contains(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
 }

@@ -149,7 +149,7 @@ fn write_snapshot(
         "sched-snapshot-{}.json",
         start.elapsed().as_millis()
     ));
-    if let Err(source) = std::fs::write(&path, json + "\n") {
+    if let Err(source) = crate::whole_file::write(&path, json + "\n") {
         return Err(SnapshotError::Write { path, source });
     }
     Ok(path)

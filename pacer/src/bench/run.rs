@@ -670,7 +670,7 @@ fn keep_matrix_text(
             free
         }
     };
-    std::fs::write(&target, text)
+    vmm::whole_file::write(&target, text)
         .map_err(|e| RunMatrixError::Report(format!("{}: {e}", target.display())))
 }
 
@@ -688,7 +688,7 @@ fn finish(m: &Matrix, store: &Store, ctx: &Ctx<'_>) -> Result<BenchOutcome, RunM
     let json =
         serde_json::to_string_pretty(&crate::documents::summary::SummaryDocument::of(&summary))
             .unwrap_or_default();
-    std::fs::write(dir.join("summary.json"), json + "\n")
+    vmm::whole_file::write(&dir.join("summary.json"), json + "\n")
         .map_err(|e| RunMatrixError::Report(format!("summary.json: {e}")))?;
     let plots = plots::write_all(&summary, store.records(), &dir.join("plots"));
     let qemu_version = match &ctx.qemu {

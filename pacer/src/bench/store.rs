@@ -370,15 +370,7 @@ impl Store {
             path: cpath.clone(),
             message,
         })?;
-        let tmp = dir.join(format!("{CSV}.tmp"));
-        if let Err(e) = std::fs::write(&tmp, &text).map_err(io(&tmp)) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-        if let Err(e) = std::fs::rename(&tmp, &cpath).map_err(io(&cpath)) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
+        vmm::whole_file::write(&cpath, &text).map_err(io(&cpath))?;
         let csv = OpenOptions::new()
             .append(true)
             .open(&cpath)

@@ -383,7 +383,7 @@ fn write_json(path: &std::path::Path, doc: &impl serde::Serialize) -> Result<(),
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         let _ = std::fs::create_dir_all(dir);
     }
-    std::fs::write(path, text + "\n").map_err(|source| RunCommandError::WriteJson {
+    vmm::whole_file::write(path, text + "\n").map_err(|source| RunCommandError::WriteJson {
         path: path.to_path_buf(),
         source,
     })
