@@ -241,7 +241,12 @@ pub fn run(
         None => None,
         Some(listeners) => {
             let record = run_dir.join("control.jsonl");
-            let file = match std::fs::File::create(&record) {
+            // Appended to (a failed write is cut back to whole lines).
+            let file = match std::fs::OpenOptions::new()
+                .append(true)
+                .create_new(true)
+                .open(&record)
+            {
                 Ok(f) => f,
                 Err(source) => {
                     unbind(Some(listeners));

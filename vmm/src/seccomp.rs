@@ -16,7 +16,7 @@
 //! | [`ThreadKind::Trace`] | `pacer/trace` (`run --trace`) | read-only `openat`, `read` (glibc's malloc, as for `Api`); it writes the trace file opened before it started |
 //! | [`ThreadKind::Controller`] | `<vm>/ctl` after its vCPUs started | `openat` read-only, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the kernel's per-thread scheduling statistics); `ftruncate` (as for `Vcpu`) |
 //! | [`ThreadKind::Service`] | `pacer/signals`, `pacer/status` | `rt_sigtimedwait`; `openat`, `statx`, and `fsync`, `rename`, `unlink` (the SIGUSR1 snapshot file, written whole) |
-//! | [`ThreadKind::Api`] | `pacer/api` (the control API, `--api-socket`) | `poll`/`ppoll`, `accept4`, `read`/`recvfrom`, `sendto` without an address (writes to a connected socket), `getsockopt` for SO_PEERCRED only, read-only `openat` (glibc's malloc reads /proc/sys/vm/overcommit_memory when it first shrinks a thread's heap) (the peer's uid), `unlink`/`unlinkat` (its socket, at the end); its listeners and its record file are made before it is confined |
+//! | [`ThreadKind::Api`] | `pacer/api` (the control API, `--api-socket`) | `poll`/`ppoll`, `accept4`, `read`/`recvfrom`, `sendto` without an address (writes to a connected socket), `getsockopt` for SO_PEERCRED only, read-only `openat` (glibc's malloc reads /proc/sys/vm/overcommit_memory when it first shrinks a thread's heap) (the peer's uid), `unlink`/`unlinkat` (its socket, at the end), `ftruncate` (a `control.jsonl` line cut back after a failed write); its listeners and its record file are made before it is confined |
 //! | [`ThreadKind::Runner`] | the thread that called `runner::run` (the main thread), once every other thread started | `openat`, `mkdir`, `read`, `statx`/`newfstatat`/`fstat`, `lseek`, `fsync`, `rename`, `unlink` (the `--json` file, written whole: a temporary file renamed over it) |
 //!
 //! The common set: `futex`, `write`, `close`, memory (`mmap` and
@@ -323,6 +323,9 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, BuildError> {
                     // Its socket, removed as the run ends.
                     libc::SYS_unlink,
                     libc::SYS_unlinkat,
+                    // A control.jsonl line the disk did not take whole is
+                    // cut off (`audit`).
+                    libc::SYS_ftruncate,
                 ],
             );
             // Read-only: glibc's malloc reads /proc/sys/vm/overcommit_memory
