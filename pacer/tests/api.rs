@@ -552,6 +552,109 @@ fn a_taken_path_or_a_public_address_is_bad_input() {
     );
 }
 
+/// A second run on the socket of a live one is refused before it writes
+/// anything: no run directory of its own, `latest` still at the live run.
+#[test]
+fn a_run_refused_for_a_busy_socket_touches_no_log_directory() {
+    if !kvm_or_skip("a_run_refused_for_a_busy_socket_touches_no_log_directory") {
+        return;
+    }
+    let dir = TempDir::new("api-busy");
+    let run = Run::start(&dir, &two_vms(60_000), &[]);
+    let logs = dir.0.join("logs");
+    let latest = logs.join("latest");
+    assert!(
+        eventually(Duration::from_secs(20), || latest.exists()),
+        "no latest: {}",
+        run.stderr()
+    );
+    let listing = |d: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let (names, target) = (listing(&logs), std::fs::read_link(&latest).unwrap());
+    let out = Command::new(PACER)
+        .args(["run", dir.0.join("pacer.toml").to_str().unwrap()])
+        .args(["--api-socket", run.socket.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("another process serves this socket"), "{err}");
+    assert_eq!(listing(&logs), names, "a refused run created a directory");
+    assert_eq!(std::fs::read_link(&latest).unwrap(), target, "latest moved");
+    // The live run still answers on its socket.
+    assert_eq!(run.json(&["ls"])["vms"].as_array().map(Vec::len), Some(2));
+}
+
+/// The last line of `<vm>.results.jsonl` in the run directory `latest`.
+fn stop_line(logs: &Path, vm: &str) -> Value {
+    let text = std::fs::read_to_string(logs.join("latest").join(format!("{vm}.results.jsonl")))
+        .unwrap_or_default();
+    let last = text.lines().last().unwrap_or("null");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {last}"))
+}
+
+/// Every vCPU of a VM with its counters in the stop line, also when its
+/// guest sent no figures at all (a guest that only spins, `jmp $`): a VM
+/// stopped while paused, a VM stopped by its timeout.
+#[test]
+fn stop_lines_carry_every_vcpu_when_paused_or_timed_out() {
+    if !kvm_or_skip("stop_lines_carry_every_vcpu_when_paused_or_timed_out") {
+        return;
+    }
+    let check = |line: &Value, status: &str| {
+        assert_eq!(line["type"], "stop", "{line}");
+        assert_eq!(line["status"], status, "{line}");
+        let vcpus = line["vcpus"].as_array().unwrap_or_else(|| panic!("{line}"));
+        assert_eq!(vcpus.len(), 2, "{line}");
+        for (i, v) in vcpus.iter().enumerate() {
+            assert_eq!(v["vcpu"], i, "{line}");
+            assert!(v["sched"]["run_ns"].as_u64().is_some(), "{line}");
+            assert!(v["exits"]["exits"].as_u64().is_some(), "{line}");
+        }
+        // vCPU 0 ran (it spins), and its counters say so.
+        assert!(vcpus[0]["sched"]["run_ns"].as_u64() > Some(0), "{line}");
+    };
+    let config = |dir: &TempDir, timeout_s: u32| {
+        let kernel = dir.0.join("spin.elf");
+        std::fs::write(&kernel, common::tiny_elf(&[0xeb, 0xfe])).unwrap();
+        format!(
+            "[host]\ncpus = \"0-1\"\npolicy = \"haiku\"\nlog_dir = \"logs\"\n\n\
+             [[vm]]\nname = \"a\"\nvcpus = 2\nmemory_mib = 32\nkernel = \"{}\"\n\
+             timeout_s = {timeout_s}\n",
+            kernel.display()
+        )
+    };
+
+    let dir = TempDir::new("api-paused-stop");
+    let run = Run::start(&dir, &config(&dir, 120), &[]);
+    assert!(eventually(Duration::from_secs(20), || {
+        run.json(&["ls"])["vms"][0]["state"] == "running"
+    }));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(run.ctl(&["pause", "a"]).1, "a: paused\n");
+    assert_eq!(run.ctl(&["stop", "a"]).0, 0);
+    let (code, _, stderr) = run.finish(&dir);
+    assert_eq!(code, 1, "{stderr}");
+    check(&stop_line(&dir.0.join("logs"), "a"), "stopped");
+
+    let dir = TempDir::new("api-timeout-stop");
+    let cfg = dir.config(&config(&dir, 1));
+    let out = Command::new(PACER)
+        .args(["run", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    check(&stop_line(&dir.0.join("logs"), "a"), "timeout");
+}
+
 /// Chromium, as Debian packages it (installed by ci/install.sh).
 fn chromium() -> Option<PathBuf> {
     ["chromium", "chromium-browser"].iter().find_map(|name| {

@@ -385,3 +385,252 @@ fn sigint_stops_the_run_without_recording_the_cell_in_progress() {
         "the report is written on the way out"
     );
 }
+
+/// An output folder as a finished run of `m` leaves it, made without
+/// running anything: one ok record per cell in `results.jsonl` and, with
+/// `settings`, each cell's settings in `cell-settings.jsonl`.
+fn finished_folder(m: &Path, out: &Path, settings: bool) {
+    use pacer::bench::{cells, settings as cs, store, Matrix};
+    let matrix = Matrix::load(m).unwrap();
+    let view = pacer::documents::matrix::MatrixView::of(&matrix);
+    std::fs::create_dir_all(out).unwrap();
+    let (mut results, mut lines) = (String::new(), String::new());
+    for c in cells::expand(&matrix) {
+        let r = store::CellRecord {
+            header: vmm::documents::Header::new(vmm::documents::BENCH_CELL),
+            id: c.id(&matrix),
+            layout: "one".into(),
+            workload: "cpu".into(),
+            policy: matrix.policies[c.policy].label.clone(),
+            mode: None,
+            rep: c.rep,
+            status: CellStatus::Ok,
+            error: String::new(),
+            started_unix_ns: 1,
+            wall_ns: 400_000_000,
+            // A cpu cell's figures (vary by cell), and more of them.
+            samples: (0..16)
+                .map(|i| pacer::bench::metrics::Sample {
+                    vm: "a".into(),
+                    group: "a".into(),
+                    vcpu: Some(0),
+                    metric: match i {
+                        0 => "cpu.units_per_s".to_string(),
+                        i => format!("guest.figure{i}_per_s"),
+                    },
+                    value: 1e6 * (1 + i) as f64 + f64::from(c.rep) * 1e4 + c.policy as f64,
+                })
+                .collect(),
+        };
+        results += &(serde_json::to_string(&r).unwrap() + "\n");
+        lines += &(serde_json::to_string(&cs::of(&matrix, &view, &c)).unwrap() + "\n");
+    }
+    std::fs::write(out.join(store::JSONL), results).unwrap();
+    if settings {
+        std::fs::write(out.join(cs::FILE), lines).unwrap();
+    }
+}
+
+/// Every file under `dir` with its bytes.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.file_type().unwrap().is_dir() {
+            out.extend(snapshot(&e.path()));
+        } else {
+            out.push((e.path(), std::fs::read(e.path()).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn resume_refuses_finished_cells_it_cannot_prove_ran_this_matrix() {
+    let dir = TempDir::new("bench-unproven");
+    let m = matrix(&dir.0, RESUMABLE);
+    let out = dir.0.join("out");
+    let resume = || {
+        let o = pacer()
+            .arg("bench")
+            .arg(&m)
+            .arg("--out")
+            .arg(&out)
+            .args(["--resume", "-q"])
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+            text,
+        )
+    };
+
+    // No cell-settings.jsonl (an older Pacer's folder, or deleted):
+    // nothing proves the 6 finished cells ran this matrix.
+    finished_folder(&m, &out, false);
+    let before = snapshot(&out);
+    let (code, err, all) = resume();
+    assert_eq!(code, Some(2), "{all}");
+    assert!(
+        err.contains("cell-settings.jsonl is missing") && err.contains("another --out"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(
+        snapshot(&out),
+        before,
+        "a refused resume touched the folder"
+    );
+
+    // The file without one finished cell's line: refused, naming it.
+    finished_folder(&m, &out, true);
+    let settings = out.join("cell-settings.jsonl");
+    let text = std::fs::read_to_string(&settings).unwrap();
+    let first = text.lines().next().unwrap().to_string();
+    let id = serde_json::from_str::<serde_json::Value>(&first).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::write(&settings, text.replacen(&format!("{first}\n"), "", 1)).unwrap();
+    let before = snapshot(&out);
+    let (code, err, all) = resume();
+    assert_eq!(code, Some(2), "{all}");
+    assert!(
+        err.contains("has no settings for 1 finished cell(s)") && err.contains(&id),
+        "{err}"
+    );
+    assert_eq!(
+        snapshot(&out),
+        before,
+        "a refused resume touched the folder"
+    );
+}
+
+#[test]
+fn resume_with_every_cell_done_writes_the_summary_and_says_nothing_is_left() {
+    let dir = TempDir::new("bench-all-done");
+    let m = matrix(&dir.0, RESUMABLE);
+    let out = dir.0.join("out");
+    finished_folder(&m, &out, true);
+    let o = pacer()
+        .arg("bench")
+        .arg(&m)
+        .arg("--out")
+        .arg(&out)
+        .arg("--resume")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("6 cells, 6 already done (resumed); nothing left to run"),
+        "{err}"
+    );
+    assert!(!err.contains("-0 s"), "{err}");
+    let summary = std::fs::read_to_string(out.join("summary.json")).unwrap();
+    serde_json::from_str::<serde_json::Value>(&summary).unwrap();
+}
+
+/// A full disk while the summary is written: exit 3, and no document in
+/// DIR is torn (summary.json, report.html are whole or absent) and no
+/// temporary file is left. The output folder is on a tmpfs filled up to
+/// a page or two more than the CSV (which a resume rewrites first) needs.
+#[test]
+fn a_full_disk_leaves_no_torn_summary() {
+    let dir = TempDir::new("bench-full");
+    let m = matrix(&dir.0, RESUMABLE);
+    let out = dir.0.join("mnt");
+    std::fs::create_dir_all(&out).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .arg(&out)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !mounted {
+        println!(
+            "SKIPPED: cannot mount a tmpfs (not root?); a_full_disk_leaves_no_torn_summary not run"
+        );
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&out);
+    finished_folder(&m, &out, true);
+    // What the resume writes before the summary: results.csv and
+    // matrix.toml (neither is there yet); the summary needs more than the
+    // one page left free after them.
+    let probe = dir.0.join("probe");
+    finished_folder(&m, &probe, true);
+    let o = pacer()
+        .arg("bench")
+        .arg(&m)
+        .arg("--out")
+        .arg(&probe)
+        .args(["--resume", "-q"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let pages = |f: &str| {
+        std::fs::metadata(probe.join(f))
+            .unwrap()
+            .len()
+            .div_ceil(4096)
+    };
+    let summary_len = std::fs::metadata(probe.join("summary.json")).unwrap().len();
+    assert!(summary_len > 4096, "summary {summary_len} bytes");
+    let before_summary = pages("results.csv") + pages("matrix.toml");
+    // Fill the disk, then free those pages and one more.
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(out.join("filler")).unwrap();
+        let page = vec![0u8; 4096];
+        while f.write_all(&page).is_ok() {}
+        let len = f.metadata().unwrap().len() / 4096 * 4096;
+        f.set_len(len - (before_summary + 1) * 4096).unwrap();
+        f.sync_all().unwrap();
+    }
+    let o = pacer()
+        .arg("bench")
+        .arg(&m)
+        .arg("--out")
+        .arg(&out)
+        .args(["--resume", "-q"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("results not saved") && err.contains("No space left on device"),
+        "{err}"
+    );
+    for doc in ["summary.json", "report.html", "results.csv"] {
+        match std::fs::read(out.join(doc)) {
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{doc}: {e}"),
+            Ok(bytes) if doc == "summary.json" => {
+                serde_json::from_slice::<serde_json::Value>(&bytes)
+                    .unwrap_or_else(|e| panic!("summary.json torn ({} bytes): {e}", bytes.len()));
+            }
+            Ok(bytes) if doc == "report.html" => {
+                assert!(bytes.ends_with(b"</html>"), "report.html torn")
+            }
+            Ok(_) => {}
+        }
+    }
+    let left: Vec<String> = snapshot(&out)
+        .into_iter()
+        .map(|(p, _)| p.display().to_string())
+        .filter(|p| p.contains(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+}

@@ -232,7 +232,7 @@ fn bench_cells_whose_logs_cannot_be_written_fail_and_leave_no_tmp_files() {
     assert!(!err.contains("Os {"), "debug text: {err}");
     let files = all_files(&out);
     assert!(
-        !files.iter().any(|f| f.to_string_lossy().ends_with(".tmp")),
+        !files.iter().any(|f| f.to_string_lossy().contains(".tmp")),
         "{files:?}"
     );
     let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap_or_default();
@@ -525,4 +525,70 @@ fn a_trace_that_cannot_be_written_fails_the_run_with_exit_3() {
         out.contains("the scheduling trace could not be written"),
         "{out}"
     );
+}
+
+/// The state `--resume` reads is input: a `results.jsonl` that is a FIFO,
+/// a device, a 2 GiB file or holds a line that is not a cell record is
+/// bad input (exit 2, one line naming the file), never a hang, a write
+/// failure or a VM failure.
+#[test]
+fn resume_state_that_cannot_be_read_is_bad_input() {
+    let dir = TempDir::new("io-resume-state");
+    let m = matrix(&dir.0, SMALL_MATRIX);
+    let out = dir.0.join("out");
+    let jsonl = out.join("results.jsonl");
+    let fresh = || {
+        let _ = std::fs::remove_dir_all(&out);
+        std::fs::create_dir_all(&out).unwrap();
+    };
+    let cases: [(&str, &dyn Fn(), &str); 4] = [
+        (
+            "a FIFO",
+            &|| {
+                let c = std::ffi::CString::new(jsonl.to_str().unwrap()).unwrap();
+                // SAFETY: mkfifo reads a NUL-terminated path that outlives the call.
+                assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+            },
+            "a FIFO, not a regular file",
+        ),
+        (
+            "/dev/zero",
+            &|| std::os::unix::fs::symlink("/dev/zero", &jsonl).unwrap(),
+            "a character device, not a regular file",
+        ),
+        (
+            "2 GiB",
+            &|| {
+                std::fs::File::create(&jsonl)
+                    .unwrap()
+                    .set_len(2 << 30)
+                    .unwrap()
+            },
+            "2147483648 bytes, more than the",
+        ),
+        (
+            "garbage",
+            &|| std::fs::write(&jsonl, "\n{\"schema\": \"pacer-bench-cell\", oops\n").unwrap(),
+            "results.jsonl:2: not a line of JSON",
+        ),
+    ];
+    for (what, make, why) in cases {
+        fresh();
+        make();
+        let args = [
+            "bench",
+            m.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--resume",
+        ];
+        let Some((code, err)) = pacer_bounded(&args, &dir.0) else {
+            panic!("{what}: pacer bench --resume hung (killed after 20 s)");
+        };
+        assert_eq!(code, 2, "{what}: {err}");
+        assert!(err.contains(why), "{what}: {err}");
+        assert!(err.contains(jsonl.to_str().unwrap()), "{what}: {err}");
+        assert_eq!(err.lines().count(), 1, "{what}: one line: {err}");
+        assert!(!err.contains("expected"), "{what}: serde's words: {err}");
+    }
 }

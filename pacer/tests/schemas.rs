@@ -334,6 +334,35 @@ fn vm_event_lines_validate() {
 }
 
 #[test]
+fn a_stop_line_with_every_vcpus_counters_validates() {
+    // A VM with 3 vCPUs whose guest sent nothing: each vCPU has an entry
+    // with its scheduling and exits (as the pacer-run document has them).
+    let dir = TempDir::new("schema-stop");
+    let path = dir.0.join("quiet.results.jsonl");
+    let mut log = vmm::results::ResultsLog::create("quiet", 1000, Some(&path)).unwrap();
+    let r = full_result(&dir);
+    log.stopped_with(
+        "timeout",
+        false,
+        "timed out",
+        1000.0,
+        vmm::results::StopVcpus {
+            count: 3,
+            exits: &r.vcpu_stats,
+            sched: &r.vcpu_sched,
+        },
+    );
+    drop(log);
+    let text = std::fs::read_to_string(&path).unwrap();
+    check_jsonl(documents::VM_EVENTS, &text);
+    let stop: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    let vcpus = stop["vcpus"].as_array().unwrap();
+    assert_eq!(vcpus.len(), 3, "{stop}");
+    assert_eq!(vcpus[0]["sched"]["run_ns"], 1_000_000, "{stop}");
+    assert_eq!(vcpus[2]["sched"], Value::Null, "{stop}");
+}
+
+#[test]
 fn a_log_cut_by_a_failed_write_ends_with_a_valid_incomplete_line() {
     // /dev/full takes no byte: every line fails, and so does the
     // incomplete line (a file-size limit is what lets a cut log end with

@@ -44,6 +44,7 @@ pub mod text;
 pub mod units;
 pub mod unixbench;
 pub mod vm;
+pub mod whole_file;
 
 pub use config::{Config, VmConfig};
 pub use vm::{Vm, VmEvent, VmOptions, VmSpec};

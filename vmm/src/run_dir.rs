@@ -85,7 +85,10 @@ pub fn keep_config(dir: &Path, config: &crate::config::Config) {
         log::warn!("cannot keep {what} in {}: {e}", dir.display());
     };
     if config.path.is_file() {
-        if let Err(e) = std::fs::copy(&config.path, dir.join("config.toml")) {
+        // The file as it is now, read as the config was (bounded, regular).
+        let copied = crate::input::read_config_text(&config.path, "a config")
+            .and_then(|text| crate::whole_file::write(&dir.join("config.toml"), text));
+        if let Err(e) = copied {
             warn("config.toml", &e);
         }
     }
@@ -96,7 +99,7 @@ pub fn keep_config(dir: &Path, config: &crate::config::Config) {
                 "# The config as this run used it (written by pacer {}).\n{text}",
                 crate::documents::version_line()
             );
-            if let Err(e) = std::fs::write(dir.join("config.resolved.toml"), text) {
+            if let Err(e) = crate::whole_file::write(&dir.join("config.resolved.toml"), text) {
                 warn("config.resolved.toml", &e);
             }
         }

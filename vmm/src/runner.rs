@@ -149,7 +149,7 @@ fn write_snapshot(
         "sched-snapshot-{}.json",
         start.elapsed().as_millis()
     ));
-    if let Err(source) = std::fs::write(&path, json + "\n") {
+    if let Err(source) = crate::whole_file::write(&path, json + "\n") {
         return Err(SnapshotError::Write { path, source });
     }
     Ok(path)
@@ -173,21 +173,90 @@ pub fn run(
         }
         None => config,
     };
-    // This run's own directory, before anything starts.
-    let run_dir = crate::run_dir::create(&config.host.log_dir)?;
-    crate::run_dir::keep_config(&run_dir, config);
-    // The control API listens before anything starts: a path or port it
-    // cannot have is bad input, and the user can connect as VMs start.
-    let api = match opts.api.is_enabled() {
+    // Every check that can refuse the run comes before anything is
+    // written: the API's socket and port (a path or port it cannot have is
+    // bad input), the trace file, the engine and KVM. Only then is the
+    // run's directory created and `latest` pointed at it, so a refused run
+    // (a second run on a busy socket) leaves the log directory as it was.
+    let listeners = match opts.api.is_enabled() {
         false => None,
-        true => {
-            let listeners = crate::api::bind(&opts.api)?;
+        true => Some(crate::api::bind(&opts.api)?),
+    };
+    // The socket bound above is removed again if the run is refused after.
+    let unbind = |listeners: Option<crate::api::Listeners>| {
+        if let Some(path) = listeners.as_ref().and_then(|l| l.socket_path()) {
+            let _ = std::fs::remove_file(path);
+        }
+    };
+    // Before any thread starts: every thread inherits the blocked mask.
+    let guard = SignalGuard::install();
+    let guard = &guard;
+    let mut tracer = None;
+    let started = (|| -> Result<_, RunError> {
+        let engine = match config.host.policy {
+            Policy::Host => None,
+            Policy::Scheduled(policy) => {
+                let cpus = CpuMap::from_host(&config.host.cpus)?;
+                let mut engine_config = EngineConfig::default();
+                engine_config.policy = policy;
+                engine_config.mode = config.host.mode;
+                engine_config.smt_isolation = config.host.smt_isolation;
+                engine_config.tunables = config.host.tunables.clone();
+                engine_config.dispatch = config.host.dispatch;
+                engine_config.halt_poll_ns = config.host.halt_poll_us * 1000;
+                engine_config.kvm_poll_ns = config.host.kvm_poll_us * 1000;
+                if let Some(path) = &opts.trace {
+                    let t = vcpu_engine::trace::Tracer::start(
+                        &vcpu_engine::trace::TraceConfig::new(path),
+                        trace_meta(config, &engine_config, &cpus),
+                    )?;
+                    engine_config.trace = Some(t.trace());
+                    tracer = Some(t);
+                }
+                Some(Engine::new(engine_config, cpus)?)
+            }
+        };
+        let kvm = open_kvm()?;
+        // This run's own directory, before any VM starts.
+        let run_dir = crate::run_dir::create(&config.host.log_dir)?;
+        Ok((engine, kvm, run_dir))
+    })();
+    let (engine, kvm, run_dir) = match started {
+        Ok(s) => s,
+        Err(e) => {
+            unbind(listeners);
+            // A trace file this run created holds no run: removed.
+            if let Some(t) = tracer.take() {
+                let path = opts.trace.clone();
+                let _ = t.outcome();
+                if let Some(path) = path {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+            return Err(e);
+        }
+    };
+    crate::run_dir::keep_config(&run_dir, config);
+    let api = match listeners {
+        None => None,
+        Some(listeners) => {
             let record = run_dir.join("control.jsonl");
-            let file =
-                std::fs::File::create(&record).map_err(|source| crate::api::ApiError::Record {
-                    path: record.clone(),
-                    source,
-                })?;
+            // Appended to (a failed write is cut back to whole lines).
+            let file = match std::fs::OpenOptions::new()
+                .append(true)
+                .create_new(true)
+                .open(&record)
+            {
+                Ok(f) => f,
+                Err(source) => {
+                    unbind(Some(listeners));
+                    return Err(crate::api::ApiError::Record {
+                        path: record.clone(),
+                        source,
+                    }
+                    .into());
+                }
+            };
             let wake = vmm_sys_util::eventfd::EventFd::new(libc::EFD_NONBLOCK)
                 .map_err(RunError::ApiThread)?;
             on_event(RunEvent::ApiReady {
@@ -201,39 +270,11 @@ pub fn run(
             ))
         }
     };
-    // Before any thread starts: every thread inherits the blocked mask.
-    let guard = SignalGuard::install();
-    let guard = &guard;
-    let mut tracer = None;
-    let engine = match config.host.policy {
-        Policy::Host => None,
-        Policy::Scheduled(policy) => {
-            let cpus = CpuMap::from_host(&config.host.cpus)?;
-            let mut engine_config = EngineConfig::default();
-            engine_config.policy = policy;
-            engine_config.mode = config.host.mode;
-            engine_config.smt_isolation = config.host.smt_isolation;
-            engine_config.tunables = config.host.tunables.clone();
-            engine_config.dispatch = config.host.dispatch;
-            engine_config.halt_poll_ns = config.host.halt_poll_us * 1000;
-            engine_config.kvm_poll_ns = config.host.kvm_poll_us * 1000;
-            if let Some(path) = &opts.trace {
-                let t = vcpu_engine::trace::Tracer::start(
-                    &vcpu_engine::trace::TraceConfig::new(path),
-                    trace_meta(config, &engine_config, &cpus),
-                )?;
-                engine_config.trace = Some(t.trace());
-                tracer = Some(t);
-            }
-            Some(Engine::new(engine_config, cpus)?)
-        }
-    };
     let scheduling = match &engine {
         None => VcpuScheduling::Host { pin: true },
         Some(e) => VcpuScheduling::Scheduled(e.clone()),
     };
     let scheduling = &scheduling;
-    let kvm = open_kvm()?;
     let kvm = &kvm;
     let registry = &StopRegistry::default();
     let done = &AtomicBool::new(false);

@@ -15,9 +15,9 @@
 //! | [`ThreadKind::Timers`] | `pacer/timers`, `pacer/kvm-halts` | `pread64` (the `kvm-irqchip` watcher reads KVM's per-vCPU statistics) |
 //! | [`ThreadKind::Trace`] | `pacer/trace` (`run --trace`) | read-only `openat`, `read` (glibc's malloc, as for `Api`); it writes the trace file opened before it started |
 //! | [`ThreadKind::Controller`] | `<vm>/ctl` after its vCPUs started | `openat` read-only, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the kernel's per-thread scheduling statistics); `ftruncate` (as for `Vcpu`) |
-//! | [`ThreadKind::Service`] | `pacer/signals`, `pacer/status` | `rt_sigtimedwait`; `openat`, `statx` (the SIGUSR1 snapshot file) |
-//! | [`ThreadKind::Api`] | `pacer/api` (the control API, `--api-socket`) | `poll`/`ppoll`, `accept4`, `read`/`recvfrom`, `sendto` without an address (writes to a connected socket), `getsockopt` for SO_PEERCRED only, read-only `openat` (glibc's malloc reads /proc/sys/vm/overcommit_memory when it first shrinks a thread's heap) (the peer's uid), `unlink`/`unlinkat` (its socket, at the end); its listeners and its record file are made before it is confined |
-//! | [`ThreadKind::Runner`] | the thread that called `runner::run` (the main thread), once every other thread started | `openat`, `mkdir`, `read`, `statx`/`newfstatat`/`fstat`, `lseek` (the `--json` file) |
+//! | [`ThreadKind::Service`] | `pacer/signals`, `pacer/status` | `rt_sigtimedwait`; `openat`, `statx`, and `fsync`, `rename`, `unlink` (the SIGUSR1 snapshot file, written whole) |
+//! | [`ThreadKind::Api`] | `pacer/api` (the control API, `--api-socket`) | `poll`/`ppoll`, `accept4`, `read`/`recvfrom`, `sendto` without an address (writes to a connected socket), `getsockopt` for SO_PEERCRED only, read-only `openat` (glibc's malloc reads /proc/sys/vm/overcommit_memory when it first shrinks a thread's heap) (the peer's uid), `unlink`/`unlinkat` (its socket, at the end), `ftruncate` (a `control.jsonl` line cut back after a failed write); its listeners and its record file are made before it is confined |
+//! | [`ThreadKind::Runner`] | the thread that called `runner::run` (the main thread), once every other thread started | `openat`, `mkdir`, `read`, `statx`/`newfstatat`/`fstat`, `lseek`, `fsync`, `rename`, `unlink` (the `--json` file, written whole: a temporary file renamed over it) |
 //!
 //! The common set: `futex`, `write`, `close`, memory (`mmap` and
 //! `mprotect` never with PROT_EXEC, `munmap`, `madvise`, `brk`, `mremap`),
@@ -233,6 +233,24 @@ fn read_only_files(r: &mut Rules) -> Result<(), BuildError> {
     Ok(())
 }
 
+/// What [`crate::whole_file`] needs beyond `openat` and `write`: flushing
+/// the temporary file and its directory, renaming it over the target, and
+/// removing it when the write failed.
+fn whole_file_calls(r: &mut Rules) {
+    allow(
+        r,
+        &[
+            libc::SYS_fsync,
+            libc::SYS_fdatasync,
+            libc::SYS_rename,
+            libc::SYS_renameat,
+            libc::SYS_renameat2,
+            libc::SYS_unlink,
+            libc::SYS_unlinkat,
+        ],
+    );
+}
+
 fn rules_for(kind: ThreadKind) -> Result<Rules, BuildError> {
     let mut r = common()?;
     match kind {
@@ -290,6 +308,8 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, BuildError> {
                 &mut r,
                 &[libc::SYS_rt_sigtimedwait, libc::SYS_openat, libc::SYS_statx],
             );
+            // The snapshot is written whole (`whole_file`).
+            whole_file_calls(&mut r);
         }
         ThreadKind::Api => {
             allow(
@@ -303,6 +323,9 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, BuildError> {
                     // Its socket, removed as the run ends.
                     libc::SYS_unlink,
                     libc::SYS_unlinkat,
+                    // A control.jsonl line the disk did not take whole is
+                    // cut off (`audit`).
+                    libc::SYS_ftruncate,
                 ],
             );
             // Read-only: glibc's malloc reads /proc/sys/vm/overcommit_memory
@@ -322,8 +345,10 @@ fn rules_for(kind: ThreadKind) -> Result<Rules, BuildError> {
         }
         ThreadKind::Runner => {
             read_only_files(&mut r)?;
-            // The --json file may be created anywhere the user names.
+            // The --json file may be created anywhere the user names,
+            // written whole (`whole_file`).
             allow(&mut r, &[libc::SYS_openat, libc::SYS_mkdir]);
+            whole_file_calls(&mut r);
         }
     }
     Ok(r)

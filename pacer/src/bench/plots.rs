@@ -338,6 +338,11 @@ fn plot(name: &str, title: &str) -> Plot {
     }
 }
 
+/// A plot file that could not be written, in words.
+fn io_error(path: &Path, e: std::io::Error) -> String {
+    format!("{}: {e}", path.display())
+}
+
 /// Write `name`.svg and `name`.png of a bar chart in `dir`, leaving out
 /// the categories without any bar.
 fn write_bars(dir: &Path, name: &str, b: &Bars<'_>) -> Result<Plot, String> {
@@ -362,8 +367,16 @@ fn write_bars(dir: &Path, name: &str, b: &Bars<'_>) -> Result<Plot, String> {
         dir.join(format!("{name}.png")),
     );
     let size = (WIDTH, bars_height(b));
-    draw_bars(SVGBackend::new(&svg, size).into_drawing_area(), b)?;
-    draw_bars(BitMapBackend::new(&png, size).into_drawing_area(), b)?;
+    vmm::whole_file::write_with(
+        &svg,
+        |tmp| draw_bars(SVGBackend::new(tmp, size).into_drawing_area(), b),
+        |e| io_error(&svg, e),
+    )?;
+    vmm::whole_file::write_with(
+        &png,
+        |tmp| draw_bars(BitMapBackend::new(tmp, size).into_drawing_area(), b),
+        |e| io_error(&png, e),
+    )?;
     Ok(plot(name, b.title))
 }
 
@@ -374,8 +387,16 @@ fn write_cdf(dir: &Path, name: &str, c: &Cdf<'_>) -> Result<Plot, String> {
         dir.join(format!("{name}.png")),
     );
     let size = (WIDTH, 480);
-    draw_cdf(SVGBackend::new(&svg, size).into_drawing_area(), c)?;
-    draw_cdf(BitMapBackend::new(&png, size).into_drawing_area(), c)?;
+    vmm::whole_file::write_with(
+        &svg,
+        |tmp| draw_cdf(SVGBackend::new(tmp, size).into_drawing_area(), c),
+        |e| io_error(&svg, e),
+    )?;
+    vmm::whole_file::write_with(
+        &png,
+        |tmp| draw_cdf(BitMapBackend::new(tmp, size).into_drawing_area(), c),
+        |e| io_error(&png, e),
+    )?;
     Ok(plot(name, c.title))
 }
 

@@ -70,10 +70,13 @@ impl Progress {
                 } else {
                     String::new()
                 };
-                self.line(&format!(
-                    "pacer bench: {total} cells{resumed}; about {:.0} s of guest run time to go",
-                    estimate_s
-                ));
+                let to_go = if *done >= *total {
+                    "nothing left to run".to_string()
+                } else {
+                    // Never "-0 s": an estimate rounds to at least 1 s.
+                    format!("about {:.0} s of guest run time to go", estimate_s.max(1.0))
+                };
+                self.line(&format!("pacer bench: {total} cells{resumed}; {to_go}"));
                 self.bar.enable_steady_tick(Duration::from_millis(250));
             }
             BenchEvent::CellStart { id, .. } => self.bar.set_message(id.to_string()),

@@ -414,7 +414,7 @@ pub fn write(
         esc(&matrix_text)
     );
     let path = dir.join(REPORT);
-    std::fs::write(&path, h).map_err(|source| ReportError::Write {
+    vmm::whole_file::write(&path, h).map_err(|source| ReportError::Write {
         path: path.clone(),
         source,
     })?;

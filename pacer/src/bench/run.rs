@@ -455,7 +455,8 @@ fn estimate_s(m: &Matrix, cells: &[Cell]) -> f64 {
                 .fold(0.0, f64::max);
             longest + 0.1
         })
-        .sum()
+        // Not `sum`: the sum of no f64s is -0.0, printed "-0".
+        .fold(0.0, |a, b| a + b)
 }
 
 /// Run every cell of `m` not yet in `opts.out`, then write the summary,
@@ -469,14 +470,21 @@ pub fn run_matrix(
     // starts): a Pacer cell's runner takes them while it runs, a QEMU cell
     // polls for them, and between cells they are looked for after each one.
     let _signals = vmm::signals::SignalGuard::install();
-    let mut store = Store::open(&opts.out, opts.resume)?;
     let all = cells::expand(m);
     let view = crate::documents::matrix::MatrixView::of(m);
     let settings: HashMap<String, settings::CellSettings> = all
         .iter()
         .map(|c| (c.id(m), settings::of(m, &view, c)))
         .collect();
-    check_resume(m, &store, &settings, &opts.out)?;
+    // A resume that is refused touches nothing: the finished cells are
+    // checked against the matrix before the store repairs or rewrites
+    // anything.
+    if opts.resume {
+        let (finished, _) = super::store::read_jsonl(&opts.out.join(super::store::JSONL))?;
+        check_resume(m, &finished, &settings, &opts.out)?;
+        matrix_copy_readable(&opts.out)?;
+    }
+    let mut store = Store::open(&opts.out, opts.resume)?;
     keep_matrix_text(m, &opts.out, on_event)?;
     let todo: Vec<Cell> = all
         .iter()
@@ -538,19 +546,53 @@ pub fn run_matrix(
 }
 
 /// On `--resume`: refuse if a finished cell ran with other settings than
-/// the matrix gives it now (naming the cells and the keys that changed).
+/// the matrix gives it now (naming the cells and the keys that changed),
+/// or if nothing shows what it ran (`cell-settings.jsonl` missing, or
+/// without the cell's line): the finished cells must be proven to belong
+/// to this matrix, never assumed to.
 fn check_resume(
     m: &Matrix,
-    store: &Store,
+    finished: &[CellRecord],
     now: &HashMap<String, settings::CellSettings>,
     out: &Path,
 ) -> Result<(), RunMatrixError> {
-    if store.records().is_empty() {
+    if finished.is_empty() {
         return Ok(());
     }
-    let ran = settings::read(out).map_err(RunMatrixError::Changed)?;
+    let file = out.join(settings::FILE);
+    let jsonl = out.join(super::store::JSONL);
+    let Some(ran) = settings::read(out).map_err(RunMatrixError::Changed)? else {
+        return Err(RunMatrixError::Changed(format!(
+            "--resume: {} is missing (an output folder of an older Pacer, or the file was deleted), so nothing shows that the {} finished cell(s) in {} ran {}; run the matrix into another --out (or continue this folder with the Pacer that wrote it)",
+            file.display(),
+            finished.len(),
+            jsonl.display(),
+            m.path.display()
+        )));
+    };
+    let unproven: Vec<&str> = finished
+        .iter()
+        .filter(|r| !ran.contains_key(&r.id))
+        .map(|r| r.id.as_str())
+        .collect();
+    if !unproven.is_empty() {
+        let shown = unproven.iter().take(3).copied().collect::<Vec<_>>();
+        let more = if unproven.len() > 3 {
+            format!(" and {} more", unproven.len() - 3)
+        } else {
+            String::new()
+        };
+        return Err(RunMatrixError::Changed(format!(
+            "--resume: {} has no settings for {} finished cell(s) of {} ({}{more}), so nothing shows they ran {}; run the matrix into another --out",
+            file.display(),
+            unproven.len(),
+            jsonl.display(),
+            shown.join(", "),
+            m.path.display()
+        )));
+    }
     let mut changed = Vec::new();
-    for r in store.records() {
+    for r in finished {
         let (Some(old), Some(new)) = (ran.get(&r.id), now.get(&r.id)) else {
             continue;
         };
@@ -585,6 +627,21 @@ fn check_resume(
     )))
 }
 
+/// On `--resume`: the first run's `matrix.toml`, if there is one, must be
+/// a file that can be read (a FIFO or a device there is refused, never
+/// written to).
+fn matrix_copy_readable(out: &Path) -> Result<(), RunMatrixError> {
+    let first = out.join("matrix.toml");
+    match vmm::input::read_config_text(&first, "a matrix") {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(RunMatrixError::Changed(format!(
+            "--resume: cannot read {}: {e}",
+            first.display()
+        ))),
+    }
+}
+
 /// Keep the matrix file in `out` as `matrix.toml`; on a resume whose
 /// matrix text differs (comments, more repetitions: the finished cells'
 /// settings were checked), the first run's file is kept and this one is
@@ -613,7 +670,7 @@ fn keep_matrix_text(
             free
         }
     };
-    std::fs::write(&target, text)
+    vmm::whole_file::write(&target, text)
         .map_err(|e| RunMatrixError::Report(format!("{}: {e}", target.display())))
 }
 
@@ -631,7 +688,7 @@ fn finish(m: &Matrix, store: &Store, ctx: &Ctx<'_>) -> Result<BenchOutcome, RunM
     let json =
         serde_json::to_string_pretty(&crate::documents::summary::SummaryDocument::of(&summary))
             .unwrap_or_default();
-    std::fs::write(dir.join("summary.json"), json + "\n")
+    vmm::whole_file::write(&dir.join("summary.json"), json + "\n")
         .map_err(|e| RunMatrixError::Report(format!("summary.json: {e}")))?;
     let plots = plots::write_all(&summary, store.records(), &dir.join("plots"));
     let qemu_version = match &ctx.qemu {

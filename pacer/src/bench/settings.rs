@@ -16,7 +16,10 @@
 //! (exit 2) naming the cell and the keys that changed: re-running it would
 //! mix two matrices in one summary, and dropping its old result silently
 //! would lose it. Cells the matrix adds (more repetitions, a new policy)
-//! simply run. Cells recorded by a Pacer without this file are not checked.
+//! simply run. Finished cells whose settings are not in the file (an output
+//! folder of a Pacer older than this file, or the file deleted) cannot be
+//! shown to belong to the matrix: the resume is refused too, naming the
+//! file.
 
 use super::cells::{vm_boot, vm_workload, Cell, VmBoot};
 use super::matrix::Matrix;
@@ -161,8 +164,8 @@ pub fn differences(
     text
 }
 
-/// The settings recorded in `dir` (none if the file is missing), by cell id.
-pub fn read(dir: &Path) -> Result<BTreeMap<String, CellSettings>, String> {
+/// The settings recorded in `dir`, by cell id; None if the file is missing.
+pub fn read(dir: &Path) -> Result<Option<BTreeMap<String, CellSettings>>, String> {
     let path = dir.join(FILE);
     let bytes = match vmm::input::read_regular_file(
         &path,
@@ -170,8 +173,8 @@ pub fn read(dir: &Path) -> Result<BTreeMap<String, CellSettings>, String> {
         "a cell-settings.jsonl",
     ) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("--resume: cannot read {}: {e}", path.display())),
     };
     let text = String::from_utf8_lossy(&bytes);
     let mut out = BTreeMap::new();
@@ -181,11 +184,17 @@ pub fn read(dir: &Path) -> Result<BTreeMap<String, CellSettings>, String> {
         if line.trim().is_empty() {
             continue;
         }
-        let s: CellSettings = serde_json::from_str(line)
-            .map_err(|e| format!("{}:{}: not a cell's settings: {e}", path.display(), i + 1))?;
+        let s: CellSettings = serde_json::from_str(line).map_err(|e| {
+            format!(
+                "{}:{}: not a cell's settings ({}); the file was changed after pacer bench wrote it: restore it, or run into another --out",
+                path.display(),
+                i + 1,
+                if e.is_data() { "not the shape of one" } else { "not a line of JSON" }
+            )
+        })?;
         out.insert(s.id.clone(), s);
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// Append `s` to `dir`'s [`FILE`] (one write, flushed to disk).

@@ -28,7 +28,14 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}:{line}: not a cell record: {message}")]
+    /// A file of an earlier run (`--resume`) that cannot be read: a FIFO,
+    /// a device, too large (bad input).
+    #[error("--resume: cannot read {path}: {source}")]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {message}")]
     Parse {
         path: PathBuf,
         line: usize,
@@ -270,7 +277,7 @@ pub fn read_jsonl(path: &Path) -> Result<(Vec<CellRecord>, u64), StoreError> {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
         Err(source) => {
-            return Err(StoreError::Io {
+            return Err(StoreError::Unreadable {
                 path: path.to_path_buf(),
                 source,
             })
@@ -288,17 +295,39 @@ pub fn read_jsonl(path: &Path) -> Result<(Vec<CellRecord>, u64), StoreError> {
             message,
         };
         let v: serde_json::Value =
-            serde_json::from_slice(line).map_err(|e| parse(e.to_string()))?;
+            serde_json::from_slice(line).map_err(|e| parse(not_a_record(&e)))?;
         if v["schema_version"] != SCHEMA_VERSION {
             return Err(parse(format!(
                 "written with schema version {} (this Pacer writes {SCHEMA_VERSION}); continue it with the Pacer that wrote it, or choose another --out",
                 v["schema_version"]
             )));
         }
-        let r: CellRecord = serde_json::from_value(v).map_err(|e| parse(e.to_string()))?;
+        let r: CellRecord = serde_json::from_value(v).map_err(|e| parse(not_a_record(&e)))?;
         out.push(r);
     }
     Ok((out, complete as u64))
+}
+
+/// Why a line of `results.jsonl` is not a cell record, in words (the
+/// line is named by the caller; serde's own position is within the line).
+fn not_a_record(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    let what = match e.classify() {
+        Category::Syntax | Category::Eof => {
+            format!("not a line of JSON (column {})", e.column())
+        }
+        // Data: whole JSON, but not the shape of a cell record.
+        Category::Data | Category::Io => {
+            let text = e.to_string();
+            let text = text
+                .split(" at line ")
+                .next()
+                .unwrap_or(&text)
+                .replace('`', "\"");
+            format!("not a cell record ({text})")
+        }
+    };
+    format!("{what}; the file was changed after pacer bench wrote it: restore it, or run into another --out")
 }
 
 /// The result files of one run, open for appending.
@@ -341,15 +370,7 @@ impl Store {
             path: cpath.clone(),
             message,
         })?;
-        let tmp = dir.join(format!("{CSV}.tmp"));
-        if let Err(e) = std::fs::write(&tmp, &text).map_err(io(&tmp)) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-        if let Err(e) = std::fs::rename(&tmp, &cpath).map_err(io(&cpath)) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
+        vmm::whole_file::write(&cpath, &text).map_err(io(&cpath))?;
         let csv = OpenOptions::new()
             .append(true)
             .open(&cpath)

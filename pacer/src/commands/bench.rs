@@ -27,7 +27,10 @@ Exit codes:
   0  every cell ok or n/a
   1  a cell failed or timed out, or the run was stopped (continue with --resume)
   2  bad input: the matrix, results already in DIR without --resume, or
-     --resume with a matrix that changed what finished cells ran (named)
+     --resume with a matrix that changed what finished cells ran (named),
+     with finished cells whose settings are not in DIR/cell-settings.jsonl
+     (an older Pacer's folder), or with files in DIR that cannot be read
+     (a FIFO, a device, too large, a line that is not a cell record)
   3  a result could not be written (full disk): the cell in flight is not
      recorded (continue with --resume once there is room)";
 
@@ -115,7 +118,10 @@ pub fn main(args: BenchArgs) -> i32 {
             eprintln!("pacer bench: {e}");
             EXIT_BAD_INPUT
         }
-        Err(RunMatrixError::Store(e @ StoreError::NotEmpty(_))) => {
+        Err(RunMatrixError::Store(
+            e
+            @ (StoreError::NotEmpty(_) | StoreError::Unreadable { .. } | StoreError::Parse { .. }),
+        )) => {
             eprintln!("pacer bench: {e}");
             EXIT_BAD_INPUT
         }

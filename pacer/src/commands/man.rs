@@ -42,7 +42,7 @@ pub fn write(root: clap::Command, dir: Option<&Path>) -> Result<String, ManError
     let mut written = String::new();
     for (file, cmd) in pages {
         let path = dir.join(&file);
-        std::fs::write(&path, render(cmd)).map_err(err(&path))?;
+        vmm::whole_file::write(&path, render(cmd)).map_err(err(&path))?;
         written += &format!("{}\n", path.display());
     }
     Ok(written)

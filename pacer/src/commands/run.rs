@@ -31,7 +31,8 @@ stderr. Each run writes its own directory under the log directory (consoles,
 Exit codes:
   0  every VM succeeded
   1  a VM failed or timed out, or the run was stopped (SIGINT, SIGTERM)
-  2  bad input: the config, an argument, an unwritable --json; nothing was started
+  2  bad input: the config, an argument, an unwritable --json, a busy
+     --api-socket; nothing was started and no run directory was created
   3  a result or log could not be written (full disk, file-size limit): the
      results are incomplete (each such file ends with an \"incomplete\" line
      when the disk takes one, and has no \"stop\" line)
@@ -382,7 +383,7 @@ fn write_json(path: &std::path::Path, doc: &impl serde::Serialize) -> Result<(),
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         let _ = std::fs::create_dir_all(dir);
     }
-    std::fs::write(path, text + "\n").map_err(|source| RunCommandError::WriteJson {
+    vmm::whole_file::write(path, text + "\n").map_err(|source| RunCommandError::WriteJson {
         path: path.to_path_buf(),
         source,
     })

@@ -98,6 +98,7 @@ pub fn main(a: SimArgs) -> i32 {
             None => a.policy,
         },
         json: a.json,
+        write_file: Some(|path, bytes| vmm::whole_file::write(path, bytes)),
         seed: a.seed,
         duration_ms: a.duration_ms,
         topology: a.topology,
@@ -203,7 +204,7 @@ fn replay(a: &SimArgs, path: &std::path::Path) -> i32 {
             "trace": path,
             "replays": doc,
         });
-        if let Err(e) = std::fs::write(
+        if let Err(e) = vmm::whole_file::write(
             json,
             serde_json::to_string_pretty(&text).unwrap_or_default() + "\n",
         ) {

@@ -165,7 +165,7 @@ fn bad(msg: String) -> i32 {
 }
 
 fn write(path: &Path, text: &str) -> Result<(), i32> {
-    std::fs::write(path, text).map_err(|e| {
+    vmm::whole_file::write(path, text).map_err(|e| {
         eprintln!("pacer trace: cannot write {}: {e}", path.display());
         EXIT_VM_FAILED
     })

@@ -101,7 +101,7 @@ fn write_file(path: &Path, text: &str) -> Result<(), UnixbenchCliError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         let _ = std::fs::create_dir_all(dir);
     }
-    std::fs::write(path, text).map_err(|source| UnixbenchCliError::Write {
+    vmm::whole_file::write(path, text).map_err(|source| UnixbenchCliError::Write {
         path: path.into(),
         source,
     })

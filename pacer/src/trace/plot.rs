@@ -230,9 +230,18 @@ pub fn draw(trace: &TraceFile, from: u64, to: u64, out: &Path) -> Result<(), Str
         // Both backends lay text out with the registered font.
         font()?;
     }
+    let io = |e: std::io::Error| format!("{}: {e}", out.display());
     match ext {
-        Some("svg") => draw_on(SVGBackend::new(out, size).into_drawing_area(), trace, &t),
-        Some("png") => draw_on(BitMapBackend::new(out, size).into_drawing_area(), trace, &t),
+        Some("svg") => vmm::whole_file::write_with(
+            out,
+            |tmp| draw_on(SVGBackend::new(tmp, size).into_drawing_area(), trace, &t),
+            io,
+        ),
+        Some("png") => vmm::whole_file::write_with(
+            out,
+            |tmp| draw_on(BitMapBackend::new(tmp, size).into_drawing_area(), trace, &t),
+            io,
+        ),
         _ => Err(format!(
             "{}: the output must end in .png or .svg",
             out.display()

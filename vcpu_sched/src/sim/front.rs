@@ -12,6 +12,9 @@ use crate::PolicyKind;
 use std::io::Write;
 use std::path::PathBuf;
 
+/// Writes a whole file (`SimOptions::write_file`).
+pub type WriteFile = fn(&std::path::Path, &[u8]) -> std::io::Result<()>;
+
 /// What to run and what to print.
 #[derive(Debug, Clone, Default)]
 pub struct SimOptions {
@@ -21,6 +24,9 @@ pub struct SimOptions {
     pub policies: Vec<PolicyKind>,
     /// Write the report(s) as JSON here.
     pub json: Option<PathBuf>,
+    /// How the JSON file is written (None: `std::fs::write`); the `pacer`
+    /// binary writes it whole or not at all (`vmm::whole_file`).
+    pub write_file: Option<WriteFile>,
     pub seed: Option<u64>,
     pub duration_ms: Option<u64>,
     /// A synthetic topology instead of the scenario's, e.g. `2x22x2`.
@@ -158,7 +164,10 @@ pub fn run_workload(
         } else {
             serde_json::to_string_pretty(&reports).unwrap_or_default()
         };
-        std::fs::write(path, text)
+        let write = opts
+            .write_file
+            .unwrap_or(|p: &std::path::Path, b: &[u8]| std::fs::write(p, b));
+        write(path, text.as_bytes())
             .map_err(|e| FrontError::Io(format!("{}: {e}", path.display())))?;
     }
     if reports.len() != policies.len() {

@@ -478,33 +478,49 @@ pub struct VmDoc {
 
 /// The per-vCPU objects of a VM, from its parallel in-memory lists.
 fn vcpus(r: &VmResult) -> Vec<VcpuDoc> {
+    vcpu_docs(
+        0,
+        &r.vcpu_metrics,
+        &r.work,
+        &r.vcpu_stats,
+        &r.vcpu_sched,
+        r.tsc_khz,
+    )
+}
+
+/// One object per vCPU (at least `vcpus`, more if any list names more).
+fn vcpu_docs(
+    vcpus: usize,
+    metrics: &[VcpuMetrics],
+    work: &[VcpuWork],
+    exits: &[VcpuStats],
+    sched_stats: &[VcpuSchedStats],
+    tsc_khz: u32,
+) -> Vec<VcpuDoc> {
     let n = [
-        r.vcpu_sched.len(),
-        r.vcpu_stats.len(),
-        r.vcpu_metrics
+        vcpus,
+        sched_stats.len(),
+        exits.len(),
+        metrics
             .iter()
             .map(|m| m.vcpu as usize + 1)
             .max()
             .unwrap_or(0),
-        r.work
-            .iter()
-            .map(|w| w.vcpu as usize + 1)
-            .max()
-            .unwrap_or(0),
+        work.iter().map(|w| w.vcpu as usize + 1).max().unwrap_or(0),
     ]
     .into_iter()
     .max()
     .unwrap_or(0);
     (0..n as u32)
         .map(|v| {
-            let m = r.vcpu_metrics.iter().find(|m| m.vcpu == v);
-            let w = r.work.iter().find(|w| w.vcpu == v);
-            let guest = guest(m, w, r.tsc_khz);
+            let m = metrics.iter().find(|m| m.vcpu == v);
+            let w = work.iter().find(|w| w.vcpu == v);
+            let guest = guest(m, w, tsc_khz);
             let worked = did_work(&guest);
             VcpuDoc {
                 vcpu: v,
-                sched: r.vcpu_sched.get(v as usize).map(|s| sched(s, worked)),
-                exits: r.vcpu_stats.get(v as usize).copied(),
+                sched: sched_stats.get(v as usize).map(|s| sched(s, worked)),
+                exits: exits.get(v as usize).copied(),
                 guest,
             }
         })
@@ -622,22 +638,17 @@ pub fn event(kind: &str, vm: &str, fields: impl Serialize) -> Value {
     v
 }
 
-/// The per-vCPU guest figures of a stop line.
-pub fn events_vcpus(metrics: &[VcpuMetrics], work: &[VcpuWork], tsc_khz: u32) -> Vec<Value> {
-    let n = metrics
-        .iter()
-        .map(|m| m.vcpu + 1)
-        .chain(work.iter().map(|w| w.vcpu + 1))
-        .max()
-        .unwrap_or(0);
-    (0..n)
-        .map(|v| {
-            let g = guest(
-                metrics.iter().find(|m| m.vcpu == v),
-                work.iter().find(|w| w.vcpu == v),
-                tsc_khz,
-            );
-            json!({ "vcpu": v, "guest": g })
-        })
-        .collect()
+/// The per-vCPU objects of a stop line: every vCPU of the VM (at least
+/// `vcpus`), each with its guest's figures, its scheduling and its exits,
+/// as in the `pacer-run` document. A VM stopped while paused, or by its
+/// timeout, still has its vCPUs' counters though its guest sent nothing.
+pub fn events_vcpus(
+    vcpus: usize,
+    metrics: &[VcpuMetrics],
+    work: &[VcpuWork],
+    exits: &[VcpuStats],
+    sched: &[VcpuSchedStats],
+    tsc_khz: u32,
+) -> Vec<VcpuDoc> {
+    vcpu_docs(vcpus, metrics, work, exits, sched, tsc_khz)
 }

@@ -232,6 +232,17 @@ pub struct RunResults {
     pub control_changes: Vec<ControlChange>,
 }
 
+/// What a stop line says of the VM's vCPUs beyond its guest's figures.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StopVcpus<'a> {
+    /// How many vCPUs the VM has (each gets an entry).
+    pub count: usize,
+    /// Their exits, by vCPU index.
+    pub exits: &'a [vcpu_engine::vcpu::VcpuStats],
+    /// Their scheduling counters, by vCPU index.
+    pub sched: &'a [vcpu_engine::stats::VcpuSchedStats],
+}
+
 /// Collects a VM's events and appends them to its JSON-lines file.
 pub struct ResultsLog {
     vm: String,
@@ -475,12 +486,33 @@ impl ResultsLog {
         true
     }
 
-    /// The stop line, which also carries the per-vCPU guest figures.
+    /// The stop line of a VM whose vCPUs' counters are not known (the
+    /// guest's figures only).
     pub fn stopped(&mut self, status: &str, ok: bool, message: &str, t_ms: f64) {
+        self.stopped_with(status, ok, message, t_ms, StopVcpus::default());
+    }
+
+    /// The stop line, which also carries the per-vCPU metrics: every vCPU
+    /// of the VM with its guest's figures, its scheduling and its exits.
+    pub fn stopped_with(
+        &mut self,
+        status: &str,
+        ok: bool,
+        message: &str,
+        t_ms: f64,
+        vcpus: StopVcpus<'_>,
+    ) {
         if let Some(what) = self.dropped_summary() {
             self.note_dropped(&what, t_ms);
         }
-        let vcpus = events::events_vcpus(&self.vcpu_metrics(), &self.work(), self.tsc_khz);
+        let vcpus = events::events_vcpus(
+            vcpus.count,
+            &self.vcpu_metrics(),
+            &self.work(),
+            vcpus.exits,
+            vcpus.sched,
+            self.tsc_khz,
+        );
         let fields = serde_json::json!({
             "status": status, "ok": ok, "message": crate::documents::nonempty(message),
             "t_ns": crate::documents::ms_to_ns(t_ms), "vcpus": vcpus,

@@ -465,7 +465,18 @@ impl Vm {
                 format!("{message}; {what}")
             };
         }
-        res.stopped(&status, ok, &message, wall_ms);
+        let exits: Vec<_> = outcomes.iter().map(|o| o.stats).collect();
+        res.stopped_with(
+            &status,
+            ok,
+            &message,
+            wall_ms,
+            crate::results::StopVcpus {
+                count: self.spec.vcpus as usize,
+                exits: &exits,
+                sched: &vcpu_sched,
+            },
+        );
         // The stop line itself may be the write that fails.
         if status != crate::results::STATUS_WRITE_ERROR {
             if let Some(why) = res.write_error().map(str::to_string) {
@@ -497,7 +508,7 @@ impl Vm {
             results_file: res.path().map(Path::to_path_buf),
             console_log: self.console_log.clone(),
             user_log,
-            vcpu_stats: outcomes.iter().map(|o| o.stats).collect(),
+            vcpu_stats: exits,
             vcpu_sched,
         }
     }
