@@ -141,14 +141,67 @@ impl Drop for Run {
     }
 }
 
-/// Send raw bytes on a fresh connection; the answer (status line first).
+/// Send raw bytes on a fresh connection and shut down its sending side
+/// (as `nc -N` does): the answer (status line first), up to the server's
+/// close.
 fn raw(socket: &Path, bytes: &[u8]) -> String {
     let mut s = UnixStream::connect(socket).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
     s.write_all(bytes).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
     let mut answer = String::new();
     let _ = s.read_to_string(&mut answer);
     answer
+}
+
+/// One answer read from a connection kept open: (status line and
+/// headers, body). `pending` holds bytes read past it (the next answer's).
+fn answer(s: &mut UnixStream, pending: &mut Vec<u8>) -> (String, String) {
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = s.read(&mut chunk).expect("read an answer's head");
+        assert!(
+            n > 0,
+            "closed before an answer: {:?}",
+            String::from_utf8_lossy(pending)
+        );
+        pending.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&pending[..head_end]).into_owned();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .unwrap_or_else(|| panic!("no Content-Length: {head}"))
+        .trim()
+        .parse()
+        .unwrap();
+    while pending.len() < head_end + length {
+        let n = s.read(&mut chunk).expect("read an answer's body");
+        assert!(n > 0, "closed within an answer: {head}");
+        pending.extend_from_slice(&chunk[..n]);
+    }
+    let body = String::from_utf8_lossy(&pending[head_end..head_end + length]).into_owned();
+    pending.drain(..head_end + length);
+    (head, body)
+}
+
+/// The server closed the connection: nothing more comes.
+fn closes(s: &mut UnixStream, pending: &[u8]) -> bool {
+    let mut rest = Vec::new();
+    pending.is_empty() && s.read_to_end(&mut rest).is_ok() && rest.is_empty()
+}
+
+/// A `set` request of `target` `key=value`, as HTTP bytes.
+fn set_request(target: &str, key: &str, value: &str, connection: &str) -> Vec<u8> {
+    let body = format!("{{\"target\":\"{target}\",\"set\":{{\"{key}\":\"{value}\"}}}}");
+    format!(
+        "POST /api/v1/set HTTP/1.1\r\nHost: pacer\r\nContent-Length: {}\r\n{connection}\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }
 
 fn two_vms(workload_ms: u32) -> String {
@@ -484,6 +537,118 @@ fn every_endpoint_against_running_vms() {
 }
 
 #[test]
+fn the_socket_speaks_http11_half_close_pipelining_keep_alive() {
+    if !kvm_or_skip("the_socket_speaks_http11_half_close_pipelining_keep_alive") {
+        return;
+    }
+    let dir = TempDir::new("api-http11");
+    let run = Run::start(&dir, &two_vms(60_000), &[]);
+    assert!(eventually(Duration::from_secs(20), || {
+        run.json(&["ls"])["vms"][1]["state"] == "running"
+    }));
+    let connect = || {
+        let s = UnixStream::connect(&run.socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+
+    // Half-close: a whole request, `Connection: close`, then the client
+    // shuts down its side (`nc -N`, socat): it is answered.
+    let mut s = connect();
+    s.write_all(b"GET /api/v1/vms HTTP/1.1\r\nHost: pacer\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut all = String::new();
+    s.read_to_string(&mut all).expect("an answer, then the end");
+    assert!(all.starts_with("HTTP/1.1 200 OK\r\n"), "{all:?}");
+    assert!(all.contains("Connection: close\r\n"), "{all}");
+    let body: Value = serde_json::from_str(all.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["vms"][1]["name"], "b", "{body}");
+    // Two requests, no `Connection: close`, then the half-close: both are
+    // answered, then the connection ends.
+    let mut s = connect();
+    s.write_all(b"GET /api/v1/keys HTTP/1.1\r\n\r\nGET /api/v1/vms HTTP/1.1\r\n\r\n")
+        .unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut pending = Vec::new();
+    assert!(answer(&mut s, &mut pending).1.contains("\"keys\""));
+    assert!(answer(&mut s, &mut pending).1.contains("\"vms\""));
+    assert!(closes(&mut s, &pending), "open after the last answer");
+
+    // Three requests in one write: answered in order on the connection,
+    // each seeing the one before it; the last says close, and it closes.
+    let mut s = connect();
+    let mut three = set_request("b/0", "priority", "21", "");
+    three.extend_from_slice(b"GET /api/v1/stats?vm=b HTTP/1.1\r\nHost: pacer\r\n\r\n");
+    three.extend(set_request(
+        "b/0",
+        "priority",
+        "22",
+        "Connection: close\r\n",
+    ));
+    s.write_all(&three).unwrap();
+    let mut pending = Vec::new();
+    let (head, first) = answer(&mut s, &mut pending);
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}{first}");
+    assert!(head.contains("Connection: keep-alive\r\n"), "{head}");
+    let first: Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(first["changed"][0]["value"], "21", "{first}");
+    let (_, second) = answer(&mut s, &mut pending);
+    let second: Value = serde_json::from_str(&second).unwrap();
+    assert_eq!(
+        second["vms"][0]["vcpus"][0]["base_priority"], 21,
+        "{second}"
+    );
+    let (head, third) = answer(&mut s, &mut pending);
+    assert!(head.contains("Connection: close\r\n"), "{head}");
+    let third: Value = serde_json::from_str(&third).unwrap();
+    assert_eq!(
+        (
+            &third["changed"][0]["previous"],
+            &third["changed"][0]["value"]
+        ),
+        (&"21".into(), &"22".into()),
+        "{third}"
+    );
+    assert!(closes(&mut s, &pending), "open after `Connection: close`");
+
+    // Keep-alive: two requests one after the other, each sent once the
+    // answer before it is in; the connection stays between them.
+    let mut s = connect();
+    let mut pending = Vec::new();
+    s.write_all(b"GET /api/v1/vms HTTP/1.1\r\nHost: pacer\r\n\r\n")
+        .unwrap();
+    let (head, body) = answer(&mut s, &mut pending);
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}{body}");
+    assert!(head.contains("Connection: keep-alive\r\n"), "{head}");
+    std::thread::sleep(Duration::from_millis(300));
+    s.write_all(b"GET /api/v1/stats?vm=a HTTP/1.1\r\nHost: pacer\r\n\r\n")
+        .unwrap();
+    let (head, body) = answer(&mut s, &mut pending);
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}{body}");
+    let stats: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(stats["vms"][0]["name"], "a", "{stats}");
+    // A refusal ends the connection: what follows cannot be framed.
+    s.write_all(b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n")
+        .unwrap();
+    let (head, _) = answer(&mut s, &mut pending);
+    assert!(head.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{head}");
+    assert!(closes(&mut s, &pending), "open after a refusal");
+
+    assert_eq!(run.ctl(&["stop", "a"]).0, 0);
+    assert_eq!(run.ctl(&["stop", "b"]).0, 0);
+    let (_, results, stderr) = run.finish(&dir);
+    assert!(!stderr.contains("forbidden system call"), "{stderr}");
+    let changes = results["runs"][0]["control_changes"].as_array().unwrap();
+    let values: Vec<&Value> = changes
+        .iter()
+        .filter(|c| c["key"] == "priority")
+        .map(|c| &c["value"])
+        .collect();
+    assert_eq!(values, [&Value::from("21"), &Value::from("22")]);
+}
+
+#[test]
 fn policy_host_pauses_and_stops_but_has_nothing_to_set() {
     if !kvm_or_skip("policy_host_pauses_and_stops_but_has_nothing_to_set") {
         return;
@@ -620,8 +785,10 @@ fn the_live_page_in_a_browser() {
     // The TCP port is read-only.
     let host = url.trim_start_matches("http://").trim_end_matches('/');
     let mut tcp = std::net::TcpStream::connect(host).unwrap();
-    tcp.write_all(b"POST /api/v1/vms/a/stop HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
-        .unwrap();
+    tcp.write_all(
+        b"POST /api/v1/vms/a/stop HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
     let mut a = String::new();
     tcp.read_to_string(&mut a).unwrap();
     assert!(
