@@ -717,6 +717,86 @@ fn a_taken_path_or_a_public_address_is_bad_input() {
     );
 }
 
+/// A fake API server on `socket` that takes one request and answers it a
+/// byte every 200 ms, for `for_how_long` (then closes): it never sends a
+/// whole answer in time, and never lets a per-read timeout fire.
+fn trickling_server(socket: &Path, for_how_long: Duration) -> std::thread::JoinHandle<()> {
+    let listener = std::os::unix::net::UnixListener::bind(socket).unwrap();
+    std::thread::spawn(move || {
+        let Ok((mut s, _)) = listener.accept() else {
+            return;
+        };
+        let mut request = Vec::new();
+        let mut chunk = [0u8; 1024];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => request.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let t0 = Instant::now();
+        let answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Padding: ";
+        for b in answer.iter().chain(std::iter::repeat(&b'x')) {
+            if t0.elapsed() > for_how_long || s.write_all(&[*b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    })
+}
+
+#[test]
+fn ctl_gives_up_on_a_trickling_server_by_its_deadline() {
+    let dir = TempDir::new("api-trickle");
+    let socket = dir.0.join("slow.sock");
+    // Long enough that a client without a deadline is seen to wait past it.
+    let server = trickling_server(&socket, Duration::from_secs(8));
+    let t0 = Instant::now();
+    let out = Command::new(PACER)
+        .args(["ctl", socket.to_str().unwrap(), "--timeout", "1.5", "ls"])
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err,
+        format!(
+            "pacer ctl: no answer from {} within 1.5 s\n",
+            socket.display()
+        )
+    );
+    assert_eq!(out.status.code(), Some(1), "an I/O failure: {err}");
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_secs(4),
+        "gave up after {took:?}"
+    );
+    server.join().unwrap();
+
+    // `watch` too: its head must come within the deadline.
+    let socket = dir.0.join("slow-events.sock");
+    let server = trickling_server(&socket, Duration::from_secs(8));
+    let t0 = Instant::now();
+    let out = Command::new(PACER)
+        .args(["ctl", socket.to_str().unwrap(), "watch", "--timeout", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("within 1 s") && out.status.code() == Some(1),
+        "{err}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+    server.join().unwrap();
+
+    // A deadline that is not one is bad input.
+    let out = Command::new(PACER)
+        .args(["ctl", "x.sock", "--timeout", "0", "ls"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected seconds"));
+}
+
 /// Chromium, as Debian packages it (installed by ci/install.sh).
 fn chromium() -> Option<PathBuf> {
     ["chromium", "chromium-browser"].iter().find_map(|name| {

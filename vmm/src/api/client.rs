@@ -1,16 +1,26 @@
 //! The client side of the control API, for `pacer ctl`: one request per
 //! connection on the Unix socket, the answer's JSON or the server's
 //! one-line reason; and the event stream, one sample at a time.
+//!
+//! Every answer must be whole within the client's deadline
+//! ([`DEFAULT_DEADLINE`] unless given), counted from the request: a
+//! server that answers a byte at a time cannot hold the client longer
+//! than one that does not answer at all. On the event stream the head,
+//! then each sample, must come within the deadline (at least
+//! [`MIN_SAMPLE_GAP`]: samples are a second apart).
 
 use super::http::percent_encode;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// How long a request may take (a pause waits for the VM's answer).
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long an answer may take unless the caller says (a pause waits for
+/// the VM's answer, up to 3 s on the server).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
+/// The least time allowed between two samples of the event stream.
+pub const MIN_SAMPLE_GAP: Duration = Duration::from_secs(5);
 /// Longest answer taken.
 const MAX_ANSWER_BYTES: usize = 64 << 20;
 
@@ -32,17 +42,67 @@ pub enum ClientError {
     Refused { status: u16, message: String },
     #[error("{}: not an answer of Pacer's API: {why}", .path.display())]
     BadAnswer { path: PathBuf, why: String },
+    /// No whole answer (or sample) within the deadline.
+    #[error("no answer from {} within {} s", .path.display(), .deadline.as_secs_f64())]
+    Timeout { path: PathBuf, deadline: Duration },
 }
 
 /// A client of one API socket.
 pub struct Client {
     path: PathBuf,
+    deadline: Duration,
 }
 
 impl Client {
+    /// A client whose answers must be whole within [`DEFAULT_DEADLINE`].
     pub fn new(path: &Path) -> Client {
+        Client::with_deadline(path, DEFAULT_DEADLINE)
+    }
+
+    /// A client whose answers must be whole within `deadline` of the
+    /// request (a zero deadline is taken as a millisecond).
+    pub fn with_deadline(path: &Path, deadline: Duration) -> Client {
         Client {
             path: path.to_path_buf(),
+            deadline: deadline.max(Duration::from_millis(1)),
+        }
+    }
+
+    fn timeout(&self, deadline: Duration) -> ClientError {
+        ClientError::Timeout {
+            path: self.path.clone(),
+            deadline,
+        }
+    }
+
+    /// Read once from `s`, giving up at `until` (`allowed`: the deadline
+    /// that `until` ends, for the message). 0: the server closed.
+    fn read_by(
+        &self,
+        s: &mut UnixStream,
+        buf: &mut [u8],
+        until: Instant,
+        allowed: Duration,
+    ) -> Result<usize, ClientError> {
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.timeout(allowed));
+            }
+            s.set_read_timeout(Some(left)).map_err(|e| self.io(e))?;
+            match s.read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(self.timeout(allowed))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.io(e)),
+            }
         }
     }
 
@@ -66,15 +126,28 @@ impl Client {
             path: self.path.clone(),
             source,
         })?;
-        s.set_read_timeout(Some(REQUEST_TIMEOUT))
+        // A server that does not read cannot hold the request either.
+        s.set_write_timeout(Some(self.deadline))
             .map_err(|e| self.io(e))?;
         let head = format!(
             "{method} {target} HTTP/1.1\r\nHost: pacer\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         );
-        s.write_all(head.as_bytes()).map_err(|e| self.io(e))?;
-        s.write_all(body).map_err(|e| self.io(e))?;
-        Ok(s)
+        let sent = s
+            .write_all(head.as_bytes())
+            .and_then(|()| s.write_all(body));
+        match sent {
+            Ok(()) => Ok(s),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(self.timeout(self.deadline))
+            }
+            Err(e) => Err(self.io(e)),
+        }
     }
 
     /// `GET path?query`.
@@ -93,11 +166,21 @@ impl Client {
     }
 
     fn call(&self, method: &str, target: &str, body: &[u8]) -> Result<Value, ClientError> {
-        let s = self.send(method, target, body)?;
+        let until = Instant::now() + self.deadline;
+        let mut s = self.send(method, target, body)?;
+        // The whole answer, up to the server's close, by the deadline.
         let mut answer = Vec::new();
-        s.take(MAX_ANSWER_BYTES as u64 + 1)
-            .read_to_end(&mut answer)
-            .map_err(|e| self.io(e))?;
+        let mut chunk = [0u8; 8192];
+        loop {
+            let n = self.read_by(&mut s, &mut chunk, until, self.deadline)?;
+            if n == 0 {
+                break;
+            }
+            answer.extend_from_slice(&chunk[..n]);
+            if answer.len() > MAX_ANSWER_BYTES {
+                return Err(self.bad("an answer longer than the limit"));
+            }
+        }
         let (status, head_len) = self.head(&answer)?;
         let json: Value = serde_json::from_slice(&answer[head_len..])
             .map_err(|e| self.bad(format!("status {status}, body not JSON: {e}")))?;
@@ -128,15 +211,16 @@ impl Client {
     /// Follow the event stream: `on_sample` gets each sample until it
     /// returns false or the run ends.
     pub fn events(&self, mut on_sample: impl FnMut(&Value) -> bool) -> Result<(), ClientError> {
+        let mut until = Instant::now() + self.deadline;
         let mut s = self.send("GET", "/api/v1/events", b"")?;
         // Samples come every second; a silent server is a stopped one.
-        s.set_read_timeout(Some(Duration::from_secs(30)))
-            .map_err(|e| self.io(e))?;
+        let gap = self.deadline.max(MIN_SAMPLE_GAP);
+        let mut allowed = self.deadline;
         let mut buf = Vec::new();
         let mut head_done = false;
         let mut chunk = [0u8; 8192];
         loop {
-            let n = s.read(&mut chunk).map_err(|e| self.io(e))?;
+            let n = self.read_by(&mut s, &mut chunk, until, allowed)?;
             if n == 0 {
                 return Ok(());
             }
@@ -152,9 +236,11 @@ impl Client {
                 }
                 buf.drain(..len);
                 head_done = true;
+                (until, allowed) = (Instant::now() + gap, gap);
             }
             while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
                 let event: Vec<u8> = buf.drain(..end + 2).collect();
+                until = Instant::now() + gap;
                 let text = String::from_utf8_lossy(&event);
                 for line in text.lines() {
                     if let Some(data) = line.strip_prefix("data: ") {
