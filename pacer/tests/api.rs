@@ -648,6 +648,108 @@ fn the_socket_speaks_http11_half_close_pipelining_keep_alive() {
     assert_eq!(values, [&Value::from("21"), &Value::from("22")]);
 }
 
+/// POST `body` to `set` on a fresh connection: the status line and the
+/// `error` of the answer (empty when none).
+fn post_set(socket: &Path, body: &str) -> (String, String) {
+    let answer = raw(
+        socket,
+        format!(
+            "POST /api/v1/set HTTP/1.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    let (head, json) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let v: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        v["error"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+#[test]
+fn set_values_are_strict_and_recorded_in_one_spelling() {
+    if !kvm_or_skip("set_values_are_strict_and_recorded_in_one_spelling") {
+        return;
+    }
+    let dir = TempDir::new("api-strict");
+    let run = Run::start(&dir, &two_vms(60_000), &[]);
+    assert!(eventually(Duration::from_secs(20), || {
+        run.json(&["ls"])["vms"][1]["state"] == "running"
+    }));
+    let bad = "400 Bad Request";
+    // Blanks around a value (or the target): refused, naming the field.
+    let (status, why) = post_set(
+        &run.socket,
+        r#"{"target": "b", "set": {"priority": "10 "}}"#,
+    );
+    assert!(status.contains(bad), "{status}");
+    assert_eq!(
+        why,
+        "set.priority: expected a value without blanks around it, found \"10 \""
+    );
+    let (status, why) = post_set(
+        &run.socket,
+        r#"{"target": "b ", "set": {"priority": "10"}}"#,
+    );
+    assert!(
+        status.contains(bad) && why.starts_with("target: "),
+        "{status} {why}"
+    );
+    run.refused(
+        &["set", "b", "priority= 20"],
+        "set.priority: expected a value without blanks around it",
+    );
+    // A key given twice: refused by name, not the last one taken.
+    let (status, why) = post_set(
+        &run.socket,
+        r#"{"target": "b", "set": {"priority": "20", "priority": "30"}}"#,
+    );
+    assert!(status.contains(bad), "{status}");
+    assert_eq!(
+        why,
+        "duplicate key \"set.priority\": each key may be given once"
+    );
+    let (status, why) = post_set(
+        &run.socket,
+        r#"{"target": "a", "target": "b", "set": {"priority": "20"}}"#,
+    );
+    assert!(
+        status.contains(bad) && why.contains("\"target\""),
+        "{status} {why}"
+    );
+    assert_eq!(run.vcpu("b", 0)["base_priority"], 10, "a refusal changed b");
+    // A CPU list and an integer are answered and recorded in one spelling.
+    let (code, out, err) = run.ctl(&["set", "a/0", "affinity=0,0,0"]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "a/0: affinity 0-1 -> 0\n"),
+        "{err}"
+    );
+    assert_eq!(run.vcpu("a", 0)["affinity"], "0");
+    let (code, out, err) = run.ctl(&["set", "b", "priority=012"]);
+    assert_eq!((code, out.as_str()), (0, "b: priority 10 -> 12\n"), "{err}");
+
+    assert_eq!(run.ctl(&["stop", "a"]).0, 0);
+    assert_eq!(run.ctl(&["stop", "b"]).0, 0);
+    let (_, results, stderr) = run.finish(&dir);
+    assert!(!stderr.contains("forbidden system call"), "{stderr}");
+    let changes = results["runs"][0]["control_changes"].as_array().unwrap();
+    let set: Vec<(&str, &str)> = changes
+        .iter()
+        .filter(|c| c["key"] != "state")
+        .map(|c| (c["key"].as_str().unwrap(), c["value"].as_str().unwrap()))
+        .collect();
+    assert_eq!(set, [("affinity", "0"), ("priority", "12")]);
+    let run_dir = results["runs"][0]["run_dir"].as_str().unwrap();
+    let lines = std::fs::read_to_string(Path::new(run_dir).join("control.jsonl")).unwrap();
+    assert!(
+        lines.contains("\"value\":\"0\"") && !lines.contains("0,0,0"),
+        "{lines}"
+    );
+    assert!(!lines.contains("10 ") && !lines.contains("012"), "{lines}");
+}
+
 #[test]
 fn policy_host_pauses_and_stops_but_has_nothing_to_set() {
     if !kvm_or_skip("policy_host_pauses_and_stops_but_has_nothing_to_set") {
