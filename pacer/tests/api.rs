@@ -542,7 +542,8 @@ fn the_socket_speaks_http11_half_close_pipelining_keep_alive() {
         return;
     }
     let dir = TempDir::new("api-http11");
-    let run = Run::start(&dir, &two_vms(60_000), &[]);
+    // Stopped at the end; the workload outlasts the test on a busy host.
+    let run = Run::start(&dir, &two_vms(300_000), &[]);
     assert!(eventually(Duration::from_secs(20), || {
         run.json(&["ls"])["vms"][1]["state"] == "running"
     }));
@@ -634,6 +635,70 @@ fn the_socket_speaks_http11_half_close_pipelining_keep_alive() {
     let (head, _) = answer(&mut s, &mut pending);
     assert!(head.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{head}");
     assert!(closes(&mut s, &pending), "open after a refusal");
+
+    // Kept connections still count: past 32 at once a new one gets 503.
+    let mut kept = Vec::new();
+    for _ in 0..32 {
+        let mut s = connect();
+        let mut pending = Vec::new();
+        s.write_all(b"GET /api/v1/keys HTTP/1.1\r\n\r\n").unwrap();
+        assert!(answer(&mut s, &mut pending)
+            .0
+            .starts_with("HTTP/1.1 200 OK"));
+        kept.push(s);
+    }
+    let over = raw(&run.socket, b"GET /api/v1/keys HTTP/1.1\r\n\r\n");
+    assert!(
+        over.starts_with("HTTP/1.1 503 Service Unavailable") && over.contains("32 connections"),
+        "{over}"
+    );
+    drop(kept);
+    assert!(eventually(Duration::from_secs(5), || raw(
+        &run.socket,
+        b"GET /api/v1/keys HTTP/1.1\r\n\r\n"
+    )
+    .starts_with("HTTP/1.1 200 OK")));
+
+    // A client that pipelines requests and never reads the answers holds
+    // its connection no longer than the write stall limit (10 s).
+    let mut s = connect();
+    s.set_nonblocking(true).unwrap();
+    // Answers of 7 KB (the page's script) fill the socket soon; written
+    // until the server has read nothing for 2 s (it stopped reading: its
+    // answers are stuck).
+    let request = b"GET /page.js HTTP/1.1\r\n\r\n";
+    let mut written = 0usize;
+    let (t0, mut last_taken) = (Instant::now(), Instant::now());
+    while last_taken.elapsed() < Duration::from_secs(2) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the server reads on"
+        );
+        match s.write(request) {
+            Ok(n) => {
+                written += n;
+                last_taken = Instant::now();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+    assert!(written > 8 * 1024, "only {written} bytes of requests sent");
+    std::thread::sleep(Duration::from_secs(12));
+    s.set_nonblocking(false).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut sink = Vec::new();
+    let end = s.read_to_end(&mut sink);
+    assert!(
+        end.is_ok()
+            || end
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "still open after {} bytes of answers: {end:?}",
+        sink.len()
+    );
 
     assert_eq!(run.ctl(&["stop", "a"]).0, 0);
     assert_eq!(run.ctl(&["stop", "b"]).0, 0);

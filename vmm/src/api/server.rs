@@ -14,7 +14,10 @@
 //! time in their order, the next taken once the answer before it is out;
 //! a client that shuts down its side after its requests (`nc -N`, socat)
 //! is answered each whole one, then closed. A refusal closes the
-//! connection (what follows a malformed request cannot be framed).
+//! connection (what follows a malformed request cannot be framed). A
+//! client that pipelines requests and never reads their answers is read
+//! no further than one request's limits, and dropped once its answer has
+//! not moved for [`WRITE_STALL_TIMEOUT`].
 //! Event-stream clients and long polls stay, and are fed at each sample.
 //! Only a pause or resume holds the loop, for as long as the VM takes to
 //! answer (a few ms; at most `routes::VM_REQUEST_TIMEOUT`).
@@ -37,6 +40,10 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection that has sent no request is closed after this long (since
 /// it opened, or since its last answer).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// An answer the client takes none of for this long is dropped with its
+/// connection (a client that sends requests and never reads their
+/// answers would otherwise hold its connection for ever).
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most connections at once (more are answered 503 and closed).
 pub const MAX_CONNECTIONS: usize = 32;
 /// An event-stream client that falls this far behind is dropped.
@@ -106,6 +113,8 @@ struct Conn {
     request_since: Option<Instant>,
     /// Close once the answer being written is out.
     close_after: bool,
+    /// When the client last took bytes of an answer (or the answer began).
+    out_progress: Instant,
     /// The client shut down its side (read gave end of file): it sends no
     /// more, and is answered what it sent before.
     eof: bool,
@@ -124,6 +133,7 @@ impl Conn {
             idle_since: Instant::now(),
             request_since: None,
             close_after: false,
+            out_progress: Instant::now(),
             eof: false,
             closed: false,
         }
@@ -133,6 +143,7 @@ impl Conn {
     fn answer(&mut self, r: &Response, close: bool) {
         self.out = r.to_bytes(close);
         self.sent = 0;
+        self.out_progress = Instant::now();
         self.close_after = close;
         self.phase = Phase::Answering;
     }
@@ -158,7 +169,10 @@ impl Conn {
                     self.closed = true;
                     return;
                 }
-                Ok(n) => self.sent += n,
+                Ok(n) => {
+                    self.sent += n;
+                    self.out_progress = Instant::now();
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => {
@@ -206,8 +220,15 @@ impl Conn {
         }
     }
 
-    /// The slowloris and idle limits of a connection waiting for a request.
+    /// The slowloris and idle limits of a connection waiting for a
+    /// request, and the stall limit of one being answered.
     fn check_timers(&mut self) {
+        if self.phase == Phase::Answering
+            && self.wants_out()
+            && self.out_progress.elapsed() > WRITE_STALL_TIMEOUT
+        {
+            self.closed = true;
+        }
         if self.phase != Phase::Reading {
             return;
         }
