@@ -575,6 +575,27 @@ fn the_socket_speaks_http11_half_close_pipelining_keep_alive() {
     assert!(answer(&mut s, &mut pending).1.contains("\"keys\""));
     assert!(answer(&mut s, &mut pending).1.contains("\"vms\""));
     assert!(closes(&mut s, &pending), "open after the last answer");
+    // More than the server takes in one turn (16): every one answered.
+    let mut s = connect();
+    let mut many = Vec::new();
+    for i in 0..40 {
+        many.extend(
+            format!(
+                "GET /api/v1/stats?vm={} HTTP/1.1\r\n\r\n",
+                ["a", "b"][i % 2]
+            )
+            .bytes(),
+        );
+    }
+    s.write_all(&many).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut pending = Vec::new();
+    for i in 0..40 {
+        let (_, body) = answer(&mut s, &mut pending);
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["vms"][0]["name"], ["a", "b"][i % 2], "answer {i}: {v}");
+    }
+    assert!(closes(&mut s, &pending), "open after the last answer");
 
     // Three requests in one write: answered in order on the connection,
     // each seeing the one before it; the last says close, and it closes.

@@ -11,7 +11,8 @@
 //! [`IDLE_TIMEOUT`]) and answered. Connections are HTTP/1.1's: kept after
 //! an answer unless the client says `Connection: close`; requests sent
 //! one after the other without waiting (pipelined) are answered one at a
-//! time in their order, the next taken once the answer before it is out;
+//! time in their order, the next taken once the answer before it is out
+//! (at most [`REQUESTS_PER_TURN`] of a connection in a turn of the loop);
 //! a client that shuts down its side after its requests (`nc -N`, socat)
 //! is answered each whole one, then closed. A refusal closes the
 //! connection (what follows a malformed request cannot be framed). A
@@ -48,6 +49,10 @@ pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_CONNECTIONS: usize = 32;
 /// An event-stream client that falls this far behind is dropped.
 const MAX_PENDING_OUT: usize = 1 << 20;
+/// Most requests of one connection answered in one turn of the loop: a
+/// client that pipelines many cheap requests takes its turn with the
+/// others rather than holding the thread.
+const REQUESTS_PER_TURN: usize = 16;
 /// Samples kept for long polls and new pages (two minutes).
 const HISTORY: usize = 120;
 /// Time between samples.
@@ -118,6 +123,8 @@ struct Conn {
     /// The client shut down its side (read gave end of file): it sends no
     /// more, and is answered what it sent before.
     eof: bool,
+    /// Its turn ended with requests left in `input` to take.
+    more: bool,
     closed: bool,
 }
 
@@ -135,6 +142,7 @@ impl Conn {
             close_after: false,
             out_progress: Instant::now(),
             eof: false,
+            more: false,
             closed: false,
         }
     }
@@ -320,7 +328,7 @@ pub fn serve(listeners: Listeners, ctx: &ApiContext<'_>, wake: &EventFd, done: &
         }
         for c in &mut conns {
             c.check_timers();
-            if c.wants_out() || c.phase == Phase::Answering {
+            if c.wants_out() || c.phase == Phase::Answering || c.more {
                 drive(c, ctx, &history, me);
             }
         }
@@ -342,7 +350,12 @@ pub fn serve(listeners: Listeners, ctx: &ApiContext<'_>, wake: &EventFd, done: &
             }
             fds.push(pollfd(c.stream.fd(), ev));
         }
-        let wait = next_tick.saturating_duration_since(Instant::now());
+        // A connection with requests left to take: only a look at the others.
+        let wait = if conns.iter().any(|c| c.more) {
+            Duration::ZERO
+        } else {
+            next_tick.saturating_duration_since(Instant::now())
+        };
         // SAFETY: `fds` is a valid array of pollfd of that length.
         let n = unsafe {
             libc::poll(
@@ -421,6 +434,8 @@ fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
 /// once an answer is out, close or take the next request in `input`;
 /// answer each whole request in the order sent.
 fn drive(c: &mut Conn, ctx: &ApiContext<'_>, history: &VecDeque<(u64, String)>, me: u32) {
+    c.more = false;
+    let mut taken = 0;
     loop {
         if c.closed {
             return;
@@ -454,7 +469,12 @@ fn drive(c: &mut Conn, ctx: &ApiContext<'_>, history: &VecDeque<(u64, String)>, 
                     c.input.clear();
                     c.refuse(status, &why);
                 }
+                Parsed::Done(_) if taken == REQUESTS_PER_TURN => {
+                    c.more = true;
+                    return;
+                }
                 Parsed::Done(req) => {
+                    taken += 1;
                     c.input.drain(..req.len);
                     take(c, &req, ctx, history, me);
                 }
