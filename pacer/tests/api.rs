@@ -815,6 +815,12 @@ fn set_values_are_strict_and_recorded_in_one_spelling() {
     assert_eq!(run.vcpu("a", 0)["affinity"], "0");
     let (code, out, err) = run.ctl(&["set", "b", "priority=012"]);
     assert_eq!((code, out.as_str()), (0, "b: priority 10 -> 12\n"), "{err}");
+    let (code, out, err) = run.ctl(&["set", "b/00", "priority=13"]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "b/0: priority 12 -> 13\n"),
+        "{err}"
+    );
 
     assert_eq!(run.ctl(&["stop", "a"]).0, 0);
     assert_eq!(run.ctl(&["stop", "b"]).0, 0);
@@ -826,7 +832,15 @@ fn set_values_are_strict_and_recorded_in_one_spelling() {
         .filter(|c| c["key"] != "state")
         .map(|c| (c["key"].as_str().unwrap(), c["value"].as_str().unwrap()))
         .collect();
-    assert_eq!(set, [("affinity", "0"), ("priority", "12")]);
+    assert_eq!(
+        set,
+        [("affinity", "0"), ("priority", "12"), ("priority", "13")]
+    );
+    let targets: Vec<&Value> = changes.iter().map(|c| &c["target"]).collect();
+    assert_eq!(
+        targets[..3],
+        [&Value::from("a/0"), &Value::from("b"), &Value::from("b/0")]
+    );
     let run_dir = results["runs"][0]["run_dir"].as_str().unwrap();
     let lines = std::fs::read_to_string(Path::new(run_dir).join("control.jsonl")).unwrap();
     assert!(

@@ -638,7 +638,12 @@ pub fn set(ctx: &ApiContext<'_>, uid: u32, body: &[u8]) -> Result<Value, Refusal
             }
         }
     }
-    let target_name = target.clone().unwrap_or_else(|| "host".into());
+    // The target in one spelling too ("a/01" is "a/1").
+    let target_name = match &vm {
+        None => "host".to_string(),
+        Some((vm, None)) => vm.name().to_string(),
+        Some((vm, Some(i))) => format!("{}/{i}", vm.name()),
+    };
     // Check every key on every site first: a refusal changes nothing.
     let mut plan = Vec::new();
     for (key, (k, value)) in keys.iter().zip(&pairs) {
