@@ -234,7 +234,8 @@ fn every_endpoint_against_running_vms() {
         return;
     }
     let dir = TempDir::new("api-endpoints");
-    let run = Run::start(&dir, &two_vms(60_000), &[]);
+    // Stopped at the end; the workload outlasts the test on a busy host.
+    let run = Run::start(&dir, &two_vms(300_000), &[]);
 
     // The socket: owner-only, the user who started pacer.
     {
