@@ -991,6 +991,53 @@ fn ctl_gives_up_on_a_trickling_server_by_its_deadline() {
     assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
     server.join().unwrap();
 
+    // A server that never accepts, its queue of connections full: the
+    // connect itself waits no longer than the deadline.
+    let socket = dir.0.join("full.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: listen(2) again on our listening socket: a backlog of 0.
+        assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+    }
+    let _queued = UnixStream::connect(&socket).unwrap();
+    let t0 = Instant::now();
+    let mut child = Command::new(PACER)
+        .args(["ctl", socket.to_str().unwrap(), "--timeout", "1", "ls"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if t0.elapsed() > Duration::from_secs(8) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ctl still waits to connect after 8 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(
+        (code, err),
+        (
+            Some(1),
+            format!(
+                "pacer ctl: no answer from {} within 1 s\n",
+                socket.display()
+            )
+        )
+    );
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+    drop(listener);
+
     // A deadline that is not one is bad input.
     let out = Command::new(PACER)
         .args(["ctl", "x.sock", "--timeout", "0", "ls"])

@@ -5,7 +5,8 @@
 //! Every answer must be whole within the client's deadline
 //! ([`DEFAULT_DEADLINE`] unless given), counted from the request: a
 //! server that answers a byte at a time cannot hold the client longer
-//! than one that does not answer at all. On the event stream the head,
+//! than one that does not answer at all, nor can one that never accepts
+//! the connection (the connect waits within the deadline too). On the event stream the head,
 //! then each sample, must come within the deadline (at least
 //! [`MIN_SAMPLE_GAP`]: samples are a second apart).
 
@@ -45,6 +46,70 @@ pub enum ClientError {
     /// No whole answer (or sample) within the deadline.
     #[error("no answer from {} within {} s", .path.display(), .deadline.as_secs_f64())]
     Timeout { path: PathBuf, deadline: Duration },
+}
+
+/// Connect to the Unix socket at `path`, waiting at most `deadline` for a
+/// server whose queue of connections not yet accepted is full (where a
+/// plain connect(2) waits for ever): on a Unix socket the send timeout
+/// bounds connect(2), which then fails with EAGAIN (`WouldBlock`).
+fn connect_within(path: &Path, deadline: Duration) -> std::io::Result<UnixStream> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain data.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.is_empty() || bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "expected a path of 1 to {} bytes without NUL",
+                addr.sun_path.len() - 1
+            ),
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: socket(2) with constant arguments; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new socket this function owns.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    // At least a millisecond: a zero timeout would mean none.
+    let wait = deadline.max(Duration::from_millis(1));
+    let tv = libc::timeval {
+        tv_sec: wait.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_usec: wait.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: a valid socket and a timeval of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    // SAFETY: `addr` is a valid sockaddr_un and `len` within it.
+    let r = unsafe {
+        libc::connect(
+            fd,
+            (&addr as *const libc::sockaddr_un).cast(),
+            len as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(UnixStream::from(owned))
 }
 
 /// A client of one API socket.
@@ -122,10 +187,18 @@ impl Client {
 
     /// Connect and send one request.
     fn send(&self, method: &str, target: &str, body: &[u8]) -> Result<UnixStream, ClientError> {
-        let mut s = UnixStream::connect(&self.path).map_err(|source| ClientError::Connect {
-            path: self.path.clone(),
-            source,
-        })?;
+        let mut s = match connect_within(&self.path, self.deadline) {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                return Err(self.timeout(self.deadline))
+            }
+            Err(source) => {
+                return Err(ClientError::Connect {
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+        };
         // A server that does not read cannot hold the request either.
         s.set_write_timeout(Some(self.deadline))
             .map_err(|e| self.io(e))?;
