@@ -141,14 +141,67 @@ impl Drop for Run {
     }
 }
 
-/// Send raw bytes on a fresh connection; the answer (status line first).
+/// Send raw bytes on a fresh connection and shut down its sending side
+/// (as `nc -N` does): the answer (status line first), up to the server's
+/// close.
 fn raw(socket: &Path, bytes: &[u8]) -> String {
     let mut s = UnixStream::connect(socket).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
     s.write_all(bytes).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
     let mut answer = String::new();
     let _ = s.read_to_string(&mut answer);
     answer
+}
+
+/// One answer read from a connection kept open: (status line and
+/// headers, body). `pending` holds bytes read past it (the next answer's).
+fn answer(s: &mut UnixStream, pending: &mut Vec<u8>) -> (String, String) {
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = s.read(&mut chunk).expect("read an answer's head");
+        assert!(
+            n > 0,
+            "closed before an answer: {:?}",
+            String::from_utf8_lossy(pending)
+        );
+        pending.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&pending[..head_end]).into_owned();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .unwrap_or_else(|| panic!("no Content-Length: {head}"))
+        .trim()
+        .parse()
+        .unwrap();
+    while pending.len() < head_end + length {
+        let n = s.read(&mut chunk).expect("read an answer's body");
+        assert!(n > 0, "closed within an answer: {head}");
+        pending.extend_from_slice(&chunk[..n]);
+    }
+    let body = String::from_utf8_lossy(&pending[head_end..head_end + length]).into_owned();
+    pending.drain(..head_end + length);
+    (head, body)
+}
+
+/// The server closed the connection: nothing more comes.
+fn closes(s: &mut UnixStream, pending: &[u8]) -> bool {
+    let mut rest = Vec::new();
+    pending.is_empty() && s.read_to_end(&mut rest).is_ok() && rest.is_empty()
+}
+
+/// A `set` request of `target` `key=value`, as HTTP bytes.
+fn set_request(target: &str, key: &str, value: &str, connection: &str) -> Vec<u8> {
+    let body = format!("{{\"target\":\"{target}\",\"set\":{{\"{key}\":\"{value}\"}}}}");
+    format!(
+        "POST /api/v1/set HTTP/1.1\r\nHost: pacer\r\nContent-Length: {}\r\n{connection}\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }
 
 fn two_vms(workload_ms: u32) -> String {
@@ -181,7 +234,8 @@ fn every_endpoint_against_running_vms() {
         return;
     }
     let dir = TempDir::new("api-endpoints");
-    let run = Run::start(&dir, &two_vms(60_000), &[]);
+    // Stopped at the end; the workload outlasts the test on a busy host.
+    let run = Run::start(&dir, &two_vms(300_000), &[]);
 
     // The socket: owner-only, the user who started pacer.
     {
@@ -484,6 +538,320 @@ fn every_endpoint_against_running_vms() {
 }
 
 #[test]
+fn the_socket_speaks_http11_half_close_pipelining_keep_alive() {
+    if !kvm_or_skip("the_socket_speaks_http11_half_close_pipelining_keep_alive") {
+        return;
+    }
+    let dir = TempDir::new("api-http11");
+    // Stopped at the end; the workload outlasts the test on a busy host.
+    let run = Run::start(&dir, &two_vms(300_000), &[]);
+    assert!(eventually(Duration::from_secs(20), || {
+        run.json(&["ls"])["vms"][1]["state"] == "running"
+    }));
+    let connect = || {
+        let s = UnixStream::connect(&run.socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+
+    // Half-close: a whole request, `Connection: close`, then the client
+    // shuts down its side (`nc -N`, socat): it is answered.
+    let mut s = connect();
+    s.write_all(b"GET /api/v1/vms HTTP/1.1\r\nHost: pacer\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut all = String::new();
+    s.read_to_string(&mut all).expect("an answer, then the end");
+    assert!(all.starts_with("HTTP/1.1 200 OK\r\n"), "{all:?}");
+    assert!(all.contains("Connection: close\r\n"), "{all}");
+    let body: Value = serde_json::from_str(all.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["vms"][1]["name"], "b", "{body}");
+    // Two requests, no `Connection: close`, then the half-close: both are
+    // answered, then the connection ends.
+    let mut s = connect();
+    s.write_all(b"GET /api/v1/keys HTTP/1.1\r\n\r\nGET /api/v1/vms HTTP/1.1\r\n\r\n")
+        .unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut pending = Vec::new();
+    assert!(answer(&mut s, &mut pending).1.contains("\"keys\""));
+    assert!(answer(&mut s, &mut pending).1.contains("\"vms\""));
+    assert!(closes(&mut s, &pending), "open after the last answer");
+    // More than the server takes in one turn (16): every one answered.
+    let mut s = connect();
+    let mut many = Vec::new();
+    for i in 0..40 {
+        many.extend(
+            format!(
+                "GET /api/v1/stats?vm={} HTTP/1.1\r\n\r\n",
+                ["a", "b"][i % 2]
+            )
+            .bytes(),
+        );
+    }
+    s.write_all(&many).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut pending = Vec::new();
+    for i in 0..40 {
+        let (_, body) = answer(&mut s, &mut pending);
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["vms"][0]["name"], ["a", "b"][i % 2], "answer {i}: {v}");
+    }
+    assert!(closes(&mut s, &pending), "open after the last answer");
+
+    // Three requests in one write: answered in order on the connection,
+    // each seeing the one before it; the last says close, and it closes.
+    let mut s = connect();
+    let mut three = set_request("b/0", "priority", "21", "");
+    three.extend_from_slice(b"GET /api/v1/stats?vm=b HTTP/1.1\r\nHost: pacer\r\n\r\n");
+    three.extend(set_request(
+        "b/0",
+        "priority",
+        "22",
+        "Connection: close\r\n",
+    ));
+    s.write_all(&three).unwrap();
+    let mut pending = Vec::new();
+    let (head, first) = answer(&mut s, &mut pending);
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}{first}");
+    assert!(head.contains("Connection: keep-alive\r\n"), "{head}");
+    let first: Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(first["changed"][0]["value"], "21", "{first}");
+    let (_, second) = answer(&mut s, &mut pending);
+    let second: Value = serde_json::from_str(&second).unwrap();
+    assert_eq!(
+        second["vms"][0]["vcpus"][0]["base_priority"], 21,
+        "{second}"
+    );
+    let (head, third) = answer(&mut s, &mut pending);
+    assert!(head.contains("Connection: close\r\n"), "{head}");
+    let third: Value = serde_json::from_str(&third).unwrap();
+    assert_eq!(
+        (
+            &third["changed"][0]["previous"],
+            &third["changed"][0]["value"]
+        ),
+        (&"21".into(), &"22".into()),
+        "{third}"
+    );
+    assert!(closes(&mut s, &pending), "open after `Connection: close`");
+
+    // Keep-alive: two requests one after the other, each sent once the
+    // answer before it is in; the connection stays between them.
+    let mut s = connect();
+    let mut pending = Vec::new();
+    s.write_all(b"GET /api/v1/vms HTTP/1.1\r\nHost: pacer\r\n\r\n")
+        .unwrap();
+    let (head, body) = answer(&mut s, &mut pending);
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}{body}");
+    assert!(head.contains("Connection: keep-alive\r\n"), "{head}");
+    std::thread::sleep(Duration::from_millis(300));
+    s.write_all(b"GET /api/v1/stats?vm=a HTTP/1.1\r\nHost: pacer\r\n\r\n")
+        .unwrap();
+    let (head, body) = answer(&mut s, &mut pending);
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}{body}");
+    let stats: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(stats["vms"][0]["name"], "a", "{stats}");
+    // A refusal ends the connection: what follows cannot be framed.
+    s.write_all(b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n")
+        .unwrap();
+    let (head, _) = answer(&mut s, &mut pending);
+    assert!(head.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{head}");
+    assert!(closes(&mut s, &pending), "open after a refusal");
+
+    // Kept connections still count: past 32 at once a new one gets 503.
+    let mut kept = Vec::new();
+    for _ in 0..32 {
+        let mut s = connect();
+        let mut pending = Vec::new();
+        s.write_all(b"GET /api/v1/keys HTTP/1.1\r\n\r\n").unwrap();
+        assert!(answer(&mut s, &mut pending)
+            .0
+            .starts_with("HTTP/1.1 200 OK"));
+        kept.push(s);
+    }
+    let over = raw(&run.socket, b"GET /api/v1/keys HTTP/1.1\r\n\r\n");
+    assert!(
+        over.starts_with("HTTP/1.1 503 Service Unavailable") && over.contains("32 connections"),
+        "{over}"
+    );
+    drop(kept);
+    assert!(eventually(Duration::from_secs(5), || raw(
+        &run.socket,
+        b"GET /api/v1/keys HTTP/1.1\r\n\r\n"
+    )
+    .starts_with("HTTP/1.1 200 OK")));
+
+    // A client that pipelines requests and never reads the answers holds
+    // its connection no longer than the write stall limit (10 s).
+    let mut s = connect();
+    s.set_nonblocking(true).unwrap();
+    // Answers of 7 KB (the page's script) fill the socket soon; written
+    // until the server has read nothing for 2 s (it stopped reading: its
+    // answers are stuck).
+    let request = b"GET /page.js HTTP/1.1\r\n\r\n";
+    let mut written = 0usize;
+    let (t0, mut last_taken) = (Instant::now(), Instant::now());
+    while last_taken.elapsed() < Duration::from_secs(2) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the server reads on"
+        );
+        match s.write(request) {
+            Ok(n) => {
+                written += n;
+                last_taken = Instant::now();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+    assert!(written > 8 * 1024, "only {written} bytes of requests sent");
+    std::thread::sleep(Duration::from_secs(12));
+    s.set_nonblocking(false).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut sink = Vec::new();
+    let end = s.read_to_end(&mut sink);
+    assert!(
+        end.is_ok()
+            || end
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "still open after {} bytes of answers: {end:?}",
+        sink.len()
+    );
+
+    assert_eq!(run.ctl(&["stop", "a"]).0, 0);
+    assert_eq!(run.ctl(&["stop", "b"]).0, 0);
+    let (_, results, stderr) = run.finish(&dir);
+    assert!(!stderr.contains("forbidden system call"), "{stderr}");
+    let changes = results["runs"][0]["control_changes"].as_array().unwrap();
+    let values: Vec<&Value> = changes
+        .iter()
+        .filter(|c| c["key"] == "priority")
+        .map(|c| &c["value"])
+        .collect();
+    assert_eq!(values, [&Value::from("21"), &Value::from("22")]);
+}
+
+/// POST `body` to `set` on a fresh connection: the status line and the
+/// `error` of the answer (empty when none).
+fn post_set(socket: &Path, body: &str) -> (String, String) {
+    let answer = raw(
+        socket,
+        format!(
+            "POST /api/v1/set HTTP/1.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    let (head, json) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let v: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        v["error"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+#[test]
+fn set_values_are_strict_and_recorded_in_one_spelling() {
+    if !kvm_or_skip("set_values_are_strict_and_recorded_in_one_spelling") {
+        return;
+    }
+    let dir = TempDir::new("api-strict");
+    let run = Run::start(&dir, &two_vms(60_000), &[]);
+    assert!(eventually(Duration::from_secs(20), || {
+        run.json(&["ls"])["vms"][1]["state"] == "running"
+    }));
+    let bad = "400 Bad Request";
+    // Blanks around a value (or the target): refused, naming the field.
+    let (status, why) = post_set(
+        &run.socket,
+        r#"{"target": "b", "set": {"priority": "10 "}}"#,
+    );
+    assert!(status.contains(bad), "{status}");
+    assert_eq!(
+        why,
+        "set.priority: expected a value without blanks around it, found \"10 \""
+    );
+    let (status, why) = post_set(
+        &run.socket,
+        r#"{"target": "b ", "set": {"priority": "10"}}"#,
+    );
+    assert!(
+        status.contains(bad) && why.starts_with("target: "),
+        "{status} {why}"
+    );
+    run.refused(
+        &["set", "b", "priority= 20"],
+        "set.priority: expected a value without blanks around it",
+    );
+    // A key given twice: refused by name, not the last one taken.
+    let (status, why) = post_set(
+        &run.socket,
+        r#"{"target": "b", "set": {"priority": "20", "priority": "30"}}"#,
+    );
+    assert!(status.contains(bad), "{status}");
+    assert_eq!(
+        why,
+        "duplicate key \"set.priority\": each key may be given once"
+    );
+    let (status, why) = post_set(
+        &run.socket,
+        r#"{"target": "a", "target": "b", "set": {"priority": "20"}}"#,
+    );
+    assert!(
+        status.contains(bad) && why.contains("\"target\""),
+        "{status} {why}"
+    );
+    assert_eq!(run.vcpu("b", 0)["base_priority"], 10, "a refusal changed b");
+    // A CPU list and an integer are answered and recorded in one spelling.
+    let (code, out, err) = run.ctl(&["set", "a/0", "affinity=0,0,0"]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "a/0: affinity 0-1 -> 0\n"),
+        "{err}"
+    );
+    assert_eq!(run.vcpu("a", 0)["affinity"], "0");
+    let (code, out, err) = run.ctl(&["set", "b", "priority=012"]);
+    assert_eq!((code, out.as_str()), (0, "b: priority 10 -> 12\n"), "{err}");
+    let (code, out, err) = run.ctl(&["set", "b/00", "priority=13"]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "b/0: priority 12 -> 13\n"),
+        "{err}"
+    );
+
+    assert_eq!(run.ctl(&["stop", "a"]).0, 0);
+    assert_eq!(run.ctl(&["stop", "b"]).0, 0);
+    let (_, results, stderr) = run.finish(&dir);
+    assert!(!stderr.contains("forbidden system call"), "{stderr}");
+    let changes = results["runs"][0]["control_changes"].as_array().unwrap();
+    let set: Vec<(&str, &str)> = changes
+        .iter()
+        .filter(|c| c["key"] != "state")
+        .map(|c| (c["key"].as_str().unwrap(), c["value"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        set,
+        [("affinity", "0"), ("priority", "12"), ("priority", "13")]
+    );
+    let targets: Vec<&Value> = changes.iter().map(|c| &c["target"]).collect();
+    assert_eq!(
+        targets[..3],
+        [&Value::from("a/0"), &Value::from("b"), &Value::from("b/0")]
+    );
+    let run_dir = results["runs"][0]["run_dir"].as_str().unwrap();
+    let lines = std::fs::read_to_string(Path::new(run_dir).join("control.jsonl")).unwrap();
+    assert!(
+        lines.contains("\"value\":\"0\"") && !lines.contains("0,0,0"),
+        "{lines}"
+    );
+    assert!(!lines.contains("10 ") && !lines.contains("012"), "{lines}");
+}
+
+#[test]
 fn policy_host_pauses_and_stops_but_has_nothing_to_set() {
     if !kvm_or_skip("policy_host_pauses_and_stops_but_has_nothing_to_set") {
         return;
@@ -655,6 +1023,133 @@ fn stop_lines_carry_every_vcpu_when_paused_or_timed_out() {
     check(&stop_line(&dir.0.join("logs"), "a"), "timeout");
 }
 
+/// A fake API server on `socket` that takes one request and answers it a
+/// byte every 200 ms, for `for_how_long` (then closes): it never sends a
+/// whole answer in time, and never lets a per-read timeout fire.
+fn trickling_server(socket: &Path, for_how_long: Duration) -> std::thread::JoinHandle<()> {
+    let listener = std::os::unix::net::UnixListener::bind(socket).unwrap();
+    std::thread::spawn(move || {
+        let Ok((mut s, _)) = listener.accept() else {
+            return;
+        };
+        let mut request = Vec::new();
+        let mut chunk = [0u8; 1024];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => request.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let t0 = Instant::now();
+        let answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Padding: ";
+        for b in answer.iter().chain(std::iter::repeat(&b'x')) {
+            if t0.elapsed() > for_how_long || s.write_all(&[*b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    })
+}
+
+#[test]
+fn ctl_gives_up_on_a_trickling_server_by_its_deadline() {
+    let dir = TempDir::new("api-trickle");
+    let socket = dir.0.join("slow.sock");
+    // Long enough that a client without a deadline is seen to wait past it.
+    let server = trickling_server(&socket, Duration::from_secs(8));
+    let t0 = Instant::now();
+    let out = Command::new(PACER)
+        .args(["ctl", socket.to_str().unwrap(), "--timeout", "1.5", "ls"])
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err,
+        format!(
+            "pacer ctl: no answer from {} within 1.5 s\n",
+            socket.display()
+        )
+    );
+    assert_eq!(out.status.code(), Some(1), "an I/O failure: {err}");
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_secs(4),
+        "gave up after {took:?}"
+    );
+    server.join().unwrap();
+
+    // `watch` too: its head must come within the deadline.
+    let socket = dir.0.join("slow-events.sock");
+    let server = trickling_server(&socket, Duration::from_secs(8));
+    let t0 = Instant::now();
+    let out = Command::new(PACER)
+        .args(["ctl", socket.to_str().unwrap(), "watch", "--timeout", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("within 1 s") && out.status.code() == Some(1),
+        "{err}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+    server.join().unwrap();
+
+    // A server that never accepts, its queue of connections full: the
+    // connect itself waits no longer than the deadline.
+    let socket = dir.0.join("full.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: listen(2) again on our listening socket: a backlog of 0.
+        assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+    }
+    let _queued = UnixStream::connect(&socket).unwrap();
+    let t0 = Instant::now();
+    let mut child = Command::new(PACER)
+        .args(["ctl", socket.to_str().unwrap(), "--timeout", "1", "ls"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if t0.elapsed() > Duration::from_secs(8) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ctl still waits to connect after 8 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(
+        (code, err),
+        (
+            Some(1),
+            format!(
+                "pacer ctl: no answer from {} within 1 s\n",
+                socket.display()
+            )
+        )
+    );
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+    drop(listener);
+
+    // A deadline that is not one is bad input.
+    let out = Command::new(PACER)
+        .args(["ctl", "x.sock", "--timeout", "0", "ls"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected seconds"));
+}
+
 /// Chromium, as Debian packages it (installed by ci/install.sh).
 fn chromium() -> Option<PathBuf> {
     ["chromium", "chromium-browser"].iter().find_map(|name| {
@@ -723,8 +1218,10 @@ fn the_live_page_in_a_browser() {
     // The TCP port is read-only.
     let host = url.trim_start_matches("http://").trim_end_matches('/');
     let mut tcp = std::net::TcpStream::connect(host).unwrap();
-    tcp.write_all(b"POST /api/v1/vms/a/stop HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
-        .unwrap();
+    tcp.write_all(
+        b"POST /api/v1/vms/a/stop HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
     let mut a = String::new();
     tcp.read_to_string(&mut a).unwrap();
     assert!(

@@ -2,7 +2,8 @@
 //! HTTP request, and any body as a `set` request. Invariants: a request
 //! taken is within the limits; a path decodes back from its encoding; a
 //! `set` body taken has a key; a request whole in the buffer is whole in
-//! any longer buffer that starts with it.
+//! any longer buffer that starts with it, and its length (where a
+//! pipelined request after it starts) is within the buffer.
 
 use crate::driver::Target;
 use vmm::api::http::{parse_request, percent_decode, percent_encode, Parsed, MAX_BODY_BYTES};
@@ -60,6 +61,10 @@ impl Target for ApiTarget {
             Parsed::Done(req) => {
                 if req.body.len() > MAX_BODY_BYTES {
                     return Err(format!("a body of {} bytes was taken", req.body.len()));
+                }
+                // Where the next pipelined request starts: within the bytes.
+                if req.len > data.len() || req.len < req.body.len() {
+                    return Err(format!("a request of {} bytes in {}", req.len, data.len()));
                 }
                 if percent_decode(&percent_encode(&req.path)) != req.path {
                     return Err(format!("{:?} does not survive its encoding", req.path));

@@ -10,14 +10,18 @@
 //! pacer ctl SOCKET pause VM | resume VM | stop VM
 //! pacer ctl SOCKET watch [--count N]        the per-second status
 //! ```
-//! `--json` prints the API's documents as they are. Errors are one line;
-//! exit status 0 done, 1 the API failed or cannot be reached, 2 refused
-//! (bad input: the server's reason names the target and key).
+//! `--json` prints the API's documents as they are. `--timeout SECONDS`
+//! (default 10) bounds each answer, however the server sends it: none
+//! whole by then is "no answer from SOCKET within N s". Errors are one
+//! line; exit status 0 done, 1 the API failed, cannot be reached or did
+//! not answer in time, 2 refused (bad input: the server's reason names the
+//! target and key).
 
 use crate::output::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 use std::path::PathBuf;
+use std::time::Duration;
 use vmm::api::client::{Client, ClientError};
 use vmm::api::set::SetRequest;
 
@@ -71,9 +75,12 @@ pub const HELP: &str = "Examples:
   pacer ctl /tmp/pacer.sock set mode=power-saving
   pacer ctl /tmp/pacer.sock watch --count 5
 
+Each answer must be whole within --timeout seconds (default 10), else
+\"no answer from SOCKET within N s\" (exit 1).
+
 Exit codes:
   0  done
-  1  the API failed or cannot be reached
+  1  the API failed, cannot be reached or did not answer in time
   2  refused: bad input (the server's reason names the target and key)";
 
 #[derive(Debug, Args)]
@@ -84,6 +91,10 @@ pub struct CtlArgs {
     /// Print the API's JSON documents instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Give up on an answer not whole within this many seconds (on
+    /// `watch`: the head, then each sample, at least 5 s apart).
+    #[arg(long, global = true, value_name = "SECONDS", default_value = "10", value_parser = deadline)]
+    pub timeout: Duration,
     #[command(subcommand)]
     pub command: CtlCommand,
 }
@@ -155,7 +166,7 @@ pub fn main(args: CtlArgs) -> i32 {
 }
 
 fn run(args: &CtlArgs) -> Result<(), CtlError> {
-    let c = Client::new(&args.socket);
+    let c = Client::with_deadline(&args.socket, args.timeout);
     let show = |v: &Value, table: fn(&Value) -> String| {
         if args.json {
             out(&format!("{v}\n"));
@@ -206,6 +217,17 @@ fn run(args: &CtlArgs) -> Result<(), CtlError> {
         }
     }
     Ok(())
+}
+
+/// `--timeout`: seconds, more than 0 and at most a day.
+fn deadline(text: &str) -> Result<Duration, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 86_400.0 => Ok(Duration::from_secs_f64(s)),
+        _ => Err(format!(
+            "expected seconds, more than 0 and at most 86400, found {}",
+            vmm::text::quoted(text)
+        )),
+    }
 }
 
 /// `[VM[/VCPU]] KEY=VALUE...` to a target and pairs.
@@ -457,6 +479,18 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("\"=1\""));
+    }
+
+    #[test]
+    fn a_timeout_is_positive_seconds() {
+        assert_eq!(deadline("2.5"), Ok(Duration::from_millis(2500)));
+        assert_eq!(deadline("10"), Ok(Duration::from_secs(10)));
+        for bad in ["0", "-1", "x", "NaN", "inf", "1e9"] {
+            assert!(
+                deadline(bad).unwrap_err().contains("expected seconds"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

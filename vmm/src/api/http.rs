@@ -1,8 +1,12 @@
-//! HTTP/1.1 framing for the control API: a request read from a buffer
-//! with `httparse` (hyper's parser) within fixed limits, and a response
-//! written out. One request per connection (`Connection: close`), as
-//! `curl --unix-socket` and the browser's `fetch` are happy with; the
-//! event stream is the one response that stays open.
+//! HTTP/1.1 framing for the control API: a request read from the front
+//! of a buffer with `httparse` (hyper's parser) within fixed limits, and a
+//! response written out. Connections are persistent as HTTP/1.1 has them
+//! (RFC 9112 section 9): a request says how long it is (`Content-Length`,
+//! no chunked bodies), so several may follow each other on one
+//! connection, and [`Request::close`] says whether the client asked to
+//! close after this one (`Connection: close`, or HTTP/1.0 without
+//! `Connection: keep-alive`). The event stream is the one response
+//! without an end: the last on its connection.
 //!
 //! Whatever the bytes, parsing ends in a request or in a refusal with a
 //! status and a one-line reason: never a panic, never a wait for more
@@ -26,6 +30,11 @@ pub struct Request {
     /// The query's `key=value` pairs, percent-decoded.
     pub query: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// Bytes the request took at the front of the buffer (head and body):
+    /// where the next request on the connection starts.
+    pub len: usize,
+    /// The client asked to close the connection after this request.
+    pub close: bool,
 }
 
 impl Request {
@@ -72,7 +81,8 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
             format!("request head longer than {MAX_HEAD_BYTES} bytes"),
         );
     }
-    let mut length = 0usize;
+    let mut length: Option<usize> = None;
+    let (mut asks_close, mut asks_keep_alive) = (false, false);
     for h in req.headers.iter() {
         if h.name.eq_ignore_ascii_case("transfer-encoding") {
             return Parsed::Refused(
@@ -81,15 +91,34 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
             );
         }
         if h.name.eq_ignore_ascii_case("content-length") {
-            match std::str::from_utf8(h.value)
+            // Digits only: where the next request starts depends on it.
+            let n = std::str::from_utf8(h.value)
                 .ok()
-                .and_then(|v| v.trim().parse::<usize>().ok())
-            {
-                Some(n) => length = n,
-                None => return Parsed::Refused(400, "Content-Length is not a number".into()),
+                .map(str::trim)
+                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse::<usize>().ok());
+            match (n, length) {
+                (None, _) => return Parsed::Refused(400, "Content-Length is not a number".into()),
+                (Some(n), Some(m)) if n != m => {
+                    return Parsed::Refused(
+                        400,
+                        format!("two Content-Length headers that differ ({m} and {n})"),
+                    )
+                }
+                (Some(n), _) => length = Some(n),
+            }
+        }
+        if h.name.eq_ignore_ascii_case("connection") {
+            for token in String::from_utf8_lossy(h.value).split(',') {
+                let token = token.trim();
+                asks_close |= token.eq_ignore_ascii_case("close");
+                asks_keep_alive |= token.eq_ignore_ascii_case("keep-alive");
             }
         }
     }
+    let length = length.unwrap_or(0);
+    // HTTP/1.1 keeps a connection unless told; HTTP/1.0 closes unless told.
+    let close = asks_close || (req.version == Some(0) && !asks_keep_alive);
     if length > MAX_BODY_BYTES {
         return Parsed::Refused(
             413,
@@ -115,6 +144,8 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
             })
             .collect(),
         body: buf[head_len..head_len + length].to_vec(),
+        len: head_len + length,
+        close,
     })
 }
 
@@ -194,14 +225,16 @@ impl Response {
         }
     }
 
-    /// The whole response, head and body.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    /// The whole response, head and body; `close`: the connection closes
+    /// after it (said in `Connection`, as a keep-alive is said).
+    pub fn to_bytes(&self, close: bool) -> Vec<u8> {
         let mut head = format!(
-            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: {}\r\n\r\n",
             self.status,
             reason(self.status),
             self.content_type,
-            self.body.len()
+            self.body.len(),
+            if close { "close" } else { "keep-alive" }
         )
         .into_bytes();
         head.extend_from_slice(&self.body);
@@ -250,6 +283,7 @@ mod tests {
         let Parsed::Done(req) = parse_request(r) else {
             panic!("{:?}", parse_request(r))
         };
+        assert_eq!((req.len, req.close), (r.len(), false));
         assert_eq!(req.method, "POST");
         assert_eq!(req.path, "/api/v1/vms/a/pause");
         assert_eq!(req.param("y"), Some("a/b"));
@@ -283,12 +317,60 @@ mod tests {
     }
 
     #[test]
+    fn requests_follow_each_other_and_say_when_to_close() {
+        let one = b"GET /api/v1/vms HTTP/1.1\r\n\r\n";
+        let two = b"POST /api/v1/set HTTP/1.1\r\nContent-Length: 2\r\nConnection: Keep-Alive, close\r\n\r\n{}";
+        let mut buf = one.to_vec();
+        buf.extend_from_slice(two);
+        let Parsed::Done(first) = parse_request(&buf) else {
+            panic!("{:?}", parse_request(&buf))
+        };
+        assert_eq!((first.len, first.close), (one.len(), false));
+        let Parsed::Done(second) = parse_request(&buf[first.len..]) else {
+            panic!("{:?}", parse_request(&buf[first.len..]))
+        };
+        assert_eq!((second.len, second.close), (two.len(), true));
+        assert_eq!(second.body, b"{}");
+        let close = |b: &[u8]| match parse_request(b) {
+            Parsed::Done(r) => r.close,
+            other => panic!("{other:?}"),
+        };
+        assert!(close(b"GET / HTTP/1.0\r\n\r\n"));
+        assert!(!close(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+        assert!(!close(b"GET / HTTP/1.1\r\nConnection: upgrade\r\n\r\n"));
+        assert!(close(b"GET / HTTP/1.1\r\nconnection: CLOSE\r\n\r\n"));
+    }
+
+    #[test]
+    fn a_length_that_could_be_read_two_ways_is_refused() {
+        for head in [
+            "POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 0\r\n\r\n{}",
+            "POST / HTTP/1.1\r\nContent-Length: +2\r\n\r\n{}",
+            "POST / HTTP/1.1\r\nContent-Length: \r\n\r\n",
+        ] {
+            match parse_request(head.as_bytes()) {
+                Parsed::Refused(400, _) => {}
+                other => panic!("{head:?}: {other:?}"),
+            }
+        }
+        let same = b"POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}";
+        assert!(matches!(parse_request(same), Parsed::Done(_)));
+    }
+
+    #[test]
+    fn responses_say_whether_the_connection_stays() {
+        let text = |close| String::from_utf8(Response::error(400, "x").to_bytes(close)).unwrap();
+        assert!(text(true).contains("\r\nConnection: close\r\n"));
+        assert!(text(false).contains("\r\nConnection: keep-alive\r\n"));
+    }
+
+    #[test]
     fn escapes_round_trip() {
         for s in ["a/0", "0-1,3", "x y", "%zz", "é"] {
             assert_eq!(percent_decode(&percent_encode(s)), s);
         }
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
-        let r = Response::error(404, "no\nsuch VM").to_bytes();
+        let r = Response::error(404, "no\nsuch VM").to_bytes(true);
         let text = String::from_utf8(r).unwrap();
         assert!(text.starts_with("HTTP/1.1 404 Not Found\r\n"), "{text}");
         // one_line escapes the newline: the JSON string holds `no\nsuch VM`.

@@ -7,11 +7,21 @@
 //! its event stream slowly, must cost a bounded buffer and nothing else.
 //! So every socket is non-blocking; a request is read until whole (or
 //! refused: too long, malformed, or not whole within [`READ_TIMEOUT`] of
-//! the connection; one that sends nothing is closed after [`IDLE_TIMEOUT`]),
-//! answered, and the connection closed. Event-stream clients and long
-//! polls stay, and are fed at each sample. Only a pause or resume holds
-//! the loop, for as long as the VM takes to answer (a few ms; at most
-//! `routes::VM_REQUEST_TIMEOUT`).
+//! its first byte; a connection that sends no request is closed after
+//! [`IDLE_TIMEOUT`]) and answered. Connections are HTTP/1.1's: kept after
+//! an answer unless the client says `Connection: close`; requests sent
+//! one after the other without waiting (pipelined) are answered one at a
+//! time in their order, the next taken once the answer before it is out
+//! (at most [`REQUESTS_PER_TURN`] of a connection in a turn of the loop);
+//! a client that shuts down its side after its requests (`nc -N`, socat)
+//! is answered each whole one, then closed. A refusal closes the
+//! connection (what follows a malformed request cannot be framed). A
+//! client that pipelines requests and never reads their answers is read
+//! no further than one request's limits, and dropped once its answer has
+//! not moved for [`WRITE_STALL_TIMEOUT`].
+//! Event-stream clients and long polls stay, and are fed at each sample.
+//! Only a pause or resume holds the loop, for as long as the VM takes to
+//! answer (a few ms; at most `routes::VM_REQUEST_TIMEOUT`).
 
 use super::http::{self, Parsed, Response};
 use super::routes::{self, Peer, Reply};
@@ -26,14 +36,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use vmm_sys_util::eventfd::EventFd;
 
-/// A request must be whole within this long after the connection opens.
+/// A request must be whole within this long after its first byte.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// A connection that has sent nothing is closed after this long.
+/// A connection that has sent no request is closed after this long (since
+/// it opened, or since its last answer).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// An answer the client takes none of for this long is dropped with its
+/// connection (a client that sends requests and never reads their
+/// answers would otherwise hold its connection for ever).
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most connections at once (more are answered 503 and closed).
 pub const MAX_CONNECTIONS: usize = 32;
 /// An event-stream client that falls this far behind is dropped.
 const MAX_PENDING_OUT: usize = 1 << 20;
+/// Most requests of one connection answered in one turn of the loop: a
+/// client that pipelines many cheap requests takes its turn with the
+/// others rather than holding the thread.
+const REQUESTS_PER_TURN: usize = 16;
 /// Samples kept for long polls and new pages (two minutes).
 const HISTORY: usize = 120;
 /// Time between samples.
@@ -67,8 +86,9 @@ impl Stream {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
+    /// Waiting for a whole request at the front of `input`.
     Reading,
-    /// Writing the answer; closed once sent.
+    /// Writing an answer; then the next request, or the end.
     Answering,
     /// An event stream: open until the client or the run ends.
     Events,
@@ -76,22 +96,69 @@ enum Phase {
     Waiting(u64),
 }
 
+/// Most bytes buffered from a client: one request at its limits. A
+/// partial request can never need more (the parser refuses it first), so
+/// a client that sends more than is answered waits for its answers
+/// (the socket's own buffers fill) rather than growing this one.
+const MAX_INPUT: usize = http::MAX_HEAD_BYTES + http::MAX_BODY_BYTES;
+
 struct Conn {
     stream: Stream,
     peer: Peer,
+    /// Bytes received and not yet taken as a request (the front one may
+    /// be partial; pipelined ones follow it).
     input: Vec<u8>,
     out: Vec<u8>,
     sent: usize,
     phase: Phase,
-    opened: Instant,
+    /// Since when the connection has waited for a request: its opening,
+    /// then the end of each answer.
+    idle_since: Instant,
+    /// When the front request's first byte was seen (none while idle).
+    request_since: Option<Instant>,
+    /// Close once the answer being written is out.
+    close_after: bool,
+    /// When the client last took bytes of an answer (or the answer began).
+    out_progress: Instant,
+    /// The client shut down its side (read gave end of file): it sends no
+    /// more, and is answered what it sent before.
+    eof: bool,
+    /// Its turn ended with requests left in `input` to take.
+    more: bool,
     closed: bool,
 }
 
 impl Conn {
-    fn answer(&mut self, r: &Response) {
-        self.out = r.to_bytes();
+    fn new(stream: Stream, peer: Peer) -> Conn {
+        Conn {
+            stream,
+            peer,
+            input: Vec::new(),
+            out: Vec::new(),
+            sent: 0,
+            phase: Phase::Reading,
+            idle_since: Instant::now(),
+            request_since: None,
+            close_after: false,
+            out_progress: Instant::now(),
+            eof: false,
+            more: false,
+            closed: false,
+        }
+    }
+
+    /// Answer the front request; `close`: then close the connection.
+    fn answer(&mut self, r: &Response, close: bool) {
+        self.out = r.to_bytes(close);
         self.sent = 0;
+        self.out_progress = Instant::now();
+        self.close_after = close;
         self.phase = Phase::Answering;
+    }
+
+    /// A refusal: the connection's framing cannot be trusted after it.
+    fn refuse(&mut self, status: u16, why: &str) {
+        self.answer(&Response::error(status, why), true);
     }
 
     fn push(&mut self, bytes: &[u8]) {
@@ -102,7 +169,7 @@ impl Conn {
         self.out.extend_from_slice(bytes);
     }
 
-    /// Write what is pending; close an answered connection once done.
+    /// Write what is pending, as far as the socket takes it.
     fn flush(&mut self) {
         while self.sent < self.out.len() {
             match self.stream.write(&self.out[self.sent..]) {
@@ -110,7 +177,10 @@ impl Conn {
                     self.closed = true;
                     return;
                 }
-                Ok(n) => self.sent += n,
+                Ok(n) => {
+                    self.sent += n;
+                    self.out_progress = Instant::now();
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => {
@@ -121,13 +191,69 @@ impl Conn {
         }
         self.out.clear();
         self.sent = 0;
-        if self.phase == Phase::Answering {
-            self.closed = true;
-        }
     }
 
     fn wants_out(&self) -> bool {
         self.sent < self.out.len()
+    }
+
+    /// Whether to read from the client now: not after its end of file,
+    /// and not past [`MAX_INPUT`] (an event stream's reader's bytes are
+    /// read to be dropped).
+    fn wants_in(&self) -> bool {
+        !self.eof && (self.phase == Phase::Events || self.input.len() < MAX_INPUT)
+    }
+
+    /// Read what the client sent, within [`MAX_INPUT`].
+    fn read_in(&mut self) {
+        let mut chunk = [0u8; 4096];
+        while self.wants_in() {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => self.eof = true,
+                // The event stream is the last answer: more is dropped.
+                Ok(_) if self.phase == Phase::Events => {}
+                Ok(n) => {
+                    if self.input.is_empty() && self.phase == Phase::Reading {
+                        self.request_since = Some(Instant::now());
+                    }
+                    self.input.extend_from_slice(&chunk[..n]);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.closed = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The slowloris and idle limits of a connection waiting for a
+    /// request, and the stall limit of one being answered.
+    fn check_timers(&mut self) {
+        if self.phase == Phase::Answering
+            && self.wants_out()
+            && self.out_progress.elapsed() > WRITE_STALL_TIMEOUT
+        {
+            self.closed = true;
+        }
+        if self.phase != Phase::Reading {
+            return;
+        }
+        match self.request_since {
+            // A connection opened ahead of use (browsers do) or kept after
+            // an answer, and not used: closed without a word, which a
+            // client expects.
+            None if self.idle_since.elapsed() > IDLE_TIMEOUT => self.closed = true,
+            Some(t) if t.elapsed() > READ_TIMEOUT => self.refuse(
+                408,
+                &format!(
+                    "the request was not whole within {} s",
+                    READ_TIMEOUT.as_secs()
+                ),
+            ),
+            _ => {}
+        }
     }
 }
 
@@ -191,7 +317,8 @@ pub fn serve(listeners: Listeners, ctx: &ApiContext<'_>, wake: &EventFd, done: &
                     Phase::Events => c.push(&event),
                     Phase::Waiting(after) => {
                         if let Some(r) = routes::samples_after(&history, after) {
-                            c.answer(&r);
+                            let close = c.close_after;
+                            c.answer(&r, close);
                         }
                     }
                     _ => {}
@@ -199,23 +326,11 @@ pub fn serve(listeners: Listeners, ctx: &ApiContext<'_>, wake: &EventFd, done: &
             }
             next_tick = (next_tick + TICK).max(now);
         }
-        for c in conns.iter_mut().filter(|c| c.phase == Phase::Reading) {
-            if c.input.is_empty() && c.opened.elapsed() > IDLE_TIMEOUT {
-                // A connection opened ahead of use (browsers do) and never
-                // used: closed without a word, which a client expects.
-                c.closed = true;
-            } else if !c.input.is_empty() && c.opened.elapsed() > READ_TIMEOUT {
-                c.answer(&Response::error(
-                    408,
-                    &format!(
-                        "the request was not whole within {} s",
-                        READ_TIMEOUT.as_secs()
-                    ),
-                ));
+        for c in &mut conns {
+            c.check_timers();
+            if c.wants_out() || c.phase == Phase::Answering || c.more {
+                drive(c, ctx, &history, me);
             }
-        }
-        for c in conns.iter_mut().filter(|c| c.wants_out()) {
-            c.flush();
         }
         conns.retain(|c| !c.closed);
 
@@ -226,14 +341,21 @@ pub fn serve(listeners: Listeners, ctx: &ApiContext<'_>, wake: &EventFd, done: &
         }
         let first_conn = fds.len();
         for c in &conns {
-            let ev = if c.wants_out() {
-                libc::POLLOUT
-            } else {
-                libc::POLLIN
-            };
+            let mut ev = 0;
+            if c.wants_out() {
+                ev |= libc::POLLOUT;
+            }
+            if c.wants_in() {
+                ev |= libc::POLLIN;
+            }
             fds.push(pollfd(c.stream.fd(), ev));
         }
-        let wait = next_tick.saturating_duration_since(Instant::now());
+        // A connection with requests left to take: only a look at the others.
+        let wait = if conns.iter().any(|c| c.more) {
+            Duration::ZERO
+        } else {
+            next_tick.saturating_duration_since(Instant::now())
+        };
         // SAFETY: `fds` is a valid array of pollfd of that length.
         let n = unsafe {
             libc::poll(
@@ -253,11 +375,14 @@ pub fn serve(listeners: Listeners, ctx: &ApiContext<'_>, wake: &EventFd, done: &
             if re == 0 {
                 continue;
             }
-            if re & libc::POLLOUT != 0 {
-                c.flush();
+            if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 && c.wants_in() {
+                c.read_in();
             }
-            if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
-                read_from(c, ctx, &history, me);
+            drive(c, ctx, &history, me);
+            // Hung up both ways (or failed): nothing can reach the client,
+            // and polling on would only see the hang-up again.
+            if re & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 && !c.wants_out() {
+                c.closed = true;
             }
         }
         // New connections.
@@ -275,21 +400,12 @@ pub fn serve(listeners: Listeners, ctx: &ApiContext<'_>, wake: &EventFd, done: &
                         Peer::Unix(uid),
                     )
                 };
-                let mut conn = Conn {
-                    stream,
-                    peer,
-                    input: Vec::new(),
-                    out: Vec::new(),
-                    sent: 0,
-                    phase: Phase::Reading,
-                    opened: Instant::now(),
-                    closed: false,
-                };
+                let mut conn = Conn::new(stream, peer);
                 if conns.len() >= MAX_CONNECTIONS {
-                    conn.answer(&Response::error(
+                    conn.refuse(
                         503,
                         &format!("more than {MAX_CONNECTIONS} connections at once"),
-                    ));
+                    );
                     conn.flush();
                     continue;
                 }
@@ -314,61 +430,86 @@ fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
     }
 }
 
-/// Read what `c` sent; answer it once whole.
-fn read_from(c: &mut Conn, ctx: &ApiContext<'_>, history: &VecDeque<(u64, String)>, me: u32) {
-    let mut chunk = [0u8; 4096];
+/// Move `c` on as far as it goes without waiting: write what is pending;
+/// once an answer is out, close or take the next request in `input`;
+/// answer each whole request in the order sent.
+fn drive(c: &mut Conn, ctx: &ApiContext<'_>, history: &VecDeque<(u64, String)>, me: u32) {
+    c.more = false;
+    let mut taken = 0;
     loop {
-        match c.stream.read(&mut chunk) {
-            Ok(0) => {
-                c.closed = true;
-                return;
-            }
-            Ok(n) if c.phase == Phase::Reading => {
-                c.input.extend_from_slice(&chunk[..n]);
-                if c.input.len() > http::MAX_HEAD_BYTES + http::MAX_BODY_BYTES {
-                    break;
+        if c.closed {
+            return;
+        }
+        c.flush();
+        if c.closed || c.wants_out() {
+            return;
+        }
+        match c.phase {
+            Phase::Events | Phase::Waiting(_) => return,
+            Phase::Answering => {
+                if c.close_after {
+                    c.closed = true;
+                    return;
                 }
+                c.phase = Phase::Reading;
+                c.idle_since = Instant::now();
+                c.request_since = (!c.input.is_empty()).then(Instant::now);
             }
-            // Anything more from an answered or streaming client is ignored.
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => {
-                c.closed = true;
-                return;
-            }
+            Phase::Reading => match http::parse_request(&c.input) {
+                Parsed::Partial => {
+                    // Nothing more will come: a partial request is dropped
+                    // with the connection.
+                    if c.eof {
+                        c.closed = true;
+                    }
+                    return;
+                }
+                Parsed::Refused(status, why) => {
+                    log::debug!("API request refused: {status} {why}");
+                    c.input.clear();
+                    c.refuse(status, &why);
+                }
+                Parsed::Done(_) if taken == REQUESTS_PER_TURN => {
+                    c.more = true;
+                    return;
+                }
+                Parsed::Done(req) => {
+                    taken += 1;
+                    c.input.drain(..req.len);
+                    take(c, &req, ctx, history, me);
+                }
+            },
         }
     }
-    if c.phase != Phase::Reading {
-        return;
-    }
-    let req = match http::parse_request(&c.input) {
-        Parsed::Partial => return,
-        Parsed::Refused(status, why) => {
-            log::debug!("API request refused: {status} {why}");
-            c.answer(&Response::error(status, &why));
-            return c.flush();
-        }
-        Parsed::Done(req) => req,
-    };
+}
+
+/// Answer one whole request (or start its stream or long poll).
+fn take(
+    c: &mut Conn,
+    req: &http::Request,
+    ctx: &ApiContext<'_>,
+    history: &VecDeque<(u64, String)>,
+    me: u32,
+) {
     if let Peer::Unix(uid) = c.peer {
         if uid != me && uid != 0 {
-            c.answer(&Response::error(
-                403,
-                &format!("uid {uid} may not use the API of uid {me}"),
-            ));
-            return c.flush();
+            return c.refuse(403, &format!("uid {uid} may not use the API of uid {me}"));
         }
     }
-    match routes::route(&req, c.peer, ctx, history) {
-        Reply::Now(r) => c.answer(&r),
+    match routes::route(req, c.peer, ctx, history) {
+        Reply::Now(r) => c.answer(&r, req.close),
         Reply::Events => {
             c.phase = Phase::Events;
+            // The last answer on the connection: requests after it are
+            // not read.
+            c.input.clear();
             // From the next sample on: the last one may be a second old.
             c.out = http::event_stream_head();
             c.sent = 0;
         }
-        Reply::Wait { after } => c.phase = Phase::Waiting(after),
+        Reply::Wait { after } => {
+            c.phase = Phase::Waiting(after);
+            c.close_after = req.close;
+        }
     }
-    c.flush();
 }

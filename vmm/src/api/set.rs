@@ -16,6 +16,11 @@
 //! target before anything is changed, so a request is refused whole or
 //! made whole. Adding a key is one entry of the table (weight, cap and
 //! reservation, per vCPU, came with the operator shares).
+//!
+//! The body is read strictly (issue 32): a key given twice, or a value
+//! with blanks around it, is refused naming it; a value is answered and
+//! recorded in its key's one spelling ([`Key::canonical`]: "0,0,0" is
+//! "0").
 
 use super::audit::SCHEMA_VERSION;
 use super::ApiContext;
@@ -97,6 +102,10 @@ pub struct Key {
     pub scope: Scope,
     /// What a value looks like.
     pub syntax: &'static str,
+    /// The value as it is answered and recorded: one spelling for one
+    /// meaning ("0,0,0" is "0", "012" is "12"); a value it cannot read is
+    /// kept as given (`prepare` refuses it).
+    pub canonical: fn(&str) -> String,
     /// The value now.
     pub read: fn(&Site<'_>) -> String,
     /// Check `value` and return the change to make (`None`: another key
@@ -110,6 +119,7 @@ pub const KEYS: &[Key] = &[
         name: "affinity",
         scope: Scope::Vcpu,
         syntax: "a CPU list within [host] cpus, e.g. \"0-1\"",
+        canonical: canonical_cpu_list,
         read: |s| {
             s.vcpu()
                 .map(|(_, row)| s.engine.host_set(&row.affinity).to_list())
@@ -127,6 +137,7 @@ pub const KEYS: &[Key] = &[
         name: "priority",
         scope: Scope::Vcpu,
         syntax: "timeshare 1-99, realtime 100-120",
+        canonical: canonical_integer,
         read: |s| {
             s.vcpu()
                 .map(|(_, row)| row.base_priority.to_string())
@@ -151,6 +162,7 @@ pub const KEYS: &[Key] = &[
         name: "class",
         scope: Scope::Vcpu,
         syntax: "timeshare or realtime (with `priority`, or the class's default)",
+        canonical: str::to_string,
         read: |s| {
             s.vcpu()
                 .map(|(_, row)| sched_rules::class_name(row.class).to_string())
@@ -174,6 +186,7 @@ pub const KEYS: &[Key] = &[
         name: "weight",
         scope: Scope::Vcpu,
         syntax: "1-10000 (100: the default share; haiku only)",
+        canonical: canonical_integer,
         read: |s| {
             s.vcpu()
                 .map(|(_, row)| row.weight.to_string())
@@ -191,6 +204,13 @@ pub const KEYS: &[Key] = &[
         name: "cap",
         scope: Scope::Vcpu,
         syntax: "% of one CPU for each vCPU, 1-100, or \"none\" (haiku only)",
+        canonical: |v| {
+            if v == "none" {
+                v.to_string()
+            } else {
+                canonical_integer(v)
+            }
+        },
         read: |s| {
             s.vcpu()
                 .map(|(_, row)| {
@@ -220,6 +240,7 @@ pub const KEYS: &[Key] = &[
         name: "reservation",
         scope: Scope::Vcpu,
         syntax: "% of one CPU for each vCPU, 0-100, all vCPUs' within the host's CPUs (haiku only)",
+        canonical: canonical_integer,
         read: |s| {
             s.vcpu()
                 .map(|(_, row)| (row.reservation / 10).to_string())
@@ -253,6 +274,7 @@ pub const KEYS: &[Key] = &[
         name: "mode",
         scope: Scope::Host,
         syntax: "low-latency or power-saving",
+        canonical: str::to_string,
         read: |s| s.engine.mode().as_str().to_string(),
         prepare: |s, value, _| {
             let mode: Mode = value
@@ -266,6 +288,7 @@ pub const KEYS: &[Key] = &[
         name: "offline",
         scope: Scope::Host,
         syntax: "host CPUs to take out of Pacer's service, e.g. \"1\"",
+        canonical: canonical_cpu_list,
         read: |s| out_list(&s.out_of_service()),
         prepare: |s, value, _| {
             let set = service_list(s, value)?;
@@ -284,10 +307,23 @@ pub const KEYS: &[Key] = &[
         name: "online",
         scope: Scope::Host,
         syntax: "host CPUs to put back in Pacer's service, e.g. \"1\"",
+        canonical: canonical_cpu_list,
         read: |s| out_list(&s.out_of_service()),
         prepare: |s, value, _| Ok(Some(service(s.engine, service_list(s, value)?, true))),
     },
 ];
+
+/// A CPU list as the host set writes it ("0,0,0" and "0-0" are "0").
+fn canonical_cpu_list(value: &str) -> String {
+    sched_rules::cpu_list(value).map_or_else(|_| value.to_string(), |set| set.to_list())
+}
+
+/// An integer without sign or leading zeros.
+fn canonical_integer(value: &str) -> String {
+    value
+        .parse::<i64>()
+        .map_or_else(|_| value.to_string(), |n| n.to_string())
+}
 
 /// A CPU list for the record ("none" when empty).
 fn out_list(set: &HostCpuSet) -> String {
@@ -307,7 +343,6 @@ fn given<'p>(pairs: &'p Pairs, key: &str) -> Option<&'p str> {
 
 fn integer(value: &str) -> Result<i64, SetError> {
     value
-        .trim()
         .parse()
         .map_err(|_| SetError::NotAnInteger(value.to_string()))
 }
@@ -349,10 +384,37 @@ pub struct SetRequest {
 }
 
 /// The request body: `{"target": "vm[/vcpu]" | null, "set": {key: value}}`.
+///
+/// Strict, as a hostile client is expected: a key given twice anywhere in
+/// the body is refused (serde_json would keep the last), and so is a
+/// value (or target) with blanks around it, rather than recording what
+/// the check read past.
 pub fn parse_body(body: &[u8]) -> Result<SetRequest, Refusal> {
     let bad = |why: String| (400, why);
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| bad(format!("expected a JSON object, found invalid JSON: {e}")))?;
+    let duplicate = std::cell::RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let v = serde::de::DeserializeSeed::deserialize(
+        UniqueKeys {
+            path: "",
+            duplicate: &duplicate,
+        },
+        &mut de,
+    )
+    .and_then(|v| de.end().map(|()| v));
+    let v: Value = match (v, duplicate.into_inner()) {
+        (_, Some(path)) => {
+            return Err(bad(format!(
+                "duplicate key {}: each key may be given once",
+                quoted(&path)
+            )))
+        }
+        (Ok(v), None) => v,
+        (Err(e), None) => {
+            return Err(bad(format!(
+                "expected a JSON object, found invalid JSON: {e}"
+            )))
+        }
+    };
     let Some(obj) = v.as_object() else {
         return Err(bad(
             "expected a JSON object {\"target\": ..., \"set\": {...}}".into(),
@@ -366,7 +428,7 @@ pub fn parse_body(body: &[u8]) -> Result<SetRequest, Refusal> {
     }
     let target = match obj.get("target") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::String(s)) => Some(unpadded("target", s)?.to_string()),
         Some(other) => {
             return Err(bad(format!(
             "target: expected a string \"VM\" or \"VM/VCPU\", or null for the host, found {other}"
@@ -382,7 +444,7 @@ pub fn parse_body(body: &[u8]) -> Result<SetRequest, Refusal> {
     let mut pairs = Vec::new();
     for (k, v) in set {
         let value = match v {
-            Value::String(s) => s.clone(),
+            Value::String(s) => unpadded(&format!("set.{k}"), s)?.to_string(),
             Value::Number(n) => n.to_string(),
             other => {
                 return Err(bad(format!(
@@ -393,6 +455,106 @@ pub fn parse_body(body: &[u8]) -> Result<SetRequest, Refusal> {
         pairs.push((k.clone(), value));
     }
     Ok(SetRequest { target, pairs })
+}
+
+/// `value` of `field` if it has no blanks around it.
+fn unpadded<'v>(field: &str, value: &'v str) -> Result<&'v str, Refusal> {
+    if value.trim() == value {
+        Ok(value)
+    } else {
+        Err((
+            400,
+            format!(
+                "{field}: expected a value without blanks around it, found {}",
+                quoted(value)
+            ),
+        ))
+    }
+}
+
+/// A JSON value read with the keys of every object checked unique: the
+/// first key given twice is left in `duplicate` (its path, `set.priority`)
+/// and reading stops. (serde_json itself keeps the last of two.)
+struct UniqueKeys<'a> {
+    /// Where this value is in the body ("" the top).
+    path: &'a str,
+    duplicate: &'a std::cell::RefCell<Option<String>>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for UniqueKeys<'_> {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeys<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        let path = format!("{}[]", self.path);
+        while let Some(v) = seq.next_element_seed(UniqueKeys {
+            path: &path,
+            duplicate: self.duplicate,
+        })? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let path = match self.path {
+                "" => key.clone(),
+                p => format!("{p}.{key}"),
+            };
+            if object.contains_key(&key) {
+                *self.duplicate.borrow_mut() = Some(path);
+                return Err(serde::de::Error::custom("duplicate key"));
+            }
+            let v = map.next_value_seed(UniqueKeys {
+                path: &path,
+                duplicate: self.duplicate,
+            })?;
+            object.insert(key, v);
+        }
+        Ok(Value::Object(object))
+    }
 }
 
 /// Carry out a set request from peer `uid`; the answer's JSON or why not.
@@ -407,7 +569,8 @@ pub fn set(ctx: &ApiContext<'_>, uid: u32, body: &[u8]) -> Result<Value, Refusal
     };
     // Keys first: unknown keys and scope mismatches name the key.
     let mut keys = Vec::new();
-    for (k, _) in &pairs {
+    let mut canonical = Vec::new();
+    for (k, value) in &pairs {
         let Some(key) = KEYS.iter().find(|key| key.name == k) else {
             let names: Vec<_> = KEYS.iter().map(|k| k.name).collect();
             return Err((
@@ -430,7 +593,11 @@ pub fn set(ctx: &ApiContext<'_>, uid: u32, body: &[u8]) -> Result<Value, Refusal
             }
             _ => keys.push(key),
         }
+        canonical.push((k.clone(), (key.canonical)(value)));
     }
+    // From here on each value is in its one spelling: checked, answered
+    // and recorded as such.
+    let pairs = canonical;
     let snap = engine.snapshot();
     // The sites: the host, or each vCPU of the target with its row.
     let vm: Option<(Arc<EngineVm>, Option<usize>)> = match &target {
@@ -471,7 +638,12 @@ pub fn set(ctx: &ApiContext<'_>, uid: u32, body: &[u8]) -> Result<Value, Refusal
             }
         }
     }
-    let target_name = target.clone().unwrap_or_else(|| "host".into());
+    // The target in one spelling too ("a/01" is "a/1").
+    let target_name = match &vm {
+        None => "host".to_string(),
+        Some((vm, None)) => vm.name().to_string(),
+        Some((vm, Some(i))) => format!("{}/{i}", vm.name()),
+    };
     // Check every key on every site first: a refusal changes nothing.
     let mut plan = Vec::new();
     for (key, (k, value)) in keys.iter().zip(&pairs) {
@@ -566,4 +738,72 @@ fn resolve(
         }
     }
     Ok((vm, vcpu))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(body: &str) -> String {
+        match parse_body(body.as_bytes()) {
+            Err((400, why)) => why,
+            other => panic!("{body}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_by_name() {
+        assert_eq!(
+            refused(r#"{"target": "a", "set": {"priority": "20", "priority": "30"}}"#),
+            "duplicate key \"set.priority\": each key may be given once"
+        );
+        assert!(
+            refused(r#"{"target": "a", "target": "b", "set": {"priority": "2"}}"#)
+                .starts_with("duplicate key \"target\"")
+        );
+        assert!(
+            refused(r#"{"target": "a", "set": {"x": 1}, "set": {"y": 2}}"#)
+                .starts_with("duplicate key \"set\"")
+        );
+        // The same key in two objects is two keys.
+        let r = parse_body(br#"{"target": "a", "set": {"priority": 20, "class": "timeshare"}}"#)
+            .unwrap();
+        assert_eq!(r.pairs.len(), 2);
+        // Invalid JSON and nesting past serde_json's limit stay refusals.
+        assert!(refused(r#"{"target""#).starts_with("expected a JSON object, found invalid JSON"));
+        assert!(refused(&"[".repeat(10_000)).contains("invalid JSON"));
+        assert!(refused(r#"{"target": "a", "set": {"priority": 1}} x"#).contains("invalid JSON"));
+    }
+
+    #[test]
+    fn values_with_blanks_around_them_are_refused_by_field() {
+        assert_eq!(
+            refused(r#"{"target": "a", "set": {"priority": "10 "}}"#),
+            "set.priority: expected a value without blanks around it, found \"10 \""
+        );
+        assert!(refused(r#"{"target": "a", "set": {"affinity": "\t0"}}"#)
+            .starts_with("set.affinity: expected a value without blanks"));
+        assert!(refused(r#"{"target": " a", "set": {"priority": "1"}}"#)
+            .starts_with("target: expected a value without blanks"));
+        let r = parse_body(br#"{"target": "a/0", "set": {"affinity": "0, 1"}}"#).unwrap();
+        assert_eq!(r.pairs, [("affinity".to_string(), "0, 1".to_string())]);
+    }
+
+    #[test]
+    fn values_are_recorded_in_one_spelling() {
+        let canonical = |key: &str, value: &str| {
+            let k = KEYS.iter().find(|k| k.name == key).unwrap();
+            (k.canonical)(value)
+        };
+        assert_eq!(canonical("affinity", "0,0,0"), "0");
+        assert_eq!(canonical("affinity", "1,0-1, 0"), "0-1");
+        assert_eq!(canonical("offline", "1,1"), "1");
+        assert_eq!(canonical("priority", "+012"), "12");
+        assert_eq!(canonical("cap", "none"), "none");
+        assert_eq!(canonical("cap", "050"), "50");
+        assert_eq!(canonical("weight", "x"), "x");
+        assert_eq!(canonical("affinity", "0-"), "0-");
+        assert_eq!(canonical("mode", "power-saving"), "power-saving");
+        assert!(integer("10 ").is_err());
+    }
 }
