@@ -239,6 +239,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use vcpu_sched::tunables::QuantumTable;
 use vcpu_sched::{
     EntityId, EntitySpec, Mode, PolicyKind, SchedClass, SchedConfig, SchedError, SchedSnapshot,
     Tunables, VcpuScheduler, VmId,
@@ -440,12 +441,22 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
-    /// The scheduler's configuration.
+    /// The scheduler's configuration. Under the `ranked` dispatch a woken
+    /// vCPU preempts the CPU's owner without waiting for its slice, so
+    /// low latency's default slices give way to
+    /// [`QuantumTable::PREEMPTIVE_WAKES`] (tunables that set their own
+    /// low-latency table keep it).
     pub fn sched_config(&self) -> SchedConfig {
+        let mut tunables = self.tunables.clone();
+        if self.dispatch == DispatchKind::Ranked
+            && tunables.low_latency == QuantumTable::LOW_LATENCY
+        {
+            tunables.low_latency = QuantumTable::PREEMPTIVE_WAKES;
+        }
         SchedConfig {
             policy: self.policy,
             mode: self.mode,
-            tunables: self.tunables.clone(),
+            tunables,
             smt_isolation: self.smt_isolation,
             ..SchedConfig::default()
         }
@@ -1336,5 +1347,30 @@ impl Engine {
         for w in std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner())) {
             let _ = w.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranked_takes_the_preemptive_wakes_slices_unless_the_tunables_set_their_own() {
+        let mut config = EngineConfig::default();
+        assert_eq!(
+            config.sched_config().tunables.low_latency,
+            QuantumTable::LOW_LATENCY,
+            "threads waits for slices to end: Haiku's own table"
+        );
+        config.dispatch = DispatchKind::Ranked;
+        let tunables = config.sched_config().tunables;
+        assert_eq!(tunables.low_latency, QuantumTable::PREEMPTIVE_WAKES);
+        assert_eq!(tunables.power_saving, QuantumTable::POWER_SAVING);
+        let own = QuantumTable {
+            base_quantum: 3_000_000,
+            ..QuantumTable::LOW_LATENCY
+        };
+        config.tunables.low_latency = own;
+        assert_eq!(config.sched_config().tunables.low_latency, own);
     }
 }
