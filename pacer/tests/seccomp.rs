@@ -322,6 +322,38 @@ fn a_traced_run_is_confined_too() {
     }
 }
 
+/// The run's document written to a path relative to the working directory
+/// (as `ci/demo.sh` writes `target/demo/*.json`) after the VMs ran, under
+/// the main thread's filter: the whole-file write resolves the relative
+/// directory against the working directory (getcwd).
+#[test]
+fn a_relative_json_path_is_written_under_the_filter() {
+    if !kvm_or_skip("a_relative_json_path_is_written_under_the_filter") {
+        return;
+    }
+    let dir = TempDir::new("seccomp-json");
+    let cfg = dir.config(&format!(
+        "[host]\ncpus = \"0\"\npolicy = \"haiku\"\ndispatch = \"threads\"\nlog_dir = \"logs\"\n\n{}",
+        vm_table("a", "cpu duration_ms=100")
+    ));
+    std::fs::create_dir_all(dir.0.join("out")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pacer"))
+        .current_dir(&dir.0)
+        .args(["run", cfg.to_str().unwrap(), "--json", "out/run.json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("forbidden system call"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.0.join("out/run.json")).unwrap()).unwrap();
+    assert_eq!(
+        doc["runs"][0]["vms"].as_array().map(Vec::len),
+        Some(1),
+        "{doc}"
+    );
+}
+
 /// The environment variable that makes the ignored API test the child.
 const API_CHILD: &str = "PACER_SECCOMP_API_CHILD";
 

@@ -235,11 +235,13 @@ fn read_only_files(r: &mut Rules) -> Result<(), BuildError> {
 
 /// What [`crate::whole_file`] needs beyond `openat` and `write`: flushing
 /// the temporary file and its directory, renaming it over the target, and
-/// removing it when the write failed.
+/// removing it when the write failed; and the working directory, which
+/// `tempfile` joins to a relative target's directory.
 fn whole_file_calls(r: &mut Rules) {
     allow(
         r,
         &[
+            libc::SYS_getcwd,
             libc::SYS_fsync,
             libc::SYS_fdatasync,
             libc::SYS_rename,
@@ -431,6 +433,7 @@ const NAMES: &[(libc::c_long, &str)] = &[
     (libc::SYS_mkdir, "mkdir"),
     (libc::SYS_unlink, "unlink"),
     (libc::SYS_rename, "rename"),
+    (libc::SYS_getcwd, "getcwd"),
     (libc::SYS_statx, "statx"),
     (libc::SYS_newfstatat, "newfstatat"),
     (libc::SYS_fcntl, "fcntl"),
