@@ -45,12 +45,16 @@ impl Counter {
     }
 }
 
-/// KVM, or None after printing that the test is skipped.
-fn kvm_or_skip() -> Option<Kvm> {
+#[path = "../../vmm/tests/common/kvm_gate.rs"]
+mod kvm_gate;
+
+/// KVM, or None after printing that the test is skipped; panics when
+/// `PACER_REQUIRE_KVM=1` (`kvm_gate.rs`).
+fn kvm_or_skip(test: &str) -> Option<Kvm> {
     match Kvm::new() {
         Ok(k) => Some(k),
         Err(e) => {
-            println!("SKIPPED: /dev/kvm not available ({e})");
+            kvm_gate::kvm_gate_here(test, Err(e.to_string()));
             None
         }
     }
@@ -141,7 +145,9 @@ fn start_at_code(vcpu: &VcpuFd) {
 
 #[test]
 fn an_embedders_own_vcpu_thread_runs_through_the_engine_gate() {
-    let Some(kvm) = kvm_or_skip() else { return };
+    let Some(kvm) = kvm_or_skip("an_embedders_own_vcpu_thread_runs_through_the_engine_gate") else {
+        return;
+    };
     let online = online_cpus().unwrap();
     let engine = Engine::new(EngineConfig::default(), CpuMap::from_host(&online).unwrap()).unwrap();
     let (_vm, vcpu, _mem) = vm_and_vcpu(&kvm);
@@ -185,7 +191,9 @@ const HALTS: [u8; 8] = [0xba, 0x10, 0x00, 0xee, 0xfa, 0xf4, 0xeb, 0xfd];
 
 #[test]
 fn under_kvms_irqchip_a_halt_inside_kvm_reaches_the_engine() {
-    let Some(kvm) = kvm_or_skip() else { return };
+    let Some(kvm) = kvm_or_skip("under_kvms_irqchip_a_halt_inside_kvm_reaches_the_engine") else {
+        return;
+    };
     let online = online_cpus().unwrap();
     let mut config = EngineConfig::default();
     config.dispatch = DispatchKind::KvmIrqchip;
@@ -229,7 +237,7 @@ fn under_kvms_irqchip_a_halt_inside_kvm_reaches_the_engine() {
 
 #[test]
 fn gates_need_the_threads_dispatch() {
-    if Kvm::new().is_err() {
+    if kvm_or_skip("gates_need_the_threads_dispatch").is_none() {
         return;
     }
     let online = online_cpus().unwrap();
@@ -313,7 +321,9 @@ impl VcpuExitHandler for TimerExits {
 #[test]
 fn guest_timer_interrupts_arrive_without_a_manual_attach() {
     use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
-    let Some(kvm) = kvm_or_skip() else { return };
+    let Some(kvm) = kvm_or_skip("guest_timer_interrupts_arrive_without_a_manual_attach") else {
+        return;
+    };
     let online = online_cpus().unwrap();
     let engine = Engine::new(EngineConfig::default(), CpuMap::from_host(&online).unwrap()).unwrap();
     let vm = kvm.create_vm().unwrap();

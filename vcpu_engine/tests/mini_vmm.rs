@@ -11,6 +11,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+#[path = "../../vmm/tests/common/kvm_gate.rs"]
+mod kvm_gate;
+
 const EXAMPLE: &str = "mini_vmm";
 
 /// The example's binary beside this test's (target/<profile>/examples).
@@ -76,12 +79,13 @@ fn rows(stdout: &str) -> Vec<Row> {
 
 #[test]
 fn the_example_shows_overcommit_scheduling_events() {
-    if let Err(e) = std::fs::OpenOptions::new()
+    let open = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open("/dev/kvm")
-    {
-        println!("SKIPPED: /dev/kvm not available ({e}); the mini_vmm example not run");
+        .map(drop)
+        .map_err(|e| e.to_string());
+    if !kvm_gate::kvm_gate_here("the mini_vmm example", open) {
         return;
     }
     let out = Command::new(example_binary())

@@ -132,16 +132,7 @@ pub fn direction(b: Better) -> &'static str {
 /// The metric(s) a workload kind is judged by by default. `mixed` gives
 /// one per distinct entry, latency-sensitive entries before `cpu`.
 pub fn kind_metrics(w: &Workload) -> Vec<HeadlineMetric> {
-    let one = |k: WorkloadKind| -> Option<&'static str> {
-        Some(match k {
-            WorkloadKind::Cpu => "cpu.units_per_s",
-            WorkloadKind::Sleep => "sleep.wake_latency.p99_ns",
-            WorkloadKind::Pingpong => "pingpong.roundtrips_per_s",
-            WorkloadKind::Burst => "burst.run_fraction",
-            WorkloadKind::Spinlock => "spinlock.acquisitions_per_s",
-            WorkloadKind::Mixed | WorkloadKind::UnixBench => return None,
-        })
-    };
+    let one = own_metric;
     let names: Vec<String> = match w.kind {
         WorkloadKind::Mixed => {
             let mut kinds: Vec<WorkloadKind> = w
@@ -168,6 +159,126 @@ pub fn kind_metrics(w: &Workload) -> Vec<HeadlineMetric> {
         k => one(k).map(String::from).into_iter().collect(),
     };
     names.iter().map(|n| HeadlineMetric::named(n)).collect()
+}
+
+/// A bench-guest kind's own figure (None for `mixed` and `unixbench`,
+/// whose figures depend on their parameters).
+pub fn own_metric(k: WorkloadKind) -> Option<&'static str> {
+    Some(match k {
+        WorkloadKind::Cpu => "cpu.units_per_s",
+        WorkloadKind::Sleep => "sleep.wake_latency.p99_ns",
+        WorkloadKind::Pingpong => "pingpong.roundtrips_per_s",
+        WorkloadKind::Burst => "burst.run_fraction",
+        WorkloadKind::Spinlock => "spinlock.acquisitions_per_s",
+        WorkloadKind::Mixed | WorkloadKind::UnixBench => return None,
+    })
+}
+
+/// The fields of a latency summary (`LatencyDoc` of the run JSON).
+const LATENCY: &[&str] = &["count", "p50_ns", "p99_ns", "max_ns", "histogram_count"];
+
+/// The per-vCPU metrics a workload's guest reports (the run JSON's
+/// `vcpus[].guest`, flattened as `metrics::vm_samples` does), without
+/// histogram buckets. `mixed` reports those of its entries.
+pub fn guest_metrics(w: &Workload) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut add = |prefix: &str, fields: &[&str], latency: &[&str]| {
+        out.extend(fields.iter().map(|f| format!("{prefix}.{f}")));
+        for l in latency {
+            out.extend(LATENCY.iter().map(|f| format!("{prefix}.{l}.{f}")));
+        }
+    };
+    let kinds: Vec<WorkloadKind> = match w.kind {
+        WorkloadKind::Mixed => w
+            .mixed_entries()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|e| WorkloadKind::parse(e).ok())
+            .collect(),
+        k => vec![k],
+    };
+    for k in kinds {
+        match k {
+            WorkloadKind::Cpu => add("cpu", &["units", "units_per_s"], &[]),
+            WorkloadKind::Sleep => add("sleep", &["wakeups", "missed"], &["wake_latency"]),
+            WorkloadKind::Pingpong => add("pingpong", &["roundtrips", "roundtrips_per_s"], &[]),
+            WorkloadKind::Burst => add(
+                "burst",
+                &["bursts", "missed", "run_fraction", "busy_fraction"],
+                &["wake_latency"],
+            ),
+            WorkloadKind::Spinlock => add(
+                "spinlock",
+                &["acquisitions", "acquisitions_per_s", "max_wait_ns", "cs_ns"],
+                &["lock_wait"],
+            ),
+            WorkloadKind::Mixed | WorkloadKind::UnixBench => {}
+        }
+    }
+    if w.kind.is_bench_guest() {
+        add("steal", &["steal_ns", "workload_steal_ns"], &[]);
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// What the scheduler reports of every VM's vCPUs (`vcpus[].sched`,
+/// prefixed `sched.`, and the rates `metrics::vm_samples` derives).
+pub const SCHED_METRICS: &[&str] = &[
+    "sched.run_ns",
+    "sched.ready_wait_ns",
+    "sched.ready_wait_fraction",
+    "sched.wakeups",
+    "sched.wake_latency.p50_ns",
+    "sched.wake_latency.p99_ns",
+    "sched.wake_latency.max_ns",
+    "sched.migrations",
+    "sched.migrations_per_s",
+    "sched.preemptions",
+    "sched.halt_poll.polls",
+    "sched.halt_poll.woken",
+    "sched.halt_poll.polled_ns",
+    "jain.sched.run_ns",
+];
+
+/// Every metric a cell running `workloads` (every workload some VM of
+/// the cell runs) can produce: the guests', the scheduler's, and the
+/// cell-wide ones derived from them (`metrics::cell_samples`).
+pub fn cell_metrics(workloads: &[&Workload]) -> Vec<String> {
+    let mut out: Vec<String> = SCHED_METRICS.iter().map(|m| m.to_string()).collect();
+    for w in workloads {
+        for m in guest_metrics(w) {
+            if m.ends_with("_per_s") {
+                out.push(format!("jain.{m}"));
+            }
+            if m == "cpu.units_per_s" {
+                out.push(format!("share.{m}"));
+                out.push(format!("priority_order.{m}"));
+            }
+            out.push(m);
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Whether a cell running `workloads` produces `metric`: one of
+/// [`cell_metrics`], a histogram bucket of one of its latencies, or a
+/// figure of the UnixBench-style suite (whose tests and copies are the
+/// suite's own).
+pub fn produces(workloads: &[&Workload], metric: &str) -> bool {
+    if metric.starts_with("unixbench.") {
+        return workloads.iter().any(|w| w.kind == WorkloadKind::UnixBench);
+    }
+    let known = cell_metrics(workloads);
+    if let Some((latency, bucket)) = metric.split_once(".histogram.bucket.") {
+        return !bucket.is_empty()
+            && bucket.chars().all(|c| c.is_ascii_digit())
+            && known.iter().any(|k| *k == format!("{latency}.count"));
+    }
+    known.iter().any(|k| k == metric)
 }
 
 /// The VM groups of a layout, in order.

@@ -10,11 +10,19 @@ impl Matrix {
     /// Read and validate a matrix file against the running host.
     pub fn load(path: &Path) -> Result<Matrix, MatrixError> {
         let host = HostInfo::detect()?;
-        let text =
-            vmm::input::read_config_text(path, "a matrix").map_err(|source| MatrixError::Read {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let bytes = vmm::input::read_regular_file(path, vmm::input::MAX_CONFIG_BYTES, "a matrix")
+            .map_err(|source| MatrixError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        // Not UTF-8: the bad byte's line, column and field, as a config's.
+        let text = String::from_utf8(bytes).map_err(|e| MatrixError::Invalid {
+            path: path.to_path_buf(),
+            diagnostics: vec![vmm::config::errors::utf8_error(
+                e.as_bytes(),
+                &e.utf8_error(),
+            )],
+        })?;
         Self::parse(&text, path, &host)
     }
 

@@ -45,7 +45,9 @@
 //! A VM with its own `workload` runs it in every cell of its layout (the
 //! hog beside a latency-sensitive VM); the others run the cell's workload.
 
-use super::headline::{HeadlineMetric, LayoutHeadline, ALL_VMS};
+use super::headline::{
+    cell_metrics, own_metric, produces, HeadlineMetric, LayoutHeadline, ALL_VMS, SCHED_METRICS,
+};
 use super::metrics::Better;
 use super::unixbench::SuiteSpec;
 use super::workload::{Workload, WorkloadKind};
@@ -349,6 +351,10 @@ pub fn expectation(pattern: &str) -> Option<&'static str> {
         "layout[].vm[].class" => "one of \"timeshare\", \"realtime\"",
         "layout[].vm[].priority" => "an integer priority (timeshare 1-99, realtime 100-120)",
         "layout[].vm[].workload" => "a workload name in quotes",
+        "workload[].kind" => {
+            "a workload kind in quotes: \"cpu\", \"sleep\", \"pingpong\", \"burst\", \"spinlock\", \"mixed\" or \"unixbench\""
+        }
+        "workload[].args" => "extra key=value words in quotes such as \"apic=x2\"",
         _ => return None,
     })
 }
@@ -381,6 +387,22 @@ impl Checker<'_> {
             field: vmm::config::errors::readable(&field.into()),
             message: vmm::config::errors::readable(&message.to_string()),
         });
+    }
+
+    /// An error about a field the file left out of the table at `span`,
+    /// in the host config's words: `missing; expected ...`.
+    fn missing(&mut self, span: Range<usize>, field: &str) {
+        let what = expectation(&vmm::config::errors::pattern_of(field)).unwrap_or("a value");
+        self.err(span, field, format!("missing; expected {what}"));
+    }
+
+    /// An error about the value at `span` that is of the wrong type:
+    /// `expected ..., found the integer 3`, as the host config says it.
+    fn wrong_type(&mut self, span: Range<usize>, field: &str, expected: &str) {
+        let found = vmm::config::errors::SpanIndex::new(self.text)
+            .locate(span.start)
+            .map_or_else(|| "another type".to_string(), |n| n.found.clone());
+        self.err(span, field, format!("expected {expected}, found {found}"));
     }
 
     /// The span of `key` written before the value at `value` on its line
@@ -540,7 +562,10 @@ fn workload_entry(
         match v.get_ref() {
             toml::Value::String(s) => Some(Spanned::new(v.span(), s.clone())),
             _ => {
-                c.err(v.span(), field(key), "must be a string");
+                let f = field(key);
+                let expected = expectation(&vmm::config::errors::pattern_of(&f))
+                    .unwrap_or("a string in quotes");
+                c.wrong_type(v.span(), &f, expected);
                 None
             }
         }
@@ -549,7 +574,7 @@ fn workload_entry(
         Some(n) => c.name(&n, &field("name")),
         None => {
             if !table.contains_key("name") {
-                c.err(table_span.clone(), field("name"), "missing field `name`");
+                c.missing(table_span.clone(), &field("name"));
             }
             return None;
         }
@@ -564,7 +589,7 @@ fn workload_entry(
         },
         None => {
             if !table.contains_key("kind") {
-                c.err(table_span, field("kind"), "missing field `kind`");
+                c.missing(table_span, &field("kind"));
             }
             return None;
         }
@@ -590,7 +615,11 @@ fn workload_entry(
                         extra_args.push(word.to_string());
                     }
                 }
-                _ => c.err(value.span(), field("args"), "must be a string"),
+                _ => c.wrong_type(
+                    value.span(),
+                    &field("args"),
+                    expectation("workload[].args").unwrap_or("a string in quotes"),
+                ),
             }
             continue;
         }
@@ -703,6 +732,7 @@ fn layout_headline(
     l: &RawLayout,
     li: usize,
     vms: &[VmSpec],
+    workloads: &[&Workload],
 ) -> LayoutHeadline {
     let under_test = l.under_test.as_ref().map(|u| {
         let name = u.get_ref();
@@ -790,6 +820,8 @@ fn layout_headline(
                 format!("{at}.metric"),
                 format!("{name:?}: a metric name is a dotted name such as \"burst.run_fraction\""),
             );
+        } else if !workloads.is_empty() && !produces(workloads, name) {
+            c.err(raw.span(), &at, not_produced(name, workloads));
         }
         let mut h = HeadlineMetric::named(name);
         match better.map(|b| b.as_str()) {
@@ -811,6 +843,42 @@ fn layout_headline(
         under_test,
         metrics,
     }
+}
+
+/// Why `name` cannot be a headline of a layout whose VMs run
+/// `workloads`, with the metrics they do produce.
+fn not_produced(name: &str, workloads: &[&Workload]) -> String {
+    let known = cell_metrics(workloads);
+    let hint = match vmm::config::errors::near_miss(name, known.iter().map(String::as_str)) {
+        Some(k) => format!("; did you mean \"{k}\"?"),
+        // A kind's name for its own figure ("cpu" for cpu.units_per_s).
+        None => WorkloadKind::parse(name)
+            .ok()
+            .and_then(own_metric)
+            .filter(|m| known.iter().any(|k| k.as_str() == *m))
+            .map(|m| format!("; did you mean \"{m}\"?"))
+            .unwrap_or_default(),
+    };
+    let mut kinds: Vec<String> = workloads
+        .iter()
+        .map(|w| format!("{} ({})", w.name, w.kind))
+        .collect();
+    kinds.dedup();
+    let (sched, guest): (Vec<&str>, Vec<&str>) = known
+        .iter()
+        .map(String::as_str)
+        .partition(|m| SCHED_METRICS.contains(m));
+    let suite = if workloads.iter().any(|w| w.kind == WorkloadKind::UnixBench) {
+        ", the suite's unixbench.index.copies_N"
+    } else {
+        ""
+    };
+    format!(
+        "{name:?} is not a metric the layout's workloads produce{hint}; its workloads {} produce: {}{suite}, and the scheduler's: {}",
+        kinds.join(", "),
+        guest.join(", "),
+        sched.join(", ")
+    )
 }
 
 impl Matrix {
@@ -1158,7 +1226,18 @@ impl Matrix {
                     }
                 }
             }
-            let headline = layout_headline(&mut c, l, li, &vms);
+            // Every workload a VM of this layout runs in some cell.
+            let mut run_by_vms: Vec<&Workload> = Vec::new();
+            for v in &vms {
+                let own = v.workload.into_iter();
+                let cell = runs.iter().copied().filter(|_| v.workload.is_none());
+                for w in own.chain(cell).filter_map(|wi| workloads.get(wi)) {
+                    if !run_by_vms.iter().any(|x| x.name == w.name) {
+                        run_by_vms.push(w);
+                    }
+                }
+            }
+            let headline = layout_headline(&mut c, l, li, &vms, &run_by_vms);
             layouts.push(Layout {
                 name: lname,
                 vms,
@@ -1376,6 +1455,105 @@ name = "prio"
 workloads = ["cpu"]
 vm = [ { name = "hi", vcpus = 1, priority = 20 } ]
 "#;
+
+    /// A headline must be a metric the layout's workloads produce: a
+    /// made-up name, a kind's name, a VM's name are refused at parse time
+    /// with the metrics they do produce.
+    #[test]
+    fn headline_metrics_are_ones_the_workloads_produce() {
+        let fx = Fixture::new("headline-produced");
+        let with = |headline: &str| {
+            GOOD.replace(
+                "name = \"pair\"",
+                &format!("name = \"pair\"\nheadline = {headline}"),
+            )
+        };
+        let m = fx.parse(&with("[\"sleep.wake_latency.p99_ns\", \"jain.cpu.units_per_s\", \"sched.migrations_per_s\", \"sleep.wake_latency.histogram.bucket.1024\"]"));
+        assert!(m.is_ok(), "{m:?}");
+        let at = "m.toml:24:12: layout[0].headline";
+        let e = fx.errors(&with("{ metric = \"nope.metric\" }"));
+        assert!(
+            e.contains(&format!("{at}: \"nope.metric\" is not a metric")),
+            "{e}"
+        );
+        for produced in [
+            "cpu (cpu)",
+            "lat (sleep)",
+            "cpu.units_per_s",
+            "sleep.wake_latency.p99_ns",
+            "sched.wake_latency.p99_ns",
+        ] {
+            assert!(e.contains(produced), "{produced}: {e}");
+        }
+        assert!(!e.contains("pingpong"), "{e}");
+        let e = fx.errors(&with("\"cpu\""));
+        assert!(e.contains(&format!("{at}: \"cpu\" is not a metric")), "{e}");
+        assert!(e.contains("did you mean \"cpu.units_per_s\"?"), "{e}");
+        let e = fx.errors(&with("[\"a\"]"));
+        assert!(
+            e.contains(&format!("{at}[0]: \"a\" is not a metric")),
+            "{e}"
+        );
+        let e = fx.errors(&with("\"cpu.units_per_sec\""));
+        assert!(e.contains("did you mean \"cpu.units_per_s\"?"), "{e}");
+        // Layout "prio" runs only cpu: a sleep figure is not one of it.
+        let text = GOOD.replace(
+            "name = \"prio\"",
+            "name = \"prio\"\nheadline = \"sleep.wake_latency.p99_ns\"",
+        );
+        let e = fx.errors(&text);
+        assert!(
+            e.contains("layout[1].headline: \"sleep.wake_latency.p99_ns\""),
+            "{e}"
+        );
+    }
+
+    /// A workload's name or kind left out, or of the wrong type, is said
+    /// as the host config says it; a matrix that is not UTF-8 gets its
+    /// position too.
+    #[test]
+    fn workload_errors_speak_as_the_config_does() {
+        let fx = Fixture::new("workload-words");
+        let e = fx.errors(&GOOD.replace("name = \"lat\"\n", ""));
+        assert!(
+            e.contains("workload[1].name: missing; expected a name in quotes (1-64 characters"),
+            "{e}"
+        );
+        let e = fx.errors(&GOOD.replace("kind = \"sleep\"\n", ""));
+        assert!(
+            e.contains("workload[1].kind: missing; expected a workload kind in quotes: \"cpu\""),
+            "{e}"
+        );
+        let e = fx.errors(&GOOD.replace("kind = \"sleep\"", "kind = 3"));
+        assert!(
+            e.contains("m.toml:19:8: workload[1].kind: expected a workload kind in quotes")
+                && e.ends_with("found the integer 3"),
+            "{e}"
+        );
+        let e = fx.errors(&GOOD.replace("name = \"lat\"", "name = [\"lat\"]"));
+        assert!(
+            e.contains("workload[1].name: expected a name in quotes")
+                && e.contains("found an array"),
+            "{e}"
+        );
+        // Not UTF-8: the file, the line and column, the field, the byte.
+        let path = fx.dir.join("bad.toml");
+        let mut bytes = GOOD
+            .replace("interval_us = 500", "interval_us = \"5\u{1}\"")
+            .into_bytes();
+        let at = bytes.iter().position(|&b| b == 1).unwrap();
+        bytes[at] = 0xFF;
+        std::fs::write(&path, &bytes).unwrap();
+        let e = Matrix::load(&path).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}:20:17: ", path.display()))
+                && e.contains(&format!(
+                    "expected UTF-8 text, found the byte 0xFF (byte {} of the file)",
+                    at + 1
+                )),
+            "{e}"
+        );
+    }
 
     #[test]
     fn good_matrix() {

@@ -3,19 +3,18 @@
 
 use std::path::PathBuf;
 
-/// True if /dev/kvm can be opened; otherwise prints the SKIPPED line.
+pub mod kvm_gate;
+
+/// True if /dev/kvm can be opened; otherwise prints the SKIPPED line, or
+/// panics when `PACER_REQUIRE_KVM=1` (`kvm_gate.rs`).
 pub fn kvm_or_skip(test: &str) -> bool {
-    match std::fs::OpenOptions::new()
+    let open = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open("/dev/kvm")
-    {
-        Ok(_) => true,
-        Err(e) => {
-            println!("SKIPPED: /dev/kvm not available ({e}); {test} not run");
-            false
-        }
-    }
+        .map(drop)
+        .map_err(|e| e.to_string());
+    kvm_gate::kvm_gate_here(test, open)
 }
 
 /// A scratch directory removed on drop.
