@@ -525,6 +525,24 @@ fn a_trace_that_cannot_be_written_fails_the_run_with_exit_3() {
         out.contains("the scheduling trace could not be written"),
         "{out}"
     );
+    // The message states how many events the file holds up to the
+    // failure, and a reader finds exactly those, with the cut tail named.
+    let readable: usize = err
+        .split("the file holds ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of readable events: {err}"));
+    assert!(readable > 0, "{err}");
+    let t = pacer::trace::TraceFile::read(&trace).unwrap();
+    assert_eq!(t.events.len(), readable, "{err}");
+    assert!(!t.complete);
+    let (code, _, derr) = common::pacer(&["trace", "dump", trace.to_str().unwrap()]);
+    assert_eq!(code, 0, "{derr}");
+    assert!(
+        derr.contains(&format!("{readable} events")) && derr.contains("note:"),
+        "{derr}"
+    );
 }
 
 /// The state `--resume` reads is input: a `results.jsonl` that is a FIFO,

@@ -14,7 +14,7 @@
 //! | host config, bench matrix, sim scenario | [`MAX_CONFIG_BYTES`] (1 MiB) | `pacer validate/run`, `pacer bench`, `pacer sim` |
 //! | console log, unixbench report, process output | [`MAX_LOG_BYTES`] (256 MiB) | `pacer unixbench --report`, bench cells |
 //! | bench results (`--resume`) | [`MAX_RESULTS_BYTES`] (1 GiB) | `pacer bench --resume` |
-//! | scheduling trace | `pacer::trace::read::MAX_TRACE_BYTES` | `pacer trace`, `pacer sim --replay` |
+//! | scheduling trace (opened with [`open_regular_file`], its header checked first, read a frame at a time) | `pacer::trace::read::MAX_TRACE_BYTES` | `pacer trace`, `pacer sim --replay` |
 //!
 //! Kernel images and initrds are checked as regular files by config
 //! validation and read by the boot loaders, whose formats bound the reads.
@@ -63,11 +63,10 @@ fn invalid(msg: String) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidInput, msg)
 }
 
-/// Read a regular file of at most `max` bytes (`what` names it in the
-/// error): checked by path, then again on the descriptor opened
-/// non-blocking, and read no further than `max` + 1 bytes whatever the
-/// file claims.
-pub fn read_regular_file(path: &Path, max: u64, what: &str) -> std::io::Result<Vec<u8>> {
+/// Open a regular file for reading: checked by path, then again on the
+/// descriptor opened non-blocking (for a reader that reads it in pieces
+/// and bounds what it reads itself).
+pub fn open_regular_file(path: &Path) -> std::io::Result<std::fs::File> {
     let meta = std::fs::metadata(path)?;
     if !meta.is_file() {
         return Err(invalid(format!(
@@ -86,6 +85,16 @@ pub fn read_regular_file(path: &Path, max: u64, what: &str) -> std::io::Result<V
             kind_of(meta.file_type())
         )));
     }
+    Ok(file)
+}
+
+/// Read a regular file of at most `max` bytes (`what` names it in the
+/// error): checked by path, then again on the descriptor opened
+/// non-blocking, and read no further than `max` + 1 bytes whatever the
+/// file claims.
+pub fn read_regular_file(path: &Path, max: u64, what: &str) -> std::io::Result<Vec<u8>> {
+    let file = open_regular_file(path)?;
+    let meta = file.metadata()?;
     if meta.len() > max {
         return Err(invalid(format!(
             "{} bytes, more than the {max} bytes {what} may have",

@@ -27,7 +27,7 @@ impl Default for TraceTarget {
 }
 
 fn frame(out: &mut Vec<u8>, tag: u8, payload: &[u8]) {
-    out.extend(format::frame_header(tag, payload.len() as u32));
+    out.extend(format::frame_header(tag, payload));
     out.extend(payload);
 }
 
@@ -171,6 +171,28 @@ fn pingpong_trace(complete: bool) -> Vec<u8> {
     b
 }
 
+/// `trace` (whole frames, format version 2) in format version 1: 8-byte
+/// frame headers without checksums. A mutant of a version 2 seed almost
+/// always fails a checksum; version 1 seeds keep the fuzzer reaching the
+/// frames' contents (the reader still reads version 1).
+fn as_version_1(trace: &[u8]) -> Vec<u8> {
+    let mut b = trace[..format::HEADER_BYTES].to_vec();
+    b[8..12].copy_from_slice(&format::VERSION_1.to_le_bytes());
+    let mut at = format::HEADER_BYTES;
+    while at + format::FRAME_HEADER_BYTES <= trace.len() {
+        let len = u32::from_le_bytes([trace[at + 4], trace[at + 5], trace[at + 6], trace[at + 7]])
+            as usize;
+        let start = at + format::FRAME_HEADER_BYTES;
+        let Some(payload) = trace.get(start..start + len) else {
+            break;
+        };
+        b.extend(&trace[at..at + format::FRAME_HEADER_BYTES_V1]);
+        b.extend(payload);
+        at = start + len;
+    }
+    b
+}
+
 impl Target for TraceTarget {
     fn name(&self) -> &'static str {
         "trace"
@@ -184,6 +206,7 @@ impl Target for TraceTarget {
         vec![
             pingpong_trace(true),
             pingpong_trace(false),
+            as_version_1(&pingpong_trace(true)),
             format::header().to_vec(),
         ]
     }
@@ -231,5 +254,7 @@ mod tests {
         assert!(!cut.complete);
         assert_eq!(cut.events.len(), whole.events.len());
         assert!(TraceTarget::new().run(&pingpong_trace(true)).is_ok());
+        let v1 = TraceFile::parse(&as_version_1(&pingpong_trace(true))).unwrap();
+        assert_eq!((v1.version, v1.events.len()), (1, whole.events.len()));
     }
 }

@@ -207,9 +207,10 @@ pub fn main(args: RunArgs, run_start: Instant) -> i32 {
     }
     if let Some(t) = &results.trace {
         crate::output::status(&format!(
-            "pacer: scheduling trace: {} ({} events, {} lost{})\n",
+            "pacer: scheduling trace: {} ({} events{}, {} lost{})\n",
             t.path.display(),
             t.records,
+            if t.error.is_some() { " readable" } else { "" },
             t.lost,
             t.error
                 .as_ref()
@@ -352,8 +353,16 @@ fn write_failures(results: &vmm::results::RunResults) -> Option<i32> {
         .iter()
         .filter(|v| v.status == vmm::results::STATUS_WRITE_ERROR)
         .collect();
-    // A scheduling trace whose write failed is a lost result too.
-    let trace = results.trace.as_ref().and_then(|t| t.error.clone());
+    // A scheduling trace whose write failed is a lost result too; what
+    // the file holds up to the failure (its whole frames) still reads.
+    let trace = results.trace.as_ref().and_then(|t| {
+        t.error.as_ref().map(|e| {
+            format!(
+                "{e}; the file holds {} readable events up to the failure",
+                t.records
+            )
+        })
+    });
     if failed.is_empty() && trace.is_none() {
         return None;
     }

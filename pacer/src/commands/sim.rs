@@ -142,12 +142,9 @@ pub fn main(a: SimArgs) -> i32 {
 fn replay(a: &SimArgs, path: &std::path::Path) -> i32 {
     use crate::output::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
     use crate::trace::replay::{compare, comparison_table, replay_of};
-    let trace = match crate::trace::TraceFile::read(path) {
+    let trace = match crate::commands::trace::load(path) {
         Ok(t) => t,
-        Err(e) => {
-            eprintln!("{}: {e}", path.display());
-            return EXIT_BAD_INPUT;
-        }
+        Err(code) => return code,
     };
     let topology = match a.topology.as_deref().map(vcpu_sched::Topology::from_spec) {
         None => None,

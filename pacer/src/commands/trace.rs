@@ -103,14 +103,23 @@ pub enum TraceCommand {
     },
 }
 
-fn load(path: &Path) -> Result<TraceFile, i32> {
-    TraceFile::read(path).map_err(|e| {
-        match e {
-            crate::trace::read::ReadError::Io { .. } => eprintln!("pacer trace: {e}"),
-            crate::trace::read::ReadError::Format { .. } => eprintln!("{}: {e}", path.display()),
+/// Read a trace for a command (`pacer trace ...`, `pacer sim --replay`):
+/// the one reader ([`TraceFile::read`]); a file that cannot be read is one
+/// line naming it once (exit 2), and a file that reads with a note (format
+/// version 1, a tail cut short, no END frame) says so on stderr.
+pub(crate) fn load(path: &Path) -> Result<TraceFile, i32> {
+    match TraceFile::read(path) {
+        Ok(t) => {
+            for note in t.notes() {
+                eprintln!("{}: note: {note}", path.display());
+            }
+            Ok(t)
         }
-        EXIT_BAD_INPUT
-    })
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            Err(EXIT_BAD_INPUT)
+        }
+    }
 }
 
 /// Run `pacer trace`; returns the exit code.

@@ -79,11 +79,12 @@ impl TraceConfig {
 pub struct TraceOutcome {
     /// The trace file.
     pub path: PathBuf,
-    /// Records written.
+    /// Records in the file's whole frames: all of them, or after a failed
+    /// write those a reader finds (before the failure).
     pub records: u64,
     /// Records lost to full rings.
     pub lost: u64,
-    /// The file's size.
+    /// Bytes written.
     pub bytes: u64,
     /// Why the file is incomplete, if it is (a write failed).
     pub error: Option<String>,
@@ -197,7 +198,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct Tracer {
     trace: Trace,
     path: PathBuf,
-    thread: Option<JoinHandle<std::io::Result<TraceTotals>>>,
+    thread: Option<JoinHandle<(TraceTotals, Option<std::io::Error>)>>,
 }
 
 impl Tracer {
@@ -214,13 +215,17 @@ impl Tracer {
         }
         let file = std::fs::File::create(&config.path).map_err(file_err)?;
         let mut out = Out {
-            w: std::io::BufWriter::with_capacity(1 << 20, file),
+            file,
             bytes: 0,
+            records: 0,
             scratch: Vec::new(),
+            failed: None,
         };
-        out.bytes(&format::header()).map_err(file_err)?;
-        out.meta(&Meta::Run(Box::new(run))).map_err(file_err)?;
-        out.w.flush().map_err(file_err)?;
+        out.write(&format::header());
+        out.meta(&Meta::Run(Box::new(run)));
+        if let Some(e) = out.failed.take() {
+            return Err(file_err(e));
+        }
         let inner = Arc::new(Inner {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             ring_capacity: config.ring_capacity.max(1),
@@ -261,97 +266,144 @@ impl Tracer {
     /// Drain what is left, write the END frame and close the file. Events
     /// recorded afterwards are ignored.
     pub fn finish(mut self) -> Result<TraceTotals, TraceError> {
-        self.stop()
-    }
-
-    /// [`Tracer::finish`], as a run's results report it.
-    pub fn outcome(self) -> TraceOutcome {
-        let path = self.path.clone();
-        match self.finish() {
-            Ok(t) => TraceOutcome {
-                path,
-                records: t.records,
-                lost: t.lost,
-                bytes: t.bytes,
-                error: None,
-            },
-            Err(e) => TraceOutcome {
-                path,
-                records: 0,
-                lost: 0,
-                bytes: 0,
-                error: Some(e.to_string()),
-            },
+        match self.stop() {
+            (t, None) => Ok(t),
+            (_, Some(e)) => Err(e),
         }
     }
 
-    fn stop(&mut self) -> Result<TraceTotals, TraceError> {
+    /// [`Tracer::finish`], as a run's results report it.
+    pub fn outcome(mut self) -> TraceOutcome {
+        let path = self.path.clone();
+        // After a failed write, the totals are what the file holds: the
+        // records of its whole frames (a reader reads those), its bytes.
+        let (t, e) = self.stop();
+        TraceOutcome {
+            path,
+            records: t.records,
+            lost: t.lost,
+            bytes: t.bytes,
+            error: e.map(|e| e.to_string()),
+        }
+    }
+
+    fn stop(&mut self) -> (TraceTotals, Option<TraceError>) {
         let Some(thread) = self.thread.take() else {
-            return Ok(TraceTotals::default());
+            return (TraceTotals::default(), None);
         };
         *lock(&self.trace.inner.stop) = true;
         self.trace.inner.wake.notify_all();
-        let r = thread
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("the trace drain thread panicked")));
+        let (totals, e) = thread.join().unwrap_or_else(|_| {
+            (
+                TraceTotals::default(),
+                Some(std::io::Error::other("the trace drain thread panicked")),
+            )
+        });
         self.trace.inner.closed.store(true, Ordering::Relaxed);
-        r.map_err(|source| TraceError::File {
+        let e = e.map(|source| TraceError::File {
             path: self.path.clone(),
             source,
-        })
+        });
+        (totals, e)
     }
 }
 
 impl Drop for Tracer {
     fn drop(&mut self) {
-        if let Err(e) = self.stop() {
+        if let (_, Some(e)) = self.stop() {
             log::warn!("{e}");
         }
     }
 }
 
-/// The file being written, and how many bytes it has.
+/// The file being written: each frame is built whole in `scratch` (its
+/// header, then its payload, the checksums computed once over the frame)
+/// and handed to the kernel in one `write_all`, so that after a failed
+/// write the file holds `records` in whole frames and a cut tail at most.
 struct Out {
-    w: std::io::BufWriter<std::fs::File>,
+    file: std::fs::File,
+    /// Bytes written.
     bytes: u64,
-    /// A frame's payload, kept from drain to drain (no allocation churn
-    /// on the confined drain thread).
+    /// Records in the whole frames written.
+    records: u64,
+    /// The frame being built, kept from drain to drain (no allocation
+    /// churn on the confined drain thread).
     scratch: Vec<u8>,
+    /// The first write that failed: nothing more is written (a frame
+    /// after a partial one would be read as damage, not as a cut).
+    failed: Option<std::io::Error>,
 }
 
 impl Out {
-    fn bytes(&mut self, b: &[u8]) -> std::io::Result<()> {
-        self.w.write_all(b)?;
-        self.bytes += b.len() as u64;
-        Ok(())
-    }
-
-    fn frame(&mut self, tag: u8, payload: &[u8]) -> std::io::Result<()> {
-        let len = u32::try_from(payload.len())
-            .ok()
-            .filter(|&l| l <= format::MAX_FRAME_BYTES)
-            .ok_or_else(|| std::io::Error::other("trace frame too large"))?;
-        self.bytes(&format::frame_header(tag, len))?;
-        self.bytes(payload)
-    }
-
-    fn meta(&mut self, m: &Meta) -> std::io::Result<()> {
-        let json = serde_json::to_vec(m).map_err(std::io::Error::other)?;
-        self.frame(format::TAG_META, &json)
-    }
-
-    fn records(&mut self, records: &[Record]) -> std::io::Result<()> {
-        let per_frame = format::MAX_FRAME_BYTES as usize / RECORD_BYTES;
-        let mut payload = std::mem::take(&mut self.scratch);
-        for chunk in records.chunks(per_frame) {
-            payload.clear();
-            for r in chunk {
-                payload.extend_from_slice(&r.to_bytes());
-            }
-            self.frame(format::TAG_RECORDS, &payload)?;
+    /// Write `b` unless a write has failed.
+    fn write(&mut self, b: &[u8]) -> bool {
+        if self.failed.is_some() {
+            return false;
         }
-        self.scratch = payload;
-        Ok(())
+        match self.file.write_all(b) {
+            Ok(()) => {
+                self.bytes += b.len() as u64;
+                true
+            }
+            Err(e) => {
+                self.failed = Some(e);
+                false
+            }
+        }
+    }
+
+    /// Start a frame in `scratch`: room for its header.
+    fn begin(&mut self) -> Vec<u8> {
+        let mut b = std::mem::take(&mut self.scratch);
+        b.clear();
+        b.extend_from_slice(&[0u8; format::FRAME_HEADER_BYTES]);
+        b
+    }
+
+    /// Fill in the header of the frame in `b` and write it.
+    fn finish_frame(&mut self, tag: u8, mut b: Vec<u8>) -> bool {
+        let payload = &b[format::FRAME_HEADER_BYTES..];
+        let ok = if payload.len() > format::MAX_FRAME_BYTES as usize {
+            self.failed
+                .get_or_insert_with(|| std::io::Error::other("trace frame too large"));
+            false
+        } else {
+            let head = format::frame_header(tag, payload);
+            b[..format::FRAME_HEADER_BYTES].copy_from_slice(&head);
+            self.write(&b)
+        };
+        self.scratch = b;
+        ok
+    }
+
+    fn frame(&mut self, tag: u8, payload: &[u8]) -> bool {
+        let mut b = self.begin();
+        b.extend_from_slice(payload);
+        self.finish_frame(tag, b)
+    }
+
+    fn meta(&mut self, m: &Meta) {
+        match serde_json::to_vec(m) {
+            Ok(json) => {
+                self.frame(format::TAG_META, &json);
+            }
+            Err(e) => {
+                self.failed.get_or_insert_with(|| std::io::Error::other(e));
+            }
+        }
+    }
+
+    fn records(&mut self, records: &[Record]) {
+        let per_frame = format::MAX_FRAME_BYTES as usize / RECORD_BYTES;
+        for chunk in records.chunks(per_frame) {
+            let mut b = self.begin();
+            for r in chunk {
+                b.extend_from_slice(&r.to_bytes());
+            }
+            if self.finish_frame(format::TAG_RECORDS, b) {
+                self.records += chunk.len() as u64;
+            }
+        }
     }
 }
 
@@ -363,16 +415,21 @@ struct Drain {
     buf: Vec<Record>,
 }
 
-fn drain_loop(inner: &Inner, mut out: Out, every: Duration) -> std::io::Result<TraceTotals> {
+/// Drain until told to stop; the totals of what the file holds, and the
+/// first write error if there was one.
+fn drain_loop(
+    inner: &Inner,
+    mut out: Out,
+    every: Duration,
+) -> (TraceTotals, Option<std::io::Error>) {
     let mut d = Drain {
         lost_seen: Default::default(),
         totals: TraceTotals::default(),
         buf: Vec::new(),
     };
-    // A write error is kept, and the rings are still emptied (and their
-    // losses counted) so that recording threads never see full rings
-    // because the disk is.
-    let mut failed: Option<std::io::Error> = None;
+    // After a write error the rings are still emptied (and their losses
+    // counted) so that recording threads never see full rings because the
+    // disk is; nothing more is written.
     loop {
         let stopping = {
             let stop = lock(&inner.stop);
@@ -386,28 +443,26 @@ fn drain_loop(inner: &Inner, mut out: Out, every: Duration) -> std::io::Result<T
                     .0
             }
         };
-        let r = drain_once(inner, &mut d, &mut out);
-        if let Err(e) = r {
-            failed.get_or_insert(e);
-        }
+        drain_once(inner, &mut d, &mut out);
         if stopping {
             break;
         }
     }
-    if let Some(e) = failed {
-        return Err(e);
-    }
     let mut end = [0u8; 16];
     end[..8].copy_from_slice(&d.totals.records.to_le_bytes());
     end[8..].copy_from_slice(&d.totals.lost.to_le_bytes());
-    out.frame(format::TAG_END, &end)?;
-    out.w.flush()?;
-    d.totals.bytes = out.bytes;
-    Ok(d.totals)
+    out.frame(format::TAG_END, &end);
+    let totals = TraceTotals {
+        // What a reader finds: the records of the whole frames written.
+        records: out.records,
+        lost: d.totals.lost,
+        bytes: out.bytes,
+    };
+    (totals, out.failed)
 }
 
 /// Write pending metadata, then every ring's records and any new losses.
-fn drain_once(inner: &Inner, d: &mut Drain, out: &mut Out) -> std::io::Result<()> {
+fn drain_once(inner: &Inner, d: &mut Drain, out: &mut Out) {
     let meta = std::mem::take(&mut *lock(&inner.meta));
     let rings: Vec<Arc<Ring>> = lock(&inner.rings).clone();
     d.buf.clear();
@@ -438,8 +493,7 @@ fn drain_once(inner: &Inner, d: &mut Drain, out: &mut Out) -> std::io::Result<()
     lock(&inner.rings).retain(|r| Arc::strong_count(r) > 1 || !r.is_empty());
     d.totals.records += d.buf.len() as u64;
     for m in &meta {
-        out.meta(m)?;
+        out.meta(m);
     }
-    out.records(&d.buf)?;
-    out.w.flush()
+    out.records(&d.buf);
 }
