@@ -221,11 +221,66 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
     }
 }
 
+/// A parse error for `args` (the process's, program name first) with a
+/// "did you mean" for an unknown subcommand that clap found no match for:
+/// clap's own suggestion misses short names (`rn` for `run`), ours is
+/// the one every other closed set of names uses ([`vmm::suggest`]).
+pub fn with_subcommand_hint(mut e: clap::Error, args: &[String]) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::CommandFactory;
+    let clap_has_one = match e.get(ContextKind::SuggestedSubcommand) {
+        Some(ContextValue::Strings(v)) => !v.is_empty(),
+        Some(_) => true,
+        None => false,
+    };
+    if e.kind() != ErrorKind::InvalidSubcommand || clap_has_one {
+        return e;
+    }
+    let Some(ContextValue::String(bad)) = e.get(ContextKind::InvalidSubcommand).cloned() else {
+        return e;
+    };
+    // The command the unknown word was given to: follow the words before
+    // it down the subcommands.
+    let mut cmd = Cli::command();
+    for word in args.iter().skip(1) {
+        if *word == bad {
+            break;
+        }
+        if let Some(sub) = cmd.find_subcommand(word).cloned() {
+            cmd = sub;
+        }
+    }
+    let names: Vec<&str> = cmd.get_subcommands().map(|c| c.get_name()).collect();
+    if let Some(name) = vmm::suggest::near_miss(&bad, names) {
+        e.insert(
+            ContextKind::SuggestedSubcommand,
+            ContextValue::String(name.to_string()),
+        );
+    }
+    e
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::commands::run::RunArgs;
     use vmm::policy::Policy;
+
+    #[test]
+    fn unknown_subcommands_get_a_near_miss() {
+        let hint = |args: &[&str]| {
+            let e = Cli::try_parse_from(args).unwrap_err();
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            with_subcommand_hint(e, &args).to_string()
+        };
+        assert!(
+            hint(&["pacer", "rn"]).contains("'run'"),
+            "{}",
+            hint(&["pacer", "rn"])
+        );
+        assert!(hint(&["pacer", "-q", "valdate"]).contains("'validate'"));
+        assert!(!hint(&["pacer", "frobnicate"]).contains("similar"));
+    }
 
     #[test]
     fn every_argument_is_described() {

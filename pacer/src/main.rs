@@ -7,6 +7,10 @@ fn main() {
     let cli = match pacer::cli::Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
+            let args: Vec<String> = std::env::args_os()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            let e = pacer::cli::with_subcommand_hint(e, &args);
             // Usage errors are "bad input" (clap's own exit code for them is
             // 2 too); --help/--version exit 0.
             let code = if e.use_stderr() {

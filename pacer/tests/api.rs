@@ -851,6 +851,159 @@ fn set_values_are_strict_and_recorded_in_one_spelling() {
     assert!(!lines.contains("10 ") && !lines.contains("012"), "{lines}");
 }
 
+/// The `ls` table's row of VM `name`, split at its columns.
+fn ls_row(table: &str, name: &str) -> Vec<String> {
+    let row = table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no row {name}: {table}"));
+    // VM STATE VCPUS CPUS CLASS PRIORITY; CPUS may be "0=0-1 1=1".
+    let words: Vec<&str> = row.split_whitespace().collect();
+    let n = words.len();
+    vec![
+        words[..3].join(" "),
+        words[3..n - 2].join(" "),
+        words[n - 2].to_string(),
+        words[n - 1].to_string(),
+    ]
+}
+
+#[test]
+fn ls_and_stats_show_what_set_changed() {
+    if !kvm_or_skip("ls_and_stats_show_what_set_changed") {
+        return;
+    }
+    let dir = TempDir::new("api-live");
+    let run = Run::start(
+        &dir,
+        &two_vms(60_000)
+            .replace("name = \"a\"", "name = \"web\"")
+            .replace("name = \"b\"", "name = \"batch\""),
+        &[],
+    );
+    assert!(eventually(Duration::from_secs(20), || {
+        let ls = run.json(&["ls"]);
+        ls["vms"][0]["state"] == "running" && ls["vms"][1]["state"] == "running"
+    }));
+    let ok = |args: &[&str]| {
+        let (code, out, err) = run.ctl(args);
+        assert_eq!(code, 0, "{args:?}: {out}{err}");
+        out
+    };
+    // What ls shows as the run starts: the config's values, held by the
+    // scheduler.
+    let (_, table, _) = run.ctl(&["ls"]);
+    assert_eq!(
+        ls_row(&table, "web"),
+        ["web running 2", "0-1", "timeshare", "10"]
+    );
+
+    // priority, for the whole VM.
+    assert_eq!(
+        ok(&["set", "web", "priority=20"]),
+        "web: priority 10 -> 20\n"
+    );
+    let (_, table, _) = run.ctl(&["ls"]);
+    assert_eq!(
+        ls_row(&table, "web"),
+        ["web running 2", "0-1", "timeshare", "20"]
+    );
+    let ls = run.json(&["ls"]);
+    assert_eq!(ls["vms"][0]["priority"], 20, "{ls}");
+    assert_eq!(ls["vms"][0]["live"], true, "{ls}");
+    for i in 0..2 {
+        assert_eq!(run.vcpu("web", i)["base_priority"], 20);
+    }
+
+    // affinity, for one vCPU: the VM's vCPUs differ, each is shown.
+    assert_eq!(
+        ok(&["set", "web/1", "affinity=1"]),
+        "web/1: affinity 0-1 -> 1\n"
+    );
+    let (_, table, _) = run.ctl(&["ls"]);
+    assert_eq!(
+        ls_row(&table, "web"),
+        ["web running 2", "0=0-1 1=1", "timeshare", "20"]
+    );
+    let ls = run.json(&["ls"]);
+    assert_eq!(ls["vms"][0]["cpus"], Value::Null, "{ls}");
+    assert_eq!(ls["vms"][0]["per_vcpu"][0]["cpus"], "0-1", "{ls}");
+    assert_eq!(ls["vms"][0]["per_vcpu"][1]["cpus"], "1", "{ls}");
+    assert_eq!(run.vcpu("web", 1)["affinity"], "1");
+    // And for the whole VM: one value again.
+    ok(&["set", "web", "affinity=1"]);
+    let (_, table, _) = run.ctl(&["ls"]);
+    assert_eq!(
+        ls_row(&table, "web"),
+        ["web running 2", "1", "timeshare", "20"]
+    );
+    assert_eq!(run.json(&["ls"])["vms"][0]["cpus"], "1");
+    assert_eq!(run.vcpu("web", 0)["affinity"], "1");
+
+    // class (with its priority).
+    ok(&["set", "batch", "class=realtime", "priority=110"]);
+    let (_, table, _) = run.ctl(&["ls"]);
+    assert_eq!(
+        ls_row(&table, "batch"),
+        ["batch running 1", "0-1", "realtime", "110"]
+    );
+    let ls = run.json(&["ls"]);
+    assert_eq!(ls["vms"][1]["class"], "realtime", "{ls}");
+    assert_eq!(ls["vms"][1]["priority"], 110, "{ls}");
+    let b0 = run.vcpu("batch", 0);
+    assert_eq!(
+        (&b0["class"], &b0["base_priority"]),
+        (&"realtime".into(), &110.into())
+    );
+
+    // weight, cap, reservation: stats shows them.
+    ok(&["set", "web", "weight=300", "cap=50", "reservation=10"]);
+    for i in 0..2 {
+        let r = run.vcpu("web", i);
+        assert_eq!(r["weight"], 300, "{r}");
+        assert_eq!(r["cap_permille"], 500, "{r}");
+        assert_eq!(r["reservation_permille"], 100, "{r}");
+    }
+
+    // The host's keys: mode, CPUs out of service.
+    ok(&["set", "mode=power-saving"]);
+    ok(&["set", "offline=1"]);
+    let (_, table, _) = run.ctl(&["ls"]);
+    assert!(
+        table
+            .starts_with("policy haiku, mode power-saving, host CPUs 0-1, CPUs 1 out of service\n"),
+        "{table}"
+    );
+    let ls = run.json(&["ls"]);
+    assert_eq!(
+        (&ls["mode"], &ls["cpus_out_of_service"]),
+        (&"power-saving".into(), &"1".into())
+    );
+    ok(&["set", "online=1"]);
+    assert_eq!(run.json(&["ls"])["cpus_out_of_service"], "");
+
+    // A near miss of a key or a VM's name is named.
+    run.refused(
+        &["set", "web", "priorty=20"],
+        "unknown key \"priorty\" (keys: affinity, priority,",
+    );
+    run.refused(
+        &["set", "web", "priorty=20"],
+        "; did you mean \"priority\"?",
+    );
+    run.refused(
+        &["set", "wbe", "priority=20"],
+        "no VM named \"wbe\" (VMs: web, batch); did you mean \"web\"?",
+    );
+    run.refused(&["stats", "bach"], "did you mean \"batch\"?");
+    run.refused(&["pause", "bach"], "did you mean \"batch\"?");
+
+    assert_eq!(run.ctl(&["stop", "web"]).0, 0);
+    assert_eq!(run.ctl(&["stop", "batch"]).0, 0);
+    let (code, _, stderr) = run.finish(&dir);
+    assert_eq!(code, 1, "{stderr}");
+}
+
 #[test]
 fn policy_host_pauses_and_stops_but_has_nothing_to_set() {
     if !kvm_or_skip("policy_host_pauses_and_stops_but_has_nothing_to_set") {
@@ -902,6 +1055,15 @@ fn a_taken_path_or_a_public_address_is_bad_input() {
         "x",
         "the file was touched"
     );
+    // A socket in a directory that does not exist: named, not created.
+    let missing = dir.0.join("missing");
+    let (code, err) = run(&["--api-socket", missing.join("api.sock").to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("directory {} does not exist", missing.display())),
+        "{err}"
+    );
+    assert!(!missing.exists() && !dir.0.join("logs").exists(), "{err}");
     let (code, err) = run(&["--api-http", "0.0.0.0:0"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("expected a loopback address"), "{err}");

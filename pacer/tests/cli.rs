@@ -229,6 +229,56 @@ fn unwritable_outputs_exit_2_before_any_vm_starts() {
         assert!(err.contains("--json"), "{err}");
         assert!(!dir.0.join("logs").exists(), "a run started: {out}{err}");
     }
+    // Where nothing can be created (root included, whom access(2) would
+    // let), or in a directory that does not exist: refused before any VM
+    // starts, the directory named and not created.
+    let missing = dir.0.join("missing");
+    for flag in ["--json", "--trace"] {
+        for (path, needle) in [
+            (
+                "/proc/x.json".to_string(),
+                "/proc/x.json cannot be created: ".to_string(),
+            ),
+            (
+                missing.join("out").display().to_string(),
+                format!("directory {} does not exist", missing.display()),
+            ),
+        ] {
+            let (code, out, err) = pacer(&["run", cfg.to_str().unwrap(), flag, &path]);
+            assert_eq!(code, 2, "{flag} {path}: {out}{err}");
+            assert!(err.contains(flag) && err.contains(&needle), "{err}");
+            assert!(!dir.0.join("logs").exists(), "a run started: {out}{err}");
+            assert!(!missing.exists(), "{flag}: created {}", missing.display());
+        }
+    }
+    // The simulator and the trace reader check theirs before working.
+    let (code, _, err) = pacer(&[
+        "sim",
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../vcpu_sched/scenarios/01_overload_balance.toml"
+        ),
+        "--json",
+        "/proc/x.json",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--json: /proc/x.json cannot be created"),
+        "{err}"
+    );
+    let out = missing.join("t.json");
+    let (code, _, err) = pacer(&[
+        "trace",
+        "export",
+        "no-such.trace",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--out: ") && err.contains("does not exist"),
+        "{err}"
+    );
     // A log_dir below a regular file: refused by validate and run alike.
     let bad = dir.config(&format!(
         "[host]\nlog_dir = \"pacer.toml/logs\"\n\n{}",
@@ -397,4 +447,80 @@ fn completions_and_man_pages_come_from_the_same_definitions() {
     assert!(
         reference.contains("`host.halt_poll_us`") && reference.contains("`layout[].under_test`")
     );
+}
+
+/// `pacer args...` must be refused as bad input (exit 2, before anything
+/// starts) with `needle` in its message.
+fn refused_with(args: &[&str], needle: &str) {
+    let (code, out, err) = pacer(args);
+    assert_eq!(code, 2, "{args:?}: {out}{err}");
+    assert!(err.contains(needle), "{args:?}: {err}");
+}
+
+#[test]
+fn near_misses_of_every_closed_set_are_named() {
+    let dir = TempDir::new("cli-near-miss");
+    let good = dir.config(&vm_table("a", "cpu duration_ms=100"));
+    let good = good.to_str().unwrap().to_string();
+    // Policies, modes and dispatch kinds on the command line.
+    refused_with(
+        &["run", &good, "--policy", "haku"],
+        "did you mean \"haiku\"?",
+    );
+    refused_with(
+        &["validate", &good, "--policy", "haiku:low-latncy"],
+        "did you mean \"low-latency\"?",
+    );
+    refused_with(
+        &["validate", &good, "--mode", "powr-saving"],
+        "did you mean \"power-saving\"?",
+    );
+    refused_with(
+        &["run", &good, "--dispatch", "rankd"],
+        "did you mean \"ranked\"?",
+    );
+    refused_with(
+        &["sim", "--policy", "global_rr"],
+        "did you mean \"global-rr\"?",
+    );
+    // Subcommands, at the top and below.
+    refused_with(&["rn"], "'run'");
+    refused_with(&["trace", "sumary", "x"], "'summary'");
+    // Nothing near: no guess.
+    let (code, _, err) = pacer(&["frobnicate"]);
+    assert_eq!(code, 2);
+    assert!(!err.contains("similar"), "{err}");
+    // In a config file: the policy, the workload, its parameters.
+    for (table, needle) in [
+        (
+            format!("[host]\npolicy = \"haku\"\n\n{}", vm_table("a", "cpu")),
+            "host.policy: expected one of \"haiku\"",
+        ),
+        (
+            format!("[host]\npolicy = \"haku\"\n\n{}", vm_table("a", "cpu")),
+            "found the string \"haku\"; did you mean \"haiku\"?",
+        ),
+        (
+            vm_table("a", "slep duration_ms=100"),
+            "vm[0].workload.name: expected one of cpu, sleep",
+        ),
+        (
+            vm_table("a", "slep duration_ms=100"),
+            "found \"slep\"; did you mean \"sleep\"?",
+        ),
+        (
+            vm_table("a", "sleep intervl_us=500"),
+            "found the unknown key \"intervl_us\"; did you mean \"interval_us\"?",
+        ),
+        (
+            vm_table("a", "cpu").replace(
+                "workload = \"cpu\"",
+                "workload = { name = \"slep\", intervl_us = 500 }",
+            ),
+            "did you mean \"sleep\"?",
+        ),
+    ] {
+        let p = dir.config(&table);
+        refused_with(&["validate", p.to_str().unwrap()], needle);
+    }
 }

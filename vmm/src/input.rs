@@ -22,8 +22,9 @@
 //! Writing: a log directory must be creatable and writable (its nearest
 //! existing ancestor a directory this process may write into:
 //! [`check_dir_writable`]); the `--json` (and `--trace`) output must not
-//! be a directory and its directory must be writable or creatable
-//! ([`check_output_file`]). Nothing here creates or changes a file.
+//! be a directory, its directory must exist, and the file is tried:
+//! created and removed again, or opened for writing if it exists
+//! ([`check_output_file`]). Nothing else here creates or changes a file.
 
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
@@ -160,6 +161,13 @@ pub enum WriteCheckError {
     UnderAFile { at: PathBuf, kind: &'static str },
     #[error("{} is a directory", .0.display())]
     IsADirectory(PathBuf),
+    #[error("directory {} does not exist (Pacer creates no directory for it)", .0.display())]
+    NoDirectory(PathBuf),
+    #[error("{} cannot be created: {source}", .path.display())]
+    CannotCreate {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{} is {kind}", .path.display())]
     NotAFile { path: PathBuf, kind: &'static str },
     /// The output file's directory.
@@ -222,9 +230,15 @@ pub fn check_dir_writable(dir: &Path) -> Result<(), WriteCheckError> {
     access(&at, libc::W_OK | libc::X_OK)
 }
 
-/// Can the JSON results be written to `path` (a file to create or replace)?
+/// Can an output document be written to `path` (a file to create or
+/// replace), into a directory that exists? Tried, not asked: access(2)
+/// says yes to root anywhere (`/proc`), so the file is opened for writing
+/// (created and removed again if it did not exist), and beside an
+/// existing one a scratch file is created and removed, as the document's
+/// temporary file will be ([`crate::whole_file`]).
 pub fn check_output_file(path: &Path) -> Result<(), WriteCheckError> {
-    match std::fs::metadata(path) {
+    use std::fs::OpenOptions;
+    let existing = match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => return Err(WriteCheckError::IsADirectory(path.to_path_buf())),
         Ok(m) if !m.is_file() => {
             return Err(WriteCheckError::NotAFile {
@@ -232,18 +246,73 @@ pub fn check_output_file(path: &Path) -> Result<(), WriteCheckError> {
                 kind: kind_of(m.file_type()),
             })
         }
-        _ => {}
-    }
+        Ok(_) => true,
+        Err(_) => false,
+    };
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    check_dir_writable(parent).map_err(|e| WriteCheckError::Directory {
+    let in_dir = |e: WriteCheckError| WriteCheckError::Directory {
         path: path.to_path_buf(),
         dir: Box::new(e),
-    })?;
-    if path.exists() {
-        access(path, libc::W_OK)?;
+    };
+    match std::fs::metadata(parent) {
+        Ok(m) if m.is_dir() => {}
+        Ok(m) => {
+            return Err(in_dir(WriteCheckError::NotADirectory {
+                path: parent.to_path_buf(),
+                kind: kind_of(m.file_type()),
+            }))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // Below a file somewhere up the path, or simply missing.
+            return Err(in_dir(match existing_ancestor(parent) {
+                Some((at, m)) if !m.is_dir() => WriteCheckError::UnderAFile {
+                    at,
+                    kind: kind_of(m.file_type()),
+                },
+                _ => WriteCheckError::NoDirectory(parent.to_path_buf()),
+            }));
+        }
+        Err(source) => {
+            return Err(in_dir(WriteCheckError::NotWritable {
+                path: parent.to_path_buf(),
+                source,
+            }))
+        }
+    }
+    if existing {
+        OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|source| WriteCheckError::NotWritable {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let scratch = parent.join(format!(".{name}.pacer-check-{}", std::process::id()));
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&scratch)
+            .map_err(|source| {
+                in_dir(WriteCheckError::NotWritable {
+                    path: parent.to_path_buf(),
+                    source,
+                })
+            })?;
+        let _ = std::fs::remove_file(&scratch);
+    } else {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|source| WriteCheckError::CannotCreate {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let _ = std::fs::remove_file(path);
     }
     Ok(())
 }
@@ -346,7 +415,29 @@ mod tests {
         let e = check_dir_writable(&file).unwrap_err().to_string();
         assert!(e.contains("exists and is"), "{e}");
         assert!(check_output_file(&d.join("out.json")).is_ok());
-        assert!(check_output_file(&d.join("new/out.json")).is_ok());
+        // Tried, and removed again: nothing is left behind.
+        assert!(!d.join("out.json").exists());
+        assert!(check_output_file(&file).is_ok());
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
+        // A missing directory is named, not created.
+        let e = check_output_file(&d.join("new/out.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!(
+                "directory {} does not exist",
+                d.join("new").display()
+            )),
+            "{e}"
+        );
+        assert!(!d.join("new").exists());
+        // Where nothing can be created, for root too (access(2) would say
+        // yes to root).
+        let e = check_output_file(Path::new("/proc/x.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("/proc/x.json cannot be created: "), "{e}");
         let e = check_output_file(&d).unwrap_err().to_string();
         assert!(e.contains("is a directory"), "{e}");
         let e = check_output_file(&file.join("out.json"))

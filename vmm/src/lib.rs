@@ -39,6 +39,7 @@ pub mod runner;
 pub mod seccomp;
 pub mod signals;
 pub mod stop_registry;
+pub mod suggest;
 pub mod test_images;
 pub mod text;
 pub mod units;

@@ -127,8 +127,9 @@ impl FromStr for Policy {
             .ok_or_else(|| {
                 let names: Vec<_> = Policy::ALL.iter().map(|p| p.as_str()).collect();
                 format!(
-                    "unknown policy {s:?} (expected one of: {})",
-                    names.join(", ")
+                    "unknown policy {s:?} (expected one of: {}){}",
+                    names.join(", "),
+                    crate::suggest::hint(s, names.iter().copied())
                 )
             })
     }
@@ -180,7 +181,7 @@ impl FromStr for PolicyChoice {
                     "policy \"{policy}\" has no mode (the host kernel schedules its threads)"
                 ))
             }
-            Some(m) => Some(m.parse::<vcpu_sched::Mode>()?),
+            Some(m) => Some(crate::suggest::mode(m)?),
         };
         Ok(PolicyChoice { policy, mode })
     }

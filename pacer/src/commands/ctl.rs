@@ -336,12 +336,25 @@ fn ls_table(v: &Value) -> String {
         rows.push(
             ["name", "state", "vcpus", "cpus", "class", "priority"]
                 .iter()
-                .map(|k| text(&vm[*k]))
+                .map(|k| vm_value(vm, k))
                 .collect(),
         );
     }
     s.push_str(&columns(&rows));
     s
+}
+
+/// A VM's value in `ls`: the one its vCPUs share, or (`null`: they
+/// differ) each vCPU's as `VCPU=VALUE`, as `set` answers it.
+fn vm_value(vm: &Value, key: &str) -> String {
+    match (&vm[key], vm["per_vcpu"].as_array()) {
+        (Value::Null, Some(per)) => per
+            .iter()
+            .map(|p| format!("{}={}", text(&p["vcpu"]), text(&p[key])))
+            .collect::<Vec<_>>()
+            .join(" "),
+        (v, _) => text(v),
+    }
 }
 
 fn stats_table(v: &Value) -> String {
@@ -501,6 +514,17 @@ mod tests {
              "base_priority": 10, "effective_priority": 8, "run_ns": 1_500_000_000u64,
              "ready_wait_ns": 2_000_000, "wake_latency_ns": null, "migrations": 3, "preemptions": 0}]},
             {"name": "b", "state": "starting", "vcpus": null}]});
+        let ls = json!({"policy": "haiku", "mode": "low-latency", "host_cpus": "0-1",
+            "cpus_out_of_service": "", "vms": [
+            {"name": "a", "state": "running", "vcpus": 2, "live": true, "cpus": null,
+             "class": "timeshare", "priority": 20, "per_vcpu": [
+                {"vcpu": 0, "cpus": "0-1", "class": "timeshare", "priority": 20},
+                {"vcpu": 1, "cpus": "1", "class": "timeshare", "priority": 20}]}]});
+        let t = ls_table(&ls);
+        assert!(
+            t.contains("a   running  2      0=0-1 1=1  timeshare  20"),
+            "{t}"
+        );
         let t = stats_table(&stats);
         assert!(t.contains("a/0   running  1    1"), "{t}");
         assert!(t.contains("1.50 s  2.00 ms  -"), "{t}");

@@ -79,14 +79,14 @@ pub struct RunArgs {
     pub no_seccomp: bool,
     /// Use this Haiku mode instead of the file's: low-latency or
     /// power-saving (as --policy P:MODE).
-    #[arg(long, value_name = "MODE", conflicts_with = "compare")]
+    #[arg(long, value_name = "MODE", conflicts_with = "compare", value_parser = vmm::suggest::mode)]
     pub mode: Option<vcpu_sched::Mode>,
     /// Use this dispatch mechanism instead of the file's: ranked (the
     /// default: KVM's in-kernel local APIC, the host kernel switching
     /// vCPU threads by the engine's ranks), threads (Pacer's own local
     /// APIC), workers or kvm-irqchip; with --compare, for every scheduled
     /// policy.
-    #[arg(long, value_name = "DISPATCH")]
+    #[arg(long, value_name = "DISPATCH", value_parser = vmm::suggest::dispatch)]
     pub dispatch: Option<vcpu_engine::DispatchKind>,
     /// Write the run's directory under this directory instead of the
     /// file's `log_dir` (relative to the current directory).
@@ -389,9 +389,6 @@ fn write_failures(results: &vmm::results::RunResults) -> Option<i32> {
 /// Write a JSON document (pretty, one trailing newline).
 fn write_json(path: &std::path::Path, doc: &impl serde::Serialize) -> Result<(), RunCommandError> {
     let text = serde_json::to_string_pretty(doc).unwrap_or_default();
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        let _ = std::fs::create_dir_all(dir);
-    }
     vmm::whole_file::write(path, text + "\n").map_err(|source| RunCommandError::WriteJson {
         path: path.to_path_buf(),
         source,

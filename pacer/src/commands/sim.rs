@@ -48,7 +48,7 @@ pub struct SimArgs {
     pub demand: crate::trace::replay::Demand,
     /// Run under this policy: haiku, global-rr, pinned, eevdf (repeat the
     /// flag for several) [default: haiku].
-    #[arg(long, value_name = "POLICY")]
+    #[arg(long, value_name = "POLICY", value_parser = vmm::suggest::sim_policy)]
     pub policy: Vec<PolicyKind>,
     /// Run under each of these policies and print a summary line per
     /// policy (bare: every policy), e.g. haiku,pinned.
@@ -57,7 +57,8 @@ pub struct SimArgs {
         value_name = "POLICY,..",
         value_delimiter = ',',
         num_args = 0..=1,
-        conflicts_with = "policy"
+        conflicts_with = "policy",
+        value_parser = vmm::suggest::sim_policy
     )]
     pub compare: Option<Vec<PolicyKind>>,
     /// Write the report(s) as JSON here.
@@ -87,6 +88,13 @@ pub struct SimArgs {
 
 /// Run `pacer sim`; returns the exit code (0 ok, 1 a policy failed, 2 bad input).
 pub fn main(a: SimArgs) -> i32 {
+    // Before simulating: a report that cannot be written is bad input.
+    if let Some(path) = &a.json {
+        if let Err(why) = vmm::input::check_output_file(path) {
+            eprintln!("pacer sim: --json: {why}");
+            return crate::output::EXIT_BAD_INPUT;
+        }
+    }
     if let Some(trace) = &a.replay {
         return replay(&a, trace);
     }

@@ -139,6 +139,9 @@ fn run(args: TraceArgs) -> Result<(), i32> {
             Ok(())
         }
         TraceCommand::Summary { file, json } => {
+            if let Some(path) = &json {
+                writable("--json", path)?;
+            }
             let trace = load(&file)?;
             let s = crate::trace::summary::Summary::of(&trace);
             out(&s.to_text(&trace));
@@ -148,6 +151,7 @@ fn run(args: TraceArgs) -> Result<(), i32> {
             Ok(())
         }
         TraceCommand::Export { file, out: path } => {
+            writable("--out", &path)?;
             let trace = load(&file)?;
             write(&path, &crate::trace::export::perfetto_json(&trace))
         }
@@ -156,6 +160,7 @@ fn run(args: TraceArgs) -> Result<(), i32> {
             out: path,
             window,
         } => {
+            writable("--out", &path)?;
             let trace = load(&file)?;
             let (from, to) = window.bounds(&trace).map_err(bad)?;
             crate::trace::plot::draw(&trace, from, to, &path).map_err(|e| {
@@ -166,6 +171,12 @@ fn run(args: TraceArgs) -> Result<(), i32> {
             Ok(())
         }
     }
+}
+
+/// Before the trace is read: an output that cannot be written is bad
+/// input.
+fn writable(flag: &str, path: &Path) -> Result<(), i32> {
+    vmm::input::check_output_file(path).map_err(|why| bad(format!("{flag}: {why}")))
 }
 
 fn bad(msg: String) -> i32 {

@@ -28,10 +28,10 @@ pub struct ValidateArgs {
     #[arg(long, value_name = "POLICY[:MODE]")]
     pub policy: Option<PolicyChoice>,
     /// Check with this Haiku mode instead of the file's.
-    #[arg(long, value_name = "MODE")]
+    #[arg(long, value_name = "MODE", value_parser = vmm::suggest::mode)]
     pub mode: Option<vcpu_sched::Mode>,
     /// Check with this dispatch mechanism instead of the file's.
-    #[arg(long, value_name = "DISPATCH")]
+    #[arg(long, value_name = "DISPATCH", value_parser = vmm::suggest::dispatch)]
     pub dispatch: Option<vcpu_engine::DispatchKind>,
     /// Check this log directory instead of the file's `log_dir`.
     #[arg(long, value_name = "DIR")]

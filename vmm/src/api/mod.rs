@@ -83,6 +83,8 @@ pub enum BindError {
     PathTooLong(usize),
     #[error("cannot make it owner-only: {0}")]
     OwnerOnly(std::io::Error),
+    #[error("directory {} does not exist (Pacer creates no directory for it)", .0.display())]
+    NoDirectory(PathBuf),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -114,6 +116,19 @@ pub struct ApiContext<'a> {
     pub host_cpus: HostCpuSet,
     pub audit: &'a audit::Audit,
     pub run_start: Instant,
+}
+
+impl ApiContext<'_> {
+    /// Why `name` names no VM: the VMs there are, and the near miss.
+    pub fn no_vm_named(&self, name: &str) -> String {
+        let names: Vec<_> = self.configs.iter().map(|c| c.name.as_str()).collect();
+        format!(
+            "no VM named {} (VMs: {}){}",
+            crate::text::quoted(name),
+            names.join(", "),
+            crate::suggest::hint(name, names.iter().copied())
+        )
+    }
 }
 
 /// The bound listeners, made before any VM starts.
@@ -179,6 +194,13 @@ fn bind_unix(path: &Path) -> Result<UnixListener, BindError> {
             // Nobody listens: a socket left by a run that ended abruptly.
             Err(_) => std::fs::remove_file(path).map_err(BindError::Replace)?,
         }
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(BindError::NoDirectory(dir.to_path_buf()));
     }
     let bytes = path.as_os_str().as_bytes();
     // SAFETY: sockaddr_un is plain data.

@@ -98,7 +98,7 @@ pub fn route(
             Some(v) => Reply::Now(Response::json(200, &v)),
             None => Reply::Now(Response::error(
                 404,
-                &format!("no VM named {}", quoted(req.param("vm").unwrap_or(""))),
+                &ctx.no_vm_named(req.param("vm").unwrap_or("")),
             )),
         },
         (["api", "v1", "keys"], _) if get => Reply::Now(Response::json(200, &keys())),
@@ -174,11 +174,7 @@ fn vm_action(ctx: &ApiContext<'_>, uid: u32, name: &str, action: &str) -> Respon
         }
     };
     if !ctx.configs.iter().any(|c| c.name == name) {
-        let names: Vec<_> = ctx.configs.iter().map(|c| c.name.as_str()).collect();
-        return Response::error(
-            404,
-            &format!("no VM named {} (VMs: {})", quoted(name), names.join(", ")),
-        );
+        return Response::error(404, &ctx.no_vm_named(name));
     }
     let Some(handle) = ctx.vms.find(name) else {
         return Response::error(409, &format!("VM {name} has not started yet"));

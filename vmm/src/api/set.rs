@@ -575,7 +575,12 @@ pub fn set(ctx: &ApiContext<'_>, uid: u32, body: &[u8]) -> Result<Value, Refusal
             let names: Vec<_> = KEYS.iter().map(|k| k.name).collect();
             return Err((
                 400,
-                format!("unknown key {} (keys: {})", quoted(k), names.join(", ")),
+                format!(
+                    "unknown key {} (keys: {}){}",
+                    quoted(k),
+                    names.join(", "),
+                    crate::suggest::hint(k, names.iter().copied())
+                ),
             ));
         };
         match (key.scope, &target) {
@@ -717,11 +722,7 @@ fn resolve(
         None => (target, None),
     };
     if !ctx.configs.iter().any(|c| c.name == name) {
-        let names: Vec<_> = ctx.configs.iter().map(|c| c.name.as_str()).collect();
-        return Err((
-            404,
-            format!("no VM named {} (VMs: {})", quoted(name), names.join(", ")),
-        ));
+        return Err((404, ctx.no_vm_named(name)));
     }
     let Some(vm) = engine.vm_named(name) else {
         return Err((

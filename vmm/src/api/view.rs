@@ -33,19 +33,79 @@ pub fn vm_state(ctx: &ApiContext<'_>, name: &str) -> &'static str {
 }
 
 /// `GET /api/v1/vms`.
+///
+/// A VM's `cpus`, `class` and `priority` are the scheduler's now (what
+/// `set` changed), not the config's: the value all its vCPUs share, or
+/// `null` when they differ; `per_vcpu` has each vCPU's. The config's
+/// values stand only where no scheduler holds the VM (policy host, a VM
+/// starting or stopped), and `live` says which.
 pub fn vm_list(ctx: &ApiContext<'_>) -> Value {
+    let snap = ctx.engine.map(|e| (e, e.snapshot()));
+    let live: HashMap<String, Vec<(String, &'static str, u8)>> = snap
+        .as_ref()
+        .map(|(engine, snap)| {
+            live_rows(ctx, snap)
+                .into_iter()
+                .filter_map(|(vm, rows)| {
+                    // A vCPU the scheduler does not hold now: not live.
+                    let per: Option<Vec<_>> = rows
+                        .iter()
+                        .map(|r| {
+                            r.map(|e| {
+                                (
+                                    engine.host_set(&e.affinity).to_list(),
+                                    crate::config::sched_rules::class_name(e.class),
+                                    e.base_priority,
+                                )
+                            })
+                        })
+                        .collect();
+                    per.filter(|p| !p.is_empty())
+                        .map(|p| (vm.name().to_string(), p))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     let vms: Vec<Value> = ctx
         .configs
         .iter()
-        .map(|c| {
-            json!({
+        .map(|c| match live.get(&c.name) {
+            Some(per) => {
+                let shared = |f: &dyn Fn(&(String, &'static str, u8)) -> Value| {
+                    let first = f(&per[0]);
+                    if per.iter().all(|p| f(p) == first) {
+                        first
+                    } else {
+                        Value::Null
+                    }
+                };
+                json!({
+                    "name": c.name,
+                    "state": vm_state(ctx, &c.name),
+                    "vcpus": c.vcpus,
+                    "live": true,
+                    "cpus": shared(&|p| json!(p.0)),
+                    "class": shared(&|p| json!(p.1)),
+                    "priority": shared(&|p| json!(p.2)),
+                    "per_vcpu": per
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| json!({
+                            "vcpu": i, "cpus": p.0, "class": p.1, "priority": p.2,
+                        }))
+                        .collect::<Vec<_>>(),
+                })
+            }
+            None => json!({
                 "name": c.name,
                 "state": vm_state(ctx, &c.name),
                 "vcpus": c.vcpus,
+                "live": false,
                 "cpus": c.cpus.to_list(),
                 "class": crate::config::sched_rules::class_name(c.class),
                 "priority": c.priority,
-            })
+                "per_vcpu": null,
+            }),
         })
         .collect();
     json!({
@@ -53,7 +113,7 @@ pub fn vm_list(ctx: &ApiContext<'_>) -> Value {
         "policy": ctx.policy.as_str(),
         "mode": ctx.engine.map(|e| e.mode().as_str()),
         "host_cpus": ctx.host_cpus.to_list(),
-        "cpus_out_of_service": ctx.engine.map(|e| out_of_service(e, &e.snapshot())),
+        "cpus_out_of_service": snap.as_ref().map(|(e, s)| out_of_service(e, s)),
         "vms": vms,
     })
 }

@@ -77,10 +77,44 @@ impl Checker<'_> {
                 self.err(
                     raw.span(),
                     field,
-                    format!("expected a readable file, found {}: {e}", p.display()),
+                    format!(
+                        "expected a readable file, found {}: {e}{}",
+                        p.display(),
+                        build_hint(&p, &e)
+                    ),
                 );
                 None
             }
         }
+    }
+}
+
+/// For an image that is missing from where the guests' build scripts put
+/// it (`guests/out/`), the command that builds it; else nothing.
+pub(super) fn build_hint(path: &Path, e: &std::io::Error) -> &'static str {
+    if e.kind() != std::io::ErrorKind::NotFound {
+        return "";
+    }
+    let dir = |p: Option<&Path>| {
+        p.and_then(Path::file_name)
+            .and_then(|n| n.to_str())
+            .map(str::to_string)
+    };
+    let parent = path.parent();
+    let grandparent = parent.and_then(Path::parent);
+    match (
+        dir(grandparent).as_deref(),
+        dir(parent).as_deref(),
+        path.file_name().and_then(|n| n.to_str()),
+    ) {
+        (Some("guests"), Some("out"), Some("bench-guest.elf")) => {
+            " (the bench guest is not built yet: run `bash guests/build.sh`)"
+        }
+        (Some("out"), Some("linux"), Some(_))
+            if dir(grandparent.and_then(Path::parent)).as_deref() == Some("guests") =>
+        {
+            " (the Linux guest image is not built yet: run `bash guests/linux/build.sh`)"
+        }
+        _ => "",
     }
 }

@@ -130,54 +130,7 @@ pub const HOST_CONFIG: Schema = Schema {
     table_fields: TABLE_FIELDS,
 };
 
-/// Edit distance of two short words (insertions, deletions, substitutions
-/// and swaps of neighbours, each costing one).
-fn distance(a: &str, b: &str) -> usize {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut v = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                v = v.min(d[i - 2][j - 2] + 1);
-            }
-            d[i][j] = v;
-        }
-    }
-    d[a.len()][b.len()]
-}
-
-/// The known name closest to `word` if it is a near miss (a typo, a
-/// plural, another case), for "did you mean" hints.
-pub fn near_miss<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    if word.chars().count() > 64 {
-        return None;
-    }
-    let lower = word.to_lowercase();
-    known
-        .into_iter()
-        .filter(|k| *k != word)
-        .map(|k| (distance(&lower, &k.to_lowercase()), k))
-        .filter(|(d, k)| *d <= (k.chars().count() / 3).clamp(1, 2))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
-}
-
-/// `; did you mean "x"?` for a near miss, else nothing.
-pub fn hint<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> String {
-    near_miss(word, known)
-        .map(|k| format!("; did you mean \"{k}\"?"))
-        .unwrap_or_default()
-}
+pub use crate::suggest::{hint, near_miss};
 
 /// The names inside backticks of serde's `expected one of `a`, `b``.
 fn backticked_names(s: &str) -> Vec<&str> {
@@ -615,6 +568,18 @@ pub fn explain_in(schema: &Schema, text: &str, err: &toml::de::Error) -> Diagnos
             Some(hint(&word, names))
         })
         .unwrap_or_default();
+    // A value of a closed set that serde does not know as one (a policy):
+    // the names of the expectation's `one of "a", "b"`.
+    let near = if near.is_empty() && expected.starts_with("one of ") {
+        let names: Vec<&str> = expected.split('"').skip(1).step_by(2).collect();
+        node.found
+            .strip_prefix("the string \"")
+            .and_then(|w| w.strip_suffix('"'))
+            .map(|w| hint(w, names))
+            .unwrap_or_default()
+    } else {
+        near
+    };
     let msg = format!("expected {expected}, found {}{near}", node.found);
     at(text, span.start, node.path.clone(), msg)
 }

@@ -178,12 +178,12 @@ enum ValueError {
         unit: &'static str,
         value: String,
     },
-    #[error("expected one of {}, found {}", names(.list), found(.value))]
+    #[error("expected one of {}, found {}{}", names(.list), found(.value), crate::suggest::hint(.value, .list.iter().copied()))]
     Choice {
         list: &'static [&'static str],
         value: String,
     },
-    #[error("expected one of {} per vCPU, comma-separated, found {}", names(MIXABLE), found(.0))]
+    #[error("expected one of {} per vCPU, comma-separated, found {}{}", names(MIXABLE), found(.0), crate::suggest::hint(.0, MIXABLE.iter().copied()))]
     NotMixable(String),
     #[error("expected one workload per vCPU ({vcpus}), found {count} in {}", found(.value))]
     PerVcpuCount {
@@ -265,9 +265,10 @@ pub fn check(args: &[(String, String)], vcpus: u32) -> Vec<ParamError> {
             errors.push(err(
                 key,
                 format!(
-                    "expected a parameter of the bench guest ({}), found the unknown key {}",
+                    "expected a parameter of the bench guest ({}), found the unknown key {}{}",
                     names(&known),
-                    found(key)
+                    found(key),
+                    crate::suggest::hint(key, known.iter().copied())
                 ),
             ));
             continue;
@@ -417,6 +418,38 @@ mod tests {
             ),
             vec![]
         );
+    }
+
+    #[test]
+    fn near_misses_of_workloads_and_parameters_are_named() {
+        for (line, key, hint) in [
+            ("workload=slep", "workload", "did you mean \"sleep\"?"),
+            (
+                "workload=sleep intervl_us=5",
+                "intervl_us",
+                "did you mean \"interval_us\"?",
+            ),
+            (
+                "workload=mixed mixed=cpu,slep",
+                "mixed",
+                "did you mean \"sleep\"?",
+            ),
+            (
+                "workload=sleep apic=x2apc",
+                "apic",
+                "did you mean \"x2apic\"?",
+            ),
+        ] {
+            let errs = run(line, 2);
+            assert!(
+                errs.iter()
+                    .any(|e| e.key == key && e.message.ends_with(hint)),
+                "{line}: {errs:?}"
+            );
+        }
+        // Nothing near: no guess.
+        let errs = run("workload=frobnicate", 2);
+        assert!(!errs[0].message.contains("did you mean"), "{errs:?}");
     }
 
     #[test]

@@ -182,6 +182,37 @@ fn missing_kernel_file() {
     assert!(e.contains("vm[0].kernel: missing"), "{e}");
 }
 
+#[test]
+fn an_unbuilt_guest_image_names_the_script_that_builds_it() {
+    let fx = Fixture::new("image-missing");
+    // The bench guest's default place, not built yet.
+    let e = fx.errors(&GOOD.replace(
+        "kernel = \"kernel.elf\"\ncmdline",
+        "kernel = \"../guests/out/bench-guest.elf\"\ncmdline",
+    ));
+    assert!(
+        e.contains("vm[1].kernel: expected a readable file, found ")
+            && e.contains("guests/out/bench-guest.elf: No such file or directory")
+            && e.contains("(the bench guest is not built yet: run `bash guests/build.sh`)"),
+        "{e}"
+    );
+    // The Linux image's place names its own script.
+    let e = fx.errors(&GOOD.replace(
+        "kernel = \"kernel.elf\"\ncmdline",
+        "kernel = \"guests/out/linux/vmlinux\"\ncmdline",
+    ));
+    assert!(e.contains("run `bash guests/linux/build.sh`"), "{e}");
+    // Anywhere else, a missing file is only missing.
+    let e = fx.errors(&GOOD.replace(
+        "kernel = \"kernel.elf\"\ncmdline",
+        "kernel = \"out/bench-guest.elf\"\ncmdline",
+    ));
+    assert!(
+        e.contains("No such file") && !e.contains("not built yet"),
+        "{e}"
+    );
+}
+
 const MB: &str = "[[vm]]\nname = \"kut\"\nvcpus = 2\nmemory_mib = 16\nkernel = \"mb.flat\"\n";
 
 #[test]
