@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 const PACER: &str = env!("CARGO_BIN_EXE_pacer");
@@ -21,10 +21,19 @@ struct Run {
     child: Child,
     stderr: Arc<Mutex<String>>,
     socket: PathBuf,
+    // One run at a time: the tests' waits (for a VM on a CPU, for an
+    // answer) assume their VMs have the two CPUs, and one test's
+    // real-time vCPU starved another's stop on a 2-CPU host.
+    _one_at_a_time: MutexGuard<'static, ()>,
 }
+
+static ONE_RUN_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 impl Run {
     fn start(dir: &TempDir, config: &str, extra: &[&str]) -> Run {
+        let one_at_a_time = ONE_RUN_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let cfg = dir.config(config);
         let socket = dir.0.join("api.sock");
         let json = dir.0.join("results.json");
@@ -55,6 +64,7 @@ impl Run {
             child,
             stderr,
             socket,
+            _one_at_a_time: one_at_a_time,
         };
         let t0 = Instant::now();
         while !run.socket.exists() {
