@@ -138,6 +138,8 @@ fn sigterm_stops_all_vms_and_still_reports() {
         vm_table("long", "cpu duration_ms=20000 report_ms=100"),
         vm_table("sleepy", "idle")
     ));
+    // The output's directory must exist: a missing one is refused before any VM starts.
+    std::fs::create_dir(dir.0.join("out")).unwrap();
     let json = dir.0.join("out/results.json");
     let child = Command::new(env!("CARGO_BIN_EXE_pacer"))
         .args([
