@@ -8,7 +8,9 @@
 //!                [--api-socket PATH] [--api-http 127.0.0.1:PORT]  with the control API
 //! pacer validate FILE [--policy P[:MODE]] [--mode MODE] [--dispatch D] [--log-dir DIR]
 //! pacer topology [--spec 2x22x2]      print the host (or a synthetic) topology
-//! pacer bench MATRIX --out DIR [--resume] [--dry-run]   (commands::bench)
+//! pacer bench MATRIX --out DIR [--resume] [--dry-run] [--shard I/N]   (commands::bench)
+//! pacer bench MATRIX --out DIR --slurm --shards N [--partition P]  (commands::bench_lab)
+//! pacer bench merge DIR... --out DIR [--matrix FILE]   merge shards / hosts
 //! pacer sim SCENARIO [--policy P] [--compare [P1,P2]]    (commands::sim)
 //! pacer sim --replay TRACE [--topology S] [--policy P]   replay a scheduling trace
 //! pacer trace summary|export|plot|dump TRACE   read a scheduling trace (commands::trace)

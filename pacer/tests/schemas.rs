@@ -472,7 +472,9 @@ fn csv_rows(path: &Path) -> Vec<Value> {
                         Value::Null
                     } else if let Ok(n) = v.parse::<u64>() {
                         json!(n)
-                    } else if let (Ok(x), true) = (v.parse::<f64>(), h == "value") {
+                    } else if let (Ok(x), true) =
+                        (v.parse::<f64>(), h == "value" || h == "host_load_1m")
+                    {
                         json!(x)
                     } else {
                         json!(v)
@@ -500,6 +502,13 @@ fn check_bench_dir(out: &Path) {
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     check(documents::BENCH_SUMMARY, &summary);
+    // A run's and a merge's shard.json (the built documents have none).
+    if let Ok(text) = std::fs::read_to_string(out.join("shard.json")) {
+        check(
+            documents::BENCH_SHARD,
+            &serde_json::from_str(&text).unwrap(),
+        );
+    }
 }
 
 #[test]
@@ -533,6 +542,7 @@ fn bench_cells_csv_and_summary_validate() {
                     error: String::new(),
                     started_unix_ns: 1_700_000_000_000_000_000,
                     wall_ns: 400_000_000,
+                    host: Some(pacer::bench::host_facts::HostFacts::detect()),
                     samples: vec![
                         sample("lat", Some(0), "sleep.wake_latency.p99_ns", p99),
                         sample(
@@ -744,6 +754,18 @@ fn real_bench_run_writes_valid_documents() {
         pacer(&["bench", m.to_str().unwrap(), "--out", out.to_str().unwrap()]);
     assert_eq!(code, 0, "{stdout}{err}");
     check_bench_dir(&out);
+    assert!(out.join("shard.json").is_file());
+    // A merge of the run (one folder) writes the same documents.
+    let merged = dir.0.join("merged");
+    let (code, stdout, err) = pacer(&[
+        "bench",
+        "merge",
+        out.to_str().unwrap(),
+        "--out",
+        merged.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    check_bench_dir(&merged);
 }
 
 #[test]

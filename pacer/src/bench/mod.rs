@@ -18,11 +18,21 @@
 //! [`procs`] (a cell's child processes), [`progress`] (the terminal
 //! progress bar), [`unixbench`] (the `unixbench` workload: a Linux
 //! guest's boot and the suite's console lines as metrics).
+//!
+//! Beyond one host: [`shard`] (`--shard I/N`: a matrix's cells split over
+//! hosts, `shard.json`), [`host_facts`] (the host recorded with every
+//! cell), [`merge`] (`pacer bench merge`: folders into one, refusing
+//! mixed matrices and doubled cells), [`hosts`] (machine kinds, the hosts
+//! side by side), [`slurm`] (`--slurm`: a job array and a dependent
+//! merge).
 
 pub mod cells;
 pub mod headline;
+pub mod host_facts;
+pub mod hosts;
 mod load;
 pub mod matrix;
+pub mod merge;
 pub mod metrics;
 pub mod native;
 pub mod plots;
@@ -32,6 +42,8 @@ pub mod qemu;
 pub mod report;
 pub mod run;
 pub mod settings;
+pub mod shard;
+pub mod slurm;
 pub mod store;
 pub mod summary;
 pub mod unixbench;

@@ -300,6 +300,20 @@ pub fn write(
     qemu_version: Option<String>,
     dir: &Path,
 ) -> Result<PathBuf, ReportError> {
+    write_with_hosts(m, summary, records, plots, qemu_version, None, dir)
+}
+
+/// [`write`], with `hosts` (a merge's hosts side by side, HTML) before
+/// the results and in place of this host's section.
+pub fn write_with_hosts(
+    m: &Matrix,
+    summary: &Summary,
+    records: &[CellRecord],
+    plots: &PlotSet,
+    qemu_version: Option<String>,
+    hosts: Option<&str>,
+    dir: &Path,
+) -> Result<PathBuf, ReportError> {
     let mut h = String::new();
     let title = format!("Pacer bench: {}", m.name);
     let _ = write!(
@@ -343,12 +357,15 @@ pub fn write(
         esc(&summary.baselines.join(", "))
     );
     at_a_glance(&mut h, summary);
+    if let Some(hosts) = hosts {
+        h.push_str(hosts);
+    }
     h.push_str("<h2>Results</h2>\n");
     for g in &summary.groups {
         let desc = m
             .layouts
             .iter()
-            .find(|l| l.name == g.layout)
+            .find(|l| l.name == super::hosts::base_layout(&g.layout))
             .map(|l| l.describe())
             .unwrap_or_default();
         let _ = writeln!(
@@ -388,8 +405,11 @@ pub fn write(
             esc(&r.error)
         );
     }
-    h.push_str("</table>\n<h2>Host</h2>\n");
-    h.push_str(&host_section(m));
+    h.push_str("</table>\n");
+    if hosts.is_none() {
+        h.push_str("<h2>Host</h2>\n");
+        h.push_str(&host_section(m));
+    }
     h.push_str("<h2>Versions</h2>\n<ul>");
     let _ = write!(h, "<li>pacer {}</li>", env!("CARGO_PKG_VERSION"));
     let guest = std::fs::metadata(&m.kernel)

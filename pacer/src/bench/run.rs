@@ -17,12 +17,14 @@
 //! marks every later cell with that workload kind.
 
 use super::cells::{self, Cell, VmBoot};
+use super::host_facts::HostFacts;
 use super::matrix::{Matrix, Runner};
 use super::metrics::{self, VmMeta};
 use super::native::{self, NativeRun};
 use super::procs::ProcOutcome;
 use super::qemu::{qemu_boots, QemuPeer, QemuVm};
 use super::settings;
+use super::shard::{self, ShardSpec};
 use super::store::{CellRecord, CellStatus, Store, StoreError};
 use super::workload::WorkloadKind;
 use super::{plots, report, summary::Summary};
@@ -52,6 +54,8 @@ pub struct BenchOptions {
     pub out: PathBuf,
     /// Keep the finished cells of an earlier run in `out` and run the rest.
     pub resume: bool,
+    /// The part of the matrix to run (`ShardSpec::WHOLE`: all of it).
+    pub shard: ShardSpec,
 }
 
 /// What the run reports as it goes (the CLI shows it).
@@ -138,6 +142,8 @@ struct Ctx<'a> {
     qemu_images: HashMap<PathBuf, Result<(), String>>,
     /// Workload kinds the guest image answered UNKNOWN_WORKLOAD to.
     unsupported: HashMap<WorkloadKind, String>,
+    /// This host, recorded with every cell (the load at its start).
+    host: HostFacts,
 }
 
 impl Ctx<'_> {
@@ -172,6 +178,7 @@ impl Ctx<'_> {
             started_unix_ns: unix_ns(),
             wall_ns: 0,
             samples: Vec::new(),
+            host: Some(self.host.with_current_load()),
         }
     }
 
@@ -470,7 +477,7 @@ pub fn run_matrix(
     // starts): a Pacer cell's runner takes them while it runs, a QEMU cell
     // polls for them, and between cells they are looked for after each one.
     let _signals = vmm::signals::SignalGuard::install();
-    let all = cells::expand(m);
+    let all = opts.shard.select(&cells::expand(m));
     let view = crate::documents::matrix::MatrixView::of(m);
     let settings: HashMap<String, settings::CellSettings> = all
         .iter()
@@ -479,12 +486,17 @@ pub fn run_matrix(
     // A resume that is refused touches nothing: the finished cells are
     // checked against the matrix before the store repairs or rewrites
     // anything.
+    let part = shard::ShardDoc::new(m, shard::matrix_digest(m), opts.shard, all.len());
     if opts.resume {
         let (finished, _) = super::store::read_jsonl(&opts.out.join(super::store::JSONL))?;
+        let recorded = shard::read(&opts.out).map_err(RunMatrixError::Changed)?;
+        shard::check_resume(&opts.out, recorded.as_ref(), finished.len(), &part)
+            .map_err(RunMatrixError::Changed)?;
         check_resume(m, &finished, &settings, &opts.out)?;
         matrix_copy_readable(&opts.out)?;
     }
     let mut store = Store::open(&opts.out, opts.resume)?;
+    shard::write(&opts.out, &part).map_err(RunMatrixError::Report)?;
     keep_matrix_text(m, &opts.out, on_event)?;
     let todo: Vec<Cell> = all
         .iter()
@@ -502,6 +514,7 @@ pub fn run_matrix(
         qemu: None,
         qemu_images: HashMap::new(),
         unsupported: HashMap::new(),
+        host: HostFacts::detect(),
     };
     let interrupted = AtomicBool::new(false);
     for (index, cell) in todo.iter().enumerate() {
@@ -676,29 +689,50 @@ fn keep_matrix_text(
 
 /// Summary, plots and report from what the store holds.
 fn finish(m: &Matrix, store: &Store, ctx: &Ctx<'_>) -> Result<BenchOutcome, RunMatrixError> {
+    let qemu_version = match &ctx.qemu {
+        Some(Ok(p)) => Some(p.version.clone()),
+        _ => None,
+    };
+    write_outputs(m, store.records(), store.dir(), qemu_version, None)
+}
+
+/// summary.json, plots and report.html in `dir` from `records` (a run's,
+/// or a merge's: then `hosts` shows its hosts side by side, and the
+/// records' layouts are `layout @ host` when there are several).
+pub(crate) fn write_outputs(
+    m: &Matrix,
+    records: &[CellRecord],
+    dir: &Path,
+    qemu_version: Option<String>,
+    hosts: Option<&super::hosts::Hosts>,
+) -> Result<BenchOutcome, RunMatrixError> {
     let order: Vec<String> = m.policies.iter().map(|p| p.label.clone()).collect();
     let headline = |layout: &str, workload: &str| {
+        let layout = super::hosts::base_layout(layout);
         let li = m.layouts.iter().position(|l| l.name == layout)?;
         let wi = m.workloads.iter().position(|w| w.name == workload)?;
         Some(super::headline::resolve(m, li, wi))
     };
-    let mut summary = Summary::build(store.records(), &order, &m.baselines, &headline);
+    let mut summary = Summary::build(records, &order, &m.baselines, &headline);
     summary.matrix = Some(crate::documents::matrix::MatrixView::of(m));
-    let dir = store.dir();
     let json =
         serde_json::to_string_pretty(&crate::documents::summary::SummaryDocument::of(&summary))
             .unwrap_or_default();
     vmm::whole_file::write(&dir.join("summary.json"), json + "\n")
         .map_err(|e| RunMatrixError::Report(format!("summary.json: {e}")))?;
-    let plots = plots::write_all(&summary, store.records(), &dir.join("plots"));
-    let qemu_version = match &ctx.qemu {
-        Some(Ok(p)) => Some(p.version.clone()),
-        _ => None,
-    };
-    let report = report::write(m, &summary, store.records(), &plots, qemu_version, dir)
-        .map_err(|e| RunMatrixError::Report(e.to_string()))?;
-    let failed = store
-        .records()
+    let plots = plots::write_all(&summary, records, &dir.join("plots"));
+    let hosts_html = hosts.map(|h| h.html(&summary));
+    let report = report::write_with_hosts(
+        m,
+        &summary,
+        records,
+        &plots,
+        qemu_version,
+        hosts_html.as_deref(),
+        dir,
+    )
+    .map_err(|e| RunMatrixError::Report(e.to_string()))?;
+    let failed = records
         .iter()
         .filter(|r| matches!(r.status, CellStatus::Failed | CellStatus::Timeout))
         .count();

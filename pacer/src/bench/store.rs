@@ -9,6 +9,7 @@
 //! off (and rebuilds the CSV from the JSON lines) before anything is
 //! appended, so the files never hold a torn record.
 
+use super::host_facts::{HostFacts, TopologyFacts};
 use super::metrics::Sample;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -99,6 +100,9 @@ pub struct CellRecord {
     pub started_unix_ns: u64,
     pub wall_ns: u64,
     pub samples: Vec<Sample>,
+    /// The host it ran on (absent in records of an older Pacer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostFacts>,
 }
 
 /// `""` written as `null` and read back from it.
@@ -148,9 +152,21 @@ struct CsvRow {
     vcpu: Option<u32>,
     metric: Option<String>,
     value: Option<f64>,
+    host: Option<String>,
+    host_cpu_model: Option<String>,
+    host_sockets: Option<u32>,
+    host_llcs: Option<u32>,
+    host_cores: Option<u32>,
+    host_cpus: Option<u32>,
+    host_threads_per_core: Option<u32>,
+    host_kernel: Option<String>,
+    host_kvm: Option<String>,
+    host_load_1m: Option<f64>,
 }
 
 fn csv_rows(r: &CellRecord) -> Vec<CsvRow> {
+    let h = r.host.as_ref();
+    let t = h.and_then(|h| h.topology.as_ref());
     let row = |s: Option<&Sample>| CsvRow {
         schema: r.header.schema.clone(),
         schema_version: r.header.schema_version,
@@ -171,6 +187,16 @@ fn csv_rows(r: &CellRecord) -> Vec<CsvRow> {
         vcpu: s.and_then(|s| s.vcpu),
         metric: s.map(|s| s.metric.clone()),
         value: s.map(|s| s.value),
+        host: h.map(|h| h.name.clone()),
+        host_cpu_model: h.map(|h| h.cpu_model.clone()),
+        host_sockets: t.map(|t| t.sockets),
+        host_llcs: t.map(|t| t.llcs),
+        host_cores: t.map(|t| t.cores),
+        host_cpus: t.map(|t| t.cpus),
+        host_threads_per_core: t.map(|t| t.threads_per_core),
+        host_kernel: h.map(|h| h.kernel.clone()),
+        host_kvm: h.map(|h| h.kvm.clone()),
+        host_load_1m: h.and_then(|h| h.load_1m),
     };
     if r.samples.is_empty() {
         vec![row(None)]
@@ -180,7 +206,7 @@ fn csv_rows(r: &CellRecord) -> Vec<CsvRow> {
 }
 
 /// The CSV columns (the fields of [`CsvRow`], in order).
-pub const CSV_COLUMNS: [&str; 19] = [
+pub const CSV_COLUMNS: [&str; 29] = [
     "schema",
     "schema_version",
     "pacer_version",
@@ -200,6 +226,16 @@ pub const CSV_COLUMNS: [&str; 19] = [
     "vcpu",
     "metric",
     "value",
+    "host",
+    "host_cpu_model",
+    "host_sockets",
+    "host_llcs",
+    "host_cores",
+    "host_cpus",
+    "host_threads_per_core",
+    "host_kernel",
+    "host_kvm",
+    "host_load_1m",
 ];
 
 /// `records` as CSV text, with the header line when `header`.
@@ -218,6 +254,36 @@ fn csv_text(records: &[CellRecord], header: bool) -> Result<Vec<u8>, String> {
     w.into_inner().map_err(|e| e.to_string())
 }
 
+/// The host facts of a CSV row (None when it names no host).
+fn csv_host(row: &CsvRow) -> Option<HostFacts> {
+    let topology = match (
+        row.host_sockets,
+        row.host_llcs,
+        row.host_cores,
+        row.host_cpus,
+        row.host_threads_per_core,
+    ) {
+        (Some(sockets), Some(llcs), Some(cores), Some(cpus), Some(threads_per_core)) => {
+            Some(TopologyFacts {
+                sockets,
+                llcs,
+                cores,
+                cpus,
+                threads_per_core,
+            })
+        }
+        _ => None,
+    };
+    Some(HostFacts {
+        name: row.host.clone()?,
+        cpu_model: row.host_cpu_model.clone().unwrap_or_default(),
+        topology,
+        kernel: row.host_kernel.clone().unwrap_or_default(),
+        kvm: row.host_kvm.clone().unwrap_or_default(),
+        load_1m: row.host_load_1m,
+    })
+}
+
 /// Read `results.csv` back into cell records (rows of one cell are
 /// consecutive).
 pub fn read_csv(path: &Path) -> Result<Vec<CellRecord>, StoreError> {
@@ -229,6 +295,7 @@ pub fn read_csv(path: &Path) -> Result<Vec<CellRecord>, StoreError> {
     let mut out: Vec<CellRecord> = Vec::new();
     for row in reader.deserialize::<CsvRow>() {
         let row = row.map_err(|e| err(e.to_string()))?;
+        let host = csv_host(&row);
         if out.last().map(|r| &r.id) != Some(&row.id) {
             out.push(CellRecord {
                 header: Header {
@@ -250,6 +317,7 @@ pub fn read_csv(path: &Path) -> Result<Vec<CellRecord>, StoreError> {
                 started_unix_ns: row.started_unix_ns,
                 wall_ns: row.wall_ns,
                 samples: Vec::new(),
+                host,
             });
         }
         if let (Some(vm), Some(metric), Some(value)) = (row.vm, row.metric, row.value) {
@@ -481,6 +549,20 @@ pub(crate) mod tests {
                     value: 0.987_654_321_012_345_6,
                 }])
                 .collect(),
+            host: Some(HostFacts {
+                name: "lab-node-1".into(),
+                cpu_model: "Some CPU, \"quoted\"".into(),
+                topology: Some(TopologyFacts {
+                    sockets: 2,
+                    llcs: 4,
+                    cores: 16,
+                    cpus: 32,
+                    threads_per_core: 2,
+                }),
+                kernel: "6.1.0".into(),
+                kvm: "kvm_intel".into(),
+                load_1m: Some(0.25),
+            }),
         }
     }
 
@@ -496,6 +578,8 @@ pub(crate) mod tests {
         let mut s = Store::open(&dir, false).unwrap();
         let mut na = record("l/w/qemu/r1", "qemu", CellStatus::NotApplicable, &[]);
         na.samples.clear();
+        // A record of a Pacer older than host facts.
+        na.host = None;
         let records = vec![
             record("l/w/host/r1", "host", CellStatus::Ok, &[1.5e9, 123.456_789]),
             na,

@@ -7,6 +7,7 @@
 //! codes, never [`crate::cli`]: the arrows run from the command line down.
 
 pub mod bench;
+pub mod bench_lab;
 pub mod ctl;
 pub mod man;
 pub mod run;

@@ -16,6 +16,7 @@
 //! | `pacer-sched-snapshot` | SIGUSR1: `sched-snapshot-<ms>.json` |
 //! | `pacer-bench-cell` | each line of `pacer bench`'s `results.jsonl`, each row of `results.csv` |
 //! | `pacer-bench-summary` | `pacer bench`'s `summary.json` |
+//! | `pacer-bench-shard` | `pacer bench`'s `shard.json`: which part of which matrix a folder holds |
 //! | `pacer-unixbench` | `pacer unixbench --json` |
 //!
 //! Each document (each line of a JSON-lines file) starts with the same
@@ -51,15 +52,17 @@ pub const VM_EVENTS: &str = "pacer-vm-events";
 pub const SCHED_SNAPSHOT: &str = "pacer-sched-snapshot";
 pub const BENCH_CELL: &str = "pacer-bench-cell";
 pub const BENCH_SUMMARY: &str = "pacer-bench-summary";
+pub const BENCH_SHARD: &str = "pacer-bench-shard";
 pub const UNIXBENCH: &str = "pacer-unixbench";
 
 /// Every kind, in the order of the table above.
-pub const KINDS: [&str; 6] = [
+pub const KINDS: [&str; 7] = [
     RUN,
     VM_EVENTS,
     SCHED_SNAPSHOT,
     BENCH_CELL,
     BENCH_SUMMARY,
+    BENCH_SHARD,
     UNIXBENCH,
 ];
 
