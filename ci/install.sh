@@ -34,6 +34,18 @@ if ! command -v chromium >/dev/null; then
     fi
 fi
 
+# Slurm and munge for the one-node cluster of pacer/tests/slurm.rs
+# (ci/slurm.sh installs them too). Optional: without them the test prints
+# SKIPPED.
+if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+    echo "ci/install.sh: installing slurm-wlm and munge (the Slurm test)"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! { { $apt_updated || timeout 300 apt-get update -qq; } &&
+        timeout 600 apt-get install -y -qq slurm-wlm munge >/dev/null; }; then
+        echo "ci/install.sh: SKIPPED: slurm-wlm could not be installed; the Slurm test will be skipped"
+    fi
+fi
+
 if ! command -v cargo >/dev/null; then
     if [ -x "$HOME/.cargo/bin/cargo" ]; then
         export PATH="$HOME/.cargo/bin:$PATH"
