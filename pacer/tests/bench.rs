@@ -635,3 +635,80 @@ fn a_full_disk_leaves_no_torn_summary() {
         .collect();
     assert!(left.is_empty(), "temporary files left: {left:?}");
 }
+
+/// A matrix can name the `hostile` workload: its VM's triple fault is the
+/// expected end (a `hostile.contained` sample, not a failed cell), the
+/// neighbour beside it is measured, and QEMU's column is `n/a` with why.
+#[test]
+fn a_hostile_vm_in_a_matrix_is_contained_and_its_neighbour_measured() {
+    if !kvm_or_skip("a_hostile_vm_in_a_matrix_is_contained_and_its_neighbour_measured") {
+        return;
+    }
+    let dir = TempDir::new("bench-hostile");
+    let m = matrix(
+        &dir.0,
+        r#"
+[matrix]
+name = "contained"
+kernel = "@KERNEL@"
+host_cpus = "0-1"
+repetitions = 1
+cell_timeout_s = 120
+policies = ["host", "haiku", "qemu"]
+baseline = "host"
+memory_mib = 16
+
+[[workload]]
+name = "cpu"
+kind = "cpu"
+duration_ms = 600
+
+[[workload]]
+name = "bad"
+kind = "hostile"
+flood_kib = 64
+flood_records = 2000
+random_ports = 300
+random_mmio = 300
+
+[[layout]]
+name = "beside-hostile"
+workloads = ["cpu"]
+vm = [ { name = "victim", vcpus = 1 }, { name = "rogue", vcpus = 1, workload = "bad" } ]
+"#,
+    );
+    let out = dir.0.join("out");
+    let run = pacer()
+        .arg("bench")
+        .arg(&m)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stdout}{stderr}");
+    let (recs, _) = read_jsonl(&out.join("results.jsonl")).unwrap();
+    for policy in ["host", "haiku"] {
+        let id = format!("beside-hostile/cpu/{policy}/r1");
+        let r = recs.iter().find(|r| r.id == id).unwrap();
+        assert_eq!(r.status, CellStatus::Ok, "{r:?}");
+        let value = |vm: &str, metric: &str| {
+            r.samples
+                .iter()
+                .find(|s| s.vm == vm && s.metric == metric)
+                .map(|s| s.value)
+        };
+        assert_eq!(value("rogue", "hostile.contained"), Some(1.0), "{r:?}");
+        assert!(
+            value("victim", "cpu.units_per_s").unwrap_or(0.0) > 0.0,
+            "{r:?}"
+        );
+    }
+    let q = recs
+        .iter()
+        .find(|r| r.id == "beside-hostile/cpu/qemu/r1")
+        .unwrap();
+    assert_eq!(q.status, CellStatus::NotApplicable, "{q:?}");
+    assert!(q.error.contains("Pacer's own limits"), "{}", q.error);
+}

@@ -1,8 +1,11 @@
 //! Soak: 4 VMs under the Haiku policy with mixed workloads (cpu, sleep,
 //! pingpong, spinlock; 10 vCPUs on the host's CPUs) for a long time. Every
 //! second it checks that every vCPU made progress (ran, or was woken), and
-//! it samples the VMM's resident memory; at the end every VM must succeed
-//! with complete results. Not part of the default test run:
+//! it samples the VMM's resident memory (growth after boot <= 5 MiB); at the
+//! end every VM must succeed with complete results. A second in which the
+//! watchdog's own 1 s sleep overran by 250 ms or more is a host stall (the
+//! host ran none of our threads on time): its gaps are reported apart from
+//! scheduler stalls and do not fail the run. Not part of the default test run:
 //!
 //! `bash ci/soak.sh 600` (seconds; 3600 before a release).
 //!
@@ -134,6 +137,13 @@ fn soak_hostile() {
     run_soak("soak_hostile", false, true);
 }
 
+/// How far the watchdog's own 1 s sleep may overrun before the second
+/// counts as a host stall (the host ran nothing of ours, not only a vCPU).
+const HOST_STALL: Duration = Duration::from_millis(250);
+
+/// How much the VMM's resident memory may grow after boot over the run.
+const RSS_GROWTH_KIB: u64 = 5 * 1024;
+
 /// The name of the hostile VM of `soak_hostile`.
 const HOSTILE: &str = "hostile";
 
@@ -220,11 +230,18 @@ fn run_soak(test: &str, with_churn: bool, with_hostile: bool) {
                 let mut last = engine.snapshot();
                 let rss_booted = rss_kib();
                 let (mut seconds, mut gaps, mut rss_max) = (0u64, Vec::new(), rss_booted);
+                let mut host_stalls: Vec<String> = Vec::new();
                 // Consecutive seconds without progress, per entity; the longest.
                 let mut streak: std::collections::HashMap<String, u64> = Default::default();
                 let mut longest = 0u64;
                 while !done.load(Ordering::Acquire) && seconds + 5 < secs {
+                    let slept = Instant::now();
                     std::thread::sleep(Duration::from_secs(1));
+                    // A second the host did not give the watchdog either
+                    // (its own sleep overran) stalled the whole host, not
+                    // the scheduler: its gaps are reported apart.
+                    let overrun = slept.elapsed().saturating_sub(Duration::from_secs(1));
+                    let host_stalled = overrun >= HOST_STALL;
                     let now = engine.snapshot();
                     let hostile: Vec<_> = engine
                         .live_vms()
@@ -238,6 +255,14 @@ fn run_soak(test: &str, with_churn: bool, with_hostile: bool) {
                         };
                         let key = format!("{:?}", e.id);
                         let still = e.run_time == p.run_time && e.wakes == p.wakes;
+                        if still && host_stalled {
+                            host_stalls.push(format!(
+                                "second {seconds}: entity {:?} made no progress while the watchdog's 1 s sleep overran by {} ms",
+                                e.id,
+                                overrun.as_millis()
+                            ));
+                            continue;
+                        }
                         let n = streak.entry(key).or_default();
                         *n = if still { *n + 1 } else { 0 };
                         longest = longest.max(*n);
@@ -259,7 +284,7 @@ fn run_soak(test: &str, with_churn: bool, with_hostile: bool) {
                     last = now;
                     seconds += 1;
                 }
-                (seconds, gaps, longest, rss_booted, rss_max)
+                (seconds, gaps, host_stalls, longest, rss_booted, rss_max)
             })
         };
         let seed = std::time::SystemTime::now()
@@ -300,7 +325,7 @@ fn run_soak(test: &str, with_churn: bool, with_hostile: bool) {
         (results, watch.join().unwrap(), churned)
     });
     engine.shutdown();
-    let (results, (watched, gaps, longest, rss_booted, rss_max), churned) = results;
+    let (results, (watched, gaps, host_stalls, longest, rss_booted, rss_max), churned) = results;
     if let Some(c) = &churned {
         println!(
             "churn: {} affinity, {} priority, {} mode changes; {} errors",
@@ -315,12 +340,17 @@ fn run_soak(test: &str, with_churn: bool, with_hostile: bool) {
     }
     let rss_end = rss_kib();
     println!(
-        "soak: {secs} s, 4 VMs, 10 vCPUs{}; watched {watched} s; progress gaps {} (longest {longest} s); RSS before the VMs {rss_start} KiB, once booted {rss_booted} KiB, max {rss_max} KiB, after {rss_end} KiB",
+        "soak: {secs} s, 4 VMs, 10 vCPUs{}; watched {watched} s; scheduler stalls (a vCPU without progress in a second the host ran the watchdog on time) {} (longest {longest} s); host stalls (the watchdog's own sleep overran by >= {} ms) {}; RSS before the VMs {rss_start} KiB, once booted {rss_booted} KiB, max {rss_max} KiB, after {rss_end} KiB",
         if with_hostile { " and a hostile VM" } else { "" },
-        gaps.len()
+        gaps.len(),
+        HOST_STALL.as_millis(),
+        host_stalls.len()
     );
     for g in gaps.iter().take(20) {
-        println!("  {g}");
+        println!("  scheduler stall: {g}");
+    }
+    for g in host_stalls.iter().take(20) {
+        println!("  host stall: {g}");
     }
     for r in &results {
         println!("  {}: {} in {:.1} s", r.name, r.status, r.wall_ms / 1e3);
@@ -352,7 +382,7 @@ fn run_soak(test: &str, with_churn: bool, with_hostile: bool) {
     }
     // Flat memory: what the run needs is allocated while it boots.
     assert!(
-        rss_max < rss_booted + 16 * 1024,
+        rss_max <= rss_booted + RSS_GROWTH_KIB,
         "RSS grew from {rss_booted} KiB (booted) to {rss_max} KiB"
     );
 }

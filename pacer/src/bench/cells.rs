@@ -63,6 +63,13 @@ impl Cell {
         let layout = &m.layouts[self.layout];
         let runner = m.policies[self.policy].runner;
         for i in 0..layout.vms.len() {
+            let kind = vm_workload(m, self, i).kind;
+            if kind.expected_end().is_some() && runner == Runner::Qemu {
+                return Some(format!(
+                    "VM {}: the {kind} workload tests Pacer's own limits (its ports and MMIO are Pacer's devices, not QEMU's)",
+                    layout.vms[i].name
+                ));
+            }
             let suite = match (&vm_workload(m, self, i).suite, runner) {
                 (None, Runner::Native) => {
                     return Some(format!(

@@ -23,7 +23,8 @@
 //! its own), and the headline is the workload kind's own figure
 //! ([`kind_metrics`]): units/s for `cpu`, the sleep p99 for `sleep`, round
 //! trips/s for `pingpong`, the run fraction for `burst`, acquisitions/s for
-//! `spinlock`, the index for `unixbench`.
+//! `spinlock`, the index for `unixbench`, whether a `hostile` guest was
+//! contained ([`CONTAINED`]).
 
 use super::matrix::{Layout, Matrix};
 use super::metrics::{self, Better};
@@ -170,9 +171,14 @@ pub fn own_metric(k: WorkloadKind) -> Option<&'static str> {
         WorkloadKind::Pingpong => "pingpong.roundtrips_per_s",
         WorkloadKind::Burst => "burst.run_fraction",
         WorkloadKind::Spinlock => "spinlock.acquisitions_per_s",
+        WorkloadKind::Hostile => CONTAINED,
         WorkloadKind::Mixed | WorkloadKind::UnixBench => return None,
     })
 }
+
+/// A hostile VM's one figure: 1 when it ended as planned (its triple
+/// fault stopped only its own VM), a whole-VM sample (`run.rs`).
+pub const CONTAINED: &str = "hostile.contained";
 
 /// The fields of a latency summary (`LatencyDoc` of the run JSON).
 const LATENCY: &[&str] = &["count", "p50_ns", "p99_ns", "max_ns", "histogram_count"];
@@ -212,10 +218,13 @@ pub fn guest_metrics(w: &Workload) -> Vec<String> {
                 &["acquisitions", "acquisitions_per_s", "max_wait_ns", "cs_ns"],
                 &["lock_wait"],
             ),
+            // CONTAINED: the VMM's verdict on its end (`run.rs`).
+            WorkloadKind::Hostile => add("hostile", &["contained"], &[]),
             WorkloadKind::Mixed | WorkloadKind::UnixBench => {}
         }
     }
-    if w.kind.is_bench_guest() {
+    // The hostile guest reports no records of its own (it floods the port).
+    if w.kind.is_bench_guest() && w.kind != WorkloadKind::Hostile {
         add("steal", &["steal_ns", "workload_steal_ns"], &[]);
     }
     out.sort();

@@ -143,6 +143,9 @@ pub fn info(metric: &str) -> MetricInfo {
             metric == "jain.sched.run_ns",
         );
     }
+    if metric == super::headline::CONTAINED {
+        return m(Unit::Ratio, Better::Higher, Combine::Mean, false);
+    }
     if metric == "sched.migrations_per_s" {
         return m(Unit::PerSecond, Better::Lower, Combine::Sum, true);
     }

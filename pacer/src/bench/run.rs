@@ -17,6 +17,7 @@
 //! marks every later cell with that workload kind.
 
 use super::cells::{self, Cell, VmBoot};
+use super::headline;
 use super::host_facts::HostFacts;
 use super::matrix::{Matrix, Runner};
 use super::metrics::{self, VmMeta};
@@ -305,10 +306,27 @@ impl Ctx<'_> {
                     Err(_) => {} // the VM's own failure below says more
                 }
             }
+            let kind = cells::vm_workload(self.m, cell, i).kind;
             if metrics::unknown_workload(vm) {
-                refused.push(self.m.workloads[spec.workload.unwrap_or(cell.workload)].kind);
+                refused.push(kind);
             }
-            if !vm.ok {
+            if let Some(end) = kind.expected_end() {
+                if vm.status == end {
+                    rec.samples.push(metrics::Sample {
+                        vm: vm.name.clone(),
+                        group: spec.group.clone(),
+                        vcpu: None,
+                        metric: headline::CONTAINED.into(),
+                        value: 1.0,
+                    });
+                } else {
+                    timeout |= vm.status == "timeout";
+                    errors.push(format!(
+                        "vm {}: a {kind} guest ends in {end}, this one ended {} ({})",
+                        vm.name, vm.status, vm.message
+                    ));
+                }
+            } else if !vm.ok {
                 timeout |= vm.status == "timeout";
                 errors.push(format!("vm {}: {} ({})", vm.name, vm.status, vm.message));
             }

@@ -29,13 +29,17 @@ pub enum WorkloadKind {
     Spinlock,
     Mixed,
     UnixBench,
+    /// A guest gone bad (floods, stray port and MMIO writes, a triple
+    /// fault): its VM's expected end is the triple fault, and the cell
+    /// shows whether its neighbours were untouched.
+    Hostile,
 }
 
 /// Parameters every bench-guest workload takes (PROTOCOL.md).
 const BENCH_COMMON: &[&str] = &["duration_ms", "apic", "timer"];
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 7] = [
+    pub const ALL: [WorkloadKind; 8] = [
         WorkloadKind::Cpu,
         WorkloadKind::Sleep,
         WorkloadKind::Pingpong,
@@ -43,6 +47,7 @@ impl WorkloadKind {
         WorkloadKind::Spinlock,
         WorkloadKind::Mixed,
         WorkloadKind::UnixBench,
+        WorkloadKind::Hostile,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +59,7 @@ impl WorkloadKind {
             WorkloadKind::Spinlock => "spinlock",
             WorkloadKind::Mixed => "mixed",
             WorkloadKind::UnixBench => "unixbench",
+            WorkloadKind::Hostile => "hostile",
         }
     }
 
@@ -75,6 +81,13 @@ impl WorkloadKind {
         self != WorkloadKind::UnixBench
     }
 
+    /// The status a VM of this kind ends with when all went as planned
+    /// and is not a failure of the cell: the hostile guest's triple fault
+    /// (the VMM stopped only that VM, with a message).
+    pub fn expected_end(self) -> Option<&'static str> {
+        (self == WorkloadKind::Hostile).then_some("triple_fault")
+    }
+
     /// The parameters this kind accepts besides `name` and `kind`.
     pub fn params(self) -> Vec<&'static str> {
         let own: &[&str] = match self {
@@ -84,6 +97,7 @@ impl WorkloadKind {
             WorkloadKind::Burst => &["period_us", "run_us"],
             WorkloadKind::Spinlock => &["cs_ns", "gap_ns", "pv_spin"],
             WorkloadKind::Mixed => &["mixed"],
+            WorkloadKind::Hostile => &["flood_kib", "flood_records", "random_ports", "random_mmio"],
             // The Linux image, its command line, copies (counts and/or
             // "vcpus"), passes, tests, seconds per pass (unixbench.rs).
             WorkloadKind::UnixBench => {
@@ -166,6 +180,9 @@ mod tests {
         assert!(WorkloadKind::Cpu.params().contains(&"duration_ms"));
         assert!(!WorkloadKind::UnixBench.params().contains(&"duration_ms"));
         assert!(WorkloadKind::UnixBench.params().contains(&"copies"));
+        assert!(WorkloadKind::Hostile.params().contains(&"random_mmio"));
+        assert_eq!(WorkloadKind::Hostile.expected_end(), Some("triple_fault"));
+        assert_eq!(WorkloadKind::Cpu.expected_end(), None);
     }
 
     #[test]
