@@ -24,7 +24,7 @@
 //! ([`kind_metrics`]): units/s for `cpu`, the sleep p99 for `sleep`, round
 //! trips/s for `pingpong`, the run fraction for `burst`, acquisitions/s for
 //! `spinlock`, the index for `unixbench`, whether a `hostile` guest was
-//! contained ([`CONTAINED`]).
+//! contained ([`metrics::CONTAINED`]).
 
 use super::matrix::{Layout, Matrix};
 use super::metrics::{self, Better};
@@ -171,14 +171,10 @@ pub fn own_metric(k: WorkloadKind) -> Option<&'static str> {
         WorkloadKind::Pingpong => "pingpong.roundtrips_per_s",
         WorkloadKind::Burst => "burst.run_fraction",
         WorkloadKind::Spinlock => "spinlock.acquisitions_per_s",
-        WorkloadKind::Hostile => CONTAINED,
+        WorkloadKind::Hostile => metrics::CONTAINED,
         WorkloadKind::Mixed | WorkloadKind::UnixBench => return None,
     })
 }
-
-/// A hostile VM's one figure: 1 when it ended as planned (its triple
-/// fault stopped only its own VM), a whole-VM sample (`run.rs`).
-pub const CONTAINED: &str = "hostile.contained";
 
 /// The fields of a latency summary (`LatencyDoc` of the run JSON).
 const LATENCY: &[&str] = &["count", "p50_ns", "p99_ns", "max_ns", "histogram_count"];

@@ -44,6 +44,10 @@ pub struct Sample {
     pub value: f64,
 }
 
+/// A hostile VM's one figure: 1 when it ended as planned (its triple
+/// fault stopped only its own VM), a whole-VM sample (`run.rs`).
+pub const CONTAINED: &str = "hostile.contained";
+
 /// Which way a metric is better.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -143,7 +147,7 @@ pub fn info(metric: &str) -> MetricInfo {
             metric == "jain.sched.run_ns",
         );
     }
-    if metric == super::headline::CONTAINED {
+    if metric == CONTAINED {
         return m(Unit::Ratio, Better::Higher, Combine::Mean, false);
     }
     if metric == "sched.migrations_per_s" {

@@ -17,7 +17,6 @@
 //! marks every later cell with that workload kind.
 
 use super::cells::{self, Cell, VmBoot};
-use super::headline;
 use super::host_facts::HostFacts;
 use super::matrix::{Matrix, Runner};
 use super::metrics::{self, VmMeta};
@@ -316,7 +315,7 @@ impl Ctx<'_> {
                         vm: vm.name.clone(),
                         group: spec.group.clone(),
                         vcpu: None,
-                        metric: headline::CONTAINED.into(),
+                        metric: metrics::CONTAINED.into(),
                         value: 1.0,
                     });
                 } else {
