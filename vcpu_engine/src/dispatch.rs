@@ -404,6 +404,14 @@ impl Engine {
                 }
                 slot.executor.store(tid, Ordering::Release);
             }
+            if ctl.state == RunState::HaltedInKvm {
+                // Ranked: it halted in KVM while queued, after the pick
+                // above found it Ready (the agent's `halted_while_queued`
+                // holds only its own lock). It owns the CPU halted; the
+                // agent's next look finds an owner blocking in KVM and
+                // gives the CPU back, as for any owner that halts.
+                n.set_state_quietly(&mut ctl, RunState::Ready);
+            }
             n.dispatched_at.store(now, Ordering::Relaxed);
             n.set_state_quietly(&mut ctl, RunState::Running { cpu: slot.id });
         } else if self.dispatch_kind().uses_vcpu_threads() {
