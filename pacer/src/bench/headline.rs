@@ -170,6 +170,8 @@ pub fn own_metric(k: WorkloadKind) -> Option<&'static str> {
         WorkloadKind::Pingpong => "pingpong.roundtrips_per_s",
         WorkloadKind::Burst => "burst.run_fraction",
         WorkloadKind::Spinlock => "spinlock.acquisitions_per_s",
+        WorkloadKind::Barrier => "barrier.rounds_per_s",
+        WorkloadKind::Shootdown => "shootdown.roundtrips_per_s",
         WorkloadKind::Mixed | WorkloadKind::UnixBench => return None,
     })
 }
@@ -212,6 +214,14 @@ pub fn guest_metrics(w: &Workload) -> Vec<String> {
                 &["acquisitions", "acquisitions_per_s", "max_wait_ns", "cs_ns"],
                 &["lock_wait"],
             ),
+            WorkloadKind::Barrier => add(
+                "barrier",
+                &["rounds", "rounds_per_s", "participants", "spin_share"],
+                &[],
+            ),
+            WorkloadKind::Shootdown => {
+                add("shootdown", &["count", "roundtrips_per_s"], &["latency"])
+            }
             WorkloadKind::Mixed | WorkloadKind::UnixBench => {}
         }
     }

@@ -3,7 +3,7 @@
 //!
 //! Two families:
 //! - the bench guest's workloads (`cpu`, `sleep`, `pingpong`, `burst`,
-//!   `spinlock`, `mixed`), passed on the guest's command line as
+//!   `spinlock`, `barrier`, `shootdown`, `mixed`), passed on the guest's command line as
 //!   `workload=KIND key=value ...` (guests/PROTOCOL.md);
 //! - `unixbench`, the UnixBench-style suite inside a Linux guest, with its
 //!   own image, command line and result adapter (`unixbench.rs`).
@@ -27,6 +27,8 @@ pub enum WorkloadKind {
     Pingpong,
     Burst,
     Spinlock,
+    Barrier,
+    Shootdown,
     Mixed,
     UnixBench,
 }
@@ -35,12 +37,14 @@ pub enum WorkloadKind {
 const BENCH_COMMON: &[&str] = &["duration_ms", "apic", "timer"];
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 7] = [
+    pub const ALL: [WorkloadKind; 9] = [
         WorkloadKind::Cpu,
         WorkloadKind::Sleep,
         WorkloadKind::Pingpong,
         WorkloadKind::Burst,
         WorkloadKind::Spinlock,
+        WorkloadKind::Barrier,
+        WorkloadKind::Shootdown,
         WorkloadKind::Mixed,
         WorkloadKind::UnixBench,
     ];
@@ -52,6 +56,8 @@ impl WorkloadKind {
             WorkloadKind::Pingpong => "pingpong",
             WorkloadKind::Burst => "burst",
             WorkloadKind::Spinlock => "spinlock",
+            WorkloadKind::Barrier => "barrier",
+            WorkloadKind::Shootdown => "shootdown",
             WorkloadKind::Mixed => "mixed",
             WorkloadKind::UnixBench => "unixbench",
         }
@@ -75,6 +81,19 @@ impl WorkloadKind {
         self != WorkloadKind::UnixBench
     }
 
+    /// May be an entry of `mixed=` (the guest's per-vCPU workloads; the
+    /// synchronising kinds need every vCPU of the VM).
+    pub fn is_mixable(self) -> bool {
+        matches!(
+            self,
+            WorkloadKind::Cpu
+                | WorkloadKind::Sleep
+                | WorkloadKind::Pingpong
+                | WorkloadKind::Burst
+                | WorkloadKind::Spinlock
+        )
+    }
+
     /// The parameters this kind accepts besides `name` and `kind`.
     pub fn params(self) -> Vec<&'static str> {
         let own: &[&str] = match self {
@@ -83,6 +102,7 @@ impl WorkloadKind {
             WorkloadKind::Pingpong => &[],
             WorkloadKind::Burst => &["period_us", "run_us"],
             WorkloadKind::Spinlock => &["cs_ns", "gap_ns", "pv_spin"],
+            WorkloadKind::Barrier | WorkloadKind::Shootdown => &["work_us"],
             WorkloadKind::Mixed => &["mixed"],
             // The Linux image, its command line, copies (counts and/or
             // "vcpus"), passes, tests, seconds per pass (unixbench.rs).
