@@ -199,6 +199,12 @@ pub struct GroupSpec {
     /// VM-wide spin lock behaviour.
     #[serde(default)]
     pub lock: Option<LockSpec>,
+    /// Meet the VM's other `barrier` vCPUs at a spin barrier after each
+    /// burst (after its lock, if any): a vCPU that arrives spins, burning
+    /// its slice, until the last one arrives, so a parked sibling holds up
+    /// the rest (a bulk-synchronous guest, the bench guest's `barrier`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub barrier: bool,
     /// Runnable at time 0 (default true); receivers usually start blocked.
     #[serde(default = "yes")]
     pub start_awake: bool,
@@ -236,6 +242,7 @@ impl GroupSpec {
             yield_after_burst: false,
             message: None,
             lock: None,
+            barrier: false,
             start_awake: true,
         }
     }
@@ -301,6 +308,11 @@ impl GroupSpec {
     /// Hold the VM-wide lock for this fraction of each burst.
     pub fn with_lock(mut self, hold_fraction: f64) -> Self {
         self.lock = Some(LockSpec { hold_fraction });
+        self
+    }
+    /// Meet the VM's other barrier vCPUs after each burst.
+    pub fn with_barrier(mut self, on: bool) -> Self {
+        self.barrier = on;
         self
     }
     /// Whether the group is runnable at time 0.
@@ -508,6 +520,12 @@ impl Workload {
             if g.separate_vms && g.lock.is_some() {
                 return bad(format!(
                     "group {name}: a VM-wide lock needs one VM (separate_vms is set)"
+                ));
+            }
+            if g.barrier && (g.separate_vms || g.sleep != Sleep::Never || g.yield_after_burst) {
+                return bad(format!(
+                    "group {name}: a barrier needs one VM of vCPUs that never sleep or yield \
+                     (separate_vms, sleep and yield must be unset)"
                 ));
             }
             if let Some(l) = &g.lock {
