@@ -616,6 +616,33 @@ mod tests {
     }
 
     #[test]
+    fn a_barrier_needs_one_vm_of_vcpus_that_never_sleep() {
+        let text = r#"
+            topology = "1x2x1"
+            duration_ms = 1
+            [[group]]
+            name = "bar"
+            count = 2
+            burst = { dist = "fixed", us = 5 }
+            barrier = true
+        "#;
+        let w = Workload::from_toml(text).unwrap();
+        assert!(w.groups[0].barrier);
+        assert_eq!(Workload::from_toml(&w.to_toml()).unwrap(), w);
+        for bad in [
+            "barrier = true\nsleep = \"until_message\"",
+            "barrier = true\nyield = true",
+            "barrier = true\nseparate_vms = true",
+        ] {
+            let e = Workload::from_toml(&text.replace("barrier = true", bad)).unwrap_err();
+            assert!(
+                e.to_string().contains("group bar: a barrier needs one VM"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
     fn zero_sleep_is_a_hog() {
         let text = r#"
             topology = "1x1x1"
