@@ -1,6 +1,6 @@
 //! What the five values of a bench-guest result record mean, by kind
 //! (guests/PROTOCOL.md): the workload summaries (SLEEP_DONE, PINGPONG_DONE,
-//! BURST_DONE, SPINLOCK_DONE), latency summaries and histogram chunks, and
+//! BURST_DONE, SPINLOCK_DONE, BARRIER_DONE, SHOOTDOWN_DONE), latency summaries and histogram chunks, and
 //! the name packed into ERROR records; plus the histogram bucket layout.
 //! Pure functions over guest data: [`decode`] never panics and rejects
 //! values the protocol does not allow, and the result port uses it to
@@ -28,6 +28,8 @@ pub enum LatencyMetric {
     BurstWake = 2,
     /// `spinlock`: time from the first attempt to holding the lock.
     LockWait = 3,
+    /// `shootdown`: IPIs sent to every sibling until all acknowledged.
+    Shootdown = 4,
 }
 
 impl LatencyMetric {
@@ -36,6 +38,7 @@ impl LatencyMetric {
             1 => LatencyMetric::SleepWake,
             2 => LatencyMetric::BurstWake,
             3 => LatencyMetric::LockWait,
+            4 => LatencyMetric::Shootdown,
             _ => return None,
         })
     }
@@ -132,6 +135,21 @@ pub enum Payload {
         max_wait_ns: u64,
         cs_ns: u64,
     },
+    /// `barrier`: rounds met, and the ticks spent spinning for siblings.
+    BarrierDone {
+        rounds: u64,
+        ticks: u64,
+        spin_ticks: u64,
+        participants: u64,
+    },
+    /// `shootdown`: the initiator's round trips to `peer` targets, or a
+    /// responder's acknowledgements (`peer` = the initiator's vCPU).
+    ShootdownDone {
+        count: u64,
+        ticks: u64,
+        peer: u32,
+        initiator: bool,
+    },
     /// The vCPU's steal time as the guest read it from its KVM steal-time
     /// area: over the vCPU's life and over the workload.
     Steal {
@@ -198,6 +216,8 @@ pub enum DecodeError {
     Partner(u64),
     #[error("role {0} (want 0 or 1)")]
     Role(u64),
+    #[error("BARRIER_DONE: spin {spin} ticks exceed the run's {ticks} ticks")]
+    Spin { spin: u64, ticks: u64 },
     #[error("STEAL: workload steal {workload} ns exceeds the total {total} ns")]
     Steal { workload: u64, total: u64 },
 }
@@ -293,6 +313,32 @@ pub fn decode(kind: RecordKind, v: &[u64; 5]) -> Result<Payload, DecodeError> {
             max_wait_ns: v[3],
             cs_ns: v[4],
         },
+        RecordKind::BarrierDone => {
+            if v[3] > v[1] {
+                return Err(DecodeError::Spin {
+                    spin: v[3],
+                    ticks: v[1],
+                });
+            }
+            Payload::BarrierDone {
+                rounds: v[0],
+                ticks: v[1],
+                spin_ticks: v[3],
+                participants: v[4],
+            }
+        }
+        RecordKind::ShootdownDone => {
+            let peer = u32::try_from(v[3]).map_err(|_| DecodeError::Partner(v[3]))?;
+            if v[4] > 1 {
+                return Err(DecodeError::Role(v[4]));
+            }
+            Payload::ShootdownDone {
+                count: v[0],
+                ticks: v[1],
+                peer,
+                initiator: v[4] == 0,
+            }
+        }
         RecordKind::Steal => {
             if v[1] > v[0] {
                 return Err(DecodeError::Steal {
@@ -362,7 +408,7 @@ mod tests {
         let l = decode(RecordKind::Latency, &[1, 10, 5, 9, 12]).unwrap();
         assert!(matches!(l, Payload::Latency(Latency { count: 10, .. })));
         assert!(decode(RecordKind::Latency, &[1, 10, 9, 5, 12]).is_err());
-        assert!(decode(RecordKind::Latency, &[4, 1, 1, 1, 1]).is_err());
+        assert!(decode(RecordKind::Latency, &[5, 1, 1, 1, 1]).is_err());
         let pair = |b: u64, c: u64| (b << HIST_COUNT_BITS) | c;
         let h = decode(
             RecordKind::Histogram,
@@ -418,6 +464,28 @@ mod tests {
             }
         );
         assert!(decode(RecordKind::Steal, &[400, 900, 70, 0, 0]).is_err());
+        assert_eq!(
+            decode(RecordKind::BarrierDone, &[50, 1000, 5, 300, 3]).unwrap(),
+            Payload::BarrierDone {
+                rounds: 50,
+                ticks: 1000,
+                spin_ticks: 300,
+                participants: 3,
+            }
+        );
+        // more spinning than the run lasted
+        assert!(decode(RecordKind::BarrierDone, &[50, 1000, 5, 1001, 3]).is_err());
+        assert_eq!(
+            decode(RecordKind::ShootdownDone, &[8, 80, 100, 2, 0]).unwrap(),
+            Payload::ShootdownDone {
+                count: 8,
+                ticks: 80,
+                peer: 2,
+                initiator: true,
+            }
+        );
+        assert!(decode(RecordKind::ShootdownDone, &[8, 80, 100, 2, 2]).is_err());
+        assert!(decode(RecordKind::ShootdownDone, &[8, 80, 100, 1 << 40, 1]).is_err());
         assert!(matches!(
             decode(RecordKind::BurstDone, &[3, 1, 90, 30, 333_333]).unwrap(),
             Payload::BurstDone {

@@ -93,6 +93,10 @@ pub enum RecordKind {
     SpinlockDone = 11,
     /// A vCPU's KVM steal time (the life total, over the workload, ticks).
     Steal = 12,
+    /// A barrier vCPU's rounds, ticks and ticks spent spinning at the barrier.
+    BarrierDone = 13,
+    /// A shootdown vCPU's round trips (the initiator) or acknowledgements.
+    ShootdownDone = 14,
 }
 
 impl RecordKind {
@@ -110,6 +114,8 @@ impl RecordKind {
             10 => RecordKind::BurstDone,
             11 => RecordKind::SpinlockDone,
             12 => RecordKind::Steal,
+            13 => RecordKind::BarrierDone,
+            14 => RecordKind::ShootdownDone,
             _ => return None,
         })
     }

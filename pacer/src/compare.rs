@@ -30,12 +30,14 @@ pub const SAME_WITHIN: f64 = 0.05;
 
 /// The headline metrics a VM is judged by, latency-sensitive first; a VM
 /// gets a row for each one its vCPUs reported.
-const HEADLINES: [&str; 6] = [
+const HEADLINES: [&str; 8] = [
     "sleep.wake_latency.p99_ns",
     "sleep.wake_latency.p50_ns",
     "burst.run_fraction",
     "pingpong.roundtrips_per_s",
     "spinlock.acquisitions_per_s",
+    "barrier.rounds_per_s",
+    "shootdown.roundtrips_per_s",
     "cpu.units_per_s",
 ];
 

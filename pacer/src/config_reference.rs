@@ -361,7 +361,7 @@ pub fn matrix() -> Vec<Key> {
             "string",
             "",
             "required",
-            "cpu | sleep | pingpong | burst | spinlock | mixed | unixbench",
+            "cpu | sleep | pingpong | burst | spinlock | barrier | shootdown | mixed | unixbench",
             "The workload kind; its parameters below.",
             "\"cpu\"",
             None,

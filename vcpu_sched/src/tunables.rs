@@ -113,6 +113,13 @@ pub const SHARE_HALF_LIFE: Nanos = 8 * MS;
 /// (plus the bursty rule).
 pub const SHARE_BOOST: bool = true;
 
+/// Sibling co-start is off by default: not yet measured on guests. On, a
+/// CPU's pick prefers, among the entries of its queue's top level, one
+/// whose VM has a vCPU running on another CPU of the LLC over the head
+/// (relaxed co-scheduling: a laggard sibling runs next to the vCPU that
+/// may be spinning for it; `policy/haiku/schedule.rs` `co_start_pick`).
+pub const CO_START: bool = false;
+
 /// Entity table capacity when the caller does not say.
 pub const DEFAULT_MAX_ENTITIES: usize = 65_536;
 
@@ -230,6 +237,7 @@ pub struct Tunables {
     pub bursty_load: u32,
     pub share_half_life: Nanos,
     pub share_boost: bool,
+    pub co_start: bool,
 }
 
 impl Default for Tunables {
@@ -255,6 +263,7 @@ impl Default for Tunables {
             bursty_load: BURSTY_LOAD,
             share_half_life: SHARE_HALF_LIFE,
             share_boost: SHARE_BOOST,
+            co_start: CO_START,
         }
     }
 }

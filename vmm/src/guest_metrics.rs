@@ -2,7 +2,8 @@
 //! (guests/PROTOCOL.md; payloads decoded by `devices::result_payload`):
 //! units/s (`cpu`), wake latency (`sleep`, `burst`), round trips/s
 //! (`pingpong`), acquisitions/s and lock wait (`spinlock`), run fraction
-//! (`burst`), and the guest's ERROR records. Rates are recomputed from the
+//! (`burst`), rounds/s and spin share (`barrier`), round trips/s and their
+//! latency (`shootdown`), and the guest's ERROR records. Rates are recomputed from the
 //! guest's counts and TSC ticks with the VM's TSC frequency, as units/s is;
 //! the guest's own rate fields are not trusted. Pure functions: the records
 //! are the only input.
@@ -70,6 +71,25 @@ pub struct SpinlockMetrics {
     pub wait_ns: Option<LatencySummary>,
 }
 
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BarrierMetrics {
+    pub rounds: u64,
+    pub participants: u64,
+    /// Time spent spinning at the barrier over the vCPU's run, 0..1.
+    pub spin_share: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ShootdownMetrics {
+    /// The initiator's round trips, or a responder's acknowledgements.
+    pub count: u64,
+    /// The initiator: its targets; a responder: the initiator's vCPU.
+    pub peer: u32,
+    pub initiator: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_ns: Option<LatencySummary>,
+}
+
 /// The vCPU's steal time as its guest read it (KVM's steal-time area).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct StealMetrics {
@@ -99,6 +119,15 @@ pub struct VcpuMetrics {
     pub spinlock: Option<SpinlockMetrics>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub burst: Option<BurstMetrics>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rounds_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub barrier: Option<BarrierMetrics>,
+    /// The shootdown initiator's round trips per second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shootdowns_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shootdown: Option<ShootdownMetrics>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steal: Option<StealMetrics>,
 }
@@ -255,6 +284,41 @@ pub fn vcpu_metrics<'a>(
             }
             (
                 _,
+                Payload::BarrierDone {
+                    rounds,
+                    ticks,
+                    spin_ticks,
+                    participants,
+                },
+            ) => {
+                f.m.rounds_per_s = rate(rounds, ticks, tsc_khz);
+                f.m.barrier = Some(BarrierMetrics {
+                    rounds,
+                    participants,
+                    spin_share: (ticks > 0).then(|| spin_ticks as f64 / ticks as f64),
+                });
+            }
+            (
+                _,
+                Payload::ShootdownDone {
+                    count,
+                    ticks,
+                    peer,
+                    initiator,
+                },
+            ) => {
+                if initiator {
+                    f.m.shootdowns_per_s = rate(count, ticks, tsc_khz);
+                }
+                f.m.shootdown = Some(ShootdownMetrics {
+                    count,
+                    peer,
+                    initiator,
+                    latency_ns: None,
+                });
+            }
+            (
+                _,
                 Payload::Steal {
                     steal_ns,
                     workload_steal_ns,
@@ -282,6 +346,10 @@ pub fn vcpu_metrics<'a>(
             }
             if let Some(s) = f.m.spinlock.as_mut() {
                 s.wait_ns = lock_wait;
+            }
+            let shootdown = get(LatencyMetric::Shootdown);
+            if let Some(s) = f.m.shootdown.as_mut() {
+                s.latency_ns = shootdown;
             }
             f.m
         })

@@ -47,11 +47,15 @@
 #define PACER_KIND_BURST_DONE 10   /* v0 bursts, v1 missed, v2 ticks, v3 run ticks, v4 ppm */
 #define PACER_KIND_SPINLOCK_DONE 11 /* v0 acquisitions, v1 ticks, v2 per s, v3 max wait ns, v4 cs ns */
 #define PACER_KIND_STEAL      12   /* v0 steal ns (life), v1 steal ns (workload), v2 workload ticks */
+#define PACER_KIND_BARRIER_DONE 13 /* v0 rounds, v1 ticks, v2 per s, v3 spin ticks, v4 participants */
+#define PACER_KIND_SHOOTDOWN_DONE 14 /* v0 round trips (initiator) / acks, v1 ticks, v2 per s,
+                                       v3 targets / the initiator's vCPU, v4 role */
 
 /* LATENCY / HISTOGRAM metrics */
 #define PACER_METRIC_SLEEP_WAKE 1  /* sleep: wake TSC - programmed TSC */
 #define PACER_METRIC_BURST_WAKE 2  /* burst: the same, per period */
 #define PACER_METRIC_LOCK_WAIT  3  /* spinlock: time to acquire the lock */
+#define PACER_METRIC_SHOOTDOWN  4  /* shootdown: IPIs sent to every sibling acknowledged */
 
 /* Histogram buckets (log-linear, 16 sub-buckets per power of two, in ns):
  * v < 16 -> bucket v; else with e = floor(log2 v): bucket

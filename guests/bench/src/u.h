@@ -33,13 +33,17 @@ static inline uint64_t rdtsc(void)
 static inline void cpu_relax(void) { __asm__ volatile("pause" ::: "memory"); }
 
 /* ---- configuration (parsed by the BSP before any AP starts) ------------- */
-enum role { ROLE_NONE, ROLE_CPU, ROLE_SLEEP, ROLE_PINGPONG, ROLE_BURST, ROLE_SPINLOCK };
+enum role { ROLE_NONE, ROLE_CPU, ROLE_SLEEP, ROLE_PINGPONG, ROLE_BURST, ROLE_SPINLOCK,
+            ROLE_BARRIER, ROLE_SHOOTDOWN };
+/* roles a `mixed=` entry may name */
+#define ROLE_LAST_MIXABLE ROLE_SPINLOCK
 
 struct cfg {
     const char *workload;
     unsigned workload_len;
     uint64_t duration_ms, report_ms, tsc_khz, vcpus;
     uint64_t interval_us, period_us, run_us, cs_ns, gap_ns;
+    uint64_t work_us;            /* barrier, shootdown: work between meetings */
     int x2apic, deadline, pv_eoi;   /* x2apic: 0 xapic, 1 x2apic, 2 x2APIC if offered */
     int steal;                   /* KVM steal time where CPUID offers it */
     int pv_spin;                 /* spinlock: yield while the holder's vCPU is preempted */
@@ -123,5 +127,9 @@ void report_latency(struct ucpu *c, uint64_t metric, uint64_t count, uint64_t ma
 void run_role(struct ucpu *c);
 /* the spinlock's in-lock counter: equals the acquisitions if exclusion held */
 uint64_t spinlock_inside(void);
+
+/* ---- u_sync.c: workloads whose vCPUs wait for each other ------------------ */
+void wl_barrier(struct ucpu *c);
+void wl_shootdown(struct ucpu *c);
 
 #endif

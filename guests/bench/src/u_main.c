@@ -70,6 +70,8 @@ static int role_of(const char *w, unsigned wl)
     if (keyis(w, wl, "pingpong")) return ROLE_PINGPONG;
     if (keyis(w, wl, "burst")) return ROLE_BURST;
     if (keyis(w, wl, "spinlock")) return ROLE_SPINLOCK;
+    if (keyis(w, wl, "barrier")) return ROLE_BARRIER;
+    if (keyis(w, wl, "shootdown")) return ROLE_SHOOTDOWN;
     return ROLE_NONE;
 }
 
@@ -107,6 +109,7 @@ static void parse_cmdline(const char *s, unsigned len)
         else if (keyis(k, kl, "run_us")) num("run_us", v, vl, 1, MAX_US, "1..10000000, at most period_us", &cfg.run_us);
         else if (keyis(k, kl, "cs_ns")) num("cs_ns", v, vl, 0, MAX_NS, "0..1000000000", &cfg.cs_ns);
         else if (keyis(k, kl, "gap_ns")) num("gap_ns", v, vl, 0, MAX_NS, "0..1000000000", &cfg.gap_ns);
+        else if (keyis(k, kl, "work_us")) num("work_us", v, vl, 0, MAX_US, "0..10000000", &cfg.work_us);
         else if (keyis(k, kl, "apic")) {
             if (keyis(v, vl, "x2apic")) cfg.x2apic = 1;
             else if (keyis(v, vl, "xapic")) cfg.x2apic = 0;
@@ -174,7 +177,7 @@ static void check_cmdline(void)
             unsigned t0 = i;
             while (i < mixed_vl && mixed_v[i] != ',') i++;
             int r = role_of(mixed_v + t0, i - t0);
-            if (r == ROLE_NONE || n >= cfg.vcpus)
+            if (r == ROLE_NONE || r > ROLE_LAST_MIXABLE || n >= cfg.vcpus)
                 ok = 0;
             else
                 cfg.mixed[n++] = (uint8_t)r;
@@ -380,6 +383,7 @@ __attribute__((noreturn)) void umain(struct boot_info *bi)
     cfg.run_us = 300;
     cfg.cs_ns = 2000;
     cfg.gap_ns = 2000;
+    cfg.work_us = 50;
     cfg.x2apic = 2;
     cfg.deadline = 1;
     cfg.pv_eoi = 1;
@@ -456,7 +460,8 @@ __attribute__((noreturn)) void umain(struct boot_info *bi)
         apic = 0;
     }
     if (apic != 0) {
-        int needs = role == ROLE_SLEEP || role == ROLE_BURST || role == ROLE_PINGPONG || is_mixed;
+        int needs = role == ROLE_SLEEP || role == ROLE_BURST || role == ROLE_PINGPONG ||
+                    role == ROLE_SHOOTDOWN || is_mixed;
         if (needs) {
             con("pacer-bench: error: this workload needs a local APIC and there is none\r\n");
             record_error(c, PACER_ERR_NO_LAPIC, w, wl, 0);

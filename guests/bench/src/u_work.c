@@ -277,6 +277,8 @@ void run_role(struct ucpu *c)
     case ROLE_PINGPONG: wl_pingpong(c); break;
     case ROLE_BURST: wl_burst(c); break;
     case ROLE_SPINLOCK: wl_spinlock(c); break;
+    case ROLE_BARRIER: wl_barrier(c); break;
+    case ROLE_SHOOTDOWN: wl_shootdown(c); break;
     default: break;
     }
     if (!steal_on)

@@ -171,6 +171,8 @@ pub fn own_metric(k: WorkloadKind) -> Option<&'static str> {
         WorkloadKind::Pingpong => "pingpong.roundtrips_per_s",
         WorkloadKind::Burst => "burst.run_fraction",
         WorkloadKind::Spinlock => "spinlock.acquisitions_per_s",
+        WorkloadKind::Barrier => "barrier.rounds_per_s",
+        WorkloadKind::Shootdown => "shootdown.roundtrips_per_s",
         WorkloadKind::Hostile => metrics::CONTAINED,
         WorkloadKind::Mixed | WorkloadKind::UnixBench => return None,
     })
@@ -214,6 +216,14 @@ pub fn guest_metrics(w: &Workload) -> Vec<String> {
                 &["acquisitions", "acquisitions_per_s", "max_wait_ns", "cs_ns"],
                 &["lock_wait"],
             ),
+            WorkloadKind::Barrier => add(
+                "barrier",
+                &["rounds", "rounds_per_s", "participants", "spin_share"],
+                &[],
+            ),
+            WorkloadKind::Shootdown => {
+                add("shootdown", &["count", "roundtrips_per_s"], &["latency"])
+            }
             // CONTAINED: the VMM's verdict on its end (`run.rs`).
             WorkloadKind::Hostile => add("hostile", &["contained"], &[]),
             WorkloadKind::Mixed | WorkloadKind::UnixBench => {}

@@ -18,7 +18,7 @@
 //!
 //! [[workload]]
 //! name = "cpu"                # unique; what rows and files call it
-//! kind = "cpu"                # cpu | sleep | pingpong | burst | spinlock | mixed | unixbench
+//! kind = "cpu"                # cpu | sleep | pingpong | burst | spinlock | barrier | shootdown | mixed | unixbench
 //! duration_ms = 500           # parameters of the kind (see workload.rs)
 //!
 //! [[workload]]
@@ -352,7 +352,7 @@ pub fn expectation(pattern: &str) -> Option<&'static str> {
         "layout[].vm[].priority" => "an integer priority (timeshare 1-99, realtime 100-120)",
         "layout[].vm[].workload" => "a workload name in quotes",
         "workload[].kind" => {
-            "a workload kind in quotes: \"cpu\", \"sleep\", \"pingpong\", \"burst\", \"spinlock\", \"mixed\" or \"unixbench\""
+            "a workload kind in quotes: \"cpu\", \"sleep\", \"pingpong\", \"burst\", \"spinlock\", \"barrier\", \"shootdown\", \"mixed\" or \"unixbench\""
         }
         "workload[].args" => "extra key=value words in quotes such as \"apic=x2\"",
         _ => return None,
@@ -682,7 +682,7 @@ fn workload_entry(
     if let Some(m) = table.get("mixed") {
         for entry in params.get("mixed").into_iter().flat_map(|m| m.split(',')) {
             match WorkloadKind::parse(entry) {
-                Ok(k) if k.is_bench_guest() && k != WorkloadKind::Mixed => {}
+                Ok(k) if k.is_mixable() => {}
                 _ => c.err(
                     m.span(),
                     field("mixed"),

@@ -102,6 +102,7 @@ const SKIP_KEYS: &[&str] = &[
     "host_cpus",
     "partner_vcpu",
     "initiator",
+    "peer",
     "interval_ns",
     "duration_ns",
 ];
@@ -153,6 +154,10 @@ pub fn info(metric: &str) -> MetricInfo {
     if metric == "sched.migrations_per_s" {
         return m(Unit::PerSecond, Better::Lower, Combine::Sum, true);
     }
+    // Time a vCPU spun for its siblings: less is better.
+    if metric == "barrier.spin_share" {
+        return m(Unit::Ratio, Better::Lower, Combine::Mean, true);
+    }
     if metric == "sched.ready_wait_fraction" {
         return m(Unit::Ratio, Better::Lower, Combine::Mean, false);
     }
@@ -190,6 +195,10 @@ pub fn title(metric: &str) -> String {
         "sched.wake_latency.p99_ns" => "wake p99 (sched)".into(),
         "pingpong.roundtrips_per_s" => "round trips/s".into(),
         "spinlock.acquisitions_per_s" => "acquisitions/s".into(),
+        "barrier.rounds_per_s" => "barrier rounds/s".into(),
+        "barrier.spin_share" => "barrier spin share".into(),
+        "shootdown.roundtrips_per_s" => "shootdowns/s".into(),
+        "shootdown.latency.p99_ns" => "shootdown p99".into(),
         "burst.run_fraction" => "run fraction".into(),
         "burst.busy_fraction" => "busy fraction".into(),
         "burst.wake_latency.p99_ns" => "burst wake p99".into(),
@@ -456,6 +465,10 @@ fn console_name(workload: &str, key: &str) -> Option<String> {
         ("burst", k) if k.starts_with("wake_") => {
             format!("burst.wake_latency.{}", &k["wake_".len()..])
         }
+        ("shootdown", "p50_ns" | "p99_ns" | "max_ns") => format!("shootdown.latency.{key}"),
+        ("shootdown", "acks") => "shootdown.count".into(),
+        ("barrier", "spin_ppm") => "barrier.spin_share".into(),
+        ("shootdown", "role" | "initiator" | "targets") => return None,
         ("spinlock", k) if k.starts_with("wait_") => {
             format!("spinlock.lock_wait.{}", &k["wait_".len()..])
         }
@@ -501,9 +514,11 @@ pub fn console_samples(console: &str, vm: &str, group: &str) -> (Vec<Sample>, Ve
             let Some(mut metric) = console_name(workload, key) else {
                 continue;
             };
+            if matches!(*key, "run_fraction_ppm" | "spin_ppm") {
+                value /= 1e6;
+            }
             if *key == "run_fraction_ppm" {
                 metric = "burst.run_fraction".into();
-                value /= 1e6;
             }
             out.push(Sample {
                 vm: vm.to_string(),

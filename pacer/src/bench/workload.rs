@@ -3,7 +3,7 @@
 //!
 //! Two families:
 //! - the bench guest's workloads (`cpu`, `sleep`, `pingpong`, `burst`,
-//!   `spinlock`, `mixed`), passed on the guest's command line as
+//!   `spinlock`, `barrier`, `shootdown`, `mixed`), passed on the guest's command line as
 //!   `workload=KIND key=value ...` (guests/PROTOCOL.md);
 //! - `unixbench`, the UnixBench-style suite inside a Linux guest, with its
 //!   own image, command line and result adapter (`unixbench.rs`).
@@ -27,6 +27,8 @@ pub enum WorkloadKind {
     Pingpong,
     Burst,
     Spinlock,
+    Barrier,
+    Shootdown,
     Mixed,
     UnixBench,
     /// A guest gone bad (floods, stray port and MMIO writes, a triple
@@ -39,12 +41,14 @@ pub enum WorkloadKind {
 const BENCH_COMMON: &[&str] = &["duration_ms", "apic", "timer"];
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 8] = [
+    pub const ALL: [WorkloadKind; 10] = [
         WorkloadKind::Cpu,
         WorkloadKind::Sleep,
         WorkloadKind::Pingpong,
         WorkloadKind::Burst,
         WorkloadKind::Spinlock,
+        WorkloadKind::Barrier,
+        WorkloadKind::Shootdown,
         WorkloadKind::Mixed,
         WorkloadKind::UnixBench,
         WorkloadKind::Hostile,
@@ -57,6 +61,8 @@ impl WorkloadKind {
             WorkloadKind::Pingpong => "pingpong",
             WorkloadKind::Burst => "burst",
             WorkloadKind::Spinlock => "spinlock",
+            WorkloadKind::Barrier => "barrier",
+            WorkloadKind::Shootdown => "shootdown",
             WorkloadKind::Mixed => "mixed",
             WorkloadKind::UnixBench => "unixbench",
             WorkloadKind::Hostile => "hostile",
@@ -88,6 +94,19 @@ impl WorkloadKind {
         (self == WorkloadKind::Hostile).then_some("triple_fault")
     }
 
+    /// May be an entry of `mixed=` (the guest's per-vCPU workloads; the
+    /// synchronising kinds need every vCPU of the VM).
+    pub fn is_mixable(self) -> bool {
+        matches!(
+            self,
+            WorkloadKind::Cpu
+                | WorkloadKind::Sleep
+                | WorkloadKind::Pingpong
+                | WorkloadKind::Burst
+                | WorkloadKind::Spinlock
+        )
+    }
+
     /// The parameters this kind accepts besides `name` and `kind`.
     pub fn params(self) -> Vec<&'static str> {
         let own: &[&str] = match self {
@@ -96,6 +115,7 @@ impl WorkloadKind {
             WorkloadKind::Pingpong => &[],
             WorkloadKind::Burst => &["period_us", "run_us"],
             WorkloadKind::Spinlock => &["cs_ns", "gap_ns", "pv_spin"],
+            WorkloadKind::Barrier | WorkloadKind::Shootdown => &["work_us"],
             WorkloadKind::Mixed => &["mixed"],
             WorkloadKind::Hostile => &["flood_kib", "flood_records", "random_ports", "random_mmio"],
             // The Linux image, its command line, copies (counts and/or

@@ -17,7 +17,7 @@
 use super::change::Change;
 use super::dist::{rng_from_seed, SimRng};
 use super::events::{EvKind, EventQueue};
-use super::model::{Cpu, Ent, Group, Lock, Model, Phase, State, NONE};
+use super::model::{Barrier, Cpu, Ent, Group, Lock, Model, Phase, State, NONE};
 use super::report::SimReport;
 use super::workload::{SimError, Workload};
 use crate::monitor::Monitor;
@@ -103,6 +103,7 @@ pub(super) struct Engine {
     pub cpus: Vec<Cpu>,
     pub core_cpus: Vec<Vec<u32>>,
     pub locks: Vec<Lock>,
+    pub barriers: Vec<Barrier>,
     /// Window run time per (entity, CPU), row-major by entity.
     pub cpu_time: Vec<Nanos>,
     pub monitor: Monitor,
@@ -144,6 +145,7 @@ impl Engine {
             cpus: m.cpus,
             core_cpus: m.core_cpus,
             locks: m.locks,
+            barriers: m.barriers,
             cpu_time: vec![0; n * ncpu],
             monitor,
             events: 0,
@@ -258,12 +260,12 @@ impl Engine {
                         self.ents[e].phase = Phase::WaitLock;
                         self.locks[l].spinners.push(e as u32);
                     } else {
-                        stop = self.burst_done(e, now)?;
+                        stop = self.work_end(e, now)?;
                     }
                 }
                 Phase::Crit if ent.crit_left == 0 => {
                     self.release(ent.lock as usize, e, now);
-                    stop = self.burst_done(e, now)?;
+                    stop = self.work_end(e, now)?;
                 }
                 _ => {}
             }
@@ -553,6 +555,7 @@ impl Engine {
         }
         self.replay_dispatched(e, now);
         self.try_take_lock_on_dispatch(e);
+        self.pass_barrier_on_dispatch(e, now)?;
         self.arm(c, now);
         Ok(())
     }

@@ -33,6 +33,8 @@ pub(super) enum Phase {
     Work,
     /// Spinning on the VM lock.
     WaitLock,
+    /// Spinning at the VM barrier (its burst's work is done).
+    WaitBarrier,
     /// Holding the VM lock.
     Crit,
 }
@@ -63,6 +65,10 @@ pub(super) struct Ent {
     pub vm: u32,
     /// Index into `locks`, NONE without lock behaviour.
     pub lock: u32,
+    /// Index into `barriers`, NONE without barrier behaviour.
+    pub barrier: u32,
+    /// The barrier's round this vCPU waits in (WaitBarrier).
+    pub bar_round: u64,
     pub state: State,
     pub phase: Phase,
     pub work_left: Nanos,
@@ -118,6 +124,13 @@ pub(super) struct Lock {
     pub spinners: Vec<u32>,
 }
 
+/// A VM's spin barrier: `parties` vCPUs, `arrived` of them in `round`.
+pub(super) struct Barrier {
+    pub parties: u32,
+    pub arrived: u32,
+    pub round: u64,
+}
+
 /// Everything the model holds, built from a workload.
 pub(super) struct Model {
     pub groups: Vec<Group>,
@@ -127,6 +140,7 @@ pub(super) struct Model {
     pub cpus: Vec<Cpu>,
     pub core_cpus: Vec<Vec<u32>>,
     pub locks: Vec<Lock>,
+    pub barriers: Vec<Barrier>,
 }
 
 impl Model {
@@ -194,12 +208,40 @@ impl Model {
             })
             .collect();
 
+        // One barrier per VM with barrier groups, in ascending VM order.
+        let mut bar_vms: Vec<u32> = w
+            .groups
+            .iter()
+            .filter(|g| g.barrier)
+            .map(|g| g.vm)
+            .collect();
+        bar_vms.sort_unstable();
+        bar_vms.dedup();
+        let barriers = bar_vms
+            .iter()
+            .map(|&vm| Barrier {
+                parties: w
+                    .groups
+                    .iter()
+                    .filter(|g| g.barrier && g.vm == vm)
+                    .map(|g| g.count)
+                    .sum(),
+                arrived: 0,
+                round: 0,
+            })
+            .collect();
+
         let mut ents = Vec::with_capacity(first as usize);
         let mut ent_of = Vec::new();
         for (gi, g) in w.groups.iter().enumerate() {
             let affinity = g.affinity.clone().unwrap_or_else(|| all.clone());
             let lock = if g.lock.is_some() {
                 lock_vms.binary_search(&g.vm).map_or(NONE, |i| i as u32)
+            } else {
+                NONE
+            };
+            let barrier = if g.barrier {
+                bar_vms.binary_search(&g.vm).map_or(NONE, |i| i as u32)
             } else {
                 NONE
             };
@@ -235,6 +277,8 @@ impl Model {
                     group: gi as u32,
                     vm,
                     lock,
+                    barrier,
+                    bar_round: 0,
                     state: State::Blocked,
                     phase: Phase::Fresh,
                     work_left: 0,
@@ -292,6 +336,7 @@ impl Model {
             cpus,
             core_cpus,
             locks,
+            barriers,
         })
     }
 }
@@ -331,7 +376,7 @@ impl Engine {
                 ent.cost_left -= p;
                 ent.overhead += p.min(wdt);
             }
-            Phase::WaitLock => ent.spin += wdt,
+            Phase::WaitLock | Phase::WaitBarrier => ent.spin += wdt,
             Phase::Fresh => {}
         }
     }
@@ -346,7 +391,7 @@ impl Engine {
             Phase::Work => now + ent.work_left,
             Phase::Crit => now + ent.crit_left,
             Phase::WakeCost | Phase::BlockCost => now + ent.cost_left,
-            Phase::WaitLock => Nanos::MAX,
+            Phase::WaitLock | Phase::WaitBarrier => Nanos::MAX,
             Phase::Fresh => now,
         };
         let t = phase_end.min(self.cpus[c].quantum_end).max(now);
@@ -416,6 +461,68 @@ impl Engine {
             }
             self.ents[e].phase = Phase::Crit;
         }
+    }
+
+    /// A burst's work (and its critical section) completed: meet the
+    /// VM's barrier if it has one, then end the burst. The last to arrive
+    /// releases the others: those on a CPU go on at once, the others when
+    /// they next run (`pass_barrier_on_dispatch`).
+    pub(super) fn work_end(
+        &mut self,
+        e: usize,
+        now: Nanos,
+    ) -> Result<Option<StopReason>, SimError> {
+        let b = self.ents[e].barrier;
+        if b == NONE {
+            return self.burst_done(e, now);
+        }
+        let bar = &mut self.barriers[b as usize];
+        bar.arrived += 1;
+        if bar.arrived < bar.parties {
+            let round = bar.round;
+            let ent = &mut self.ents[e];
+            ent.phase = Phase::WaitBarrier;
+            ent.bar_round = round;
+            return Ok(None);
+        }
+        bar.arrived = 0;
+        bar.round += 1;
+        for s in 0..self.ents.len() {
+            if s == e || self.ents[s].barrier != b || self.ents[s].phase != Phase::WaitBarrier {
+                continue;
+            }
+            let State::Running(sc) = self.ents[s].state else {
+                continue;
+            };
+            let sc = sc as usize;
+            self.account(sc, now);
+            // Barrier vCPUs never sleep or yield (validated): the next
+            // burst starts at once.
+            if let Some(reason) = self.burst_done(s, now)? {
+                self.do_schedule(sc, now, reason)?;
+            } else {
+                self.arm(sc, now);
+            }
+        }
+        self.burst_done(e, now)
+    }
+
+    /// A vCPU that waited at the barrier and was released while off a CPU
+    /// goes on when it runs again.
+    pub(super) fn pass_barrier_on_dispatch(
+        &mut self,
+        e: usize,
+        now: Nanos,
+    ) -> Result<(), SimError> {
+        let b = self.ents[e].barrier;
+        if b == NONE
+            || self.ents[e].phase != Phase::WaitBarrier
+            || self.barriers[b as usize].round == self.ents[e].bar_round
+        {
+            return Ok(());
+        }
+        // Never blocks or yields (validated).
+        self.burst_done(e, now).map(|_| ())
     }
 
     /// A burst's work completed: count it, send its messages, choose the

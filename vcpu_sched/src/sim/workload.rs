@@ -199,6 +199,12 @@ pub struct GroupSpec {
     /// VM-wide spin lock behaviour.
     #[serde(default)]
     pub lock: Option<LockSpec>,
+    /// Meet the VM's other `barrier` vCPUs at a spin barrier after each
+    /// burst (after its lock, if any): a vCPU that arrives spins, burning
+    /// its slice, until the last one arrives, so a parked sibling holds up
+    /// the rest (a bulk-synchronous guest, the bench guest's `barrier`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub barrier: bool,
     /// Runnable at time 0 (default true); receivers usually start blocked.
     #[serde(default = "yes")]
     pub start_awake: bool,
@@ -236,6 +242,7 @@ impl GroupSpec {
             yield_after_burst: false,
             message: None,
             lock: None,
+            barrier: false,
             start_awake: true,
         }
     }
@@ -301,6 +308,11 @@ impl GroupSpec {
     /// Hold the VM-wide lock for this fraction of each burst.
     pub fn with_lock(mut self, hold_fraction: f64) -> Self {
         self.lock = Some(LockSpec { hold_fraction });
+        self
+    }
+    /// Meet the VM's other barrier vCPUs after each burst.
+    pub fn with_barrier(mut self, on: bool) -> Self {
+        self.barrier = on;
         self
     }
     /// Whether the group is runnable at time 0.
@@ -510,6 +522,12 @@ impl Workload {
                     "group {name}: a VM-wide lock needs one VM (separate_vms is set)"
                 ));
             }
+            if g.barrier && (g.separate_vms || g.sleep != Sleep::Never || g.yield_after_burst) {
+                return bad(format!(
+                    "group {name}: a barrier needs one VM of vCPUs that never sleep or yield \
+                     (separate_vms, sleep and yield must be unset)"
+                ));
+            }
             if let Some(l) = &g.lock {
                 if !(l.hold_fraction > 0.0 && l.hold_fraction <= 1.0) {
                     return bad(format!(
@@ -595,6 +613,33 @@ mod tests {
         assert!(Workload::from_toml(&typo).is_err());
         let bad_target = text.replace("to_group = \"b\"", "to_group = \"zz\"");
         assert!(Workload::from_toml(&bad_target).is_err());
+    }
+
+    #[test]
+    fn a_barrier_needs_one_vm_of_vcpus_that_never_sleep() {
+        let text = r#"
+            topology = "1x2x1"
+            duration_ms = 1
+            [[group]]
+            name = "bar"
+            count = 2
+            burst = { dist = "fixed", us = 5 }
+            barrier = true
+        "#;
+        let w = Workload::from_toml(text).unwrap();
+        assert!(w.groups[0].barrier);
+        assert_eq!(Workload::from_toml(&w.to_toml()).unwrap(), w);
+        for bad in [
+            "barrier = true\nsleep = \"until_message\"",
+            "barrier = true\nyield = true",
+            "barrier = true\nseparate_vms = true",
+        ] {
+            let e = Workload::from_toml(&text.replace("barrier = true", bad)).unwrap_err();
+            assert!(
+                e.to_string().contains("group bar: a barrier needs one VM"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -18,6 +18,8 @@ pub const WORKLOADS: &[&str] = &[
     "pingpong",
     "burst",
     "spinlock",
+    "barrier",
+    "shootdown",
     "mixed",
     "boot",
     "triple_fault",
@@ -106,6 +108,13 @@ pub const PARAMS: &[Param] = &[
     int("run_us", 1, 10_000_000, "microseconds", &["burst"]),
     int("cs_ns", 0, 1_000_000_000, "nanoseconds", &["spinlock"]),
     int("gap_ns", 0, 1_000_000_000, "nanoseconds", &["spinlock"]),
+    int(
+        "work_us",
+        0,
+        10_000_000,
+        "microseconds",
+        &["barrier", "shootdown"],
+    ),
     Param {
         key: "mixed",
         kind: ParamKind::PerVcpuWorkloads,

@@ -109,6 +109,30 @@ pub struct SpinlockDoc {
     pub lock_wait: Option<LatencyDoc>,
 }
 
+/// `barrier`: rounds of a spin barrier the VM's `barrier` vCPUs meet at.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BarrierDoc {
+    pub rounds: u64,
+    pub rounds_per_s: Option<f64>,
+    pub participants: u64,
+    /// Time spent spinning at the barrier over the vCPU's run, 0..1.
+    pub spin_share: Option<f64>,
+}
+
+/// `shootdown`: the initiator's IPI round trips to every sibling (rate and
+/// latency), or a responder's acknowledgements.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ShootdownDoc {
+    pub initiator: bool,
+    /// The initiator's round trips, a responder's acknowledgements.
+    pub count: u64,
+    /// The initiator's round trips per second (null on a responder).
+    pub roundtrips_per_s: Option<f64>,
+    /// The initiator: how many siblings it asks; a responder: its vCPU.
+    pub peer: u32,
+    pub latency: Option<LatencyDoc>,
+}
+
 /// The vCPU's steal time as its guest read it (KVM's steal-time area, where
 /// the hypervisor offers it): over its life and over its workload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -127,6 +151,8 @@ pub struct GuestDoc {
     pub pingpong: Option<PingpongDoc>,
     pub burst: Option<BurstDoc>,
     pub spinlock: Option<SpinlockDoc>,
+    pub barrier: Option<BarrierDoc>,
+    pub shootdown: Option<ShootdownDoc>,
     pub steal: Option<StealDoc>,
 }
 
@@ -176,6 +202,23 @@ fn guest(m: Option<&VcpuMetrics>, w: Option<&VcpuWork>, tsc_khz: u32) -> GuestDo
                 max_wait_ns: s.max_wait_ns,
                 cs_ns: s.cs_ns,
                 lock_wait: s.wait_ns.as_ref().map(latency),
+            })
+        }),
+        barrier: m.and_then(|m| {
+            m.barrier.as_ref().map(|b| BarrierDoc {
+                rounds: b.rounds,
+                rounds_per_s: m.rounds_per_s,
+                participants: b.participants,
+                spin_share: b.spin_share,
+            })
+        }),
+        shootdown: m.and_then(|m| {
+            m.shootdown.as_ref().map(|s| ShootdownDoc {
+                initiator: s.initiator,
+                count: s.count,
+                roundtrips_per_s: m.shootdowns_per_s,
+                peer: s.peer,
+                latency: s.latency_ns.as_ref().map(latency),
             })
         }),
         steal: m.and_then(|m| {
@@ -262,6 +305,8 @@ fn did_work(g: &GuestDoc) -> bool {
         || g.spinlock.as_ref().is_some_and(|s| s.acquisitions > 0)
         || g.burst.as_ref().is_some_and(|b| b.bursts > 0)
         || g.sleep.as_ref().is_some_and(|s| s.wakeups > 0)
+        || g.barrier.as_ref().is_some_and(|b| b.rounds > 0)
+        || g.shootdown.as_ref().is_some_and(|s| s.count > 0)
 }
 
 /// One vCPU of a VM: its guest's figures, its scheduling, its exits.
@@ -400,6 +445,30 @@ fn record_data(kind: RecordKind, v: &[u64; 5]) -> Value {
         ) => json!({
             "acquisitions": acquisitions, "ticks": ticks, "guest_acquisitions_per_s": v[2],
             "max_wait_ns": max_wait_ns, "cs_ns": cs_ns,
+        }),
+        (
+            _,
+            Ok(Payload::BarrierDone {
+                rounds,
+                ticks,
+                spin_ticks,
+                participants,
+            }),
+        ) => json!({
+            "rounds": rounds, "ticks": ticks, "guest_rounds_per_s": v[2],
+            "spin_ticks": spin_ticks, "participants": participants,
+        }),
+        (
+            _,
+            Ok(Payload::ShootdownDone {
+                count,
+                ticks,
+                peer,
+                initiator,
+            }),
+        ) => json!({
+            "count": count, "ticks": ticks, "guest_per_s": v[2], "peer": peer,
+            "initiator": initiator,
         }),
         (
             _,

@@ -719,6 +719,30 @@ fn format_metrics(vm: &str, m: &VcpuMetrics) -> String {
                 .unwrap_or_else(|| format!("max {} ns", l.max_wait_ns))
         );
     }
+    if let (Some(b), Some(rate)) = (&m.barrier, m.rounds_per_s) {
+        s += &format!(
+            "[{vm}]   vcpu{}: barrier of {}: {} rounds, {rate:.0}/s, spinning {:.1} %\n",
+            m.vcpu,
+            b.participants,
+            b.rounds,
+            b.spin_share.unwrap_or(0.0) * 100.0
+        );
+    }
+    if let Some(d) = &m.shootdown {
+        s += &match (d.initiator, m.shootdowns_per_s) {
+            (true, Some(rate)) => format!(
+                "[{vm}]   vcpu{}: shootdown to {} siblings: {} round trips, {rate:.0}/s, {}\n",
+                m.vcpu,
+                d.peer,
+                d.count,
+                d.latency_ns.as_ref().map(latency).unwrap_or_default()
+            ),
+            _ => format!(
+                "[{vm}]   vcpu{}: shootdown: {} acknowledgements to vcpu{}\n",
+                m.vcpu, d.count, d.peer
+            ),
+        };
+    }
     if let Some(b) = &m.burst {
         s += &format!(
             "[{vm}]   vcpu{}: burst run fraction {:.3}, {} bursts, {} missed{}\n",

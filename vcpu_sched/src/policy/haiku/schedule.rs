@@ -195,7 +195,9 @@ impl HaikuScheduler {
         if let Some(mut shared) = held {
             // Held only with the pinned queue empty and SMT isolation off
             // (`Stopped::held`): the pick is the core queue's head.
-            let got = shared.pop();
+            let got = self
+                .co_start_pick(cpu, &mut shared)
+                .or_else(|| shared.pop());
             self.m
                 .publish_len(QueueRef::Core(core), &cs.queued, shared.len());
             return got.map_or(Local::Empty, Local::Got);
@@ -224,13 +226,48 @@ impl HaikuScheduler {
                 got
             }
             _ => {
-                let got = shared.pop();
+                let got = self
+                    .co_start_pick(cpu, &mut shared)
+                    .or_else(|| shared.pop());
                 self.m
                     .publish_len(QueueRef::Core(core), &cs.queued, shared.len());
                 got
             }
         };
         got.map_or(Local::Empty, Local::Got)
+    }
+
+    /// Relaxed co-scheduling's co-start (`tunables.co_start`): when the
+    /// head's VM runs nowhere else in the LLC, the first entry of the same
+    /// level whose VM does (a sibling of a running vCPU, which may be
+    /// spinning for it at a barrier, on a lock or for an IPI's answer).
+    /// Same level only: never above a better-placed entity; FIFO among
+    /// the siblings; never the VM this CPU just ran. None: the head.
+    fn co_start_pick(&self, cpu: CpuId, q: &mut RunQueue) -> Option<QueueEntry> {
+        if !self.tun().co_start {
+            return None;
+        }
+        let head = q.head()?;
+        let level = head.level;
+        let llc = &self.m.topo.llcs[self.m.llc_of(cpu).0 as usize].cpus;
+        let runs_elsewhere = |vm: crate::VmId| {
+            llc.iter().any(|&c| {
+                let slot = &self.m.cpus[c.0 as usize];
+                c != cpu
+                    && slot.running.load(Ordering::Acquire) != NO_ENTITY
+                    && slot.vm.load(Ordering::Acquire) == vm.0
+            })
+        };
+        if runs_elsewhere(head.vm) {
+            return None;
+        }
+        // Not the VM this CPU just ran (its slot keeps the VM after the
+        // stop): its quantum ended, and preferring it again would let a
+        // VM with a vCPU running anywhere keep every CPU.
+        let last = self.m.cpus[cpu.0 as usize].vm.load(Ordering::Acquire);
+        q.take_first(|e| {
+            e.level == level && e.vm.0 != last && e.allows(cpu) && runs_elsewhere(e.vm)
+        })
     }
 
     /// Steal the first entry allowed on `cpu`, nearest queues first.
