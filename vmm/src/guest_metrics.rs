@@ -7,7 +7,9 @@
 //! the guest's own rate fields are not trusted. Pure functions: the records
 //! are the only input.
 
-use devices::result_payload::{bucket_range, decode, GuestError, Latency, LatencyMetric, Payload};
+use devices::result_payload::{
+    bucket_range, decode, quantile, GuestError, Latency, LatencyMetric, Payload,
+};
 use devices::{RecordKind, ResultRecord};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -18,6 +20,9 @@ pub struct LatencySummary {
     pub count: u64,
     pub p50_ns: u64,
     pub p99_ns: u64,
+    /// Read from the histogram as the guest reads its own percentiles (the
+    /// LATENCY record has no room for it); the max when no histogram came.
+    pub p999_ns: u64,
     pub max_ns: u64,
     /// Non-empty buckets in increasing order.
     pub histogram: Vec<HistogramBucket>,
@@ -126,6 +131,10 @@ struct Folding {
 
 fn summary(l: Option<&Latency>, hist: Option<&BTreeMap<u16, u64>>) -> Option<LatencySummary> {
     let l = l?;
+    let pairs: Vec<(u16, u64)> = hist.into_iter().flatten().map(|(&b, &c)| (b, c)).collect();
+    let p999_ns = quantile(&pairs, 999, 1000, l.max_ns)
+        .unwrap_or(l.max_ns)
+        .max(l.p99_ns);
     let histogram: Vec<HistogramBucket> = hist
         .into_iter()
         .flatten()
@@ -144,6 +153,7 @@ fn summary(l: Option<&Latency>, hist: Option<&BTreeMap<u16, u64>>) -> Option<Lat
         count: l.count,
         p50_ns: l.p50_ns,
         p99_ns: l.p99_ns,
+        p999_ns,
         max_ns: l.max_ns,
         histogram,
         histogram_count,
@@ -383,6 +393,9 @@ mod tests {
             (3, 2000, 9000, 9000)
         );
         assert_eq!(s.histogram_count, 3);
+        // p99.9 is read from the histogram: rank 3 of 3, the 9 us bucket's
+        // top capped by the max.
+        assert_eq!(s.p999_ns, 9000);
         assert_eq!(s.histogram.len(), 2);
         assert!(s.histogram[0].lo_ns <= 2000 && 2000 <= s.histogram[0].hi_ns);
         assert_eq!(m[1].sleep.as_ref().unwrap().missed, 1);
@@ -397,6 +410,8 @@ mod tests {
         assert_eq!(b.busy_fraction, Some(0.4));
         let w = b.wake_latency_ns.as_ref().unwrap();
         assert_eq!((w.max_ns, w.histogram_count), (7, 0));
+        // No histogram: p99.9 falls back to the max, an upper bound.
+        assert_eq!(w.p999_ns, 7);
     }
 
     #[test]

@@ -233,6 +233,49 @@ fn sleep_on_two_vcpus_reports_bounded_latencies() {
     }
 }
 
+/// The value of `key=` on the console line of `vcpu`'s `workload`.
+fn console_value(text: &str, vcpu: u32, workload: &str, key: &str) -> Option<u64> {
+    let head = format!("pacer-result vcpu={vcpu} workload={workload} ");
+    let line = text.lines().find(|l| l.starts_with(&head))?;
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn sleep_with_wakes_stops_at_the_count_and_reads_p999_as_the_guest_does() {
+    if !kvm_or_skip("sleep_with_wakes_stops_at_the_count_and_reads_p999_as_the_guest_does") {
+        return;
+    }
+    let _one = serial();
+    let dir = TempDir::new("smp-wakes");
+    // 2000 wakes fit 10 s at 200 us many times over: the count ends the run.
+    let res = run_config(
+        &dir,
+        &vm(
+            "wakes",
+            2,
+            "sleep duration_ms=10000 interval_us=200 wakes=2000",
+        ),
+    );
+    let r = &res.vms[0];
+    assert_eq!(r.status, "success", "{r:?}");
+    let text = console(&dir, &r.name);
+    for m in &r.vcpu_metrics {
+        let l = m.sleep_latency_ns.as_ref().expect("sleep latency");
+        assert_eq!(l.count, 2000, "{m:?}");
+        assert_eq!(l.histogram_count, 2000, "{m:?}");
+        assert!(l.p99_ns <= l.p999_ns && l.p999_ns <= l.max_ns, "{l:?}");
+        // The VMM reads p99.9 from the histogram by the guest's own rule.
+        assert_eq!(
+            console_value(&text, m.vcpu, "sleep", "p999_ns"),
+            Some(l.p999_ns),
+            "{text}"
+        );
+    }
+}
+
 #[test]
 fn pingpong_on_two_vcpus_makes_round_trips() {
     if !kvm_or_skip("pingpong_on_two_vcpus_makes_round_trips") {

@@ -40,6 +40,7 @@ struct cfg {
     unsigned workload_len;
     uint64_t duration_ms, report_ms, tsc_khz, vcpus;
     uint64_t interval_us, period_us, run_us, cs_ns, gap_ns;
+    uint64_t wakes;              /* sleep, burst: stop after this many wakes (0: at the end) */
     int x2apic, deadline, pv_eoi;   /* x2apic: 0 xapic, 1 x2apic, 2 x2APIC if offered */
     int steal;                   /* KVM steal time where CPUID offers it */
     int pv_spin;                 /* spinlock: yield while the holder's vCPU is preempted */
@@ -115,7 +116,7 @@ void hist_add(struct ucpu *c, uint64_t ns);
  * never above `max` */
 uint64_t hist_quantile(const struct ucpu *c, uint64_t count, uint64_t num, uint64_t den,
                        uint64_t max);
-/* LATENCY + HISTOGRAM records and ` p50_ns=.. p99_ns=.. max_ns=..` in b */
+/* LATENCY + HISTOGRAM records and ` p50_ns=.. p99_ns=.. p999_ns=.. max_ns=..` in b */
 void report_latency(struct ucpu *c, uint64_t metric, uint64_t count, uint64_t max,
                     struct buf *b, const char *prefix);
 

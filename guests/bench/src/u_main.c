@@ -23,6 +23,7 @@ static uint32_t done;
 #define MAX_MS        86400000ull      /* one day */
 #define MAX_US        10000000ull      /* 10 s */
 #define MAX_NS        1000000000ull    /* 1 s */
+#define MAX_WAKES     1000000000ull
 
 /* ---- command line ---------------------------------------------------------- */
 static int bad_input;
@@ -105,6 +106,7 @@ static void parse_cmdline(const char *s, unsigned len)
         else if (keyis(k, kl, "interval_us")) num("interval_us", v, vl, 1, MAX_US, "1..10000000", &cfg.interval_us);
         else if (keyis(k, kl, "period_us")) num("period_us", v, vl, 1, MAX_US, "1..10000000", &cfg.period_us);
         else if (keyis(k, kl, "run_us")) num("run_us", v, vl, 1, MAX_US, "1..10000000, at most period_us", &cfg.run_us);
+        else if (keyis(k, kl, "wakes")) num("wakes", v, vl, 1, MAX_WAKES, "1..1000000000", &cfg.wakes);
         else if (keyis(k, kl, "cs_ns")) num("cs_ns", v, vl, 0, MAX_NS, "0..1000000000", &cfg.cs_ns);
         else if (keyis(k, kl, "gap_ns")) num("gap_ns", v, vl, 0, MAX_NS, "0..1000000000", &cfg.gap_ns);
         else if (keyis(k, kl, "apic")) {
@@ -304,7 +306,7 @@ __attribute__((noreturn)) void uap_main(uint32_t id)
         ;
 }
 
-static const char text_meta[] = "guest=pacer-bench abi=2 work_iters=2048 max_vcpus=254";
+static const char text_meta[] = "guest=pacer-bench abi=3 work_iters=2048 max_vcpus=254";
 
 /* ---- hostile: what a guest gone bad does to its VMM ------------------------
  * A serial flood (flood_kib KiB of console lines), a result port flood

@@ -175,7 +175,14 @@ pub fn own_metric(k: WorkloadKind) -> Option<&'static str> {
 }
 
 /// The fields of a latency summary (`LatencyDoc` of the run JSON).
-const LATENCY: &[&str] = &["count", "p50_ns", "p99_ns", "max_ns", "histogram_count"];
+const LATENCY: &[&str] = &[
+    "count",
+    "p50_ns",
+    "p99_ns",
+    "p999_ns",
+    "max_ns",
+    "histogram_count",
+];
 
 /// The per-vCPU metrics a workload's guest reports (the run JSON's
 /// `vcpus[].guest`, flattened as `metrics::vm_samples` does), without

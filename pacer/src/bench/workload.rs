@@ -79,9 +79,9 @@ impl WorkloadKind {
     pub fn params(self) -> Vec<&'static str> {
         let own: &[&str] = match self {
             WorkloadKind::Cpu => &["report_ms"],
-            WorkloadKind::Sleep => &["interval_us"],
+            WorkloadKind::Sleep => &["interval_us", "wakes"],
             WorkloadKind::Pingpong => &[],
-            WorkloadKind::Burst => &["period_us", "run_us"],
+            WorkloadKind::Burst => &["period_us", "run_us", "wakes"],
             WorkloadKind::Spinlock => &["cs_ns", "gap_ns", "pv_spin"],
             WorkloadKind::Mixed => &["mixed"],
             // The Linux image, its command line, copies (counts and/or

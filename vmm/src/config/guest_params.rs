@@ -104,6 +104,7 @@ pub const PARAMS: &[Param] = &[
     int("interval_us", 1, 10_000_000, "microseconds", &["sleep"]),
     int("period_us", 1, 10_000_000, "microseconds", &["burst"]),
     int("run_us", 1, 10_000_000, "microseconds", &["burst"]),
+    int("wakes", 1, 1_000_000_000, "wakes", &["sleep", "burst"]),
     int("cs_ns", 0, 1_000_000_000, "nanoseconds", &["spinlock"]),
     int("gap_ns", 0, 1_000_000_000, "nanoseconds", &["spinlock"]),
     Param {
@@ -135,6 +136,9 @@ pub const RESERVED: &[&str] = &["tsc_khz", "vcpus"];
 
 /// The guest's default `period_us` (`run_us` must not exceed it).
 const DEFAULT_PERIOD_US: u64 = 1000;
+/// The guest's default `interval_us` and `duration_ms`.
+const DEFAULT_INTERVAL_US: u64 = 1000;
+const DEFAULT_DURATION_MS: u64 = 1000;
 
 /// One refused parameter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -310,7 +314,40 @@ pub fn check(args: &[(String, String)], vcpus: u32) -> Vec<ParamError> {
             ));
         }
     }
+    if let Some(e) = check_wakes(&get, &running) {
+        errors.push(e);
+    }
     errors
+}
+
+/// `wakes=N` ends a latency workload after N wakes, but never after
+/// `duration_ms`: refuse a count the run is too short to reach even when
+/// every period is on time, so a long run is never silently cut short.
+fn check_wakes<'a>(
+    get: &impl Fn(&str) -> Option<&'a String>,
+    running: &[&str],
+) -> Option<ParamError> {
+    let wakes = get("wakes").and_then(|v| parse_uint(v))?;
+    let uint = |key: &str, default: u64| get(key).and_then(|v| parse_uint(v)).unwrap_or(default);
+    let duration_ms = uint("duration_ms", DEFAULT_DURATION_MS);
+    let (key, every_us) = [
+        ("sleep", "interval_us", DEFAULT_INTERVAL_US),
+        ("burst", "period_us", DEFAULT_PERIOD_US),
+    ]
+    .into_iter()
+    .filter(|(w, _, _)| running.contains(w))
+    .map(|(_, key, default)| (key, uint(key, default)))
+    .max_by_key(|&(_, us)| us)?;
+    let needed_ms = u128::from(wakes) * u128::from(every_us) / 1000;
+    (needed_ms > u128::from(duration_ms)).then(|| {
+        err(
+            "wakes",
+            format!(
+                "expected at most duration_ms / {key} wakes ({} = {duration_ms} ms / {every_us} us) so that the run can reach them, found {wakes} (raise duration_ms to {needed_ms})",
+                u128::from(duration_ms) * 1000 / u128::from(every_us)
+            ),
+        )
+    })
 }
 
 /// Split command-line words into `(key, value)` (a word without `=` has an
@@ -404,6 +441,8 @@ mod tests {
             "workload=cpu duration_ms=500 report_ms=100",
             "workload=sleep interval_us=250 duration_ms=1000 apic=xapic timer=oneshot",
             "workload=burst period_us=1000 run_us=300",
+            "workload=sleep interval_us=100 wakes=1000000 duration_ms=100000",
+            "workload=burst wakes=1000",
             "workload=spinlock cs_ns=0 gap_ns=2000",
             "workload=pingpong",
             "workload=boot",
@@ -477,6 +516,18 @@ mod tests {
                 "period_us (10)",
             ),
             ("workload=sleep apic=x3apic", "apic", "x2apic, xapic"),
+            ("workload=sleep wakes=0", "wakes", "from 1 to 1000000000"),
+            ("workload=cpu wakes=5", "wakes", "workload sleep, burst"),
+            (
+                "workload=sleep interval_us=100 wakes=1000000 duration_ms=99999",
+                "wakes",
+                "999990 = 99999 ms / 100 us",
+            ),
+            (
+                "workload=burst period_us=2000 wakes=501",
+                "wakes",
+                "raise duration_ms to 1002",
+            ),
             ("workload=mixed mixed=cpu,idle", "mixed", "found \"idle\""),
             ("workload=mixed mixed=cpu", "mixed", "per vCPU (2)"),
             ("workload=mixed", "mixed", "found nothing"),

@@ -25,6 +25,8 @@ pub struct LatencyDoc {
     pub count: u64,
     pub p50_ns: u64,
     pub p99_ns: u64,
+    /// Read from the histogram (HdrHistogram-style, 2 significant digits).
+    pub p999_ns: u64,
     pub max_ns: u64,
     /// The non-empty buckets of the guest's histogram, in order.
     pub histogram: Vec<BucketDoc>,
@@ -44,6 +46,7 @@ fn latency(l: &LatencySummary) -> LatencyDoc {
         count: l.count,
         p50_ns: l.p50_ns,
         p99_ns: l.p99_ns,
+        p999_ns: l.p999_ns,
         max_ns: l.max_ns,
         histogram: l
             .histogram

@@ -683,9 +683,10 @@ pub fn format_summary(r: &VmResult) -> String {
 fn latency(l: &LatencySummary) -> String {
     let p = |ns: u64| units::latency(ns as f64, units::GUEST_SUB_BUCKETS);
     format!(
-        "p50 {}, p99 {}, max {} over {}",
+        "p50 {}, p99 {}, p99.9 {}, max {} over {}",
         p(l.p50_ns),
         p(l.p99_ns),
+        p(l.p999_ns),
         units::duration3(l.max_ns as f64),
         l.count
     )
