@@ -34,6 +34,8 @@ pub enum LatencyMetric {
     BurstWake = 2,
     /// `spinlock`: time from the first attempt to holding the lock.
     LockWait = 3,
+    /// `server`: a request's intended arrival to the end of its service.
+    ServerRequest = 8,
 }
 
 impl LatencyMetric {
@@ -42,6 +44,7 @@ impl LatencyMetric {
             1 => LatencyMetric::SleepWake,
             2 => LatencyMetric::BurstWake,
             3 => LatencyMetric::LockWait,
+            8 => LatencyMetric::ServerRequest,
             _ => return None,
         })
     }
@@ -138,6 +141,15 @@ pub enum Payload {
         max_wait_ns: u64,
         cs_ns: u64,
     },
+    /// `server`, from the dispatcher: requests served by the VM's workers,
+    /// ticks from the start to the last one's end, requests offered (the
+    /// arrivals) and dropped (a full queue).
+    ServerDone {
+        requests: u64,
+        ticks: u64,
+        offered: u64,
+        dropped: u64,
+    },
     /// The vCPU's steal time as the guest read it from its KVM steal-time
     /// area: over the vCPU's life and over the workload.
     Steal {
@@ -232,6 +244,12 @@ pub enum DecodeError {
     Partner(u64),
     #[error("role {0} (want 0 or 1)")]
     Role(u64),
+    #[error("SERVER_DONE: {requests} served + {dropped} dropped exceed the {offered} offered")]
+    Server {
+        requests: u64,
+        dropped: u64,
+        offered: u64,
+    },
     #[error("STEAL: workload steal {workload} ns exceeds the total {total} ns")]
     Steal { workload: u64, total: u64 },
 }
@@ -327,6 +345,22 @@ pub fn decode(kind: RecordKind, v: &[u64; 5]) -> Result<Payload, DecodeError> {
             max_wait_ns: v[3],
             cs_ns: v[4],
         },
+        RecordKind::ServerDone => {
+            let (requests, offered, dropped) = (v[0], v[3], v[4]);
+            if requests.checked_add(dropped).is_none_or(|n| n > offered) {
+                return Err(DecodeError::Server {
+                    requests,
+                    dropped,
+                    offered,
+                });
+            }
+            Payload::ServerDone {
+                requests,
+                ticks: v[1],
+                offered,
+                dropped,
+            }
+        }
         RecordKind::Steal => {
             if v[1] > v[0] {
                 return Err(DecodeError::Steal {
@@ -453,6 +487,26 @@ mod tests {
         assert!(decode(RecordKind::Histogram, &[1 | (1 << 16), pair(3, 0), 0, 0, 0]).is_err());
         assert!(decode(RecordKind::Histogram, &[1 | (1 << 16), pair(3, 1), 1, 0, 0]).is_err());
         assert!(decode(RecordKind::Histogram, &[1 | (1 << 24), pair(3, 1), 0, 0, 0]).is_err());
+    }
+
+    #[test]
+    fn server_done_adds_up() {
+        assert_eq!(
+            decode(RecordKind::ServerDone, &[98, 1000, 98, 100, 2]).unwrap(),
+            Payload::ServerDone {
+                requests: 98,
+                ticks: 1000,
+                offered: 100,
+                dropped: 2
+            }
+        );
+        // More served and dropped than arrived; an overflowing sum.
+        assert!(decode(RecordKind::ServerDone, &[99, 1000, 0, 100, 2]).is_err());
+        assert!(decode(RecordKind::ServerDone, &[u64::MAX, 1, 0, 5, 1]).is_err());
+        assert_eq!(
+            LatencyMetric::from_u64(8),
+            Some(LatencyMetric::ServerRequest)
+        );
     }
 
     #[test]

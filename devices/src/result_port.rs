@@ -93,6 +93,8 @@ pub enum RecordKind {
     SpinlockDone = 11,
     /// A vCPU's KVM steal time (the life total, over the workload, ticks).
     Steal = 12,
+    /// `server`: the VM's requests served, ticks, offered and dropped.
+    ServerDone = 16,
 }
 
 impl RecordKind {
@@ -110,6 +112,7 @@ impl RecordKind {
             10 => RecordKind::BurstDone,
             11 => RecordKind::SpinlockDone,
             12 => RecordKind::Steal,
+            16 => RecordKind::ServerDone,
             _ => return None,
         })
     }

@@ -30,9 +30,11 @@ pub const SAME_WITHIN: f64 = 0.05;
 
 /// The headline metrics a VM is judged by, latency-sensitive first; a VM
 /// gets a row for each one its vCPUs reported.
-const HEADLINES: [&str; 6] = [
+const HEADLINES: [&str; 8] = [
     "sleep.wake_latency.p99_ns",
     "sleep.wake_latency.p50_ns",
+    "server.request_latency.p99_ns",
+    "server.requests_per_s",
     "burst.run_fraction",
     "pingpong.roundtrips_per_s",
     "spinlock.acquisitions_per_s",

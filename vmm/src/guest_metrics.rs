@@ -75,6 +75,19 @@ pub struct SpinlockMetrics {
     pub wait_ns: Option<LatencySummary>,
 }
 
+/// `server` (the dispatcher's record): the whole VM's requests.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ServerMetrics {
+    pub requests: u64,
+    /// Arrivals in the run (served + dropped).
+    pub offered: u64,
+    /// Arrivals refused by a full worker queue.
+    pub dropped: u64,
+    /// Intended arrival to end of service, over every worker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_latency_ns: Option<LatencySummary>,
+}
+
 /// The vCPU's steal time as its guest read it (KVM's steal-time area).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct StealMetrics {
@@ -104,6 +117,10 @@ pub struct VcpuMetrics {
     pub spinlock: Option<SpinlockMetrics>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub burst: Option<BurstMetrics>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerMetrics>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steal: Option<StealMetrics>,
 }
@@ -265,6 +282,23 @@ pub fn vcpu_metrics<'a>(
             }
             (
                 _,
+                Payload::ServerDone {
+                    requests,
+                    ticks,
+                    offered,
+                    dropped,
+                },
+            ) => {
+                f.m.requests_per_s = rate(requests, ticks, tsc_khz);
+                f.m.server = Some(ServerMetrics {
+                    requests,
+                    offered,
+                    dropped,
+                    request_latency_ns: None,
+                });
+            }
+            (
+                _,
                 Payload::Steal {
                     steal_ns,
                     workload_steal_ns,
@@ -292,6 +326,10 @@ pub fn vcpu_metrics<'a>(
             }
             if let Some(s) = f.m.spinlock.as_mut() {
                 s.wait_ns = lock_wait;
+            }
+            let request = get(LatencyMetric::ServerRequest);
+            if let Some(s) = f.m.server.as_mut() {
+                s.request_latency_ns = request;
             }
             f.m
         })
@@ -379,11 +417,23 @@ mod tests {
             ),
             (4, rec(RecordKind::Latency, [2, 10, 5, 6, 7])),
             (5, rec(RecordKind::Text, [0, 0, 0, 0, 0])),
+            (
+                6,
+                rec(RecordKind::ServerDone, [900, 1_000_000, 900, 1000, 100]),
+            ),
+            (6, rec(RecordKind::Latency, [8, 900, 40, 90, 95])),
+            (
+                6,
+                rec(
+                    RecordKind::Histogram,
+                    [8 | (2 << 16), pair(40, 899), pair(95, 1), 0, 0],
+                ),
+            ),
         ];
         let m = vcpu_metrics(recs.iter().map(|(v, r)| (*v, r)), khz);
         assert_eq!(
             m.iter().map(|x| x.vcpu).collect::<Vec<_>>(),
-            [0, 1, 2, 3, 4]
+            [0, 1, 2, 3, 4, 6]
         );
         // WORK_DONE wins over a later sample.
         assert_eq!(m[0].units_per_s, Some(20_000.0));
@@ -412,6 +462,15 @@ mod tests {
         assert_eq!((w.max_ns, w.histogram_count), (7, 0));
         // No histogram: p99.9 falls back to the max, an upper bound.
         assert_eq!(w.p999_ns, 7);
+        // server: 900 requests in 1 s; the request latency folded in.
+        assert_eq!(m[5].requests_per_s, Some(900.0));
+        let srv = m[5].server.as_ref().unwrap();
+        assert_eq!((srv.requests, srv.offered, srv.dropped), (900, 1000, 100));
+        let l = srv.request_latency_ns.as_ref().unwrap();
+        assert_eq!(
+            (l.count, l.p99_ns, l.p999_ns, l.histogram_count),
+            (900, 90, 95, 900)
+        );
     }
 
     #[test]

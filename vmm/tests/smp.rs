@@ -277,6 +277,64 @@ fn sleep_with_wakes_stops_at_the_count_and_reads_p999_as_the_guest_does() {
 }
 
 #[test]
+fn server_serves_every_arrival_and_reports_the_vms_request_latency() {
+    if !kvm_or_skip("server_serves_every_arrival_and_reports_the_vms_request_latency") {
+        return;
+    }
+    let _one = serial();
+    let dir = TempDir::new("smp-server");
+    for policy in POLICIES {
+        // 3 vCPUs: a dispatcher and two workers; 3000 arrivals at 5000/s
+        // fit the 10 s run, so `wakes` ends it, with a lock and shared
+        // memory on every request.
+        let res = run_config_with(
+            &dir,
+            policy,
+            &vm(
+                "srv",
+                3,
+                "server duration_ms=10000 rate=5000 work_us=20 wakes=3000 lock=on touch_kib=4",
+            ),
+        );
+        let r = &res.vms[0];
+        assert_eq!(r.status, "success", "{policy}: {r:?}");
+        // Only the dispatcher reports, for the whole VM.
+        let with: Vec<_> = r
+            .vcpu_metrics
+            .iter()
+            .filter(|m| m.server.is_some())
+            .collect();
+        assert_eq!(with.len(), 1, "{:?}", r.vcpu_metrics);
+        assert_eq!(with[0].vcpu, 0);
+        let s = with[0].server.as_ref().unwrap();
+        assert_eq!(s.offered, 3000, "{s:?}");
+        assert_eq!(s.requests + s.dropped, 3000, "{s:?}");
+        let l = s.request_latency_ns.as_ref().expect("request latency");
+        assert_eq!(l.count, s.requests);
+        assert_eq!(
+            l.histogram_count, s.requests,
+            "every worker's histogram merged"
+        );
+        // A request takes at least its 20 us of work.
+        assert!(l.p50_ns >= 20_000, "{l:?}");
+        assert!(l.p50_ns <= l.p99_ns && l.p99_ns <= l.p999_ns && l.p999_ns <= l.max_ns);
+        let rate = with[0].requests_per_s.expect("requests/s");
+        assert!(rate > 0.0 && rate <= 6000.0, "{rate}");
+        let text = console(&dir, &r.name);
+        assert_eq!(
+            console_value(&text, 0, "server", "request_p999_ns"),
+            Some(l.p999_ns),
+            "{text}"
+        );
+        let served: u64 = [1, 2]
+            .iter()
+            .filter_map(|&v| console_value(&text, v, "server", "served"))
+            .sum();
+        assert_eq!(served, s.requests, "{text}");
+    }
+}
+
+#[test]
 fn pingpong_on_two_vcpus_makes_round_trips() {
     if !kvm_or_skip("pingpong_on_two_vcpus_makes_round_trips") {
         return;

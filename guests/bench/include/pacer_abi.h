@@ -47,11 +47,13 @@
 #define PACER_KIND_BURST_DONE 10   /* v0 bursts, v1 missed, v2 ticks, v3 run ticks, v4 ppm */
 #define PACER_KIND_SPINLOCK_DONE 11 /* v0 acquisitions, v1 ticks, v2 per s, v3 max wait ns, v4 cs ns */
 #define PACER_KIND_STEAL      12   /* v0 steal ns (life), v1 steal ns (workload), v2 workload ticks */
+#define PACER_KIND_SERVER_DONE 16  /* v0 requests served, v1 ticks, v2 per s, v3 offered, v4 dropped */
 
 /* LATENCY / HISTOGRAM metrics */
 #define PACER_METRIC_SLEEP_WAKE 1  /* sleep: wake TSC - programmed TSC */
 #define PACER_METRIC_BURST_WAKE 2  /* burst: the same, per period */
 #define PACER_METRIC_LOCK_WAIT  3  /* spinlock: time to acquire the lock */
+#define PACER_METRIC_SERVER_REQUEST 8 /* server: intended arrival to end of service */
 
 /* Histogram buckets (log-linear, HdrHistogram-style with 2 significant
  * digits: 128 sub-buckets per power of two, in ns): v < 128 -> bucket v;

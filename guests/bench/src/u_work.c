@@ -277,6 +277,7 @@ void run_role(struct ucpu *c)
     case ROLE_PINGPONG: wl_pingpong(c); break;
     case ROLE_BURST: wl_burst(c); break;
     case ROLE_SPINLOCK: wl_spinlock(c); break;
+    case ROLE_SERVER: wl_server(c); break;
     default: break;
     }
     if (!steal_on)

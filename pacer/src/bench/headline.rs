@@ -23,7 +23,8 @@
 //! its own), and the headline is the workload kind's own figure
 //! ([`kind_metrics`]): units/s for `cpu`, the sleep p99 for `sleep`, round
 //! trips/s for `pingpong`, the run fraction for `burst`, acquisitions/s for
-//! `spinlock`, the index for `unixbench`.
+//! `spinlock`, the request p99 and requests/s for `server`, the index for
+//! `unixbench`.
 
 use super::matrix::{Layout, Matrix};
 use super::metrics::{self, Better};
@@ -156,6 +157,11 @@ pub fn kind_metrics(w: &Workload) -> Vec<HeadlineMetric> {
             .map(|c| format!("unixbench.index.{}", c.suffix()))
             .into_iter()
             .collect(),
+        // A server is judged by its tail and by keeping up with the load.
+        WorkloadKind::Server => vec![
+            "server.request_latency.p99_ns".into(),
+            "server.requests_per_s".into(),
+        ],
         k => one(k).map(String::from).into_iter().collect(),
     };
     names.iter().map(|n| HeadlineMetric::named(n)).collect()
@@ -170,6 +176,7 @@ pub fn own_metric(k: WorkloadKind) -> Option<&'static str> {
         WorkloadKind::Pingpong => "pingpong.roundtrips_per_s",
         WorkloadKind::Burst => "burst.run_fraction",
         WorkloadKind::Spinlock => "spinlock.acquisitions_per_s",
+        WorkloadKind::Server => "server.request_latency.p99_ns",
         WorkloadKind::Mixed | WorkloadKind::UnixBench => return None,
     })
 }
@@ -218,6 +225,11 @@ pub fn guest_metrics(w: &Workload) -> Vec<String> {
                 "spinlock",
                 &["acquisitions", "acquisitions_per_s", "max_wait_ns", "cs_ns"],
                 &["lock_wait"],
+            ),
+            WorkloadKind::Server => add(
+                "server",
+                &["requests", "requests_per_s", "offered", "dropped"],
+                &["request_latency"],
             ),
             WorkloadKind::Mixed | WorkloadKind::UnixBench => {}
         }

@@ -201,6 +201,10 @@ pub fn title(metric: &str) -> String {
         "sleep.wake_latency.max_ns" => "sleep max".into(),
         "burst.wake_latency.p999_ns" => "burst wake p99.9".into(),
         "burst.wake_latency.max_ns" => "burst wake max".into(),
+        "server.requests_per_s" => "requests/s".into(),
+        "server.request_latency.p99_ns" => "request p99".into(),
+        "server.request_latency.p999_ns" => "request p99.9".into(),
+        "server.request_latency.max_ns" => "request max".into(),
         "unixbench.index.copies_1" => "UB index (1 copy)".into(),
         "unixbench.index.copies_vcpus" => "UB index (copy per vCPU)".into(),
         _ if metric.starts_with("jain.") => format!("Jain ({})", title(&metric["jain.".len()..])),
@@ -467,6 +471,9 @@ fn console_name(workload: &str, key: &str) -> Option<String> {
             format!("spinlock.lock_wait.{}", &k["wait_".len()..])
         }
         ("burst", "bursts" | "missed") => format!("burst.{key}"),
+        ("server", k) if k.starts_with("request_") => {
+            format!("server.request_latency.{}", &k["request_".len()..])
+        }
         ("pingpong" | "sleep", "interval_us" | "role") => return None,
         (w, k) => format!("{w}.{k}"),
     };

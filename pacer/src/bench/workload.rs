@@ -3,7 +3,7 @@
 //!
 //! Two families:
 //! - the bench guest's workloads (`cpu`, `sleep`, `pingpong`, `burst`,
-//!   `spinlock`, `mixed`), passed on the guest's command line as
+//!   `spinlock`, `server`, `mixed`), passed on the guest's command line as
 //!   `workload=KIND key=value ...` (guests/PROTOCOL.md);
 //! - `unixbench`, the UnixBench-style suite inside a Linux guest, with its
 //!   own image, command line and result adapter (`unixbench.rs`).
@@ -27,6 +27,7 @@ pub enum WorkloadKind {
     Pingpong,
     Burst,
     Spinlock,
+    Server,
     Mixed,
     UnixBench,
 }
@@ -35,12 +36,13 @@ pub enum WorkloadKind {
 const BENCH_COMMON: &[&str] = &["duration_ms", "apic", "timer"];
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 7] = [
+    pub const ALL: [WorkloadKind; 8] = [
         WorkloadKind::Cpu,
         WorkloadKind::Sleep,
         WorkloadKind::Pingpong,
         WorkloadKind::Burst,
         WorkloadKind::Spinlock,
+        WorkloadKind::Server,
         WorkloadKind::Mixed,
         WorkloadKind::UnixBench,
     ];
@@ -52,6 +54,7 @@ impl WorkloadKind {
             WorkloadKind::Pingpong => "pingpong",
             WorkloadKind::Burst => "burst",
             WorkloadKind::Spinlock => "spinlock",
+            WorkloadKind::Server => "server",
             WorkloadKind::Mixed => "mixed",
             WorkloadKind::UnixBench => "unixbench",
         }
@@ -83,6 +86,7 @@ impl WorkloadKind {
             WorkloadKind::Pingpong => &[],
             WorkloadKind::Burst => &["period_us", "run_us", "wakes"],
             WorkloadKind::Spinlock => &["cs_ns", "gap_ns", "pv_spin"],
+            WorkloadKind::Server => &["rate", "work_us", "seed", "lock", "touch_kib", "wakes"],
             WorkloadKind::Mixed => &["mixed"],
             // The Linux image, its command line, copies (counts and/or
             // "vcpus"), passes, tests, seconds per pass (unixbench.rs).

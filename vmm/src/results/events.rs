@@ -112,6 +112,18 @@ pub struct SpinlockDoc {
     pub lock_wait: Option<LatencyDoc>,
 }
 
+/// `server`: the VM's requests, reported by its dispatcher vCPU (null on
+/// the workers).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServerDoc {
+    pub requests: u64,
+    /// Requests served per second, from the start to the last one's end.
+    pub requests_per_s: Option<f64>,
+    pub offered: u64,
+    pub dropped: u64,
+    pub request_latency: Option<LatencyDoc>,
+}
+
 /// The vCPU's steal time as its guest read it (KVM's steal-time area, where
 /// the hypervisor offers it): over its life and over its workload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -130,6 +142,7 @@ pub struct GuestDoc {
     pub pingpong: Option<PingpongDoc>,
     pub burst: Option<BurstDoc>,
     pub spinlock: Option<SpinlockDoc>,
+    pub server: Option<ServerDoc>,
     pub steal: Option<StealDoc>,
 }
 
@@ -179,6 +192,15 @@ fn guest(m: Option<&VcpuMetrics>, w: Option<&VcpuWork>, tsc_khz: u32) -> GuestDo
                 max_wait_ns: s.max_wait_ns,
                 cs_ns: s.cs_ns,
                 lock_wait: s.wait_ns.as_ref().map(latency),
+            })
+        }),
+        server: m.and_then(|m| {
+            m.server.as_ref().map(|s| ServerDoc {
+                requests: s.requests,
+                requests_per_s: m.requests_per_s,
+                offered: s.offered,
+                dropped: s.dropped,
+                request_latency: s.request_latency_ns.as_ref().map(latency),
             })
         }),
         steal: m.and_then(|m| {
@@ -403,6 +425,18 @@ fn record_data(kind: RecordKind, v: &[u64; 5]) -> Value {
         ) => json!({
             "acquisitions": acquisitions, "ticks": ticks, "guest_acquisitions_per_s": v[2],
             "max_wait_ns": max_wait_ns, "cs_ns": cs_ns,
+        }),
+        (
+            _,
+            Ok(Payload::ServerDone {
+                requests,
+                ticks,
+                offered,
+                dropped,
+            }),
+        ) => json!({
+            "requests": requests, "ticks": ticks, "guest_requests_per_s": v[2],
+            "offered": offered, "dropped": dropped,
         }),
         (
             _,

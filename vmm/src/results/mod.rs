@@ -720,6 +720,20 @@ fn format_metrics(vm: &str, m: &VcpuMetrics) -> String {
                 .unwrap_or_else(|| format!("max {} ns", l.max_wait_ns))
         );
     }
+    if let Some(sv) = &m.server {
+        s += &format!(
+            "[{vm}]   vcpu{}: server {} requests ({}/s), {} offered, {} dropped, request latency {}\n",
+            m.vcpu,
+            sv.requests,
+            m.requests_per_s.map_or("-".into(), units::number),
+            sv.offered,
+            sv.dropped,
+            sv.request_latency_ns
+                .as_ref()
+                .map(latency)
+                .unwrap_or_else(|| "-".into())
+        );
+    }
     if let Some(b) = &m.burst {
         s += &format!(
             "[{vm}]   vcpu{}: burst run fraction {:.3}, {} bursts, {} missed{}\n",
