@@ -455,7 +455,7 @@ mod tests {
 
     #[test]
     fn shipped_matrices_name_their_vm_under_test_and_headline() {
-        for name in ["seeds.toml", "smoke.toml"] {
+        for name in ["seeds.toml", "smoke.toml", "density.toml"] {
             let m = shipped(name);
             for l in &m.layouts {
                 assert!(
@@ -496,6 +496,18 @@ mod tests {
             assert_eq!(at(l).metrics[0].better, Better::Lower, "{l}");
         }
         assert_eq!(at("overload-balance").metrics.len(), 2);
+        let srv = at("server-vs-hogs");
+        assert_eq!(srv.under_test, "srv");
+        assert_eq!(
+            srv.metrics
+                .iter()
+                .map(|h| (h.metric.as_str(), h.better))
+                .collect::<Vec<_>>(),
+            [
+                ("server.request_latency.p99_ns", Better::Lower),
+                ("server.requests_per_s", Better::Higher)
+            ]
+        );
     }
 
     #[test]
