@@ -9,10 +9,16 @@
 use crate::result_port::RecordKind;
 use serde::Serialize;
 
-/// Sub-buckets per power of two in the latency histograms.
-pub const HIST_SUB: u64 = 16;
-/// Buckets of a histogram (values up to 2^64 - 1 ns).
-pub const HIST_BUCKETS: u16 = 976;
+/// Sub-buckets per power of two in the latency histograms (HdrHistogram's
+/// two significant digits: a bucket is at most 1/128 of its values wide).
+pub const HIST_SUB: u64 = 128;
+/// log2 of [`HIST_SUB`].
+const HIST_SUB_BITS: u64 = 7;
+/// Values from 2^HIST_TOP_BIT ns (137 s) on share the last bucket.
+const HIST_TOP_BIT: u64 = 37;
+/// Buckets of a histogram: 128 exact ones, 128 per power of two up to
+/// 2^37 ns, and one for everything above.
+pub const HIST_BUCKETS: u16 = 3969;
 /// (bucket, count) pairs per HISTOGRAM record.
 pub const HIST_PAIRS: usize = 4;
 /// Bits of a pair holding the count; the bucket sits above them.
@@ -30,6 +36,8 @@ pub enum LatencyMetric {
     LockWait = 3,
     /// `shootdown`: IPIs sent to every sibling until all acknowledged.
     Shootdown = 4,
+    /// `server`: a request's intended arrival to the end of its service.
+    ServerRequest = 8,
 }
 
 impl LatencyMetric {
@@ -39,6 +47,7 @@ impl LatencyMetric {
             2 => LatencyMetric::BurstWake,
             3 => LatencyMetric::LockWait,
             4 => LatencyMetric::Shootdown,
+            8 => LatencyMetric::ServerRequest,
             _ => return None,
         })
     }
@@ -149,6 +158,14 @@ pub enum Payload {
         ticks: u64,
         peer: u32,
         initiator: bool,
+    /// `server`, from the dispatcher: requests served by the VM's workers,
+    /// ticks from the start to the last one's end, requests offered (the
+    /// arrivals) and dropped (a full queue).
+    ServerDone {
+        requests: u64,
+        ticks: u64,
+        offered: u64,
+        dropped: u64,
     },
     /// The vCPU's steal time as the guest read it from its KVM steal-time
     /// area: over the vCPU's life and over the workload.
@@ -159,14 +176,18 @@ pub enum Payload {
     },
 }
 
-/// The bucket of value `v` (ns): v < 16 -> v; else with e = floor(log2 v),
-/// 16 * (e - 3) + the 4 bits below the leading one.
+/// The bucket of value `v` (ns): v < 128 -> v; v >= 2^37 -> the last
+/// bucket; else with e = floor(log2 v), 128 * (e - 6) + the 7 bits below
+/// the leading one.
 pub fn bucket_of(v: u64) -> u16 {
     if v < HIST_SUB {
         return v as u16;
     }
+    if v >> HIST_TOP_BIT != 0 {
+        return HIST_BUCKETS - 1;
+    }
     let e = 63 - v.leading_zeros() as u64;
-    (HIST_SUB * (e - 3) + ((v >> (e - 4)) & (HIST_SUB - 1))) as u16
+    (HIST_SUB * (e - (HIST_SUB_BITS - 1)) + ((v >> (e - HIST_SUB_BITS)) & (HIST_SUB - 1))) as u16
 }
 
 /// The values (inclusive) bucket `b` holds; None past the last bucket.
@@ -174,14 +195,38 @@ pub fn bucket_range(b: u16) -> Option<(u64, u64)> {
     if b >= HIST_BUCKETS {
         return None;
     }
+    if b == HIST_BUCKETS - 1 {
+        return Some((1 << HIST_TOP_BIT, u64::MAX));
+    }
     let b = b as u64;
     if b < HIST_SUB {
         return Some((b, b));
     }
-    let (e, m) = (b / HIST_SUB + 3, b % HIST_SUB);
-    let lo = (HIST_SUB + m) << (e - 4);
-    let width = 1u64 << (e - 4);
+    let (e, m) = (b / HIST_SUB + (HIST_SUB_BITS - 1), b % HIST_SUB);
+    let lo = (HIST_SUB + m) << (e - HIST_SUB_BITS);
+    let width = 1u64 << (e - HIST_SUB_BITS);
     Some((lo, lo + (width - 1)))
+}
+
+/// The value at quantile `num / den` of a histogram (non-empty buckets in
+/// increasing order): the top of the bucket holding that rank, never above
+/// `max` (exact), as the guest reads its own percentiles. None when the
+/// histogram is empty.
+pub fn quantile(buckets: &[(u16, u64)], num: u64, den: u64, max: u64) -> Option<u64> {
+    let total = buckets.iter().fold(0u64, |a, &(_, c)| a.saturating_add(c));
+    if total == 0 || den == 0 {
+        return None;
+    }
+    let rank = ((u128::from(total) * u128::from(num)).div_ceil(u128::from(den))).max(1);
+    let mut seen = 0u128;
+    for &(b, c) in buckets {
+        seen += u128::from(c);
+        if seen >= rank {
+            let top = bucket_range(b).map_or(max, |(_, hi)| hi);
+            return Some(top.min(max));
+        }
+    }
+    Some(max)
 }
 
 /// The name packed little endian into `words` (24 bytes, NUL-padded);
@@ -218,6 +263,12 @@ pub enum DecodeError {
     Role(u64),
     #[error("BARRIER_DONE: spin {spin} ticks exceed the run's {ticks} ticks")]
     Spin { spin: u64, ticks: u64 },
+    #[error("SERVER_DONE: {requests} served + {dropped} dropped exceed the {offered} offered")]
+    Server {
+        requests: u64,
+        dropped: u64,
+        offered: u64,
+    },
     #[error("STEAL: workload steal {workload} ns exceeds the total {total} ns")]
     Steal { workload: u64, total: u64 },
 }
@@ -337,6 +388,20 @@ pub fn decode(kind: RecordKind, v: &[u64; 5]) -> Result<Payload, DecodeError> {
                 ticks: v[1],
                 peer,
                 initiator: v[4] == 0,
+        RecordKind::ServerDone => {
+            let (requests, offered, dropped) = (v[0], v[3], v[4]);
+            if requests.checked_add(dropped).is_none_or(|n| n > offered) {
+                return Err(DecodeError::Server {
+                    requests,
+                    dropped,
+                    offered,
+                });
+            }
+            Payload::ServerDone {
+                requests,
+                ticks: v[1],
+                offered,
+                dropped,
             }
         }
         RecordKind::Steal => {
@@ -374,13 +439,46 @@ mod tests {
         }
         assert_eq!(next, 0, "the last bucket ends at u64::MAX");
         assert_eq!(bucket_range(HIST_BUCKETS), None);
-        assert_eq!(bucket_of(15), 15);
-        assert_eq!(bucket_of(16), 16);
-        assert_eq!(bucket_of(31), 31);
-        assert_eq!(bucket_of(32), 32);
-        assert_eq!(bucket_of(33), 32);
-        assert_eq!(bucket_range(32), Some((32, 33)));
+        assert_eq!(bucket_of(127), 127);
+        assert_eq!(bucket_of(128), 128);
+        assert_eq!(bucket_of(255), 255);
+        assert_eq!(bucket_of(256), 256);
+        assert_eq!(bucket_of(257), 256);
+        assert_eq!(bucket_range(256), Some((256, 257)));
+        assert_eq!(bucket_of((1 << 37) - 1), HIST_BUCKETS - 2);
+        assert_eq!(bucket_of(1 << 37), HIST_BUCKETS - 1);
         assert_eq!(bucket_of(u64::MAX), HIST_BUCKETS - 1);
+    }
+
+    #[test]
+    fn buckets_have_two_significant_digits() {
+        // Below the catch-all bucket, no bucket is wider than 1/128 of its
+        // lowest value (HdrHistogram's two significant digits): a
+        // percentile read as its bucket's top is within 0.8 % above.
+        for b in HIST_SUB as u16..HIST_BUCKETS - 1 {
+            let (lo, hi) = bucket_range(b).unwrap();
+            assert!((hi - lo + 1) * HIST_SUB <= lo, "bucket {b}: {lo}..={hi}");
+        }
+        // 1 ms lands in a bucket 4 us wide, not one of 33 us (16 per power of two).
+        let (lo, hi) = bucket_range(bucket_of(1_000_000)).unwrap();
+        assert_eq!(hi - lo + 1, 4096);
+    }
+
+    #[test]
+    fn quantiles_read_the_bucket_top_capped_by_the_max() {
+        // 1000 values: 998 at 1000 ns, one at 50 us, one at 2 ms (the max).
+        let h = vec![
+            (bucket_of(1000), 998),
+            (bucket_of(50_000), 1),
+            (bucket_of(2_000_000), 1),
+        ];
+        let top = |v: u64| bucket_range(bucket_of(v)).unwrap().1;
+        assert_eq!(quantile(&h, 50, 100, 2_000_000), Some(top(1000)));
+        assert_eq!(quantile(&h, 99, 100, 2_000_000), Some(top(1000)));
+        // Rank 999 is the 50 us value, rank 1000 the max.
+        assert_eq!(quantile(&h, 999, 1000, 2_000_000), Some(top(50_000)));
+        assert_eq!(quantile(&h, 1, 1, 2_000_000), Some(2_000_000));
+        assert_eq!(quantile(&[], 999, 1000, 5), None);
     }
 
     #[test]
@@ -412,26 +510,46 @@ mod tests {
         let pair = |b: u64, c: u64| (b << HIST_COUNT_BITS) | c;
         let h = decode(
             RecordKind::Histogram,
-            &[2 | (2 << 16), pair(40, 3), pair(975, 1), 0, 0],
+            &[2 | (2 << 16), pair(40, 3), pair(3968, 1), 0, 0],
         )
         .unwrap();
         assert_eq!(
             h,
             Payload::Histogram(HistogramChunk {
                 metric: LatencyMetric::BurstWake,
-                buckets: vec![(40, 3), (975, 1)]
+                buckets: vec![(40, 3), (3968, 1)]
             })
         );
         // Too many pairs, bucket out of range, zero count, junk in an unused pair.
         assert!(decode(RecordKind::Histogram, &[1 | (5 << 16), 0, 0, 0, 0]).is_err());
         assert!(decode(
             RecordKind::Histogram,
-            &[1 | (1 << 16), pair(976, 1), 0, 0, 0]
+            &[1 | (1 << 16), pair(3969, 1), 0, 0, 0]
         )
         .is_err());
         assert!(decode(RecordKind::Histogram, &[1 | (1 << 16), pair(3, 0), 0, 0, 0]).is_err());
         assert!(decode(RecordKind::Histogram, &[1 | (1 << 16), pair(3, 1), 1, 0, 0]).is_err());
         assert!(decode(RecordKind::Histogram, &[1 | (1 << 24), pair(3, 1), 0, 0, 0]).is_err());
+    }
+
+    #[test]
+    fn server_done_adds_up() {
+        assert_eq!(
+            decode(RecordKind::ServerDone, &[98, 1000, 98, 100, 2]).unwrap(),
+            Payload::ServerDone {
+                requests: 98,
+                ticks: 1000,
+                offered: 100,
+                dropped: 2
+            }
+        );
+        // More served and dropped than arrived; an overflowing sum.
+        assert!(decode(RecordKind::ServerDone, &[99, 1000, 0, 100, 2]).is_err());
+        assert!(decode(RecordKind::ServerDone, &[u64::MAX, 1, 0, 5, 1]).is_err());
+        assert_eq!(
+            LatencyMetric::from_u64(8),
+            Some(LatencyMetric::ServerRequest)
+        );
     }
 
     #[test]

@@ -97,6 +97,8 @@ pub enum RecordKind {
     BarrierDone = 13,
     /// A shootdown vCPU's round trips (the initiator) or acknowledgements.
     ShootdownDone = 14,
+    /// `server`: the VM's requests served, ticks, offered and dropped.
+    ServerDone = 16,
 }
 
 impl RecordKind {
@@ -116,6 +118,7 @@ impl RecordKind {
             12 => RecordKind::Steal,
             13 => RecordKind::BarrierDone,
             14 => RecordKind::ShootdownDone,
+            16 => RecordKind::ServerDone,
             _ => return None,
         })
     }

@@ -33,6 +33,8 @@ pub const SAME_WITHIN: f64 = 0.05;
 const HEADLINES: [&str; 8] = [
     "sleep.wake_latency.p99_ns",
     "sleep.wake_latency.p50_ns",
+    "server.request_latency.p99_ns",
+    "server.requests_per_s",
     "burst.run_fraction",
     "pingpong.roundtrips_per_s",
     "spinlock.acquisitions_per_s",
@@ -398,7 +400,7 @@ mod tests {
         );
         let table = format(&c);
         assert!(
-            table.contains("4.2 ms") && table.contains("8.4 ms (2.00x)"),
+            table.contains("4.19 ms") && table.contains("8.39 ms (2.00x)"),
             "{table}"
         );
         assert!(
@@ -411,7 +413,8 @@ mod tests {
 
     #[test]
     fn latencies_in_one_bucket_are_the_same() {
-        let values = [Some(8_388_608.0), Some(8_650_000.0)];
+        // One bucket of 128 per power of two: 8388608..=8454143 ns.
+        let values = [Some(8_388_608.0), Some(8_450_000.0)];
         let p = ["a".to_string(), "b".to_string()];
         let (w, v) = verdict("sleep.wake_latency.p99_ns", Better::Lower, &p, &values);
         assert_eq!(w, None);

@@ -119,7 +119,7 @@ fn rec(kind: RecordKind, vcpu: u32, values: [u64; 5]) -> ResultRecord {
         seq: 0,
         tsc: 12345,
         values,
-        text: (kind == RecordKind::Text).then(|| "guest=pacer-bench abi=2".into()),
+        text: (kind == RecordKind::Text).then(|| "guest=pacer-bench abi=3".into()),
     }
 }
 
@@ -154,6 +154,13 @@ fn full_log(path: &Path) -> vmm::results::ResultsLog {
         rec(RecordKind::SpinlockDone, 4, [200, 2_000_000, 100, 77, 2000]),
         rec(RecordKind::Latency, 4, [3, 200, 10, 50, 77]),
         rec(RecordKind::Error, 4, [2, key, 0, 0, 0]),
+        rec(RecordKind::ServerDone, 5, [90, 1_000_000, 90, 100, 10]),
+        rec(RecordKind::Latency, 5, [8, 90, 40_000, 90_000, 95_000]),
+        rec(
+            RecordKind::Histogram,
+            5,
+            [8 | (2 << 16), pair(40_000, 89), pair(95_000, 1), 0, 0],
+        ),
     ];
     for (i, r) in records.into_iter().enumerate() {
         let vcpu = r.vcpu;
@@ -173,7 +180,7 @@ fn config(dir: &TempDir) -> vmm::config::Config {
 }
 
 /// A VM result with every workload: vCPU 0 as the engine reports it, vCPU
-/// 1 as the host kernel does (no wake latency, no CPUs), vCPUs 2-4 with
+/// 1 as the host kernel does (no wake latency, no CPUs), vCPUs 2-5 with
 /// no scheduling statistics.
 fn full_result(dir: &TempDir) -> vmm::results::VmResult {
     let log = full_log(&dir.0.join("all.results.jsonl"));
@@ -285,6 +292,12 @@ fn run_documents_single_and_compare_validate() {
     assert!(vcpus[1]["sched"]["halt_poll"].is_null(), "{vcpus}");
     assert!(vcpus[2]["sched"].is_null());
     assert!(doc["runs"][0]["vms"][0]["message"].is_null());
+    // The server's dispatcher carries the VM's requests and their tail.
+    let server = &vcpus[5]["guest"]["server"];
+    assert_eq!(server["requests"], 90, "{vcpus}");
+    assert_eq!(server["dropped"], 10, "{vcpus}");
+    assert_eq!(server["request_latency"]["p99_ns"], 90_000, "{vcpus}");
+    assert!(server["request_latency"]["p999_ns"].as_u64() >= Some(90_000));
     assert_eq!(doc["pacer"]["version"], env!("CARGO_PKG_VERSION"));
 
     let runs = vec![
@@ -330,7 +343,7 @@ fn vm_event_lines_validate() {
         documents::VM_EVENTS,
         &std::fs::read_to_string(&path).unwrap(),
     );
-    assert_eq!(n, 2 + 13 + 1 + 2, "start, markers, records, rejected, stop");
+    assert_eq!(n, 2 + 16 + 1 + 2, "start, markers, records, rejected, stop");
 }
 
 #[test]

@@ -557,6 +557,30 @@ fn same_seed_same_report_other_seed_differs() {
     assert_ne!(a, c, "a different seed gave the same report");
 }
 
+/// density-16 (8 sleepers and 8 hogs on 2 CPUs, the ranked dispatch's
+/// wake costs): haiku keeps the sleepers' p99 and max within a base
+/// quantum; round robin over 16 vCPUs makes them wait for the hogs'
+/// slices, and the EEVDF model (the `host` column) for its 4 ms tick
+/// when their lag runs out. The ranking the guests are held to.
+#[test]
+fn s21_density_16_keeps_the_sleepers_tail_under_haiku() {
+    let w = load("21_density_16.toml");
+    let haiku = run_with(&w, PolicyKind::Haiku);
+    clean(&haiku);
+    let rr = run_with(&w, PolicyKind::GlobalRoundRobin);
+    clean(&rr);
+    let eevdf = run_with(&w, PolicyKind::Eevdf);
+    clean(&eevdf);
+    let lat = |r: &SimReport| r.group("sleep").unwrap().wake_latency;
+    let (h, g, e) = (lat(&haiku), lat(&rr), lat(&eevdf));
+    assert!(h.p99 <= MS && h.max <= MS, "haiku sleepers {h:?}");
+    assert!(
+        h.p99 < g.p99 && g.p99 < e.p99,
+        "p99 haiku {h:?} rr {g:?} eevdf {e:?}"
+    );
+    assert!(h.max * 17 <= e.max, "max haiku {h:?} eevdf {e:?}");
+}
+
 #[test]
 fn every_scenario_file_parses_and_round_trips() {
     let dir = format!("{}/scenarios", env!("CARGO_MANIFEST_DIR"));
@@ -566,7 +590,7 @@ fn every_scenario_file_parses_and_round_trips() {
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))
         .collect();
     files.sort();
-    assert_eq!(files.len(), 18, "{files:?}");
+    assert_eq!(files.len(), 19, "{files:?}");
     for f in files {
         let w = Workload::from_file(&f).unwrap();
         assert_eq!(Workload::from_toml(&w.to_toml()).unwrap(), w, "{f:?}");

@@ -8,7 +8,9 @@
 //! the guest's own rate fields are not trusted. Pure functions: the records
 //! are the only input.
 
-use devices::result_payload::{bucket_range, decode, GuestError, Latency, LatencyMetric, Payload};
+use devices::result_payload::{
+    bucket_range, decode, quantile, GuestError, Latency, LatencyMetric, Payload,
+};
 use devices::{RecordKind, ResultRecord};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -19,6 +21,9 @@ pub struct LatencySummary {
     pub count: u64,
     pub p50_ns: u64,
     pub p99_ns: u64,
+    /// Read from the histogram as the guest reads its own percentiles (the
+    /// LATENCY record has no room for it); the max when no histogram came.
+    pub p999_ns: u64,
     pub max_ns: u64,
     /// Non-empty buckets in increasing order.
     pub histogram: Vec<HistogramBucket>,
@@ -88,6 +93,17 @@ pub struct ShootdownMetrics {
     pub initiator: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_ns: Option<LatencySummary>,
+/// `server` (the dispatcher's record): the whole VM's requests.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ServerMetrics {
+    pub requests: u64,
+    /// Arrivals in the run (served + dropped).
+    pub offered: u64,
+    /// Arrivals refused by a full worker queue.
+    pub dropped: u64,
+    /// Intended arrival to end of service, over every worker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_latency_ns: Option<LatencySummary>,
 }
 
 /// The vCPU's steal time as its guest read it (KVM's steal-time area).
@@ -128,6 +144,9 @@ pub struct VcpuMetrics {
     pub shootdowns_per_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shootdown: Option<ShootdownMetrics>,
+    pub requests_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerMetrics>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steal: Option<StealMetrics>,
 }
@@ -155,6 +174,10 @@ struct Folding {
 
 fn summary(l: Option<&Latency>, hist: Option<&BTreeMap<u16, u64>>) -> Option<LatencySummary> {
     let l = l?;
+    let pairs: Vec<(u16, u64)> = hist.into_iter().flatten().map(|(&b, &c)| (b, c)).collect();
+    let p999_ns = quantile(&pairs, 999, 1000, l.max_ns)
+        .unwrap_or(l.max_ns)
+        .max(l.p99_ns);
     let histogram: Vec<HistogramBucket> = hist
         .into_iter()
         .flatten()
@@ -173,6 +196,7 @@ fn summary(l: Option<&Latency>, hist: Option<&BTreeMap<u16, u64>>) -> Option<Lat
         count: l.count,
         p50_ns: l.p50_ns,
         p99_ns: l.p99_ns,
+        p999_ns,
         max_ns: l.max_ns,
         histogram,
         histogram_count,
@@ -315,6 +339,19 @@ pub fn vcpu_metrics<'a>(
                     peer,
                     initiator,
                     latency_ns: None,
+                Payload::ServerDone {
+                    requests,
+                    ticks,
+                    offered,
+                    dropped,
+                },
+            ) => {
+                f.m.requests_per_s = rate(requests, ticks, tsc_khz);
+                f.m.server = Some(ServerMetrics {
+                    requests,
+                    offered,
+                    dropped,
+                    request_latency_ns: None,
                 });
             }
             (
@@ -350,6 +387,9 @@ pub fn vcpu_metrics<'a>(
             let shootdown = get(LatencyMetric::Shootdown);
             if let Some(s) = f.m.shootdown.as_mut() {
                 s.latency_ns = shootdown;
+            let request = get(LatencyMetric::ServerRequest);
+            if let Some(s) = f.m.server.as_mut() {
+                s.request_latency_ns = request;
             }
             f.m
         })
@@ -437,11 +477,23 @@ mod tests {
             ),
             (4, rec(RecordKind::Latency, [2, 10, 5, 6, 7])),
             (5, rec(RecordKind::Text, [0, 0, 0, 0, 0])),
+            (
+                6,
+                rec(RecordKind::ServerDone, [900, 1_000_000, 900, 1000, 100]),
+            ),
+            (6, rec(RecordKind::Latency, [8, 900, 40, 90, 95])),
+            (
+                6,
+                rec(
+                    RecordKind::Histogram,
+                    [8 | (2 << 16), pair(40, 899), pair(95, 1), 0, 0],
+                ),
+            ),
         ];
         let m = vcpu_metrics(recs.iter().map(|(v, r)| (*v, r)), khz);
         assert_eq!(
             m.iter().map(|x| x.vcpu).collect::<Vec<_>>(),
-            [0, 1, 2, 3, 4]
+            [0, 1, 2, 3, 4, 6]
         );
         // WORK_DONE wins over a later sample.
         assert_eq!(m[0].units_per_s, Some(20_000.0));
@@ -451,6 +503,9 @@ mod tests {
             (3, 2000, 9000, 9000)
         );
         assert_eq!(s.histogram_count, 3);
+        // p99.9 is read from the histogram: rank 3 of 3, the 9 us bucket's
+        // top capped by the max.
+        assert_eq!(s.p999_ns, 9000);
         assert_eq!(s.histogram.len(), 2);
         assert!(s.histogram[0].lo_ns <= 2000 && 2000 <= s.histogram[0].hi_ns);
         assert_eq!(m[1].sleep.as_ref().unwrap().missed, 1);
@@ -465,6 +520,17 @@ mod tests {
         assert_eq!(b.busy_fraction, Some(0.4));
         let w = b.wake_latency_ns.as_ref().unwrap();
         assert_eq!((w.max_ns, w.histogram_count), (7, 0));
+        // No histogram: p99.9 falls back to the max, an upper bound.
+        assert_eq!(w.p999_ns, 7);
+        // server: 900 requests in 1 s; the request latency folded in.
+        assert_eq!(m[5].requests_per_s, Some(900.0));
+        let srv = m[5].server.as_ref().unwrap();
+        assert_eq!((srv.requests, srv.offered, srv.dropped), (900, 1000, 100));
+        let l = srv.request_latency_ns.as_ref().unwrap();
+        assert_eq!(
+            (l.count, l.p99_ns, l.p999_ns, l.histogram_count),
+            (900, 90, 95, 900)
+        );
     }
 
     #[test]

@@ -2,12 +2,12 @@
 //! 2228.2 us; 415k/s, not 415234.7/s) and never more digits than the
 //! measurement has.
 //!
-//! Latencies come from log-linear histograms (the guest's: 16 buckets per
+//! Latencies come from log-linear histograms (the guest's: 128 buckets per
 //! power of two, `devices::result_payload::HIST_SUB`; the scheduler's:
-//! 8, `vcpu_sched::stats`), so a p99 is known to one bucket: about 6 % or
-//! 12 % of its value. [`latency`] rounds to the power of ten at or below
-//! the bucket's width (8388608 ns, in a 524 us wide bucket, prints as
-//! 8.4 ms), so a table never shows a digit the histogram cannot tell.
+//! 8, `vcpu_sched::stats`), so a p99 is known to one bucket: under 1 % or
+//! about 12 % of its value. [`latency`] rounds to the power of ten at or below
+//! the bucket's width (8388608 ns, in the guest's 65 us wide bucket,
+//! prints as 8.39 ms; in the scheduler's 1 ms wide one as 8 ms), so a table never shows a digit the histogram cannot tell.
 //! Other figures get three significant digits.
 
 /// Buckets per power of two of the bench guest's latency histograms.
@@ -97,11 +97,11 @@ mod tests {
 
     #[test]
     fn latencies_are_no_finer_than_their_bucket() {
-        // 2^23 ns sits in a bucket 2^19 ns (524 us) wide: 0.1 ms steps.
-        assert_eq!(latency(8_388_608.0, GUEST_SUB_BUCKETS), "8.4 ms");
-        // 51.2 us in a 2 us bucket: whole microseconds.
-        assert_eq!(latency(51_200.0, GUEST_SUB_BUCKETS), "51 us");
-        // The scheduler's buckets are twice as wide.
+        // 2^23 ns sits in a guest bucket 2^16 ns (65 us) wide: 10 us steps.
+        assert_eq!(latency(8_388_608.0, GUEST_SUB_BUCKETS), "8.39 ms");
+        // 51.2 us in a 256 ns bucket: 0.1 us steps.
+        assert_eq!(latency(51_200.0, GUEST_SUB_BUCKETS), "51.2 us");
+        // The scheduler's buckets are 16 times as wide.
         assert_eq!(latency(51_200.0, SCHED_SUB_BUCKETS), "51 us");
         assert_eq!(latency(2_228_200.0, SCHED_SUB_BUCKETS), "2.2 ms");
         // Exact below the first power of two split.

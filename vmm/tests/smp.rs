@@ -233,6 +233,107 @@ fn sleep_on_two_vcpus_reports_bounded_latencies() {
     }
 }
 
+/// The value of `key=` on the console line of `vcpu`'s `workload`.
+fn console_value(text: &str, vcpu: u32, workload: &str, key: &str) -> Option<u64> {
+    let head = format!("pacer-result vcpu={vcpu} workload={workload} ");
+    let line = text.lines().find(|l| l.starts_with(&head))?;
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn sleep_with_wakes_stops_at_the_count_and_reads_p999_as_the_guest_does() {
+    if !kvm_or_skip("sleep_with_wakes_stops_at_the_count_and_reads_p999_as_the_guest_does") {
+        return;
+    }
+    let _one = serial();
+    let dir = TempDir::new("smp-wakes");
+    // 2000 wakes fit 10 s at 200 us many times over: the count ends the run.
+    let res = run_config(
+        &dir,
+        &vm(
+            "wakes",
+            2,
+            "sleep duration_ms=10000 interval_us=200 wakes=2000",
+        ),
+    );
+    let r = &res.vms[0];
+    assert_eq!(r.status, "success", "{r:?}");
+    let text = console(&dir, &r.name);
+    for m in &r.vcpu_metrics {
+        let l = m.sleep_latency_ns.as_ref().expect("sleep latency");
+        assert_eq!(l.count, 2000, "{m:?}");
+        assert_eq!(l.histogram_count, 2000, "{m:?}");
+        assert!(l.p99_ns <= l.p999_ns && l.p999_ns <= l.max_ns, "{l:?}");
+        // The VMM reads p99.9 from the histogram by the guest's own rule.
+        assert_eq!(
+            console_value(&text, m.vcpu, "sleep", "p999_ns"),
+            Some(l.p999_ns),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn server_serves_every_arrival_and_reports_the_vms_request_latency() {
+    if !kvm_or_skip("server_serves_every_arrival_and_reports_the_vms_request_latency") {
+        return;
+    }
+    let _one = serial();
+    let dir = TempDir::new("smp-server");
+    for policy in POLICIES {
+        // 3 vCPUs: a dispatcher and two workers; 3000 arrivals at 5000/s
+        // fit the 10 s run, so `wakes` ends it, with a lock and shared
+        // memory on every request.
+        let res = run_config_with(
+            &dir,
+            policy,
+            &vm(
+                "srv",
+                3,
+                "server duration_ms=10000 rate=5000 work_us=20 wakes=3000 lock=on touch_kib=4",
+            ),
+        );
+        let r = &res.vms[0];
+        assert_eq!(r.status, "success", "{policy}: {r:?}");
+        // Only the dispatcher reports, for the whole VM.
+        let with: Vec<_> = r
+            .vcpu_metrics
+            .iter()
+            .filter(|m| m.server.is_some())
+            .collect();
+        assert_eq!(with.len(), 1, "{:?}", r.vcpu_metrics);
+        assert_eq!(with[0].vcpu, 0);
+        let s = with[0].server.as_ref().unwrap();
+        assert_eq!(s.offered, 3000, "{s:?}");
+        assert_eq!(s.requests + s.dropped, 3000, "{s:?}");
+        let l = s.request_latency_ns.as_ref().expect("request latency");
+        assert_eq!(l.count, s.requests);
+        assert_eq!(
+            l.histogram_count, s.requests,
+            "every worker's histogram merged"
+        );
+        // A request takes at least its 20 us of work.
+        assert!(l.p50_ns >= 20_000, "{l:?}");
+        assert!(l.p50_ns <= l.p99_ns && l.p99_ns <= l.p999_ns && l.p999_ns <= l.max_ns);
+        let rate = with[0].requests_per_s.expect("requests/s");
+        assert!(rate > 0.0 && rate <= 6000.0, "{rate}");
+        let text = console(&dir, &r.name);
+        assert_eq!(
+            console_value(&text, 0, "server", "request_p999_ns"),
+            Some(l.p999_ns),
+            "{text}"
+        );
+        let served: u64 = [1, 2]
+            .iter()
+            .filter_map(|&v| console_value(&text, v, "server", "served"))
+            .sum();
+        assert_eq!(served, s.requests, "{text}");
+    }
+}
+
 #[test]
 fn pingpong_on_two_vcpus_makes_round_trips() {
     if !kvm_or_skip("pingpong_on_two_vcpus_makes_round_trips") {

@@ -50,19 +50,24 @@
 #define PACER_KIND_BARRIER_DONE 13 /* v0 rounds, v1 ticks, v2 per s, v3 spin ticks, v4 participants */
 #define PACER_KIND_SHOOTDOWN_DONE 14 /* v0 round trips (initiator) / acks, v1 ticks, v2 per s,
                                        v3 targets / the initiator's vCPU, v4 role */
+#define PACER_KIND_SERVER_DONE 16  /* v0 requests served, v1 ticks, v2 per s, v3 offered, v4 dropped */
 
 /* LATENCY / HISTOGRAM metrics */
 #define PACER_METRIC_SLEEP_WAKE 1  /* sleep: wake TSC - programmed TSC */
 #define PACER_METRIC_BURST_WAKE 2  /* burst: the same, per period */
 #define PACER_METRIC_LOCK_WAIT  3  /* spinlock: time to acquire the lock */
 #define PACER_METRIC_SHOOTDOWN  4  /* shootdown: IPIs sent to every sibling acknowledged */
+#define PACER_METRIC_SERVER_REQUEST 8 /* server: intended arrival to end of service */
 
-/* Histogram buckets (log-linear, 16 sub-buckets per power of two, in ns):
- * v < 16 -> bucket v; else with e = floor(log2 v): bucket
- * 16 * (e - 3) + ((v >> (e - 4)) & 15), covering
- * [(16 + m) << (e - 4), (17 + m) << (e - 4)). */
-#define PACER_HIST_SUB     16
-#define PACER_HIST_BUCKETS 976
+/* Histogram buckets (log-linear, HdrHistogram-style with 2 significant
+ * digits: 128 sub-buckets per power of two, in ns): v < 128 -> bucket v;
+ * v < 2^37 with e = floor(log2 v): bucket 128 * (e - 6) + ((v >> (e - 7)) & 127),
+ * covering [(128 + m) << (e - 7), (129 + m) << (e - 7)), at most 1/128
+ * of its value wide; v >= 2^37 ns (137 s) -> the last bucket, 3968. */
+#define PACER_HIST_SUB     128
+#define PACER_HIST_SUB_BITS 7
+#define PACER_HIST_TOP_BIT 37
+#define PACER_HIST_BUCKETS 3969
 #define PACER_HIST_PAIRS   4
 #define PACER_HIST_COUNT_BITS 48
 

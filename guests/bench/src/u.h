@@ -34,7 +34,7 @@ static inline void cpu_relax(void) { __asm__ volatile("pause" ::: "memory"); }
 
 /* ---- configuration (parsed by the BSP before any AP starts) ------------- */
 enum role { ROLE_NONE, ROLE_CPU, ROLE_SLEEP, ROLE_PINGPONG, ROLE_BURST, ROLE_SPINLOCK,
-            ROLE_BARRIER, ROLE_SHOOTDOWN };
+            ROLE_BARRIER, ROLE_SHOOTDOWN, ROLE_SERVER };
 /* roles a `mixed=` entry may name */
 #define ROLE_LAST_MIXABLE ROLE_SPINLOCK
 
@@ -43,7 +43,10 @@ struct cfg {
     unsigned workload_len;
     uint64_t duration_ms, report_ms, tsc_khz, vcpus;
     uint64_t interval_us, period_us, run_us, cs_ns, gap_ns;
-    uint64_t work_us;            /* barrier, shootdown: work between meetings */
+    uint64_t wakes;              /* sleep, burst, server: stop after this many wakes/requests (0: at the end) */
+    uint64_t work_us;            /* barrier, shootdown, server: work between meetings / per request */
+    uint64_t rate, seed, touch_kib;   /* server (u_server.c) */
+    int server_lock;             /* server: requests take a lock shared by the workers */
     int x2apic, deadline, pv_eoi;   /* x2apic: 0 xapic, 1 x2apic, 2 x2APIC if offered */
     int steal;                   /* KVM steal time where CPUID offers it */
     int pv_spin;                 /* spinlock: yield while the holder's vCPU is preempted */
@@ -119,9 +122,12 @@ void hist_add(struct ucpu *c, uint64_t ns);
  * never above `max` */
 uint64_t hist_quantile(const struct ucpu *c, uint64_t count, uint64_t num, uint64_t den,
                        uint64_t max);
-/* LATENCY + HISTOGRAM records and ` p50_ns=.. p99_ns=.. max_ns=..` in b */
+/* LATENCY + HISTOGRAM records and ` p50_ns=.. p99_ns=.. p999_ns=.. max_ns=..` in b */
 void report_latency(struct ucpu *c, uint64_t metric, uint64_t count, uint64_t max,
                     struct buf *b, const char *prefix);
+
+/* ---- u_server.c ---------------------------------------------------------- */
+void wl_server(struct ucpu *c);
 
 /* ---- u_work.c ------------------------------------------------------------ */
 void run_role(struct ucpu *c);

@@ -102,8 +102,11 @@ static unsigned hist_bucket(uint64_t v)
 {
     if (v < PACER_HIST_SUB)
         return (unsigned)v;
+    if (v >> PACER_HIST_TOP_BIT)
+        return PACER_HIST_BUCKETS - 1;
     unsigned e = 63 - (unsigned)__builtin_clzll(v);
-    return PACER_HIST_SUB * (e - 3) + (unsigned)((v >> (e - 4)) & (PACER_HIST_SUB - 1));
+    return PACER_HIST_SUB * (e - (PACER_HIST_SUB_BITS - 1)) +
+           (unsigned)((v >> (e - PACER_HIST_SUB_BITS)) & (PACER_HIST_SUB - 1));
 }
 
 /* largest value in bucket b */
@@ -111,10 +114,10 @@ static uint64_t hist_top(unsigned b)
 {
     if (b < PACER_HIST_SUB)
         return b;
-    unsigned e = b / PACER_HIST_SUB + 3, m = b % PACER_HIST_SUB;
-    if (e == 63 && m == PACER_HIST_SUB - 1)
+    if (b >= PACER_HIST_BUCKETS - 1)
         return ~0ull;
-    return ((uint64_t)(PACER_HIST_SUB + 1 + m) << (e - 4)) - 1;
+    unsigned e = b / PACER_HIST_SUB + (PACER_HIST_SUB_BITS - 1), m = b % PACER_HIST_SUB;
+    return ((uint64_t)(PACER_HIST_SUB + 1 + m) << (e - PACER_HIST_SUB_BITS)) - 1;
 }
 
 void hist_add(struct ucpu *c, uint64_t ns)
@@ -147,6 +150,7 @@ void report_latency(struct ucpu *c, uint64_t metric, uint64_t count, uint64_t ma
 {
     uint64_t p50 = hist_quantile(c, count, 50, 100, max);
     uint64_t p99 = hist_quantile(c, count, 99, 100, max);
+    uint64_t p999 = hist_quantile(c, count, 999, 1000, max);
     record(c, PACER_KIND_LATENCY, metric, count, p50, p99, max);
     uint64_t pairs[PACER_HIST_PAIRS];
     unsigned n = 0;
@@ -168,5 +172,6 @@ void report_latency(struct ucpu *c, uint64_t metric, uint64_t count, uint64_t ma
     }
     bs(b, " "); bs(b, prefix); bs(b, "p50_ns="); bu(b, p50);
     bs(b, " "); bs(b, prefix); bs(b, "p99_ns="); bu(b, p99);
+    bs(b, " "); bs(b, prefix); bs(b, "p999_ns="); bu(b, p999);
     bs(b, " "); bs(b, prefix); bs(b, "max_ns="); bu(b, max);
 }

@@ -23,6 +23,7 @@ static uint32_t done;
 #define MAX_MS        86400000ull      /* one day */
 #define MAX_US        10000000ull      /* 10 s */
 #define MAX_NS        1000000000ull    /* 1 s */
+#define MAX_WAKES     1000000000ull
 
 /* ---- command line ---------------------------------------------------------- */
 static int bad_input;
@@ -72,6 +73,7 @@ static int role_of(const char *w, unsigned wl)
     if (keyis(w, wl, "spinlock")) return ROLE_SPINLOCK;
     if (keyis(w, wl, "barrier")) return ROLE_BARRIER;
     if (keyis(w, wl, "shootdown")) return ROLE_SHOOTDOWN;
+    if (keyis(w, wl, "server")) return ROLE_SERVER;
     return ROLE_NONE;
 }
 
@@ -107,6 +109,15 @@ static void parse_cmdline(const char *s, unsigned len)
         else if (keyis(k, kl, "interval_us")) num("interval_us", v, vl, 1, MAX_US, "1..10000000", &cfg.interval_us);
         else if (keyis(k, kl, "period_us")) num("period_us", v, vl, 1, MAX_US, "1..10000000", &cfg.period_us);
         else if (keyis(k, kl, "run_us")) num("run_us", v, vl, 1, MAX_US, "1..10000000, at most period_us", &cfg.run_us);
+        else if (keyis(k, kl, "wakes")) num("wakes", v, vl, 1, MAX_WAKES, "1..1000000000", &cfg.wakes);
+        else if (keyis(k, kl, "rate")) num("rate", v, vl, 1, 10000000, "1..10000000", &cfg.rate);
+        else if (keyis(k, kl, "seed")) num("seed", v, vl, 0, 4294967295ull, "0..4294967295", &cfg.seed);
+        else if (keyis(k, kl, "touch_kib")) num("touch_kib", v, vl, 0, 256, "0..256", &cfg.touch_kib);
+        else if (keyis(k, kl, "lock")) {
+            if (keyis(v, vl, "on")) cfg.server_lock = 1;
+            else if (keyis(v, vl, "off")) cfg.server_lock = 0;
+            else param_error("lock", v, vl, "on or off");
+        }
         else if (keyis(k, kl, "cs_ns")) num("cs_ns", v, vl, 0, MAX_NS, "0..1000000000", &cfg.cs_ns);
         else if (keyis(k, kl, "gap_ns")) num("gap_ns", v, vl, 0, MAX_NS, "0..1000000000", &cfg.gap_ns);
         else if (keyis(k, kl, "work_us")) num("work_us", v, vl, 0, MAX_US, "0..10000000", &cfg.work_us);
@@ -307,7 +318,7 @@ __attribute__((noreturn)) void uap_main(uint32_t id)
         ;
 }
 
-static const char text_meta[] = "guest=pacer-bench abi=2 work_iters=2048 max_vcpus=254";
+static const char text_meta[] = "guest=pacer-bench abi=3 work_iters=2048 max_vcpus=254";
 
 /* ---- hostile: what a guest gone bad does to its VMM ------------------------
  * A serial flood (flood_kib KiB of console lines), a result port flood
@@ -383,7 +394,9 @@ __attribute__((noreturn)) void umain(struct boot_info *bi)
     cfg.run_us = 300;
     cfg.cs_ns = 2000;
     cfg.gap_ns = 2000;
+    cfg.rate = 1000;
     cfg.work_us = 50;
+    cfg.seed = 1;
     cfg.x2apic = 2;
     cfg.deadline = 1;
     cfg.pv_eoi = 1;
@@ -461,7 +474,7 @@ __attribute__((noreturn)) void umain(struct boot_info *bi)
     }
     if (apic != 0) {
         int needs = role == ROLE_SLEEP || role == ROLE_BURST || role == ROLE_PINGPONG ||
-                    role == ROLE_SHOOTDOWN || is_mixed;
+                    role == ROLE_SHOOTDOWN || role == ROLE_SERVER || is_mixed;
         if (needs) {
             con("pacer-bench: error: this workload needs a local APIC and there is none\r\n");
             record_error(c, PACER_ERR_NO_LAPIC, w, wl, 0);

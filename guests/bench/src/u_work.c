@@ -77,7 +77,7 @@ static void wl_sleep(struct ucpu *c)
     uint64_t next = run.t_start + interval, wake = run.t_start;
     uint64_t count = 0, missed = 0, max = 0;
     hist_clear(c);
-    while (next <= run.t_end) {
+    while (next <= run.t_end && (!cfg.wakes || count < cfg.wakes)) {
         wake = (uint64_t)sys(SYS_SLEEP_UNTIL, next, 0);
         uint64_t ns = ticks_to_ns(wake - next);
         hist_add(c, ns);
@@ -176,7 +176,7 @@ static void wl_burst(struct ucpu *c)
     uint64_t next = run.t_start + period, done = run.t_start;
     uint64_t bursts = 0, missed = 0, max = 0, busy = 0;
     hist_clear(c);
-    while (next <= run.t_end) {
+    while (next <= run.t_end && (!cfg.wakes || bursts < cfg.wakes)) {
         uint64_t wake = (uint64_t)sys(SYS_SLEEP_UNTIL, next, 0);
         uint64_t ns = ticks_to_ns(wake - next);
         hist_add(c, ns);
@@ -279,6 +279,7 @@ void run_role(struct ucpu *c)
     case ROLE_SPINLOCK: wl_spinlock(c); break;
     case ROLE_BARRIER: wl_barrier(c); break;
     case ROLE_SHOOTDOWN: wl_shootdown(c); break;
+    case ROLE_SERVER: wl_server(c); break;
     default: break;
     }
     if (!steal_on)

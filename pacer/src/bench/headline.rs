@@ -23,8 +23,9 @@
 //! its own), and the headline is the workload kind's own figure
 //! ([`kind_metrics`]): units/s for `cpu`, the sleep p99 for `sleep`, round
 //! trips/s for `pingpong`, the run fraction for `burst`, acquisitions/s for
-//! `spinlock`, the index for `unixbench`, whether a `hostile` guest was
-//! contained ([`metrics::CONTAINED`]).
+//! `spinlock`, the request p99 and requests/s for `server`, the index for
+//! `unixbench`, whether a `hostile` guest was contained
+//! ([`metrics::CONTAINED`]).
 
 use super::matrix::{Layout, Matrix};
 use super::metrics::{self, Better};
@@ -157,6 +158,11 @@ pub fn kind_metrics(w: &Workload) -> Vec<HeadlineMetric> {
             .map(|c| format!("unixbench.index.{}", c.suffix()))
             .into_iter()
             .collect(),
+        // A server is judged by its tail and by keeping up with the load.
+        WorkloadKind::Server => vec![
+            "server.request_latency.p99_ns".into(),
+            "server.requests_per_s".into(),
+        ],
         k => one(k).map(String::from).into_iter().collect(),
     };
     names.iter().map(|n| HeadlineMetric::named(n)).collect()
@@ -174,12 +180,20 @@ pub fn own_metric(k: WorkloadKind) -> Option<&'static str> {
         WorkloadKind::Barrier => "barrier.rounds_per_s",
         WorkloadKind::Shootdown => "shootdown.roundtrips_per_s",
         WorkloadKind::Hostile => metrics::CONTAINED,
+        WorkloadKind::Server => "server.request_latency.p99_ns",
         WorkloadKind::Mixed | WorkloadKind::UnixBench => return None,
     })
 }
 
 /// The fields of a latency summary (`LatencyDoc` of the run JSON).
-const LATENCY: &[&str] = &["count", "p50_ns", "p99_ns", "max_ns", "histogram_count"];
+const LATENCY: &[&str] = &[
+    "count",
+    "p50_ns",
+    "p99_ns",
+    "p999_ns",
+    "max_ns",
+    "histogram_count",
+];
 
 /// The per-vCPU metrics a workload's guest reports (the run JSON's
 /// `vcpus[].guest`, flattened as `metrics::vm_samples` does), without
@@ -226,6 +240,11 @@ pub fn guest_metrics(w: &Workload) -> Vec<String> {
             }
             // CONTAINED: the VMM's verdict on its end (`run.rs`).
             WorkloadKind::Hostile => add("hostile", &["contained"], &[]),
+            WorkloadKind::Server => add(
+                "server",
+                &["requests", "requests_per_s", "offered", "dropped"],
+                &["request_latency"],
+            ),
             WorkloadKind::Mixed | WorkloadKind::UnixBench => {}
         }
     }
@@ -451,7 +470,7 @@ mod tests {
 
     #[test]
     fn shipped_matrices_name_their_vm_under_test_and_headline() {
-        for name in ["seeds.toml", "smoke.toml"] {
+        for name in ["seeds.toml", "smoke.toml", "density.toml"] {
             let m = shipped(name);
             for l in &m.layouts {
                 assert!(
@@ -492,6 +511,18 @@ mod tests {
             assert_eq!(at(l).metrics[0].better, Better::Lower, "{l}");
         }
         assert_eq!(at("overload-balance").metrics.len(), 2);
+        let srv = at("server-vs-hogs");
+        assert_eq!(srv.under_test, "srv");
+        assert_eq!(
+            srv.metrics
+                .iter()
+                .map(|h| (h.metric.as_str(), h.better))
+                .collect::<Vec<_>>(),
+            [
+                ("server.request_latency.p99_ns", Better::Lower),
+                ("server.requests_per_s", Better::Higher)
+            ]
+        );
     }
 
     #[test]

@@ -168,7 +168,15 @@ pub fn info(metric: &str) -> MetricInfo {
         return m(Unit::Nanoseconds, Better::Lower, Combine::Max, true);
     }
     if last.contains("max") {
-        return m(Unit::Nanoseconds, Better::Lower, Combine::Max, false);
+        // A guest latency's max is exact and worth its column beside the
+        // percentiles (tails beyond p99); the scheduler's is a detail.
+        let guest_latency = last == "max_ns" && !metric.starts_with("sched.");
+        return m(
+            Unit::Nanoseconds,
+            Better::Lower,
+            Combine::Max,
+            guest_latency,
+        );
     }
     if last.contains("p50") {
         return m(Unit::Nanoseconds, Better::Lower, Combine::Median, false);
@@ -205,6 +213,14 @@ pub fn title(metric: &str) -> String {
         "sched.migrations_per_s" => "migrations/s".into(),
         "sleep.wake_latency.p99_ns" => "sleep p99".into(),
         "sleep.wake_latency.p50_ns" => "sleep p50".into(),
+        "sleep.wake_latency.p999_ns" => "sleep p99.9".into(),
+        "sleep.wake_latency.max_ns" => "sleep max".into(),
+        "burst.wake_latency.p999_ns" => "burst wake p99.9".into(),
+        "burst.wake_latency.max_ns" => "burst wake max".into(),
+        "server.requests_per_s" => "requests/s".into(),
+        "server.request_latency.p99_ns" => "request p99".into(),
+        "server.request_latency.p999_ns" => "request p99.9".into(),
+        "server.request_latency.max_ns" => "request max".into(),
         "unixbench.index.copies_1" => "UB index (1 copy)".into(),
         "unixbench.index.copies_vcpus" => "UB index (copy per vCPU)".into(),
         _ if metric.starts_with("jain.") => format!("Jain ({})", title(&metric["jain.".len()..])),
@@ -460,7 +476,9 @@ fn console_name(workload: &str, key: &str) -> Option<String> {
         ("cpu", "units" | "cpu.units_per_s") => format!("cpu.{key}"),
         ("pingpong", "roundtrips" | "pingpong.roundtrips_per_s") => format!("pingpong.{key}"),
         ("spinlock", "acquisitions" | "spinlock.acquisitions_per_s") => format!("spinlock.{key}"),
-        ("sleep", "p50_ns" | "p99_ns" | "max_ns" | "count") => format!("sleep.wake_latency.{key}"),
+        ("sleep", "p50_ns" | "p99_ns" | "p999_ns" | "max_ns" | "count") => {
+            format!("sleep.wake_latency.{key}")
+        }
         ("sleep", "missed") => "sleep.missed".into(),
         ("burst", k) if k.starts_with("wake_") => {
             format!("burst.wake_latency.{}", &k["wake_".len()..])
@@ -473,6 +491,9 @@ fn console_name(workload: &str, key: &str) -> Option<String> {
             format!("spinlock.lock_wait.{}", &k["wait_".len()..])
         }
         ("burst", "bursts" | "missed") => format!("burst.{key}"),
+        ("server", k) if k.starts_with("request_") => {
+            format!("server.request_latency.{}", &k["request_".len()..])
+        }
         ("pingpong" | "sleep", "interval_us" | "role") => return None,
         (w, k) => format!("{w}.{k}"),
     };
@@ -777,10 +798,13 @@ mod tests {
 
     #[test]
     fn formatting() {
-        assert_eq!(format_value("sleep.wake_latency.p99_ns", 1500.0), "1.50 us");
+        assert_eq!(
+            format_value("sleep.wake_latency.p99_ns", 1500.0),
+            "1.500 us"
+        );
         assert_eq!(
             format_value("sleep.wake_latency.p99_ns", 8_388_608.0),
-            "8.4 ms"
+            "8.39 ms"
         );
         assert_eq!(
             format_value("sched.wake_latency.p99_ns", 2_228_200.0),

@@ -3,7 +3,7 @@
 //!
 //! Two families:
 //! - the bench guest's workloads (`cpu`, `sleep`, `pingpong`, `burst`,
-//!   `spinlock`, `barrier`, `shootdown`, `mixed`), passed on the guest's command line as
+//!   `spinlock`, `barrier`, `shootdown`, `server`, `mixed`), passed on the guest's command line as
 //!   `workload=KIND key=value ...` (guests/PROTOCOL.md);
 //! - `unixbench`, the UnixBench-style suite inside a Linux guest, with its
 //!   own image, command line and result adapter (`unixbench.rs`).
@@ -29,6 +29,7 @@ pub enum WorkloadKind {
     Spinlock,
     Barrier,
     Shootdown,
+    Server,
     Mixed,
     UnixBench,
     /// A guest gone bad (floods, stray port and MMIO writes, a triple
@@ -41,7 +42,7 @@ pub enum WorkloadKind {
 const BENCH_COMMON: &[&str] = &["duration_ms", "apic", "timer"];
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 10] = [
+    pub const ALL: [WorkloadKind; 11] = [
         WorkloadKind::Cpu,
         WorkloadKind::Sleep,
         WorkloadKind::Pingpong,
@@ -49,6 +50,7 @@ impl WorkloadKind {
         WorkloadKind::Spinlock,
         WorkloadKind::Barrier,
         WorkloadKind::Shootdown,
+        WorkloadKind::Server,
         WorkloadKind::Mixed,
         WorkloadKind::UnixBench,
         WorkloadKind::Hostile,
@@ -63,6 +65,7 @@ impl WorkloadKind {
             WorkloadKind::Spinlock => "spinlock",
             WorkloadKind::Barrier => "barrier",
             WorkloadKind::Shootdown => "shootdown",
+            WorkloadKind::Server => "server",
             WorkloadKind::Mixed => "mixed",
             WorkloadKind::UnixBench => "unixbench",
             WorkloadKind::Hostile => "hostile",
@@ -111,11 +114,12 @@ impl WorkloadKind {
     pub fn params(self) -> Vec<&'static str> {
         let own: &[&str] = match self {
             WorkloadKind::Cpu => &["report_ms"],
-            WorkloadKind::Sleep => &["interval_us"],
+            WorkloadKind::Sleep => &["interval_us", "wakes"],
             WorkloadKind::Pingpong => &[],
-            WorkloadKind::Burst => &["period_us", "run_us"],
+            WorkloadKind::Burst => &["period_us", "run_us", "wakes"],
             WorkloadKind::Spinlock => &["cs_ns", "gap_ns", "pv_spin"],
             WorkloadKind::Barrier | WorkloadKind::Shootdown => &["work_us"],
+            WorkloadKind::Server => &["rate", "work_us", "seed", "lock", "touch_kib", "wakes"],
             WorkloadKind::Mixed => &["mixed"],
             WorkloadKind::Hostile => &["flood_kib", "flood_records", "random_ports", "random_mmio"],
             // The Linux image, its command line, copies (counts and/or

@@ -20,6 +20,7 @@ pub const WORKLOADS: &[&str] = &[
     "spinlock",
     "barrier",
     "shootdown",
+    "server",
     "mixed",
     "boot",
     "triple_fault",
@@ -106,6 +107,21 @@ pub const PARAMS: &[Param] = &[
     int("interval_us", 1, 10_000_000, "microseconds", &["sleep"]),
     int("period_us", 1, 10_000_000, "microseconds", &["burst"]),
     int("run_us", 1, 10_000_000, "microseconds", &["burst"]),
+    int(
+        "wakes",
+        1,
+        1_000_000_000,
+        "wakes",
+        &["sleep", "burst", "server"],
+    ),
+    int("rate", 1, 10_000_000, "requests per second", &["server"]),
+    int("seed", 0, 4_294_967_295, "a PRNG seed", &["server"]),
+    Param {
+        key: "lock",
+        kind: ParamKind::Choice(&["on", "off"]),
+        used_by: &["server"],
+    },
+    int("touch_kib", 0, 256, "KiB", &["server"]),
     int("cs_ns", 0, 1_000_000_000, "nanoseconds", &["spinlock"]),
     int("gap_ns", 0, 1_000_000_000, "nanoseconds", &["spinlock"]),
     int(
@@ -113,7 +129,7 @@ pub const PARAMS: &[Param] = &[
         0,
         10_000_000,
         "microseconds",
-        &["barrier", "shootdown"],
+        &["barrier", "shootdown", "server"],
     ),
     Param {
         key: "mixed",
@@ -144,6 +160,10 @@ pub const RESERVED: &[&str] = &["tsc_khz", "vcpus"];
 
 /// The guest's default `period_us` (`run_us` must not exceed it).
 const DEFAULT_PERIOD_US: u64 = 1000;
+/// The guest's default `interval_us`, `rate` and `duration_ms`.
+const DEFAULT_INTERVAL_US: u64 = 1000;
+const DEFAULT_RATE: u64 = 1000;
+const DEFAULT_DURATION_MS: u64 = 1000;
 
 /// One refused parameter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -319,7 +339,50 @@ pub fn check(args: &[(String, String)], vcpus: u32) -> Vec<ParamError> {
             ));
         }
     }
+    if let Some(e) = check_wakes(&get, &running) {
+        errors.push(e);
+    }
     errors
+}
+
+/// `wakes=N` ends a latency workload after N wakes, but never after
+/// `duration_ms`: refuse a count the run is too short to reach even when
+/// every period is on time, so a long run is never silently cut short.
+fn check_wakes<'a>(
+    get: &impl Fn(&str) -> Option<&'a String>,
+    running: &[&str],
+) -> Option<ParamError> {
+    let wakes = get("wakes").and_then(|v| parse_uint(v))?;
+    let uint = |key: &str, default: u64| get(key).and_then(|v| parse_uint(v)).unwrap_or(default);
+    let duration_ms = uint("duration_ms", DEFAULT_DURATION_MS);
+    let mut periods: Vec<(&str, f64)> = [
+        ("sleep", "interval_us", DEFAULT_INTERVAL_US),
+        ("burst", "period_us", DEFAULT_PERIOD_US),
+    ]
+    .into_iter()
+    .filter(|(w, _, _)| running.contains(w))
+    .map(|(_, key, default)| (key, uint(key, default) as f64))
+    .collect();
+    if running.contains(&"server") {
+        // Poisson arrivals: 1 / rate apart on average.
+        periods.push(("rate", 1e6 / uint("rate", DEFAULT_RATE).max(1) as f64));
+    }
+    let (key, every_us) = periods.into_iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+    let needed_ms = (wakes as f64 * every_us / 1000.0).ceil();
+    (needed_ms > duration_ms as f64).then(|| {
+        let fits = (duration_ms as f64 * 1000.0 / every_us).floor();
+        let per = if key == "rate" {
+            format!("{fits} = {duration_ms} ms at rate {}/s", uint("rate", DEFAULT_RATE))
+        } else {
+            format!("{fits} = {duration_ms} ms / {every_us} us")
+        };
+        err(
+            "wakes",
+            format!(
+                "expected at most the wakes duration_ms holds at one per {key} ({per}) so that the run can reach them, found {wakes} (raise duration_ms to {needed_ms})"
+            ),
+        )
+    })
 }
 
 /// Split command-line words into `(key, value)` (a word without `=` has an
@@ -413,6 +476,9 @@ mod tests {
             "workload=cpu duration_ms=500 report_ms=100",
             "workload=sleep interval_us=250 duration_ms=1000 apic=xapic timer=oneshot",
             "workload=burst period_us=1000 run_us=300",
+            "workload=sleep interval_us=100 wakes=1000000 duration_ms=100000",
+            "workload=burst wakes=1000",
+            "workload=server rate=20000 work_us=30 seed=7 lock=on touch_kib=64 wakes=1000000 duration_ms=50000",
             "workload=spinlock cs_ns=0 gap_ns=2000",
             "workload=pingpong",
             "workload=boot",
@@ -486,6 +552,26 @@ mod tests {
                 "period_us (10)",
             ),
             ("workload=sleep apic=x3apic", "apic", "x2apic, xapic"),
+            ("workload=sleep wakes=0", "wakes", "from 1 to 1000000000"),
+            ("workload=cpu wakes=5", "wakes", "workload sleep, burst"),
+            (
+                "workload=sleep interval_us=100 wakes=1000000 duration_ms=99999",
+                "wakes",
+                "999990 = 99999 ms / 100 us",
+            ),
+            (
+                "workload=server rate=10000 wakes=1000001 duration_ms=100000",
+                "wakes",
+                "1000000 = 100000 ms at rate 10000/s",
+            ),
+            ("workload=server lock=maybe", "lock", "on, off"),
+            ("workload=server touch_kib=257", "touch_kib", "0 to 256"),
+            ("workload=sleep rate=5", "rate", "workload server"),
+            (
+                "workload=burst period_us=2000 wakes=501",
+                "wakes",
+                "raise duration_ms to 1002",
+            ),
             ("workload=mixed mixed=cpu,idle", "mixed", "found \"idle\""),
             ("workload=mixed mixed=cpu", "mixed", "per vCPU (2)"),
             ("workload=mixed", "mixed", "found nothing"),

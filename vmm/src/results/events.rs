@@ -25,6 +25,8 @@ pub struct LatencyDoc {
     pub count: u64,
     pub p50_ns: u64,
     pub p99_ns: u64,
+    /// Read from the histogram (HdrHistogram-style, 2 significant digits).
+    pub p999_ns: u64,
     pub max_ns: u64,
     /// The non-empty buckets of the guest's histogram, in order.
     pub histogram: Vec<BucketDoc>,
@@ -44,6 +46,7 @@ fn latency(l: &LatencySummary) -> LatencyDoc {
         count: l.count,
         p50_ns: l.p50_ns,
         p99_ns: l.p99_ns,
+        p999_ns: l.p999_ns,
         max_ns: l.max_ns,
         histogram: l
             .histogram
@@ -131,6 +134,16 @@ pub struct ShootdownDoc {
     /// The initiator: how many siblings it asks; a responder: its vCPU.
     pub peer: u32,
     pub latency: Option<LatencyDoc>,
+/// `server`: the VM's requests, reported by its dispatcher vCPU (null on
+/// the workers).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServerDoc {
+    pub requests: u64,
+    /// Requests served per second, from the start to the last one's end.
+    pub requests_per_s: Option<f64>,
+    pub offered: u64,
+    pub dropped: u64,
+    pub request_latency: Option<LatencyDoc>,
 }
 
 /// The vCPU's steal time as its guest read it (KVM's steal-time area, where
@@ -153,6 +166,7 @@ pub struct GuestDoc {
     pub spinlock: Option<SpinlockDoc>,
     pub barrier: Option<BarrierDoc>,
     pub shootdown: Option<ShootdownDoc>,
+    pub server: Option<ServerDoc>,
     pub steal: Option<StealDoc>,
 }
 
@@ -219,6 +233,13 @@ fn guest(m: Option<&VcpuMetrics>, w: Option<&VcpuWork>, tsc_khz: u32) -> GuestDo
                 roundtrips_per_s: m.shootdowns_per_s,
                 peer: s.peer,
                 latency: s.latency_ns.as_ref().map(latency),
+        server: m.and_then(|m| {
+            m.server.as_ref().map(|s| ServerDoc {
+                requests: s.requests,
+                requests_per_s: m.requests_per_s,
+                offered: s.offered,
+                dropped: s.dropped,
+                request_latency: s.request_latency_ns.as_ref().map(latency),
             })
         }),
         steal: m.and_then(|m| {
@@ -469,6 +490,15 @@ fn record_data(kind: RecordKind, v: &[u64; 5]) -> Value {
         ) => json!({
             "count": count, "ticks": ticks, "guest_per_s": v[2], "peer": peer,
             "initiator": initiator,
+            Ok(Payload::ServerDone {
+                requests,
+                ticks,
+                offered,
+                dropped,
+            }),
+        ) => json!({
+            "requests": requests, "ticks": ticks, "guest_requests_per_s": v[2],
+            "offered": offered, "dropped": dropped,
         }),
         (
             _,

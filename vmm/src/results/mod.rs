@@ -683,9 +683,10 @@ pub fn format_summary(r: &VmResult) -> String {
 fn latency(l: &LatencySummary) -> String {
     let p = |ns: u64| units::latency(ns as f64, units::GUEST_SUB_BUCKETS);
     format!(
-        "p50 {}, p99 {}, max {} over {}",
+        "p50 {}, p99 {}, p99.9 {}, max {} over {}",
         p(l.p50_ns),
         p(l.p99_ns),
+        p(l.p999_ns),
         units::duration3(l.max_ns as f64),
         l.count
     )
@@ -742,6 +743,20 @@ fn format_metrics(vm: &str, m: &VcpuMetrics) -> String {
                 m.vcpu, d.count, d.peer
             ),
         };
+    }
+    if let Some(sv) = &m.server {
+        s += &format!(
+            "[{vm}]   vcpu{}: server {} requests ({}/s), {} offered, {} dropped, request latency {}\n",
+            m.vcpu,
+            sv.requests,
+            m.requests_per_s.map_or("-".into(), units::number),
+            sv.offered,
+            sv.dropped,
+            sv.request_latency_ns
+                .as_ref()
+                .map(latency)
+                .unwrap_or_else(|| "-".into())
+        );
     }
     if let Some(b) = &m.burst {
         s += &format!(
