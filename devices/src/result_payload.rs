@@ -158,6 +158,7 @@ pub enum Payload {
         ticks: u64,
         peer: u32,
         initiator: bool,
+    },
     /// `server`, from the dispatcher: requests served by the VM's workers,
     /// ticks from the start to the last one's end, requests offered (the
     /// arrivals) and dropped (a full queue).
@@ -388,6 +389,8 @@ pub fn decode(kind: RecordKind, v: &[u64; 5]) -> Result<Payload, DecodeError> {
                 ticks: v[1],
                 peer,
                 initiator: v[4] == 0,
+            }
+        }
         RecordKind::ServerDone => {
             let (requests, offered, dropped) = (v[0], v[3], v[4]);
             if requests.checked_add(dropped).is_none_or(|n| n > offered) {

@@ -30,7 +30,7 @@ pub const SAME_WITHIN: f64 = 0.05;
 
 /// The headline metrics a VM is judged by, latency-sensitive first; a VM
 /// gets a row for each one its vCPUs reported.
-const HEADLINES: [&str; 8] = [
+const HEADLINES: [&str; 10] = [
     "sleep.wake_latency.p99_ns",
     "sleep.wake_latency.p50_ns",
     "server.request_latency.p99_ns",

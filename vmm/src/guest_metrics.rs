@@ -93,6 +93,8 @@ pub struct ShootdownMetrics {
     pub initiator: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_ns: Option<LatencySummary>,
+}
+
 /// `server` (the dispatcher's record): the whole VM's requests.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ServerMetrics {
@@ -339,6 +341,10 @@ pub fn vcpu_metrics<'a>(
                     peer,
                     initiator,
                     latency_ns: None,
+                });
+            }
+            (
+                _,
                 Payload::ServerDone {
                     requests,
                     ticks,
@@ -387,6 +393,7 @@ pub fn vcpu_metrics<'a>(
             let shootdown = get(LatencyMetric::Shootdown);
             if let Some(s) = f.m.shootdown.as_mut() {
                 s.latency_ns = shootdown;
+            }
             let request = get(LatencyMetric::ServerRequest);
             if let Some(s) = f.m.server.as_mut() {
                 s.request_latency_ns = request;

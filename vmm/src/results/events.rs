@@ -134,6 +134,8 @@ pub struct ShootdownDoc {
     /// The initiator: how many siblings it asks; a responder: its vCPU.
     pub peer: u32,
     pub latency: Option<LatencyDoc>,
+}
+
 /// `server`: the VM's requests, reported by its dispatcher vCPU (null on
 /// the workers).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -233,6 +235,8 @@ fn guest(m: Option<&VcpuMetrics>, w: Option<&VcpuWork>, tsc_khz: u32) -> GuestDo
                 roundtrips_per_s: m.shootdowns_per_s,
                 peer: s.peer,
                 latency: s.latency_ns.as_ref().map(latency),
+            })
+        }),
         server: m.and_then(|m| {
             m.server.as_ref().map(|s| ServerDoc {
                 requests: s.requests,
@@ -490,6 +494,9 @@ fn record_data(kind: RecordKind, v: &[u64; 5]) -> Value {
         ) => json!({
             "count": count, "ticks": ticks, "guest_per_s": v[2], "peer": peer,
             "initiator": initiator,
+        }),
+        (
+            _,
             Ok(Payload::ServerDone {
                 requests,
                 ticks,
