@@ -363,8 +363,8 @@ pub(crate) mod tests {
         let mut b = encode_record(2, 0, 0, 0, [0; 5]);
         b[4] = 2;
         assert_eq!(parse_record(&b), Err(RecordError::BadVersion(2)));
-        let b = encode_record(13, 0, 0, 0, [0; 5]);
-        assert_eq!(parse_record(&b), Err(RecordError::BadKind(13)));
+        let b = encode_record(15, 0, 0, 0, [0; 5]);
+        assert_eq!(parse_record(&b), Err(RecordError::BadKind(15)));
         let b = encode_record(0, 0, 0, 0, [0; 5]);
         assert_eq!(parse_record(&b), Err(RecordError::BadKind(0)));
     }
