@@ -330,7 +330,7 @@ fn shipped_matrices_validate() {
     let kernel = guests::bench_guest_elf().display().to_string();
     for (name, cells) in [
         ("smoke", 36),
-        ("seeds", 520),
+        ("seeds", 880),
         ("unixbench", 42),
         ("mechanism", 250),
     ] {
