@@ -65,6 +65,9 @@ bin="$PWD/target/afl/release/pacer-afl"
 [ ${#targets[@]} -gt 0 ] || mapfile -t targets < <("$bin" --list)
 mkdir -p target/afl-out
 export AFL_NO_UI=1 AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1
+# More targets than CPUs: AFL++ would refuse to start a fuzzer without a
+# free CPU of its own to bind to ("No more free CPU cores").
+if [ "$jobs" -gt "$(nproc)" ]; then export AFL_NO_AFFINITY=1; fi
 # Where the kernel's core_pattern pipes cores to a helper, AFL++ would
 # refuse to start without the variable above; cores are not needed.
 # One target: fuzz it, then write its row of the table (and, if it crashed
