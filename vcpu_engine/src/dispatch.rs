@@ -381,6 +381,20 @@ impl Engine {
         drop(turn);
         if let Some(n) = &next {
             let mut ctl = n.ctl();
+            if ctl.state == RunState::Exited {
+                // Its VM finished it after the pick (`Engine::finish_vm`
+                // removes the entity, then marks the vCPU Exited under
+                // `ctl`): the scheduler has it running here, removed. A
+                // pick for Blocked frees it and finds what runs instead.
+                drop(ctl);
+                if let Some(t) = n.quantum_timer.get() {
+                    t.disarm();
+                }
+                log::debug!("{} exited after its pick on CPU {}", n.name, slot.host);
+                let (next, more) = self.reschedule_locked(slot, owner, StopReason::Blocked, 0);
+                kicks.extend(more);
+                return (next, kicks);
+            }
             ctl.ran_on.insert(slot.host);
             if let Some(from) = ctl.last_cpu.filter(|c| *c != slot.host) {
                 self.record(|| Event::Migrate {

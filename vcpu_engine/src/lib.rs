@@ -1163,7 +1163,11 @@ impl Engine {
                 log::debug!("[{}] removing {}: {e}", vm.name, v.name);
             }
             let mut ctl = v.ctl();
-            if ctl.state != RunState::Exited {
+            // A vCPU dispatched since the wait keeps its CPU until its
+            // thread sees the stop and hands the CPU on (`end_turn`): marked
+            // Exited here, its thread would end without doing so, and the
+            // CPU would stay owned by a vCPU nobody runs.
+            if ctl.state != RunState::Exited && !matches!(ctl.state, RunState::Running { .. }) {
                 let in_kvm = ctl.state == RunState::HaltedInKvm;
                 v.set_state(&mut ctl, RunState::Exited);
                 if in_kvm {
@@ -1270,27 +1274,17 @@ impl Engine {
         let vms = self.vms.read().unwrap_or_else(|p| p.into_inner());
         vms.iter()
             .flatten()
-            .flat_map(|vm| {
-                vm.vcpus.iter().map(|v| {
-                    let (run_state, events, awaiting_sipi) = {
-                        let ctl = v.ctl();
-                        (
-                            format!("{:?}", ctl.state),
-                            format!("{:?}", ctl.events),
-                            ctl.awaiting_sipi,
-                        )
-                    };
-                    VcpuEngineNow {
-                        vm: vm.name.clone(),
-                        vcpu: v.index,
-                        run_state,
-                        events,
-                        awaiting_sipi,
-                        interrupt_controller: vm.irq.debug_state(v.index),
-                    }
-                })
-            })
+            .flat_map(|vm| vm.vcpus.iter().map(|v| engine_now(vm, v)))
             .collect()
+    }
+
+    /// [`Engine::vcpus_engine_now`] for the vCPUs of one VM (what a VM
+    /// that ran out of time was doing).
+    pub fn vm_engine_now(&self, slot: VmSlot) -> Vec<VcpuEngineNow> {
+        let _s = self.section();
+        self.vm(slot.0)
+            .map(|vm| vm.vcpus.iter().map(|v| engine_now(&vm, v)).collect())
+            .unwrap_or_default()
     }
 
     /// How many vCPUs are in each run state now.
@@ -1347,6 +1341,26 @@ impl Engine {
         for w in std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner())) {
             let _ = w.join();
         }
+    }
+}
+
+/// `v` as the engine and its VM's interrupt controller see it now.
+fn engine_now(vm: &EngineVm, v: &EngineVcpu) -> VcpuEngineNow {
+    let (run_state, events, awaiting_sipi) = {
+        let ctl = v.ctl();
+        (
+            format!("{:?}", ctl.state),
+            format!("{:?}", ctl.events),
+            ctl.awaiting_sipi,
+        )
+    };
+    VcpuEngineNow {
+        vm: vm.name.clone(),
+        vcpu: v.index,
+        run_state,
+        events,
+        awaiting_sipi,
+        interrupt_controller: vm.irq.debug_state(v.index),
     }
 }
 

@@ -59,6 +59,41 @@ fn every_policy_and_dispatch_runs_overcommitted_vms() {
     }
 }
 
+/// VMs that end one after another while the others run: each end takes
+/// its VM's vCPUs off the CPUs (a sibling may be picked by another CPU at
+/// that very moment), and the CPUs go on to the VMs still running. A CPU
+/// left owned by a vCPU whose thread had ended ran nothing more: the
+/// remaining VMs timed out.
+#[test]
+fn vms_ending_one_after_another_leave_their_cpus_to_the_others() {
+    if !kvm_or_skip("vms_ending_one_after_another_leave_their_cpus_to_the_others") {
+        return;
+    }
+    let dir = TempDir::new("engine-ends");
+    for dispatch in [DispatchKind::Threads, DispatchKind::Workers] {
+        for round in 0..3 {
+            let mut text = host("haiku", dispatch);
+            for i in 0..6u32 {
+                // Ends 60 ms apart; 3 vCPUs each, more than the host's CPUs.
+                text += &vm_table(
+                    &format!("v{i}"),
+                    &format!("cpu duration_ms={}", 100 + 60 * i),
+                )
+                .replace("vcpus = 1", "vcpus = 3")
+                .replace("timeout_s = 60", "timeout_s = 30");
+            }
+            let res = run_config(&dir, &text);
+            for vm in &res.vms {
+                assert_eq!(
+                    vm.status, "success",
+                    "{dispatch}, round {round}: {}: {}",
+                    vm.name, vm.message
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn core_sets_are_never_left() {
     if !kvm_or_skip("core_sets_are_never_left") {
