@@ -100,7 +100,7 @@ pub fn host_config() -> Vec<Key> {
         key("vm[].reservation", "integer", "", "0", "0..=100 x vCPUs, at most the cap; all VMs' reservations at most 100 x host CPUs; only haiku honours them", "At least this % of one CPU for the VM when it asks, split evenly over its vCPUs (they run above every timeshare level while their reservation lasts).", "50", None),
         key("vm[].workload", "string or table", "", "none (the guest's own default)", "bench guest only; keys below", "The bench guest's workload: \"cpu duration_ms=300\" or { name = \"cpu\", duration_ms = 300 }.", "\"cpu\"", None),
         key("vm[].console", "string", "", "\"log\"", "log | stdout | both", "Where the serial console goes: <vm>.console.log in the run directory, stdout (prefixed [vm]) or both.", "\"log\"", None),
-        key("vm[].timeout_s", "number", "s", "none", "> 0", "Stop the VM (status timeout) after this long.", "30", None),
+        key("vm[].timeout_s", "number", "s", "none", "> 0", "Stop the VM (status timeout) after this long; under Pacer's scheduler the message says what each vCPU was doing then.", "30", None),
     ];
     for p in PARAMS.iter().filter(|p| p.key != "workload") {
         let (ty, unit, range, example, int_range) = match p.kind {

@@ -169,6 +169,42 @@ pub struct VcpuEngineNow {
     pub interrupt_controller: Option<serde_json::Value>,
 }
 
+impl VcpuEngineNow {
+    /// One phrase for a message: `vcpu2 Halted { interruptible: true },
+    /// vectors 0xec requested, timer armed`.
+    pub fn brief(&self) -> String {
+        let mut out = format!("vcpu{} {}", self.vcpu, self.run_state);
+        if self.awaiting_sipi {
+            out.push_str(", awaiting a start-up IPI");
+        }
+        let Some(lapic) = &self.interrupt_controller else {
+            return out;
+        };
+        let vectors = |key: &str| -> Vec<String> {
+            let words = lapic[key].as_array().cloned().unwrap_or_default();
+            (0..256u32)
+                .filter(|v| {
+                    words
+                        .get((v / 32) as usize)
+                        .and_then(serde_json::Value::as_u64)
+                        .is_some_and(|w| w >> (v % 32) & 1 == 1)
+                })
+                .map(|v| format!("{v:#x}"))
+                .collect()
+        };
+        for (key, what) in [("irr", "requested"), ("isr", "in service")] {
+            let v = vectors(key);
+            if !v.is_empty() {
+                out.push_str(&format!(", vectors {} {what}", v.join(" ")));
+            }
+        }
+        if !lapic["timer_deadline_ns"].is_null() {
+            out.push_str(", timer armed");
+        }
+        out
+    }
+}
+
 impl VcpuSchedStats {
     /// The row of `entity` in a `vcpu_sched` snapshot (zeros if absent).
     pub(crate) fn from_snapshot(snap: &SchedSnapshot, entity: EntityId, _cpus: &CpuMap) -> Self {
@@ -224,6 +260,34 @@ impl VcpuSchedStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stuck_vcpu_is_said_in_one_phrase() {
+        let mut irr = vec![0u64; 8];
+        irr[7] = 1 << 12; // vector 0xec
+        let now = VcpuEngineNow {
+            vm: "web".into(),
+            vcpu: 2,
+            run_state: "Halted { interruptible: false }".into(),
+            interrupt_controller: Some(serde_json::json!({
+                "irr": irr,
+                "isr": [0, 0, 0, 0, 0, 0, 0, 0],
+                "timer_deadline_ns": 5,
+            })),
+            ..Default::default()
+        };
+        assert_eq!(
+            now.brief(),
+            "vcpu2 Halted { interruptible: false }, vectors 0xec requested, timer armed"
+        );
+        let bare = VcpuEngineNow {
+            vcpu: 0,
+            run_state: "Ready".into(),
+            awaiting_sipi: true,
+            ..Default::default()
+        };
+        assert_eq!(bare.brief(), "vcpu0 Ready, awaiting a start-up IPI");
+    }
 
     #[test]
     fn host_thread_counters_are_read() {

@@ -182,6 +182,8 @@ pub struct Vm {
     user_log: Option<(PathBuf, std::fs::File)>,
     options: VmOptions,
     started: bool,
+    /// What the vCPUs were doing when the VM ran out of time.
+    at_timeout: Option<String>,
 }
 
 impl Vm {
@@ -316,6 +318,7 @@ impl Vm {
             user_log: logs.user_log,
             options,
             started: false,
+            at_timeout: None,
         })
     }
 
@@ -370,6 +373,7 @@ impl Vm {
                 }
                 shared::Woken::Timeout => {
                     let t = self.spec.timeout.unwrap_or_default();
+                    self.at_timeout = self.vcpus_now();
                     self.shared.stop(StopCause::Timeout(t));
                 }
             }
@@ -401,6 +405,9 @@ impl Vm {
         let console_dropped = serial.dropped();
         drop(serial);
         let (mut status, mut ok, mut message) = cause.describe();
+        if let (StopCause::Timeout(_), Some(now)) = (&cause, self.at_timeout.take()) {
+            message = format!("{message}; the vCPUs then: {now}");
+        }
         let wall_ms = self.shared.start.elapsed().as_secs_f64() * 1e3;
         let (user_log, user_log_error) = match self.write_user_log() {
             Ok(p) => (p, None),

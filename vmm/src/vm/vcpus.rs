@@ -139,6 +139,16 @@ impl Vm {
     }
 
     /// Stop every vCPU; their outcomes and scheduling statistics.
+    /// What each vCPU is doing now, one phrase each (Pacer's engine; the
+    /// host kernel's threads say nothing).
+    pub(super) fn vcpus_now(&self) -> Option<String> {
+        let Some(RunningVcpus::Scheduled(engine, slot)) = &self.vcpus else {
+            return None;
+        };
+        let now = engine.vm_engine_now(*slot);
+        (!now.is_empty()).then(|| now.iter().map(|v| v.brief()).collect::<Vec<_>>().join("; "))
+    }
+
     pub(super) fn stop_vcpus(&mut self) -> (Vec<VcpuOutcome>, Vec<VcpuSchedStats>) {
         match self.vcpus.take() {
             Some(RunningVcpus::Host(mut handles)) => {
