@@ -35,6 +35,16 @@ fn run(
     res.vms.remove(0)
 }
 
+/// The VM succeeded; if not, its whole result goes to stderr and the
+/// failure says the policy and the VM's message (which, for a timeout,
+/// says what each vCPU was doing) last, where a cut log keeps it.
+fn succeeded(policy: &str, r: &vmm::results::VmResult) {
+    if r.status != "success" {
+        eprintln!("{policy}: {r:?}");
+    }
+    assert_eq!(r.status, "success", "{policy}: {}", r.message);
+}
+
 #[test]
 fn barrier_reports_rounds_and_a_spin_share_on_every_vcpu() {
     if !kvm_or_skip("barrier_reports_rounds_and_a_spin_share_on_every_vcpu") {
@@ -44,7 +54,7 @@ fn barrier_reports_rounds_and_a_spin_share_on_every_vcpu() {
     let dir = TempDir::new("sync-barrier");
     for policy in ["host", "haiku"] {
         let r = run(&dir, policy, "bar", 3, "barrier duration_ms=300 work_us=20");
-        assert_eq!(r.status, "success", "{policy}: {r:?}");
+        succeeded(policy, &r);
         assert_eq!(r.vcpu_metrics.len(), 3, "{policy}: {:?}", r.vcpu_metrics);
         let rounds: Vec<u64> = r
             .vcpu_metrics
@@ -82,7 +92,7 @@ fn shootdown_initiator_reports_round_trips_and_their_latency() {
             3,
             "shootdown duration_ms=300 work_us=20",
         );
-        assert_eq!(r.status, "success", "{policy}: {r:?}");
+        succeeded(policy, &r);
         let m = &r.vcpu_metrics;
         assert_eq!(m.len(), 3, "{policy}: {m:?}");
         let init = m[0].shootdown.as_ref().expect("SHOOTDOWN_DONE");
