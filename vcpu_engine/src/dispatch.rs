@@ -21,6 +21,9 @@ thread_local! {
     /// and on threads that run no vCPU): the waker of what its exits wake.
     static RUNNING_ENTITY: std::cell::Cell<Option<vcpu_sched::EntityId>> =
         const { std::cell::Cell::new(None) };
+    /// The turn this thread executes ends as a yield before its next
+    /// entry: the scheduler took a directed yield (`direct_yield`).
+    static YIELD_NOW: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// How many picks a `schedule` gets before the CPU idles for this call:
@@ -102,6 +105,11 @@ impl Engine {
                 cpu: cpu16(slot.host),
                 vcpu: v.trace_ref(),
             });
+        }
+        if YIELD_NOW.take() && !matches!(last, VcpuStep::Fatal(_) | VcpuStep::Halted) {
+            // An IPI this vCPU sent went to a sibling waiting preempted:
+            // its CPU goes to that sibling (the scheduler was told).
+            return Next::Stop(Stop::Yielded);
         }
         match last {
             VcpuStep::Fatal(r) => return Next::Stop(Stop::Exit(r.clone())),
@@ -604,7 +612,25 @@ impl Engine {
                     self.wake(v);
                 }
             }
+            RunState::Ready if vm.coschedule => {
+                drop(ctl);
+                self.direct_yield(v);
+            }
             _ => {}
+        }
+    }
+
+    /// Relaxed co-scheduling: the vCPU this thread runs sent an IPI to
+    /// its sibling `v`, which waits preempted (Ready): tell the scheduler
+    /// (`yield_to`), and if it takes the yield, end this turn before the
+    /// next entry so that the sender's CPU goes to `v`. One thread-local
+    /// read when the IPI comes from no vCPU of this thread.
+    fn direct_yield(&self, v: &EngineVcpu) {
+        let Some(from) = RUNNING_ENTITY.get().filter(|w| *w != v.entity) else {
+            return;
+        };
+        if let Ok(true) = self.scheduler().yield_to(from, v.entity, now_ns()) {
+            YIELD_NOW.set(true);
         }
     }
 }

@@ -484,6 +484,11 @@ pub struct VmSchedSpec {
     /// The VM's core set: the host CPUs its vCPUs may run on (those
     /// outside the engine's [`CpuMap`] are ignored).
     pub cpus: HostCpuSet,
+    /// Relaxed co-scheduling of its vCPUs, or none
+    /// ([`vcpu_sched::VcpuScheduler::set_coschedule`]; policies without
+    /// it ignore it). Relaxed, the engine also reports an IPI to a
+    /// sibling that waits preempted as a directed yield.
+    pub coschedule: vcpu_sched::Coschedule,
 }
 
 impl VmSchedSpec {
@@ -496,6 +501,7 @@ impl VmSchedSpec {
             priority: vcpu_sched::tunables::PRIORITY_NORMAL,
             shares: Shares::default(),
             cpus,
+            coschedule: vcpu_sched::Coschedule::default(),
         }
     }
 }
@@ -536,6 +542,9 @@ pub struct EngineVm {
     pub(crate) vcpus: Vec<Arc<EngineVcpu>>,
     pub(crate) irq: Arc<dyn InterruptSource>,
     pub(crate) handler: Arc<dyn VcpuExitHandler>,
+    /// Relaxed co-scheduling: IPIs to a preempted sibling are directed
+    /// yields (`dispatch.rs`, `notify_vcpu`).
+    pub(crate) coschedule: bool,
     paused: AtomicBool,
     /// Its vCPUs' threads are the embedder's ([`Engine::add_vm_gated`]):
     /// each leaves its outcome in its [`EngineVcpu`] as its gate exits.
@@ -843,6 +852,11 @@ impl Engine {
         let slot = vms.iter().position(Option::is_none).unwrap_or(vms.len());
         let vm_id = VmId(slot as u32);
         let trace_id = self.next_trace_vm.fetch_add(1, Ordering::Relaxed);
+        // Before its vCPUs, which start with it. The slot's id may be a
+        // departed VM's: set either way.
+        self.sched
+            .set_coschedule(vm_id, spec.coschedule, now)
+            .map_err(EngineError::from)?;
         let mut vcpus = Vec::with_capacity(indices.len());
         for &index in indices {
             let entity = match self
@@ -921,6 +935,7 @@ impl Engine {
             vcpus,
             irq,
             handler,
+            coschedule: spec.coschedule == vcpu_sched::Coschedule::Relaxed,
             paused: AtomicBool::new(false),
             external,
             threads: Mutex::new(Vec::new()),

@@ -14,6 +14,7 @@
 //! kept. E and the base quantum are cached and recomputed only when the
 //! penalty or the base priority changes.
 
+use crate::cosched::VmSync;
 use crate::load::EntityLoad;
 use crate::placement::{Allowed, Machine};
 use crate::quantum::{base_quantum, time_left};
@@ -314,6 +315,11 @@ pub(crate) struct Entity {
     /// as far as the queues know (a wake finds it runnable already).
     pub throttled_until: Option<Nanos>,
     pub counters: EntityCounters,
+    /// Its VM's co-scheduling state, when the VM has relaxed
+    /// co-scheduling on (`cosched.rs`), and its progress there: run
+    /// time while runnable, level with the VM's lead after a halt.
+    pub sync: Option<Arc<VmSync>>,
+    pub progress: Nanos,
 }
 
 impl Entity {
@@ -360,6 +366,8 @@ impl Entity {
             reserve: None,
             throttled_until: None,
             counters: EntityCounters::default(),
+            sync: None,
+            progress: 0,
         }
     }
 
@@ -480,6 +488,9 @@ impl Entity {
 
     /// The entity is removed: it leaves the core's load at once.
     pub fn uncharge_remove(&mut self, m: &Machine) {
+        if let Some(s) = &self.sync {
+            s.unparked(self.id);
+        }
         if let (Some(c), true) = (self.load_core, self.load_ready) {
             m.load_of(c).remove(self.charged, true, self.charged_weight);
             m.load_of(c).remove_slice(self.charged_slice);

@@ -8,6 +8,7 @@
 //! entity next, for how long). See [`policy`] for the event protocol and
 //! `examples/embed.rs` for a VMM vCPU loop built on it.
 
+pub mod cosched;
 pub mod cpuset;
 mod entity;
 mod load;
@@ -30,6 +31,7 @@ pub mod tunables;
 mod types;
 mod validate;
 
+pub use cosched::Coschedule;
 pub use cpuset::{format_cpu_list, parse_cpu_list, CpuSet, CpuSetError};
 pub use monitor::{Monitor, Violations};
 pub use policy::{build, PolicyKind, SchedConfig, VcpuScheduler};

@@ -29,6 +29,9 @@ pub(crate) struct QueueEntry {
     /// affinity never changes after `add_entity`); `None` when it holds
     /// every CPU (no reference count to touch, no set to read).
     pub affinity: Option<Arc<CpuSet>>,
+    /// Its VM co-schedules (relaxed): a pick may take it over the head
+    /// when a sibling runs (`co_start_pick`).
+    pub cosched: bool,
 }
 
 /// FIFO lists per level and a bitmap of non-empty levels.
@@ -228,6 +231,7 @@ mod tests {
             since: 0,
             vm: VmId(0),
             affinity: None,
+            cosched: false,
         }
     }
 

@@ -120,6 +120,20 @@ pub const SHARE_BOOST: bool = true;
 /// may be spinning for it; `policy/haiku/schedule.rs` `co_start_pick`).
 pub const CO_START: bool = false;
 
+/// Relaxed co-scheduling's skew bound (`cosched.rs`): a vCPU whose
+/// progress is this far ahead of a parked sibling's is co-stopped at its
+/// next dispatch, its CPU going to that laggard (a swap between
+/// siblings, within Haiku's priorities). 0, the default, turns co-stop
+/// off, leaving co-start and directed yields: in the simulator every
+/// bound tried lost against them (scenario 19, barrier rounds/s with
+/// co-start alone 17032; bound 100-200 us 13000, 0.5-3 ms 800: the swaps
+/// serialise the siblings on one CPU where co-start runs them side by
+/// side; scenario 20, lock bursts/s 31477 alone, 24217 at 0.1-0.5 ms,
+/// 30751-31163 at 1-3 ms). The scheduler sees run time, not spinning,
+/// so a bound can only stand in for "the leader is likely waiting";
+/// ESXi's is 3 ms.
+pub const COSTOP_SKEW: Nanos = 0;
+
 /// Entity table capacity when the caller does not say.
 pub const DEFAULT_MAX_ENTITIES: usize = 65_536;
 
@@ -238,6 +252,7 @@ pub struct Tunables {
     pub share_half_life: Nanos,
     pub share_boost: bool,
     pub co_start: bool,
+    pub costop_skew: Nanos,
 }
 
 impl Default for Tunables {
@@ -264,6 +279,7 @@ impl Default for Tunables {
             share_half_life: SHARE_HALF_LIFE,
             share_boost: SHARE_BOOST,
             co_start: CO_START,
+            costop_skew: COSTOP_SKEW,
         }
     }
 }

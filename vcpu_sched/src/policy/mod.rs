@@ -39,8 +39,8 @@ pub mod static_pin;
 
 use crate::tunables::{Mode, Tunables, DEFAULT_MAX_ENTITIES};
 use crate::{
-    CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedClass, SchedError, SchedSnapshot,
-    StopReason, Topology, WakeDecision,
+    Coschedule, CpuId, CpuSet, Dispatch, EntityId, EntitySpec, Nanos, SchedClass, SchedError,
+    SchedSnapshot, StopReason, Topology, VmId, WakeDecision,
 };
 use serde::{Deserialize, Serialize};
 
@@ -299,6 +299,26 @@ pub trait VcpuScheduler: Send + Sync {
     /// haiku; the default (true) keeps every quantum end.
     fn has_waiting(&self, _cpu: CpuId) -> bool {
         true
+    }
+    /// Switch relaxed co-scheduling for the vCPUs of `vm`, those added and
+    /// those to come (see [`crate::cosched`]): skew tracking, co-start of a
+    /// parked sibling next to a running one, co-stop past the skew bound
+    /// (`Tunables::costop_skew`), directed yields. Policies without it
+    /// ignore it (the default): they schedule each vCPU on its own.
+    fn set_coschedule(&self, vm: VmId, mode: Coschedule, now: Nanos) -> Result<(), SchedError> {
+        let _ = (vm, mode, now);
+        Ok(())
+    }
+    /// A directed yield: the running entity `from` waits on its sibling
+    /// `to`, which is runnable but parked (the VMM saw `from` send it an
+    /// IPI, or yield while it is preempted). True: the policy will give
+    /// `from`'s CPU to `to` at that CPU's next `schedule`, which the
+    /// caller should call now with [`StopReason::Yielded`]; false: nothing
+    /// to do (not co-scheduled, not siblings, `to` not parked). An unknown
+    /// or stale entity is an error. The default does nothing.
+    fn yield_to(&self, from: EntityId, to: EntityId, now: Nanos) -> Result<bool, SchedError> {
+        let _ = (from, to, now);
+        Ok(false)
     }
     /// `id`, blocked in the policy's view, ran `ran_ns` up to `now` without
     /// the policy seeing it: it was woken, ran and blocked again between

@@ -247,6 +247,9 @@ impl Model {
             };
             for k in 0..g.count {
                 let vm = if g.separate_vms { g.vm + k } else { g.vm };
+                // Before the VM's first vCPU, which then starts with it.
+                let mode = g.coschedule.unwrap_or_default();
+                sched.set_coschedule(crate::VmId(vm), mode, 0)?;
                 let spec = EntitySpec {
                     vm: crate::VmId(vm),
                     class: g.class,

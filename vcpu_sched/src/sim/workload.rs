@@ -208,6 +208,11 @@ pub struct GroupSpec {
     /// Runnable at time 0 (default true); receivers usually start blocked.
     #[serde(default = "yes")]
     pub start_awake: bool,
+    /// The VM's co-scheduling, `off` or `relaxed` (`crate::cosched`;
+    /// unset: the default, `Coschedule::default()`). Groups of one VM
+    /// must agree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coschedule: Option<crate::Coschedule>,
 }
 
 fn normal_priority() -> u8 {
@@ -244,6 +249,7 @@ impl GroupSpec {
             lock: None,
             barrier: false,
             start_awake: true,
+            coschedule: None,
         }
     }
     /// Set the VM id.
@@ -516,6 +522,17 @@ impl Workload {
                     d.validate()
                         .map_err(|e| SimError::Invalid(format!("group {name}: {what}: {e}")))?;
                 }
+            }
+            if let Some(other) = self.groups.iter().find(|o| {
+                o.vm == g.vm
+                    && !o.separate_vms
+                    && !g.separate_vms
+                    && o.coschedule.unwrap_or_default() != g.coschedule.unwrap_or_default()
+            }) {
+                return bad(format!(
+                    "group {name}: coschedule differs from group {:?} of the same VM {}",
+                    other.name, g.vm
+                ));
             }
             if g.separate_vms && g.lock.is_some() {
                 return bad(format!(

@@ -69,6 +69,7 @@ pub(super) struct RawVm {
     pub(super) weight: Option<Spanned<i64>>,
     pub(super) cap: Option<Spanned<i64>>,
     pub(super) reservation: Option<Spanned<i64>>,
+    pub(super) coschedule: Option<Spanned<String>>,
     pub(super) workload: Option<Spanned<RawWorkload>>,
     pub(super) console: Option<Console>,
     pub(super) timeout_s: Option<Spanned<RawNumber>>,

@@ -612,3 +612,22 @@ fn command_line_overrides_enter_before_the_config_is_validated() {
     );
     assert!(e.to_string().starts_with(&start), "{e}");
 }
+
+#[test]
+fn coschedule_is_relaxed_unless_set_and_a_bad_value_names_its_place() {
+    let fx = Fixture::new("coschedule");
+    let c = fx.parse(GOOD).unwrap();
+    assert_eq!(c.vms[1].coschedule, vcpu_sched::Coschedule::Relaxed);
+    let c = fx
+        .parse(&GOOD.replace("priority = 20", "priority = 20\ncoschedule = \"off\""))
+        .unwrap();
+    assert_eq!(c.vms[0].coschedule, vcpu_sched::Coschedule::Off);
+    assert_eq!(c.vms[0].spec().coschedule, vcpu_sched::Coschedule::Off);
+    let e = fx.errors(&GOOD.replace("priority = 20", "priority = 20\ncoschedule = \"gang\""));
+    // `coschedule` is on line 15 of the modified text, its value at col 14.
+    assert!(e.contains("pacer.toml:15:14:"), "{e}");
+    assert!(
+        e.contains("vm[0].coschedule: expected \"off\" or \"relaxed\", found \"gang\""),
+        "{e}"
+    );
+}

@@ -43,6 +43,8 @@ pub struct VmConfig {
     pub priority: u8,
     /// Operator shares (`vcpu_sched::shares`), per vCPU.
     pub shares: crate::config::sched_rules::Shares,
+    /// Relaxed co-scheduling of its vCPUs, or none (`vcpu_sched::cosched`).
+    pub coschedule: vcpu_sched::Coschedule,
     pub console: Console,
     pub timeout: Option<Duration>,
 }
@@ -66,6 +68,7 @@ impl VmConfig {
             class: self.class,
             priority: self.priority,
             shares: self.shares,
+            coschedule: self.coschedule,
             console: ConsoleTo {
                 log: self.console.to_log(),
                 stdout: self.console.to_stdout(),
@@ -131,6 +134,20 @@ pub(super) fn check(
     }
     let boot = guest::boot_files(c, i, v, base);
     let sched = sched::check(c, i, v, host, reservations);
+    let coschedule = match &v.coschedule {
+        Some(s) => s.get_ref().parse().unwrap_or_else(|_| {
+            c.err(
+                s.span(),
+                f("coschedule"),
+                format!(
+                    "expected \"off\" or \"relaxed\", found {}",
+                    quoted(s.get_ref())
+                ),
+            );
+            vcpu_sched::Coschedule::default()
+        }),
+        None => vcpu_sched::Coschedule::default(),
+    };
     let cmdline = guest::cmdline(c, i, v, boot.guest);
     let timeout = match &v.timeout_s {
         Some(t) => {
@@ -166,6 +183,7 @@ pub(super) fn check(
         class: sched.class,
         priority: sched.priority,
         shares: sched.shares,
+        coschedule,
         console: v.console.unwrap_or_default(),
         timeout,
     }

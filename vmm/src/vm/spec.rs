@@ -29,6 +29,8 @@ pub struct VmSpec {
     pub priority: u8,
     /// Operator shares (weight, cap, reservation), per vCPU.
     pub shares: Shares,
+    /// Relaxed co-scheduling of its vCPUs, or none.
+    pub coschedule: vcpu_sched::Coschedule,
     pub console: ConsoleTo,
     /// The VM is stopped (status `timeout`) after this long.
     pub timeout: Option<Duration>,

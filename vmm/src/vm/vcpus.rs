@@ -86,6 +86,7 @@ impl Vm {
                 sched.class = self.spec.class;
                 sched.priority = self.spec.priority;
                 sched.shares = self.spec.shares;
+                sched.coschedule = self.spec.coschedule;
                 let handler: Arc<dyn VcpuExitHandler> = self.handler.clone();
                 let irq: Arc<dyn InterruptSource> = match &self.irqchip {
                     Some(chip) => chip.clone(),

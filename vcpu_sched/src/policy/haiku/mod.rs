@@ -157,6 +157,7 @@
 //! what lets the limited wake preemption help a bursty waker at all (see
 //! `tunables::BURSTY_LOAD`).
 
+mod cosched;
 mod invariants;
 mod place;
 mod runtime;
@@ -176,11 +177,11 @@ use crate::tunables::{Mode, QuantumTable, Tunables};
 use crate::validate::{validate_config, validate_spec, validate_topology};
 use crate::{
     CoreId, CpuId, CpuSet, Dispatch, EntityId, EntitySpec, LlcId, Nanos, QuantumCut, SchedClass,
-    SchedError, StopReason, Topology, WakeDecision,
+    SchedError, StopReason, Topology, VmId, WakeDecision,
 };
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Stale or contended entries a CPU skips before giving up and idling for
@@ -246,6 +247,19 @@ struct CpuAcct {
     due_next: Option<(EntityId, Nanos)>,
     /// Entities this `schedule` call throttled (scratch, like `kicks`).
     throttled: Vec<(EntityId, Nanos)>,
+    /// Relaxed co-scheduling (`cosched.rs`): this `schedule` call
+    /// co-stopped an entity already (at most once per call).
+    costop_done: bool,
+    /// The laggard a co-stop or a directed yield gives this CPU to
+    /// (scratch); true: a yield, taken only at the level of the CPU's own
+    /// best entry or above.
+    pull: Option<(EntityId, bool)>,
+    /// A directed yield the VMM asked for (`yield_to`): from, to.
+    yield_to: Option<(EntityId, EntityId)>,
+    /// Co-stops, co-start kicks and directed yields here.
+    costops: u64,
+    costarts: u64,
+    directed_yields: u64,
 }
 
 /// The entity `id` names in a slot of generation `generation`: an error
@@ -291,6 +305,11 @@ pub struct HaikuScheduler {
     service_change: Mutex<()>,
     /// Cap and reservation buckets falling due (`shares.rs`).
     renewals: Renewals,
+    /// VMs with relaxed co-scheduling and their shared state
+    /// (`cosched.rs`; locked by `add_entity` and `set_coschedule` only),
+    /// and how many there are (one load on the pick when none).
+    vm_sync: Mutex<std::collections::HashMap<VmId, Arc<crate::cosched::VmSync>>>,
+    cosched_vms: AtomicUsize,
 }
 
 impl HaikuScheduler {
@@ -320,6 +339,8 @@ impl HaikuScheduler {
             max_entities: config.max_entities,
             service_change: Mutex::new(()),
             renewals: Renewals::default(),
+            vm_sync: Mutex::new(std::collections::HashMap::new()),
+            cosched_vms: AtomicUsize::new(0),
         })
     }
 
@@ -742,9 +763,15 @@ impl VcpuScheduler for HaikuScheduler {
         };
         let prio = Priority::new(spec.class, spec.priority, self.tun(), self.mode());
         let all_cpus = affinity.len() == self.m.cpus.len();
+        let sync = if self.cosched_vms.load(Ordering::Relaxed) > 0 {
+            self.vm_sync_of(spec.vm)
+        } else {
+            None
+        };
         let mut slot = self.slots[index as usize].lock();
         let id = EntityId::new(index, slot.generation);
-        let e = Entity::new(id, spec.vm, Arc::new(affinity), all_cpus, prio, now);
+        let mut e = Entity::new(id, spec.vm, Arc::new(affinity), all_cpus, prio, now);
+        e.sync = sync;
         slot.entity = Some(Box::new(e));
         Ok(id)
     }
@@ -811,8 +838,16 @@ impl VcpuScheduler for HaikuScheduler {
         // This CPU is deciding now: wakers must not count it as idle.
         self.m.claim(cpu);
         acct.forced_idle = false;
+        acct.costop_done = false;
         let schedule::Stopped { requeued, mut held } =
             self.stop_running(cpu, now, reason, halted_ns, &mut acct);
+        if let Some((from, to)) = acct.yield_to.take() {
+            // The VMM's directed yield, if the entity that stopped is the
+            // one that asked (it may have stopped for another reason since).
+            if requeued == Some(from) {
+                acct.pull = Some((to, true));
+            }
+        }
         if let Some((waker, _)) = acct.due.take() {
             // (Never with the queue held: it was not taken then.)
             drop(held.take());
@@ -996,6 +1031,19 @@ impl VcpuScheduler for HaikuScheduler {
                     .is_some_and(|x| self.m.llc_of(*x) == llc)
             })
             .any(|c| self.m.cores[c.0 as usize].queued.load(Ordering::Acquire) > 0)
+    }
+
+    fn set_coschedule(
+        &self,
+        vm: VmId,
+        mode: crate::Coschedule,
+        _now: Nanos,
+    ) -> Result<(), SchedError> {
+        self.set_vm_coschedule(vm, mode)
+    }
+
+    fn yield_to(&self, from: EntityId, to: EntityId, _now: Nanos) -> Result<bool, SchedError> {
+        self.note_yield_to(from, to)
     }
 
     fn ran_unseen(&self, id: EntityId, ran: Nanos, now: Nanos) -> Result<(), SchedError> {

@@ -105,6 +105,21 @@ impl HaikuScheduler {
             .saturating_sub(halted_ns);
         e.counters.run_time = e.counters.run_time.saturating_add(ran);
         e.used = e.used.saturating_add(ran);
+        e.progress = e.progress.saturating_add(ran);
+        if let Some(s) = &e.sync {
+            s.ran(e.progress);
+            if reason == StopReason::Yielded {
+                // A yield while a sibling is parked: a directed yield to it,
+                // if the yielder is ahead of it by a minimal quantum (else
+                // siblings that all yield, ahead of none, trade CPUs back
+                // and forth: scenario 5).
+                let ahead = self.tun().quantum_table(self.mode()).minimal_quantum;
+                acct.pull = s
+                    .laggard_of(e.id, e.progress)
+                    .filter(|l| l.skew >= ahead)
+                    .map(|l| (l.id, true));
+            }
+        }
         e.load.ran(ran);
         e.share.ran_until(now, self.tun().share_half_life);
         self.charge_shares(e, ran, now);
@@ -244,7 +259,9 @@ impl HaikuScheduler {
     /// Same level only: never above a better-placed entity; FIFO among
     /// the siblings; never the VM this CPU just ran. None: the head.
     fn co_start_pick(&self, cpu: CpuId, q: &mut RunQueue) -> Option<QueueEntry> {
-        if !self.tun().co_start {
+        // Every VM (the tunable), or those with relaxed co-scheduling.
+        let all = self.tun().co_start;
+        if !all && self.cosched_vms.load(Ordering::Relaxed) == 0 {
             return None;
         }
         let head = q.head()?;
@@ -266,7 +283,11 @@ impl HaikuScheduler {
         // VM with a vCPU running anywhere keep every CPU.
         let last = self.m.cpus[cpu.0 as usize].vm.load(Ordering::Acquire);
         q.take_first(|e| {
-            e.level == level && e.vm.0 != last && e.allows(cpu) && runs_elsewhere(e.vm)
+            (all || e.cosched)
+                && e.level == level
+                && e.vm.0 != last
+                && e.allows(cpu)
+                && runs_elsewhere(e.vm)
         })
     }
 
@@ -323,6 +344,22 @@ impl HaikuScheduler {
     ) -> Dispatch {
         let _p = crate::profiler::scope("haiku::pick_next");
         for _ in 0..MAX_PICK_ATTEMPTS {
+            if let Some((target, yielded)) = acct.pull.take() {
+                // A co-stop's or a directed yield's laggard first (no
+                // queue may stay locked: the pull locks the entity).
+                drop(held.take());
+                let got = if yielded {
+                    self.pull_yield_target(cpu, target)
+                } else {
+                    self.pull(cpu, target, 0)
+                };
+                if let Some(d) = got.and_then(|en| self.dispatch(cpu, en, now, acct)) {
+                    if yielded {
+                        acct.directed_yields += 1;
+                    }
+                    return d;
+                }
+            }
             let entry = match self.find_work(cpu, acct, held.take()) {
                 Some(x) => x,
                 None => match self.go_idle(cpu, acct) {
@@ -394,6 +431,15 @@ impl HaikuScheduler {
             // Woke with its cap's budget spent: it runs at the renewal.
             return None;
         }
+        if let Some(laggard) = self.costop_target(e, acct) {
+            // Co-stopped: back to the front of its queue, and this CPU
+            // takes the sibling it is ahead of (`cosched.rs`).
+            acct.pull = Some((laggard, false));
+            if let Some((y, true)) = self.enqueue_served(e, entry.id, seq, queue, true, now) {
+                acct.kicks.push(y);
+            }
+            return None;
+        }
         let core = self.m.core_of(cpu);
         if !self.m.occupy(core, e.vm) {
             if let Some((y, true)) = self.enqueue_served(e, entry.id, seq, queue, true, now) {
@@ -404,6 +450,9 @@ impl HaikuScheduler {
         e.account_dispatch(&self.m, cpu, now);
         e.charge_ready(&self.m, core);
         e.state = RunState::Running(cpu);
+        if let Some(s) = &e.sync {
+            s.unparked(entry.id);
+        }
         let slice = self.slice_for(e, core);
         e.dispatched_at = now;
         acct.turn = Some(Turn::new(
@@ -429,6 +478,12 @@ impl HaikuScheduler {
         }
         acct.last = Some(entry.id);
         acct.foreign_at_dispatch = self.m.sibling_foreign(cpu, e.vm);
+        if e.sync.is_some() {
+            if let Some(c) = self.costart_cpu(e, cpu) {
+                acct.kicks.push(c);
+                acct.costarts += 1;
+            }
+        }
         Some(Dispatch::run(entry.id, slice))
     }
 

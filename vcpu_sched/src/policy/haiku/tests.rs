@@ -1622,3 +1622,53 @@ fn has_waiting_sees_what_waits_on_a_neighbour_core_of_its_cache() {
     }
     assert!(!d.s.has_waiting(CpuId(0)) && !d.s.has_waiting(CpuId(1)));
 }
+
+/// A directed yield (`yield_to`) gives the yielder's CPU to its parked
+/// sibling over the entity that queued first; without co-scheduling the
+/// call does nothing and the queue's order holds.
+#[test]
+fn a_directed_yield_runs_the_parked_sibling_next() {
+    for mode in [crate::Coschedule::Relaxed, crate::Coschedule::Off] {
+        let s = HaikuScheduler::new(
+            Topology::from_spec("1x1x1").unwrap(),
+            SchedConfig {
+                max_entities: 16,
+                ..SchedConfig::default()
+            },
+        )
+        .unwrap();
+        s.set_coschedule(VmId(0), mode, 0).unwrap();
+        let spec = |vm| EntitySpec {
+            vm: VmId(vm),
+            class: SchedClass::Timeshare,
+            priority: 10,
+            affinity: s.topology().all_cpus(),
+        };
+        let (a, hog, b) = (
+            s.add_entity(spec(0), 0).unwrap(),
+            s.add_entity(spec(1), 0).unwrap(),
+            s.add_entity(spec(0), 0).unwrap(),
+        );
+        for id in [a, hog, b] {
+            s.wake(id, 0).unwrap();
+        }
+        let cpu = CpuId(0);
+        assert_eq!(
+            s.schedule(cpu, 0, StopReason::Idle).unwrap().entity,
+            Some(a)
+        );
+        let on = mode == crate::Coschedule::Relaxed;
+        assert_eq!(s.yield_to(a, b, 10 * US).unwrap(), on);
+        let next = s
+            .schedule(cpu, 10 * US, StopReason::Yielded)
+            .unwrap()
+            .entity;
+        assert_eq!(next, Some(if on { b } else { hog }), "{mode}");
+        // To another VM's vCPU: nothing to do.
+        let other = if on { hog } else { a };
+        assert!(
+            !s.yield_to(next.unwrap(), other, 20 * US).unwrap(),
+            "{mode}"
+        );
+    }
+}

@@ -1,0 +1,247 @@
+//! Relaxed co-scheduling (beyond Haiku; after VMware ESXi's relaxed
+//! co-scheduling): the per-VM option and the state siblings share.
+//!
+//! Progress of a vCPU is its run time while runnable; a vCPU that wakes
+//! from a halt starts level with the VM's lead (a halted vCPU is not a
+//! laggard: it has nothing to do). The *laggard* is a sibling parked in a
+//! queue (runnable, not running) whose progress is the lowest the VM
+//! knows of; a vCPU's skew is its progress minus the laggard's. Every
+//! update is O(1): the VM keeps its lead and one laggard (a hint: the
+//! slowest of the siblings that parked while the hint was free or
+//! slower), never a scan over the siblings. The policy's use of it
+//! (co-start, co-stop, directed yield) is in `policy/haiku/cosched.rs`.
+
+use crate::entity::QueueRef;
+use crate::{CoreId, CpuId, EntityId, Nanos};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+/// A VM's co-scheduling, spelled `off` and `relaxed` everywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Coschedule {
+    /// Each vCPU is scheduled on its own (Haiku's rules alone).
+    Off,
+    /// Relaxed co-scheduling: skew tracking, co-start of a parked sibling
+    /// next to a running one, co-stop past the skew bound, directed
+    /// yields to a parked sibling.
+    #[default]
+    Relaxed,
+}
+
+impl Coschedule {
+    pub const ALL: [Coschedule; 2] = [Coschedule::Off, Coschedule::Relaxed];
+
+    /// The one spelling of the option's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Coschedule::Off => "off",
+            Coschedule::Relaxed => "relaxed",
+        }
+    }
+}
+
+impl std::fmt::Display for Coschedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Coschedule {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Coschedule::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| format!("unknown coschedule {s:?} (expected off or relaxed)"))
+    }
+}
+
+/// No laggard known.
+const NONE: u64 = u64::MAX;
+
+fn pack(id: EntityId) -> u64 {
+    (u64::from(id.generation()) << 32) | u64::from(id.index())
+}
+
+fn unpack(raw: u64) -> EntityId {
+    EntityId::new(raw as u32, (raw >> 32) as u32)
+}
+
+/// A queue, as one word (core queues below 2^32, pinned queues above).
+fn pack_queue(q: QueueRef) -> u64 {
+    match q {
+        QueueRef::Core(c) => u64::from(c.0),
+        QueueRef::Pinned(cpu) => (1 << 32) | u64::from(cpu.0),
+    }
+}
+
+fn unpack_queue(raw: u64) -> QueueRef {
+    if raw >> 32 == 0 {
+        QueueRef::Core(CoreId(raw as u32))
+    } else {
+        QueueRef::Pinned(CpuId(raw as u32))
+    }
+}
+
+/// A parked sibling, as the VM last saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Laggard {
+    pub id: EntityId,
+    /// The asker's progress minus the laggard's (0 if the asker is behind).
+    pub skew: Nanos,
+    /// The level it was queued at.
+    pub level: u8,
+    /// The queue it was put in.
+    pub queue: QueueRef,
+}
+
+/// What the siblings of one co-scheduled VM share. Written by the
+/// siblings' own transitions (park, dispatch, stop), each under its own
+/// entity lock; the fields are hints read without a lock (a stale one
+/// costs one decision's preference, never a wrong run).
+#[derive(Debug)]
+pub(crate) struct VmSync {
+    /// The highest progress a sibling has reached.
+    lead: AtomicU64,
+    laggard: AtomicU64,
+    laggard_progress: AtomicU64,
+    laggard_level: AtomicU8,
+    laggard_queue: AtomicU64,
+}
+
+impl Default for VmSync {
+    fn default() -> Self {
+        VmSync {
+            lead: AtomicU64::new(0),
+            laggard: AtomicU64::new(NONE),
+            laggard_progress: AtomicU64::new(0),
+            laggard_level: AtomicU8::new(0),
+            laggard_queue: AtomicU64::new(0),
+        }
+    }
+}
+
+impl VmSync {
+    /// The progress of a sibling waking from a halt: level with the lead.
+    pub fn woken(&self, progress: Nanos) -> Nanos {
+        progress.max(self.lead.load(Ordering::Relaxed))
+    }
+
+    /// A sibling ran up to `progress`.
+    pub fn ran(&self, progress: Nanos) {
+        // Loaded first: the read-modify-write only when it leads.
+        if progress > self.lead.load(Ordering::Relaxed) {
+            self.lead.fetch_max(progress, Ordering::Relaxed);
+        }
+    }
+
+    /// `id` (at `progress`) went to queue `q` at `level` from running or
+    /// blocked: it becomes the laggard if none is known or it is slower.
+    pub fn parked(&self, id: EntityId, progress: Nanos, level: u8, q: QueueRef) {
+        let cur = self.laggard.load(Ordering::Acquire);
+        let slower = cur == NONE || progress < self.laggard_progress.load(Ordering::Relaxed);
+        if slower
+            && self
+                .laggard
+                .compare_exchange(cur, pack(id), Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.laggard_progress.store(progress, Ordering::Relaxed);
+            self.note(level, q);
+        }
+    }
+
+    /// `id`, queued already, moved to queue `q` at `level`.
+    pub fn moved(&self, id: EntityId, level: u8, q: QueueRef) {
+        if self.laggard.load(Ordering::Acquire) == pack(id) {
+            self.note(level, q);
+        }
+    }
+
+    fn note(&self, level: u8, q: QueueRef) {
+        self.laggard_level.store(level, Ordering::Relaxed);
+        self.laggard_queue.store(pack_queue(q), Ordering::Relaxed);
+    }
+
+    /// `id` left the queues (dispatched, throttled, removed).
+    pub fn unparked(&self, id: EntityId) {
+        let me = pack(id);
+        if self.laggard.load(Ordering::Acquire) == me {
+            let _ = self
+                .laggard
+                .compare_exchange(me, NONE, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    /// The laggard as seen by sibling `id` at `progress` (None: none
+    /// known, or `id` is it).
+    pub fn laggard_of(&self, id: EntityId, progress: Nanos) -> Option<Laggard> {
+        let raw = self.laggard.load(Ordering::Acquire);
+        if raw == NONE || raw == pack(id) {
+            return None;
+        }
+        Some(Laggard {
+            id: unpack(raw),
+            skew: progress.saturating_sub(self.laggard_progress.load(Ordering::Relaxed)),
+            level: self.laggard_level.load(Ordering::Relaxed),
+            queue: unpack_queue(self.laggard_queue.load(Ordering::Relaxed)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(i: u32) -> EntityId {
+        EntityId::new(i, 1)
+    }
+
+    #[test]
+    fn the_slowest_parked_sibling_is_the_laggard_until_it_leaves() {
+        let s = VmSync::default();
+        let q = QueueRef::Core(CoreId(1));
+        s.parked(id(1), 500, 10, q);
+        // A faster sibling parking does not replace it; a slower one does.
+        s.parked(id(2), 900, 10, q);
+        assert_eq!(
+            s.laggard_of(id(0), 1_000).map(|l| (l.id, l.skew)),
+            Some((id(1), 500))
+        );
+        s.parked(id(3), 100, 7, QueueRef::Pinned(CpuId(3)));
+        let l = s.laggard_of(id(0), 1_000).unwrap();
+        assert_eq!(
+            (l.id, l.skew, l.level, l.queue),
+            (id(3), 900, 7, QueueRef::Pinned(CpuId(3)))
+        );
+        // Itself is not its own laggard; behind it, no skew.
+        assert_eq!(s.laggard_of(id(3), 100), None);
+        assert_eq!(s.laggard_of(id(0), 50).unwrap().skew, 0);
+        // Only the laggard's own departure clears the hint.
+        s.unparked(id(1));
+        assert!(s.laggard_of(id(0), 0).is_some());
+        s.unparked(id(3));
+        assert_eq!(s.laggard_of(id(0), 0), None);
+    }
+
+    #[test]
+    fn a_woken_sibling_starts_level_with_the_lead() {
+        let s = VmSync::default();
+        s.ran(300);
+        s.ran(200);
+        assert_eq!(s.woken(10), 300);
+        assert_eq!(s.woken(400), 400);
+    }
+
+    #[test]
+    fn coschedule_spellings_round_trip() {
+        for c in Coschedule::ALL {
+            assert_eq!(c.as_str().parse::<Coschedule>(), Ok(c));
+        }
+        assert!("on"
+            .parse::<Coschedule>()
+            .unwrap_err()
+            .contains("off or relaxed"));
+    }
+}

@@ -1,0 +1,188 @@
+//! Relaxed co-scheduling in the Haiku policy (per VM, `set_coschedule`;
+//! the shared state and the skew in `crate::cosched`):
+//! - co-start: when a sibling is dispatched while another waits parked,
+//!   the CPU serving the laggard's queue is kicked if it runs another VM
+//!   at a level no higher than the laggard's; its pick then takes the
+//!   laggard over the preempted runner (`co_start_pick`), so the two run
+//!   side by side;
+//! - co-stop: a sibling whose skew over a parked laggard reached
+//!   `tunables.costop_skew` is not dispatched: it goes back to the front
+//!   of its queue and its CPU takes the laggard instead;
+//! - directed yield: a sibling that yields (the guest's yield, a PAUSE-loop
+//!   exit) or that the VMM saw waiting on a parked sibling
+//!   (`yield_to`: an IPI sent to it) gives its CPU to that sibling.
+//!
+//! Never starving other VMs: a co-stop swaps one sibling's turn for
+//! another's on the same CPU (the CPU had picked the leader; nobody else
+//! waits longer than it would have); a directed yield takes the laggard
+//! only at a level at least that of the best entry of the CPU's own
+//! queues, where Haiku's pick would have taken it next anyway; a co-start
+//! preempts only a runner at a level no higher than the laggard's, which
+//! goes back to the front of its level with its time used kept (Haiku's
+//! preemption rule) and runs next. Each sibling that runs this way is
+//! charged its run time and quantum ends as any other, so the penalty
+//! cycle and the starvation bound (`mod.rs`) hold unchanged.
+
+use super::{CpuAcct, HaikuScheduler};
+use crate::cosched::{Laggard, VmSync};
+use crate::entity::{Entity, QueueRef, RunState};
+use crate::placement::NO_ENTITY;
+use crate::run_queue::QueueEntry;
+use crate::{Coschedule, CpuId, EntityId, SchedError, VmId};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+impl HaikuScheduler {
+    /// The VM's shared state if it co-schedules (looked up once per
+    /// `add_entity`).
+    pub(super) fn vm_sync_of(&self, vm: VmId) -> Option<Arc<VmSync>> {
+        self.vm_sync.lock().get(&vm).cloned()
+    }
+
+    /// Switch a VM's co-scheduling; its entities follow at once.
+    pub(super) fn set_vm_coschedule(&self, vm: VmId, mode: Coschedule) -> Result<(), SchedError> {
+        let sync = {
+            let mut map = self.vm_sync.lock();
+            match mode {
+                Coschedule::Relaxed => {
+                    if map.contains_key(&vm) {
+                        return Ok(());
+                    }
+                    let s = Arc::new(VmSync::default());
+                    map.insert(vm, Arc::clone(&s));
+                    self.cosched_vms.fetch_add(1, Ordering::Relaxed);
+                    Some(s)
+                }
+                Coschedule::Off => {
+                    if map.remove(&vm).is_none() {
+                        return Ok(());
+                    }
+                    self.cosched_vms.fetch_sub(1, Ordering::Relaxed);
+                    None
+                }
+            }
+        };
+        // Entities already added (a rare change: one lock per slot in use).
+        let used = self.free.lock().next as usize;
+        for slot in self.slots.iter().take(used) {
+            let mut g = slot.lock();
+            let Some(e) = g.entity.as_deref_mut().filter(|e| e.vm == vm) else {
+                continue;
+            };
+            if let Some(old) = e.sync.take() {
+                old.unparked(e.id);
+            }
+            if let (Some(s), RunState::Queued { queue, level, .. }) = (&sync, e.state) {
+                s.parked(e.id, e.progress, level, queue);
+            }
+            e.sync = sync.clone();
+        }
+        Ok(())
+    }
+
+    /// Co-stop: the laggard whose turn `e` (just popped for `cpu`) gives
+    /// up, if its skew passed the bound. At most once per `schedule`
+    /// call, so a laggard that cannot be taken leaves the leader to run.
+    pub(super) fn costop_target(&self, e: &Entity, acct: &mut CpuAcct) -> Option<EntityId> {
+        let s = e.sync.as_ref()?;
+        let bound = self.tun().costop_skew;
+        if bound == 0 || acct.costop_done {
+            return None;
+        }
+        let l = s.laggard_of(e.id, e.progress)?;
+        if l.skew < bound {
+            return None;
+        }
+        acct.costop_done = true;
+        acct.costops += 1;
+        Some(l.id)
+    }
+
+    /// Co-start: a CPU to kick so that the laggard of `e`'s VM runs next
+    /// to `e`, just dispatched on `cpu` (see the module comment).
+    pub(super) fn costart_cpu(&self, e: &Entity, cpu: CpuId) -> Option<CpuId> {
+        let l: Laggard = e.sync.as_ref()?.laggard_of(e.id, e.progress)?;
+        let serving: &[CpuId] = match &l.queue {
+            QueueRef::Core(c) => self.m.core_cpus(*c),
+            QueueRef::Pinned(p) => std::slice::from_ref(p),
+        };
+        serving.iter().copied().find(|&c| {
+            let slot = &self.m.cpus[c.0 as usize];
+            c != cpu
+                && slot.running.load(Ordering::Acquire) != NO_ENTITY
+                && slot.vm.load(Ordering::Acquire) != e.vm.0
+                && slot.prio.load(Ordering::Acquire) <= i32::from(l.level)
+        })
+    }
+
+    /// The level of the best entry in `cpu`'s own queues (None: empty).
+    fn local_top_level(&self, cpu: CpuId) -> Option<u8> {
+        let slot = &self.m.cpus[cpu.0 as usize];
+        let pinned = (slot.pinned_len.load(Ordering::SeqCst) > 0)
+            .then(|| slot.pinned.lock().top_level())
+            .flatten();
+        let core = self.m.core_of(cpu);
+        let shared = self.m.cores[core.0 as usize].queue.lock().top_level();
+        pinned.max(shared)
+    }
+
+    /// A directed yield: take `target` out of its queue for `cpu` if it
+    /// may run there at a level at least that of `cpu`'s own best entry.
+    pub(super) fn pull_yield_target(&self, cpu: CpuId, target: EntityId) -> Option<QueueEntry> {
+        let floor = self.local_top_level(cpu).unwrap_or(0);
+        self.pull(cpu, target, floor)
+    }
+
+    /// Take `target` out of whatever queue holds it, for `cpu`, if it
+    /// waits there at `floor` or above and may run on `cpu`. The entry is
+    /// then in flight, as after a pop; `dispatch` checks it again.
+    pub(super) fn pull(&self, cpu: CpuId, target: EntityId, floor: u8) -> Option<QueueEntry> {
+        let g = self.slots.get(target.index() as usize)?.lock();
+        let e = g
+            .entity
+            .as_deref()
+            .filter(|e| e.id == target && !e.removed)?;
+        let RunState::Queued { queue, seq, level } = e.state else {
+            return None;
+        };
+        let core = self.m.core_of(cpu);
+        if level < floor || !e.allowed().contains(cpu) || !self.m.compatible(core, e.vm) {
+            return None;
+        }
+        if !self.m.remove(queue, target, seq, level) {
+            return None;
+        }
+        Some(QueueEntry {
+            id: target,
+            seq,
+            level,
+            since: e.queued_at,
+            vm: e.vm,
+            affinity: e.entry_affinity(),
+            cosched: true,
+        })
+    }
+
+    /// `yield_to`: note on `from`'s CPU that its next `schedule` gives the
+    /// CPU to `to`, a parked sibling. False: nothing to do (not running,
+    /// not co-scheduled, not a sibling, `to` not parked).
+    pub(super) fn note_yield_to(&self, from: EntityId, to: EntityId) -> Result<bool, SchedError> {
+        let (cpu, vm) = {
+            let mut g = self.slot(from)?.lock();
+            let e = super::live(&mut g.entity, from.generation(), from)?;
+            match (e.state, e.sync.is_some()) {
+                (RunState::Running(cpu), true) => (cpu, e.vm),
+                _ => return Ok(false),
+            }
+        };
+        {
+            let mut g = self.slot(to)?.lock();
+            let e = super::live(&mut g.entity, to.generation(), to)?;
+            if e.vm != vm || !matches!(e.state, RunState::Queued { .. }) {
+                return Ok(false);
+            }
+        }
+        self.acct[cpu.0 as usize].lock().yield_to = Some((from, to));
+        Ok(true)
+    }
+}
