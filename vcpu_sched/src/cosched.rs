@@ -20,12 +20,14 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Coschedule {
-    /// Each vCPU is scheduled on its own (Haiku's rules alone).
+    /// Each vCPU is scheduled on its own (Haiku's rules alone): the
+    /// default until guest figures show relaxed never loses (the
+    /// simulator's do: ARCHITECTURE.md, "Relaxed co-scheduling").
+    #[default]
     Off,
     /// Relaxed co-scheduling: skew tracking, co-start of a parked sibling
     /// next to a running one, co-stop past the skew bound, directed
     /// yields to a parked sibling.
-    #[default]
     Relaxed,
 }
 

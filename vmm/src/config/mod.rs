@@ -31,7 +31,7 @@
 //! weight = 100            # share among contending VMs, 1..=10000 (haiku)
 //! cap = 30                # at most this % of one CPU for the VM, split over its vCPUs (haiku)
 //! reservation = 50        # at least this % of one CPU when it asks (haiku; all VMs' fit the host)
-//! coschedule = "relaxed"   # off | relaxed: co-start parked siblings, directed yields (haiku)
+//! coschedule = "off"       # off | relaxed: co-start parked siblings, directed yields (haiku)
 //! workload = { name = "cpu", duration_ms = 500, report_ms = 100 }   # bench only
 //! console = "stdout"      # log | stdout | both
 //! timeout_s = 30          # runaway guard

@@ -614,15 +614,15 @@ fn command_line_overrides_enter_before_the_config_is_validated() {
 }
 
 #[test]
-fn coschedule_is_relaxed_unless_set_and_a_bad_value_names_its_place() {
+fn coschedule_is_off_unless_set_and_a_bad_value_names_its_place() {
     let fx = Fixture::new("coschedule");
     let c = fx.parse(GOOD).unwrap();
-    assert_eq!(c.vms[1].coschedule, vcpu_sched::Coschedule::Relaxed);
+    assert_eq!(c.vms[1].coschedule, vcpu_sched::Coschedule::Off);
     let c = fx
-        .parse(&GOOD.replace("priority = 20", "priority = 20\ncoschedule = \"off\""))
+        .parse(&GOOD.replace("priority = 20", "priority = 20\ncoschedule = \"relaxed\""))
         .unwrap();
-    assert_eq!(c.vms[0].coschedule, vcpu_sched::Coschedule::Off);
-    assert_eq!(c.vms[0].spec().coschedule, vcpu_sched::Coschedule::Off);
+    assert_eq!(c.vms[0].coschedule, vcpu_sched::Coschedule::Relaxed);
+    assert_eq!(c.vms[0].spec().coschedule, vcpu_sched::Coschedule::Relaxed);
     let e = fx.errors(&GOOD.replace("priority = 20", "priority = 20\ncoschedule = \"gang\""));
     // `coschedule` is on line 15 of the modified text, its value at col 14.
     assert!(e.contains("pacer.toml:15:14:"), "{e}");
