@@ -582,9 +582,9 @@ fn s21_density_16_keeps_the_sleepers_tail_under_haiku() {
     assert!(h.max * 17 <= e.max, "max haiku {h:?} eevdf {e:?}");
 }
 
-/// bounded-at-density (4 vCPUs bounded at 600 us with 15 % of a CPU
+/// bounded-at-density (4 vCPUs bounded at 1 ms with 12 % of a CPU
 /// among 4 sleepers and 8 hogs on 2 CPUs): admitted, no bounded wake
-/// later than 600 us over seeds 1-3, and their max below what the same
+/// later than 1 ms over seeds 1-3, and their max below what the same
 /// layout without the bound gives them; the hogs keep their CPU time
 /// (the other sleepers pay: their wakes queue behind the bounded ones).
 #[test]
@@ -608,7 +608,7 @@ fn s22_bounded_at_density_meets_every_bound() {
         assert!(b.bounded_wakes >= 3900, "seed {seed}: {}", b.bounded_wakes);
         assert_eq!(b.bound_misses, 0, "seed {seed}");
         assert!(
-            b.wake_latency.max <= 600 * US,
+            b.wake_latency.max <= 1000 * US,
             "seed {seed}: {:?}",
             b.wake_latency
         );

@@ -330,7 +330,7 @@ pub trait VcpuScheduler: Send + Sync {
 /// The error of a policy that has no operator shares of a kind.
 fn unsupported(policy: &str, what: &str) -> SchedError {
     SchedError::Config(format!(
-        "policy {policy} has no per-VM {what} (only haiku has weights, caps and reservations)"
+        "policy {policy} has no per-VM {what} (only haiku has weights, caps, reservations and latency bounds)"
     ))
 }
 

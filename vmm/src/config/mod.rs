@@ -65,7 +65,7 @@
 //! and run a VM (`vm`, `boot`) never see these types: the runner hands
 //! them a [`crate::vm::VmSpec`] made by [`VmConfig::spec`].
 
-mod bounds;
+pub mod bounds;
 mod check;
 mod diagnostic;
 pub mod errors;

@@ -55,7 +55,7 @@ pub enum SchedRuleError {
         "expected reservations summing to at most {most} % ({cpus} host CPU(s)), found {total} %"
     )]
     ReservationsOverflow { most: i64, cpus: usize, total: i64 },
-    #[error("policy {policy} has no per-VM {what}: only haiku has weights, caps and reservations ({origin})")]
+    #[error("policy {policy} has no per-VM {what}: only haiku has weights, caps, reservations and latency bounds ({origin})")]
     SharesRefused {
         policy: Policy,
         what: String,
