@@ -330,7 +330,7 @@ fn shipped_matrices_validate() {
     let kernel = guests::bench_guest_elf().display().to_string();
     for (name, cells) in [
         ("smoke", 36),
-        ("seeds", 880),
+        ("seeds", 920),
         ("unixbench", 42),
         ("mechanism", 250),
     ] {

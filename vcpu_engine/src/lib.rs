@@ -520,6 +520,10 @@ pub struct Shares {
     pub cap: Option<u32>,
     /// CPU time guaranteed per period, per mille of one CPU (0: none).
     pub reservation: u32,
+    /// A wake-to-run bound and the budget it holds for it
+    /// (`vcpu_sched::bound`; `None`: none). The VMM admits the set first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_bound: Option<vcpu_sched::bound::LatencyBound>,
 }
 
 impl Default for Shares {
@@ -529,6 +533,7 @@ impl Default for Shares {
             weight: vcpu_sched::shares::DEFAULT_WEIGHT,
             cap: None,
             reservation: 0,
+            latency_bound: None,
         }
     }
 }
@@ -1039,6 +1044,9 @@ impl Engine {
         }
         if shares.reservation != d.reservation {
             self.sched.set_reservation(e, shares.reservation, now)?;
+        }
+        if shares.latency_bound.is_some() {
+            self.sched.set_latency_bound(e, shares.latency_bound, now)?;
         }
         Ok(())
     }

@@ -54,6 +54,12 @@ pub struct VcpuSchedStats {
     pub host_cpus: String,
     /// Halt polling after its blocks (zeros under `host`, where KVM polls).
     pub halt_poll: HaltPollStats,
+    /// Its wake-to-run bound (`vcpu_sched::bound`; none unless promised).
+    pub latency_bound_ns: Option<u64>,
+    /// Wakes that came with budget for the bound (the scheduler's count).
+    pub bounded_wakes: u64,
+    /// Bounded wakes that reached a CPU later than the bound.
+    pub bound_misses: u64,
 }
 
 /// Halt polling after a vCPU's blocks (the engine's counterpart of KVM's
@@ -224,6 +230,9 @@ impl VcpuSchedStats {
             preemptions: e.preemptions,
             host_cpus: String::new(),
             halt_poll: HaltPollStats::default(),
+            latency_bound_ns: e.latency_bound,
+            bounded_wakes: e.bounded_wakes,
+            bound_misses: e.bound_misses,
         }
     }
 

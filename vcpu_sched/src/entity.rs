@@ -14,6 +14,7 @@
 //! kept. E and the base quantum are cached and recomputed only when the
 //! penalty or the base priority changes.
 
+use crate::bound::BOUNDED_PRIORITY;
 use crate::cosched::VmSync;
 use crate::load::EntityLoad;
 use crate::placement::{Allowed, Machine};
@@ -40,6 +41,9 @@ pub(crate) struct Priority {
     boosted: bool,
     /// Holds reservation tokens (`shares.rs`): E is `RESERVED_PRIORITY`.
     reserved: bool,
+    /// A bounded entity holding budget (`bound.rs`): E is
+    /// `BOUNDED_PRIORITY`.
+    bounded: bool,
     effective: u8,
     base_quantum: Nanos,
     /// The mode whose quantum table `base_quantum` comes from (the mode
@@ -57,6 +61,7 @@ impl Priority {
             additional: 0,
             boosted: false,
             reserved: false,
+            bounded: false,
             effective: base,
             base_quantum: 0,
             quantum_mode: mode,
@@ -149,6 +154,21 @@ impl Priority {
         self.reserved
     }
 
+    /// Run at the bounded level (`bound::BOUNDED_PRIORITY`) or not.
+    /// Timeshare only.
+    pub fn set_bounded(&mut self, on: bool, t: &Tunables, mode: Mode) {
+        let on = on && self.penalised();
+        if self.bounded != on {
+            self.bounded = on;
+            self.recompute(t, mode);
+        }
+    }
+
+    /// Runs at the bounded level.
+    pub fn is_bounded(&self) -> bool {
+        self.bounded
+    }
+
     /// A fair-share wake boost is in force.
     pub fn is_boosted(&self) -> bool {
         self.boosted
@@ -195,6 +215,7 @@ impl Priority {
         self.effective = match self.class {
             SchedClass::Realtime => self.base,
             SchedClass::Idle => 0,
+            SchedClass::Timeshare if self.bounded => BOUNDED_PRIORITY,
             SchedClass::Timeshare if self.reserved => RESERVED_PRIORITY.max(self.base),
             SchedClass::Timeshare if self.boosted => self.base,
             SchedClass::Timeshare => {
@@ -252,6 +273,17 @@ pub(crate) struct EntityCounters {
     /// Times its cap throttled it, and the time it spent throttled.
     pub throttles: u64,
     pub throttled_time: Nanos,
+    /// Wakes with latency-bound budget, and those of them that reached a
+    /// CPU later than the bound (`bound.rs`).
+    pub bounded_wakes: u64,
+    pub bound_misses: u64,
+}
+
+/// A bounded entity's bound and budget bucket (`bound.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bounded {
+    pub bound: Nanos,
+    pub bucket: Bucket,
 }
 
 /// One vCPU.
@@ -311,6 +343,11 @@ pub(crate) struct Entity {
     /// Operator cap and reservation buckets (`shares.rs`).
     pub cap: Option<Bucket>,
     pub reserve: Option<Bucket>,
+    /// Its latency bound and budget (`bound.rs`).
+    pub bounded: Option<Bounded>,
+    /// Its pending wake (`woken_at`) came with bound budget: a dispatch
+    /// later than the bound is a miss.
+    pub woke_bounded: bool,
     /// Throttled by its cap until then: runnable, in no queue, `Blocked`
     /// as far as the queues know (a wake finds it runnable already).
     pub throttled_until: Option<Nanos>,
@@ -364,6 +401,8 @@ impl Entity {
             charged_slice: DEFAULT_WEIGHT,
             cap: None,
             reserve: None,
+            bounded: None,
+            woke_bounded: false,
             throttled_until: None,
             counters: EntityCounters::default(),
             sync: None,
@@ -581,7 +620,13 @@ impl Entity {
             .ready_wait
             .saturating_add(now.saturating_sub(self.queued_at));
         if let Some(w) = self.woken_at.take() {
-            self.counters.wake_latency.record(now.saturating_sub(w));
+            let latency = now.saturating_sub(w);
+            self.counters.wake_latency.record(latency);
+            if std::mem::take(&mut self.woke_bounded)
+                && self.bounded.is_some_and(|b| latency > b.bound)
+            {
+                self.counters.bound_misses += 1;
+            }
         }
         match self.last_cpu {
             Some(prev) => {

@@ -8,6 +8,7 @@
 //! entity next, for how long). See [`policy`] for the event protocol and
 //! `examples/embed.rs` for a VMM vCPU loop built on it.
 
+pub mod bound;
 pub mod cosched;
 pub mod cpuset;
 mod entity;

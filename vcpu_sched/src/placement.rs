@@ -207,6 +207,9 @@ pub(crate) struct Candidate<'a> {
     /// `tunables::BURSTY_LOAD`, FreeBSD ULE's interactive threads) or
     /// woken below its fair share (`share.rs`).
     pub interactive: bool,
+    /// A bounded entity holding budget (`crate::bound`): it preempts any
+    /// runner below the bounded level at once.
+    pub bounded: bool,
     /// Time of the event being placed (load epochs of the cores read).
     pub now: Nanos,
     /// Rotating start of bounded searches, from the entity's own event
@@ -981,6 +984,7 @@ impl Machine {
             SchedClass::Realtime => effective > running,
             SchedClass::Timeshare => {
                 running == 0
+                    || (c.bounded && running < crate::bound::BOUNDED_PRIORITY as i32)
                     || (running < crate::tunables::PRIORITY_REALTIME_MIN as i32
                         && (effective >= running + delta as i32
                             || (c.interactive

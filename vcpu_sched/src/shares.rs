@@ -57,19 +57,27 @@ pub(crate) const MIN_RUN: Nanos = 50_000;
 pub const RESERVED_PRIORITY: u8 = 99;
 
 /// A token bucket of run time: filled at `permille` / 1000 ns per ns,
-/// holding at most one `SHARE_PERIOD`'s budget.
+/// holding at most one period's budget (`SHARE_PERIOD` for caps and
+/// reservations, the bound for a latency bound's budget).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Bucket {
     pub permille: u32,
+    period: Nanos,
     tokens: i64,
     at: Nanos,
 }
 
 impl Bucket {
-    /// A full bucket at `now`.
+    /// A full bucket at `now` holding one `SHARE_PERIOD`'s budget.
     pub fn new(permille: u32, now: Nanos) -> Bucket {
+        Bucket::over(permille, SHARE_PERIOD, now)
+    }
+
+    /// A full bucket at `now` holding one `period`'s budget.
+    pub fn over(permille: u32, period: Nanos, now: Nanos) -> Bucket {
         let mut b = Bucket {
             permille: permille.clamp(1, PERMILLE),
+            period: period.max(1),
             tokens: 0,
             at: now,
         };
@@ -79,7 +87,8 @@ impl Bucket {
 
     /// One period's budget.
     pub fn capacity(&self) -> i64 {
-        (SHARE_PERIOD as u128 * self.permille as u128 / PERMILLE as u128) as i64
+        (self.period as u128 * self.permille as u128 / PERMILLE as u128).min(i64::MAX as u128)
+            as i64
     }
 
     /// Tokens at `now` (refilled since the last call; time never runs back).

@@ -318,6 +318,18 @@ pub struct EntityStats {
     pub throttles: u64,
     #[serde(default)]
     pub throttled_time: Nanos,
+    /// Its wake-to-run bound, ns, and the budget it holds for it, per
+    /// mille of one CPU (`crate::bound`; haiku only).
+    #[serde(default)]
+    pub latency_bound: Option<Nanos>,
+    #[serde(default)]
+    pub bound_budget: u32,
+    /// Wakes that came with bound budget, and those of them that reached
+    /// a CPU later than the bound.
+    #[serde(default)]
+    pub bounded_wakes: u64,
+    #[serde(default)]
+    pub bound_misses: u64,
 }
 
 fn default_weight() -> u32 {
@@ -766,6 +778,10 @@ mod tests {
             reservation: 0,
             throttles: 0,
             throttled_time: 0,
+            latency_bound: None,
+            bound_budget: 0,
+            bounded_wakes: 0,
+            bound_misses: 0,
         }
     }
 

@@ -14,6 +14,7 @@ use vcpu_sched::sim::{self, SimReport, Workload};
 use vcpu_sched::{Coschedule, PolicyKind};
 
 const MS: u64 = 1_000_000;
+const US: u64 = 1_000;
 
 fn load(file: &str) -> Workload {
     let path = format!("{}/scenarios/{file}", env!("CARGO_MANIFEST_DIR"));
@@ -581,6 +582,52 @@ fn s21_density_16_keeps_the_sleepers_tail_under_haiku() {
     assert!(h.max * 17 <= e.max, "max haiku {h:?} eevdf {e:?}");
 }
 
+/// bounded-at-density (4 vCPUs bounded at 1 ms with 12 % of a CPU
+/// among 4 sleepers and 8 hogs on 2 CPUs): admitted, no bounded wake
+/// later than 1 ms over seeds 1-3, and their max below what the same
+/// layout without the bound gives them; the hogs keep their CPU time
+/// (the other sleepers pay: their wakes queue behind the bounded ones).
+#[test]
+fn s22_bounded_at_density_meets_every_bound() {
+    for seed in 1..=3 {
+        let mut w = load("22_bounded_at_density.toml");
+        w.seed = seed;
+        assert_eq!(w.bound_admission(), Ok(()));
+        let bounded = run_with(&w, PolicyKind::Haiku);
+        clean(&bounded);
+        for g in &mut w.groups {
+            g.latency_bound_us = None;
+            g.bound_budget = None;
+        }
+        let plain = run_with(&w, PolicyKind::Haiku);
+        clean(&plain);
+        let (b, p) = (
+            bounded.group("bounded").unwrap(),
+            plain.group("bounded").unwrap(),
+        );
+        assert!(b.bounded_wakes >= 3900, "seed {seed}: {}", b.bounded_wakes);
+        assert_eq!(b.bound_misses, 0, "seed {seed}");
+        assert!(
+            b.wake_latency.max <= 1000 * US,
+            "seed {seed}: {:?}",
+            b.wake_latency
+        );
+        assert!(
+            b.wake_latency.max < p.wake_latency.max,
+            "seed {seed}: bounded {:?} plain {:?}",
+            b.wake_latency,
+            p.wake_latency
+        );
+        let hogs = |r: &SimReport| r.group("hog").unwrap().throughput.useful_cpus;
+        assert!(
+            hogs(&bounded) >= 0.99 * hogs(&plain),
+            "seed {seed}: hogs {} vs {}",
+            hogs(&bounded),
+            hogs(&plain)
+        );
+    }
+}
+
 #[test]
 fn every_scenario_file_parses_and_round_trips() {
     let dir = format!("{}/scenarios", env!("CARGO_MANIFEST_DIR"));
@@ -590,7 +637,7 @@ fn every_scenario_file_parses_and_round_trips() {
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))
         .collect();
     files.sort();
-    assert_eq!(files.len(), 21, "{files:?}");
+    assert_eq!(files.len(), 22, "{files:?}");
     for f in files {
         let w = Workload::from_file(&f).unwrap();
         assert_eq!(Workload::from_toml(&w.to_toml()).unwrap(), w, "{f:?}");

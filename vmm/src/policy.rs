@@ -71,6 +71,14 @@ impl Policy {
         }
     }
 
+    /// Whether a VM's wake-to-run bound (`latency_bound_us`) can be
+    /// promised: only haiku puts a bounded wake ahead of the others and
+    /// counts its misses; the baselines, eevdf and the host kernel have no
+    /// such level.
+    pub fn honours_latency_bounds(self) -> bool {
+        self == Policy::Scheduled(PolicyKind::Haiku)
+    }
+
     /// Whether SMT isolation (siblings only co-run one VM) is honoured.
     pub fn honours_smt_isolation(self) -> bool {
         self == Policy::Scheduled(PolicyKind::Haiku)

@@ -199,6 +199,13 @@ impl Layout {
                 if v.shares.reservation != 0 {
                     s += &format!(" resv {}%", v.shares.reservation * v.vcpus / 10);
                 }
+                if let Some(b) = v.shares.latency_bound {
+                    s += &format!(
+                        " bound {}us/{}%",
+                        b.bound / 1000,
+                        b.budget_permille * v.vcpus / 10
+                    );
+                }
                 s
             })
             .collect();
@@ -281,6 +288,8 @@ struct RawVm {
     weight: Option<Spanned<i64>>,
     cap: Option<Spanned<i64>>,
     reservation: Option<Spanned<i64>>,
+    latency_bound_us: Option<Spanned<i64>>,
+    bound_budget: Option<Spanned<i64>>,
     memory_mib: Option<Spanned<i64>>,
     workload: Option<Spanned<String>>,
 }
@@ -1078,6 +1087,8 @@ impl Matrix {
             // The layout's reservations (percent of one CPU) and the last one's place.
             let mut reserved: i64 = 0;
             let mut reserved_at: Option<(std::ops::Range<usize>, String)> = None;
+            // The first bounded entry's place: an admission refusal points there.
+            let mut bounded_at: Option<(std::ops::Range<usize>, String)> = None;
             let mut seen = HashSet::new();
             for (vi, v) in l.vm.get_ref().iter().enumerate() {
                 let vf = |k: &str| format!("layout[{li}].vm[{vi}].{k}");
@@ -1155,6 +1166,48 @@ impl Matrix {
                         Err(why) => c.err(x.span(), vf("reservation"), why),
                     }
                 }
+                match (&v.latency_bound_us, &v.bound_budget) {
+                    (None, None) => {}
+                    (Some(b), Some(u)) => {
+                        let bound = vmm::config::sched_rules::latency_bound(*b.get_ref())
+                            .map_err(|why| c.err(b.span(), vf("latency_bound_us"), why))
+                            .ok();
+                        let budget = vmm::config::sched_rules::bound_budget(*u.get_ref(), n)
+                            .map_err(|why| c.err(u.span(), vf("bound_budget"), why))
+                            .ok();
+                        if class == SchedClass::Realtime {
+                            c.err(
+                                b.span(),
+                                vf("latency_bound_us"),
+                                vmm::config::sched_rules::SchedRuleError::BoundRealtime,
+                            );
+                        }
+                        if v.reservation.as_ref().is_some_and(|r| *r.get_ref() != 0) {
+                            c.err(
+                                b.span(),
+                                vf("latency_bound_us"),
+                                vmm::config::sched_rules::SchedRuleError::BoundWithReservation,
+                            );
+                        }
+                        if let (Some(bound), Some(budget_permille)) = (bound, budget) {
+                            shares.latency_bound = Some(vcpu_sched::bound::LatencyBound {
+                                bound,
+                                budget_permille,
+                            });
+                            bounded_at.get_or_insert((b.span(), vf("latency_bound_us")));
+                        }
+                    }
+                    (Some(b), None) => c.err(
+                        b.span(),
+                        vf("latency_bound_us"),
+                        vmm::config::sched_rules::SchedRuleError::BoundHalf("latency_bound_us"),
+                    ),
+                    (None, Some(u)) => c.err(
+                        u.span(),
+                        vf("bound_budget"),
+                        vmm::config::sched_rules::SchedRuleError::BoundHalf("bound_budget"),
+                    ),
+                }
                 let memory_mib = v.memory_mib.as_ref().map_or(default_memory as i64, |m| {
                     c.int_in(m, &vf("memory_mib"), 2, 1 << 20)
                 }) as u64;
@@ -1194,6 +1247,23 @@ impl Matrix {
                         memory_mib,
                         workload,
                     });
+                }
+            }
+            if let Some((span, field)) = bounded_at {
+                let view: Vec<vmm::config::bounds::BoundedVm<'_>> = vms
+                    .iter()
+                    .map(|v| vmm::config::bounds::BoundedVm {
+                        name: &v.name,
+                        vcpus: v.vcpus,
+                        cpus: &v.cpus,
+                        class: v.class,
+                        priority: v.priority,
+                        reservation: v.shares.reservation,
+                        latency_bound: v.shares.latency_bound,
+                    })
+                    .collect();
+                if let Some(why) = vmm::config::bounds::refusal(&view) {
+                    c.err(span, &field, why);
                 }
             }
             if let Some((span, field)) = reserved_at {
@@ -1455,6 +1525,46 @@ name = "prio"
 workloads = ["cpu"]
 vm = [ { name = "hi", vcpus = 1, priority = 20 } ]
 "#;
+
+    /// A layout's latency bounds: taken per vCPU, and refused with the
+    /// config's words when they cannot all be met, at the first bounded
+    /// entry.
+    #[test]
+    fn layout_latency_bounds_are_admitted_as_a_configs() {
+        let fx = Fixture::new("bounds");
+        let with = |vm: &str| {
+            GOOD.replace(
+                "vm = [ { name = \"hi\", vcpus = 1, priority = 20 } ]",
+                &format!("vm = [ {vm} ]"),
+            )
+        };
+        let m = fx
+            .parse(&with(
+                "{ name = \"b\", count = 4, vcpus = 1, latency_bound_us = 1000, bound_budget = 12 }, { name = \"h\", count = 2, vcpus = 1 }",
+            ))
+            .unwrap();
+        let l = m.layouts.iter().find(|l| l.name == "prio").unwrap();
+        assert_eq!(
+            l.vms[0].shares.latency_bound,
+            Some(vcpu_sched::bound::LatencyBound {
+                bound: 1_000_000,
+                budget_permille: 120
+            })
+        );
+        assert_eq!(l.vms[4].shares.latency_bound, None);
+        let e = fx.errors(&with(
+            "{ name = \"b\", count = 4, vcpus = 1, latency_bound_us = 300, bound_budget = 20 }",
+        ));
+        assert!(
+            e.contains("layout[1].vm[0].latency_bound_us: expected VM \"b0\"'s latency bound to cover the worst-case wait of its wakes, found 300 us < (kick 100 us"),
+            "{e}"
+        );
+        let e = fx.errors(&with("{ name = \"b\", vcpus = 1, latency_bound_us = 300 }"));
+        assert!(
+            e.contains("expected `latency_bound_us` and `bound_budget` together"),
+            "{e}"
+        );
+    }
 
     /// A headline must be a metric the layout's workloads produce: a
     /// made-up name, a kind's name, a VM's name are refused at parse time

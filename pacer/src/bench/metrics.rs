@@ -185,7 +185,7 @@ pub fn info(metric: &str) -> MetricInfo {
         return m(Unit::Ratio, Better::Higher, Combine::Mean, true);
     }
     match metric {
-        "sched.ready_wait_ns" | "sched.migrations" | "sched.preemptions" => {
+        "sched.ready_wait_ns" | "sched.migrations" | "sched.preemptions" | "sched.bound_misses" => {
             m(Unit::Count, Better::Lower, Combine::Sum, false)
         }
         _ if last.ends_with("_ns") => m(Unit::Nanoseconds, Better::Neither, Combine::Sum, false),
@@ -327,6 +327,16 @@ pub fn vm_samples(r: &VmResult, group: &str) -> Vec<Sample> {
         }
         if let (true, Some(migrations)) = (wall_s > 0.0, s["migrations"].as_f64()) {
             slot.insert("sched.migrations_per_s".into(), migrations / wall_s);
+        }
+        // A bounded vCPU's wakes with budget and its misses (the VM
+        // document sums them; the cells keep them per vCPU).
+        if let Some(st) = r
+            .vcpu_sched
+            .get(vcpu as usize)
+            .filter(|st| st.latency_bound_ns.is_some())
+        {
+            slot.insert("sched.bounded_wakes".into(), st.bounded_wakes as f64);
+            slot.insert("sched.bound_misses".into(), st.bound_misses as f64);
         }
     }
     // What the guest printed on its console fills in what the VM result
@@ -735,6 +745,28 @@ mod tests {
         assert!(cell
             .iter()
             .all(|x| x.vcpu.is_none() && (x.vm == "*") != x.metric.starts_with("share.")));
+    }
+
+    /// A bounded vCPU's wakes with budget and misses become per-vCPU
+    /// samples; a vCPU with no bound gives none (not zeros).
+    #[test]
+    fn bound_misses_are_samples_of_bounded_vcpus_only() {
+        let mut r = VmResult::error("lat0", String::new(), 1000.0, "");
+        let mut bounded = vcpu_engine::stats::VcpuSchedStats::default();
+        bounded.latency_bound_ns = Some(1_000_000);
+        bounded.bounded_wakes = 10;
+        bounded.bound_misses = 2;
+        r.vcpu_sched = vec![bounded, vcpu_engine::stats::VcpuSchedStats::default()];
+        let s = vm_samples(&r, "lat");
+        let of = |metric: &str| -> Vec<(Option<u32>, f64)> {
+            s.iter()
+                .filter(|x| x.metric == metric)
+                .map(|x| (x.vcpu, x.value))
+                .collect()
+        };
+        assert_eq!(of("sched.bound_misses"), vec![(Some(0), 2.0)]);
+        assert_eq!(of("sched.bounded_wakes"), vec![(Some(0), 10.0)]);
+        assert_eq!(info("sched.bound_misses").better, Better::Lower);
     }
 
     #[test]

@@ -333,6 +333,10 @@ impl EntityAccount {
             reservation: 0,
             throttles: 0,
             throttled_time: 0,
+            latency_bound: None,
+            bound_budget: 0,
+            bounded_wakes: 0,
+            bound_misses: 0,
         }
     }
 }

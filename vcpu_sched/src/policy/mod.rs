@@ -241,6 +241,19 @@ pub trait VcpuScheduler: Send + Sync {
         let _ = (id, permille, now);
         Err(unsupported(self.name(), "reservations"))
     }
+    /// Promise the entity a wake-to-run bound with a budget
+    /// (`crate::bound`; `None` lifts it): while the budget lasts its wakes
+    /// go ahead of every timeshare entity and preempt one at once. The
+    /// caller admits the set of bounds first (`crate::bound::admit`).
+    fn set_latency_bound(
+        &self,
+        id: EntityId,
+        bound: Option<crate::bound::LatencyBound>,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        let _ = (id, bound, now);
+        Err(unsupported(self.name(), "latency bounds"))
+    }
     /// The mode it runs in now.
     fn mode(&self) -> Mode;
     /// Switch the mode at run time (Haiku switches its mode operations
@@ -337,7 +350,7 @@ pub trait VcpuScheduler: Send + Sync {
 /// The error of a policy that has no operator shares of a kind.
 fn unsupported(policy: &str, what: &str) -> SchedError {
     SchedError::Config(format!(
-        "policy {policy} has no per-VM {what} (only haiku has weights, caps and reservations)"
+        "policy {policy} has no per-VM {what} (only haiku has weights, caps, reservations and latency bounds)"
     ))
 }
 

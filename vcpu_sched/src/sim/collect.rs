@@ -64,6 +64,15 @@ impl Engine {
             let r = vs.iter().map(|v| v.throughput.run_ns).sum();
             tp(b, u, s, c, r)
         };
+        let snapshot = self.sched.snapshot(self.end);
+        let bound_counts = |range: std::ops::Range<usize>| {
+            self.ents[range].iter().fold((0, 0), |(w, m), e| {
+                match snapshot.entities.iter().find(|s| s.id == e.id) {
+                    Some(s) => (w + s.bounded_wakes, m + s.bound_misses),
+                    None => (w, m),
+                }
+            })
+        };
         let ncores = self.topo.cores.len();
         let mut groups = Vec::with_capacity(self.groups.len());
         for (gi, g) in self.groups.iter().enumerate() {
@@ -84,6 +93,7 @@ impl Engine {
                     home_counts[h] += 1;
                 }
             }
+            let (bounded_wakes, bound_misses) = bound_counts(range.clone());
             groups.push(GroupReport {
                 name: self.w.groups[gi].name.clone(),
                 count: g.count,
@@ -93,6 +103,8 @@ impl Engine {
                 per_core_cpus: per_core,
                 home_counts,
                 migrations: members.iter().map(|v| v.migrations).sum(),
+                bounded_wakes,
+                bound_misses,
             });
         }
         let mut vm_ids: Vec<u32> = self.ents.iter().map(|e| e.vm).collect();
@@ -130,7 +142,6 @@ impl Engine {
                 home_vcpus: home_of.iter().filter(|h| **h == Some(c)).count() as u32,
             })
             .collect();
-        let snapshot = self.sched.snapshot(self.end);
         let policy_iww = snapshot.cpus.iter().map(|c| c.idle_while_waiting).sum();
         let wall_s = (wall_ns.max(1)) as f64 / 1e9;
         SimReport {

@@ -266,6 +266,9 @@ impl Model {
                 if let Some(r) = g.reservation {
                     sched.set_reservation(id, r, 0)?;
                 }
+                if let Some(b) = g.latency_bound() {
+                    sched.set_latency_bound(id, Some(b), 0)?;
+                }
                 added(&spec, id);
                 let slot = id.index() as usize;
                 if slot > 1 << 24 {

@@ -76,6 +76,10 @@ pub struct GroupReport {
     pub home_counts: Vec<u32>,
     /// Migrations summed over members.
     pub migrations: u64,
+    /// Wakes with latency-bound budget and those of them later than the
+    /// bound, summed over members (the policy's counts, whole run).
+    pub bounded_wakes: u64,
+    pub bound_misses: u64,
 }
 
 /// One VM.
@@ -253,6 +257,13 @@ impl SimReport {
             "jain",
             "migr"
         );
+        for g in self.groups.iter().filter(|g| g.bounded_wakes > 0) {
+            let _ = writeln!(
+                s,
+                "bounded group {}: {} bounded wakes, {} later than the bound",
+                g.name, g.bounded_wakes, g.bound_misses
+            );
+        }
         for g in &self.groups {
             let _ = writeln!(
                 s,

@@ -171,6 +171,13 @@ pub struct GroupSpec {
     /// Reservation of each vCPU, per mille of one CPU (haiku only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<u32>,
+    /// Wake-to-run bound of each vCPU, us (`crate::bound`; haiku only),
+    /// with `bound_budget`, per mille of one CPU, the budget it holds for
+    /// it. Both or neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_bound_us: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_budget: Option<u32>,
     /// Length of each run burst.
     pub burst: Dist,
     /// CPU time each wake from a sleep costs before the burst's own work
@@ -240,6 +247,8 @@ impl GroupSpec {
             weight: None,
             cap: None,
             reservation: None,
+            latency_bound_us: None,
+            bound_budget: None,
             burst,
             wake_cost: None,
             block_cost: None,
@@ -280,6 +289,20 @@ impl GroupSpec {
         self.cap = cap;
         self.reservation = reservation;
         self
+    }
+    /// Promise each vCPU a wake-to-run bound (us) with a budget (per
+    /// mille of one CPU), `crate::bound`.
+    pub fn with_latency_bound(mut self, bound_us: u64, budget_permille: u32) -> Self {
+        self.latency_bound_us = Some(bound_us);
+        self.bound_budget = Some(budget_permille);
+        self
+    }
+    /// The group's bound, if it has one (both keys set).
+    pub fn latency_bound(&self) -> Option<crate::bound::LatencyBound> {
+        Some(crate::bound::LatencyBound {
+            bound: self.latency_bound_us?.saturating_mul(1000),
+            budget_permille: self.bound_budget?,
+        })
     }
     /// Restrict to the given CPUs.
     pub fn with_affinity(mut self, affinity: CpuSet) -> Self {
@@ -470,6 +493,32 @@ impl Workload {
         self
     }
 
+    /// The admission rule (`crate::bound::admit`) over every bounded vCPU,
+    /// the CPUs any of them may use, and the kick latency as the cost of
+    /// reaching a CPU. The simulator runs refused layouts too (to show
+    /// what the rule prevents); a caller that wants the promise asks this.
+    pub fn bound_admission(&self) -> Result<(), crate::bound::AdmissionError> {
+        let topo = crate::Topology::from_spec(&self.topology).ok();
+        let mut cpus = CpuSet::new();
+        let mut bounded = Vec::new();
+        for g in &self.groups {
+            if let Some(b) = g.latency_bound() {
+                bounded.extend((0..g.count).map(|_| b));
+                let all = topo.as_ref().map(|t| t.all_cpus()).unwrap_or_default();
+                let may = g
+                    .affinity
+                    .as_ref()
+                    .map_or(all.clone(), |a| a.intersection(&all));
+                for c in may.iter() {
+                    // In range: it came from the topology's own set.
+                    let _ = cpus.insert(c);
+                }
+            }
+        }
+        let kick = (self.kick_latency_us * 1000.0).round() as Nanos;
+        crate::bound::admit(&bounded, cpus.len(), kick)
+    }
+
     /// Total number of vCPUs.
     pub fn num_vcpus(&self) -> usize {
         self.groups.iter().map(|g| g.count as usize).sum()
@@ -550,6 +599,20 @@ impl Workload {
                     return bad(format!(
                         "group {name}: lock.hold_fraction must be in (0, 1]"
                     ));
+                }
+            }
+            match (g.latency_bound_us, g.bound_budget) {
+                (None, None) => {}
+                (Some(b), Some(p)) if b > 0 && (1..=crate::shares::PERMILLE).contains(&p) => {}
+                (Some(_), Some(_)) => {
+                    return bad(format!(
+                        "group {name}: latency_bound_us must be > 0 and bound_budget 1..=1000"
+                    ))
+                }
+                _ => {
+                    return bad(format!(
+                        "group {name}: latency_bound_us and bound_budget go together"
+                    ))
                 }
             }
             if let Some(a) = &g.affinity {

@@ -132,6 +132,7 @@ impl Config {
         }
 
         reservations.check_fit(&mut c, &h.config.cpus);
+        super::bounds::check_admission(&mut c, &raw.vm, &vms);
         // The host's memory, KVM's vCPU limit, open files and threads.
         let demand: Vec<_> = vms
             .iter()

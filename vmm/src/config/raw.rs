@@ -70,6 +70,8 @@ pub(super) struct RawVm {
     pub(super) cap: Option<Spanned<i64>>,
     pub(super) reservation: Option<Spanned<i64>>,
     pub(super) coschedule: Option<Spanned<String>>,
+    pub(super) latency_bound_us: Option<Spanned<i64>>,
+    pub(super) bound_budget: Option<Spanned<i64>>,
     pub(super) workload: Option<Spanned<RawWorkload>>,
     pub(super) console: Option<Console>,
     pub(super) timeout_s: Option<Spanned<RawNumber>>,

@@ -1,5 +1,5 @@
 //! A VM's scheduling settings: its core set within `[host] cpus`, class
-//! and priority, weight, cap and reservation, and whether the policy
+//! and priority, weight, cap, reservation and latency bound, and whether the policy
 //! honours them (the rules and their wording are `sched_rules`', shared
 //! with the control API).
 
@@ -128,6 +128,7 @@ pub(super) fn check(
             c.err(x.span(), f("reservation"), why);
         }
     }
+    shares.latency_bound = latency_bound(c, i, v, class, n_vcpus, host);
     for (key, given) in [
         ("weight", v.weight.as_ref().filter(|w| *w.get_ref() != 100)),
         ("cap", v.cap.as_ref()),
@@ -155,4 +156,71 @@ pub(super) fn check(
         priority,
         shares,
     }
+}
+
+/// `vm[i]`'s `latency_bound_us` and `bound_budget` (both or neither): the
+/// bound each vCPU is promised and the budget split evenly over them.
+/// Whether the set of bounded VMs can be promised is `bounds::admit`'s,
+/// after every VM.
+fn latency_bound(
+    c: &mut Checker<'_>,
+    i: usize,
+    v: &RawVm,
+    class: SchedClass,
+    n_vcpus: u32,
+    host: &Host,
+) -> Option<vcpu_sched::bound::LatencyBound> {
+    use crate::config::sched_rules::{self as rules, SchedRuleError};
+    let f = |name: &str| format!("vm[{i}].{name}");
+    let (bound, budget) = match (&v.latency_bound_us, &v.bound_budget) {
+        (None, None) => return None,
+        (Some(b), None) => {
+            c.err(
+                b.span(),
+                f("latency_bound_us"),
+                SchedRuleError::BoundHalf("latency_bound_us"),
+            );
+            return None;
+        }
+        (None, Some(b)) => {
+            c.err(
+                b.span(),
+                f("bound_budget"),
+                SchedRuleError::BoundHalf("bound_budget"),
+            );
+            return None;
+        }
+        (Some(b), Some(u)) => (b, u),
+    };
+    let mut ok = true;
+    let mut refuse = |c: &mut Checker<'_>, why: SchedRuleError| {
+        c.err(bound.span(), f("latency_bound_us"), why);
+        ok = false;
+    };
+    if !host.config.policy.honours_latency_bounds() {
+        refuse(
+            c,
+            SchedRuleError::BoundRefused {
+                policy: host.config.policy,
+                origin: host.policy_origin.clone(),
+            },
+        );
+    }
+    if class == SchedClass::Realtime {
+        refuse(c, SchedRuleError::BoundRealtime);
+    }
+    if v.reservation.as_ref().is_some_and(|r| *r.get_ref() != 0) {
+        refuse(c, SchedRuleError::BoundWithReservation);
+    }
+    let ns = rules::latency_bound(*bound.get_ref())
+        .map_err(|why| c.err(bound.span(), f("latency_bound_us"), why))
+        .ok();
+    let permille = rules::bound_budget(*budget.get_ref(), n_vcpus)
+        .map_err(|why| c.err(budget.span(), f("bound_budget"), why))
+        .ok();
+    Some(vcpu_sched::bound::LatencyBound {
+        bound: ns?,
+        budget_permille: permille?,
+    })
+    .filter(|_| ok)
 }

@@ -55,12 +55,24 @@ pub enum SchedRuleError {
         "expected reservations summing to at most {most} % ({cpus} host CPU(s)), found {total} %"
     )]
     ReservationsOverflow { most: i64, cpus: usize, total: i64 },
-    #[error("policy {policy} has no per-VM {what}: only haiku has weights, caps and reservations ({origin})")]
+    #[error("policy {policy} has no per-VM {what}: only haiku has weights, caps, reservations and latency bounds ({origin})")]
     SharesRefused {
         policy: Policy,
         what: String,
         origin: String,
     },
+    #[error("expected a latency bound from 1 to {MAX_LATENCY_BOUND_US} us, found {0}")]
+    LatencyBound(i64),
+    #[error("expected a bound budget from 1 to {most} % (100 % of a CPU per vCPU, {vcpus} vCPU(s)) and at least 1 per mille per vCPU, found {percent}")]
+    BoundBudget { most: i64, vcpus: u32, percent: i64 },
+    #[error("expected `latency_bound_us` and `bound_budget` together, found only `{0}`")]
+    BoundHalf(&'static str),
+    #[error("expected a latency bound on a timeshare VM, found class realtime (it runs above every bound already)")]
+    BoundRealtime,
+    #[error("expected a reservation or a latency bound, found both (they share the top timeshare level, so a reserved vCPU's slices would be ahead of bounded wakes)")]
+    BoundWithReservation,
+    #[error("policy {policy} cannot promise a latency bound: only haiku puts a bounded wake ahead of the others ({origin})")]
+    BoundRefused { policy: Policy, origin: String },
     #[error("{} ({origin})", .refusal.explain(*.policy))]
     Refused {
         refusal: Refusal,
@@ -226,6 +238,34 @@ pub fn reservation(percent: i64, vcpus: u32) -> Result<u32, SchedRuleError> {
 
 fn per_vcpu_permille(percent: i64, vcpus: u32) -> u32 {
     (percent.max(0) as u64 * 10 / u64::from(vcpus.max(1))) as u32
+}
+
+/// The longest latency bound a VM can ask for, us (1 s).
+pub const MAX_LATENCY_BOUND_US: i64 = 1_000_000;
+
+/// A VM's wake-to-run bound in us: 1 us to 1 s. Returns it in ns.
+pub fn latency_bound(us: i64) -> Result<u64, SchedRuleError> {
+    if (1..=MAX_LATENCY_BOUND_US).contains(&us) {
+        Ok(us as u64 * 1000)
+    } else {
+        Err(SchedRuleError::LatencyBound(us))
+    }
+}
+
+/// A VM's bound budget in percent of one CPU: 1 to 100 per vCPU, at
+/// least 1 per mille for each vCPU. Returns each vCPU's in per mille.
+pub fn bound_budget(percent: i64, vcpus: u32) -> Result<u32, SchedRuleError> {
+    let most = 100 * i64::from(vcpus.max(1));
+    let per_vcpu = per_vcpu_permille(percent, vcpus);
+    if (1..=most).contains(&percent) && per_vcpu >= 1 {
+        Ok(per_vcpu)
+    } else {
+        Err(SchedRuleError::BoundBudget {
+            most,
+            vcpus: vcpus.max(1),
+            percent,
+        })
+    }
 }
 
 /// A cap below the reservation beside it could not give what it reserves.

@@ -631,3 +631,152 @@ fn coschedule_is_off_unless_set_and_a_bad_value_names_its_place() {
         "{e}"
     );
 }
+/// A host of CPUs 0-1 under `policy` and one `[[vm]]` per entry of
+/// `vms` (extra keys each), 1 vCPU unless the keys say otherwise.
+fn bounded_config(policy: &str, vms: &[&str]) -> String {
+    let mut s = format!("[host]\ncpus = \"0-1\"\npolicy = \"{policy}\"\n");
+    for (i, keys) in vms.iter().enumerate() {
+        let vcpus = if keys.contains("vcpus") {
+            ""
+        } else {
+            "vcpus = 1\n"
+        };
+        s += &format!(
+            "\n[[vm]]\nname = \"v{i}\"\n{vcpus}memory_mib = 64\nkernel = \"kernel.elf\"\n{keys}\n"
+        );
+    }
+    s
+}
+
+const BOUNDED: &str = "latency_bound_us = 1000\nbound_budget = 10";
+
+#[test]
+fn latency_bounds_admitted_reach_every_vcpu() {
+    let fx = Fixture::new("bounds-ok");
+    let two = "vcpus = 2\nlatency_bound_us = 1000\nbound_budget = 10";
+    let c = fx
+        .parse(&bounded_config(
+            "haiku",
+            &[BOUNDED, BOUNDED, two, "", "priority = 40"],
+        ))
+        .unwrap();
+    let b = |i: usize| c.vms[i].shares.latency_bound;
+    let one = vcpu_sched::bound::LatencyBound {
+        bound: 1_000_000,
+        budget_permille: 100,
+    };
+    assert_eq!((b(0), b(1)), (Some(one), Some(one)));
+    // Split evenly over the VM's two vCPUs.
+    assert_eq!(
+        b(2),
+        Some(vcpu_sched::bound::LatencyBound {
+            budget_permille: 50,
+            ..one
+        })
+    );
+    assert_eq!((b(3), b(4)), (None, None));
+    // The engine takes it with the other shares.
+    assert_eq!(c.vms[0].spec().shares.latency_bound, Some(one));
+}
+
+#[test]
+fn latency_bound_keys_are_checked_with_their_place() {
+    let fx = Fixture::new("bounds-keys");
+    let e = fx.errors(&bounded_config("haiku", &["latency_bound_us = 1000"]));
+    assert!(e.contains(":10:20: vm[0].latency_bound_us: expected `latency_bound_us` and `bound_budget` together, found only `latency_bound_us`"), "{e}");
+    let e = fx.errors(&bounded_config("haiku", &["bound_budget = 10"]));
+    assert!(
+        e.contains("vm[0].bound_budget: expected `latency_bound_us` and `bound_budget` together"),
+        "{e}"
+    );
+    for (keys, want) in [
+        (
+            "latency_bound_us = 0\nbound_budget = 10",
+            "vm[0].latency_bound_us: expected a latency bound from 1 to 1000000 us, found 0",
+        ),
+        (
+            "latency_bound_us = 1000001\nbound_budget = 10",
+            "found 1000001",
+        ),
+        (
+            "latency_bound_us = 1000\nbound_budget = 0",
+            "vm[0].bound_budget: expected a bound budget from 1 to 100 %",
+        ),
+        ("latency_bound_us = 1000\nbound_budget = 101", "found 101"),
+        (
+            "latency_bound_us = 1000\nbound_budget = 10\nclass = \"realtime\"",
+            "vm[0].latency_bound_us: expected a latency bound on a timeshare VM",
+        ),
+        (
+            "latency_bound_us = 1000\nbound_budget = 10\nreservation = 20",
+            "expected a reservation or a latency bound, found both",
+        ),
+    ] {
+        let e = fx.errors(&bounded_config("haiku", &[keys]));
+        assert!(e.contains(want), "{keys}: {e}");
+    }
+    for policy in ["global-rr", "pinned", "eevdf", "host"] {
+        let e = fx.errors(&bounded_config(policy, &[BOUNDED]));
+        assert!(
+            e.contains(&format!(
+                "vm[0].latency_bound_us: policy {policy} cannot promise a latency bound"
+            )),
+            "{policy}: {e}"
+        );
+    }
+}
+
+#[test]
+fn latency_bounds_that_cannot_all_be_met_are_refused_with_the_arithmetic() {
+    let fx = Fixture::new("bounds-admit");
+    // Four bounds of 300 us at 20 %: (100 + 3 x 60) / (1 - 0.6) = 700 us.
+    let tight = "latency_bound_us = 300\nbound_budget = 20";
+    let e = fx.errors(&bounded_config("haiku", &[tight, tight, tight, tight, ""]));
+    assert!(
+        e.contains("vm[0].latency_bound_us: expected VM \"v0\"'s latency bound to cover the worst-case wait of its wakes, found 300 us < (kick 100 us + the other bounded vCPUs' bursts 180 us) / (1 - their budgets 60 %) = 700 us; the other bounded vCPUs: 3 of VMs \"v1\", \"v2\", \"v3\""),
+        "{e}"
+    );
+    // Half the budget: (100 + 3 x 30) / (1 - 0.3) = 272 us, admitted.
+    let roomy = "latency_bound_us = 300\nbound_budget = 10";
+    fx.parse(&bounded_config("haiku", &[roomy, roomy, roomy, roomy]))
+        .unwrap();
+    // Budgets past the CPUs they may use.
+    let big = "latency_bound_us = 1000000\nbound_budget = 80";
+    let e = fx.errors(&bounded_config("haiku", &[big, big, big]));
+    assert!(
+        e.contains("expected the bounded VMs (\"v0\", \"v1\", \"v2\") to ask budgets within the 2 host CPU(s) they may use (0-1), found 240 % of one CPU in all, more than 200 %"),
+        "{e}"
+    );
+    // Pinned to one CPU, the same two bounds no longer fit.
+    let half = "latency_bound_us = 1000000\nbound_budget = 60\ncpus = \"1\"";
+    let e = fx.errors(&bounded_config("haiku", &[half, half]));
+    assert!(
+        e.contains("within the 1 host CPU(s) they may use (1)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_bounded_level_is_the_bounded_vms_alone_on_their_cpus() {
+    let fx = Fixture::new("bounds-level");
+    for (other, what) in [
+        ("reservation = 20", "a reservation"),
+        ("class = \"realtime\"", "the realtime class"),
+        ("priority = 99", "timeshare priority 99"),
+    ] {
+        let e = fx.errors(&bounded_config("haiku", &[BOUNDED, other]));
+        assert!(
+            e.contains(&format!("vm[0].latency_bound_us: expected the bounded VMs (\"v0\") to have host CPUs 0-1 to themselves at the bounded level, found VM \"v1\" there with {what}")),
+            "{other}: {e}"
+        );
+    }
+    // On other CPUs it is no rival.
+    fx.parse(&bounded_config(
+        "haiku",
+        &[
+            &format!("{BOUNDED}\ncpus = \"0\""),
+            "reservation = 20\ncpus = \"1\"",
+        ],
+    ))
+    .unwrap();
+}

@@ -580,6 +580,12 @@ pub struct VmDoc {
     pub records: Vec<RecordDoc>,
     pub rejected_records: usize,
     pub files: FilesDoc,
+    /// Its vCPUs' wake-to-run bound (`latency_bound_us`), the wakes that
+    /// came with budget for it and those later than the bound, summed over
+    /// its vCPUs (the scheduler's counts); null when it was promised none.
+    pub latency_bound_ns: Option<u64>,
+    pub bounded_wakes: Option<u64>,
+    pub bound_misses: Option<u64>,
 }
 
 /// The per-vCPU objects of a VM, from its parallel in-memory lists.
@@ -637,6 +643,7 @@ impl VmDoc {
     pub fn of(r: &VmResult) -> VmDoc {
         let m = &r.milestones;
         let ns = |v: Option<f64>| v.map(ms_to_ns);
+        let bound = r.vcpu_sched.iter().find_map(|s| s.latency_bound_ns);
         VmDoc {
             name: r.name.clone(),
             status: r.status.clone(),
@@ -677,6 +684,9 @@ impl VmDoc {
                 console: r.console_log.clone(),
                 user: r.user_log.clone(),
             },
+            latency_bound_ns: bound,
+            bounded_wakes: bound.map(|_| r.vcpu_sched.iter().map(|s| s.bounded_wakes).sum()),
+            bound_misses: bound.map(|_| r.vcpu_sched.iter().map(|s| s.bound_misses).sum()),
         }
     }
 }

@@ -157,6 +157,7 @@
 //! what lets the limited wake preemption help a bursty waker at all (see
 //! `tunables::BURSTY_LOAD`).
 
+mod bound;
 mod cosched;
 mod invariants;
 mod place;
@@ -406,6 +407,7 @@ impl HaikuScheduler {
             RunState::Blocked => {}
         }
         self.judge_reservation(e, now);
+        self.judge_bounded_wake(e, now);
         let slept = now.saturating_sub(e.slept_at);
         e.load.slept(slept);
         e.load.update(self.tun().load_measure_interval);
@@ -957,6 +959,15 @@ impl VcpuScheduler for HaikuScheduler {
         now: Nanos,
     ) -> Result<Vec<CpuId>, SchedError> {
         self.set_reservation_now(id, permille, now)
+    }
+
+    fn set_latency_bound(
+        &self,
+        id: EntityId,
+        bound: Option<crate::bound::LatencyBound>,
+        now: Nanos,
+    ) -> Result<Vec<CpuId>, SchedError> {
+        self.set_latency_bound_now(id, bound, now)
     }
 
     fn mode(&self) -> Mode {

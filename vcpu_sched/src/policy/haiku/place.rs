@@ -60,6 +60,7 @@ impl HaikuScheduler {
             warm: false,
             load: e.load.load,
             interactive: e.is_interactive(self.tun().bursty_load),
+            bounded: e.prio.is_bounded(),
             now,
             rotor: (id.index() as usize)
                 .wrapping_mul(7)
@@ -99,9 +100,10 @@ impl HaikuScheduler {
         };
         let cpu = self.m.choose_cpu_in_core(core, &c).unwrap_or(c.origin);
         let kick = self.m.must_preempt(cpu, &c, delta);
-        if !kick && c.class == SchedClass::Realtime {
-            // Bounded latency: a realtime entity takes the allowed CPU
-            // running the lowest priority anywhere, if it beats that.
+        if !kick && (c.class == SchedClass::Realtime || c.bounded) {
+            // Bounded latency: a realtime or bounded entity takes the
+            // allowed CPU running the lowest priority anywhere, if it
+            // beats that.
             if let Some(low) = self.m.lowest_priority_cpu(&c) {
                 if self.m.must_preempt(low, &c, delta) {
                     return (low, true);

@@ -63,7 +63,7 @@ impl HaikuScheduler {
     /// (nothing to do without a cap or reservation).
     #[inline]
     pub(super) fn charge_shares(&self, e: &mut Entity, ran: Nanos, now: Nanos) {
-        if e.cap.is_some() || e.reserve.is_some() {
+        if e.cap.is_some() || e.reserve.is_some() || e.bounded.is_some() {
             self.charge_buckets(e, ran, now);
         }
     }
@@ -76,7 +76,11 @@ impl HaikuScheduler {
         if let Some(b) = e.reserve.as_mut() {
             b.charge(ran, now);
         }
+        if let Some(b) = e.bounded.as_mut() {
+            b.bucket.charge(ran, now);
+        }
         self.judge_reservation(e, now);
+        self.judge_bound(e, now);
     }
 
     /// Whether the runnable entity's cap leaves it nothing to run on now:
@@ -147,7 +151,7 @@ impl HaikuScheduler {
         if let Some(b) = &e.cap {
             slice = slice.min(b.run_time_left().max(MIN_RUN));
         }
-        slice.max(1)
+        self.bounded_slice(e, slice).max(1)
     }
 
     /// Renew what is due: throttled entities are queued again (as on a

@@ -115,6 +115,10 @@ impl HaikuScheduler {
             throttled_time: e.counters.throttled_time
                 + e.throttled_until
                     .map_or(0, |_| now.saturating_sub(e.slept_at)),
+            latency_bound: e.bounded.map(|b| b.bound),
+            bound_budget: e.bounded.map_or(0, |b| b.bucket.permille),
+            bounded_wakes: e.counters.bounded_wakes,
+            bound_misses: e.counters.bound_misses,
         }
     }
 

@@ -1672,3 +1672,85 @@ fn a_directed_yield_runs_the_parked_sibling_next() {
         );
     }
 }
+
+fn bound(d: &mut Drv, id: EntityId, bound_us: u64, permille: u32) {
+    let kicks =
+        d.s.set_latency_bound(
+            id,
+            Some(crate::bound::LatencyBound {
+                bound: bound_us * US,
+                budget_permille: permille,
+            }),
+            d.now,
+        )
+        .unwrap();
+    d.deliver(kicks);
+}
+
+#[test]
+fn a_bounded_wake_preempts_a_hog_at_once_and_runs_at_the_bounded_level() {
+    let mut d = Drv::new("1x1x1", |_| {});
+    let hog = d.ts(1, None);
+    let b = d.ts(2, None);
+    bound(&mut d, b, 2000, 100);
+    d.wake(hog);
+    d.run_until(50 * MS);
+    let w = d.wake(b).unwrap();
+    assert!(w.kick, "a bounded wake kicks the CPU running a hog");
+    assert_eq!(d.cpu_of(b), Some(0), "and runs at once");
+    let s = d.stats(b);
+    assert_eq!(s.effective_priority, crate::bound::BOUNDED_PRIORITY);
+    assert_eq!((s.bounded_wakes, s.bound_misses), (1, 0));
+    assert_eq!((s.latency_bound, s.bound_budget), (Some(2 * MS), 100));
+    // Its slice ends with its budget: 200 us of tokens at 10 % (222 us
+    // with what flows in meanwhile).
+    assert!(
+        d.slice_end[0] - d.now <= 223 * US,
+        "{}",
+        d.slice_end[0] - d.now
+    );
+    // Run on without blocking: spent, it is ordinary timeshare again.
+    d.run_until(d.now + 20 * MS);
+    assert!(d.stats(b).effective_priority < crate::bound::BOUNDED_PRIORITY);
+}
+
+#[test]
+fn a_bounded_wake_that_reaches_a_cpu_after_its_bound_is_a_miss() {
+    let mut d = Drv::new("1x1x1", |_| {});
+    let a = d.ts(1, None);
+    let b = d.ts(2, None);
+    bound(&mut d, a, 100, 500);
+    bound(&mut d, b, 100, 500);
+    d.wake(a);
+    assert_eq!(d.cpu_of(a), Some(0));
+    let w = d.wake(b).unwrap();
+    assert!(
+        !w.kick,
+        "a bounded runner is not preempted by a bounded wake"
+    );
+    d.now += MS;
+    d.sched(CpuId(0), StopReason::Blocked);
+    assert_eq!(d.cpu_of(b), Some(0));
+    let (sa, sb) = (d.stats(a), d.stats(b));
+    assert_eq!((sa.bounded_wakes, sa.bound_misses), (1, 0));
+    assert_eq!((sb.bounded_wakes, sb.bound_misses), (1, 1), "1 ms > 100 us");
+}
+
+#[test]
+fn a_wake_without_budget_is_neither_bounded_nor_a_miss() {
+    let mut d = Drv::new("1x1x1", |_| {});
+    let b = d.ts(2, None);
+    // 10 % of 1 ms: 100 us of tokens. It runs 30 ms without blocking,
+    // far past them (the bucket is in debt for ~270 ms).
+    bound(&mut d, b, 1000, 100);
+    d.wake(b);
+    d.run_until(30 * MS);
+    assert!(d.stats(b).effective_priority < crate::bound::BOUNDED_PRIORITY);
+    d.sched(CpuId(0), StopReason::Blocked);
+    d.now += 3 * MS;
+    d.wake(b);
+    let s = d.stats(b);
+    assert_eq!(s.wakes, 2);
+    assert_eq!(s.bounded_wakes, 1, "only the first wake had budget");
+    assert_eq!(s.bound_misses, 0);
+}

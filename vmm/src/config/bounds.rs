@@ -1,0 +1,144 @@
+//! Admission of the VMs' latency bounds (`vcpu_sched::bound`), after
+//! every VM is checked: over the host CPUs the bounded VMs may use, the
+//! bounded level is theirs alone (no reservation, realtime VM or
+//! timeshare priority 99 shares those CPUs), their budgets fit the CPUs,
+//! and every bounded vCPU's worst-case wait is within its bound
+//! (`vcpu_sched::bound::admit`, ARCHITECTURE.md "Latency bounds"). A
+//! refusal names the VMs and the arithmetic. One wording for a config
+//! file and a bench matrix's layouts.
+
+use super::check::Checker;
+use super::raw::RawVm;
+use super::vm::VmConfig;
+use crate::text::quoted;
+use vcpu_engine::host_cpus::HostCpuSet;
+use vcpu_sched::bound::{admit, AdmissionError, LatencyBound, KICK_COST};
+use vcpu_sched::tunables::PRIORITY_MAX_TIMESHARE;
+use vcpu_sched::SchedClass;
+
+/// What the admission needs of one VM.
+#[derive(Debug, Clone, Copy)]
+pub struct BoundedVm<'a> {
+    pub name: &'a str,
+    pub vcpus: u32,
+    pub cpus: &'a HostCpuSet,
+    pub class: SchedClass,
+    pub priority: u8,
+    /// Per vCPU, per mille of one CPU (0: none).
+    pub reservation: u32,
+    /// Per vCPU.
+    pub latency_bound: Option<LatencyBound>,
+}
+
+/// Why the VMs' bounds cannot all be promised, if they cannot.
+pub fn refusal(vms: &[BoundedVm<'_>]) -> Option<String> {
+    let bounded: Vec<usize> = (0..vms.len())
+        .filter(|i| vms[*i].latency_bound.is_some())
+        .collect();
+    let first = *bounded.first()?;
+    let names = |is: &[usize]| {
+        is.iter()
+            .map(|i| quoted(vms[*i].name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut cpus = HostCpuSet::new();
+    for i in &bounded {
+        for cpu in vms[*i].cpus.iter() {
+            cpus.insert(cpu);
+        }
+    }
+    for v in vms.iter().filter(|v| v.latency_bound.is_none()) {
+        let reaches = if v.reservation != 0 {
+            "a reservation"
+        } else if v.class == SchedClass::Realtime {
+            "the realtime class"
+        } else if v.priority >= PRIORITY_MAX_TIMESHARE {
+            "timeshare priority 99"
+        } else {
+            continue;
+        };
+        if v.cpus.iter().any(|cpu| cpus.contains(cpu)) {
+            return Some(format!(
+                "expected the bounded VMs ({}) to have host CPUs {} to themselves at the bounded level, found VM {} there with {reaches}: a bounded wake could wait behind it for a whole slice",
+                names(&bounded),
+                cpus.to_list(),
+                quoted(v.name)
+            ));
+        }
+    }
+    // One bound per vCPU, and the VM each belongs to.
+    let mut per_vcpu: Vec<LatencyBound> = Vec::new();
+    let mut owner: Vec<usize> = Vec::new();
+    for i in &bounded {
+        if let Some(b) = vms[*i].latency_bound {
+            for _ in 0..vms[*i].vcpus {
+                per_vcpu.push(b);
+                owner.push(*i);
+            }
+        }
+    }
+    let us = |ns: u64| ns.div_ceil(1000);
+    match admit(&per_vcpu, cpus.len(), KICK_COST) {
+        Ok(()) => None,
+        Err(AdmissionError::BudgetsOverflow { total, cpus: n, .. }) => Some(format!(
+            "expected the bounded VMs ({}) to ask budgets within the {n} host CPU(s) they may use ({}), found {} % of one CPU in all, more than {} %",
+            names(&bounded),
+            cpus.to_list(),
+            total / 10,
+            n * 100
+        )),
+        Err(AdmissionError::BoundTooTight {
+            index,
+            bound,
+            kick,
+            bursts,
+            others_permille,
+            wait,
+        }) => {
+            let vm = owner.get(index).copied().unwrap_or(first);
+            let others: Vec<usize> = bounded.iter().copied().filter(|i| *i != vm).collect();
+            let wait = if wait == u64::MAX {
+                "no finite wait (the others' budgets fill a CPU)".to_string()
+            } else {
+                format!("{} us", us(wait))
+            };
+            Some(format!(
+                "expected VM {}'s latency bound to cover the worst-case wait of its wakes, found {} us < (kick {} us + the other bounded vCPUs' bursts {} us) / (1 - their budgets {} %) = {wait}; the other bounded vCPUs: {} of VMs {}",
+                quoted(vms[vm].name),
+                us(bound),
+                us(kick),
+                us(bursts),
+                others_permille as f64 / 10.0,
+                per_vcpu.len() - 1,
+                if others.is_empty() { names(&[vm]) } else { names(&others) }
+            ))
+        }
+    }
+}
+
+/// Refuse, at the first bounded VM's `latency_bound_us`, what cannot be
+/// promised.
+pub(super) fn check_admission(c: &mut Checker<'_>, raw: &[RawVm], vms: &[VmConfig]) {
+    let Some(first) = vms.iter().position(|v| v.shares.latency_bound.is_some()) else {
+        return;
+    };
+    let Some(span) = raw.get(first).and_then(|r| r.latency_bound_us.as_ref()) else {
+        return;
+    };
+    let view: Vec<BoundedVm<'_>> = vms
+        .iter()
+        .map(|v| BoundedVm {
+            name: &v.name,
+            vcpus: v.vcpus,
+            cpus: &v.cpus,
+            class: v.class,
+            priority: v.priority,
+            reservation: v.shares.reservation,
+            latency_bound: v.shares.latency_bound,
+        })
+        .collect();
+    if let Some(why) = refusal(&view) {
+        c.err(span.span(), format!("vm[{first}].latency_bound_us"), why);
+    }
+}
