@@ -520,6 +520,16 @@ pub fn matrix() -> Vec<Key> {
             None,
         ),
         key(
+            "layout[].vm[].coschedule",
+            "string",
+            "",
+            "\"off\"",
+            "off | relaxed",
+            "As a config's `vm[].coschedule` (policies other than haiku ignore it).",
+            "\"relaxed\"",
+            None,
+        ),
+        key(
             "layout[].vm[].latency_bound_us",
             "integer",
             "us",

@@ -226,7 +226,7 @@ pub fn pacer_config(m: &Matrix, cell: &Cell, log_dir: &Path) -> Option<Config> {
                 class: v.class,
                 priority: v.priority,
                 shares: v.shares,
-                coschedule: Default::default(),
+                coschedule: v.coschedule,
                 console: Console::Log,
                 timeout: Some(m.cell_timeout),
             }

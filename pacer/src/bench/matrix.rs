@@ -146,6 +146,9 @@ pub struct VmSpec {
     /// Operator shares of each vCPU (`weight`, `cap`, `reservation` as in
     /// a config's `[[vm]]`).
     pub shares: vmm::config::sched_rules::Shares,
+    /// Relaxed co-scheduling of its vCPUs, or none (a config's
+    /// `vm[].coschedule`).
+    pub coschedule: vcpu_sched::Coschedule,
     pub memory_mib: u64,
     /// A workload of its own (an index into `Matrix::workloads`), else the
     /// cell's.
@@ -198,6 +201,9 @@ impl Layout {
                 }
                 if v.shares.reservation != 0 {
                     s += &format!(" resv {}%", v.shares.reservation * v.vcpus / 10);
+                }
+                if v.coschedule != vcpu_sched::Coschedule::Off {
+                    s += &format!(" cosched {}", v.coschedule);
                 }
                 if let Some(b) = v.shares.latency_bound {
                     s += &format!(
@@ -290,6 +296,7 @@ struct RawVm {
     reservation: Option<Spanned<i64>>,
     latency_bound_us: Option<Spanned<i64>>,
     bound_budget: Option<Spanned<i64>>,
+    coschedule: Option<Spanned<String>>,
     memory_mib: Option<Spanned<i64>>,
     workload: Option<Spanned<String>>,
 }
@@ -1166,6 +1173,17 @@ impl Matrix {
                         Err(why) => c.err(x.span(), vf("reservation"), why),
                     }
                 }
+                let coschedule = match &v.coschedule {
+                    Some(s) => s.get_ref().parse().unwrap_or_else(|_| {
+                        c.err(
+                            s.span(),
+                            vf("coschedule"),
+                            format!("expected \"off\" or \"relaxed\", found {:?}", s.get_ref()),
+                        );
+                        vcpu_sched::Coschedule::default()
+                    }),
+                    None => vcpu_sched::Coschedule::default(),
+                };
                 match (&v.latency_bound_us, &v.bound_budget) {
                     (None, None) => {}
                     (Some(b), Some(u)) => {
@@ -1244,6 +1262,7 @@ impl Matrix {
                         class,
                         priority,
                         shares,
+                        coschedule,
                         memory_mib,
                         workload,
                     });
@@ -1562,6 +1581,46 @@ vm = [ { name = "hi", vcpus = 1, priority = 20 } ]
         let e = fx.errors(&with("{ name = \"b\", vcpus = 1, latency_bound_us = 300 }"));
         assert!(
             e.contains("expected `latency_bound_us` and `bound_budget` together"),
+            "{e}"
+        );
+    }
+
+    /// A layout VM's co-scheduling: off unless set, relaxed when asked,
+    /// in the cell's settings (so `--resume` tells the two apart), and a
+    /// misspelling refused at its place.
+    #[test]
+    fn layout_coschedule_is_taken_and_misspellings_named() {
+        let fx = Fixture::new("cosched");
+        let with = |vm: &str| {
+            GOOD.replace(
+                "vm = [ { name = \"hi\", vcpus = 1, priority = 20 } ]",
+                &format!("vm = [ {vm} ]"),
+            )
+        };
+        let m = fx
+            .parse(&with(
+                "{ name = \"s\", vcpus = 2, coschedule = \"relaxed\" }, { name = \"h\", vcpus = 1 }",
+            ))
+            .unwrap();
+        let l = m.layouts.iter().find(|l| l.name == "prio").unwrap();
+        assert_eq!(l.vms[0].coschedule, vcpu_sched::Coschedule::Relaxed);
+        assert_eq!(l.vms[1].coschedule, vcpu_sched::Coschedule::Off);
+        let view = crate::documents::matrix::MatrixView::of(&m);
+        let li = m.layouts.iter().position(|l| l.name == "prio").unwrap();
+        let cell = crate::bench::cells::expand(&m)
+            .into_iter()
+            .find(|c| c.layout == li)
+            .unwrap();
+        let settings = crate::bench::settings::of(&m, &view, &cell);
+        assert_eq!(
+            settings.settings.get("vm.s.coschedule").map(String::as_str),
+            Some("relaxed")
+        );
+        let e = fx.errors(&with("{ name = \"s\", vcpus = 2, coschedule = \"gang\" }"));
+        assert!(
+            e.contains(
+                "layout[1].vm[0].coschedule: expected \"off\" or \"relaxed\", found \"gang\""
+            ),
             "{e}"
         );
     }

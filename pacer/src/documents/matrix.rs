@@ -32,6 +32,10 @@ pub struct VmSpecView {
     pub cpus: String,
     pub class: vcpu_sched::SchedClass,
     pub priority: u8,
+    /// Weight, cap, reservation and latency bound of each vCPU (per mille
+    /// of one CPU; the bound in ns).
+    pub shares: vcpu_engine::Shares,
+    pub coschedule: vcpu_sched::Coschedule,
     pub memory_mib: u64,
     /// Its own workload, or null for the cell's.
     pub workload: Option<String>,
@@ -139,6 +143,8 @@ impl MatrixView {
                             cpus: v.cpus.to_list(),
                             class: v.class,
                             priority: v.priority,
+                            shares: v.shares,
+                            coschedule: v.coschedule,
                             memory_mib: v.memory_mib,
                             workload: v.workload.map(|i| m.workloads[i].name.clone()),
                         })
