@@ -222,18 +222,15 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
 }
 
 /// A parse error for `args` (the process's, program name first) with a
-/// "did you mean" for an unknown subcommand that clap found no match for:
-/// clap's own suggestion misses short names (`rn` for `run`), ours is
-/// the one every other closed set of names uses ([`vmm::suggest`]).
+/// "did you mean" for an unknown subcommand: ours ([`vmm::suggest::command`],
+/// the rule every other closed set of names uses, which also knows
+/// abbreviations: `rn` for `run`, `sts` for `stats`) wins over clap's,
+/// which misses short names and offers `stop` for `sts`; clap's stays
+/// when ours has none.
 pub fn with_subcommand_hint(mut e: clap::Error, args: &[String]) -> clap::Error {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     use clap::CommandFactory;
-    let clap_has_one = match e.get(ContextKind::SuggestedSubcommand) {
-        Some(ContextValue::Strings(v)) => !v.is_empty(),
-        Some(_) => true,
-        None => false,
-    };
-    if e.kind() != ErrorKind::InvalidSubcommand || clap_has_one {
+    if e.kind() != ErrorKind::InvalidSubcommand {
         return e;
     }
     let Some(ContextValue::String(bad)) = e.get(ContextKind::InvalidSubcommand).cloned() else {
@@ -251,7 +248,7 @@ pub fn with_subcommand_hint(mut e: clap::Error, args: &[String]) -> clap::Error 
         }
     }
     let names: Vec<&str> = cmd.get_subcommands().map(|c| c.get_name()).collect();
-    if let Some(name) = vmm::suggest::near_miss(&bad, names) {
+    if let Some(name) = vmm::suggest::command(&bad, &names) {
         e.insert(
             ContextKind::SuggestedSubcommand,
             ContextValue::String(name.to_string()),
@@ -279,6 +276,9 @@ mod tests {
             hint(&["pacer", "rn"])
         );
         assert!(hint(&["pacer", "-q", "valdate"]).contains("'validate'"));
+        // clap alone offers 'stop' for `sts`.
+        let sts = hint(&["pacer", "ctl", "/tmp/s", "sts"]);
+        assert!(sts.contains("'stats'") && !sts.contains("'stop'"), "{sts}");
         assert!(!hint(&["pacer", "frobnicate"]).contains("similar"));
     }
 

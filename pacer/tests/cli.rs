@@ -488,6 +488,8 @@ fn near_misses_of_every_closed_set_are_named() {
     // Subcommands, at the top and below.
     refused_with(&["rn"], "'run'");
     refused_with(&["trace", "sumary", "x"], "'summary'");
+    refused_with(&["ctl", "/tmp/pacer-none.sock", "sts"], "'stats'");
+    refused_with(&["ctl", "/tmp/pacer-none.sock", "stp", "web"], "'stop'");
     // Nothing near: no guess.
     let (code, _, err) = pacer(&["frobnicate"]);
     assert_eq!(code, 2);
