@@ -120,10 +120,39 @@ fn topology_host_and_spec() {
     let (code, out, err) = pacer(&["topology"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(!out.trim().is_empty());
+    let (code, out, err) = pacer(&["topology", "--topology", "2x22x2"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("88"), "{out}");
+    let (code, _, err) = pacer(&["topology", "--topology", "banana"]);
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn deprecated_spellings_still_work_and_say_what_replaced_them() {
     let (code, out, err) = pacer(&["topology", "--spec", "2x22x2"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("88"), "{out}");
-    let (code, _, err) = pacer(&["topology", "--spec", "banana"]);
+    assert!(
+        err.contains("pacer topology --spec is deprecated; use --topology"),
+        "{err}"
+    );
+    let dir = TempDir::new("cli-deprecated");
+    let (code, _, err) = pacer(&["man", "--out", dir.0.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(dir.0.join("pacer-run.1").exists());
+    assert!(err.contains("use --out-dir DIR"), "{err}");
+    // Both spellings at once: refused.
+    let (code, _, _) = pacer(&["man", "--out", "a", "--out-dir", "b"]);
+    assert_eq!(code, 2);
+    // ctl's old switch: still a switch (the socket is not there: exit 1).
+    let sock = dir.0.join("none.sock");
+    let (code, _, err) = pacer(&["ctl", sock.to_str().unwrap(), "--json", "ls"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("pacer ctl --json is deprecated; use --format json"),
+        "{err}"
+    );
+    let (code, _, err) = pacer(&["ctl", sock.to_str().unwrap(), "--format", "jsn", "ls"]);
     assert_eq!(code, 2, "{err}");
 }
 
@@ -437,7 +466,7 @@ fn completions_and_man_pages_come_from_the_same_definitions() {
         "{bash}"
     );
     let dir = TempDir::new("cli-man");
-    let (code, out, err) = pacer(&["man", "--out", dir.0.to_str().unwrap()]);
+    let (code, out, err) = pacer(&["man", "--out-dir", dir.0.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}{err}");
     let run = std::fs::read_to_string(dir.0.join("pacer-run.1")).unwrap();
     assert!(

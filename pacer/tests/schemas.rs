@@ -740,8 +740,12 @@ fn real_bench_run_writes_valid_documents() {
     let dir = TempDir::new("schema-realbench");
     let m = matrix_file(&dir);
     let out = dir.0.join("out");
-    let (code, stdout, err) =
-        pacer(&["bench", m.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let (code, stdout, err) = pacer(&[
+        "bench",
+        m.to_str().unwrap(),
+        "--out-dir",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(code, 0, "{stdout}{err}");
     check_bench_dir(&out);
 }

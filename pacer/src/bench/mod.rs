@@ -31,6 +31,7 @@ pub mod progress;
 pub mod qemu;
 pub mod report;
 pub mod run;
+pub mod select;
 pub mod settings;
 pub mod store;
 pub mod summary;

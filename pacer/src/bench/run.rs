@@ -52,6 +52,8 @@ pub struct BenchOptions {
     pub out: PathBuf,
     /// Keep the finished cells of an earlier run in `out` and run the rest.
     pub resume: bool,
+    /// The cells to run now (`--only-policy`, `--only-layout`).
+    pub only: super::select::Selection,
 }
 
 /// What the run reports as it goes (the CLI shows it).
@@ -489,11 +491,12 @@ pub fn run_matrix(
     let todo: Vec<Cell> = all
         .iter()
         .copied()
-        .filter(|c| !store.is_done(&c.id(m)))
+        .filter(|c| opts.only.contains(c) && !store.is_done(&c.id(m)))
         .collect();
+    let selected = all.iter().filter(|c| opts.only.contains(c)).count();
     on_event(BenchEvent::Start {
-        total: all.len(),
-        done: all.len() - todo.len(),
+        total: selected,
+        done: selected - todo.len(),
         estimate_s: estimate_s(m, &todo),
     });
     let mut ctx = Ctx {
@@ -563,7 +566,7 @@ fn check_resume(
     let jsonl = out.join(super::store::JSONL);
     let Some(ran) = settings::read(out).map_err(RunMatrixError::Changed)? else {
         return Err(RunMatrixError::Changed(format!(
-            "--resume: {} is missing (an output folder of an older Pacer, or the file was deleted), so nothing shows that the {} finished cell(s) in {} ran {}; run the matrix into another --out (or continue this folder with the Pacer that wrote it)",
+            "--resume: {} is missing (an output folder of an older Pacer, or the file was deleted), so nothing shows that the {} finished cell(s) in {} ran {}; run the matrix into another --out-dir (or continue this folder with the Pacer that wrote it)",
             file.display(),
             finished.len(),
             jsonl.display(),
@@ -583,7 +586,7 @@ fn check_resume(
             String::new()
         };
         return Err(RunMatrixError::Changed(format!(
-            "--resume: {} has no settings for {} finished cell(s) of {} ({}{more}), so nothing shows they ran {}; run the matrix into another --out",
+            "--resume: {} has no settings for {} finished cell(s) of {} ({}{more}), so nothing shows they ran {}; run the matrix into another --out-dir",
             file.display(),
             unproven.len(),
             jsonl.display(),
@@ -620,7 +623,7 @@ fn check_resume(
         String::new()
     };
     Err(RunMatrixError::Changed(format!(
-        "--resume: {} finished cell(s) of {} ran with other settings than {} gives them now: {shown}{more}; run the changed matrix into another --out (or restore the matrix to continue)",
+        "--resume: {} finished cell(s) of {} ran with other settings than {} gives them now: {shown}{more}; run the changed matrix into another --out-dir (or restore the matrix to continue)",
         n,
         out.display(),
         m.path.display()

@@ -42,7 +42,7 @@ pub enum StoreError {
         message: String,
     },
     #[error(
-        "{0} already holds results: pass --resume to continue that run, or choose another --out"
+        "{0} already holds results: pass --resume to continue that run, or choose another --out-dir"
     )]
     NotEmpty(PathBuf),
     #[error("{path}: {message}")]
@@ -298,7 +298,7 @@ pub fn read_jsonl(path: &Path) -> Result<(Vec<CellRecord>, u64), StoreError> {
             serde_json::from_slice(line).map_err(|e| parse(not_a_record(&e)))?;
         if v["schema_version"] != SCHEMA_VERSION {
             return Err(parse(format!(
-                "written with schema version {} (this Pacer writes {SCHEMA_VERSION}); continue it with the Pacer that wrote it, or choose another --out",
+                "written with schema version {} (this Pacer writes {SCHEMA_VERSION}); continue it with the Pacer that wrote it, or choose another --out-dir",
                 v["schema_version"]
             )));
         }
@@ -327,7 +327,7 @@ fn not_a_record(e: &serde_json::Error) -> String {
             format!("not a cell record ({text})")
         }
     };
-    format!("{what}; the file was changed after pacer bench wrote it: restore it, or run into another --out")
+    format!("{what}; the file was changed after pacer bench wrote it: restore it, or run into another --out-dir")
 }
 
 /// The result files of one run, open for appending.

@@ -1,4 +1,4 @@
-//! `pacer bench MATRIX --out DIR [--resume] [--dry-run]`: the command
+//! `pacer bench MATRIX --out-dir DIR [--resume] [--dry-run] [--only-policy P,..] [--only-layout L,..]`: the command
 //! around [`run_matrix`](crate::bench::run_matrix). Exit codes as `pacer run`:
 //! 0 every cell ok or n/a, 1 a cell failed or timed out (or the run was
 //! stopped), 2 bad input (matrix, or results already in DIR without
@@ -6,6 +6,7 @@
 
 use crate::bench::progress::Progress;
 use crate::bench::run::{run_matrix, BenchOptions, RunMatrixError};
+use crate::bench::select::Selection;
 use crate::bench::store::StoreError;
 use crate::bench::{cells, Matrix};
 use crate::output::{out, EXIT_BAD_INPUT, EXIT_OK, EXIT_VM_FAILED};
@@ -13,10 +14,12 @@ use std::path::PathBuf;
 
 /// The closing text of `pacer bench --help`.
 pub const HELP: &str = "Examples:
-  pacer bench benches/smoke.toml --out target/bench/smoke              every policy, ~15 s
-  pacer bench benches/seeds.toml --out target/bench/seeds              the design's scenarios
-  pacer bench benches/seeds.toml --out target/bench/seeds --resume     continue a stopped run
-  pacer bench benches/seeds.toml --out /tmp/x --dry-run                list the cells only
+  pacer bench benches/smoke.toml --out-dir target/bench/smoke              every policy, ~15 s
+  pacer bench benches/seeds.toml --out-dir target/bench/seeds              the design's scenarios
+  pacer bench benches/seeds.toml --out-dir target/bench/seeds --resume     continue a stopped run
+  pacer bench benches/seeds.toml --out-dir /tmp/x --dry-run                list the cells only
+  pacer bench benches/smoke.toml --out-dir target/bench/smoke --only-policy haiku,host --only-layout pair
+                                     a subset now; --resume later runs the rest
 
 The matrix format is in benches/README.md and docs/config-reference.md. The
 table goes to stdout, the progress bar to stderr (hidden when it is not a
@@ -42,14 +45,24 @@ pub struct BenchArgs {
     pub matrix: PathBuf,
     /// Where results.jsonl, results.csv, summary.json, report.html, plots/
     /// and logs/ go.
-    #[arg(long, value_name = "DIR")]
-    pub out: PathBuf,
-    /// Keep the finished cells already in --out and run the others.
+    #[arg(long, value_name = "DIR", required_unless_present = "out")]
+    pub out_dir: Option<PathBuf>,
+    /// Deprecated: --out-dir DIR (every other --out is a FILE).
+    #[arg(long, value_name = "DIR", hide = true, conflicts_with = "out_dir")]
+    pub out: Option<PathBuf>,
+    /// Keep the finished cells already in --out-dir and run the others.
     #[arg(long)]
     pub resume: bool,
     /// Check the matrix and list its cells in run order; run nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Run only the cells of these policies (the matrix's labels,
+    /// comma-separated); the others stay to run later (--resume).
+    #[arg(long, value_name = "POLICY,..", value_delimiter = ',')]
+    pub only_policy: Vec<String>,
+    /// Run only the cells of these layouts (comma-separated).
+    #[arg(long, value_name = "LAYOUT,..", value_delimiter = ',')]
+    pub only_layout: Vec<String>,
     /// Run the VMs without the per-thread seccomp filters (for debugging).
     #[arg(long)]
     pub no_seccomp: bool,
@@ -57,6 +70,13 @@ pub struct BenchArgs {
 
 /// Run `pacer bench`; returns the exit code.
 pub fn main(args: BenchArgs) -> i32 {
+    if args.out.is_some() {
+        crate::output::deprecated("pacer bench --out DIR", "--out-dir DIR");
+    }
+    let Some(out_dir) = args.out_dir.clone().or(args.out.clone()) else {
+        eprintln!("pacer bench: --out-dir DIR: missing");
+        return EXIT_BAD_INPUT;
+    };
     let m = match Matrix::load(&args.matrix) {
         Ok(m) => m,
         Err(e) => {
@@ -64,9 +84,17 @@ pub fn main(args: BenchArgs) -> i32 {
             return EXIT_BAD_INPUT;
         }
     };
+    let only = match Selection::of(&m, &args.only_policy, &args.only_layout) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("pacer bench: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
     if args.dry_run {
         let mut s = m.describe();
-        for (i, c) in cells::expand(&m).iter().enumerate() {
+        let selected = cells::expand(&m).into_iter().filter(|c| only.contains(c));
+        for (i, c) in selected.enumerate() {
             let na = c
                 .static_na(&m)
                 .map(|w| format!("  n/a ({w})"))
@@ -85,8 +113,9 @@ pub fn main(args: BenchArgs) -> i32 {
         }
     }
     let opts = BenchOptions {
-        out: args.out,
+        out: out_dir,
         resume: args.resume,
+        only,
     };
     let mut progress = Progress::new();
     let result = run_matrix(&m, &opts, &mut |ev| progress.event(&ev));
