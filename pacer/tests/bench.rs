@@ -478,6 +478,7 @@ fn finished_folder(m: &Path, out: &Path, settings: bool) {
             error: String::new(),
             started_unix_ns: 1,
             wall_ns: 400_000_000,
+            host_load: Default::default(),
             // A cpu cell's figures (vary by cell), and more of them.
             samples: (0..16)
                 .map(|i| pacer::bench::metrics::Sample {

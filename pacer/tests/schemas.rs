@@ -472,7 +472,11 @@ fn csv_rows(path: &Path) -> Vec<Value> {
                         Value::Null
                     } else if let Ok(n) = v.parse::<u64>() {
                         json!(n)
-                    } else if let (Ok(x), true) = (v.parse::<f64>(), h == "value") {
+                    } else if let (Ok(x), true) = (
+                        v.parse::<f64>(),
+                        ["value", "host_loadavg_1m", "host_others_cpu_share"]
+                            .contains(&&*h.to_string()),
+                    ) {
                         json!(x)
                     } else {
                         json!(v)
@@ -533,6 +537,11 @@ fn bench_cells_csv_and_summary_validate() {
                     error: String::new(),
                     started_unix_ns: 1_700_000_000_000_000_000,
                     wall_ns: 400_000_000,
+                    host_load: pacer::bench::host_load::HostLoad {
+                        loadavg_1m: Some(0.5),
+                        others_cpu_share: Some(0.1),
+                        cpu_freq_khz: if rep == 1 { Some(2_400_000) } else { None },
+                    },
                     samples: vec![
                         sample("lat", Some(0), "sleep.wake_latency.p99_ns", p99),
                         sample(

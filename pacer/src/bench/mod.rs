@@ -21,6 +21,7 @@
 
 pub mod cells;
 pub mod headline;
+pub mod host_load;
 mod load;
 pub mod matrix;
 pub mod metrics;
@@ -36,6 +37,7 @@ pub mod settings;
 pub mod store;
 pub mod summary;
 pub mod unixbench;
+pub mod verdict;
 pub mod vm_check;
 pub mod workload;
 

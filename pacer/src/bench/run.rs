@@ -173,6 +173,7 @@ impl Ctx<'_> {
             error,
             started_unix_ns: unix_ns(),
             wall_ns: 0,
+            host_load: Default::default(),
             samples: Vec::new(),
         }
     }
@@ -512,11 +513,18 @@ pub fn run_matrix(
         on_event(BenchEvent::CellStart { index, id: &id });
         let rec = match ctx.not_applicable(cell) {
             Some(why) => Some(ctx.record(cell, CellStatus::NotApplicable, why)),
-            None => match m.policies[cell.policy].runner {
-                Runner::Qemu => ctx.run_qemu(cell, &interrupted),
-                Runner::Native => ctx.run_native(cell, &interrupted),
-                Runner::Pacer { .. } => ctx.run_pacer(cell, &interrupted),
-            },
+            None => {
+                let load = super::host_load::start();
+                let rec = match m.policies[cell.policy].runner {
+                    Runner::Qemu => ctx.run_qemu(cell, &interrupted),
+                    Runner::Native => ctx.run_native(cell, &interrupted),
+                    Runner::Pacer { .. } => ctx.run_pacer(cell, &interrupted),
+                };
+                rec.map(|mut r| {
+                    r.host_load = load.finish();
+                    r
+                })
+            }
         };
         let Some(rec) = rec else {
             on_event(BenchEvent::Stopping("a stop signal"));

@@ -98,6 +98,10 @@ pub struct CellRecord {
     /// When it started, since the Unix epoch.
     pub started_unix_ns: u64,
     pub wall_ns: u64,
+    /// The host's load while the cell ran (all null for a cell that did
+    /// not run, and in records of an older Pacer).
+    #[serde(default)]
+    pub host_load: super::host_load::HostLoad,
     pub samples: Vec<Sample>,
 }
 
@@ -143,6 +147,9 @@ struct CsvRow {
     error: Option<String>,
     started_unix_ns: u64,
     wall_ns: u64,
+    host_loadavg_1m: Option<f64>,
+    host_others_cpu_share: Option<f64>,
+    host_cpu_freq_khz: Option<u64>,
     vm: Option<String>,
     group: Option<String>,
     vcpu: Option<u32>,
@@ -166,6 +173,9 @@ fn csv_rows(r: &CellRecord) -> Vec<CsvRow> {
         error: (!r.error.is_empty()).then(|| r.error.clone()),
         started_unix_ns: r.started_unix_ns,
         wall_ns: r.wall_ns,
+        host_loadavg_1m: r.host_load.loadavg_1m,
+        host_others_cpu_share: r.host_load.others_cpu_share,
+        host_cpu_freq_khz: r.host_load.cpu_freq_khz,
         vm: s.map(|s| s.vm.clone()),
         group: s.map(|s| s.group.clone()),
         vcpu: s.and_then(|s| s.vcpu),
@@ -180,7 +190,7 @@ fn csv_rows(r: &CellRecord) -> Vec<CsvRow> {
 }
 
 /// The CSV columns (the fields of [`CsvRow`], in order).
-pub const CSV_COLUMNS: [&str; 19] = [
+pub const CSV_COLUMNS: [&str; 22] = [
     "schema",
     "schema_version",
     "pacer_version",
@@ -195,6 +205,9 @@ pub const CSV_COLUMNS: [&str; 19] = [
     "error",
     "started_unix_ns",
     "wall_ns",
+    "host_loadavg_1m",
+    "host_others_cpu_share",
+    "host_cpu_freq_khz",
     "vm",
     "group",
     "vcpu",
@@ -248,6 +261,11 @@ pub fn read_csv(path: &Path) -> Result<Vec<CellRecord>, StoreError> {
                 status: row.status,
                 error: row.error.unwrap_or_default(),
                 started_unix_ns: row.started_unix_ns,
+                host_load: super::host_load::HostLoad {
+                    loadavg_1m: row.host_loadavg_1m,
+                    others_cpu_share: row.host_others_cpu_share,
+                    cpu_freq_khz: row.host_cpu_freq_khz,
+                },
                 wall_ns: row.wall_ns,
                 samples: Vec::new(),
             });
@@ -463,6 +481,11 @@ pub(crate) mod tests {
             },
             started_unix_ns: 1_700_000_000_123_456_789,
             wall_ns: 333_333_333,
+            host_load: super::super::host_load::HostLoad {
+                loadavg_1m: Some(1.5),
+                others_cpu_share: Some(0.25),
+                cpu_freq_khz: None,
+            },
             samples: units
                 .iter()
                 .enumerate()

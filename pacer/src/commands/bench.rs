@@ -26,9 +26,16 @@ table goes to stdout, the progress bar to stderr (hidden when it is not a
 terminal or with -q); DIR gets results.jsonl, results.csv, summary.json
 (schemas/), report.html, plots/ and each cell's logs/.
 
+A policy is called the best of a layout only when a permutation test over
+the repetitions finds it ahead of every other (p < 0.01, the means more
+than 5 % apart); otherwise the table says \"not significant (p=...)\" and
+about how many repetitions would be needed (at least 5 a policy).
+
 Exit codes:
-  0  every cell ok or n/a
-  1  a cell failed or timed out, or the run was stopped (continue with --resume)
+  0  every cell ok or n/a, and every baseline has an ok cell
+  1  a cell failed or timed out, or the run was stopped (continue with --resume),
+     or a baseline has no ok cell at all (every cell n/a, e.g. QEMU missing;
+     --allow-missing-baseline accepts that)
   2  bad input: the matrix, results already in DIR without --resume, or
      --resume with a matrix that changed what finished cells ran (named),
      with finished cells whose settings are not in DIR/cell-settings.jsonl
@@ -63,6 +70,10 @@ pub struct BenchArgs {
     /// Run only the cells of these layouts (comma-separated).
     #[arg(long, value_name = "LAYOUT,..", value_delimiter = ',')]
     pub only_layout: Vec<String>,
+    /// Exit 0 even when a baseline policy has no ok cell at all (every
+    /// cell n/a, e.g. QEMU missing): the ratios to it are all "-".
+    #[arg(long)]
+    pub allow_missing_baseline: bool,
     /// Run the VMs without the per-thread seccomp filters (for debugging).
     #[arg(long)]
     pub no_seccomp: bool,
@@ -133,11 +144,24 @@ pub fn main(args: BenchArgs) -> i32 {
                 eprintln!("pacer bench: plots: {why}");
             }
             out(&format!("\nreport: {}\n", o.report.display()));
+            let missing = missing_baselines(&o.summary);
+            for (b, why) in &missing {
+                eprintln!(
+                    "pacer bench: baseline {b} has no ok cell ({why}): nothing to compare against{}",
+                    if args.allow_missing_baseline {
+                        " (allowed by --allow-missing-baseline)"
+                    } else {
+                        "; pass --allow-missing-baseline to accept"
+                    }
+                );
+            }
             if o.failed > 0 {
                 out(&format!(
                     "pacer bench: {} cell(s) failed or timed out\n",
                     o.failed
                 ));
+                EXIT_VM_FAILED
+            } else if !missing.is_empty() && !args.allow_missing_baseline {
                 EXIT_VM_FAILED
             } else {
                 EXIT_OK
@@ -162,5 +186,63 @@ pub fn main(args: BenchArgs) -> i32 {
             eprintln!("pacer bench: {e}");
             EXIT_VM_FAILED
         }
+    }
+}
+
+/// The baselines that ran (their cells are in the summary) without one ok
+/// cell in any group, with their cells' reasons: a column of ratios to
+/// nothing.
+pub fn missing_baselines(s: &crate::bench::summary::Summary) -> Vec<(String, String)> {
+    s.baselines
+        .iter()
+        .filter_map(|b| {
+            let rows: Vec<_> = s.groups.iter().filter_map(|g| g.row(b)).collect();
+            if rows.is_empty() || rows.iter().any(|r| r.ok > 0) {
+                return None;
+            }
+            let mut why: Vec<String> = Vec::new();
+            for r in &rows {
+                for w in r.not_applicable.iter().chain(&r.failures) {
+                    if !why.contains(w) {
+                        why.push(w.clone());
+                    }
+                }
+            }
+            let why = if why.is_empty() {
+                "no cell ok".to_string()
+            } else {
+                format!("n/a or failed: {}", why.join("; "))
+            };
+            Some((b.clone(), why))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::store::tests::record;
+    use crate::bench::store::CellStatus;
+    use crate::bench::summary::Summary;
+
+    #[test]
+    fn a_baseline_without_one_ok_cell_is_named() {
+        let mut recs = vec![
+            record("l/w/haiku/r1", "haiku", CellStatus::Ok, &[1.0]),
+            record("l/w/qemu/r1", "qemu", CellStatus::NotApplicable, &[]),
+        ];
+        recs[1].error = "qemu-system-x86_64 not found".into();
+        let s = Summary::build(&recs, &[], &["qemu".into(), "host".into()], &|_, _| None);
+        // host did not run at all (filtered out): not named.
+        assert_eq!(
+            missing_baselines(&s),
+            [(
+                "qemu".to_string(),
+                "n/a or failed: qemu-system-x86_64 not found".to_string()
+            )]
+        );
+        recs.push(record("l/w/qemu/r2", "qemu", CellStatus::Ok, &[1.0]));
+        let s = Summary::build(&recs, &[], &["qemu".into()], &|_, _| None);
+        assert!(missing_baselines(&s).is_empty());
     }
 }
