@@ -116,6 +116,54 @@ fn run_exit_codes_0_and_1() {
 }
 
 #[test]
+fn compare_with_repeat_runs_rounds_and_gives_a_tested_verdict() {
+    // --repeat needs --compare: a usage error, nothing started.
+    assert_eq!(pacer(&["run", "x.toml", "--repeat", "3"]).0, 2);
+    if !kvm_or_skip("compare_with_repeat_runs_rounds_and_gives_a_tested_verdict") {
+        return;
+    }
+    let dir = TempDir::new("cli-repeat");
+    let cfg = dir.config(&format!(
+        "[host]\nlog_dir = \"logs\"\n\n{}",
+        vm_table("w", "cpu duration_ms=150 report_ms=50")
+    ));
+    let json = dir.0.join("cmp.json");
+    let (code, out, err) = pacer(&[
+        "run",
+        cfg.to_str().unwrap(),
+        "--compare",
+        "haiku,host",
+        "--repeat",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("== policy host (round 2 of 2)"), "{out}");
+    assert!(
+        out.contains("(medians of 2 runs each, verdicts by a permutation test;"),
+        "{out}"
+    );
+    // Two runs a policy can never reach p < 0.01 (p is 1/3, 2/3 or 1).
+    assert!(out.contains("not significant (p="), "{out}");
+    assert!(
+        out.contains("repetitions a policy would be needed")
+            || out.contains("within the 5 % noise"),
+        "{out}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["runs"].as_array().unwrap().len(), 4);
+    assert_eq!(v["comparison"]["repetitions"], 2);
+    let row = &v["comparison"]["rows"][0];
+    let p = row["tests"][0]["test"]["p"].as_f64().unwrap();
+    assert!(
+        p > 0.33 && row["tests"][0]["test"]["significant"] == false,
+        "{row}"
+    );
+}
+
+#[test]
 fn topology_host_and_spec() {
     let (code, out, err) = pacer(&["topology"]);
     assert_eq!(code, 0, "{out}{err}");

@@ -297,6 +297,25 @@ fn run_documents_single_and_compare_validate() {
     let doc = serde_json::to_value(&both).unwrap();
     check(documents::RUN, &doc);
     assert!(doc.is_object() && doc["runs"].as_array().unwrap().len() == 2);
+    // --repeat: each policy twice, a tested verdict per row.
+    let twice: Vec<(String, _)> = runs.iter().chain(&runs).cloned().collect();
+    let comparison = pacer::compare::compare_repeated(&twice);
+    assert_eq!(comparison.repetitions, 2);
+    assert!(comparison
+        .rows
+        .iter()
+        .any(|r| r.tests.iter().any(|t| t.test.is_some())));
+    let entries = twice
+        .iter()
+        .map(|(_, r)| RunEntry::of(&config, r))
+        .collect();
+    let doc = serde_json::to_value(RunDocument::new(
+        dir.0.join("pacer.toml"),
+        entries,
+        Some(comparison),
+    ))
+    .unwrap();
+    check(documents::RUN, &doc);
 }
 
 #[test]
