@@ -97,9 +97,9 @@ impl Run {
         )
     }
 
-    /// `pacer ctl --json ...`, which must succeed.
+    /// `pacer ctl --format json ...`, which must succeed.
     fn json(&self, args: &[&str]) -> Value {
-        let mut all = vec!["--json"];
+        let mut all = vec!["--format", "json"];
         all.extend_from_slice(args);
         let (code, out, err) = self.ctl(&all);
         assert_eq!(code, 0, "ctl {args:?}: {out}{err}");

@@ -310,6 +310,25 @@ fn run_documents_single_and_compare_validate() {
     let doc = serde_json::to_value(&both).unwrap();
     check(documents::RUN, &doc);
     assert!(doc.is_object() && doc["runs"].as_array().unwrap().len() == 2);
+    // --repeat: each policy twice, a tested verdict per row.
+    let twice: Vec<(String, _)> = runs.iter().chain(&runs).cloned().collect();
+    let comparison = pacer::compare::compare_repeated(&twice);
+    assert_eq!(comparison.repetitions, 2);
+    assert!(comparison
+        .rows
+        .iter()
+        .any(|r| r.tests.iter().any(|t| t.test.is_some())));
+    let entries = twice
+        .iter()
+        .map(|(_, r)| RunEntry::of(&config, r))
+        .collect();
+    let doc = serde_json::to_value(RunDocument::new(
+        dir.0.join("pacer.toml"),
+        entries,
+        Some(comparison),
+    ))
+    .unwrap();
+    check(documents::RUN, &doc);
 }
 
 #[test]
@@ -485,9 +504,11 @@ fn csv_rows(path: &Path) -> Vec<Value> {
                         Value::Null
                     } else if let Ok(n) = v.parse::<u64>() {
                         json!(n)
-                    } else if let (Ok(x), true) =
-                        (v.parse::<f64>(), h == "value" || h == "host_load_1m")
-                    {
+                    } else if let (Ok(x), true) = (
+                        v.parse::<f64>(),
+                        ["value", "host_load_1m", "host_others_cpu_share"]
+                            .contains(&&*h.to_string()),
+                    ) {
                         json!(x)
                     } else {
                         json!(v)
@@ -555,7 +576,11 @@ fn bench_cells_csv_and_summary_validate() {
                     error: String::new(),
                     started_unix_ns: 1_700_000_000_000_000_000,
                     wall_ns: 400_000_000,
-                    host: Some(pacer::bench::host_facts::HostFacts::detect()),
+                    host: Some(pacer::bench::host_facts::HostFacts {
+                        others_cpu_share: Some(0.1),
+                        cpu_freq_khz: if rep == 1 { Some(2_400_000) } else { None },
+                        ..pacer::bench::host_facts::HostFacts::detect()
+                    }),
                     samples: vec![
                         sample("lat", Some(0), "sleep.wake_latency.p99_ns", p99),
                         sample(
@@ -763,8 +788,12 @@ fn real_bench_run_writes_valid_documents() {
     let dir = TempDir::new("schema-realbench");
     let m = matrix_file(&dir);
     let out = dir.0.join("out");
-    let (code, stdout, err) =
-        pacer(&["bench", m.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let (code, stdout, err) = pacer(&[
+        "bench",
+        m.to_str().unwrap(),
+        "--out-dir",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(code, 0, "{stdout}{err}");
     check_bench_dir(&out);
     assert!(out.join("shard.json").is_file());
@@ -774,7 +803,7 @@ fn real_bench_run_writes_valid_documents() {
         "bench",
         "merge",
         out.to_str().unwrap(),
-        "--out",
+        "--out-dir",
         merged.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{stdout}{err}");

@@ -10,7 +10,9 @@
 //! pacer ctl SOCKET pause VM | resume VM | stop VM
 //! pacer ctl SOCKET watch [--count N]        the per-second status
 //! ```
-//! `--json` prints the API's documents as they are. `--timeout SECONDS`
+//! `--format json` prints the API's documents as they are (`--json`, the
+//! old switch, still works with a warning: every other `--json` takes a
+//! FILE). `--timeout SECONDS`
 //! (default 10) bounds each answer, however the server sends it: none
 //! whole by then is "no answer from SOCKET within N s". Errors are one
 //! line; exit status 0 done, 1 the API failed, cannot be reached or did
@@ -83,13 +85,25 @@ Exit codes:
   1  the API failed, cannot be reached or did not answer in time
   2  refused: bad input (the server's reason names the target and key)";
 
+/// How `pacer ctl` prints an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned tables and lines.
+    Table,
+    /// The API's JSON document, one per line.
+    Json,
+}
+
 #[derive(Debug, Args)]
 pub struct CtlArgs {
     /// The API socket of a running `pacer run --api-socket`.
     #[arg(value_name = "SOCKET")]
     pub socket: PathBuf,
-    /// Print the API's JSON documents instead of tables.
-    #[arg(long, global = true)]
+    /// Print tables, or the API's JSON documents as they are (json).
+    #[arg(long, global = true, value_enum, default_value = "table")]
+    pub format: Format,
+    /// Deprecated: --format json (every other --json takes a FILE).
+    #[arg(long, global = true, hide = true)]
     pub json: bool,
     /// Give up on an answer not whole within this many seconds (on
     /// `watch`: the head, then each sample, at least 5 s apart).
@@ -99,11 +113,35 @@ pub struct CtlArgs {
     pub command: CtlCommand,
 }
 
+/// The exit codes every `pacer ctl` command shares.
+macro_rules! ctl_exit_codes {
+    () => {
+        "
+
+Exit codes:
+  0  done
+  1  the API failed, cannot be reached or did not answer in time
+  2  refused: bad input (the server's reason names the target and key)"
+    };
+}
+
 #[derive(Debug, Subcommand)]
 pub enum CtlCommand {
     /// List the VMs: state, vCPUs, core set, class, priority.
+    #[command(after_help = concat!(
+        "Examples:
+  pacer ctl /tmp/pacer.sock ls
+  pacer ctl /tmp/pacer.sock --format json ls | jq '.vms[].name'",
+        ctl_exit_codes!()
+    ))]
     Ls,
     /// Per vCPU: state, host CPU, affinity, priorities, run/wait time, wake latency.
+    #[command(after_help = concat!(
+        "Examples:
+  pacer ctl /tmp/pacer.sock stats
+  pacer ctl /tmp/pacer.sock stats latency        one VM's vCPUs",
+        ctl_exit_codes!()
+    ))]
     Stats {
         /// Only this VM.
         vm: Option<String>,
@@ -111,30 +149,60 @@ pub enum CtlCommand {
     /// Change a VM's or vCPU's affinity, priority, class; or (no target)
     /// the host's mode, offline, online. E.g. `set web/1 affinity=1`,
     /// `set web priority=20`, `set mode=power-saving`, `set offline=1`.
+    #[command(after_help = concat!(
+        "Examples:
+  pacer ctl /tmp/pacer.sock set web priority=20          a VM (its vCPUs inherit it)
+  pacer ctl /tmp/pacer.sock set web/1 affinity=1         one vCPU
+  pacer ctl /tmp/pacer.sock set web class=realtime priority=110
+  pacer ctl /tmp/pacer.sock set mode=power-saving        the host
+  pacer ctl /tmp/pacer.sock set offline=1",
+        ctl_exit_codes!()
+    ))]
     Set {
         /// [VM[/VCPU]] KEY=VALUE...
         #[arg(required = true, num_args = 1..)]
         words: Vec<String>,
     },
     /// Pause every vCPU of a VM.
+    #[command(after_help = concat!(
+        "Examples:
+  pacer ctl /tmp/pacer.sock pause hog",
+        ctl_exit_codes!()
+    ))]
     Pause {
         /// The VM's name.
         vm: String,
     },
     /// Resume a paused VM.
+    #[command(after_help = concat!(
+        "Examples:
+  pacer ctl /tmp/pacer.sock resume hog",
+        ctl_exit_codes!()
+    ))]
     Resume {
         /// The VM's name.
         vm: String,
     },
     /// Stop a VM (its result says "stopped by request").
+    #[command(after_help = concat!(
+        "Examples:
+  pacer ctl /tmp/pacer.sock stop hog",
+        ctl_exit_codes!()
+    ))]
     Stop {
         /// The VM's name.
         vm: String,
     },
     /// Follow the per-second status.
+    #[command(after_help = concat!(
+        "Examples:
+  pacer ctl /tmp/pacer.sock watch
+  pacer ctl /tmp/pacer.sock watch --count 5 --timeout 30",
+        ctl_exit_codes!()
+    ))]
     Watch {
         /// Stop after this many samples.
-        #[arg(long)]
+        #[arg(long, value_name = "N")]
         count: Option<u64>,
     },
 }
@@ -166,9 +234,13 @@ pub fn main(args: CtlArgs) -> i32 {
 }
 
 fn run(args: &CtlArgs) -> Result<(), CtlError> {
+    if args.json {
+        crate::output::deprecated("pacer ctl --json", "--format json");
+    }
+    let json = args.json || args.format == Format::Json;
     let c = Client::with_deadline(&args.socket, args.timeout);
     let show = |v: &Value, table: fn(&Value) -> String| {
-        if args.json {
+        if json {
             out(&format!("{v}\n"));
         } else {
             out(&table(v));

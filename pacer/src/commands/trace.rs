@@ -25,7 +25,8 @@ pub const HELP: &str = "Examples:
 Exit codes:
   0  done
   1  an output cannot be written
-  2  bad input: a file that is not a readable trace";
+  2  bad input: a file that is not a readable trace, a bad window, an
+     output that cannot be created";
 
 /// Arguments of `pacer trace`.
 #[derive(Debug, clap::Args)]
@@ -68,35 +69,80 @@ impl Window {
     }
 }
 
+/// The exit codes every `pacer trace` command shares.
+macro_rules! trace_exit_codes {
+    () => {
+        "
+
+Exit codes:
+  0  done
+  1  an output cannot be written
+  2  bad input: a file that is not a readable trace, a bad window, an
+     output that cannot be created"
+    };
+}
+
 #[derive(Debug, clap::Subcommand)]
 pub enum TraceCommand {
     /// Per-path latency breakdown: for each kind of wake (timer, IPI,
     /// device line) and for interrupts to running vCPUs, every step from
     /// the cause to the guest's handler, p50 and p99; IPI round trips.
+    #[command(after_help = concat!(
+        "Examples:
+  pacer trace summary /tmp/demo.trace
+  pacer trace summary /tmp/demo.trace --json /tmp/demo-summary.json",
+        trace_exit_codes!()
+    ))]
     Summary {
+        /// The trace (`pacer run --trace FILE`).
+        #[arg(value_name = "TRACE")]
         file: PathBuf,
-        /// Also write the summary as JSON here.
-        #[arg(long, value_name = "OUT")]
+        /// Also write the summary as JSON into FILE.
+        #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
     },
     /// Write the trace as Chrome/Perfetto trace event JSON (open it in
     /// ui.perfetto.dev or chrome://tracing).
+    #[command(after_help = concat!(
+        "Examples:
+  pacer trace export /tmp/demo.trace --out /tmp/demo.json     then open it in ui.perfetto.dev",
+        trace_exit_codes!()
+    ))]
     Export {
+        /// The trace (`pacer run --trace FILE`).
+        #[arg(value_name = "TRACE")]
         file: PathBuf,
-        #[arg(long, value_name = "OUT")]
+        /// Write the trace event JSON into FILE.
+        #[arg(long, value_name = "FILE")]
         out: PathBuf,
     },
     /// Draw the timeline (one lane per host CPU, coloured by VM, wakes and
     /// preemptions marked) as PNG or SVG, by the extension of --out.
+    #[command(after_help = concat!(
+        "Examples:
+  pacer trace plot /tmp/demo.trace --out /tmp/demo.png
+  pacer trace plot /tmp/demo.trace --out /tmp/demo.svg --from 100 --to 120   20 ms of it",
+        trace_exit_codes!()
+    ))]
     Plot {
+        /// The trace (`pacer run --trace FILE`).
+        #[arg(value_name = "TRACE")]
         file: PathBuf,
-        #[arg(long, value_name = "OUT")]
+        /// Write the picture into FILE (.png or .svg).
+        #[arg(long, value_name = "FILE")]
         out: PathBuf,
         #[command(flatten)]
         window: Window,
     },
     /// Print every event as a line of text.
+    #[command(after_help = concat!(
+        "Examples:
+  pacer trace dump /tmp/demo.trace --from 100 --to 101 | less",
+        trace_exit_codes!()
+    ))]
     Dump {
+        /// The trace (`pacer run --trace FILE`).
+        #[arg(value_name = "TRACE")]
         file: PathBuf,
         #[command(flatten)]
         window: Window,
