@@ -188,6 +188,51 @@ fn load_1m() -> Option<f64> {
         .filter(|v: &f64| v.is_finite())
 }
 
+/// A 1-minute load above this many runnable tasks per CPU: a busy host.
+pub const BUSY_LOAD_PER_CPU: f64 = 1.0;
+/// Others taking more than this share of the CPU time during a cell: a
+/// busy host.
+pub const BUSY_OTHERS_SHARE: f64 = 0.25;
+
+/// What a verdict over cells run on these hosts must add when any of them
+/// was busy (load over [`BUSY_LOAD_PER_CPU`] per CPU, or others over
+/// [`BUSY_OTHERS_SHARE`] of the CPU time): the worst figures seen, so the
+/// reader can weigh a "best" or a "not significant" measured among
+/// someone else's work. None when every host was quiet or nothing is known.
+pub fn busy_note<'a>(hosts: impl IntoIterator<Item = &'a HostFacts>) -> Option<String> {
+    let mut worst_load: Option<(f64, u32)> = None;
+    let mut worst_others: Option<f64> = None;
+    let mut busy = false;
+    for h in hosts {
+        if let (Some(load), Some(cpus)) = (h.load_1m, h.topology.as_ref().map(|t| t.cpus)) {
+            if cpus > 0 {
+                busy |= load / f64::from(cpus) > BUSY_LOAD_PER_CPU;
+                if worst_load.is_none_or(|(l, c)| load / f64::from(cpus) > l / f64::from(c)) {
+                    worst_load = Some((load, cpus));
+                }
+            }
+        }
+        if let Some(share) = h.others_cpu_share {
+            busy |= share > BUSY_OTHERS_SHARE;
+            worst_others = Some(worst_others.map_or(share, |w: f64| w.max(share)));
+        }
+    }
+    if !busy {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if let Some((load, cpus)) = worst_load {
+        parts.push(format!("1-minute load up to {load:.2} on {cpus} CPUs"));
+    }
+    if let Some(share) = worst_others {
+        parts.push(format!("others up to {:.0} % of CPU time", share * 100.0));
+    }
+    Some(format!(
+        "measured on a busy host ({}): repeat on a quiet host before trusting it",
+        parts.join(", ")
+    ))
+}
+
 /// CPU time counters at a cell's start ([`CellWindow::finish`] at its
 /// end fills in the load over the cell).
 #[derive(Debug, Clone, Copy)]
@@ -349,6 +394,41 @@ mod tests {
         assert_eq!(other.machine_kind(), kind);
         other.kvm = "kvm_intel".into();
         assert_ne!(other.machine_kind(), kind);
+    }
+
+    #[test]
+    fn a_busy_host_is_named_with_its_worst_figures() {
+        let mut quiet = HostFacts::detect();
+        quiet.topology = Some(TopologyFacts {
+            sockets: 1,
+            llcs: 1,
+            cores: 4,
+            cpus: 4,
+            threads_per_core: 1,
+        });
+        quiet.load_1m = Some(3.9);
+        quiet.others_cpu_share = Some(0.25);
+        assert_eq!(busy_note([&quiet]), None);
+        // Nothing known: nothing said.
+        let mut unknown = quiet.clone();
+        unknown.load_1m = None;
+        unknown.others_cpu_share = None;
+        assert_eq!(busy_note([&unknown]), None);
+        // Load over one per CPU.
+        let mut loaded = quiet.clone();
+        loaded.load_1m = Some(8.5);
+        assert_eq!(
+            busy_note([&quiet, &loaded]).as_deref(),
+            Some("measured on a busy host (1-minute load up to 8.50 on 4 CPUs, others up to 25 % of CPU time): repeat on a quiet host before trusting it")
+        );
+        // Others' CPU time alone.
+        let mut crowded = quiet.clone();
+        crowded.others_cpu_share = Some(0.6);
+        let note = busy_note([&quiet, &crowded]).unwrap();
+        assert!(
+            note.contains("load up to 3.90 on 4 CPUs") && note.contains("others up to 60 %"),
+            "{note}"
+        );
     }
 
     #[test]

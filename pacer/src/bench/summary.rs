@@ -544,6 +544,17 @@ impl Summary {
                     .map(|(ci, col)| best_of(col, ci, &rows))
                     .collect();
                 let (best_policy, verdict) = group_verdict(&best);
+                // A verdict on a busy host says so (the hosts of its ok cells).
+                let busy = super::host_facts::busy_note(
+                    cells
+                        .iter()
+                        .filter(|c| c.status == CellStatus::Ok)
+                        .filter_map(|c| c.host.as_ref()),
+                );
+                let verdict = match (verdict, busy) {
+                    (Some(v), Some(b)) => Some(format!("{v}; {b}")),
+                    (v, _) => v,
+                };
                 GroupSummary {
                     layout,
                     workload,
@@ -822,6 +833,25 @@ mod tests {
         let nn = table.split("== solo").next().unwrap();
         assert_eq!(nn.matches("best:").count(), 1, "{nn}");
         assert!(nn.contains("=> best: haiku"), "{nn}");
+        assert!(!nn.contains("busy host"), "{nn}");
+        // The same cells, one of them run on a busy host (its recorded
+        // host facts): the verdict says so.
+        let mut busy = recs.clone();
+        let cell = busy
+            .iter_mut()
+            .find(|r| r.id == "nn/sleep/host/r3")
+            .unwrap();
+        let host = cell.host.as_mut().expect("the fixture records its host");
+        host.others_cpu_share = Some(0.7);
+        let s = Summary::build(&busy, &[], &["host".into()], &headline);
+        let g = s.groups.iter().find(|g| g.layout == "nn").unwrap();
+        let v = g.verdict.as_deref().unwrap();
+        assert!(
+            v.starts_with("best: haiku (")
+                && v.contains("; measured on a busy host (")
+                && v.contains("others up to 70 % of CPU time"),
+            "{v}"
+        );
         // One of host's repetitions as low as haiku's: not significant,
         // and how many repetitions would tell.
         for r in recs.iter_mut().filter(|r| r.id == "nn/sleep/host/r2") {
