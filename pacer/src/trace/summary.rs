@@ -163,7 +163,9 @@ pub struct VcpuRow {
 /// What `pacer trace summary` prints (and writes as JSON).
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
-    pub schema_version: u32,
+    /// `pacer-trace-summary` (its schema: `schemas/`).
+    #[serde(flatten)]
+    pub header: vmm::documents::Header,
     pub policy: String,
     pub dispatch: String,
     pub span_ns: u64,
@@ -618,7 +620,7 @@ impl Summary {
         let (wakes, irqs) = follow(trace);
         let (first, last) = trace.span();
         Summary {
-            schema_version: vcpu_engine::trace::format::SCHEMA_VERSION,
+            header: vmm::documents::Header::new(vmm::documents::TRACE_SUMMARY),
             policy: trace.run.policy.clone(),
             dispatch: trace.run.dispatch.clone(),
             span_ns: last - first,
