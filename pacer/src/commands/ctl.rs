@@ -468,7 +468,7 @@ fn stats_table(v: &Value) -> String {
                 text(&c["effective_priority"]),
                 duration(&c["run_ns"]),
                 duration(&c["ready_wait_ns"]),
-                duration(&c["wake_latency_ns"]["p99"]),
+                duration(&c["wake_latency"]["p99_ns"]),
                 text(&c["migrations"]),
                 text(&c["preemptions"]),
             ]);
@@ -478,7 +478,7 @@ fn stats_table(v: &Value) -> String {
         "policy {}, mode {}, t={:.1}s\n",
         text(&v["policy"]),
         text(&v["mode"]),
-        v["t_run_ms"].as_f64().unwrap_or(0.0) / 1e3
+        v["t_run_ns"].as_f64().unwrap_or(0.0) / 1e9
     );
     s.push_str(&columns(&rows));
     s.push_str(&notes);
@@ -516,7 +516,7 @@ fn watch_lines(v: &Value) -> String {
         .collect();
     let mut s = format!(
         "t={:.1}s {} {} | {}\n",
-        v["t_run_ms"].as_f64().unwrap_or(0.0) / 1e3,
+        v["t_run_ns"].as_f64().unwrap_or(0.0) / 1e9,
         text(&v["policy"]),
         text(&v["mode"]),
         cpus.join(" | ")
@@ -529,7 +529,7 @@ fn watch_lines(v: &Value) -> String {
                     text(&c["vcpu"]),
                     percent(&c["run_fraction"]),
                     percent(&c["ready_wait_fraction"]),
-                    duration(&c["wake_latency_ns"]["p99"])
+                    duration(&c["wake_latency"]["p99_ns"])
                 )
             })
             .collect();
@@ -580,11 +580,11 @@ mod tests {
 
     #[test]
     fn tables_show_what_the_api_says() {
-        let stats = json!({"policy": "haiku", "mode": "low-latency", "t_run_ms": 1500, "vms": [
+        let stats = json!({"policy": "haiku", "mode": "low-latency", "t_run_ns": 1_500_000_000u64, "vms": [
             {"name": "a", "state": "running", "vcpus": [{"vcpu": 0, "state": "running",
              "engine_state": "running", "host_cpu": 1, "affinity": "1", "class": "timeshare",
              "base_priority": 10, "effective_priority": 8, "run_ns": 1_500_000_000u64,
-             "ready_wait_ns": 2_000_000, "wake_latency_ns": null, "migrations": 3, "preemptions": 0}]},
+             "ready_wait_ns": 2_000_000, "wake_latency": null, "migrations": 3, "preemptions": 0}]},
             {"name": "b", "state": "starting", "vcpus": null}]});
         let ls = json!({"policy": "haiku", "mode": "low-latency", "host_cpus": "0-1",
             "cpus_out_of_service": "", "vms": [
@@ -602,11 +602,11 @@ mod tests {
         assert!(t.contains("1.50 s  2.00 ms  -"), "{t}");
         assert!(t.contains("b: starting (no scheduler rows)"), "{t}");
         let w = watch_lines(
-            &json!({"t_run_ms": 2000, "policy": "haiku", "mode": "low-latency",
+            &json!({"t_run_ns": 2_000_000_000u64, "policy": "haiku", "mode": "low-latency",
             "cpus": [{"cpu": 0, "in_service": true, "vm": "a", "vcpu": 0, "effective_priority": 8},
                      {"cpu": 1, "in_service": false, "vm": null}],
             "vms": [{"name": "a", "state": "running", "host_share": 0.5, "vcpus": [
-                {"vcpu": 0, "run_fraction": 0.97, "ready_wait_fraction": 0.0, "wake_latency_ns": {"p99": 310000}}]}]}),
+                {"vcpu": 0, "run_fraction": 0.97, "ready_wait_fraction": 0.0, "wake_latency": {"p99_ns": 310000}}]}]}),
         );
         assert!(
             w.starts_with("t=2.0s haiku low-latency | CPU 0: a/0 E 8 | CPU 1: out of service"),
