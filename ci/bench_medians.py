@@ -5,7 +5,7 @@ test's figures (and its neighbours' where they pay), ratios to `host`,
 and a two-sided permutation test of haiku (the default dispatch) against
 host over the repetitions (on medians; 20000 shuffles, fixed seed).
 
-    pacer bench benches/mechanism.toml --out target/bench/mechanism
+    pacer bench benches/mechanism.toml --out-dir target/bench/mechanism
     python3 ci/bench_medians.py target/bench/mechanism/results.jsonl
 """
 import json, sys, statistics, random

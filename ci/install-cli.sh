@@ -19,7 +19,7 @@ install -m 0755 "$pacer" "$prefix/bin/pacer"
 "$pacer" completions bash >"$prefix/share/bash-completion/completions/pacer"
 "$pacer" completions zsh >"$prefix/share/zsh/site-functions/_pacer"
 "$pacer" completions fish >"$prefix/share/fish/vendor_completions.d/pacer.fish"
-"$pacer" -q man --out "$prefix/share/man/man1" >/dev/null
+"$pacer" -q man --out-dir "$prefix/share/man/man1" >/dev/null
 echo "installed pacer $("$pacer" --version | cut -d' ' -f2-) into $prefix:"
 echo "  $prefix/bin/pacer, man pages in $prefix/share/man/man1 (man pacer-run),"
 echo "  completions for bash, zsh and fish under $prefix/share"

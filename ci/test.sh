@@ -36,7 +36,7 @@ if [ -e /dev/kvm ]; then
     sh guests/build.sh >/dev/null
     rm -rf target/bench/smoke
     start=$(date +%s)
-    ./target/debug/pacer bench benches/smoke.toml --out target/bench/smoke
+    ./target/debug/pacer bench benches/smoke.toml --out-dir target/bench/smoke
     echo "smoke matrix: $(($(date +%s) - start)) s, report in target/bench/smoke/report.html"
 else
     echo "SKIPPED: /dev/kvm not available; smoke matrix not run" | tee -a "$log"

@@ -7,21 +7,26 @@
 //!                [--trace FILE]   record a scheduling trace
 //!                [--api-socket PATH] [--api-http 127.0.0.1:PORT]  with the control API
 //! pacer validate FILE [--policy P[:MODE]] [--mode MODE] [--dispatch D] [--log-dir DIR]
-//! pacer topology [--spec 2x22x2]      print the host (or a synthetic) topology
-//! pacer bench MATRIX --out DIR [--resume] [--dry-run] [--shard I/N]   (commands::bench)
-//! pacer bench MATRIX --out DIR --slurm --shards N [--partition P]  (commands::bench_lab)
-//! pacer bench merge DIR... --out DIR [--matrix FILE]   merge shards / hosts
+//! pacer topology [--topology 2x22x2]  print the host (or a synthetic) topology
+//! pacer bench MATRIX --out-dir DIR [--resume] [--dry-run] [--shard I/N]
+//!             [--only-policy P,..] [--only-layout L,..]   (commands::bench)
+//! pacer bench MATRIX --out-dir DIR --slurm --shards N [--partition P]  (commands::bench_lab)
+//! pacer bench merge DIR... --out-dir DIR [--matrix FILE]   merge shards / hosts
 //! pacer sim SCENARIO [--policy P] [--compare [P1,P2]]    (commands::sim)
 //! pacer sim --replay TRACE [--topology S] [--policy P]   replay a scheduling trace
 //! pacer trace summary|export|plot|dump TRACE   read a scheduling trace (commands::trace)
 //! pacer unixbench --host | --report LOG                  (commands::unixbench)
 //! pacer ctl SOCKET ls | stats | set | pause | resume | stop | watch  (commands::ctl)
-//! pacer completions SHELL | man [--out DIR] | config-reference
+//! pacer completions SHELL | man [--out-dir DIR] | config-reference
 //! ```
-//! One spelling per flag across subcommands: `--policy P[:MODE]` picks a
-//! policy, `--compare P1,P2,..` runs under each and compares (bare: every
-//! policy), `--json FILE` writes the run's document, `--out DIR` a
-//! directory of results. `-q` silences the status lines (stderr), `-v`
+//! One meaning per flag name across subcommands (README's "Flags", checked
+//! over this tree by `flags_mean_one_thing_everywhere` below): `--policy
+//! P[:MODE]` picks a policy, `--compare P1,P2,..` runs under each and
+//! compares (bare: every policy), `--json FILE` writes a JSON document into
+//! FILE, `--out FILE` writes the command's one output file, `--out-dir DIR`
+//! a directory of results, `--topology SPEC` a synthetic topology. Old
+//! spellings that meant something else ([`DEPRECATED`]) still work, hidden,
+//! with a warning. `-q` silences the status lines (stderr), `-v`
 //! adds debug messages; results go to stdout, status and errors to stderr.
 //!
 //! Exit codes ([`crate::output::EXIT_CODES`]): 0 ok, 1 a VM failed, 2 bad input, 3 a
@@ -67,11 +72,20 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// Old spellings kept, hidden, for what users already type: (subcommand,
+/// flag, what replaced it). Each warns when used.
+pub const DEPRECATED: &[(&str, &str, &str)] = &[
+    ("ctl", "json", "--format json"),
+    ("bench", "out", "--out-dir DIR"),
+    ("man", "out", "--out-dir DIR"),
+    ("topology", "spec", "--topology SPEC"),
+];
+
 /// The root `--help`'s closing text: examples, then the exit codes.
 const ROOT_HELP: &str = "Examples:
   pacer validate configs/demo.toml                 check a config, start nothing
   pacer run configs/demo.toml --compare haiku,host the same VMs under two policies
-  pacer bench benches/smoke.toml --out target/bench/smoke
+  pacer bench benches/smoke.toml --out-dir target/bench/smoke
   pacer sim vcpu_sched/scenarios/03_bursty_waker.toml --compare
   pacer completions bash > ~/.local/share/bash-completion/completions/pacer
 
@@ -105,6 +119,9 @@ pub enum Command {
         /// A synthetic topology instead of the host's: packages x cores x
         /// threads, or packages x LLCs x cores x threads (2x22x2, 1x8x8x2).
         #[arg(long, value_name = "SPEC")]
+        topology: Option<String>,
+        /// Deprecated: --topology SPEC (as `pacer sim --topology`).
+        #[arg(long, value_name = "SPEC", hide = true, conflicts_with = "topology")]
         spec: Option<String>,
     },
     /// UnixBench-style suite: run it on the host, or score a guest's console log.
@@ -123,6 +140,9 @@ pub enum Command {
         /// Write pacer.1 and pacer-SUBCOMMAND.1 into this directory
         /// (created); without it, print pacer.1 on stdout.
         #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
+        /// Deprecated: --out-dir DIR (every other --out is a FILE).
+        #[arg(long, value_name = "DIR", hide = true, conflicts_with = "out_dir")]
         out: Option<PathBuf>,
     },
     /// Print the reference of every config and matrix key (Markdown).
@@ -135,7 +155,7 @@ pub enum Command {
 
 const TOPOLOGY_HELP: &str = "Examples:
   pacer topology                  the host's, from sysfs
-  pacer topology --spec 2x22x2    2 packages x 22 cores x 2 threads
+  pacer topology --topology 2x22x2    2 packages x 22 cores x 2 threads
 
 Exit codes:
   0  printed
@@ -151,7 +171,7 @@ Exit codes:
   0  printed";
 
 const MAN_HELP: &str = "Examples:
-  pacer man --out ~/.local/share/man/man1 && man pacer-run
+  pacer man --out-dir ~/.local/share/man/man1 && man pacer-run
   pacer man | man -l -
 
 Exit codes:
@@ -179,8 +199,11 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
         Command::Trace(args) => crate::commands::trace::main(args),
         Command::Ctl(args) => crate::commands::ctl::main(args),
         Command::Validate(args) => crate::commands::validate::main(&args),
-        Command::Topology { spec } => {
-            let t = match &spec {
+        Command::Topology { topology, spec } => {
+            if spec.is_some() {
+                crate::output::deprecated("pacer topology --spec", "--topology");
+            }
+            let t = match topology.as_ref().or(spec.as_ref()) {
                 Some(s) => vcpu_sched::Topology::from_spec(s),
                 None => vcpu_sched::Topology::from_sysfs(),
             };
@@ -203,7 +226,11 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
             out(&String::from_utf8_lossy(&text));
             EXIT_OK
         }
-        Command::Man { out: dir } => {
+        Command::Man { out_dir, out: old } => {
+            if old.is_some() {
+                crate::output::deprecated("pacer man --out DIR", "--out-dir DIR");
+            }
+            let dir = out_dir.or(old);
             let cmd = <Cli as clap::CommandFactory>::command();
             match crate::commands::man::write(cmd, dir.as_deref()) {
                 Ok(text) => {
@@ -224,18 +251,15 @@ pub fn main_with(cli: Cli, run_start: Instant) -> i32 {
 }
 
 /// A parse error for `args` (the process's, program name first) with a
-/// "did you mean" for an unknown subcommand that clap found no match for:
-/// clap's own suggestion misses short names (`rn` for `run`), ours is
-/// the one every other closed set of names uses ([`vmm::suggest`]).
+/// "did you mean" for an unknown subcommand: ours ([`vmm::suggest::command`],
+/// the rule every other closed set of names uses, which also knows
+/// abbreviations: `rn` for `run`, `sts` for `stats`) wins over clap's,
+/// which misses short names and offers `stop` for `sts`; clap's stays
+/// when ours has none.
 pub fn with_subcommand_hint(mut e: clap::Error, args: &[String]) -> clap::Error {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     use clap::CommandFactory;
-    let clap_has_one = match e.get(ContextKind::SuggestedSubcommand) {
-        Some(ContextValue::Strings(v)) => !v.is_empty(),
-        Some(_) => true,
-        None => false,
-    };
-    if e.kind() != ErrorKind::InvalidSubcommand || clap_has_one {
+    if e.kind() != ErrorKind::InvalidSubcommand {
         return e;
     }
     let Some(ContextValue::String(bad)) = e.get(ContextKind::InvalidSubcommand).cloned() else {
@@ -253,7 +277,7 @@ pub fn with_subcommand_hint(mut e: clap::Error, args: &[String]) -> clap::Error 
         }
     }
     let names: Vec<&str> = cmd.get_subcommands().map(|c| c.get_name()).collect();
-    if let Some(name) = vmm::suggest::near_miss(&bad, names) {
+    if let Some(name) = vmm::suggest::command(&bad, &names) {
         e.insert(
             ContextKind::SuggestedSubcommand,
             ContextValue::String(name.to_string()),
@@ -281,7 +305,153 @@ mod tests {
             hint(&["pacer", "rn"])
         );
         assert!(hint(&["pacer", "-q", "valdate"]).contains("'validate'"));
+        // clap alone offers 'stop' for `sts`.
+        let sts = hint(&["pacer", "ctl", "/tmp/s", "sts"]);
+        assert!(sts.contains("'stats'") && !sts.contains("'stop'"), "{sts}");
         assert!(!hint(&["pacer", "frobnicate"]).contains("similar"));
+    }
+
+    /// Every leaf command of the tree with its path (`trace summary`),
+    /// and every command that runs something of its own beside its
+    /// subcommands (`bench MATRIX` beside `bench merge`).
+    fn leaves(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
+        let subs: Vec<&clap::Command> = cmd
+            .get_subcommands()
+            .filter(|c| c.get_name() != "help")
+            .collect();
+        let runs_itself = cmd.get_positionals().next().is_some();
+        if subs.is_empty() || (runs_itself && !path.is_empty()) {
+            out.push((path.trim().to_string(), cmd.clone()));
+        }
+        for sub in subs {
+            leaves(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_leaf_help_has_examples_and_exit_codes() {
+        use clap::CommandFactory;
+        let mut all = Vec::new();
+        let mut root = Cli::command();
+        root.build();
+        leaves(&root, "", &mut all);
+        assert!(all.len() >= 20, "{} leaves", all.len());
+        for (path, mut cmd) in all {
+            let help = cmd.render_long_help().to_string();
+            assert!(
+                help.contains("Examples:\n  pacer "),
+                "pacer {path} --help has no examples:\n{help}"
+            );
+            assert!(
+                help.contains("Exit codes:\n  0  "),
+                "pacer {path} --help has no exit codes:\n{help}"
+            );
+            for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                let id = arg.get_id().as_str();
+                assert!(
+                    arg.get_help().is_some() || ["help", "version"].contains(&id),
+                    "pacer {path} {id}: no description"
+                );
+            }
+        }
+    }
+
+    /// A flag's kind: the value it takes (without the policy's optional
+    /// mode, which only some subcommands' policies have), or a switch.
+    fn kind(arg: &clap::Arg) -> String {
+        if !arg.get_action().takes_values() {
+            return "switch".into();
+        }
+        let names: Vec<String> = arg
+            .get_value_names()
+            .map(|v| v.iter().map(|s| s.replace("[:MODE]", "")).collect())
+            .unwrap_or_else(|| vec![arg.get_id().as_str().to_uppercase()]);
+        names.join(" ")
+    }
+
+    #[test]
+    fn flags_mean_one_thing_everywhere() {
+        use clap::CommandFactory;
+        use std::collections::BTreeMap;
+        let mut all = Vec::new();
+        let mut root = Cli::command();
+        root.build();
+        leaves(&root, "", &mut all);
+        // Flag -> (kind -> the commands that use it so).
+        let mut uses: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+        for (path, cmd) in &all {
+            for arg in cmd.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if ["help", "version", "quiet", "verbose"].contains(&long) {
+                    continue;
+                }
+                let top = path.split(' ').next().unwrap_or_default();
+                if arg.is_hide_set() {
+                    assert!(
+                        DEPRECATED.iter().any(|(c, f, _)| *c == top && *f == long),
+                        "pacer {path} --{long}: hidden but not in DEPRECATED"
+                    );
+                    continue;
+                }
+                uses.entry(long.to_string())
+                    .or_default()
+                    .entry(kind(arg))
+                    .or_default()
+                    .push(path.clone());
+            }
+        }
+        for (flag, kinds) in &uses {
+            assert_eq!(
+                kinds.len(),
+                1,
+                "--{flag} means {} things: {kinds:?}",
+                kinds.len()
+            );
+        }
+        // The convention as README states it.
+        let want = [
+            ("json", "FILE"),
+            ("out", "FILE"),
+            ("out-dir", "DIR"),
+            ("log-dir", "DIR"),
+            ("trace", "FILE"),
+            ("topology", "SPEC"),
+        ];
+        for (flag, kind) in want {
+            let kinds = uses.get(flag).unwrap_or_else(|| panic!("no --{flag}"));
+            assert!(kinds.contains_key(kind), "--{flag}: {kinds:?}, not {kind}");
+        }
+        let readme = include_str!("../../README.md");
+        let table = readme
+            .split("\n## Flags")
+            .nth(1)
+            .expect("README has a \"## Flags\" section");
+        for (flag, kinds) in &uses {
+            // Subcommands, not leaves: ctl's global flags reach all of its.
+            let used_by: std::collections::BTreeSet<&str> = kinds
+                .values()
+                .flatten()
+                .map(|p| p.split(' ').next().unwrap_or_default())
+                .collect();
+            if used_by.len() > 1 || want.iter().any(|(f, _)| f == flag) {
+                let kind = kinds.keys().next().unwrap();
+                let spelled = if kind == "switch" {
+                    format!("`--{flag}`")
+                } else {
+                    format!("`--{flag} {kind}")
+                };
+                assert!(
+                    table.contains(&spelled),
+                    "README's Flags section lacks {spelled}"
+                );
+            }
+        }
+        for (cmd, flag, new) in DEPRECATED {
+            assert!(
+                table.contains(&format!("pacer {cmd} --{flag}")) && table.contains(new),
+                "README: deprecated pacer {cmd} --{flag}"
+            );
+        }
     }
 
     #[test]

@@ -64,6 +64,9 @@ pub struct Row {
     /// The policy that did better, if one did beyond the noise.
     pub winner: Option<String>,
     pub verdict: String,
+    /// With `--repeat N` (N >= 2): the leader against each other policy,
+    /// a permutation test over the repetitions; empty for single runs.
+    pub tests: Vec<crate::bench::summary::Versus>,
 }
 
 /// The comparison of a `--compare` run.
@@ -71,6 +74,8 @@ pub struct Row {
 pub struct Comparison {
     /// The policies, in the order they ran; ratios are to the first.
     pub policies: Vec<String>,
+    /// Runs of each policy (`--repeat`); values are their medians.
+    pub repetitions: usize,
     pub rows: Vec<Row>,
 }
 
@@ -169,7 +174,11 @@ pub fn compare(runs: &[(String, RunResults)]) -> Comparison {
     let policies: Vec<String> = runs.iter().map(|(p, _)| p.clone()).collect();
     let mut rows = Vec::new();
     let Some((_, first)) = runs.first() else {
-        return Comparison { policies, rows };
+        return Comparison {
+            policies,
+            repetitions: 1,
+            rows,
+        };
     };
     for (vi, vm) in first.vms.iter().enumerate() {
         let samples: Vec<Vec<Sample>> = runs
@@ -204,10 +213,143 @@ pub fn compare(runs: &[(String, RunResults)]) -> Comparison {
                     .collect(),
                 winner,
                 verdict,
+                tests: Vec::new(),
             });
         }
     }
-    Comparison { policies, rows }
+    Comparison {
+        policies,
+        repetitions: 1,
+        rows,
+    }
+}
+
+/// Compare `runs` (policy, results) where each policy ran several times
+/// (the same label again): per VM and headline metric each policy's median
+/// over its runs, and the verdict of a permutation test over them, as
+/// `pacer bench` judges ([`crate::bench::verdict`]).
+pub fn compare_repeated(runs: &[(String, RunResults)]) -> Comparison {
+    use crate::bench::summary::{Stat, Versus};
+    use crate::bench::verdict::Test;
+    let mut policies: Vec<String> = Vec::new();
+    for (p, _) in runs {
+        if !policies.contains(p) {
+            policies.push(p.clone());
+        }
+    }
+    fn of<'r>(
+        runs: &'r [(String, RunResults)],
+        p: &'r str,
+    ) -> impl Iterator<Item = &'r RunResults> {
+        runs.iter().filter(move |(q, _)| q == p).map(|(_, r)| r)
+    }
+    let repetitions = policies
+        .iter()
+        .map(|p| of(runs, p).count())
+        .min()
+        .unwrap_or(0);
+    let mut rows = Vec::new();
+    let Some((_, first)) = runs.first() else {
+        return Comparison {
+            policies,
+            repetitions,
+            rows,
+        };
+    };
+    for (vi, vm) in first.vms.iter().enumerate() {
+        for metric in HEADLINES {
+            // Per policy, its value in each run.
+            let per_run: Vec<Vec<f64>> = policies
+                .iter()
+                .map(|p| {
+                    of(runs, p)
+                        .filter_map(|r| {
+                            let v = r.vms.get(vi)?;
+                            vm_value(&metrics::vm_samples(v, &v.name), metric)
+                        })
+                        .filter(|x| x.is_finite())
+                        .collect()
+                })
+                .collect();
+            if per_run.iter().all(Vec::is_empty) {
+                continue;
+            }
+            let better = metrics::info(metric).better;
+            let medians: Vec<Option<f64>> = per_run
+                .iter()
+                .map(|v| Stat::of(v).map(|s| s.median))
+                .collect();
+            let base = medians[0].filter(|b| *b != 0.0);
+            let higher = better == Better::Higher;
+            let leader = (0..policies.len())
+                .filter(|&i| medians[i].is_some())
+                .max_by(|&a, &b| {
+                    let (a, b) = (medians[a].unwrap_or(0.0), medians[b].unwrap_or(0.0));
+                    if higher {
+                        a.total_cmp(&b)
+                    } else {
+                        b.total_cmp(&a)
+                    }
+                });
+            let (winner, verdict, tests) = match leader {
+                Some(li)
+                    if better != Better::Neither
+                        && per_run.iter().filter(|v| !v.is_empty()).count() > 1 =>
+                {
+                    let tests: Vec<Versus> = (0..policies.len())
+                        .filter(|&i| i != li && !per_run[i].is_empty())
+                        .map(|i| Versus {
+                            policy: policies[i].clone(),
+                            test: Test::of(&per_run[li], &per_run[i]),
+                        })
+                        .collect();
+                    let ahead = |t: &Test| t.significant && ((t.effect > 0.0) == higher);
+                    let clear = tests.iter().all(|v| v.test.as_ref().is_some_and(ahead));
+                    let parts: Vec<String> = tests
+                        .iter()
+                        .map(|v| match &v.test {
+                            Some(t) => format!("vs {} {}", v.policy, t.describe()),
+                            None => format!("vs {}: fewer than 2 runs a side, no test", v.policy),
+                        })
+                        .collect();
+                    let name = &policies[li];
+                    let verdict = if clear {
+                        format!("{name} did better: {}", parts.join("; "))
+                    } else {
+                        format!("{name} leads: {}", parts.join("; "))
+                    };
+                    (clear.then(|| name.clone()), verdict, tests)
+                }
+                _ => (
+                    None,
+                    "no direction, or measured under one policy only".into(),
+                    Vec::new(),
+                ),
+            };
+            rows.push(Row {
+                vm: vm.name.clone(),
+                metric: metric.to_string(),
+                better,
+                values: policies
+                    .iter()
+                    .zip(&medians)
+                    .map(|(p, v)| PolicyValue {
+                        policy: p.clone(),
+                        value: *v,
+                        ratio: base.and_then(|b| Some((*v)? / b)),
+                    })
+                    .collect(),
+                winner,
+                verdict,
+                tests,
+            });
+        }
+    }
+    Comparison {
+        policies,
+        repetitions,
+        rows,
+    }
 }
 
 /// The table: per VM and headline metric, the figure under each policy
@@ -252,9 +394,12 @@ pub fn format(c: &Comparison) -> String {
                 .unwrap_or(0)
         })
         .collect();
-    let mut out = format!(
-        "Which policy did better, per VM (one run each; ratios to {first}, the first policy):\n"
-    );
+    let runs = match c.repetitions {
+        0 | 1 => "one run each".to_string(),
+        n => format!("medians of {n} runs each, verdicts by a permutation test"),
+    };
+    let mut out =
+        format!("Which policy did better, per VM ({runs}; ratios to {first}, the first policy):\n");
     for line in &cells {
         let mut s = String::new();
         for (i, cell) in line.iter().enumerate() {
@@ -429,5 +574,47 @@ mod tests {
         assert_eq!(w.as_deref(), Some("b"));
         assert_eq!(v, "b did better: 1.50x higher than c (the next best)");
         assert_eq!(format(&compare(&[])), "");
+    }
+
+    #[test]
+    fn repeated_runs_are_judged_by_a_permutation_test() {
+        // Five runs a policy: haiku's units/s clearly above host's.
+        let mut runs = Vec::new();
+        for k in 0..5 {
+            let f = k as f64;
+            runs.push((
+                "haiku".to_string(),
+                run(vec![vm("hog", Some(300_000.0 + f * 1000.0), None)]),
+            ));
+            runs.push((
+                "host".to_string(),
+                run(vec![vm("hog", Some(200_000.0 + f * 1000.0), None)]),
+            ));
+        }
+        let c = compare_repeated(&runs);
+        assert_eq!((c.policies.len(), c.repetitions), (2, 5));
+        let hog = &c.rows[0];
+        assert_eq!(hog.metric, "cpu.units_per_s");
+        // Medians (of the 2-vCPU sums).
+        assert_eq!(hog.values[0].value, Some(604_000.0));
+        assert_eq!(hog.winner.as_deref(), Some("haiku"));
+        assert!(
+            hog.verdict
+                .starts_with("haiku did better: vs host p=0.008, +"),
+            "{}",
+            hog.verdict
+        );
+        assert_eq!(hog.tests.len(), 1);
+        // Two runs a policy: never significant, and says how many.
+        let c = compare_repeated(&runs[..4]);
+        let hog = &c.rows[0];
+        assert_eq!(hog.winner, None);
+        assert!(
+            hog.verdict
+                .starts_with("haiku leads: vs host not significant (p=0.333")
+                && hog.verdict.contains("~5 repetitions"),
+            "{}",
+            hog.verdict
+        );
     }
 }

@@ -149,14 +149,23 @@ pub fn host_config() -> Vec<Key> {
     let mut flat = Vec::new();
     flatten("host.tunables", &tunables, &mut flat);
     for (path, default) in flat {
+        // The type is the one serde gives the default (the parser's own
+        // type, `vcpu_sched::Tunables`), not a guess: `share_boost` is a
+        // boolean, `quantum_multipliers` an array of integers.
+        let ty = toml_type(&default);
+        let example = default.to_string();
         k.push(key(
             &path,
-            "integer",
+            &ty,
             "",
-            default,
+            example.clone(),
             "see vcpu_sched/src/tunables.rs",
-            "A vcpu_sched tunable (times in ns, loads in 1/1000 of a CPU).",
-            "",
+            if path.matches('.').count() > 2 {
+                "A vcpu_sched tunable (times in ns): a mode's table is given whole, all four keys."
+            } else {
+                "A vcpu_sched tunable (times in ns, loads in 1/1000 of a CPU)."
+            },
+            &example,
             None,
         ));
     }
@@ -174,14 +183,31 @@ fn unit_short(unit: &str) -> &'static str {
     }
 }
 
-fn flatten(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, String)>) {
+fn flatten(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, serde_json::Value)>) {
     match v {
         serde_json::Value::Object(o) => {
             for (k, v) in o {
                 flatten(&format!("{prefix}.{k}"), v, out);
             }
         }
-        other => out.push((prefix.to_string(), other.to_string())),
+        other => out.push((prefix.to_string(), other.clone())),
+    }
+}
+
+/// The TOML type of a value as the reference names it.
+fn toml_type(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::Bool(_) => "boolean".into(),
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer".into(),
+        Value::Number(_) => "number".into(),
+        Value::String(_) => "string".into(),
+        Value::Array(items) => match items.first() {
+            Some(first) => format!("array of {}s", toml_type(first)),
+            None => "array".into(),
+        },
+        Value::Object(_) => "table".into(),
+        Value::Null => "none".into(),
     }
 }
 
@@ -804,6 +830,11 @@ mod tests {
                     String::new(),
                     format!("cpuid = {{ {name} = {} }}", k.example),
                 ),
+                // A mode's quantum table is given whole.
+                "host.tunables" => (format!("[host.tunables]\n{line}"), String::new()),
+                mode if mode.starts_with("host.tunables.") => {
+                    (whole_table(mode, name, &k.example), String::new())
+                }
                 other => panic!("no test context for {other}"),
             };
             // Workload keys of other workloads: the guest refuses a key its
@@ -829,6 +860,60 @@ mod tests {
                         fx.config("", &line).map(|_| ())
                     }
                 });
+            }
+        }
+    }
+
+    /// `[section]` with every key of it at its default but `name = value`.
+    fn whole_table(section: &str, name: &str, value: &str) -> String {
+        let mut text = format!("[{section}]\n");
+        for k in host_config() {
+            if let Some(key) = k.path.strip_prefix(&format!("{section}.")) {
+                let v = if key == name { value } else { &k.default };
+                text += &format!("{key} = {v}\n");
+            }
+        }
+        text
+    }
+
+    #[test]
+    fn tunables_take_only_the_type_the_reference_gives() {
+        let fx = Fx::new("tunable-types");
+        let tunables: Vec<Key> = host_config()
+            .into_iter()
+            .filter(|k| k.path.starts_with("host.tunables."))
+            .collect();
+        assert!(tunables.len() > 10);
+        let ty_of = |name: &str| {
+            tunables
+                .iter()
+                .find(|k| k.path.ends_with(name))
+                .map(|k| (k.ty.clone(), k.default.clone()))
+        };
+        assert_eq!(
+            ty_of(".share_boost"),
+            Some(("boolean".into(), "true".into()))
+        );
+        assert_eq!(
+            ty_of("low_latency.quantum_multipliers"),
+            Some(("array of integers".into(), "[2,5]".into()))
+        );
+        for k in &tunables {
+            let (section, name) = k.path.rsplit_once('.').unwrap();
+            // A value of another type than the one listed.
+            let wrong = match k.ty.as_str() {
+                "boolean" => "1",
+                "integer" | "array of integers" => "\"x\"",
+                other => panic!("{}: no wrong value for {other}", k.path),
+            };
+            let table = if section == "host.tunables" {
+                format!("[{section}]\n{name} = {wrong}")
+            } else {
+                whole_table(section, name, wrong)
+            };
+            match fx.config(&table, "") {
+                Ok(_) => panic!("{} = {wrong} accepted as {}", k.path, k.ty),
+                Err(e) => assert!(e.contains(name), "{}: {e}", k.path),
             }
         }
     }

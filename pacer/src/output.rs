@@ -42,6 +42,13 @@ pub fn status(text: &str) {
     }
 }
 
+/// The warning for a deprecated flag: it still works, under its old
+/// meaning, and says what replaced it (one meaning per flag name: see
+/// README's "Flags").
+pub fn deprecated(old: &str, new: &str) {
+    eprintln!("pacer: warning: {old} is deprecated; use {new}");
+}
+
 /// Write to stdout, ignoring errors (a closed pipe must not turn into a
 /// panic or a lost run; results are in the files anyway).
 pub fn out(text: &str) {

@@ -97,9 +97,9 @@ impl Run {
         )
     }
 
-    /// `pacer ctl --json ...`, which must succeed.
+    /// `pacer ctl --format json ...`, which must succeed.
     fn json(&self, args: &[&str]) -> Value {
-        let mut all = vec!["--json"];
+        let mut all = vec!["--format", "json"];
         all.extend_from_slice(args);
         let (code, out, err) = self.ctl(&all);
         assert_eq!(code, 0, "ctl {args:?}: {out}{err}");
@@ -267,7 +267,8 @@ fn every_endpoint_against_running_vms() {
     );
     let ls = run.json(&["ls"]);
     assert_eq!(ls["policy"], "haiku");
-    assert_eq!(ls["schema_version"], 1);
+    assert_eq!(ls["schema"], "pacer-api-vms");
+    assert_eq!(ls["schema_version"], 2);
     assert_eq!(ls["vms"][0]["vcpus"], 2);
     let (_, table, _) = run.ctl(&["stats"]);
     assert!(table.contains("a/1") && table.contains("b/0"), "{table}");

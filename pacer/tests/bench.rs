@@ -54,7 +54,7 @@ fn bad_matrix_is_bad_input_with_position() {
     let out = pacer()
         .args(["bench"])
         .arg(&m)
-        .arg("--out")
+        .arg("--out-dir")
         .arg(dir.0.join("out"))
         .output()
         .unwrap();
@@ -65,6 +65,76 @@ fn bad_matrix_is_bad_input_with_position() {
         "{err}"
     );
     assert!(!dir.0.join("out").exists(), "nothing is run or written");
+}
+
+#[test]
+fn only_filters_pick_cells_for_dry_run_run_and_resume() {
+    let dir = TempDir::new("bench-only");
+    let m = matrix(
+        &dir.0,
+        &RESUMABLE
+            .replace("repetitions = 3", "repetitions = 2")
+            .replace("duration_ms = 400", "duration_ms = 100"),
+    );
+    let out = dir.0.join("out");
+    let bench = |extra: &[&str]| {
+        let o = pacer()
+            .arg("bench")
+            .arg(&m)
+            .arg("--out-dir")
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    // Unknown names: refused before anything, with a near miss.
+    let (code, _, err) = bench(&["--only-policy", "haku", "--dry-run"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--only-policy: matrix \"resume\" has no \"haku\" (it has host, haiku); did you mean \"haiku\"?"),
+        "{err}"
+    );
+    let (code, _, err) = bench(&["--only-layout", "oen"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("did you mean \"one\"?"), "{err}");
+    assert!(!out.exists(), "nothing is run or written");
+    // The dry run lists the selected cells only.
+    let (code, listed, err) = bench(&["--only-policy", "haiku", "--dry-run"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        listed.contains("one/cpu/haiku/r1") && listed.contains("one/cpu/haiku/r2"),
+        "{listed}"
+    );
+    assert!(!listed.contains("/host/"), "{listed}");
+    if !kvm_or_skip("only_filters_pick_cells_for_dry_run_run_and_resume") {
+        return;
+    }
+    let ids = || -> Vec<String> {
+        let (recs, _) = read_jsonl(&out.join("results.jsonl")).unwrap();
+        let mut v: Vec<String> = recs.iter().map(|r| r.id.clone()).collect();
+        v.sort();
+        v
+    };
+    let (code, o, err) = bench(&["--only-policy", "haiku"]);
+    assert_eq!(code, Some(0), "{o}{err}");
+    assert_eq!(ids(), ["one/cpu/haiku/r1", "one/cpu/haiku/r2"]);
+    // --resume with another filter runs the rest, keeping what is there.
+    let (code, o, err) = bench(&["--resume", "--only-policy", "host"]);
+    assert_eq!(code, Some(0), "{o}{err}");
+    assert_eq!(
+        ids(),
+        [
+            "one/cpu/haiku/r1",
+            "one/cpu/haiku/r2",
+            "one/cpu/host/r1",
+            "one/cpu/host/r2"
+        ]
+    );
 }
 
 #[test]
@@ -79,7 +149,7 @@ fn resume_after_sigkill_keeps_finished_cells() {
     let mut child = pacer()
         .arg("bench")
         .arg(&m)
-        .arg("--out")
+        .arg("--out-dir")
         .arg(&out)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -113,7 +183,7 @@ fn resume_after_sigkill_keeps_finished_cells() {
     let refused = pacer()
         .arg("bench")
         .arg(&m)
-        .arg("--out")
+        .arg("--out-dir")
         .arg(&out)
         .output()
         .unwrap();
@@ -123,7 +193,7 @@ fn resume_after_sigkill_keeps_finished_cells() {
     let resumed = pacer()
         .arg("bench")
         .arg(&m)
-        .arg("--out")
+        .arg("--out-dir")
         .arg(&out)
         .arg("--resume")
         .output()
@@ -214,7 +284,7 @@ vm = [ { name = "small", vcpus = 2 } ]
     let run = pacer()
         .arg("bench")
         .arg(&m)
-        .arg("--out")
+        .arg("--out-dir")
         .arg(&out)
         .output()
         .unwrap();
@@ -362,7 +432,7 @@ fn sigint_stops_the_run_without_recording_the_cell_in_progress() {
     let child = pacer()
         .arg("bench")
         .arg(&m)
-        .arg("--out")
+        .arg("--out-dir")
         .arg(&out)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -455,7 +525,7 @@ fn resume_refuses_finished_cells_it_cannot_prove_ran_this_matrix() {
         let o = pacer()
             .arg("bench")
             .arg(&m)
-            .arg("--out")
+            .arg("--out-dir")
             .arg(&out)
             .args(["--resume", "-q"])
             .output()
@@ -479,7 +549,7 @@ fn resume_refuses_finished_cells_it_cannot_prove_ran_this_matrix() {
     let (code, err, all) = resume();
     assert_eq!(code, Some(2), "{all}");
     assert!(
-        err.contains("cell-settings.jsonl is missing") && err.contains("another --out"),
+        err.contains("cell-settings.jsonl is missing") && err.contains("another --out-dir"),
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -522,7 +592,7 @@ fn resume_with_every_cell_done_writes_the_summary_and_says_nothing_is_left() {
     let o = pacer()
         .arg("bench")
         .arg(&m)
-        .arg("--out")
+        .arg("--out-dir")
         .arg(&out)
         .arg("--resume")
         .output()
@@ -576,7 +646,7 @@ fn a_full_disk_leaves_no_torn_summary() {
     let o = pacer()
         .arg("bench")
         .arg(&m)
-        .arg("--out")
+        .arg("--out-dir")
         .arg(&probe)
         .args(["--resume", "-q"])
         .output()
@@ -604,7 +674,7 @@ fn a_full_disk_leaves_no_torn_summary() {
     let o = pacer()
         .arg("bench")
         .arg(&m)
-        .arg("--out")
+        .arg("--out-dir")
         .arg(&out)
         .args(["--resume", "-q"])
         .output()
@@ -681,7 +751,7 @@ vm = [ { name = "victim", vcpus = 1 }, { name = "rogue", vcpus = 1, workload = "
     let run = pacer()
         .arg("bench")
         .arg(&m)
-        .arg("--out")
+        .arg("--out-dir")
         .arg(&out)
         .output()
         .unwrap();

@@ -1,8 +1,9 @@
 //! `pacer bench --shard I/N` and `pacer bench merge` end to end, through
 //! the binary: two shards of a tiny matrix merge to exactly the cells (and
 //! settings) of a whole run on this host; `--resume` keeps to its shard;
-//! a merge refuses a cell twice, another matrix and a used --out; cells
-//! of two kinds of machine are shown side by side.
+//! a merge refuses a cell twice, another matrix and a used --out-dir; cells
+//! of two kinds of machine are shown side by side; --only-policy picks
+//! within a shard and a resume of that shard runs the rest.
 
 mod common;
 
@@ -73,10 +74,10 @@ fn two_shards_merge_to_the_cells_of_a_whole_run() {
     let m = matrix(&dir.0);
     let whole = dir.0.join("whole");
     let (s1, s2) = (dir.0.join("s1"), dir.0.join("s2"));
-    let (code, text) = bench(&["bench", s(&m), "--out", s(&whole), "-q"]);
+    let (code, text) = bench(&["bench", s(&m), "--out-dir", s(&whole), "-q"]);
     assert_eq!(code, 0, "{text}");
     for (d, i) in [(&s1, "1/2"), (&s2, "2/2")] {
-        let (code, text) = bench(&["bench", s(&m), "--shard", i, "--out", s(d), "-q"]);
+        let (code, text) = bench(&["bench", s(&m), "--shard", i, "--out-dir", s(d), "-q"]);
         assert_eq!(code, 0, "{text}");
         let doc = shard::read(d).unwrap().unwrap();
         assert_eq!(doc.shard.to_string(), i);
@@ -102,7 +103,7 @@ fn two_shards_merge_to_the_cells_of_a_whole_run() {
         s(&m),
         "--shard",
         "2/2",
-        "--out",
+        "--out-dir",
         s(&s1),
         "--resume",
     ]);
@@ -111,7 +112,7 @@ fn two_shards_merge_to_the_cells_of_a_whole_run() {
         text.contains("holds shard 1/2") && text.contains("--shard 1/2"),
         "{text}"
     );
-    let (code, text) = bench(&["bench", s(&m), "--out", s(&s1), "--resume"]);
+    let (code, text) = bench(&["bench", s(&m), "--out-dir", s(&s1), "--resume"]);
     assert_eq!(code, 2, "{text}");
     assert!(text.contains("no --shard (the whole matrix)"), "{text}");
     let (code, text) = bench(&[
@@ -119,7 +120,7 @@ fn two_shards_merge_to_the_cells_of_a_whole_run() {
         s(&m),
         "--shard",
         "1/2",
-        "--out",
+        "--out-dir",
         s(&s1),
         "--resume",
     ]);
@@ -129,7 +130,7 @@ fn two_shards_merge_to_the_cells_of_a_whole_run() {
 
     // The merge: exactly the whole run's cells, with its settings.
     let merged = dir.0.join("merged");
-    let (code, text) = bench(&["bench", "merge", s(&s1), s(&s2), "--out", s(&merged)]);
+    let (code, text) = bench(&["bench", "merge", s(&s1), s(&s2), "--out-dir", s(&merged)]);
     assert_eq!(code, 0, "{text}");
     assert_eq!(cells(&merged), cells(&whole));
     for f in ["summary.json", "report.html", "results.csv", "matrix.toml"] {
@@ -156,9 +157,9 @@ fn two_shards_merge_to_the_cells_of_a_whole_run() {
     };
     assert_eq!(groups(&merged), groups(&whole));
 
-    // Refused, nothing written: a cell twice, another matrix, a used --out.
+    // Refused, nothing written: a cell twice, another matrix, a used --out-dir.
     let again = dir.0.join("again");
-    let (code, text) = bench(&["bench", "merge", s(&s1), s(&s1), "--out", s(&again)]);
+    let (code, text) = bench(&["bench", "merge", s(&s1), s(&s1), "--out-dir", s(&again)]);
     assert_eq!(code, 2, "{text}");
     assert!(text.contains("is in both"), "{text}");
     assert!(!again.exists());
@@ -167,18 +168,18 @@ fn two_shards_merge_to_the_cells_of_a_whole_run() {
     let mut doc = shard::read(&other).unwrap().unwrap();
     doc.matrix_digest = "0123456789abcdef".into();
     shard::write(&other, &doc).unwrap();
-    let (code, text) = bench(&["bench", "merge", s(&s1), s(&other), "--out", s(&again)]);
+    let (code, text) = bench(&["bench", "merge", s(&s1), s(&other), "--out-dir", s(&again)]);
     assert_eq!(code, 2, "{text}");
     assert!(
         text.contains("ran another matrix") && text.contains("0123456789abcdef"),
         "{text}"
     );
     assert!(!again.exists());
-    let (code, text) = bench(&["bench", "merge", s(&s1), "--out", s(&merged)]);
+    let (code, text) = bench(&["bench", "merge", s(&s1), "--out-dir", s(&merged)]);
     assert_eq!(code, 2, "{text}");
     assert!(text.contains("already holds results"), "{text}");
     // A shard alone: merged, and the missing cells named.
-    let (code, text) = bench(&["bench", "merge", s(&s1), "--out", s(&again)]);
+    let (code, text) = bench(&["bench", "merge", s(&s1), "--out-dir", s(&again)]);
     assert_eq!(code, 0, "{text}");
     assert!(
         text.contains("2 of the matrix's 4 cells are in none of the folders"),
@@ -207,7 +208,7 @@ fn two_shards_merge_to_the_cells_of_a_whole_run() {
         "merge",
         s(&whole),
         s(&elsewhere),
-        "--out",
+        "--out-dir",
         s(&both),
     ]);
     assert_eq!(code, 0, "{text}");
@@ -250,7 +251,7 @@ fn bad_shard_and_slurm_flags_are_bad_input() {
             "--partition",
         ),
     ] {
-        let mut all = vec!["bench", s(&m), "--out", s(&out)];
+        let mut all = vec!["bench", s(&m), "--out-dir", s(&out)];
         all.extend(args.iter().copied());
         let (code, text) = bench(&all);
         assert_eq!(code, 2, "{all:?}: {text}");
@@ -261,7 +262,7 @@ fn bad_shard_and_slurm_flags_are_bad_input() {
     let (code, text) = bench(&[
         "bench",
         s(&m),
-        "--out",
+        "--out-dir",
         s(&out),
         "--slurm",
         "--shards",
@@ -284,7 +285,7 @@ fn bad_shard_and_slurm_flags_are_bad_input() {
     let (code, text) = bench(&[
         "bench",
         s(&m),
-        "--out",
+        "--out-dir",
         s(&out),
         "--shard",
         "2/2",
@@ -296,4 +297,104 @@ fn bad_shard_and_slurm_flags_are_bad_input() {
         2,
         "{text}"
     );
+}
+
+/// The cell ids `pacer bench --dry-run` lists for `extra` (in run order).
+fn listed(m: &Path, out: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args = vec!["bench", s(m), "--out-dir", s(out), "--dry-run"];
+    args.extend_from_slice(extra);
+    let (code, text) = bench(&args);
+    assert_eq!(code, 0, "{text}");
+    text.lines()
+        .filter_map(|l| {
+            let (n, id) = l.trim_start().split_once(' ')?;
+            n.parse::<usize>().ok().map(|_| id.trim().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn only_filters_pick_within_a_shard_and_resume_runs_the_rest() {
+    let dir = TempDir::new("bench-shard-only");
+    let m = matrix(&dir.0);
+    let out = dir.0.join("s1");
+    // The filter picks from the shard's cells; it never moves the split.
+    let shard1 = listed(&m, &out, &["--shard", "1/2"]);
+    assert_eq!(shard1.len(), 2, "{shard1:?}");
+    let policy = shard1[0].split('/').nth(2).unwrap().to_string();
+    let picked = listed(&m, &out, &["--shard", "1/2", "--only-policy", &policy]);
+    let want: Vec<String> = shard1
+        .iter()
+        .filter(|id| id.split('/').nth(2) == Some(policy.as_str()))
+        .cloned()
+        .collect();
+    assert_eq!(picked, want);
+    // --slurm runs whole shards: a filter is refused before anything.
+    let (code, text) = bench(&[
+        "bench",
+        s(&m),
+        "--slurm",
+        "--shards",
+        "2",
+        "--only-layout",
+        "one",
+        "--out-dir",
+        s(&out),
+        "--dry-run",
+    ]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("--slurm runs every cell"), "{text}");
+    assert!(!out.exists());
+
+    if !kvm_or_skip("only_filters_pick_within_a_shard_and_resume_runs_the_rest") {
+        return;
+    }
+    let (code, text) = bench(&[
+        "bench",
+        s(&m),
+        "--shard",
+        "1/2",
+        "--only-policy",
+        &policy,
+        "--out-dir",
+        s(&out),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let ran: Vec<String> = cells(&out).into_keys().collect();
+    let mut want_sorted = want.clone();
+    want_sorted.sort();
+    assert_eq!(ran, want_sorted);
+    // shard.json names the shard (all of its cells), not the filter.
+    let doc = shard::read(&out).unwrap().unwrap();
+    assert_eq!((doc.shard.to_string(), doc.cells), ("1/2".to_string(), 2));
+    // Another shard is still refused, filter or not.
+    let (code, text) = bench(&[
+        "bench",
+        s(&m),
+        "--shard",
+        "2/2",
+        "--only-policy",
+        &policy,
+        "--out-dir",
+        s(&out),
+        "--resume",
+    ]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("holds shard 1/2"), "{text}");
+    // The same shard without the filter runs exactly the rest of it.
+    let (code, text) = bench(&[
+        "bench",
+        s(&m),
+        "--shard",
+        "1/2",
+        "--out-dir",
+        s(&out),
+        "--resume",
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let mut all1 = shard1.clone();
+    all1.sort();
+    assert_eq!(cells(&out).into_keys().collect::<Vec<_>>(), all1);
 }

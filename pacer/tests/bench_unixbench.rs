@@ -99,7 +99,7 @@ fn unixbench_cells_score_the_linux_guests_console() {
     let run = Command::new(env!("CARGO_BIN_EXE_pacer"))
         .arg("bench")
         .arg(&m)
-        .arg("--out")
+        .arg("--out-dir")
         .arg(&out)
         .output()
         .unwrap();

@@ -116,14 +116,108 @@ fn run_exit_codes_0_and_1() {
 }
 
 #[test]
+fn compare_with_repeat_runs_rounds_and_gives_a_tested_verdict() {
+    // --repeat needs --compare: a usage error, nothing started.
+    assert_eq!(pacer(&["run", "x.toml", "--repeat", "3"]).0, 2);
+    if !kvm_or_skip("compare_with_repeat_runs_rounds_and_gives_a_tested_verdict") {
+        return;
+    }
+    let dir = TempDir::new("cli-repeat");
+    let cfg = dir.config(&format!(
+        "[host]\nlog_dir = \"logs\"\n\n{}",
+        vm_table("w", "cpu duration_ms=150 report_ms=50")
+    ));
+    let json = dir.0.join("cmp.json");
+    let (code, out, err) = pacer(&[
+        "run",
+        cfg.to_str().unwrap(),
+        "--compare",
+        "haiku,host",
+        "--repeat",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("== policy host (round 2 of 2)"), "{out}");
+    assert!(
+        out.contains("(medians of 2 runs each, verdicts by a permutation test;"),
+        "{out}"
+    );
+    // Two runs a policy can never reach p < 0.01 (p is 1/3, 2/3 or 1).
+    assert!(out.contains("not significant (p="), "{out}");
+    assert!(
+        out.contains("repetitions a policy would be needed")
+            || out.contains("within the 5 % noise"),
+        "{out}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["runs"].as_array().unwrap().len(), 4);
+    assert_eq!(v["comparison"]["repetitions"], 2);
+    let row = &v["comparison"]["rows"][0];
+    let p = row["tests"][0]["test"]["p"].as_f64().unwrap();
+    assert!(
+        p > 0.33 && row["tests"][0]["test"]["significant"] == false,
+        "{row}"
+    );
+}
+
+#[test]
 fn topology_host_and_spec() {
     let (code, out, err) = pacer(&["topology"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(!out.trim().is_empty());
+    let (code, out, err) = pacer(&["topology", "--topology", "2x22x2"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("88"), "{out}");
+    let (code, _, err) = pacer(&["topology", "--topology", "banana"]);
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn deprecated_spellings_still_work_and_say_what_replaced_them() {
     let (code, out, err) = pacer(&["topology", "--spec", "2x22x2"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("88"), "{out}");
-    let (code, _, err) = pacer(&["topology", "--spec", "banana"]);
+    assert!(
+        err.contains("pacer topology --spec is deprecated; use --topology"),
+        "{err}"
+    );
+    let dir = TempDir::new("cli-deprecated");
+    let (code, _, err) = pacer(&["man", "--out", dir.0.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(dir.0.join("pacer-run.1").exists());
+    assert!(err.contains("use --out-dir DIR"), "{err}");
+    // Both spellings at once: refused.
+    let (code, _, _) = pacer(&["man", "--out", "a", "--out-dir", "b"]);
+    assert_eq!(code, 2);
+    // bench merge's old --out DIR: still its folder, with the warning
+    // (the folder to merge is missing: bad input, nothing written).
+    let merged = dir.0.join("merged");
+    let (code, _, err) = pacer(&[
+        "bench",
+        "merge",
+        dir.0.join("none").to_str().unwrap(),
+        "--out",
+        merged.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("pacer bench merge --out DIR is deprecated; use --out-dir DIR")
+            && err.contains("not a directory"),
+        "{err}"
+    );
+    assert!(!merged.exists());
+    // ctl's old switch: still a switch (the socket is not there: exit 1).
+    let sock = dir.0.join("none.sock");
+    let (code, _, err) = pacer(&["ctl", sock.to_str().unwrap(), "--json", "ls"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("pacer ctl --json is deprecated; use --format json"),
+        "{err}"
+    );
+    let (code, _, err) = pacer(&["ctl", sock.to_str().unwrap(), "--format", "jsn", "ls"]);
     assert_eq!(code, 2, "{err}");
 }
 
@@ -437,7 +531,7 @@ fn completions_and_man_pages_come_from_the_same_definitions() {
         "{bash}"
     );
     let dir = TempDir::new("cli-man");
-    let (code, out, err) = pacer(&["man", "--out", dir.0.to_str().unwrap()]);
+    let (code, out, err) = pacer(&["man", "--out-dir", dir.0.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}{err}");
     let run = std::fs::read_to_string(dir.0.join("pacer-run.1")).unwrap();
     assert!(
@@ -488,6 +582,8 @@ fn near_misses_of_every_closed_set_are_named() {
     // Subcommands, at the top and below.
     refused_with(&["rn"], "'run'");
     refused_with(&["trace", "sumary", "x"], "'summary'");
+    refused_with(&["ctl", "/tmp/pacer-none.sock", "sts"], "'stats'");
+    refused_with(&["ctl", "/tmp/pacer-none.sock", "stp", "web"], "'stop'");
     // Nothing near: no guess.
     let (code, _, err) = pacer(&["frobnicate"]);
     assert_eq!(code, 2);

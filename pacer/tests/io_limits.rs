@@ -222,7 +222,7 @@ fn bench_cells_whose_logs_cannot_be_written_fail_and_leave_no_tmp_files() {
         &[
             "bench",
             m.to_str().unwrap(),
-            "--out",
+            "--out-dir",
             out.to_str().unwrap(),
             "-q",
         ],
@@ -318,7 +318,7 @@ fn bench_sim_and_unixbench_refuse_devices_fifos_and_huge_files() {
     for (input, why) in &inputs {
         let out = dir.0.join("out");
         let commands: [Vec<&str>; 3] = [
-            vec!["bench", input, "--out", out.to_str().unwrap()],
+            vec!["bench", input, "--out-dir", out.to_str().unwrap()],
             vec!["sim", input],
             vec!["unixbench", "--report", input],
         ];
@@ -346,7 +346,12 @@ fn resume_refuses_a_matrix_that_changed_finished_cells() {
         .replace("duration_ms = 1000", "duration_ms = 300");
     let m = matrix(&dir.0, &one_rep);
     let bench = |extra: &[&str]| {
-        let mut args = vec!["bench", m.to_str().unwrap(), "--out", out.to_str().unwrap()];
+        let mut args = vec![
+            "bench",
+            m.to_str().unwrap(),
+            "--out-dir",
+            out.to_str().unwrap(),
+        ];
         args.extend_from_slice(extra);
         pacer(&args)
     };
@@ -596,7 +601,7 @@ fn resume_state_that_cannot_be_read_is_bad_input() {
         let args = [
             "bench",
             m.to_str().unwrap(),
-            "--out",
+            "--out-dir",
             out.to_str().unwrap(),
             "--resume",
         ];

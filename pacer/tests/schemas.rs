@@ -81,6 +81,36 @@ fn check(kind: &str, doc: &Value) {
     );
 }
 
+/// Every field name under `v` that names a time in ms or us (the naming
+/// rule: times are integer ns, `_ns`).
+fn ms_or_us_fields(v: &Value, at: &str, found: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                if k.ends_with("_ms") || k.ends_with("_us") {
+                    found.push(format!("{at}/{k}"));
+                }
+                ms_or_us_fields(x, &format!("{at}/{k}"), found);
+            }
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                ms_or_us_fields(x, &format!("{at}/{i}"), found);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// [`check`], and no time named in ms or us anywhere in it.
+fn check_ns(kind: &str, doc: &Value) {
+    check(kind, doc);
+    let mut found = Vec::new();
+    ms_or_us_fields(doc, "", &mut found);
+    assert!(found.is_empty(), "{kind}: times not in ns: {found:?}");
+    assert_eq!(doc["schema"], kind, "{doc}");
+}
+
 fn check_jsonl(kind: &str, text: &str) -> usize {
     let mut n = 0;
     for line in text.lines() {
@@ -253,9 +283,8 @@ fn run_results(dir: &TempDir) -> vmm::results::RunResults {
         ],
         trace: Some(trace_outcome(dir)),
         control_changes: vec![vmm::results::ControlChange {
-            schema_version: 1,
-            t_run_ms: 120,
-            unix_time_ms: 1_700_000_000_000,
+            t_run_ns: 120_000_000,
+            unix_time_ns: 1_700_000_000_000_000_000,
             uid: 0,
             target: "all/0".into(),
             key: "priority".into(),
@@ -310,6 +339,25 @@ fn run_documents_single_and_compare_validate() {
     let doc = serde_json::to_value(&both).unwrap();
     check(documents::RUN, &doc);
     assert!(doc.is_object() && doc["runs"].as_array().unwrap().len() == 2);
+    // --repeat: each policy twice, a tested verdict per row.
+    let twice: Vec<(String, _)> = runs.iter().chain(&runs).cloned().collect();
+    let comparison = pacer::compare::compare_repeated(&twice);
+    assert_eq!(comparison.repetitions, 2);
+    assert!(comparison
+        .rows
+        .iter()
+        .any(|r| r.tests.iter().any(|t| t.test.is_some())));
+    let entries = twice
+        .iter()
+        .map(|(_, r)| RunEntry::of(&config, r))
+        .collect();
+    let doc = serde_json::to_value(RunDocument::new(
+        dir.0.join("pacer.toml"),
+        entries,
+        Some(comparison),
+    ))
+    .unwrap();
+    check(documents::RUN, &doc);
 }
 
 #[test]
@@ -485,9 +533,11 @@ fn csv_rows(path: &Path) -> Vec<Value> {
                         Value::Null
                     } else if let Ok(n) = v.parse::<u64>() {
                         json!(n)
-                    } else if let (Ok(x), true) =
-                        (v.parse::<f64>(), h == "value" || h == "host_load_1m")
-                    {
+                    } else if let (Ok(x), true) = (
+                        v.parse::<f64>(),
+                        ["value", "host_load_1m", "host_others_cpu_share"]
+                            .contains(&&*h.to_string()),
+                    ) {
                         json!(x)
                     } else {
                         json!(v)
@@ -555,7 +605,11 @@ fn bench_cells_csv_and_summary_validate() {
                     error: String::new(),
                     started_unix_ns: 1_700_000_000_000_000_000,
                     wall_ns: 400_000_000,
-                    host: Some(pacer::bench::host_facts::HostFacts::detect()),
+                    host: Some(pacer::bench::host_facts::HostFacts {
+                        others_cpu_share: Some(0.1),
+                        cpu_freq_khz: if rep == 1 { Some(2_400_000) } else { None },
+                        ..pacer::bench::host_facts::HostFacts::detect()
+                    }),
                     samples: vec![
                         sample("lat", Some(0), "sleep.wake_latency.p99_ns", p99),
                         sample(
@@ -763,8 +817,12 @@ fn real_bench_run_writes_valid_documents() {
     let dir = TempDir::new("schema-realbench");
     let m = matrix_file(&dir);
     let out = dir.0.join("out");
-    let (code, stdout, err) =
-        pacer(&["bench", m.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let (code, stdout, err) = pacer(&[
+        "bench",
+        m.to_str().unwrap(),
+        "--out-dir",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(code, 0, "{stdout}{err}");
     check_bench_dir(&out);
     assert!(out.join("shard.json").is_file());
@@ -774,7 +832,7 @@ fn real_bench_run_writes_valid_documents() {
         "bench",
         "merge",
         out.to_str().unwrap(),
-        "--out",
+        "--out-dir",
         merged.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{stdout}{err}");
@@ -798,4 +856,214 @@ fn dropped_lines_validate() {
     let text = std::fs::read_to_string(&path).unwrap();
     let n = check_jsonl(documents::VM_EVENTS, &text);
     assert_eq!(n, 5, "start, record, dropped, dropped, stop:\n{text}");
+}
+
+/// A scheduling trace of a real ping-pong run (`pacer run --trace`).
+fn traced_pingpong(dir: &TempDir) -> PathBuf {
+    let vm = vm_table("pp", "pingpong duration_ms=400").replace("vcpus = 1", "vcpus = 2");
+    let cfg = dir.config(&format!(
+        "[host]\ncpus = \"0-1\"\ndispatch = \"threads\"\nlog_dir = \"logs\"\n\n{vm}"
+    ));
+    let trace = dir.0.join("pp.trace");
+    let (code, out, err) = pacer(&[
+        "run",
+        cfg.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    trace
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn trace_summary_export_and_replay_documents_validate() {
+    if !kvm_or_skip("trace_summary_export_and_replay_documents_validate") {
+        return;
+    }
+    let dir = TempDir::new("schema-trace");
+    let trace = traced_pingpong(&dir);
+    let t = trace.to_str().unwrap();
+    let summary = dir.0.join("summary.json");
+    let (code, out, err) = pacer(&["trace", "summary", t, "--json", summary.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let doc = read_json(&summary);
+    check_ns(documents::TRACE_SUMMARY, &doc);
+    assert!(!doc["wake_paths"].as_array().unwrap().is_empty(), "{doc}");
+    assert!(!doc["round_trips"].as_array().unwrap().is_empty(), "{doc}");
+
+    let export = dir.0.join("export.json");
+    let (code, out, err) = pacer(&["trace", "export", t, "--out", export.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let doc = read_json(&export);
+    check_ns(documents::TRACE_EXPORT, &doc["otherData"]);
+    assert_eq!(doc["otherData"]["policy"], "haiku");
+
+    let replay = dir.0.join("replay.json");
+    let (code, out, err) = pacer(&[
+        "sim",
+        "--replay",
+        t,
+        "--compare",
+        "haiku,pinned",
+        "--json",
+        replay.to_str().unwrap(),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let doc = read_json(&replay);
+    check_ns(documents::SIM_REPLAY, &doc);
+    assert_eq!(doc["replays"].as_array().unwrap().len(), 2, "{doc}");
+}
+
+#[test]
+fn sim_documents_validate() {
+    let dir = TempDir::new("schema-sim");
+    let scenario =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../vcpu_sched/scenarios/03_bursty_waker.toml");
+    for (policies, n) in [(&["--policy", "haiku"][..], 1), (&["--compare"][..], 4)] {
+        let json = dir.0.join("sim.json");
+        let mut args = vec![
+            "sim",
+            scenario.to_str().unwrap(),
+            "--duration-ms",
+            "100",
+            "-q",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        args.extend_from_slice(policies);
+        let (code, out, err) = pacer(&args);
+        assert_eq!(code, 0, "{out}{err}");
+        let doc = read_json(&json);
+        check_ns(documents::SIM, &doc);
+        let reports = doc["reports"].as_array().unwrap();
+        assert_eq!(reports.len(), n, "{args:?}");
+        // A group that was never woken has no wake latency: null, not 0.
+        for r in reports {
+            for g in r["groups"].as_array().unwrap() {
+                let l = &g["wake_latency"];
+                assert!(l.is_null() || l["count"].as_u64() > Some(0), "{g}");
+            }
+        }
+    }
+}
+
+/// One HTTP/1.1 request on the API socket: status and the JSON body.
+fn http(socket: &Path, method: &str, path: &str, body: &str) -> (u16, Value) {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: pacer\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+#[test]
+fn api_documents_and_control_lines_validate() {
+    if !kvm_or_skip("api_documents_and_control_lines_validate") {
+        return;
+    }
+    let dir = TempDir::new("schema-api");
+    let vm =
+        vm_table("web", "cpu duration_ms=60000 report_ms=100").replace("vcpus = 1", "vcpus = 2");
+    let cfg = dir.config(&format!(
+        "[host]\ncpus = \"0-1\"\nlog_dir = \"logs\"\n\n{vm}"
+    ));
+    let socket = dir.0.join("api.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pacer"))
+        .args(["run", cfg.to_str().unwrap(), "--api-socket"])
+        .arg(&socket)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ctl = |args: &[&str]| {
+        let mut all = vec!["ctl", socket.to_str().unwrap(), "--json"];
+        all.extend_from_slice(args);
+        let (code, out, err) = pacer(&all);
+        assert_eq!(code, 0, "ctl {args:?}: {out}{err}");
+        out
+    };
+    let start = std::time::Instant::now();
+    // Until the VM runs under the scheduler: its rows are live.
+    let ls = loop {
+        if socket.exists() {
+            let ls: Value = serde_json::from_str(&ctl(&["ls"])).unwrap();
+            if ls["vms"][0]["live"] == true {
+                break ls;
+            }
+        }
+        assert!(start.elapsed().as_secs() < 60, "the VM never ran");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    check_ns(documents::API_VMS, &ls);
+    let stats: Value = serde_json::from_str(&ctl(&["stats"])).unwrap();
+    check_ns(documents::API_STATS, &stats);
+    assert!(
+        stats["vms"][0]["vcpus"]
+            .as_array()
+            .is_some_and(|v| v.len() == 2),
+        "{stats}"
+    );
+    let set: Value = serde_json::from_str(&ctl(&["set", "web", "priority=20"])).unwrap();
+    check_ns(documents::API_SET, &set);
+    for action in ["pause", "resume"] {
+        let doc: Value = serde_json::from_str(&ctl(&[action, "web"])).unwrap();
+        check_ns(documents::API_VM_STATE, &doc);
+    }
+    let watched = ctl(&["watch", "--count", "2"]);
+    assert_eq!(watched.lines().count(), 2, "{watched}");
+    for line in watched.lines() {
+        check_ns(documents::API_STATUS, &serde_json::from_str(line).unwrap());
+    }
+    let (status, samples) = http(&socket, "GET", "/api/v1/status?after=0", "");
+    assert_eq!(status, 200);
+    check_ns(documents::API_SAMPLES, &samples);
+    assert!(!samples["samples"].as_array().unwrap().is_empty());
+    let (status, keys) = http(&socket, "GET", "/api/v1/keys", "");
+    assert_eq!(status, 200);
+    check_ns(documents::API_KEYS, &keys);
+    // Refusals are documents too, with their status.
+    for (method, path, body, want) in [
+        ("GET", "/api/v1/nothing", "", 404),
+        (
+            "POST",
+            "/api/v1/set",
+            "{\"target\": \"web\", \"set\": {\"priority\": \"100\"}}",
+            422,
+        ),
+        ("POST", "/api/v1/set", "not json", 400),
+    ] {
+        let (status, doc) = http(&socket, method, path, body);
+        assert_eq!(status, want, "{method} {path}: {doc}");
+        check_ns(documents::API_ERROR, &doc);
+        assert_eq!(doc["status"], want);
+    }
+    let stop: Value = serde_json::from_str(&ctl(&["stop", "web"])).unwrap();
+    check_ns(documents::API_VM_STATE, &stop);
+    let _ = child.wait();
+    // Every change above is a valid line of control.jsonl.
+    let lines = std::fs::read_to_string(dir.0.join("logs/latest/control.jsonl")).unwrap();
+    for line in lines.lines() {
+        check_ns(
+            documents::CONTROL_CHANGE,
+            &serde_json::from_str(line).unwrap(),
+        );
+    }
+    // priority, pause, resume, stop.
+    assert_eq!(lines.lines().count(), 4, "{lines}");
 }

@@ -133,13 +133,13 @@ fn two_shards_through_slurm_give_the_cells_of_a_single_host_run() {
     let kernel = guests::bench_guest_elf().display().to_string();
     std::fs::write(&m, TINY.replace("@KERNEL@", &kernel)).unwrap();
     let (m_s, whole) = (m.to_str().unwrap(), dir.0.join("whole"));
-    let (code, out, err) = pacer(&["bench", m_s, "--out", whole.to_str().unwrap(), "-q"]);
+    let (code, out, err) = pacer(&["bench", m_s, "--out-dir", whole.to_str().unwrap(), "-q"]);
     assert_eq!(code, 0, "{out}{err}");
 
     let lab = dir.0.join("lab");
     let submitted = Command::new(env!("CARGO_BIN_EXE_pacer"))
         .env("SLURM_CONF", &conf)
-        .args(["bench", m_s, "--slurm", "--shards", "2", "--out"])
+        .args(["bench", m_s, "--slurm", "--shards", "2", "--out-dir"])
         .arg(&lab)
         .output()
         .unwrap();

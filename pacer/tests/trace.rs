@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{kvm_or_skip, vm_table, TempDir};
+use common::{kvm_or_skip, pacer, vm_table, TempDir};
 use pacer::trace::replay::{compare, replay_of, Demand};
 use pacer::trace::summary::Summary;
 use pacer::trace::TraceFile;
@@ -137,7 +137,7 @@ fn a_pingpong_trace_explains_its_round_trip_and_replays() {
     // The timeline (text needs a TrueType font, which ci/install.sh installs).
     let svg = dir.0.join("pp.svg");
     let (first, last) = trace.span();
-    match pacer::trace::plot::draw(&trace, first, last, &svg) {
+    match pacer::trace::plot::draw(&trace, first, last, false, &svg) {
         Err(e) if e.contains("no TrueType font") => println!("SKIPPED: the timeline ({e})"),
         r => {
             r.unwrap();
@@ -177,4 +177,122 @@ fn tracing_is_refused_under_policy_host() {
     let r = traced(&pingpong(&dir, "host"), &path);
     assert!(matches!(r, Err(RunError::TraceUnderHost)), "{r:?}");
     assert!(!path.exists());
+}
+
+/// The legend covers every step a path can go through after its cause,
+/// in the order the summary prints them.
+#[test]
+fn the_summary_legend_names_every_step() {
+    let steps: Vec<&str> = pacer::trace::summary::STEP_LEGEND
+        .iter()
+        .map(|(s, _)| *s)
+        .collect();
+    assert_eq!(steps, pacer::trace::summary::STEPS[1..].to_vec());
+    let legend = pacer::trace::summary::legend();
+    for (step, what) in pacer::trace::summary::STEP_LEGEND {
+        assert!(legend.contains(&format!("{step:<16} {what}")), "{legend}");
+    }
+}
+
+#[test]
+fn the_trace_commands_say_what_they_wrote_and_found() {
+    if !kvm_or_skip("the_trace_commands_say_what_they_wrote_and_found") {
+        return;
+    }
+    let dir = TempDir::new("trace-say");
+    let _ = pingpong(&dir, "haiku");
+    let trace = dir.0.join("pp.trace");
+    let cfg = dir.0.join("pacer.toml");
+    let (code, out, err) = pacer(&[
+        "run",
+        cfg.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let t = trace.to_str().unwrap();
+    let file = pacer::trace::TraceFile::read(&trace).unwrap();
+    let events = file.events.len();
+    let turns = file
+        .events
+        .iter()
+        .filter(|e| matches!(e.event, Event::Dispatch { .. }))
+        .count();
+
+    // The summary explains its steps under the tables.
+    let (code, out, err) = pacer(&["trace", "summary", t]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("Steps (each the time since the step before it"),
+        "{out}"
+    );
+    for (step, what) in pacer::trace::summary::STEP_LEGEND {
+        assert!(out.contains(&format!("{step:<16} {what}")), "{step}: {out}");
+    }
+
+    // export: what, how many and where.
+    let json = dir.0.join("pp.json");
+    let (code, out, err) = pacer(&["trace", "export", t, "--out", json.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with(&format!("pacer: {events} events over "))
+            && out.contains(&format!(
+                "written to {} as Chrome trace event JSON",
+                json.display()
+            )),
+        "{out}"
+    );
+
+    // dump: the events on stdout, how many on stderr; a window without
+    // events says so, with the trace's span.
+    let (code, out, err) = pacer(&["trace", "dump", t]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), events);
+    assert!(
+        err.contains(&format!("pacer: {events} events in 0.000-")),
+        "{err}"
+    );
+    let (code, out, err) = pacer(&["trace", "dump", t, "--from", "99000", "--to", "99001"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("pacer: no events in 99000.000-99001.000 ms; the trace has")
+            && err.contains(&format!("{events} events over 0.000-")),
+        "{err}"
+    );
+
+    // plot: which window it drew: all of a short trace, the busiest
+    // window of a long one.
+    let png = dir.0.join("pp.png");
+    let (code, out, err) = pacer(&["trace", "plot", t, "--out", png.to_str().unwrap()]);
+    if err.contains("no TrueType font") {
+        println!("SKIPPED: the plot ({err})");
+        return;
+    }
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.ends_with(&format!("written to {}\n", png.display())),
+        "{out}"
+    );
+    if turns > pacer::trace::plot::READABLE_TURNS {
+        assert!(
+            out.starts_with("pacer: timeline of the busiest "),
+            "{turns}: {out}"
+        );
+        assert!(out.contains("--from 0 the whole trace"), "{out}");
+    } else {
+        assert!(out.starts_with("pacer: timeline of 0.0-"), "{turns}: {out}");
+    }
+    // --from 0: the whole trace, whatever its length.
+    let (code, out, err) = pacer(&[
+        "trace",
+        "plot",
+        t,
+        "--out",
+        png.to_str().unwrap(),
+        "--from",
+        "0",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("pacer: timeline of 0.0-"), "{out}");
 }

@@ -23,6 +23,36 @@ pub fn near_miss<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> Op
         .map(|(_, k)| k)
 }
 
+/// The one name `word` abbreviates, for a command word: its letters in
+/// order within the name, the first one first (`rn` for `run`, `sts` for
+/// `stats`), at least two of them; none when two names fit or `word` is a
+/// name. Typists drop letters of short words more than they mistype them.
+pub fn abbreviation<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let lower = word.to_lowercase();
+    if lower.chars().count() < 2 || lower.chars().count() > 64 {
+        return None;
+    }
+    let is_within = |name: &str| {
+        let mut name = name.chars();
+        let mut word = lower.chars();
+        let first = word.next();
+        name.next() == first && word.all(|c| name.any(|n| n == c))
+    };
+    let mut fits = known
+        .into_iter()
+        .filter(|k| k.to_lowercase() != lower && is_within(&k.to_lowercase()));
+    let one = fits.next()?;
+    fits.next().is_none().then_some(one)
+}
+
+/// A subcommand for a mistyped one: its abbreviation, else its near miss.
+pub fn command<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
+    if known.contains(&word) {
+        return None;
+    }
+    abbreviation(word, known.iter().copied()).or_else(|| near_miss(word, known.iter().copied()))
+}
+
 /// `; did you mean "x"?` for a near miss, else nothing.
 pub fn hint<'a>(word: &str, known: impl IntoIterator<Item = &'a str>) -> String {
     near_miss(word, known)
@@ -82,6 +112,21 @@ mod tests {
         assert_eq!(hint("cpu", known), "; did you mean \"cpus\"?");
         assert_eq!(hint("zzz", known), "");
         assert_eq!(near_miss("c", ["a", "b"]), None);
+    }
+
+    #[test]
+    fn command_words_abbreviated_or_mistyped() {
+        let ctl = ["ls", "stats", "set", "pause", "resume", "stop", "watch"];
+        assert_eq!(command("sts", &ctl), Some("stats"));
+        assert_eq!(command("stp", &ctl), Some("stop"));
+        assert_eq!(command("pase", &ctl), Some("pause"));
+        assert_eq!(command("wacth", &ctl), Some("watch"));
+        // `st` fits stats, set and stop: no guess.
+        assert_eq!(abbreviation("st", ctl), None);
+        assert_eq!(command("stats", &ctl), None);
+        assert_eq!(command("rn", &["run", "validate", "bench"]), Some("run"));
+        assert_eq!(command("zz", &["run", "validate"]), None);
+        assert_eq!(abbreviation("r", ["run"]), None);
     }
 
     #[test]

@@ -15,8 +15,8 @@
 //! headline figures are shown as the *cost* (what the neighbours paid),
 //! and the scheduler's statistics as details. The summary, the report's
 //! "At a glance" and the plots lead with the headline; "best" is said only
-//! when the best policy's range over the repetitions does not overlap any
-//! other's (`summary.rs`).
+//! when a permutation test over the repetitions finds the leader ahead of
+//! every other policy (`summary.rs`, `verdict.rs`).
 //!
 //! Both fields are optional. By default the VMs that run the cell's
 //! workload are under test (all of them when no VM has a fixed workload of

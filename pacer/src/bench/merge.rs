@@ -1,4 +1,4 @@
-//! `pacer bench merge DIR... --out DIR`: the cells of several output
+//! `pacer bench merge DIR... --out-dir DIR`: the cells of several output
 //! folders (shards, or whole runs on other hosts) in one folder, with the
 //! summary, plots and report a run writes (`run::write_outputs`).
 //!
@@ -120,7 +120,7 @@ pub fn merge(
     for i in &inputs {
         if same_dir(&i.dir, out) {
             return Err(refused(format!(
-                "--out {} is one of the folders to merge; choose another --out",
+                "--out-dir {} is one of the folders to merge; choose another --out-dir",
                 out.display()
             )));
         }
@@ -248,8 +248,8 @@ pub fn merge(
     // Write the folder as a run would.
     let mut store = Store::open(out, false).map_err(|e| match e {
         e @ StoreError::NotEmpty(_) => refused(e.to_string().replace(
-            "pass --resume to continue that run, or choose another --out",
-            "choose another --out (a merge writes a folder of its own)",
+            "pass --resume to continue that run, or choose another --out-dir",
+            "choose another --out-dir (a merge writes a folder of its own)",
         )),
         other => MergeError::Write(other.to_string()),
     })?;

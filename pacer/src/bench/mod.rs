@@ -13,7 +13,9 @@
 //! kinds and their parameters), [`cells`] (expansion, order, the `Config`
 //! of a cell), [`run`] (the runner, resume), [`metrics`] (the one adapter
 //! from VM results and console lines to metrics), [`store`] (JSONL + CSV),
-//! [`summary`] (medians, ratios, the table), [`plots`], [`report`] (HTML),
+//! [`summary`] (medians, ratios, the table), [`verdict`] (the
+//! permutation test behind "best"), [`select`] (`--only-policy`,
+//! `--only-layout`), [`plots`], [`report`] (HTML),
 //! [`qemu`] (the QEMU peer), [`native`] (the suite on the host),
 //! [`procs`] (a cell's child processes), [`progress`] (the terminal
 //! progress bar), [`unixbench`] (the `unixbench` workload: a Linux
@@ -41,12 +43,14 @@ pub mod progress;
 pub mod qemu;
 pub mod report;
 pub mod run;
+pub mod select;
 pub mod settings;
 pub mod shard;
 pub mod slurm;
 pub mod store;
 pub mod summary;
 pub mod unixbench;
+pub mod verdict;
 pub mod vm_check;
 pub mod workload;
 

@@ -7,9 +7,12 @@
 //! - the cost: the other VMs' own figure beside it, relative to the
 //!   baseline (what the neighbours paid);
 //! - fairness (Jain's index) and migrations per second per policy;
-//! - per (layout, workload) the latency CDF of the VM under test, drawn
-//!   only from the guest's real histograms (`*.bucket.*` samples), never
-//!   from a few quantiles.
+//! - per (layout, workload) the latency distribution of the VM under
+//!   test as an exceedance curve (as HdrHistogram plots it: x the latency
+//!   on a log axis, y = 1 - quantile, the fraction of wakes slower than
+//!   x, on a log axis, so the tail gets the room), both axes spanning the
+//!   data only; drawn only from the guest's real histograms
+//!   (`*.bucket.*` samples), never from a few quantiles.
 //!
 //! Every bar chart is horizontal: one row per (layout, workload), labels
 //! in a margin sized to the longest one (they never overlap), the legend
@@ -28,6 +31,7 @@ use super::summary::{cell_value, Column, GroupSummary, Role, Stat, Summary, ALL}
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -280,50 +284,108 @@ fn draw_bars<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, b: &Bars<'_>) -> 
     root.present().map_err(e)
 }
 
-/// CDF lines: per series, points (ns, fraction).
-struct Cdf<'a> {
-    title: &'a str,
-    palette: &'a [String],
-    series: Vec<(String, Vec<(f64, f64)>)>,
+/// A latency distribution from a histogram: the end of each non-empty
+/// bucket (ns) with the fraction of samples at or below it, and how many
+/// samples there are.
+#[derive(Debug, Clone, PartialEq)]
+struct Distribution {
+    points: Vec<(f64, f64)>,
+    total: f64,
 }
 
-fn draw_cdf<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Cdf<'_>) -> Result<(), String> {
+/// Exceedance lines: per series, a distribution.
+struct Exceedance<'a> {
+    title: &'a str,
+    palette: &'a [String],
+    series: Vec<(String, Distribution)>,
+}
+
+/// How far an axis reaches past the data on each side (a factor on a
+/// log axis): well under a decade, so no decade is empty.
+const AXIS_PAD: f64 = 1.25;
+
+/// The axes of an exceedance plot, from the data: x from the lowest to
+/// the highest bucket end of any series; y from 1 (every sample is slower
+/// than nothing) down to the smallest exceedance any series can show, one
+/// sample of its total (where its curve ends).
+fn exceedance_axes(series: &[(String, Distribution)]) -> (Range<f64>, Range<f64>) {
+    let xs = series
+        .iter()
+        .flat_map(|(_, d)| d.points.iter().map(|p| p.0));
+    let lo = xs.clone().fold(f64::MAX, f64::min).max(1.0);
+    let hi = xs.fold(0.0f64, f64::max).max(lo);
+    // One bucket only: a factor of AXIS_PAD either side still shows it.
+    let y_lo = series
+        .iter()
+        .map(|(_, d)| 1.0 / d.total.max(1.0))
+        .fold(1.0f64, f64::min);
+    (
+        lo / AXIS_PAD..hi * AXIS_PAD,
+        (y_lo / AXIS_PAD).min(0.5)..AXIS_PAD,
+    )
+}
+
+/// The step function of 1 - F: the fraction of samples slower than x.
+/// Starting at 1 left of the first bucket, it drops at each bucket's end;
+/// after the last bucket no sample is slower, which a log axis cannot
+/// show: the curve ends at `floor` (the axis' bottom) there.
+fn exceedance_steps(d: &Distribution, x_start: f64, floor: f64) -> Vec<(f64, f64)> {
+    let mut steps = Vec::with_capacity(d.points.len() * 2 + 1);
+    let mut prev = 1.0;
+    steps.push((x_start, prev));
+    for &(x, cum) in &d.points {
+        let next = (1.0 - cum).max(floor);
+        steps.push((x, prev));
+        steps.push((x, next));
+        prev = next;
+    }
+    steps
+}
+
+/// A y label of an exceedance axis: the fraction and the percentile it
+/// marks (0.01 is p99).
+fn exceedance_label(v: f64) -> String {
+    if v >= 1.0 {
+        return "1".into();
+    }
+    let p = format!("{:.4}", 100.0 * (1.0 - v));
+    let p = p.trim_end_matches('0').trim_end_matches('.');
+    format!("{} (p{p})", ratio_label(v))
+}
+
+fn draw_exceedance<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    c: &Exceedance<'_>,
+) -> Result<(), String> {
     root.fill(&WHITE).map_err(e)?;
     let label_font: TextStyle = ("sans-serif", 14).into_font().into();
     let names: Vec<&str> = c.series.iter().map(|(n, _)| n.as_str()).collect();
     let legend_w = text_width(&root, names.iter().map(|n| n.to_string()), &label_font) + 48;
     let (w, _) = root.dim_in_pixel();
     let (plot, legend) = root.split_horizontally(w.saturating_sub(legend_w));
-    let xs = c.series.iter().flat_map(|(_, p)| p.iter().map(|x| x.0));
-    let lo = xs.clone().fold(f64::MAX, f64::min).max(1.0);
-    let hi = xs.fold(1.0f64, f64::max).max(lo * 10.0);
+    let (x, y) = exceedance_axes(&c.series);
     let mut chart = ChartBuilder::on(&plot)
         .caption(c.title, ("sans-serif", 20))
         .margin(12)
         .x_label_area_size(45)
-        .y_label_area_size(55)
-        .build_cartesian_2d((lo / 2.0..hi * 2.0).log_scale(), 0.0..1.02)
+        .y_label_area_size(100)
+        .build_cartesian_2d(x.clone().log_scale(), y.clone().log_scale())
         .map_err(e)?;
     chart
         .configure_mesh()
         .x_desc("latency (log scale)")
-        .y_desc("fraction of wakes <=")
+        .y_desc("fraction of wakes slower: 1 - quantile (log scale)")
         .x_label_formatter(&|v| metrics::format_value("latency_ns", *v))
+        .y_label_formatter(&|v| exceedance_label(*v))
         .draw()
         .map_err(e)?;
-    for (name, points) in &c.series {
+    for (name, d) in &c.series {
         let color = colour(c.palette, name);
-        // A step function: each fraction holds until the next bucket's end.
-        let mut steps = Vec::with_capacity(points.len() * 2 + 1);
-        let mut prev = 0.0;
-        steps.push((lo / 2.0, 0.0));
-        for &(x, y) in points {
-            steps.push((x, prev));
-            steps.push((x, y));
-            prev = y;
-        }
         chart
-            .draw_series(LineSeries::new(steps, color.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                exceedance_steps(d, x.start, y.start),
+                color.stroke_width(2),
+            ))
             .map_err(e)?;
     }
     draw_legend(&legend, &names, c.palette, true)?;
@@ -380,8 +442,8 @@ fn write_bars(dir: &Path, name: &str, b: &Bars<'_>) -> Result<Plot, String> {
     Ok(plot(name, b.title))
 }
 
-/// Write `name`.svg and `name`.png of a CDF chart in `dir`.
-fn write_cdf(dir: &Path, name: &str, c: &Cdf<'_>) -> Result<Plot, String> {
+/// Write `name`.svg and `name`.png of an exceedance chart in `dir`.
+fn write_exceedance(dir: &Path, name: &str, c: &Exceedance<'_>) -> Result<Plot, String> {
     let (svg, png) = (
         dir.join(format!("{name}.svg")),
         dir.join(format!("{name}.png")),
@@ -389,12 +451,12 @@ fn write_cdf(dir: &Path, name: &str, c: &Cdf<'_>) -> Result<Plot, String> {
     let size = (WIDTH, 480);
     vmm::whole_file::write_with(
         &svg,
-        |tmp| draw_cdf(SVGBackend::new(tmp, size).into_drawing_area(), c),
+        |tmp| draw_exceedance(SVGBackend::new(tmp, size).into_drawing_area(), c),
         |e| io_error(&svg, e),
     )?;
     vmm::whole_file::write_with(
         &png,
-        |tmp| draw_cdf(BitMapBackend::new(tmp, size).into_drawing_area(), c),
+        |tmp| draw_exceedance(BitMapBackend::new(tmp, size).into_drawing_area(), c),
         |e| io_error(&png, e),
     )?;
     Ok(plot(name, c.title))
@@ -456,14 +518,14 @@ fn file_name(s: &str) -> String {
         .collect()
 }
 
-/// The CDF of one policy's cells in a group, from the histograms of
-/// `scope` (a VM group, or `all`) whose metric starts with `base`.
-/// Returns the histogram's metric and the points (bucket end, fraction).
-fn histogram_cdf(
+/// The distribution of one policy's cells in a group, from the
+/// histograms of `scope` (a VM group, or `all`) whose metric starts with
+/// `base`. Returns the histogram's metric and the distribution.
+fn histogram_distribution(
     cells: &[&CellRecord],
     scope: &str,
     base: Option<&str>,
-) -> Option<(String, Vec<(f64, f64)>)> {
+) -> Option<(String, Distribution)> {
     let mut buckets: BTreeMap<(String, u64), f64> = BTreeMap::new();
     for c in cells {
         for s in c
@@ -495,12 +557,16 @@ fn histogram_cdf(
     let mut cum = 0.0;
     let points = mine
         .into_iter()
+        .filter(|(_, n)| *n > 0.0)
         .map(|(hi, n)| {
             cum += n;
             (hi as f64, cum / total)
         })
         .collect();
-    Some((chosen.trim_end_matches(".histogram").to_string(), points))
+    Some((
+        chosen.trim_end_matches(".histogram").to_string(),
+        Distribution { points, total },
+    ))
 }
 
 /// An axis label for a ratio: two significant digits at most, no
@@ -721,7 +787,8 @@ pub fn write_all(summary: &Summary, records: &[CellRecord], dir: &Path) -> PlotS
         ));
     }
 
-    // Latency CDFs of the VM under test, from real histograms only.
+    // Latency exceedance curves of the VM under test, from real
+    // histograms only.
     for g in &summary.groups {
         let (scope, base) = match &g.headline {
             Some(h) => {
@@ -743,9 +810,9 @@ pub fn write_all(summary: &Summary, records: &[CellRecord], dir: &Path) -> PlotS
         for row in &g.rows {
             let cells: Vec<&CellRecord> =
                 ok_cells(records, &g.layout, &g.workload, &row.policy).collect();
-            if let Some((source, points)) = histogram_cdf(&cells, scope, base.as_deref()) {
+            if let Some((source, d)) = histogram_distribution(&cells, scope, base.as_deref()) {
                 what = source;
-                series.push((row.policy.clone(), points));
+                series.push((row.policy.clone(), d));
             }
         }
         if series.is_empty() {
@@ -756,11 +823,14 @@ pub fn write_all(summary: &Summary, records: &[CellRecord], dir: &Path) -> PlotS
         } else {
             format!(" of {scope}")
         };
-        let title = format!("{}: {what}{who}, CDF from the guest's histograms", g.key());
-        push(write_cdf(
+        let title = format!(
+            "{}: {what}{who}, exceedance from the guest's histograms",
+            g.key()
+        );
+        push(write_exceedance(
             dir,
             &format!("latency-{}", file_name(&g.key())),
-            &Cdf {
+            &Exceedance {
                 title: &title,
                 palette,
                 series,
@@ -904,6 +974,10 @@ pub(crate) mod tests {
             assert_eq!(&png[1..4], b"PNG");
             assert!(png.len() > 5000, "{} is {} bytes", p.png, png.len());
         }
+        // Latency as an exceedance curve: 1 - quantile on a log axis.
+        let lat = std::fs::read_to_string(dir.join("latency-nn_sleep.svg")).unwrap();
+        assert!(lat.contains("1 - quantile (log scale)"), "linear CDF axis");
+        assert!(lat.contains("(p99)"), "no percentile labels");
         // Migrations span four decades: a log scale.
         let migr = std::fs::read_to_string(dir.join("migrations.svg")).unwrap();
         assert!(migr.contains("log scale"), "migrations axis is linear");
@@ -912,6 +986,62 @@ pub(crate) mod tests {
         } else {
             println!("plots kept in {}", dir.display());
         }
+    }
+
+    fn dist(points: &[(f64, f64)], total: f64) -> (String, Distribution) {
+        (
+            "p".into(),
+            Distribution {
+                points: points.to_vec(),
+                total,
+            },
+        )
+    }
+
+    #[test]
+    fn exceedance_axes_come_from_the_data() {
+        let a = dist(&[(2000.0, 0.5), (8000.0, 0.9), (64_000.0, 1.0)], 1000.0);
+        let b = dist(&[(4000.0, 0.2), (1_000_000.0, 1.0)], 50.0);
+        let (x, y) = exceedance_axes(&[a.clone(), b]);
+        // x: the lowest and highest bucket end, a quarter beyond.
+        assert_eq!(x, 2000.0 / AXIS_PAD..1_000_000.0 * AXIS_PAD);
+        // No empty decade on either side.
+        assert!(x.start > 2000.0 / 10.0 && x.end < 1_000_000.0 * 10.0);
+        // y: down to one sample of the largest total, up to 1.
+        assert_eq!(y, 0.001 / AXIS_PAD..AXIS_PAD);
+        // Other data, other axes: nothing fixed (no 10 ns start).
+        let (x, y) = exceedance_axes(&[a]);
+        assert_eq!(x, 2000.0 / AXIS_PAD..64_000.0 * AXIS_PAD);
+        assert_eq!(y.start, 0.001 / AXIS_PAD);
+        let (x, y) = exceedance_axes(&[dist(&[(3_000_000.0, 1.0)], 1.0)]);
+        assert_eq!(x, 3_000_000.0 / AXIS_PAD..3_000_000.0 * AXIS_PAD);
+        assert_eq!(y.start, 0.5);
+    }
+
+    #[test]
+    fn exceedance_steps_down_from_one_at_each_bucket() {
+        let (_, d) = dist(&[(1000.0, 0.5), (2000.0, 0.99), (4000.0, 1.0)], 100.0);
+        let steps = exceedance_steps(&d, 800.0, 0.008);
+        let want = [
+            (800.0, 1.0),
+            (1000.0, 1.0),
+            (1000.0, 0.5),
+            (2000.0, 0.5),
+            (2000.0, 0.01),
+            (4000.0, 0.01),
+            (4000.0, 0.008),
+        ];
+        assert_eq!(steps.len(), want.len());
+        for (got, want) in steps.iter().zip(want) {
+            assert!(
+                (got.0 - want.0).abs() < 1e-9 && (got.1 - want.1).abs() < 1e-9,
+                "{steps:?}"
+            );
+        }
+        assert_eq!(exceedance_label(0.01), "0.01 (p99)");
+        assert_eq!(exceedance_label(0.001), "0.001 (p99.9)");
+        assert_eq!(exceedance_label(0.5), "0.5 (p50)");
+        assert_eq!(exceedance_label(1.0), "1");
     }
 
     #[test]

@@ -240,6 +240,9 @@ fn group_table(out: &mut String, g: &GroupSummary, baselines: &[String]) {
         out.push_str("</tr>\n");
     }
     out.push_str("</table>\n");
+    if let Some(v) = &g.verdict {
+        let _ = writeln!(out, "<p><b>{}</b></p>", esc(v));
+    }
     for b in g.best.iter().flatten() {
         let _ = writeln!(out, "<p><small>{}</small></p>", esc(&b.verdict));
     }
@@ -347,8 +350,8 @@ pub fn write_with_hosts(
         "<p>{} cells recorded: {ok} ok, {na} n/a, {} failed or timed out; {:.0} s of cell time. \
          Each layout is judged by the headline metric of its VM under test (blue); the other \
          VMs' own figures are the cost (what they paid), never the score. Medians over repetitions, \
-         min&ndash;max below; green = the best policy of a headline column, marked only when its \
-         range does not overlap any other policy's (&uarr; higher is better, &darr; lower); \
+         min&ndash;max below; green = the best policy of a headline column, marked only when a \
+         permutation test over the repetitions finds it ahead of every other policy (p &lt; 0.01, more than 5 % apart) (&uarr; higher is better, &darr; lower); \
          ratios are to the baseline{} {}.</p>",
         records.len(),
         records.len() - ok - na,

@@ -56,6 +56,9 @@ pub struct BenchOptions {
     pub resume: bool,
     /// The part of the matrix to run (`ShardSpec::WHOLE`: all of it).
     pub shard: ShardSpec,
+    /// The cells of that part to run now (`--only-policy`, `--only-layout`);
+    /// the others stay for a later `--resume` of the same part.
+    pub only: super::select::Selection,
 }
 
 /// What the run reports as it goes (the CLI shows it).
@@ -518,11 +521,12 @@ pub fn run_matrix(
     let todo: Vec<Cell> = all
         .iter()
         .copied()
-        .filter(|c| !store.is_done(&c.id(m)))
+        .filter(|c| opts.only.contains(c) && !store.is_done(&c.id(m)))
         .collect();
+    let selected = all.iter().filter(|c| opts.only.contains(c)).count();
     on_event(BenchEvent::Start {
-        total: all.len(),
-        done: all.len() - todo.len(),
+        total: selected,
+        done: selected - todo.len(),
         estimate_s: estimate_s(m, &todo),
     });
     let mut ctx = Ctx {
@@ -539,11 +543,20 @@ pub fn run_matrix(
         on_event(BenchEvent::CellStart { index, id: &id });
         let rec = match ctx.not_applicable(cell) {
             Some(why) => Some(ctx.record(cell, CellStatus::NotApplicable, why)),
-            None => match m.policies[cell.policy].runner {
-                Runner::Qemu => ctx.run_qemu(cell, &interrupted),
-                Runner::Native => ctx.run_native(cell, &interrupted),
-                Runner::Pacer { .. } => ctx.run_pacer(cell, &interrupted),
-            },
+            None => {
+                let window = super::host_facts::CellWindow::start();
+                let rec = match m.policies[cell.policy].runner {
+                    Runner::Qemu => ctx.run_qemu(cell, &interrupted),
+                    Runner::Native => ctx.run_native(cell, &interrupted),
+                    Runner::Pacer { .. } => ctx.run_pacer(cell, &interrupted),
+                };
+                rec.map(|mut r| {
+                    if let Some(host) = r.host.as_mut() {
+                        window.finish(host);
+                    }
+                    r
+                })
+            }
         };
         let Some(rec) = rec else {
             on_event(BenchEvent::Stopping("a stop signal"));
@@ -593,7 +606,7 @@ fn check_resume(
     let jsonl = out.join(super::store::JSONL);
     let Some(ran) = settings::read(out).map_err(RunMatrixError::Changed)? else {
         return Err(RunMatrixError::Changed(format!(
-            "--resume: {} is missing (an output folder of an older Pacer, or the file was deleted), so nothing shows that the {} finished cell(s) in {} ran {}; run the matrix into another --out (or continue this folder with the Pacer that wrote it)",
+            "--resume: {} is missing (an output folder of an older Pacer, or the file was deleted), so nothing shows that the {} finished cell(s) in {} ran {}; run the matrix into another --out-dir (or continue this folder with the Pacer that wrote it)",
             file.display(),
             finished.len(),
             jsonl.display(),
@@ -613,7 +626,7 @@ fn check_resume(
             String::new()
         };
         return Err(RunMatrixError::Changed(format!(
-            "--resume: {} has no settings for {} finished cell(s) of {} ({}{more}), so nothing shows they ran {}; run the matrix into another --out",
+            "--resume: {} has no settings for {} finished cell(s) of {} ({}{more}), so nothing shows they ran {}; run the matrix into another --out-dir",
             file.display(),
             unproven.len(),
             jsonl.display(),
@@ -650,7 +663,7 @@ fn check_resume(
         String::new()
     };
     Err(RunMatrixError::Changed(format!(
-        "--resume: {} finished cell(s) of {} ran with other settings than {} gives them now: {shown}{more}; run the changed matrix into another --out (or restore the matrix to continue)",
+        "--resume: {} finished cell(s) of {} ran with other settings than {} gives them now: {shown}{more}; run the changed matrix into another --out-dir (or restore the matrix to continue)",
         n,
         out.display(),
         m.path.display()

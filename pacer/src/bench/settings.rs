@@ -186,7 +186,7 @@ pub fn read(dir: &Path) -> Result<Option<BTreeMap<String, CellSettings>>, String
         }
         let s: CellSettings = serde_json::from_str(line).map_err(|e| {
             format!(
-                "{}:{}: not a cell's settings ({}); the file was changed after pacer bench wrote it: restore it, or run into another --out",
+                "{}:{}: not a cell's settings ({}); the file was changed after pacer bench wrote it: restore it, or run into another --out-dir",
                 path.display(),
                 i + 1,
                 if e.is_data() { "not the shape of one" } else { "not a line of JSON" }

@@ -139,7 +139,7 @@ pub fn read(dir: &Path) -> Result<Option<ShardDoc>, String> {
     };
     serde_json::from_slice(&bytes).map(Some).map_err(|e| {
         format!(
-            "{}:{}:{}: not a shard.json of pacer bench ({}); restore it, or run into another --out",
+            "{}:{}:{}: not a shard.json of pacer bench ({}); restore it, or run into another --out-dir",
             path.display(),
             e.line(),
             e.column(),
@@ -172,7 +172,7 @@ pub fn check_resume(
     let Some(old) = recorded else {
         if finished > 0 && now.shard != ShardSpec::WHOLE {
             return Err(format!(
-                "--resume --shard {}: {} has {finished} finished cell(s) but no {FILE}, so nothing shows which shard they belong to; run the shard into another --out",
+                "--resume --shard {}: {} has {finished} finished cell(s) but no {FILE}, so nothing shows which shard they belong to; run the shard into another --out-dir",
                 now.shard,
                 dir.display()
             ));
@@ -195,7 +195,7 @@ pub fn check_resume(
             }
         };
         return Err(format!(
-            "--resume: {} holds shard {} of the matrix ({}), this run asks for {}; resume it with {}, or run into another --out",
+            "--resume: {} holds shard {} of the matrix ({}), this run asks for {}; resume it with {}, or run into another --out-dir",
             dir.display(),
             old.shard,
             file.display(),
@@ -205,7 +205,7 @@ pub fn check_resume(
     }
     if old.shard != ShardSpec::WHOLE && old.matrix_digest != now.matrix_digest {
         return Err(format!(
-            "--resume --shard {}: {} was run with a matrix of digest {} ({}), this one has digest {} ({}): the split into shards would move cells between shards; restore the matrix, or run into another --out",
+            "--resume --shard {}: {} was run with a matrix of digest {} ({}), this one has digest {} ({}): the split into shards would move cells between shards; restore the matrix, or run into another --out-dir",
             now.shard,
             dir.display(),
             old.matrix_digest,

@@ -1,4 +1,4 @@
-//! `pacer bench MATRIX --slurm --shards N --out DIR [--partition P]`:
+//! `pacer bench MATRIX --slurm --shards N --out-dir DIR [--partition P]`:
 //! the matrix as a Slurm job array.
 //!
 //! Two batch scripts, kept in `DIR/slurm/`: a job array of N tasks, task
@@ -46,7 +46,7 @@ fn quote_path(p: &Path) -> String {
     quote(&p.display().to_string())
 }
 
-/// Why `--partition` or `--out` cannot go into an `#SBATCH` line, if so.
+/// Why `--partition` or `--out-dir` cannot go into an `#SBATCH` line, if so.
 pub fn check(out: &Path, partition: Option<&str>) -> Result<(), String> {
     if let Some(p) = partition {
         if p.is_empty()
@@ -61,7 +61,7 @@ pub fn check(out: &Path, partition: Option<&str>) -> Result<(), String> {
     }
     let text = out.to_str().ok_or_else(|| {
         format!(
-            "--out {}: not UTF-8; Slurm's #SBATCH lines need a plain path",
+            "--out-dir {}: not UTF-8; Slurm's #SBATCH lines need a plain path",
             out.display()
         )
     })?;
@@ -70,7 +70,7 @@ pub fn check(out: &Path, partition: Option<&str>) -> Result<(), String> {
         .any(|c| c.is_whitespace() || c == '%' || c.is_control())
     {
         return Err(format!(
-            "--out {text:?}: Slurm's #SBATCH --output cannot take whitespace or % (a file-name pattern); choose a plain path"
+            "--out-dir {text:?}: Slurm's #SBATCH --output cannot take whitespace or % (a file-name pattern); choose a plain path"
         ));
     }
     Ok(())
@@ -101,7 +101,7 @@ impl SlurmPlan {
             "set -u\n\
              i=$((SLURM_ARRAY_TASK_ID + 1))\n\
              # --resume: a requeued task continues its shard.\n\
-             {} bench {} --shard \"$i/{n}\" --out {}/\"shard-$i-of-{n}\" --resume\n\
+             {} bench {} --shard \"$i/{n}\" --out-dir {}/\"shard-$i-of-{n}\" --resume\n\
              rc=$?\n\
              # 1: cells failed or timed out; they are recorded and the merged\n\
              # report lists them (and names cells a stopped shard left out).\n\
@@ -130,7 +130,7 @@ impl SlurmPlan {
             })
             .collect();
         s += &format!(
-            "set -u\nexec {} bench merge {} --matrix {} --out {}\n",
+            "set -u\nexec {} bench merge {} --matrix {} --out-dir {}\n",
             quote_path(&self.pacer),
             dirs.join(" "),
             quote_path(&self.matrix),
@@ -240,13 +240,13 @@ mod tests {
             "#SBATCH --exclusive",
             "#SBATCH --partition=bench",
             "#SBATCH --output=/shared/run/slurm/shard-%a.out",
-            "'/opt/pacer it'\\''s/pacer' bench '/lab/m.toml' --shard \"$i/3\" --out '/shared/run'/\"shard-$i-of-3\" --resume",
+            "'/opt/pacer it'\\''s/pacer' bench '/lab/m.toml' --shard \"$i/3\" --out-dir '/shared/run'/\"shard-$i-of-3\" --resume",
         ] {
             assert!(a.contains(line), "{line}\n{a}");
         }
         let m = p.merge_script();
         assert!(
-            m.contains("bench merge '/shared/run/shard-1-of-3' '/shared/run/shard-2-of-3' '/shared/run/shard-3-of-3' --matrix '/lab/m.toml' --out '/shared/run/merged'"),
+            m.contains("bench merge '/shared/run/shard-1-of-3' '/shared/run/shard-2-of-3' '/shared/run/shard-3-of-3' --matrix '/lab/m.toml' --out-dir '/shared/run/merged'"),
             "{m}"
         );
         assert!(!m.contains("--array"), "{m}");
@@ -268,7 +268,10 @@ mod tests {
             "{e}"
         );
         let e = check(Path::new("/my runs/x"), None).unwrap_err();
-        assert!(e.starts_with("--out") && e.contains("whitespace"), "{e}");
+        assert!(
+            e.starts_with("--out-dir") && e.contains("whitespace"),
+            "{e}"
+        );
         assert!(check(Path::new("/r/%j"), None).is_err());
     }
 

@@ -43,7 +43,7 @@ pub enum StoreError {
         message: String,
     },
     #[error(
-        "{0} already holds results: pass --resume to continue that run, or choose another --out"
+        "{0} already holds results: pass --resume to continue that run, or choose another --out-dir"
     )]
     NotEmpty(PathBuf),
     #[error("{path}: {message}")]
@@ -162,6 +162,8 @@ struct CsvRow {
     host_kernel: Option<String>,
     host_kvm: Option<String>,
     host_load_1m: Option<f64>,
+    host_others_cpu_share: Option<f64>,
+    host_cpu_freq_khz: Option<u64>,
 }
 
 fn csv_rows(r: &CellRecord) -> Vec<CsvRow> {
@@ -197,6 +199,8 @@ fn csv_rows(r: &CellRecord) -> Vec<CsvRow> {
         host_kernel: h.map(|h| h.kernel.clone()),
         host_kvm: h.map(|h| h.kvm.clone()),
         host_load_1m: h.and_then(|h| h.load_1m),
+        host_others_cpu_share: h.and_then(|h| h.others_cpu_share),
+        host_cpu_freq_khz: h.and_then(|h| h.cpu_freq_khz),
     };
     if r.samples.is_empty() {
         vec![row(None)]
@@ -206,7 +210,7 @@ fn csv_rows(r: &CellRecord) -> Vec<CsvRow> {
 }
 
 /// The CSV columns (the fields of [`CsvRow`], in order).
-pub const CSV_COLUMNS: [&str; 29] = [
+pub const CSV_COLUMNS: [&str; 31] = [
     "schema",
     "schema_version",
     "pacer_version",
@@ -236,6 +240,8 @@ pub const CSV_COLUMNS: [&str; 29] = [
     "host_kernel",
     "host_kvm",
     "host_load_1m",
+    "host_others_cpu_share",
+    "host_cpu_freq_khz",
 ];
 
 /// `records` as CSV text, with the header line when `header`.
@@ -281,6 +287,8 @@ fn csv_host(row: &CsvRow) -> Option<HostFacts> {
         kernel: row.host_kernel.clone().unwrap_or_default(),
         kvm: row.host_kvm.clone().unwrap_or_default(),
         load_1m: row.host_load_1m,
+        others_cpu_share: row.host_others_cpu_share,
+        cpu_freq_khz: row.host_cpu_freq_khz,
     })
 }
 
@@ -366,7 +374,7 @@ pub fn read_jsonl(path: &Path) -> Result<(Vec<CellRecord>, u64), StoreError> {
             serde_json::from_slice(line).map_err(|e| parse(not_a_record(&e)))?;
         if v["schema_version"] != SCHEMA_VERSION {
             return Err(parse(format!(
-                "written with schema version {} (this Pacer writes {SCHEMA_VERSION}); continue it with the Pacer that wrote it, or choose another --out",
+                "written with schema version {} (this Pacer writes {SCHEMA_VERSION}); continue it with the Pacer that wrote it, or choose another --out-dir",
                 v["schema_version"]
             )));
         }
@@ -395,7 +403,7 @@ fn not_a_record(e: &serde_json::Error) -> String {
             format!("not a cell record ({text})")
         }
     };
-    format!("{what}; the file was changed after pacer bench wrote it: restore it, or run into another --out")
+    format!("{what}; the file was changed after pacer bench wrote it: restore it, or run into another --out-dir")
 }
 
 /// The result files of one run, open for appending.
@@ -562,6 +570,8 @@ pub(crate) mod tests {
                 kernel: "6.1.0".into(),
                 kvm: "kvm_intel".into(),
                 load_1m: Some(0.25),
+                others_cpu_share: Some(0.25),
+                cpu_freq_khz: None,
             }),
         }
     }

@@ -4,10 +4,13 @@
 //!
 //! Columns have a role (`headline.rs`): the *headline* of the VM under
 //! test first, then the *cost* (the other VMs' own figures: what they
-//! paid), then details (fairness, the scheduler's statistics). A policy is
-//! called the best of a headline column only when its min-max range over
-//! the repetitions does not overlap any other policy's: with ranges that
-//! overlap, or a single repetition, the table says so instead.
+//! paid), then details (fairness, the scheduler's statistics). A policy
+//! leads a headline column by its median; it is called the best only when
+//! a permutation test over the repetitions ([`super::verdict`]) finds it
+//! ahead of every other policy (p < 0.01, the means more than 5 % apart).
+//! Otherwise the table says "not significant (p=...)" and how many
+//! repetitions would be needed. "best:" is said once per (layout,
+//! workload), when one policy is best in every headline column.
 //!
 //! A cell's value for a column is its samples combined over vCPUs as the
 //! metric says ([`metrics::info`]): rates add up, p99s take the worst
@@ -121,11 +124,21 @@ impl Column {
 pub struct Best {
     /// The policy with the best median.
     pub leader: String,
-    /// Whether its range clears every other policy's: only then is it
-    /// called the best.
+    /// Whether the leader is significantly ahead of every other policy:
+    /// only then is it called the best.
     pub clear: bool,
-    /// In words: "best: haiku (ranges do not overlap)" or why not.
+    /// In words: "haiku leads: vs host p=0.008, +12.0 %" or why not.
     pub verdict: String,
+    /// The leader against each other policy.
+    pub tests: Vec<Versus>,
+}
+
+/// The leader against one other policy.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Versus {
+    pub policy: String,
+    /// Null: fewer than two repetitions on a side.
+    pub test: Option<super::verdict::Test>,
 }
 
 /// One policy's line of a group.
@@ -142,6 +155,8 @@ pub struct PolicyRow {
     pub values: Vec<Option<Stat>>,
     /// Per column, per baseline: median / baseline median.
     pub ratios: Vec<Vec<Option<f64>>>,
+    /// Per column: the value of each ok cell, in repetition order.
+    pub samples: Vec<Vec<f64>>,
 }
 
 /// One (layout, workload) pair.
@@ -155,6 +170,10 @@ pub struct GroupSummary {
     pub rows: Vec<PolicyRow>,
     /// Per column: who did best (headline columns with a direction only).
     pub best: Vec<Option<Best>>,
+    /// The policy best in every headline column, if one is.
+    pub best_policy: Option<String>,
+    /// The group's verdict in words (None without headline verdicts).
+    pub verdict: Option<String>,
 }
 
 impl GroupSummary {
@@ -333,21 +352,21 @@ fn columns(cells: &[&CellRecord], h: Option<&GroupHeadline>) -> Vec<Column> {
 }
 
 /// Who did best in column `ci` of `rows`, for headline columns with a
-/// direction: the best median, called the best only if its range clears
-/// every other policy's range and every policy ran at least twice.
+/// direction: the best median, called the best only if a permutation test
+/// finds it ahead of every other policy that has the value.
 fn best_of(col: &Column, ci: usize, rows: &[PolicyRow]) -> Option<Best> {
     if col.role != Role::Headline || col.better == Better::Neither {
         return None;
     }
-    let have: Vec<(&str, Stat)> = rows
+    let have: Vec<(&str, Stat, &[f64])> = rows
         .iter()
-        .filter_map(|r| Some((r.policy.as_str(), r.values[ci]?)))
+        .filter_map(|r| Some((r.policy.as_str(), r.values[ci]?, r.samples[ci].as_slice())))
         .collect();
     if have.len() < 2 {
         return None;
     }
     let higher = col.better == Better::Higher;
-    let (leader, top) = have.iter().copied().reduce(|a, b| {
+    let (leader, _, mine) = have.iter().copied().reduce(|a, b| {
         let b_wins = if higher {
             b.1.median > a.1.median
         } else {
@@ -359,42 +378,63 @@ fn best_of(col: &Column, ci: usize, rows: &[PolicyRow]) -> Option<Best> {
             a
         }
     })?;
-    let others = have.iter().filter(|(p, _)| *p != leader);
-    let overlap: Vec<&str> = others
-        .clone()
-        .filter(|(_, s)| {
-            if higher {
-                top.min <= s.max
-            } else {
-                top.max >= s.min
-            }
-        })
-        .map(|(p, _)| *p)
-        .collect();
-    let single: Vec<&str> = have
+    let tests: Vec<Versus> = have
         .iter()
-        .filter(|(_, s)| s.n < 2)
-        .map(|(p, _)| *p)
+        .filter(|(p, _, _)| *p != leader)
+        .map(|(p, _, theirs)| Versus {
+            policy: p.to_string(),
+            test: super::verdict::Test::of(mine, theirs),
+        })
         .collect();
-    let clear = overlap.is_empty() && single.is_empty();
-    let verdict = if clear {
-        format!("best: {leader} (its range does not overlap any other policy's)")
-    } else if !single.is_empty() {
-        format!(
-            "{leader} leads, but {} ran once: no range to judge by",
-            single.join(", ")
-        )
-    } else {
-        format!(
-            "no clear best: {leader} leads, but its range overlaps {}'s",
-            overlap.join(", ")
-        )
-    };
+    // Significant, and ahead in the column's direction (the leader is
+    // chosen by median, the test is on means).
+    let ahead = |t: &super::verdict::Test| t.significant && ((t.effect > 0.0) == higher);
+    let clear = tests.iter().all(|v| v.test.as_ref().is_some_and(ahead));
+    let parts: Vec<String> = tests
+        .iter()
+        .map(|v| match &v.test {
+            Some(t) => format!("vs {} {}", v.policy, t.describe()),
+            None => format!("vs {}: fewer than 2 repetitions a side, no test", v.policy),
+        })
+        .collect();
+    let verdict = format!("{leader} leads: {}", parts.join("; "));
     Some(Best {
         leader: leader.to_string(),
         clear,
         verdict,
+        tests,
     })
+}
+
+/// The group's one verdict over its headline columns: "best: P" when one
+/// policy is best in all of them.
+fn group_verdict(best: &[Option<Best>]) -> (Option<String>, Option<String>) {
+    let judged: Vec<&Best> = best.iter().flatten().collect();
+    let Some(first) = judged.first() else {
+        return (None, None);
+    };
+    if judged.iter().all(|b| b.clear && b.leader == first.leader) {
+        let policy = first.leader.clone();
+        let text = format!(
+            "best: {policy} (ahead of every other policy, p < {}, by more than {:.0} %)",
+            super::verdict::ALPHA,
+            super::verdict::NOISE * 100.0
+        );
+        return (Some(policy), Some(text));
+    }
+    let leaders: BTreeSet<&str> = judged.iter().map(|b| b.leader.as_str()).collect();
+    let text = if leaders.len() > 1 {
+        format!(
+            "no clear best: the headline columns are led by {}",
+            leaders.into_iter().collect::<Vec<_>>().join(", ")
+        )
+    } else {
+        format!(
+            "no clear best: {} leads, but not significantly ahead of every policy",
+            first.leader
+        )
+    };
+    (None, Some(text))
 }
 
 impl Summary {
@@ -452,16 +492,19 @@ impl Summary {
                                     CellStatus::Ok => {}
                                 }
                             }
-                            let values = columns
+                            let mut ok_by_rep = ok.clone();
+                            ok_by_rep.sort_by_key(|c| c.rep);
+                            let samples: Vec<Vec<f64>> = columns
                                 .iter()
                                 .map(|col| {
-                                    let v: Vec<f64> = ok
+                                    ok_by_rep
                                         .iter()
                                         .filter_map(|c| cell_value(&c.samples, col))
-                                        .collect();
-                                    Stat::of(&v)
+                                        .filter(|v| v.is_finite())
+                                        .collect()
                                 })
                                 .collect();
+                            let values = samples.iter().map(|v| Stat::of(v)).collect();
                             PolicyRow {
                                 policy: p.clone(),
                                 ok: ok.len(),
@@ -470,6 +513,7 @@ impl Summary {
                                 failures,
                                 values,
                                 ratios: Vec::new(),
+                                samples,
                             }
                         })
                         .collect();
@@ -494,11 +538,23 @@ impl Summary {
                         })
                         .collect();
                 }
-                let best = columns
+                let best: Vec<Option<Best>> = columns
                     .iter()
                     .enumerate()
                     .map(|(ci, col)| best_of(col, ci, &rows))
                     .collect();
+                let (best_policy, verdict) = group_verdict(&best);
+                // A verdict on a busy host says so (the hosts of its ok cells).
+                let busy = super::host_facts::busy_note(
+                    cells
+                        .iter()
+                        .filter(|c| c.status == CellStatus::Ok)
+                        .filter_map(|c| c.host.as_ref()),
+                );
+                let verdict = match (verdict, busy) {
+                    (Some(v), Some(b)) => Some(format!("{v}; {b}")),
+                    (v, _) => v,
+                };
                 GroupSummary {
                     layout,
                     workload,
@@ -506,6 +562,8 @@ impl Summary {
                     columns,
                     rows,
                     best,
+                    best_policy,
+                    verdict,
                 }
             })
             .collect();
@@ -594,6 +652,9 @@ impl Summary {
                         }
                     );
                 }
+            }
+            if let Some(v) = &g.verdict {
+                s += &format!("  => {v}\n");
             }
             for row in &g.rows {
                 for why in &row.not_applicable {
@@ -712,9 +773,26 @@ mod tests {
     }
 
     #[test]
-    fn headline_first_cost_next_best_only_without_overlap() {
+    fn headline_first_cost_next_best_only_when_significant() {
         use super::super::plots::tests::{cells, headline};
         let mut recs = cells();
+        // Five repetitions: the fewest with which p < 0.01 can be reached.
+        let more: Vec<CellRecord> = recs
+            .iter()
+            .filter(|r| r.id.ends_with("/r2"))
+            .flat_map(|r| {
+                (3..=5).map(move |rep| {
+                    let mut c = r.clone();
+                    c.rep = rep;
+                    c.id = c.id.replace("/r2", &format!("/r{rep}"));
+                    for x in &mut c.samples {
+                        x.value *= 1.0 + f64::from(rep) / 50.0;
+                    }
+                    c
+                })
+            })
+            .collect();
+        recs.extend(more);
         let s = Summary::build(&recs, &[], &["host".into()], &headline);
         let g = s.groups.iter().find(|g| g.layout == "nn").unwrap();
         let roles: Vec<(Role, String)> = g
@@ -733,7 +811,11 @@ mod tests {
         // The hog's units/s is a cost: no best is named for it.
         assert_eq!(g.best[1], None);
         let best = g.best[0].as_ref().unwrap();
-        assert_eq!((best.leader.as_str(), best.clear), ("haiku", true));
+        assert_eq!(
+            (best.leader.as_str(), best.clear),
+            ("haiku", true),
+            "{best:?}"
+        );
         let table = s.to_table(&|_| None);
         assert!(
             table.contains("HEADLINE sleep p99 [lat] (lower is better)"),
@@ -742,7 +824,36 @@ mod tests {
         assert!(table.contains("cost: units/s [hog]"), "{table}");
         assert!(table.contains("haiku *"), "{table}");
         assert!(table.contains("under test: VM lat"), "{table}");
-        // Ranges that overlap: a leader, but no best.
+        assert!(
+            best.verdict.starts_with("haiku leads: vs host p=0.008, -9"),
+            "{}",
+            best.verdict
+        );
+        assert_eq!(g.best_policy.as_deref(), Some("haiku"));
+        let nn = table.split("== solo").next().unwrap();
+        assert_eq!(nn.matches("best:").count(), 1, "{nn}");
+        assert!(nn.contains("=> best: haiku"), "{nn}");
+        assert!(!nn.contains("busy host"), "{nn}");
+        // The same cells, one of them run on a busy host (its recorded
+        // host facts): the verdict says so.
+        let mut busy = recs.clone();
+        let cell = busy
+            .iter_mut()
+            .find(|r| r.id == "nn/sleep/host/r3")
+            .unwrap();
+        let host = cell.host.as_mut().expect("the fixture records its host");
+        host.others_cpu_share = Some(0.7);
+        let s = Summary::build(&busy, &[], &["host".into()], &headline);
+        let g = s.groups.iter().find(|g| g.layout == "nn").unwrap();
+        let v = g.verdict.as_deref().unwrap();
+        assert!(
+            v.starts_with("best: haiku (")
+                && v.contains("; measured on a busy host (")
+                && v.contains("others up to 70 % of CPU time"),
+            "{v}"
+        );
+        // One of host's repetitions as low as haiku's: not significant,
+        // and how many repetitions would tell.
         for r in recs.iter_mut().filter(|r| r.id == "nn/sleep/host/r2") {
             for x in r
                 .samples
@@ -756,12 +867,57 @@ mod tests {
         let g = s.groups.iter().find(|g| g.layout == "nn").unwrap();
         let best = g.best[0].as_ref().unwrap();
         assert!(!best.clear, "{best:?}");
-        assert!(best.verdict.contains("overlaps host"), "{}", best.verdict);
-        // One repetition: no range, no best.
-        recs.retain(|r| r.rep == 1 && !r.id.ends_with("r2"));
+        assert!(
+            best.verdict.contains("vs host not significant (p=0.0"),
+            "{}",
+            best.verdict
+        );
+        assert!(
+            best.verdict
+                .contains("repetitions a policy would be needed"),
+            "{}",
+            best.verdict
+        );
+        assert_eq!(g.best_policy, None);
+        assert!(g
+            .verdict
+            .as_deref()
+            .unwrap()
+            .starts_with("no clear best: haiku leads"));
+        // Two repetitions: never significant (p >= 1/3), five needed.
+        recs.retain(|r| {
+            (r.id.ends_with("/r1") || r.id.ends_with("/r2")) && r.id != "nn/sleep/host/r2"
+        });
+        recs.extend(cells().into_iter().filter(|r| r.id == "nn/sleep/host/r2"));
         let s = Summary::build(&recs, &[], &["host".into()], &headline);
         let g = s.groups.iter().find(|g| g.layout == "nn").unwrap();
-        assert!(!g.best[0].as_ref().unwrap().clear);
+        let best = g.best[0].as_ref().unwrap();
+        assert!(!best.clear);
+        assert!(best.verdict.contains("~5 repetitions"), "{}", best.verdict);
+    }
+
+    #[test]
+    fn best_is_said_once_for_a_group_with_two_headlines() {
+        let clear = |leader: &str, clear: bool| {
+            Some(Best {
+                leader: leader.into(),
+                clear,
+                verdict: String::new(),
+                tests: Vec::new(),
+            })
+        };
+        let (p, v) = group_verdict(&[clear("haiku", true), None, clear("haiku", true)]);
+        assert_eq!(p.as_deref(), Some("haiku"));
+        assert!(v.unwrap().starts_with("best: haiku ("));
+        let (p, v) = group_verdict(&[clear("haiku", true), clear("pinned", true)]);
+        assert_eq!(p, None);
+        assert_eq!(
+            v.unwrap(),
+            "no clear best: the headline columns are led by haiku, pinned"
+        );
+        let (p, _) = group_verdict(&[clear("haiku", true), clear("haiku", false)]);
+        assert_eq!(p, None);
+        assert_eq!(group_verdict(&[None]), (None, None));
     }
 
     #[test]

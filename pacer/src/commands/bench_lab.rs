@@ -11,14 +11,14 @@ use std::path::{Path, PathBuf};
 
 /// The closing text of `pacer bench merge --help`.
 pub const MERGE_HELP: &str = "Examples:
-  pacer bench merge out/s1 out/s2 --out out/all           two shards of one matrix
-  pacer bench merge lab/intel lab/amd --out lab/both       one matrix run whole on two hosts
+  pacer bench merge out/s1 out/s2 --out-dir out/all           two shards of one matrix
+  pacer bench merge lab/intel lab/amd --out-dir lab/both       one matrix run whole on two hosts
 
 Each DIR is an output folder of pacer bench (a shard, or a whole run). The
 folders must hold cells of one matrix (the digest in their shard.json); a
 cell may appear once per kind of machine (CPU model, topology, kernel,
 KVM): identical hosts pool their cells, different ones are shown side by
-side. --out gets results.jsonl, results.csv, cell-settings.jsonl,
+side. --out-dir gets results.jsonl, results.csv, cell-settings.jsonl,
 summary.json, plots/ and report.html as a run would; cells no folder holds
 are named on stderr.
 
@@ -28,7 +28,7 @@ Exit codes:
   2  bad input, nothing written: folders of different matrices, a cell
      twice on one kind of machine, a folder without shard.json or
      cell-settings.jsonl, a matrix file that changed since, results
-     already in --out
+     already in --out-dir
   3  the merged folder could not be written";
 
 /// `pacer bench`'s subcommands.
@@ -46,8 +46,11 @@ pub struct MergeArgs {
     #[arg(value_name = "DIR", required = true, num_args = 1..)]
     pub dirs: Vec<PathBuf>,
     /// Where the merged results, summary and report go (a new folder).
-    #[arg(long, value_name = "DIR")]
-    pub out: PathBuf,
+    #[arg(long, value_name = "DIR", required_unless_present = "out")]
+    pub out_dir: Option<PathBuf>,
+    /// Deprecated: --out-dir DIR (every other --out is a FILE).
+    #[arg(long, value_name = "DIR", hide = true, conflicts_with = "out_dir")]
+    pub out: Option<PathBuf>,
     /// The matrix file the folders ran (default: the path their
     /// shard.json names); its digest must be theirs.
     #[arg(long, value_name = "FILE")]
@@ -89,7 +92,14 @@ pub fn command(c: BenchCommand) -> i32 {
 }
 
 fn merge_main(args: &MergeArgs) -> i32 {
-    match merge::merge(&args.dirs, &args.out, args.matrix.as_deref()) {
+    if args.out.is_some() {
+        crate::output::deprecated("pacer bench merge --out DIR", "--out-dir DIR");
+    }
+    let Some(out_dir) = args.out_dir.as_ref().or(args.out.as_ref()) else {
+        eprintln!("pacer bench merge: --out-dir DIR: missing");
+        return EXIT_BAD_INPUT;
+    };
+    match merge::merge(&args.dirs, out_dir, args.matrix.as_deref()) {
         Ok(o) => {
             let describe = |layout: &str| {
                 let base = crate::bench::hosts::base_layout(layout);
@@ -136,7 +146,7 @@ fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
-/// `pacer bench MATRIX --slurm --shards N --out DIR`.
+/// `pacer bench MATRIX --slurm --shards N --out-dir DIR`.
 pub fn slurm(m: &Matrix, out_dir: &Path, lab: &LabArgs, dry_run: bool) -> i32 {
     let out_dir = absolute(out_dir);
     if let Err(e) = slurm::check(&out_dir, lab.partition.as_deref()) {

@@ -10,7 +10,9 @@
 //! pacer ctl SOCKET pause VM | resume VM | stop VM
 //! pacer ctl SOCKET watch [--count N]        the per-second status
 //! ```
-//! `--json` prints the API's documents as they are. `--timeout SECONDS`
+//! `--format json` prints the API's documents as they are (`--json`, the
+//! old switch, still works with a warning: every other `--json` takes a
+//! FILE). `--timeout SECONDS`
 //! (default 10) bounds each answer, however the server sends it: none
 //! whole by then is "no answer from SOCKET within N s". Errors are one
 //! line; exit status 0 done, 1 the API failed, cannot be reached or did
@@ -83,13 +85,25 @@ Exit codes:
   1  the API failed, cannot be reached or did not answer in time
   2  refused: bad input (the server's reason names the target and key)";
 
+/// How `pacer ctl` prints an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned tables and lines.
+    Table,
+    /// The API's JSON document, one per line.
+    Json,
+}
+
 #[derive(Debug, Args)]
 pub struct CtlArgs {
     /// The API socket of a running `pacer run --api-socket`.
     #[arg(value_name = "SOCKET")]
     pub socket: PathBuf,
-    /// Print the API's JSON documents instead of tables.
-    #[arg(long, global = true)]
+    /// Print tables, or the API's JSON documents as they are (json).
+    #[arg(long, global = true, value_enum, default_value = "table")]
+    pub format: Format,
+    /// Deprecated: --format json (every other --json takes a FILE).
+    #[arg(long, global = true, hide = true)]
     pub json: bool,
     /// Give up on an answer not whole within this many seconds (on
     /// `watch`: the head, then each sample, at least 5 s apart).
@@ -99,11 +113,35 @@ pub struct CtlArgs {
     pub command: CtlCommand,
 }
 
+/// The exit codes every `pacer ctl` command shares.
+macro_rules! ctl_exit_codes {
+    () => {
+        "
+
+Exit codes:
+  0  done
+  1  the API failed, cannot be reached or did not answer in time
+  2  refused: bad input (the server's reason names the target and key)"
+    };
+}
+
 #[derive(Debug, Subcommand)]
 pub enum CtlCommand {
     /// List the VMs: state, vCPUs, core set, class, priority.
+    #[command(after_help = concat!(
+        "Examples:
+  pacer ctl /tmp/pacer.sock ls
+  pacer ctl /tmp/pacer.sock --format json ls | jq '.vms[].name'",
+        ctl_exit_codes!()
+    ))]
     Ls,
     /// Per vCPU: state, host CPU, affinity, priorities, run/wait time, wake latency.
+    #[command(after_help = concat!(
+        "Examples:
+  pacer ctl /tmp/pacer.sock stats
+  pacer ctl /tmp/pacer.sock stats latency        one VM's vCPUs",
+        ctl_exit_codes!()
+    ))]
     Stats {
         /// Only this VM.
         vm: Option<String>,
@@ -111,30 +149,60 @@ pub enum CtlCommand {
     /// Change a VM's or vCPU's affinity, priority, class; or (no target)
     /// the host's mode, offline, online. E.g. `set web/1 affinity=1`,
     /// `set web priority=20`, `set mode=power-saving`, `set offline=1`.
+    #[command(after_help = concat!(
+        "Examples:
+  pacer ctl /tmp/pacer.sock set web priority=20          a VM (its vCPUs inherit it)
+  pacer ctl /tmp/pacer.sock set web/1 affinity=1         one vCPU
+  pacer ctl /tmp/pacer.sock set web class=realtime priority=110
+  pacer ctl /tmp/pacer.sock set mode=power-saving        the host
+  pacer ctl /tmp/pacer.sock set offline=1",
+        ctl_exit_codes!()
+    ))]
     Set {
         /// [VM[/VCPU]] KEY=VALUE...
         #[arg(required = true, num_args = 1..)]
         words: Vec<String>,
     },
     /// Pause every vCPU of a VM.
+    #[command(after_help = concat!(
+        "Examples:
+  pacer ctl /tmp/pacer.sock pause hog",
+        ctl_exit_codes!()
+    ))]
     Pause {
         /// The VM's name.
         vm: String,
     },
     /// Resume a paused VM.
+    #[command(after_help = concat!(
+        "Examples:
+  pacer ctl /tmp/pacer.sock resume hog",
+        ctl_exit_codes!()
+    ))]
     Resume {
         /// The VM's name.
         vm: String,
     },
     /// Stop a VM (its result says "stopped by request").
+    #[command(after_help = concat!(
+        "Examples:
+  pacer ctl /tmp/pacer.sock stop hog",
+        ctl_exit_codes!()
+    ))]
     Stop {
         /// The VM's name.
         vm: String,
     },
     /// Follow the per-second status.
+    #[command(after_help = concat!(
+        "Examples:
+  pacer ctl /tmp/pacer.sock watch
+  pacer ctl /tmp/pacer.sock watch --count 5 --timeout 30",
+        ctl_exit_codes!()
+    ))]
     Watch {
         /// Stop after this many samples.
-        #[arg(long)]
+        #[arg(long, value_name = "N")]
         count: Option<u64>,
     },
 }
@@ -166,9 +234,13 @@ pub fn main(args: CtlArgs) -> i32 {
 }
 
 fn run(args: &CtlArgs) -> Result<(), CtlError> {
+    if args.json {
+        crate::output::deprecated("pacer ctl --json", "--format json");
+    }
+    let json = args.json || args.format == Format::Json;
     let c = Client::with_deadline(&args.socket, args.timeout);
     let show = |v: &Value, table: fn(&Value) -> String| {
-        if args.json {
+        if json {
             out(&format!("{v}\n"));
         } else {
             out(&table(v));
@@ -396,7 +468,7 @@ fn stats_table(v: &Value) -> String {
                 text(&c["effective_priority"]),
                 duration(&c["run_ns"]),
                 duration(&c["ready_wait_ns"]),
-                duration(&c["wake_latency_ns"]["p99"]),
+                duration(&c["wake_latency"]["p99_ns"]),
                 text(&c["migrations"]),
                 text(&c["preemptions"]),
             ]);
@@ -406,7 +478,7 @@ fn stats_table(v: &Value) -> String {
         "policy {}, mode {}, t={:.1}s\n",
         text(&v["policy"]),
         text(&v["mode"]),
-        v["t_run_ms"].as_f64().unwrap_or(0.0) / 1e3
+        v["t_run_ns"].as_f64().unwrap_or(0.0) / 1e9
     );
     s.push_str(&columns(&rows));
     s.push_str(&notes);
@@ -444,7 +516,7 @@ fn watch_lines(v: &Value) -> String {
         .collect();
     let mut s = format!(
         "t={:.1}s {} {} | {}\n",
-        v["t_run_ms"].as_f64().unwrap_or(0.0) / 1e3,
+        v["t_run_ns"].as_f64().unwrap_or(0.0) / 1e9,
         text(&v["policy"]),
         text(&v["mode"]),
         cpus.join(" | ")
@@ -457,7 +529,7 @@ fn watch_lines(v: &Value) -> String {
                     text(&c["vcpu"]),
                     percent(&c["run_fraction"]),
                     percent(&c["ready_wait_fraction"]),
-                    duration(&c["wake_latency_ns"]["p99"])
+                    duration(&c["wake_latency"]["p99_ns"])
                 )
             })
             .collect();
@@ -508,11 +580,11 @@ mod tests {
 
     #[test]
     fn tables_show_what_the_api_says() {
-        let stats = json!({"policy": "haiku", "mode": "low-latency", "t_run_ms": 1500, "vms": [
+        let stats = json!({"policy": "haiku", "mode": "low-latency", "t_run_ns": 1_500_000_000u64, "vms": [
             {"name": "a", "state": "running", "vcpus": [{"vcpu": 0, "state": "running",
              "engine_state": "running", "host_cpu": 1, "affinity": "1", "class": "timeshare",
              "base_priority": 10, "effective_priority": 8, "run_ns": 1_500_000_000u64,
-             "ready_wait_ns": 2_000_000, "wake_latency_ns": null, "migrations": 3, "preemptions": 0}]},
+             "ready_wait_ns": 2_000_000, "wake_latency": null, "migrations": 3, "preemptions": 0}]},
             {"name": "b", "state": "starting", "vcpus": null}]});
         let ls = json!({"policy": "haiku", "mode": "low-latency", "host_cpus": "0-1",
             "cpus_out_of_service": "", "vms": [
@@ -530,11 +602,11 @@ mod tests {
         assert!(t.contains("1.50 s  2.00 ms  -"), "{t}");
         assert!(t.contains("b: starting (no scheduler rows)"), "{t}");
         let w = watch_lines(
-            &json!({"t_run_ms": 2000, "policy": "haiku", "mode": "low-latency",
+            &json!({"t_run_ns": 2_000_000_000u64, "policy": "haiku", "mode": "low-latency",
             "cpus": [{"cpu": 0, "in_service": true, "vm": "a", "vcpu": 0, "effective_priority": 8},
                      {"cpu": 1, "in_service": false, "vm": null}],
             "vms": [{"name": "a", "state": "running", "host_share": 0.5, "vcpus": [
-                {"vcpu": 0, "run_fraction": 0.97, "ready_wait_fraction": 0.0, "wake_latency_ns": {"p99": 310000}}]}]}),
+                {"vcpu": 0, "run_fraction": 0.97, "ready_wait_fraction": 0.0, "wake_latency": {"p99_ns": 310000}}]}]}),
         );
         assert!(
             w.starts_with("t=2.0s haiku low-latency | CPU 0: a/0 E 8 | CPU 1: out of service"),

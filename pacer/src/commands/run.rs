@@ -21,6 +21,7 @@ pub const HELP: &str = "Examples:
   pacer run configs/demo.toml --policy host           the same VMs left to the host kernel
   pacer run configs/demo.toml --compare haiku,host    one after the other; who did better per VM
   pacer run configs/demo.toml --compare haiku,haiku:power-saving --json cmp.json
+  pacer run configs/demo.toml --compare haiku,host --repeat 5   a verdict with a p-value
   pacer run configs/engine-smoke.toml --status        a status line per second on stderr
   pacer run kut.toml --exit-status-from-guest         the guest's own exit status
 
@@ -69,6 +70,12 @@ pub struct RunArgs {
         conflicts_with = "policy"
     )]
     pub compare: Vec<PolicyChoice>,
+    /// With --compare: run every policy N times, round after round (each
+    /// round every policy once), and judge each VM by a permutation test
+    /// over the runs (p < 0.01 and more than 5 % apart, else "not
+    /// significant" and the runs that would be needed).
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "compare", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
     /// Exit with the guest's own exit status (isa-debug-exit:
     /// `(v << 1) | 1`; bench exit port: its value), low 8 bits; 2 if it
     /// set none. Needs a config with exactly one VM.
@@ -118,6 +125,7 @@ pub fn main(args: RunArgs, run_start: Instant) -> i32 {
         json,
         status,
         compare,
+        repeat: args_repeat,
         exit_status_from_guest,
         no_seccomp,
         mode,
@@ -159,6 +167,7 @@ pub fn main(args: RunArgs, run_start: Instant) -> i32 {
             json,
             status,
             run_start,
+            repeat: args_repeat,
         };
         return run_compare(&runs, &compare);
     }
@@ -273,6 +282,8 @@ struct RunsOf<'a> {
     json: Option<PathBuf>,
     status: bool,
     run_start: Instant,
+    /// Runs of each policy (`--repeat`).
+    repeat: u32,
 }
 
 /// `pacer run FILE --compare P1,P2,..`: the same VMs under each policy in
@@ -299,19 +310,26 @@ fn run_compare(runs_of: &RunsOf<'_>, policies: &[PolicyChoice]) -> i32 {
     let mut entries = Vec::new();
     let mut all_ok = true;
     let mut write_failed = false;
-    for (p, config) in configs {
-        out(&format!("== policy {p}\n"));
+    let rounds = runs_of.repeat.max(1);
+    let rounds_of_configs = (1..=rounds).flat_map(|round| configs.iter().map(move |c| (round, c)));
+    for (round, (p, config)) in rounds_of_configs {
+        let (p, config) = (*p, config);
+        if rounds > 1 {
+            out(&format!("== policy {p} (round {round} of {rounds})\n"));
+        } else {
+            out(&format!("== policy {p}\n"));
+        }
         let opts = RunOptions {
             run_start: runs_of.run_start,
             status: runs_of.status,
             trace: None,
             api: Default::default(),
         };
-        match runner::run(&config, &opts, &print_event) {
+        match runner::run(config, &opts, &print_event) {
             Ok(r) => {
                 all_ok &= r.ok;
                 write_failed |= write_failures(&r).is_some();
-                entries.push(RunEntry::of(&config, &r));
+                entries.push(RunEntry::of(config, &r));
                 runs.push((p.to_string(), r));
             }
             Err(e) => {
@@ -323,11 +341,17 @@ fn run_compare(runs_of: &RunsOf<'_>, policies: &[PolicyChoice]) -> i32 {
             }
         }
     }
-    let comparison = crate::compare::compare(&runs);
+    let comparison = if rounds > 1 {
+        crate::compare::compare_repeated(&runs)
+    } else {
+        crate::compare::compare(&runs)
+    };
+    // The per-vCPU table of the first round (the others are in the JSON).
+    let first_round = &runs[..runs.len().min(policies.len())];
     out(&format!(
         "\n{}\n{}",
         crate::compare::format(&comparison),
-        crate::compare::format_vcpus(&runs)
+        crate::compare::format_vcpus(first_round)
     ));
     if let Some(path) = &runs_of.json {
         let doc = RunDocument::new(runs_of.file.to_path_buf(), entries, Some(comparison));

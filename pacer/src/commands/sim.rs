@@ -107,6 +107,7 @@ pub fn main(a: SimArgs) -> i32 {
         },
         json: a.json,
         write_file: Some(|path, bytes| vmm::whole_file::write(path, bytes)),
+        to_json: Some(crate::documents::sim::sim_json),
         seed: a.seed,
         duration_ms: a.duration_ms,
         topology: a.topology,
@@ -194,7 +195,7 @@ fn replay(a: &SimArgs, path: &std::path::Path) -> i32 {
                 doc.push(serde_json::json!({
                     "policy": policy.as_str(),
                     "vcpus": rows,
-                    "report": report,
+                    "report": crate::documents::sim::report(&report),
                 }));
             }
             Err(e) => {
@@ -204,11 +205,7 @@ fn replay(a: &SimArgs, path: &std::path::Path) -> i32 {
         }
     }
     if let Some(json) = &a.json {
-        let text = serde_json::json!({
-            "schema_version": vcpu_engine::trace::format::SCHEMA_VERSION,
-            "trace": path,
-            "replays": doc,
-        });
+        let text = crate::documents::sim::replay_document(path, doc);
         if let Err(e) = vmm::whole_file::write(
             json,
             serde_json::to_string_pretty(&text).unwrap_or_default() + "\n",

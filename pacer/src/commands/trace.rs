@@ -25,7 +25,8 @@ pub const HELP: &str = "Examples:
 Exit codes:
   0  done
   1  an output cannot be written
-  2  bad input: a file that is not a readable trace";
+  2  bad input: a file that is not a readable trace, a bad window, an
+     output that cannot be created";
 
 /// Arguments of `pacer trace`.
 #[derive(Debug, clap::Args)]
@@ -68,35 +69,82 @@ impl Window {
     }
 }
 
+/// The exit codes every `pacer trace` command shares.
+macro_rules! trace_exit_codes {
+    () => {
+        "
+
+Exit codes:
+  0  done
+  1  an output cannot be written
+  2  bad input: a file that is not a readable trace, a bad window, an
+     output that cannot be created"
+    };
+}
+
 #[derive(Debug, clap::Subcommand)]
 pub enum TraceCommand {
     /// Per-path latency breakdown: for each kind of wake (timer, IPI,
     /// device line) and for interrupts to running vCPUs, every step from
     /// the cause to the guest's handler, p50 and p99; IPI round trips.
+    #[command(after_help = concat!(
+        "Examples:
+  pacer trace summary /tmp/demo.trace
+  pacer trace summary /tmp/demo.trace --json /tmp/demo-summary.json",
+        trace_exit_codes!()
+    ))]
     Summary {
+        /// The trace (`pacer run --trace FILE`).
+        #[arg(value_name = "TRACE")]
         file: PathBuf,
-        /// Also write the summary as JSON here.
-        #[arg(long, value_name = "OUT")]
+        /// Also write the summary as JSON into FILE.
+        #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
     },
     /// Write the trace as Chrome/Perfetto trace event JSON (open it in
     /// ui.perfetto.dev or chrome://tracing).
+    #[command(after_help = concat!(
+        "Examples:
+  pacer trace export /tmp/demo.trace --out /tmp/demo.json     then open it in ui.perfetto.dev",
+        trace_exit_codes!()
+    ))]
     Export {
+        /// The trace (`pacer run --trace FILE`).
+        #[arg(value_name = "TRACE")]
         file: PathBuf,
-        #[arg(long, value_name = "OUT")]
+        /// Write the trace event JSON into FILE.
+        #[arg(long, value_name = "FILE")]
         out: PathBuf,
     },
-    /// Draw the timeline (one lane per host CPU, coloured by VM, wakes and
-    /// preemptions marked) as PNG or SVG, by the extension of --out.
+    /// Draw the timeline (one lane per host CPU, a colour per vCPU, wakes
+    /// and preemptions marked; one lane per vCPU: running and waiting) as
+    /// PNG or SVG, by the extension of --out. Without --from/--to a trace
+    /// too long to read whole is drawn over its busiest window (said).
+    #[command(after_help = concat!(
+        "Examples:
+  pacer trace plot /tmp/demo.trace --out /tmp/demo.png
+  pacer trace plot /tmp/demo.trace --out /tmp/demo.svg --from 100 --to 120   20 ms of it",
+        trace_exit_codes!()
+    ))]
     Plot {
+        /// The trace (`pacer run --trace FILE`).
+        #[arg(value_name = "TRACE")]
         file: PathBuf,
-        #[arg(long, value_name = "OUT")]
+        /// Write the picture into FILE (.png or .svg).
+        #[arg(long, value_name = "FILE")]
         out: PathBuf,
         #[command(flatten)]
         window: Window,
     },
     /// Print every event as a line of text.
+    #[command(after_help = concat!(
+        "Examples:
+  pacer trace dump /tmp/demo.trace --from 100 --to 101 | less",
+        trace_exit_codes!()
+    ))]
     Dump {
+        /// The trace (`pacer run --trace FILE`).
+        #[arg(value_name = "TRACE")]
         file: PathBuf,
         #[command(flatten)]
         window: Window,
@@ -135,7 +183,10 @@ fn run(args: TraceArgs) -> Result<(), i32> {
         TraceCommand::Dump { file, window } => {
             let trace = load(&file)?;
             let (from, to) = window.bounds(&trace).map_err(bad)?;
-            out(&crate::trace::describe::dump(&trace, from, to));
+            let text = crate::trace::describe::dump(&trace, from, to);
+            out(&text);
+            // What was found, on stderr (stdout stays the events alone).
+            eprintln!("{}", found_line(&trace, from, to, text.lines().count()));
             Ok(())
         }
         TraceCommand::Summary { file, json } => {
@@ -147,13 +198,27 @@ fn run(args: TraceArgs) -> Result<(), i32> {
             out(&s.to_text(&trace));
             if let Some(path) = json {
                 write(&path, &s.to_json_text())?;
+                out(&format!(
+                    "pacer: summary (pacer-trace-summary) written to {}\n",
+                    path.display()
+                ));
             }
             Ok(())
         }
         TraceCommand::Export { file, out: path } => {
             writable("--out", &path)?;
             let trace = load(&file)?;
-            write(&path, &crate::trace::export::perfetto_json(&trace))
+            let text = crate::trace::export::perfetto_json(&trace);
+            write(&path, &text)?;
+            let (first, last) = trace.span();
+            out(&format!(
+                "pacer: {} events over {} written to {} as Chrome trace event JSON ({} bytes); open it in ui.perfetto.dev or chrome://tracing\n",
+                trace.events.len(),
+                crate::trace::summary::us(last - first),
+                path.display(),
+                text.len()
+            ));
+            Ok(())
         }
         TraceCommand::Plot {
             file,
@@ -162,14 +227,58 @@ fn run(args: TraceArgs) -> Result<(), i32> {
         } => {
             writable("--out", &path)?;
             let trace = load(&file)?;
-            let (from, to) = window.bounds(&trace).map_err(bad)?;
-            crate::trace::plot::draw(&trace, from, to, &path).map_err(|e| {
+            let busiest = match (window.from, window.to) {
+                (None, None) => crate::trace::plot::busiest_window(&trace),
+                _ => None,
+            };
+            let (from, to) = match busiest {
+                Some(w) => w,
+                None => window.bounds(&trace).map_err(bad)?,
+            };
+            crate::trace::plot::draw(&trace, from, to, busiest.is_some(), &path).map_err(|e| {
                 eprintln!("pacer trace plot: {e}");
                 EXIT_VM_FAILED
             })?;
-            out(&format!("pacer: timeline written to {}\n", path.display()));
+            let (first, last) = trace.span();
+            let ms = |ns: u64| ns.saturating_sub(first) as f64 / 1e6;
+            let what = if busiest.is_some() {
+                format!(
+                    "the busiest {:.1} ms of the trace's {:.1} ms ({:.1}-{:.1} ms; --from/--to draw another window, --from 0 the whole trace)",
+                    ms(to) - ms(from),
+                    ms(last),
+                    ms(from),
+                    ms(to)
+                )
+            } else {
+                format!(
+                    "{:.1}-{:.1} ms of the trace's {:.1} ms",
+                    ms(from),
+                    ms(to),
+                    ms(last)
+                )
+            };
+            out(&format!(
+                "pacer: timeline of {what} written to {}\n",
+                path.display()
+            ));
             Ok(())
         }
+    }
+}
+
+/// What `dump` found in the window `from..=to` (ns on the trace's clock).
+fn found_line(trace: &TraceFile, from: u64, to: u64, events: usize) -> String {
+    let (first, last) = trace.span();
+    let ms = |ns: u64| ns.saturating_sub(first) as f64 / 1e6;
+    let window = format!("{:.3}-{:.3} ms", ms(from), ms(to));
+    if events == 0 {
+        format!(
+            "pacer: no events in {window}; the trace has {} events over 0.000-{:.3} ms",
+            trace.events.len(),
+            ms(last)
+        )
+    } else {
+        format!("pacer: {events} events in {window}")
     }
 }
 

@@ -8,7 +8,7 @@
 use super::matrix::MatrixView;
 use crate::bench::headline::GroupHeadline;
 use crate::bench::metrics::{self, Better};
-use crate::bench::summary::{GroupSummary, Role, Summary};
+use crate::bench::summary::{GroupSummary, Role, Summary, Versus};
 use serde::Serialize;
 use vmm::documents::Header;
 
@@ -41,11 +41,13 @@ pub struct ColumnDoc {
     pub title: String,
     pub role: Role,
     pub better: Better,
-    /// Headline columns: the policy called the best (only when its range
-    /// clears every other's), else null.
+    /// Headline columns: the policy called the best (only when a
+    /// permutation test finds it ahead of every other), else null.
     pub best: Option<String>,
     /// Headline columns: the verdict in words.
     pub verdict: Option<String>,
+    /// Headline columns: the leader against each other policy.
+    pub tests: Vec<Versus>,
     pub values: Vec<ValueDoc>,
 }
 
@@ -66,6 +68,10 @@ pub struct GroupDoc {
     pub workload: String,
     pub headline: Option<GroupHeadline>,
     pub policies: Vec<PolicyCellsDoc>,
+    /// The policy best in every headline column, else null.
+    pub best: Option<String>,
+    /// The group's verdict in words ("best: P (...)", "no clear best: ...").
+    pub verdict: Option<String>,
     pub columns: Vec<ColumnDoc>,
 }
 
@@ -95,6 +101,8 @@ fn group(g: &GroupSummary, baselines: &[String]) -> GroupDoc {
                 failures: r.failures.clone(),
             })
             .collect(),
+        best: g.best_policy.clone(),
+        verdict: g.verdict.clone(),
         columns: g
             .columns
             .iter()
@@ -110,6 +118,10 @@ fn group(g: &GroupSummary, baselines: &[String]) -> GroupDoc {
                     .filter(|b| b.clear)
                     .map(|b| b.leader.clone()),
                 verdict: g.best[ci].as_ref().map(|b| b.verdict.clone()),
+                tests: g.best[ci]
+                    .as_ref()
+                    .map(|b| b.tests.clone())
+                    .unwrap_or_default(),
                 values: g
                     .rows
                     .iter()

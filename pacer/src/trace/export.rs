@@ -226,15 +226,16 @@ pub fn document(trace: &TraceFile) -> Value {
     json!({
         "traceEvents": ev,
         "displayTimeUnit": "ns",
-        "otherData": {
-            "schema_version": vcpu_engine::trace::format::SCHEMA_VERSION,
+        // Chrome's format keeps our own fields here: a `pacer-trace-export`
+        // document (its schema: `schemas/`).
+        "otherData": vmm::documents::with_header(vmm::documents::TRACE_EXPORT, vmm::documents::SCHEMA_VERSION, json!({
             "policy": trace.run.policy,
             "mode": trace.run.mode,
             "dispatch": trace.run.dispatch,
             "config": trace.run.config,
             "events_lost": trace.lost,
             "complete": trace.complete,
-        }
+        }))
     })
 }
 

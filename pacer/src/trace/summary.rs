@@ -78,6 +78,40 @@ pub const STEPS: [&str; 9] = [
     "injected",
     "handler (EOI)",
 ];
+/// What each step of a path measures: the time from the step before it
+/// (the one the path went through last) to this one. Printed under the
+/// summary, so it reads without the README.
+pub const STEP_LEGEND: [(&str, &str); 8] = [
+    (
+        "notified",
+        "the cause reached Pacer (a timer: its deadline -> the timer fired)",
+    ),
+    (
+        "decision",
+        "-> vcpu_sched's wake decision (which CPU runs the vCPU)",
+    ),
+    (
+        "kick sent",
+        "-> the target CPU was kicked (to preempt, or to end its idle wait)",
+    ),
+    ("exit seen", "-> the kicked CPU's vCPU left the guest"),
+    (
+        "dispatched",
+        "-> schedule() on the target CPU gave it the woken vCPU",
+    ),
+    (
+        "running",
+        "-> the vCPU's thread took its CPU (its poll or futex wake ended)",
+    ),
+    (
+        "injected",
+        "-> the interrupt was injected, before the guest entry",
+    ),
+    (
+        "handler (EOI)",
+        "-> the guest's handler ran and acknowledged it (its EOI exit)",
+    ),
+];
 const NOTIFIED: usize = 1;
 const DECISION: usize = 2;
 const KICK: usize = 3;
@@ -163,7 +197,9 @@ pub struct VcpuRow {
 /// What `pacer trace summary` prints (and writes as JSON).
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
-    pub schema_version: u32,
+    /// `pacer-trace-summary` (its schema: `schemas/`).
+    #[serde(flatten)]
+    pub header: vmm::documents::Header,
     pub policy: String,
     pub dispatch: String,
     pub span_ns: u64,
@@ -604,6 +640,18 @@ fn vcpu_rows(trace: &TraceFile, wakes: &[Path]) -> Vec<VcpuRow> {
         .collect()
 }
 
+/// The steps' legend: each step is the time since the previous step the
+/// path went through.
+pub fn legend() -> String {
+    let mut s = String::from(
+        "\nSteps (each the time since the step before it that the path went through):\n",
+    );
+    for (step, what) in STEP_LEGEND {
+        let _ = writeln!(s, "    {step:<16} {what}");
+    }
+    s
+}
+
 /// A duration for a table.
 pub fn us(ns: u64) -> String {
     if ns >= 10_000_000 {
@@ -618,7 +666,7 @@ impl Summary {
         let (wakes, irqs) = follow(trace);
         let (first, last) = trace.span();
         Summary {
-            schema_version: vcpu_engine::trace::format::SCHEMA_VERSION,
+            header: vmm::documents::Header::new(vmm::documents::TRACE_SUMMARY),
             policy: trace.run.policy.clone(),
             dispatch: trace.run.dispatch.clone(),
             span_ns: last - first,
@@ -706,6 +754,9 @@ impl Summary {
             "Interrupts for running vCPUs:",
             &self.interrupt_paths,
         );
+        if !(self.wake_paths.is_empty() && self.interrupt_paths.is_empty()) {
+            s.push_str(&legend());
+        }
         for r in &self.round_trips {
             let _ = writeln!(
                 s,

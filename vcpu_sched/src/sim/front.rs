@@ -15,6 +15,9 @@ use std::path::PathBuf;
 /// Writes a whole file (`SimOptions::write_file`).
 pub type WriteFile = fn(&std::path::Path, &[u8]) -> std::io::Result<()>;
 
+/// The JSON text of the reports (`SimOptions::to_json`).
+pub type ReportsJson = fn(&[crate::sim::SimReport]) -> String;
+
 /// What to run and what to print.
 #[derive(Debug, Clone, Default)]
 pub struct SimOptions {
@@ -27,6 +30,9 @@ pub struct SimOptions {
     /// How the JSON file is written (None: `std::fs::write`); the `pacer`
     /// binary writes it whole or not at all (`vmm::whole_file`).
     pub write_file: Option<WriteFile>,
+    /// The JSON text of the reports (None: the report, or a list of them,
+    /// as serialized); the `pacer` binary writes its `pacer-sim` document.
+    pub to_json: Option<ReportsJson>,
     pub seed: Option<u64>,
     pub duration_ms: Option<u64>,
     /// A synthetic topology instead of the scenario's, e.g. `2x22x2`.
@@ -159,7 +165,9 @@ pub fn run_workload(
         .map_err(io)?;
     }
     if let Some(path) = &opts.json {
-        let text = if reports.len() == 1 {
+        let text = if let Some(to_json) = opts.to_json {
+            to_json(&reports)
+        } else if reports.len() == 1 {
             reports[0].to_json()
         } else {
             serde_json::to_string_pretty(&reports).unwrap_or_default()

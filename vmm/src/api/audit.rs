@@ -1,18 +1,33 @@
 //! The record of every change made through the control API: what changed
-//! (target, key, the value before and after), when (ms into the run and
+//! (target, key, the value before and after), when (ns into the run and
 //! wall-clock time) and by whom (the uid of the socket's peer, from
 //! SO_PEERCRED). Each change is a line of `<run dir>/control.jsonl` as it
-//! is made (one `write` per line) and an entry of the run's results
+//! is made (one `write` per line; a `pacer-control-change` document, its
+//! schema in `schemas/`) and an entry of the run's results
 //! (`control_changes` in `--json`). A line the disk does not take whole is
 //! cut off again, so the file holds whole lines only.
 
+use crate::documents::{Header, API_SCHEMA_VERSION, CONTROL_CHANGE};
+use crate::results::events::ControlChangeDoc;
 use crate::results::ControlChange;
+use serde::Serialize;
 use std::io::Write;
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// The version of the `control.jsonl` line and of the API's documents.
-pub const SCHEMA_VERSION: u32 = 1;
+/// One line of `control.jsonl`.
+#[derive(Serialize)]
+struct ControlLine {
+    #[serde(flatten)]
+    header: Header,
+    #[serde(flatten)]
+    change: ControlChangeDoc,
+}
+
+/// Nanoseconds of a duration, saturated.
+fn ns(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// The run's change record.
 pub struct Audit {
@@ -39,11 +54,8 @@ impl Audit {
     /// Record one change.
     pub fn record(&self, uid: u32, target: &str, key: &str, previous: Option<String>, value: &str) {
         let change = ControlChange {
-            schema_version: SCHEMA_VERSION,
-            t_run_ms: self.run_start.elapsed().as_millis() as u64,
-            unix_time_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            t_run_ns: ns(self.run_start.elapsed()),
+            unix_time_ns: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, ns),
             uid,
             target: target.to_string(),
             key: key.to_string(),
@@ -55,7 +67,11 @@ impl Audit {
             change.previous.as_deref().unwrap_or("-")
         );
         if let Some(f) = &self.file {
-            let mut line = serde_json::to_string(&change).unwrap_or_default();
+            let line = ControlLine {
+                header: Header::versioned(CONTROL_CHANGE, API_SCHEMA_VERSION),
+                change: ControlChangeDoc::of(&change),
+            };
+            let mut line = serde_json::to_string(&line).unwrap_or_default();
             line.push('\n');
             let mut f = f.lock().unwrap_or_else(|p| p.into_inner());
             let (file, len) = &mut *f;
@@ -104,7 +120,9 @@ mod tests {
         assert_eq!(lines[0]["uid"], 1000);
         assert_eq!(lines[0]["previous"], "0-1");
         assert_eq!(lines[1]["previous"], serde_json::Value::Null);
-        assert_eq!(lines[1]["schema_version"], SCHEMA_VERSION);
+        assert_eq!(lines[1]["schema_version"], API_SCHEMA_VERSION);
+        assert_eq!(lines[1]["schema"], CONTROL_CHANGE);
+        assert!(lines[1]["t_run_ns"].is_u64(), "{}", lines[1]);
         assert_eq!(audit.changes()[0].value, "1");
     }
 

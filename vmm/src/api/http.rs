@@ -209,11 +209,17 @@ impl Response {
         }
     }
 
-    /// A refusal: `{"error": "..."}` with the reason on one line.
+    /// A refusal: `{"error": "..."}` (a `pacer-api-error` document) with
+    /// the reason on one line and the HTTP status.
     pub fn error(status: u16, why: &str) -> Response {
+        use crate::documents::{with_header, API_ERROR, API_SCHEMA_VERSION};
         Response::json(
             status,
-            &serde_json::json!({ "error": crate::text::one_line(why) }),
+            &with_header(
+                API_ERROR,
+                API_SCHEMA_VERSION,
+                serde_json::json!({ "error": crate::text::one_line(why), "status": status }),
+            ),
         )
     }
 
@@ -374,6 +380,10 @@ mod tests {
         let text = String::from_utf8(r).unwrap();
         assert!(text.starts_with("HTTP/1.1 404 Not Found\r\n"), "{text}");
         // one_line escapes the newline: the JSON string holds `no\nsuch VM`.
-        assert!(text.ends_with("{\"error\":\"no\\\\nsuch VM\"}\n"), "{text}");
+        let body: serde_json::Value =
+            serde_json::from_str(text.split_once("\r\n\r\n").unwrap().1).unwrap();
+        assert_eq!(body["error"], "no\\nsuch VM", "{text}");
+        assert_eq!(body["status"], 404);
+        assert_eq!(body["schema"], crate::documents::API_ERROR);
     }
 }

@@ -70,20 +70,20 @@ function ingest(s) {
       const h = history.get(key);
       push(h.run, c.run_fraction);
       push(h.wait, c.ready_wait_fraction);
-      push(h.p99, c.wake_latency_ns ? c.wake_latency_ns.p99 : null);
+      push(h.p99, c.wake_latency ? c.wake_latency.p99_ns : null);
     }
   }
 }
 
 function render(s) {
-  if (firstT === null) firstT = (s.t_run_ms / 1000).toFixed(1) + " s";
+  if (firstT === null) firstT = (s.t_run_ns / 1e9).toFixed(1) + " s";
   const head = document.getElementById("head");
   head.replaceChildren();
   const b = (t) => el("b", {}, t);
   const count = el("b", { id: "vcpu-count", "data-vcpus": String(s.vcpu_count) }, s.vcpu_count + " vCPUs");
   head.append("policy ", b(s.policy), ", mode ", b(s.mode || "-"), ", ",
     b(s.vms.length + " VMs"), ", ", count, ", t = ",
-    el("b", { id: "t", "data-first": firstT }, (s.t_run_ms / 1000).toFixed(1) + " s"), ", ",
+    el("b", { id: "t", "data-first": firstT }, (s.t_run_ns / 1e9).toFixed(1) + " s"), ", ",
     el("span", { id: "seq", "data-seq": String(s.seq), "data-received": String(received) },
       "sample " + s.seq));
 
@@ -137,7 +137,7 @@ function render(s) {
       let td = el("td"); td.append(sparkline(h.run, 1, "#1b7f3b")); tr.append(td);
       tr.append(el("td", { class: "num" }, pct(c.ready_wait_fraction)));
       td = el("td"); td.append(sparkline(h.wait, 1, "#b26a00")); tr.append(td);
-      tr.append(el("td", { class: "num" }, ms(c.wake_latency_ns ? c.wake_latency_ns.p99 : null)));
+      tr.append(el("td", { class: "num" }, ms(c.wake_latency ? c.wake_latency.p99_ns : null)));
       td = el("td"); td.append(sparkline(h.p99, p99max, "#8e44ad")); tr.append(td);
       vcpus.append(tr);
     }

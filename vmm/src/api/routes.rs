@@ -2,9 +2,9 @@
 //! things: a peer of the Unix socket (whose uid is recorded); a TCP peer
 //! only looks.
 
-use super::audit::SCHEMA_VERSION;
 use super::http::{Request, Response};
 use super::{set, view, ApiContext};
+use crate::documents::{with_header, API_KEYS, API_SAMPLES, API_SCHEMA_VERSION, API_VM_STATE};
 use crate::text::quoted;
 use crate::vm::VmRequest;
 use serde_json::{json, Value};
@@ -48,16 +48,19 @@ pub fn samples_after(history: &VecDeque<(u64, String)>, after: u64) -> Option<Re
     if newer.is_empty() {
         return None;
     }
-    // The samples are JSON already: splice them into the list.
-    let body = format!(
-        "{{\"schema_version\":{SCHEMA_VERSION},\"samples\":[{}]}}\n",
-        newer.join(",")
-    );
-    Some(Response {
-        status: 200,
-        content_type: "application/json",
-        body: body.into_bytes(),
-    })
+    // Each sample is a document of its own, kept as its JSON text.
+    let samples: Vec<Value> = newer
+        .iter()
+        .filter_map(|s| serde_json::from_str(s).ok())
+        .collect();
+    Some(Response::json(
+        200,
+        &with_header(
+            API_SAMPLES,
+            API_SCHEMA_VERSION,
+            json!({ "samples": samples }),
+        ),
+    ))
 }
 
 /// Route one request.
@@ -154,7 +157,7 @@ fn keys() -> Value {
             })
         })
         .collect();
-    json!({ "schema_version": SCHEMA_VERSION, "keys": keys })
+    with_header(API_KEYS, API_SCHEMA_VERSION, json!({ "keys": keys }))
 }
 
 /// Pause, resume or stop a VM.
@@ -201,6 +204,10 @@ fn vm_action(ctx: &ApiContext<'_>, uid: u32, name: &str, action: &str) -> Respon
     }
     Response::json(
         200,
-        &json!({ "schema_version": SCHEMA_VERSION, "vm": name, "state": after }),
+        &with_header(
+            API_VM_STATE,
+            API_SCHEMA_VERSION,
+            json!({ "vm": name, "state": after }),
+        ),
     )
 }

@@ -22,9 +22,9 @@
 //! recorded in its key's one spelling ([`Key::canonical`]: "0,0,0" is
 //! "0").
 
-use super::audit::SCHEMA_VERSION;
 use super::ApiContext;
 use crate::config::sched_rules;
+use crate::documents::{with_header, API_SCHEMA_VERSION, API_SET};
 use crate::text::quoted;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -684,7 +684,11 @@ pub fn set(ctx: &ApiContext<'_>, uid: u32, body: &[u8]) -> Result<Value, Refusal
     if !failures.is_empty() {
         return Err((500, failures.join("; ")));
     }
-    Ok(json!({ "schema_version": SCHEMA_VERSION, "target": target_name, "changed": changed }))
+    Ok(with_header(
+        API_SET,
+        API_SCHEMA_VERSION,
+        json!({ "target": target_name, "changed": changed }),
+    ))
 }
 
 /// One value for a key over several sites: the value if all agree, else

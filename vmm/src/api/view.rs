@@ -1,16 +1,18 @@
 //! What the control API shows: the VM list (`GET /api/v1/vms`), the live
 //! per-vCPU scheduler state and statistics (`GET /api/v1/stats`), and the
 //! per-second status sample (`/api/v1/status`, `/api/v1/events`, the live
-//! page). Every document carries `schema_version`; figures carry their
-//! unit in their name, once; what is not measured is `null`.
+//! page). Every document starts with the documents' header (`schema`,
+//! `schema_version`, `pacer`; `crate::documents`) and has a schema in
+//! `schemas/`; figures carry their unit in their name, once (times in ns);
+//! what is not measured is `null`.
 //!
 //! Statistics come from the scheduler's snapshot (`vcpu_sched`'s own
 //! accounting, as `--status` and the SIGUSR1 file use it), matched to VMs
 //! and vCPUs through the engine; a sample's fractions are the differences
 //! between two snapshots one interval apart.
 
-use super::audit::SCHEMA_VERSION;
 use super::ApiContext;
+use crate::documents::{with_header, API_SCHEMA_VERSION, API_STATS, API_STATUS, API_VMS};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -108,14 +110,14 @@ pub fn vm_list(ctx: &ApiContext<'_>) -> Value {
             }),
         })
         .collect();
-    json!({
-        "schema_version": SCHEMA_VERSION,
+    let body = json!({
         "policy": ctx.policy.as_str(),
         "mode": ctx.engine.map(|e| e.mode().as_str()),
         "host_cpus": ctx.host_cpus.to_list(),
         "cpus_out_of_service": snap.as_ref().map(|(e, s)| out_of_service(e, s)),
         "vms": vms,
-    })
+    });
+    with_header(API_VMS, API_SCHEMA_VERSION, body)
 }
 
 /// The scheduled CPUs out of service, as a list ("" when none).
@@ -134,7 +136,7 @@ fn latency(l: &LatencySummary) -> Value {
     if l.count == 0 {
         Value::Null
     } else {
-        json!({ "p50": l.p50, "p99": l.p99, "max": l.max })
+        json!({ "count": l.count, "p50_ns": l.p50, "p99_ns": l.p99, "max_ns": l.max })
     }
 }
 
@@ -172,7 +174,7 @@ fn vcpu_row(engine: &Engine, vm: &EngineVm, index: usize, e: &EntityStats) -> Va
         "run_ns": e.run_time,
         "ready_wait_ns": e.ready_wait,
         "wakeups": e.wakes,
-        "wake_latency_ns": latency(&e.wake_latency),
+        "wake_latency": latency(&e.wake_latency),
         "migrations": e.migrations.total(),
         "preemptions": e.preemptions,
         "load_permille": e.load,
@@ -244,13 +246,18 @@ pub fn stats(ctx: &ApiContext<'_>, only: Option<&str>) -> Option<Value> {
             })
         })
         .collect();
-    Some(json!({
-        "schema_version": SCHEMA_VERSION,
-        "t_run_ms": ctx.run_start.elapsed().as_millis() as u64,
+    let body = json!({
+        "t_run_ns": run_ns(ctx),
         "policy": ctx.policy.as_str(),
         "mode": ctx.engine.map(|e| e.mode().as_str()),
         "vms": vms,
-    }))
+    });
+    Some(with_header(API_STATS, API_SCHEMA_VERSION, body))
+}
+
+/// Nanoseconds since the run started.
+fn run_ns(ctx: &ApiContext<'_>) -> u64 {
+    u64::try_from(ctx.run_start.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Successive per-second samples: each the difference from the last.
@@ -268,19 +275,20 @@ impl Sampler {
     /// The next sample (`seq` counts from 1).
     pub fn sample(&mut self, ctx: &ApiContext<'_>) -> Value {
         self.seq += 1;
-        let t_run_ms = ctx.run_start.elapsed().as_millis() as u64;
+        let t_run_ns = run_ns(ctx);
         let Some(engine) = ctx.engine else {
             let vms: Vec<Value> = ctx
                 .configs
                 .iter()
                 .map(|c| json!({ "name": c.name, "state": vm_state(ctx, &c.name), "host_share": null, "vcpus": [] }))
                 .collect();
-            return json!({
-                "schema_version": SCHEMA_VERSION, "seq": self.seq, "t_run_ms": t_run_ms,
-                "interval_ms": null, "policy": ctx.policy.as_str(), "mode": null,
+            let body = json!({
+                "seq": self.seq, "t_run_ns": t_run_ns,
+                "interval_ns": null, "policy": ctx.policy.as_str(), "mode": null,
                 "vcpu_count": ctx.configs.iter().map(|c| c.vcpus).sum::<u32>(),
                 "cpus": [], "vms": vms,
             });
+            return with_header(API_STATUS, API_SCHEMA_VERSION, body);
         };
         let snap = engine.snapshot();
         let dt = self
@@ -327,7 +335,7 @@ impl Sampler {
                     "effective_priority": e.effective_priority,
                     "run_fraction": frac(run),
                     "ready_wait_fraction": frac(wait),
-                    "wake_latency_ns": latency(&e.wake_latency),
+                    "wake_latency": latency(&e.wake_latency),
                     "run_ns": e.run_time,
                 }));
             }
@@ -361,16 +369,16 @@ impl Sampler {
                 })
             })
             .collect();
-        json!({
-            "schema_version": SCHEMA_VERSION,
+        let body = json!({
             "seq": self.seq,
-            "t_run_ms": t_run_ms,
-            "interval_ms": dt.map(|d| d / 1_000_000),
+            "t_run_ns": t_run_ns,
+            "interval_ns": dt,
             "policy": ctx.policy.as_str(),
             "mode": engine.mode().as_str(),
             "vcpu_count": vcpu_count,
             "cpus": cpu_rows,
             "vms": vms,
-        })
+        });
+        with_header(API_STATUS, API_SCHEMA_VERSION, body)
     }
 }

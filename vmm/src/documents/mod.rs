@@ -18,6 +18,11 @@
 //! | `pacer-bench-summary` | `pacer bench`'s `summary.json` |
 //! | `pacer-bench-shard` | `pacer bench`'s `shard.json`: which part of which matrix a folder holds |
 //! | `pacer-unixbench` | `pacer unixbench --json` |
+//! | `pacer-control-change` | each line of a run's `control.jsonl` |
+//! | `pacer-api-vms`, `-stats`, `-status`, `-samples`, `-keys`, `-set`, `-vm-state`, `-error` | the control API's answers (`pacer ctl --format json`) |
+//! | `pacer-trace-summary` | `pacer trace summary --json` |
+//! | `pacer-trace-export` | `otherData` of `pacer trace export`'s Chrome JSON |
+//! | `pacer-sim`, `pacer-sim-replay` | `pacer sim --json`, `pacer sim --replay --json` |
 //!
 //! Each document (each line of a JSON-lines file) starts with the same
 //! header ([`Header`]): `schema` (its kind), `schema_version`
@@ -54,9 +59,22 @@ pub const BENCH_CELL: &str = "pacer-bench-cell";
 pub const BENCH_SUMMARY: &str = "pacer-bench-summary";
 pub const BENCH_SHARD: &str = "pacer-bench-shard";
 pub const UNIXBENCH: &str = "pacer-unixbench";
+pub const CONTROL_CHANGE: &str = "pacer-control-change";
+pub const API_VMS: &str = "pacer-api-vms";
+pub const API_STATS: &str = "pacer-api-stats";
+pub const API_STATUS: &str = "pacer-api-status";
+pub const API_SAMPLES: &str = "pacer-api-samples";
+pub const API_KEYS: &str = "pacer-api-keys";
+pub const API_SET: &str = "pacer-api-set";
+pub const API_VM_STATE: &str = "pacer-api-vm-state";
+pub const API_ERROR: &str = "pacer-api-error";
+pub const TRACE_SUMMARY: &str = "pacer-trace-summary";
+pub const TRACE_EXPORT: &str = "pacer-trace-export";
+pub const SIM: &str = "pacer-sim";
+pub const SIM_REPLAY: &str = "pacer-sim-replay";
 
 /// Every kind, in the order of the table above.
-pub const KINDS: [&str; 7] = [
+pub const KINDS: [&str; 20] = [
     RUN,
     VM_EVENTS,
     SCHED_SNAPSHOT,
@@ -64,7 +82,25 @@ pub const KINDS: [&str; 7] = [
     BENCH_SUMMARY,
     BENCH_SHARD,
     UNIXBENCH,
+    CONTROL_CHANGE,
+    API_VMS,
+    API_STATS,
+    API_STATUS,
+    API_SAMPLES,
+    API_KEYS,
+    API_SET,
+    API_VM_STATE,
+    API_ERROR,
+    TRACE_SUMMARY,
+    TRACE_EXPORT,
+    SIM,
+    SIM_REPLAY,
 ];
+
+/// The version of the control API's documents and of `control.jsonl`'s
+/// lines: 2 since their times are in ns (`t_run_ns`, `interval_ns`,
+/// `unix_time_ns`) and latencies name their unit (`p99_ns`).
+pub const API_SCHEMA_VERSION: u32 = 2;
 
 /// The git commit Pacer was built from (`build.rs`), if known.
 pub const COMMIT: Option<&str> = option_env!("PACER_COMMIT");
@@ -110,12 +146,36 @@ pub struct Header {
 
 impl Header {
     pub fn new(kind: &str) -> Header {
+        Header::versioned(kind, SCHEMA_VERSION)
+    }
+
+    /// The header of a kind whose shape has its own version.
+    pub fn versioned(kind: &str, schema_version: u32) -> Header {
         Header {
             schema: kind.to_string(),
-            schema_version: SCHEMA_VERSION,
+            schema_version,
             pacer: Producer::this(),
         }
     }
+}
+
+/// `body` (a JSON object) with the header of `kind` at `schema_version`
+/// added: for documents built as JSON values.
+pub fn with_header(
+    kind: &str,
+    schema_version: u32,
+    mut body: serde_json::Value,
+) -> serde_json::Value {
+    if let serde_json::Value::Object(map) = &mut body {
+        let header = Header::versioned(kind, schema_version);
+        map.insert("schema".into(), header.schema.into());
+        map.insert("schema_version".into(), header.schema_version.into());
+        map.insert(
+            "pacer".into(),
+            serde_json::to_value(&header.pacer).unwrap_or_default(),
+        );
+    }
+    body
 }
 
 /// `null` for a value that reads 0 when it was not measured.

@@ -183,12 +183,20 @@ impl SnapshotDocument {
             taken_ns,
             vcpus,
             engine,
-            scheduler: SchedulerDoc {
-                now_ns: snap.now,
-                entities: snap.entities.iter().map(EntityDoc::of).collect(),
-                cpus: snap.cpus.iter().map(CpuDoc::of).collect(),
-                cores: snap.cores.iter().map(CoreDoc::of).collect(),
-            },
+            scheduler: SchedulerDoc::of(snap),
+        }
+    }
+}
+
+impl SchedulerDoc {
+    /// The scheduler's snapshot under the naming rule (also in `pacer sim
+    /// --json`'s reports).
+    pub fn of(snap: &SchedSnapshot) -> SchedulerDoc {
+        SchedulerDoc {
+            now_ns: snap.now,
+            entities: snap.entities.iter().map(EntityDoc::of).collect(),
+            cpus: snap.cpus.iter().map(CpuDoc::of).collect(),
+            cores: snap.cores.iter().map(CoreDoc::of).collect(),
         }
     }
 }

@@ -713,8 +713,8 @@ pub struct ControlChangeDoc {
 impl ControlChangeDoc {
     pub fn of(c: &super::ControlChange) -> ControlChangeDoc {
         ControlChangeDoc {
-            t_run_ns: c.t_run_ms.saturating_mul(1_000_000),
-            unix_time_ns: c.unix_time_ms.saturating_mul(1_000_000),
+            t_run_ns: c.t_run_ns,
+            unix_time_ns: c.unix_time_ns,
             uid: c.uid,
             target: c.target.clone(),
             key: c.key.clone(),

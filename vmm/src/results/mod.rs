@@ -199,11 +199,10 @@ impl Serialize for VmResult {
 /// record: `crate::api::audit`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ControlChange {
-    pub schema_version: u32,
-    /// Milliseconds since the run started.
-    pub t_run_ms: u64,
-    /// Wall-clock time, milliseconds since the Unix epoch.
-    pub unix_time_ms: u64,
+    /// Nanoseconds since the run started.
+    pub t_run_ns: u64,
+    /// Wall-clock time, nanoseconds since the Unix epoch.
+    pub unix_time_ns: u64,
     /// Who asked: the uid of the peer of the API socket.
     pub uid: u32,
     /// `VM`, `VM/VCPU` or `host`.
