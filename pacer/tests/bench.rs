@@ -16,40 +16,19 @@ fn pacer() -> Command {
     Command::new(env!("CARGO_BIN_EXE_pacer"))
 }
 
-/// Write `m.toml` in `dir` with `@KERNEL@` replaced by the bench guest.
-fn matrix(dir: &Path, text: &str) -> PathBuf {
-    let p = dir.join("m.toml");
-    let kernel = guests::bench_guest_elf().display().to_string();
-    std::fs::write(&p, text.replace("@KERNEL@", &kernel)).unwrap();
-    p
+use common::write_matrix as matrix;
+
+/// A resumable matrix: 3 repetitions of 400 ms cells.
+fn resumable() -> String {
+    common::one_vm_matrix("resume", 3, 400)
 }
-
-const RESUMABLE: &str = r#"
-[matrix]
-name = "resume"
-kernel = "@KERNEL@"
-host_cpus = "0"
-repetitions = 3
-cell_timeout_s = 60
-policies = ["host", "haiku"]
-memory_mib = 16
-
-[[workload]]
-name = "cpu"
-kind = "cpu"
-duration_ms = 400
-
-[[layout]]
-name = "one"
-vm = [ { name = "a", vcpus = 1, cpus = "0" } ]
-"#;
 
 #[test]
 fn bad_matrix_is_bad_input_with_position() {
     let dir = TempDir::new("bench-bad");
     let m = matrix(
         &dir.0,
-        &RESUMABLE.replace("kind = \"cpu\"", "kind = \"cpu\"\nreport_us = 5"),
+        &resumable().replace("kind = \"cpu\"", "kind = \"cpu\"\nreport_us = 5"),
     );
     let out = pacer()
         .args(["bench"])
@@ -72,7 +51,7 @@ fn only_filters_pick_cells_for_dry_run_run_and_resume() {
     let dir = TempDir::new("bench-only");
     let m = matrix(
         &dir.0,
-        &RESUMABLE
+        &resumable()
             .replace("repetitions = 3", "repetitions = 2")
             .replace("duration_ms = 400", "duration_ms = 100"),
     );
@@ -143,7 +122,7 @@ fn resume_after_sigkill_keeps_finished_cells() {
         return;
     }
     let dir = TempDir::new("bench-kill");
-    let m = matrix(&dir.0, RESUMABLE);
+    let m = matrix(&dir.0, &resumable());
     let out = dir.0.join("out");
     let jsonl = out.join("results.jsonl");
     let mut child = pacer()
@@ -424,7 +403,7 @@ fn sigint_stops_the_run_without_recording_the_cell_in_progress() {
     // Long cells under a Pacer policy, so the signal lands inside one.
     let m = matrix(
         &dir.0,
-        &RESUMABLE
+        &resumable()
             .replace("policies = [\"host\", \"haiku\"]", "policies = [\"haiku\"]")
             .replace("duration_ms = 400", "duration_ms = 3000"),
     );
@@ -519,7 +498,7 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 #[test]
 fn resume_refuses_finished_cells_it_cannot_prove_ran_this_matrix() {
     let dir = TempDir::new("bench-unproven");
-    let m = matrix(&dir.0, RESUMABLE);
+    let m = matrix(&dir.0, &resumable());
     let out = dir.0.join("out");
     let resume = || {
         let o = pacer()
@@ -586,7 +565,7 @@ fn resume_refuses_finished_cells_it_cannot_prove_ran_this_matrix() {
 #[test]
 fn resume_with_every_cell_done_writes_the_summary_and_says_nothing_is_left() {
     let dir = TempDir::new("bench-all-done");
-    let m = matrix(&dir.0, RESUMABLE);
+    let m = matrix(&dir.0, &resumable());
     let out = dir.0.join("out");
     finished_folder(&m, &out, true);
     let o = pacer()
@@ -615,7 +594,7 @@ fn resume_with_every_cell_done_writes_the_summary_and_says_nothing_is_left() {
 #[test]
 fn a_full_disk_leaves_no_torn_summary() {
     let dir = TempDir::new("bench-full");
-    let m = matrix(&dir.0, RESUMABLE);
+    let m = matrix(&dir.0, &resumable());
     let out = dir.0.join("mnt");
     std::fs::create_dir_all(&out).unwrap();
     let mounted = Command::new("mount")

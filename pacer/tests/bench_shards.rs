@@ -14,31 +14,8 @@ use pacer::bench::store::read_jsonl;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-const TINY: &str = r#"
-[matrix]
-name = "tiny"
-kernel = "@KERNEL@"
-host_cpus = "0"
-repetitions = 2
-cell_timeout_s = 60
-policies = ["host", "haiku"]
-memory_mib = 16
-
-[[workload]]
-name = "cpu"
-kind = "cpu"
-duration_ms = 150
-
-[[layout]]
-name = "one"
-vm = [ { name = "a", vcpus = 1, cpus = "0" } ]
-"#;
-
 fn matrix(dir: &Path) -> PathBuf {
-    let p = dir.join("m.toml");
-    let kernel = guests::bench_guest_elf().display().to_string();
-    std::fs::write(&p, TINY.replace("@KERNEL@", &kernel)).unwrap();
-    p
+    common::write_matrix(dir, &common::one_vm_matrix("tiny", 2, 150))
 }
 
 fn s(p: &Path) -> &str {

@@ -14,26 +14,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const TINY: &str = r#"
-[matrix]
-name = "tiny-slurm"
-kernel = "@KERNEL@"
-host_cpus = "0"
-repetitions = 2
-cell_timeout_s = 60
-policies = ["host", "haiku"]
-memory_mib = 16
-
-[[workload]]
-name = "cpu"
-kind = "cpu"
-duration_ms = 150
-
-[[layout]]
-name = "one"
-vm = [ { name = "a", vcpus = 1, cpus = "0" } ]
-"#;
-
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/slurm.sh")
 }
@@ -129,9 +109,7 @@ fn two_shards_through_slurm_give_the_cells_of_a_single_host_run() {
         other => panic!("ci/slurm.sh start: {other:?}\n{said}"),
     }
     let conf = state.join("slurm.conf");
-    let m = dir.0.join("m.toml");
-    let kernel = guests::bench_guest_elf().display().to_string();
-    std::fs::write(&m, TINY.replace("@KERNEL@", &kernel)).unwrap();
+    let m = common::write_matrix(&dir.0, &common::one_vm_matrix("tiny-slurm", 2, 150));
     let (m_s, whole) = (m.to_str().unwrap(), dir.0.join("whole"));
     let (code, out, err) = pacer(&["bench", m_s, "--out-dir", whole.to_str().unwrap(), "-q"]);
     assert_eq!(code, 0, "{out}{err}");
