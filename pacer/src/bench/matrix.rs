@@ -1586,8 +1586,8 @@ vm = [ { name = "hi", vcpus = 1, priority = 20 } ]
     }
 
     /// A layout VM's co-scheduling: off unless set, relaxed when asked,
-    /// in the cell's settings (so `--resume` tells the two apart), and a
-    /// misspelling refused at its place.
+    /// and a misspelling refused at its place (`settings.rs` checks that
+    /// the cell's settings carry it).
     #[test]
     fn layout_coschedule_is_taken_and_misspellings_named() {
         let fx = Fixture::new("cosched");
@@ -1605,17 +1605,6 @@ vm = [ { name = "hi", vcpus = 1, priority = 20 } ]
         let l = m.layouts.iter().find(|l| l.name == "prio").unwrap();
         assert_eq!(l.vms[0].coschedule, vcpu_sched::Coschedule::Relaxed);
         assert_eq!(l.vms[1].coschedule, vcpu_sched::Coschedule::Off);
-        let view = crate::documents::matrix::MatrixView::of(&m);
-        let li = m.layouts.iter().position(|l| l.name == "prio").unwrap();
-        let cell = crate::bench::cells::expand(&m)
-            .into_iter()
-            .find(|c| c.layout == li)
-            .unwrap();
-        let settings = crate::bench::settings::of(&m, &view, &cell);
-        assert_eq!(
-            settings.settings.get("vm.s.coschedule").map(String::as_str),
-            Some("relaxed")
-        );
         let e = fx.errors(&with("{ name = \"s\", vcpus = 2, coschedule = \"gang\" }"));
         assert!(
             e.contains(

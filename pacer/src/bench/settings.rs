@@ -217,6 +217,48 @@ pub fn append(dir: &Path, s: &CellSettings) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    /// Every VM's shares and co-scheduling are settings of its cells: two
+    /// layouts that differ only there never share a digest, and `--resume`
+    /// tells them apart.
+    #[test]
+    fn a_vms_shares_and_coscheduling_are_in_its_cells_settings() {
+        use super::super::matrix::tests::{Fixture, GOOD};
+        let fx = Fixture::new("settings-shares");
+        let with = |vm: &str| {
+            GOOD.replace(
+                "vm = [ { name = \"hi\", vcpus = 1, priority = 20 } ]",
+                &format!("vm = [ {vm} ]"),
+            )
+        };
+        let digest_of = |vm: &str| {
+            let m = fx.parse(&with(vm)).unwrap();
+            let view = MatrixView::of(&m);
+            let li = m.layouts.iter().position(|l| l.name == "prio").unwrap();
+            let cell = super::super::cells::expand(&m)
+                .into_iter()
+                .find(|c| c.layout == li)
+                .unwrap();
+            of(&m, &view, &cell)
+        };
+        let relaxed =
+            digest_of("{ name = \"s\", vcpus = 2, coschedule = \"relaxed\", weight = 300 }");
+        assert_eq!(
+            relaxed.settings.get("vm.s.coschedule").map(String::as_str),
+            Some("relaxed")
+        );
+        assert_eq!(
+            relaxed
+                .settings
+                .get("vm.s.shares.weight")
+                .map(String::as_str),
+            Some("300")
+        );
+        let off = digest_of("{ name = \"s\", vcpus = 2, weight = 300 }");
+        assert_ne!(relaxed.digest, off.digest);
+        let light = digest_of("{ name = \"s\", vcpus = 2 }");
+        assert_ne!(off.digest, light.digest);
+    }
+
     #[test]
     fn differences_name_the_keys() {
         let a: BTreeMap<String, String> = [("x", "1"), ("y", "2"), ("z", "3")]
