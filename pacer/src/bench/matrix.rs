@@ -1511,6 +1511,15 @@ pub(crate) mod tests {
         }
     }
 
+    /// [`GOOD`] with the `prio` layout's VMs replaced by `vms` (entries of
+    /// a layout's `vm` array).
+    pub(crate) fn with_prio_vms(vms: &str) -> String {
+        GOOD.replace(
+            "vm = [ { name = \"hi\", vcpus = 1, priority = 20 } ]",
+            &format!("vm = [ {vms} ]"),
+        )
+    }
+
     pub(crate) const GOOD: &str = r#"
 [matrix]
 name = "t"
@@ -1551,14 +1560,8 @@ vm = [ { name = "hi", vcpus = 1, priority = 20 } ]
     #[test]
     fn layout_latency_bounds_are_admitted_as_a_configs() {
         let fx = Fixture::new("bounds");
-        let with = |vm: &str| {
-            GOOD.replace(
-                "vm = [ { name = \"hi\", vcpus = 1, priority = 20 } ]",
-                &format!("vm = [ {vm} ]"),
-            )
-        };
         let m = fx
-            .parse(&with(
+            .parse(&with_prio_vms(
                 "{ name = \"b\", count = 4, vcpus = 1, latency_bound_us = 1000, bound_budget = 12 }, { name = \"h\", count = 2, vcpus = 1 }",
             ))
             .unwrap();
@@ -1571,14 +1574,16 @@ vm = [ { name = "hi", vcpus = 1, priority = 20 } ]
             })
         );
         assert_eq!(l.vms[4].shares.latency_bound, None);
-        let e = fx.errors(&with(
+        let e = fx.errors(&with_prio_vms(
             "{ name = \"b\", count = 4, vcpus = 1, latency_bound_us = 300, bound_budget = 20 }",
         ));
         assert!(
             e.contains("layout[1].vm[0].latency_bound_us: expected VM \"b0\"'s latency bound to cover the worst-case wait of its wakes, found 300 us < (kick 100 us"),
             "{e}"
         );
-        let e = fx.errors(&with("{ name = \"b\", vcpus = 1, latency_bound_us = 300 }"));
+        let e = fx.errors(&with_prio_vms(
+            "{ name = \"b\", vcpus = 1, latency_bound_us = 300 }",
+        ));
         assert!(
             e.contains("expected `latency_bound_us` and `bound_budget` together"),
             "{e}"
@@ -1591,21 +1596,17 @@ vm = [ { name = "hi", vcpus = 1, priority = 20 } ]
     #[test]
     fn layout_coschedule_is_taken_and_misspellings_named() {
         let fx = Fixture::new("cosched");
-        let with = |vm: &str| {
-            GOOD.replace(
-                "vm = [ { name = \"hi\", vcpus = 1, priority = 20 } ]",
-                &format!("vm = [ {vm} ]"),
-            )
-        };
         let m = fx
-            .parse(&with(
+            .parse(&with_prio_vms(
                 "{ name = \"s\", vcpus = 2, coschedule = \"relaxed\" }, { name = \"h\", vcpus = 1 }",
             ))
             .unwrap();
         let l = m.layouts.iter().find(|l| l.name == "prio").unwrap();
         assert_eq!(l.vms[0].coschedule, vcpu_sched::Coschedule::Relaxed);
         assert_eq!(l.vms[1].coschedule, vcpu_sched::Coschedule::Off);
-        let e = fx.errors(&with("{ name = \"s\", vcpus = 2, coschedule = \"gang\" }"));
+        let e = fx.errors(&with_prio_vms(
+            "{ name = \"s\", vcpus = 2, coschedule = \"gang\" }",
+        ));
         assert!(
             e.contains(
                 "layout[1].vm[0].coschedule: expected \"off\" or \"relaxed\", found \"gang\""

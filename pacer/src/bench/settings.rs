@@ -222,16 +222,10 @@ mod tests {
     /// tells them apart.
     #[test]
     fn a_vms_shares_and_coscheduling_are_in_its_cells_settings() {
-        use super::super::matrix::tests::{Fixture, GOOD};
+        use super::super::matrix::tests::{with_prio_vms, Fixture};
         let fx = Fixture::new("settings-shares");
-        let with = |vm: &str| {
-            GOOD.replace(
-                "vm = [ { name = \"hi\", vcpus = 1, priority = 20 } ]",
-                &format!("vm = [ {vm} ]"),
-            )
-        };
         let digest_of = |vm: &str| {
-            let m = fx.parse(&with(vm)).unwrap();
+            let m = fx.parse(&with_prio_vms(vm)).unwrap();
             let view = MatrixView::of(&m);
             let li = m.layouts.iter().position(|l| l.name == "prio").unwrap();
             let cell = super::super::cells::expand(&m)
