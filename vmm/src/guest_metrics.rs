@@ -211,12 +211,38 @@ pub fn vcpu_metrics<'a>(
     records: impl IntoIterator<Item = (u32, &'a ResultRecord)>,
     tsc_khz: u32,
 ) -> Vec<VcpuMetrics> {
-    let mut per: BTreeMap<u32, Folding> = BTreeMap::new();
+    let mut fold = MetricsFold::new(tsc_khz);
     for (vcpu, r) in records {
+        fold.add(vcpu, r);
+    }
+    fold.metrics()
+}
+
+/// Per-vCPU metrics folded one record at a time, so a VM's results need
+/// not keep every record to report them (a run of hours sends hundreds
+/// of thousands); what it holds grows with the vCPUs and the latency
+/// histograms' buckets, not with the run's length.
+#[derive(Default)]
+pub struct MetricsFold {
+    tsc_khz: u32,
+    per: BTreeMap<u32, Folding>,
+}
+
+impl MetricsFold {
+    pub fn new(tsc_khz: u32) -> MetricsFold {
+        MetricsFold {
+            tsc_khz,
+            per: BTreeMap::new(),
+        }
+    }
+
+    /// Fold in one record `vcpu` wrote.
+    pub fn add(&mut self, vcpu: u32, r: &ResultRecord) {
+        let tsc_khz = self.tsc_khz;
         let Ok(payload) = decode(r.kind, &r.values) else {
-            continue;
+            return;
         };
-        let f = per.entry(vcpu).or_insert_with(|| Folding {
+        let f = self.per.entry(vcpu).or_insert_with(|| Folding {
             m: VcpuMetrics {
                 vcpu,
                 ..Default::default()
@@ -376,37 +402,43 @@ pub fn vcpu_metrics<'a>(
             _ => {}
         }
     }
-    per.into_values()
-        .map(|mut f| {
-            let get = |m: LatencyMetric| {
-                summary(f.latency.get(&(m as u16)), f.histogram.get(&(m as u16)))
-            };
-            f.m.sleep_latency_ns = get(LatencyMetric::SleepWake);
-            let burst_wake = get(LatencyMetric::BurstWake);
-            let lock_wait = get(LatencyMetric::LockWait);
-            if let Some(b) = f.m.burst.as_mut() {
-                b.wake_latency_ns = burst_wake;
-            }
-            if let Some(s) = f.m.spinlock.as_mut() {
-                s.wait_ns = lock_wait;
-            }
-            let shootdown = get(LatencyMetric::Shootdown);
-            if let Some(s) = f.m.shootdown.as_mut() {
-                s.latency_ns = shootdown;
-            }
-            let request = get(LatencyMetric::ServerRequest);
-            if let Some(s) = f.m.server.as_mut() {
-                s.request_latency_ns = request;
-            }
-            f.m
-        })
-        .filter(|m| {
-            *m != VcpuMetrics {
-                vcpu: m.vcpu,
-                ..Default::default()
-            }
-        })
-        .collect()
+
+    /// The metrics of the records folded so far, sorted by vCPU.
+    pub fn metrics(&self) -> Vec<VcpuMetrics> {
+        self.per
+            .values()
+            .map(|f| {
+                let mut m = f.m.clone();
+                let get = |k: LatencyMetric| {
+                    summary(f.latency.get(&(k as u16)), f.histogram.get(&(k as u16)))
+                };
+                m.sleep_latency_ns = get(LatencyMetric::SleepWake);
+                let burst_wake = get(LatencyMetric::BurstWake);
+                let lock_wait = get(LatencyMetric::LockWait);
+                if let Some(b) = m.burst.as_mut() {
+                    b.wake_latency_ns = burst_wake;
+                }
+                if let Some(s) = m.spinlock.as_mut() {
+                    s.wait_ns = lock_wait;
+                }
+                let shootdown = get(LatencyMetric::Shootdown);
+                if let Some(s) = m.shootdown.as_mut() {
+                    s.latency_ns = shootdown;
+                }
+                let request = get(LatencyMetric::ServerRequest);
+                if let Some(s) = m.server.as_mut() {
+                    s.request_latency_ns = request;
+                }
+                m
+            })
+            .filter(|m| {
+                *m != VcpuMetrics {
+                    vcpu: m.vcpu,
+                    ..Default::default()
+                }
+            })
+            .collect()
+    }
 }
 
 /// The ERROR records, in arrival order.

@@ -566,9 +566,9 @@ pub fn console_samples(console: &str, vm: &str, group: &str) -> (Vec<Sample>, Ve
 /// Why a VM's run says the guest does not implement its workload
 /// (an ERROR record with code 1, UNKNOWN_WORKLOAD), if it does.
 pub fn unknown_workload(r: &VmResult) -> bool {
-    r.records
+    r.guest_errors
         .iter()
-        .any(|e| e.record.kind == devices::RecordKind::Error && e.record.values[0] == 1)
+        .any(|e| e.error.code == devices::result_payload::GuestErrorCode::UnknownWorkload)
 }
 
 #[cfg(test)]

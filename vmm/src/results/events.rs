@@ -577,7 +577,10 @@ pub struct VmDoc {
     pub vcpus: Vec<VcpuDoc>,
     pub guest_errors: Vec<GuestErrorDoc>,
     pub markers: Vec<MarkerDoc>,
+    /// The first records (`RECORDS_KEPT`); the results file has them all.
     pub records: Vec<RecordDoc>,
+    /// Records after those: in the results file only.
+    pub records_not_kept: u64,
     pub rejected_records: usize,
     pub files: FilesDoc,
     /// Its vCPUs' wake-to-run bound (`latency_bound_us`), the wakes that
@@ -678,6 +681,7 @@ impl VmDoc {
                 .collect(),
             markers: r.markers.iter().map(MarkerDoc::of).collect(),
             records: r.records.iter().map(RecordDoc::of).collect(),
+            records_not_kept: r.records_not_kept,
             rejected_records: r.rejected_records,
             files: FilesDoc {
                 results: r.results_file.clone(),

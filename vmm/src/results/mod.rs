@@ -12,7 +12,7 @@
 
 pub mod events;
 
-use crate::guest_metrics::{self, GuestErrorEntry, LatencySummary, VcpuMetrics};
+use crate::guest_metrics::{self, GuestErrorEntry, LatencySummary, MetricsFold, VcpuMetrics};
 use crate::units;
 use devices::{Marker, RecordError, RecordKind, ResultRecord};
 use events::{MarkerDoc, RecordDoc};
@@ -62,6 +62,13 @@ impl Default for LogLimits {
         }
     }
 }
+
+/// How many result records a VM's results keep in memory for its run
+/// document: the first ones (a bench cell sends tens). Later records are
+/// in the results file only and counted (`records_not_kept`); the metrics,
+/// the work and the guest's errors are folded as records arrive, so a run
+/// of hours holds what a run of seconds does.
+pub const RECORDS_KEPT: usize = 4096;
 
 /// The status of a VM whose results or logs could not all be written.
 pub const STATUS_WRITE_ERROR: &str = "write_error";
@@ -145,7 +152,10 @@ pub struct VmResult {
     /// The guest's ERROR records (bad parameter, AP that did not start, ...).
     pub guest_errors: Vec<GuestErrorEntry>,
     pub markers: Vec<MarkerEntry>,
+    /// The first `RECORDS_KEPT` records.
     pub records: Vec<RecordEntry>,
+    /// Records after those, in the results file only.
+    pub records_not_kept: u64,
     pub rejected_records: usize,
     pub results_file: Option<PathBuf>,
     pub console_log: Option<PathBuf>,
@@ -179,6 +189,7 @@ impl VmResult {
             guest_errors: Vec::new(),
             markers: Vec::new(),
             records: Vec::new(),
+            records_not_kept: 0,
             rejected_records: 0,
             results_file: None,
             console_log: None,
@@ -249,7 +260,16 @@ pub struct ResultsLog {
     path: Option<PathBuf>,
     file: Option<File>,
     pub markers: Vec<MarkerEntry>,
+    /// The first `RECORDS_KEPT` records admitted.
     pub records: Vec<RecordEntry>,
+    /// Records admitted after those (written, folded, not kept).
+    pub records_not_kept: u64,
+    /// Every admitted record folded: metrics, work, errors, the first one's
+    /// times.
+    fold: MetricsFold,
+    work: Vec<VcpuWork>,
+    errors: Vec<GuestErrorEntry>,
+    first_record_ms: Option<(f64, f64)>,
     pub rejected: usize,
     /// Bytes of whole lines in the file.
     written: u64,
@@ -284,6 +304,11 @@ impl ResultsLog {
             file,
             markers: Vec::new(),
             records: Vec::new(),
+            records_not_kept: 0,
+            fold: MetricsFold::new(tsc_khz),
+            work: Vec::new(),
+            errors: Vec::new(),
+            first_record_ms: None,
             rejected: 0,
             written: 0,
             write_error: None,
@@ -467,7 +492,16 @@ impl ResultsLog {
             return false;
         }
         self.append(line);
-        self.records.push(e);
+        self.fold.add(vcpu, &e.record);
+        fold_work(&mut self.work, vcpu, &e.record, self.tsc_khz);
+        self.errors
+            .extend(guest_metrics::guest_errors([(vcpu, &e.record)]));
+        self.first_record_ms.get_or_insert((e.t_ms, e.t_run_ms));
+        if self.records.len() < RECORDS_KEPT {
+            self.records.push(e);
+        } else {
+            self.records_not_kept += 1;
+        }
         true
     }
 
@@ -522,15 +556,12 @@ impl ResultsLog {
 
     /// Per-vCPU workload metrics from the records so far.
     pub fn vcpu_metrics(&self) -> Vec<VcpuMetrics> {
-        guest_metrics::vcpu_metrics(
-            self.records.iter().map(|r| (r.vcpu, &r.record)),
-            self.tsc_khz,
-        )
+        self.fold.metrics()
     }
 
     /// The guest's ERROR records so far.
     pub fn guest_errors(&self) -> Vec<GuestErrorEntry> {
-        guest_metrics::guest_errors(self.records.iter().map(|r| (r.vcpu, &r.record)))
+        self.errors.clone()
     }
 
     /// Boot milestones from what has arrived so far.
@@ -542,43 +573,40 @@ impl ResultsLog {
             kernel_ready_ms: first("kernel_ready").map(|m| m.t_ms),
             workload_start_ms: first("workload_start").map(|m| m.t_ms),
             workload_done_ms: first("workload_done").map(|m| m.t_ms),
-            first_result_ms: self.records.first().map(|r| r.t_ms),
+            first_result_ms: self.first_record_ms.map(|(t, _)| t),
             smp_start_ms: first("smp_start").map(|m| m.t_ms),
             smp_ready_ms: first("smp_ready").map(|m| m.t_ms),
             first_instruction_run_ms: fi.map(|m| m.t_run_ms),
-            first_result_run_ms: self.records.first().map(|r| r.t_run_ms),
+            first_result_run_ms: self.first_record_ms.map(|(_, t)| t),
         }
     }
 
     /// Per-vCPU work: WORK_DONE if present, else the last WORK_SAMPLE's
     /// cumulative values.
     pub fn work(&self) -> Vec<VcpuWork> {
-        let mut out: Vec<VcpuWork> = Vec::new();
-        for r in &self.records {
-            let (units, ticks, done) = match r.record.kind {
-                RecordKind::WorkDone => (r.record.values[0], r.record.values[1], true),
-                RecordKind::WorkSample => (r.record.values[2], r.record.values[3], false),
-                _ => continue,
-            };
-            let w = VcpuWork {
-                vcpu: r.vcpu,
-                units,
-                ticks,
-                units_per_s: devices::result_port::units_per_second(
-                    units,
-                    ticks,
-                    self.tsc_khz as u64,
-                ),
-                done,
-            };
-            match out.iter_mut().find(|x| x.vcpu == r.vcpu) {
-                Some(x) if x.done && !done => {}
-                Some(x) => *x = w,
-                None => out.push(w),
-            }
-        }
-        out.sort_by_key(|w| w.vcpu);
-        out
+        self.work.clone()
+    }
+}
+
+/// Fold one record into the per-vCPU work (sorted by vCPU): a WORK_DONE
+/// replaces what a vCPU had, a WORK_SAMPLE replaces all but a WORK_DONE.
+fn fold_work(out: &mut Vec<VcpuWork>, vcpu: u32, r: &ResultRecord, tsc_khz: u32) {
+    let (units, ticks, done) = match r.kind {
+        RecordKind::WorkDone => (r.values[0], r.values[1], true),
+        RecordKind::WorkSample => (r.values[2], r.values[3], false),
+        _ => return,
+    };
+    let w = VcpuWork {
+        vcpu,
+        units,
+        ticks,
+        units_per_s: devices::result_port::units_per_second(units, ticks, tsc_khz as u64),
+        done,
+    };
+    match out.binary_search_by_key(&vcpu, |x| x.vcpu) {
+        Ok(i) if out[i].done && !done => {}
+        Ok(i) => out[i] = w,
+        Err(i) => out.insert(i, w),
     }
 }
 
@@ -786,6 +814,52 @@ mod tests {
             values,
             text: None,
         }
+    }
+
+    #[test]
+    fn a_long_run_keeps_the_first_records_and_folds_them_all() {
+        // More records than are kept, from two vCPUs, as an hour-long VM
+        // sends them: what the results report must not depend on the cap.
+        let mut log = ResultsLog::create("long", 1000, None).unwrap();
+        let mut all: Vec<(u32, ResultRecord)> = Vec::new();
+        let n = RECORDS_KEPT as u64 + 1000;
+        for i in 0..n {
+            let vcpu = (i % 2) as u32;
+            let r = rec(RecordKind::WorkSample, vcpu, [i, 1000, i * 10, 1000 + i, 0]);
+            let t = i as f64; // one per ms: far below the rate limit
+            assert!(log.record(vcpu, r.clone(), t, t));
+            all.push((vcpu, r));
+        }
+        let done = rec(RecordKind::WorkDone, 0, [7, 70, 0, 0, 0]);
+        let late_sample = rec(RecordKind::WorkSample, 0, [0, 0, 9, 90, 0]);
+        let error = rec(RecordKind::Error, 1, [1, 0, 0, 0, 0]);
+        for (i, r) in [done, late_sample, error].into_iter().enumerate() {
+            let t = (n + i as u64) as f64;
+            assert!(log.record(r.vcpu, r.clone(), t, t));
+            all.push((r.vcpu, r));
+        }
+        assert_eq!(log.records.len(), RECORDS_KEPT);
+        assert_eq!(log.records_not_kept, 1003);
+        assert_eq!(
+            log.records[0].record.values[0], 0,
+            "the first ones are kept"
+        );
+        // The metrics and the work are those of every record.
+        assert_eq!(
+            log.vcpu_metrics(),
+            guest_metrics::vcpu_metrics(all.iter().map(|(v, r)| (*v, r)), 1000)
+        );
+        let work = log.work();
+        assert_eq!(work.len(), 2);
+        assert!(
+            work[0].done && work[0].units == 7,
+            "WORK_DONE outlives a later sample: {work:?}"
+        );
+        assert_eq!((work[1].units, work[1].ticks), ((n - 1) * 10, 1000 + n - 1));
+        let errors = log.guest_errors();
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].vcpu, 1);
+        assert_eq!(log.milestones().first_result_ms, Some(0.0));
     }
 
     #[test]

@@ -511,6 +511,7 @@ impl Vm {
             guest_errors: res.guest_errors(),
             markers: res.markers.clone(),
             records: res.records.clone(),
+            records_not_kept: res.records_not_kept,
             rejected_records: res.rejected,
             results_file: res.path().map(Path::to_path_buf),
             console_log: self.console_log.clone(),
