@@ -448,6 +448,8 @@ fn every_endpoint_against_running_vms() {
             "weight",
             "cap",
             "reservation",
+            "latency_bound_us",
+            "bound_budget",
             "mode",
             "offline",
             "online"
