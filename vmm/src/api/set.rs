@@ -361,9 +361,11 @@ pub const KEYS: &[Key] = &[
         canonical: canonical_integer,
         read: |s| {
             s.vcpu()
-                .map(|(_, row)| {
+                .map(|(_, row)| match row.latency_bound {
+                    None => "none".to_string(),
                     // The VM's percent, from each vCPU's per mille.
-                    ((u64::from(row.bound_budget) * u64::from(s.vm_vcpus) + 5) / 10).to_string()
+                    Some(_) => ((u64::from(row.bound_budget) * u64::from(s.vm_vcpus) + 5) / 10)
+                        .to_string(),
                 })
                 .unwrap_or_default()
         },
