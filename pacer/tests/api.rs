@@ -448,6 +448,8 @@ fn every_endpoint_against_running_vms() {
             "weight",
             "cap",
             "reservation",
+            "latency_bound_us",
+            "bound_budget",
             "mode",
             "offline",
             "online"
@@ -860,6 +862,159 @@ fn set_values_are_strict_and_recorded_in_one_spelling() {
         "{lines}"
     );
     assert!(!lines.contains("10 ") && !lines.contains("012"), "{lines}");
+}
+
+/// Haiku with the `threads` dispatch (every wake goes through the
+/// scheduler, so each bounded one is counted): `a`, 2 vCPUs, sleeps and
+/// wakes every 2 ms; `b`, 1 vCPU, spins; both on CPUs 0-1.
+fn sleeper_and_spinner() -> String {
+    "[host]\ncpus = \"0-1\"\npolicy = \"haiku\"\ndispatch = \"threads\"\nlog_dir = \"logs\"\n\n\
+     [[vm]]\nname = \"a\"\nvcpus = 2\nmemory_mib = 32\nkernel = \"@KERNEL@\"\n\
+     workload = \"sleep duration_ms=60000 interval_us=2000 wakes=25000\"\ntimeout_s = 120\n\n\
+     [[vm]]\nname = \"b\"\nvcpus = 1\nmemory_mib = 32\nkernel = \"@KERNEL@\"\n\
+     workload = \"cpu duration_ms=60000 report_ms=100\"\ntimeout_s = 120\n"
+        .to_string()
+}
+
+#[test]
+fn a_latency_bound_is_set_refused_and_lifted_on_a_running_vm() {
+    if !kvm_or_skip("a_latency_bound_is_set_refused_and_lifted_on_a_running_vm") {
+        return;
+    }
+    let dir = TempDir::new("api-bound");
+    let run = Run::start(&dir, &sleeper_and_spinner(), &[]);
+    assert!(eventually(Duration::from_secs(20), || {
+        let ls = run.json(&["ls"]);
+        ls["vms"][0]["state"] == "running" && ls["vms"][1]["state"] == "running"
+    }));
+    let ok = |args: &[&str]| {
+        let (code, out, err) = run.ctl(args);
+        assert_eq!(code, 0, "{args:?}: {out}{err}");
+        out
+    };
+    let bound_of = |vm: &str, i: u64| {
+        let r = run.vcpu(vm, i);
+        (
+            r["latency_bound_ns"].clone(),
+            r["bound_budget_permille"].clone(),
+        )
+    };
+    let bounded_wakes = || -> u64 {
+        (0..2)
+            .map(|i| run.vcpu("a", i)["bounded_wakes"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(bound_of("a", 0), (Value::Null, Value::Null));
+    assert_eq!(bounded_wakes(), 0);
+
+    // Set: every vCPU of a gets it, 90 % of a CPU split over two (a
+    // budget its wakes, costly here, do not outrun).
+    let out = ok(&["set", "a", "latency_bound_us=10000", "bound_budget=90"]);
+    assert!(out.contains("a: latency_bound_us none -> 10000\n"), "{out}");
+    assert!(out.contains("a: bound_budget none -> 90\n"), "{out}");
+    for i in 0..2 {
+        assert_eq!(bound_of("a", i), (10_000_000.into(), 450.into()));
+    }
+    // a's wakes now come with budget, and are counted.
+    let first = bounded_wakes();
+    assert!(
+        eventually(Duration::from_secs(20), || bounded_wakes() > first.max(1)),
+        "bounded wakes stay at {first}"
+    );
+
+    // Refused, in the config's words, and nothing changes: a bound on b
+    // that a's bursts make too tight, a reservation on a's CPUs, one
+    // vCPU of a VM.
+    let (status, why) = post_set(
+        &run.socket,
+        r#"{"target": "b", "set": {"latency_bound_us": "1000", "bound_budget": "1"}}"#,
+    );
+    assert!(status.contains("422"), "{status} {why}");
+    assert!(
+        why.starts_with("b: latency_bound_us: expected VM \"b\"'s latency bound to cover the worst-case wait of its wakes, found 1000 us < (kick 100 us + the other bounded vCPUs' bursts 9000 us) / (1 - their budgets 90 %) = 91000 us"),
+        "{why}"
+    );
+    run.refused(
+        &["set", "b", "reservation=10"],
+        "b: reservation: expected the bounded VMs (\"a\") to have host CPUs 0-1 to themselves at the bounded level, found VM \"b\" there with a reservation",
+    );
+    run.refused(
+        &["set", "b", "priority=99"],
+        "found VM \"b\" there with timeshare priority 99",
+    );
+    run.refused(
+        &["set", "a/1", "latency_bound_us=none"],
+        "a/1: latency_bound_us is a key of a whole VM (all its vCPUs at once): name the VM, not one vCPU",
+    );
+    run.refused(
+        &["set", "a", "latency_bound_us=500"],
+        "expected `latency_bound_us` and `bound_budget` together, found only `latency_bound_us`",
+    );
+    let b0 = run.vcpu("b", 0);
+    assert_eq!(
+        (
+            &b0["latency_bound_ns"],
+            &b0["reservation_permille"],
+            &b0["base_priority"]
+        ),
+        (&Value::Null, &0.into(), &10.into()),
+        "{b0}"
+    );
+    for i in 0..2 {
+        assert_eq!(bound_of("a", i), (10_000_000.into(), 450.into()));
+    }
+
+    // Lifted: no vCPU of a holds it, and b's reservation is taken now.
+    let out = ok(&["set", "a", "latency_bound_us=none"]);
+    assert_eq!(out, "a: latency_bound_us 10000 -> none\n");
+    for i in 0..2 {
+        assert_eq!(bound_of("a", i), (Value::Null, Value::Null));
+    }
+    ok(&["set", "b", "reservation=10"]);
+    assert_eq!(run.vcpu("b", 0)["reservation_permille"], 100);
+    // And set again, for the run's results.
+    ok(&["set", "b", "reservation=0"]);
+    ok(&["set", "a", "latency_bound_us=2000", "bound_budget=10"]);
+
+    assert_eq!(run.ctl(&["stop", "a"]).0, 0);
+    assert_eq!(run.ctl(&["stop", "b"]).0, 0);
+    let (_, results, stderr) = run.finish(&dir);
+    assert!(!stderr.contains("forbidden system call"), "{stderr}");
+    let a = &results["runs"][0]["vms"][0];
+    assert_eq!(a["name"], "a", "{a}");
+    assert_eq!(a["latency_bound_ns"], 2_000_000, "{a}");
+    assert!(a["bounded_wakes"].as_u64().unwrap() > first, "{a}");
+    assert_eq!(
+        results["runs"][0]["vms"][1]["latency_bound_ns"],
+        Value::Null
+    );
+    // Every change is recorded, in its one spelling; refusals are not.
+    let changes = results["runs"][0]["control_changes"].as_array().unwrap();
+    let set: Vec<(&str, &str, &str)> = changes
+        .iter()
+        .filter(|c| c["key"] != "state")
+        .map(|c| {
+            (
+                c["target"].as_str().unwrap(),
+                c["key"].as_str().unwrap(),
+                c["value"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let bound_sets: Vec<_> = set.iter().filter(|(t, _, _)| *t == "a").collect();
+    assert_eq!(bound_sets.len(), 5, "{set:?}");
+    for change in [
+        ("a", "latency_bound_us", "10000"),
+        ("a", "bound_budget", "90"),
+        ("a", "latency_bound_us", "none"),
+        ("a", "latency_bound_us", "2000"),
+        ("a", "bound_budget", "10"),
+        ("b", "reservation", "10"),
+        ("b", "reservation", "0"),
+    ] {
+        assert!(set.contains(&change), "{change:?} not in {set:?}");
+    }
+    assert_eq!(set.len(), 7, "{set:?}");
 }
 
 /// The `ls` table's row of VM `name`, split at its columns.

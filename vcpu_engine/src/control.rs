@@ -1,6 +1,6 @@
 //! Changes made while the VMs run (the control API's `set`): a vCPU's
-//! affinity, priority and class, the scheduler's mode, a host CPU's
-//! service.
+//! affinity, priority and class, its shares and latency bound, the
+//! scheduler's mode, a host CPU's service.
 //!
 //! `vcpu_sched` makes each change itself (`set_affinity`, `set_priority`,
 //! `set_class`, `set_mode`, `set_cpu_enabled`: the handle, the penalty
@@ -20,6 +20,7 @@ use crate::host_cpus::{HostCpu, HostCpuSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use vcpu_sched::bound::LatencyBound;
 use vcpu_sched::{CpuId, CpuSet, Mode, Nanos, SchedClass, SchedError, VcpuScheduler};
 
 /// How long a change waits for a vCPU to leave a CPU it may no longer use.
@@ -125,6 +126,19 @@ impl Engine {
     pub fn set_vcpu_reservation(&self, v: &EngineVcpu, permille: u32) -> Result<(), EngineError> {
         let _s = self.section();
         self.change(|s, now| s.set_reservation(v.entity, permille, now))?;
+        self.enact_if_ranked(v);
+        Ok(())
+    }
+
+    /// Promise `v` a wake-to-run bound with its budget (`None`: lift it);
+    /// the caller admitted the set of bounds (`vcpu_sched::bound::admit`).
+    pub fn set_vcpu_latency_bound(
+        &self,
+        v: &EngineVcpu,
+        bound: Option<LatencyBound>,
+    ) -> Result<(), EngineError> {
+        let _s = self.section();
+        self.change(|s, now| s.set_latency_bound(v.entity, bound, now))?;
         self.enact_if_ranked(v);
         Ok(())
     }

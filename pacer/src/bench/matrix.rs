@@ -1271,14 +1271,10 @@ impl Matrix {
             if let Some((span, field)) = bounded_at {
                 let view: Vec<vmm::config::bounds::BoundedVm<'_>> = vms
                     .iter()
-                    .map(|v| vmm::config::bounds::BoundedVm {
-                        name: &v.name,
-                        vcpus: v.vcpus,
-                        cpus: &v.cpus,
-                        class: v.class,
-                        priority: v.priority,
-                        reservation: v.shares.reservation,
-                        latency_bound: v.shares.latency_bound,
+                    .map(|v| {
+                        vmm::config::bounds::BoundedVm::uniform(
+                            &v.name, v.vcpus, &v.cpus, v.class, v.priority, &v.shares,
+                        )
                     })
                     .collect();
                 if let Some(why) = vmm::config::bounds::refusal(&view) {

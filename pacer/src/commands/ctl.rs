@@ -5,7 +5,8 @@
 //! ```text
 //! pacer ctl SOCKET ls                       the VMs, the policy, the mode
 //! pacer ctl SOCKET stats [VM]               per vCPU: where it runs, at what priority, run/wait/wake p99
-//! pacer ctl SOCKET set VM[/VCPU] KEY=VALUE...   affinity, priority, class (checked as the config is)
+//! pacer ctl SOCKET set VM[/VCPU] KEY=VALUE...   affinity, priority, class, weight, cap, reservation;
+//!                                           a VM's latency_bound_us + bound_budget (checked as the config is)
 //! pacer ctl SOCKET set KEY=VALUE...         host keys: mode, offline, online
 //! pacer ctl SOCKET pause VM | resume VM | stop VM
 //! pacer ctl SOCKET watch [--count N]        the per-second status
@@ -146,14 +147,17 @@ pub enum CtlCommand {
         /// Only this VM.
         vm: Option<String>,
     },
-    /// Change a VM's or vCPU's affinity, priority, class; or (no target)
-    /// the host's mode, offline, online. E.g. `set web/1 affinity=1`,
-    /// `set web priority=20`, `set mode=power-saving`, `set offline=1`.
+    /// Change a VM's or vCPU's affinity, priority, class, weight, cap,
+    /// reservation; a VM's latency_bound_us with bound_budget (none lifts
+    /// it); or (no target) the host's mode, offline, online. E.g. `set
+    /// web/1 affinity=1`, `set web priority=20`, `set mode=power-saving`.
     #[command(after_help = concat!(
         "Examples:
   pacer ctl /tmp/pacer.sock set web priority=20          a VM (its vCPUs inherit it)
   pacer ctl /tmp/pacer.sock set web/1 affinity=1         one vCPU
   pacer ctl /tmp/pacer.sock set web class=realtime priority=110
+  pacer ctl /tmp/pacer.sock set web latency_bound_us=1000 bound_budget=20
+  pacer ctl /tmp/pacer.sock set web latency_bound_us=none
   pacer ctl /tmp/pacer.sock set mode=power-saving        the host
   pacer ctl /tmp/pacer.sock set offline=1",
         ctl_exit_codes!()

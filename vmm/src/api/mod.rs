@@ -10,7 +10,7 @@
 //! |---|---|
 //! | `GET /api/v1/vms` | the VMs: state, vCPUs, core set, class, priority; policy, mode, CPUs out of service |
 //! | `GET /api/v1/stats[?vm=NAME]` | per vCPU the scheduler's live state and statistics |
-//! | `POST /api/v1/set` | change affinity, priority, class of a VM or vCPU; the mode; a host CPU's service (`set.rs`) |
+//! | `POST /api/v1/set` | change affinity, priority, class, weight, cap, reservation of a VM or vCPU; a VM's latency bound (admitted as the config's, `admission.rs`); the mode; a host CPU's service (`set.rs`) |
 //! | `POST /api/v1/vms/NAME/pause`, `.../resume`, `.../stop` | pause, resume, stop a VM |
 //! | `GET /api/v1/status[?after=SEQ]` | the per-second samples after SEQ (a long poll: waits for the next one) |
 //! | `GET /api/v1/events` | the per-second samples as server-sent events |
@@ -31,6 +31,7 @@
 //! status and a one-line reason and never reach the VMs. The thread has a
 //! seccomp filter of its own (`ThreadKind::Api`).
 
+mod admission;
 pub mod audit;
 pub mod client;
 pub mod http;

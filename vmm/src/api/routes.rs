@@ -152,7 +152,7 @@ fn keys() -> Value {
         .map(|k| {
             json!({
                 "key": k.name,
-                "target": match k.scope { set::Scope::Vcpu => "VM or VM/VCPU", set::Scope::Host => "none (the host)" },
+                "target": match k.scope { set::Scope::Vcpu => "VM or VM/VCPU", set::Scope::Vm => "VM", set::Scope::Host => "none (the host)" },
                 "value": k.syntax,
             })
         })

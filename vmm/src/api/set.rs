@@ -15,7 +15,12 @@
 //! the engine. Every key of a request is checked on every vCPU of the
 //! target before anything is changed, so a request is refused whole or
 //! made whole. Adding a key is one entry of the table (weight, cap and
-//! reservation, per vCPU, came with the operator shares).
+//! reservation, per vCPU, came with the operator shares; the latency
+//! bound, per VM, after them). A key that bears on the latency bounds
+//! (affinity, priority, class, reservation, the bound) also says what it
+//! does to a vCPU's settings as the bounds' admission reads them
+//! ([`Key::level`]): the request is refused, in the config's words, if
+//! the bounds could not all be promised after it (`admission.rs`).
 //!
 //! The body is read strictly (issue 32): a key given twice, or a value
 //! with blanks around it, is refused naming it; a value is answered and
@@ -23,6 +28,7 @@
 //! "0").
 
 use super::ApiContext;
+use crate::config::bounds::VcpuLevel;
 use crate::config::sched_rules;
 use crate::documents::{with_header, API_SCHEMA_VERSION, API_SET};
 use crate::text::quoted;
@@ -31,6 +37,7 @@ use std::sync::Arc;
 use vcpu_engine::host_cpus::HostCpuSet;
 use vcpu_engine::EngineVcpu;
 use vcpu_engine::{Engine, EngineError, EngineVm};
+use vcpu_sched::bound::LatencyBound;
 use vcpu_sched::stats::EntityStats;
 use vcpu_sched::{Mode, SchedSnapshot};
 
@@ -52,6 +59,11 @@ pub enum SetError {
     NotAMode(String),
     #[error("expected at least one CPU left in service, found none after taking out {}", .0.to_list())]
     NoCpuLeft(HostCpuSet),
+    /// `bound_budget` given beside `latency_bound_us`, out of range.
+    #[error("bound_budget: {0}")]
+    BoundBudget(sched_rules::SchedRuleError),
+    #[error("expected no `bound_budget` beside `latency_bound_us=none` (lifting the bound lifts its budget), found {}", quoted(.0))]
+    BudgetWithoutBound(String),
 }
 
 /// Where a key applies.
@@ -59,6 +71,8 @@ pub enum SetError {
 pub enum Scope {
     /// A vCPU (given a VM, each of its vCPUs).
     Vcpu,
+    /// A whole VM: every vCPU of it at once, never one alone.
+    Vm,
     /// The host: the scheduler as a whole, or its CPUs.
     Host,
 }
@@ -68,8 +82,11 @@ pub struct Site<'a> {
     pub engine: &'a Engine,
     pub ctx: &'a ApiContext<'a>,
     pub snap: &'a SchedSnapshot,
-    /// For [`Scope::Vcpu`] keys: the vCPU and its scheduler row.
+    /// For [`Scope::Vcpu`] and [`Scope::Vm`] keys: the vCPU and its
+    /// scheduler row.
     pub vcpu: Option<(&'a EngineVcpu, &'a EntityStats)>,
+    /// The vCPUs of its VM (0 for the host).
+    pub vm_vcpus: u32,
 }
 
 impl<'a> Site<'a> {
@@ -111,7 +128,15 @@ pub struct Key {
     /// Check `value` and return the change to make (`None`: another key
     /// of the request makes it).
     pub prepare: for<'a> fn(&Site<'a>, &str, &Pairs) -> Result<Option<Action<'a>>, SetError>,
+    /// For keys that bear on the latency bounds: make the change (the
+    /// value, the request's other keys, the VM's vCPU count) to a vCPU's
+    /// settings as the bounds' admission reads them.
+    pub level: Option<LevelChange>,
 }
+
+/// A key's change to a vCPU's settings as the bounds' admission reads
+/// them: the value, the request's keys, the VM's vCPU count.
+pub type LevelChange = fn(&mut VcpuLevel, &str, &Pairs, u32) -> Result<(), SetError>;
 
 /// Every key `set` knows.
 pub const KEYS: &[Key] = &[
@@ -132,6 +157,10 @@ pub const KEYS: &[Key] = &[
             let engine = s.engine;
             Ok(Some(Box::new(move || engine.set_vcpu_affinity(v, &set))))
         },
+        level: Some(|l, value, _, _| {
+            l.cpus = sched_rules::cpu_list(value)?;
+            Ok(())
+        }),
     },
     Key {
         name: "priority",
@@ -157,6 +186,12 @@ pub const KEYS: &[Key] = &[
                 engine.set_vcpu_priority(v, priority)
             })))
         },
+        level: Some(|l, value, pairs, _| {
+            if given(pairs, "class").is_none() {
+                l.priority = sched_rules::priority(l.class, integer(value)?)?;
+            }
+            Ok(())
+        }),
     },
     Key {
         name: "class",
@@ -181,6 +216,16 @@ pub const KEYS: &[Key] = &[
                 engine.set_vcpu_class(v, class, priority)
             })))
         },
+        level: Some(|l, value, pairs, _| {
+            l.class = sched_rules::class_from_name(value)?;
+            l.priority = match given(pairs, "priority") {
+                Some(p) => {
+                    sched_rules::priority(l.class, integer(p)?).map_err(SetError::Priority)?
+                }
+                None => sched_rules::default_priority(l.class),
+            };
+            Ok(())
+        }),
     },
     Key {
         name: "weight",
@@ -199,6 +244,7 @@ pub const KEYS: &[Key] = &[
             let engine = s.engine;
             Ok(Some(Box::new(move || engine.set_vcpu_weight(v, weight))))
         },
+        level: None,
     },
     Key {
         name: "cap",
@@ -235,6 +281,7 @@ pub const KEYS: &[Key] = &[
             let engine = s.engine;
             Ok(Some(Box::new(move || engine.set_vcpu_cap(v, cap))))
         },
+        level: None,
     },
     Key {
         name: "reservation",
@@ -269,6 +316,65 @@ pub const KEYS: &[Key] = &[
                 engine.set_vcpu_reservation(v, permille)
             })))
         },
+        level: Some(|l, value, _, _| {
+            l.reservation = sched_rules::reservation(integer(value)?, 1)?;
+            Ok(())
+        }),
+    },
+    Key {
+        name: "latency_bound_us",
+        scope: Scope::Vm,
+        syntax: "wake-to-run bound in us, 1-1000000, with `bound_budget`; or \"none\" to lift it (haiku only)",
+        canonical: none_or_integer,
+        read: |s| {
+            s.vcpu()
+                .map(|(_, row)| {
+                    row.latency_bound
+                        .map_or("none".to_string(), |ns| ns.div_ceil(1000).to_string())
+                })
+                .unwrap_or_default()
+        },
+        prepare: |s, value, pairs| {
+            let (v, _) = s.vcpu()?;
+            let bound = requested_bound(value, pairs, s.vm_vcpus)?;
+            if !s.ctx.policy.honours_latency_bounds() {
+                return Err(sched_rules::SchedRuleError::BoundRefused {
+                    policy: s.ctx.policy,
+                    origin: "the run's policy".to_string(),
+                }
+                .into());
+            }
+            let engine = s.engine;
+            Ok(Some(Box::new(move || {
+                engine.set_vcpu_latency_bound(v, bound)
+            })))
+        },
+        level: Some(|l, value, pairs, vcpus| {
+            l.latency_bound = requested_bound(value, pairs, vcpus)?;
+            Ok(())
+        }),
+    },
+    Key {
+        name: "bound_budget",
+        scope: Scope::Vm,
+        syntax: "% of one CPU for the whole VM, split evenly over its vCPUs, 1-100 per vCPU, with `latency_bound_us` (haiku only)",
+        canonical: canonical_integer,
+        read: |s| {
+            s.vcpu()
+                .map(|(_, row)| match row.latency_bound {
+                    None => "none".to_string(),
+                    // The VM's percent, from each vCPU's per mille.
+                    Some(_) => ((u64::from(row.bound_budget) * u64::from(s.vm_vcpus) + 5) / 10)
+                        .to_string(),
+                })
+                .unwrap_or_default()
+        },
+        prepare: |_, _, pairs| match given(pairs, "latency_bound_us") {
+            // `latency_bound_us` makes the change, with this budget.
+            Some(_) => Ok(None),
+            None => Err(sched_rules::SchedRuleError::BoundHalf("bound_budget").into()),
+        },
+        level: None,
     },
     Key {
         name: "mode",
@@ -283,6 +389,7 @@ pub const KEYS: &[Key] = &[
             let engine = s.engine;
             Ok(Some(Box::new(move || engine.set_mode(mode))))
         },
+        level: None,
     },
     Key {
         name: "offline",
@@ -302,6 +409,7 @@ pub const KEYS: &[Key] = &[
             }
             Ok(Some(service(s.engine, set, false)))
         },
+        level: None,
     },
     Key {
         name: "online",
@@ -310,12 +418,42 @@ pub const KEYS: &[Key] = &[
         canonical: canonical_cpu_list,
         read: |s| out_list(&s.out_of_service()),
         prepare: |s, value, _| Ok(Some(service(s.engine, service_list(s, value)?, true))),
+        level: None,
     },
 ];
 
 /// A CPU list as the host set writes it ("0,0,0" and "0-0" are "0").
 fn canonical_cpu_list(value: &str) -> String {
     sched_rules::cpu_list(value).map_or_else(|_| value.to_string(), |set| set.to_list())
+}
+
+/// "none", or an integer in its one spelling.
+fn none_or_integer(value: &str) -> String {
+    if value == "none" {
+        value.to_string()
+    } else {
+        canonical_integer(value)
+    }
+}
+
+/// The bound `latency_bound_us=value` asks for (`None`: lift it), with
+/// the `bound_budget` beside it split over the VM's `vcpus`: both or
+/// neither, checked by the config's rules.
+fn requested_bound(
+    value: &str,
+    pairs: &Pairs,
+    vcpus: u32,
+) -> Result<Option<LatencyBound>, SetError> {
+    match (value, given(pairs, "bound_budget")) {
+        ("none", None) => Ok(None),
+        ("none", Some(budget)) => Err(SetError::BudgetWithoutBound(budget.to_string())),
+        (_, None) => Err(sched_rules::SchedRuleError::BoundHalf("latency_bound_us").into()),
+        (us, Some(budget)) => Ok(Some(LatencyBound {
+            bound: sched_rules::latency_bound(integer(us)?)?,
+            budget_permille: sched_rules::bound_budget(integer(budget)?, vcpus)
+                .map_err(SetError::BoundBudget)?,
+        })),
+    }
 }
 
 /// An integer without sign or leading zeros.
@@ -596,6 +734,7 @@ pub fn set(ctx: &ApiContext<'_>, uid: u32, body: &[u8]) -> Result<Value, Refusal
                     format!("{k} is a key of a VM or vCPU: name one (VM or VM/VCPU)"),
                 ))
             }
+            (Scope::Vm, None) => return Err((400, format!("{k} is a key of a VM: name one"))),
             _ => keys.push(key),
         }
         canonical.push((k.clone(), (key.canonical)(value)));
@@ -609,6 +748,17 @@ pub fn set(ctx: &ApiContext<'_>, uid: u32, body: &[u8]) -> Result<Value, Refusal
         None => None,
         Some(t) => Some(resolve(ctx, engine, t)?),
     };
+    if let (Some((_, Some(_))), Some(t)) = (&vm, &target) {
+        if let Some(key) = keys.iter().find(|k| k.scope == Scope::Vm) {
+            return Err((
+                400,
+                format!(
+                    "{t}: {} is a key of a whole VM (all its vCPUs at once): name the VM, not one vCPU",
+                    key.name
+                ),
+            ));
+        }
+    }
     let mut sites = Vec::new();
     match &vm {
         None => sites.push((
@@ -618,6 +768,7 @@ pub fn set(ctx: &ApiContext<'_>, uid: u32, body: &[u8]) -> Result<Value, Refusal
                 ctx,
                 snap: &snap,
                 vcpu: None,
+                vm_vcpus: 0,
             },
         )),
         Some((vm, which)) => {
@@ -638,6 +789,7 @@ pub fn set(ctx: &ApiContext<'_>, uid: u32, body: &[u8]) -> Result<Value, Refusal
                         ctx,
                         snap: &snap,
                         vcpu: Some((v.as_ref(), row)),
+                        vm_vcpus: vm.vcpus().len() as u32,
                     },
                 ));
             }
@@ -664,6 +816,20 @@ pub fn set(ctx: &ApiContext<'_>, uid: u32, body: &[u8]) -> Result<Value, Refusal
         }
         plan.push((k.as_str(), value.as_str(), summarize(&before), actions));
     }
+    // The latency bounds after the request, as the config would judge them.
+    if let Some(k) = bound_key(&keys) {
+        let targets: Vec<_> = sites
+            .iter()
+            .filter_map(|(_, s)| s.vcpu.map(|(_, row)| row.id))
+            .collect();
+        let vm_vcpus = sites.first().map_or(0, |(_, s)| s.vm_vcpus);
+        let change = |l: &mut VcpuLevel| change_level(&keys, &pairs, vm_vcpus, l);
+        match super::admission::refused_after(ctx, engine, &snap, &targets, &change) {
+            Ok(None) => {}
+            Ok(Some(why)) => return Err((422, format!("{target_name}: {k}: {why}"))),
+            Err(why) => return Err((422, format!("{target_name}: {k}: {why}"))),
+        }
+    }
     // Then change, and record what changed.
     let mut changed = Vec::new();
     let mut failures = Vec::new();
@@ -689,6 +855,34 @@ pub fn set(ctx: &ApiContext<'_>, uid: u32, body: &[u8]) -> Result<Value, Refusal
         API_SCHEMA_VERSION,
         json!({ "target": target_name, "changed": changed }),
     ))
+}
+
+/// Make a request's changes (`keys` with their `pairs`, to a vCPU of a VM
+/// of `vm_vcpus`) to the vCPU's settings as the bounds' admission reads
+/// them.
+fn change_level(
+    keys: &[&Key],
+    pairs: &Pairs,
+    vm_vcpus: u32,
+    l: &mut VcpuLevel,
+) -> Result<(), SetError> {
+    for (key, (_, value)) in keys.iter().zip(pairs) {
+        if let Some(level) = key.level {
+            level(l, value, pairs, vm_vcpus)?;
+        }
+    }
+    Ok(())
+}
+
+/// The key a refusal by the bounds' admission names: `latency_bound_us`
+/// if given, else the first key that bears on the bounds (none: the
+/// request leaves them alone).
+fn bound_key(keys: &[&Key]) -> Option<&'static str> {
+    let bearing = || keys.iter().filter(|key| key.level.is_some());
+    bearing()
+        .find(|key| key.name == "latency_bound_us")
+        .or_else(|| bearing().next())
+        .map(|key| key.name)
 }
 
 /// One value for a key over several sites: the value if all agree, else
@@ -809,6 +1003,217 @@ mod tests {
         assert_eq!(canonical("weight", "x"), "x");
         assert_eq!(canonical("affinity", "0-"), "0-");
         assert_eq!(canonical("mode", "power-saving"), "power-saving");
+        assert_eq!(canonical("latency_bound_us", "none"), "none");
+        assert_eq!(canonical("latency_bound_us", "0500"), "500");
         assert!(integer("10 ").is_err());
+    }
+
+    use crate::config::bounds::{refusal, BoundedVm};
+    use vcpu_engine::host_cpus::HostCpuSet;
+    use vcpu_sched::SchedClass;
+
+    /// A VM of `vcpus` vCPUs on `cpus`, timeshare 10, with a bound of
+    /// `bound` (us, per mille per vCPU) or none.
+    fn vm(
+        name: &'static str,
+        vcpus: u32,
+        cpus: &str,
+        bound: Option<(u64, u32)>,
+    ) -> BoundedVm<'static> {
+        let level = VcpuLevel {
+            cpus: HostCpuSet::parse_list(cpus).unwrap(),
+            class: SchedClass::Timeshare,
+            priority: 10,
+            reservation: 0,
+            latency_bound: bound.map(|(us, permille)| LatencyBound {
+                bound: us * 1000,
+                budget_permille: permille,
+            }),
+        };
+        BoundedVm {
+            name,
+            vcpus: vec![level; vcpus as usize],
+        }
+    }
+
+    /// Apply `pairs` as a `set` of VM `target` would to the admission's
+    /// view of `vms`: the refusal, or the view after.
+    fn judged(
+        mut vms: Vec<BoundedVm<'static>>,
+        target: usize,
+        pairs: &[(&str, &str)],
+    ) -> Result<Vec<BoundedVm<'static>>, String> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let keys: Vec<&Key> = pairs
+            .iter()
+            .map(|(k, _)| KEYS.iter().find(|key| key.name == k).unwrap())
+            .collect();
+        let k = bound_key(&keys).expect("the request bears on the bounds");
+        let n = vms[target].vcpus.len() as u32;
+        for l in &mut vms[target].vcpus {
+            change_level(&keys, &pairs, n, l).map_err(|why| format!("{k}: {why}"))?;
+        }
+        match refusal(&vms) {
+            Some(why) => Err(format!("{k}: {why}")),
+            None => Ok(vms),
+        }
+    }
+
+    #[test]
+    fn a_bound_set_on_a_running_vm_is_admitted_over_the_live_vms() {
+        let live = vec![vm("a", 2, "0-1", None), vm("b", 1, "0-1", None)];
+        let after = judged(
+            live,
+            0,
+            &[("latency_bound_us", "1000"), ("bound_budget", "20")],
+        )
+        .unwrap();
+        // 20 % of a CPU for the VM: 10 % (100 per mille) per vCPU.
+        for v in &after[0].vcpus {
+            assert_eq!(
+                v.latency_bound,
+                Some(LatencyBound {
+                    bound: 1_000_000,
+                    budget_permille: 100
+                })
+            );
+        }
+        assert_eq!(after[1].vcpus[0].latency_bound, None);
+    }
+
+    #[test]
+    fn a_bound_below_its_wait_is_refused_with_the_configs_arithmetic() {
+        // a's two vCPUs hold 100 us each (1 ms x 10 %): b waits at most
+        // (100 + 200) / (1 - 0.2) = 375 us, more than the 100 us it asks.
+        let live = vec![
+            vm("a", 2, "0-1", Some((1000, 100))),
+            vm("b", 1, "0-1", None),
+        ];
+        assert_eq!(
+            judged(
+                live,
+                1,
+                &[("latency_bound_us", "100"), ("bound_budget", "10")]
+            )
+            .err()
+            .unwrap(),
+            "latency_bound_us: expected VM \"b\"'s latency bound to cover the worst-case wait of its wakes, found 100 us < (kick 100 us + the other bounded vCPUs' bursts 200 us) / (1 - their budgets 20 %) = 375 us; the other bounded vCPUs: 2 of VMs \"a\""
+        );
+    }
+
+    #[test]
+    fn budgets_past_the_cpus_are_refused_with_the_configs_arithmetic() {
+        let live = vec![
+            vm("a", 2, "0", Some((1_000_000, 250))),
+            vm("b", 1, "0", None),
+        ];
+        assert_eq!(
+            judged(
+                live,
+                1,
+                &[("bound_budget", "60"), ("latency_bound_us", "1000000")]
+            )
+            .err()
+            .unwrap(),
+            "latency_bound_us: expected the bounded VMs (\"a\", \"b\") to ask budgets within the 1 host CPU(s) they may use (0), found 110 % of one CPU in all, more than 100 %"
+        );
+    }
+
+    #[test]
+    fn clearing_a_bound_frees_its_cpus_for_what_it_refused() {
+        let live = vec![vm("a", 1, "0", Some((1000, 100))), vm("b", 1, "0-1", None)];
+        // While a is bounded, a reservation on b (which may use a's CPU)
+        // is refused, and so is a bound on b that a's burst makes too tight.
+        assert!(judged(live.clone(), 1, &[("reservation", "10")])
+            .err()
+            .unwrap()
+            .starts_with(
+                "reservation: expected the bounded VMs (\"a\") to have host CPUs 0 to themselves at the bounded level, found VM \"b\" there with a reservation"
+            ));
+        let tight = [("latency_bound_us", "150"), ("bound_budget", "10")];
+        assert!(judged(live.clone(), 1, &tight).is_err());
+        // Lifted, a holds no bound, and both are admitted.
+        let cleared = judged(live, 0, &[("latency_bound_us", "none")]).unwrap();
+        assert_eq!(cleared[0].vcpus[0].latency_bound, None);
+        assert!(judged(cleared.clone(), 1, &[("reservation", "10")]).is_ok());
+        assert!(judged(cleared, 1, &tight).is_ok());
+    }
+
+    #[test]
+    fn changes_that_would_break_an_admitted_bound_are_refused() {
+        let live = vec![vm("a", 1, "0", Some((1000, 100))), vm("b", 1, "1", None)];
+        let refused = |pairs: &[(&str, &str)], needle: &str| {
+            let why = judged(live.clone(), 1, pairs).err().unwrap();
+            assert!(why.contains(needle), "{pairs:?}: {why}");
+        };
+        // Off a's CPU, b may have them all.
+        assert!(judged(live.clone(), 1, &[("priority", "99")]).is_ok());
+        assert!(judged(live.clone(), 1, &[("class", "realtime")]).is_ok());
+        // Moved onto a's CPU with them, or given them there: refused.
+        refused(
+            &[("affinity", "0-1"), ("priority", "99")],
+            "affinity: expected the bounded VMs (\"a\") to have host CPUs 0 to themselves at the bounded level, found VM \"b\" there with timeshare priority 99",
+        );
+        let on_a = vec![live[0].clone(), vm("b", 1, "0-1", None)];
+        let why = judged(on_a.clone(), 1, &[("class", "realtime")])
+            .err()
+            .unwrap();
+        assert!(why.contains("with the realtime class"), "{why}");
+        assert!(judged(on_a.clone(), 1, &[("priority", "98")]).is_ok());
+        // The bounded VM itself: not realtime, no reservation.
+        let why = judged(on_a.clone(), 0, &[("class", "realtime")])
+            .err()
+            .unwrap();
+        assert_eq!(
+            why,
+            format!("class: {}", sched_rules::SchedRuleError::BoundRealtime)
+        );
+        let why = judged(on_a, 0, &[("reservation", "5")]).err().unwrap();
+        assert_eq!(
+            why,
+            format!(
+                "reservation: {}",
+                sched_rules::SchedRuleError::BoundWithReservation
+            )
+        );
+    }
+
+    #[test]
+    fn a_bound_and_its_budget_come_together_or_the_bound_is_lifted_alone() {
+        let live = vec![vm("a", 2, "0-1", None)];
+        assert_eq!(
+            judged(live.clone(), 0, &[("latency_bound_us", "500")]).err().unwrap(),
+            "latency_bound_us: expected `latency_bound_us` and `bound_budget` together, found only `latency_bound_us`"
+        );
+        assert!(judged(
+            live.clone(),
+            0,
+            &[("latency_bound_us", "none"), ("bound_budget", "10")]
+        )
+        .err()
+        .unwrap()
+        .starts_with(
+            "latency_bound_us: expected no `bound_budget` beside `latency_bound_us=none`"
+        ));
+        // The config's ranges, the VM's budget split over its 2 vCPUs.
+        assert!(judged(
+            live.clone(),
+            0,
+            &[("latency_bound_us", "500"), ("bound_budget", "201")]
+        )
+        .err()
+        .unwrap()
+        .starts_with("latency_bound_us: bound_budget: expected a bound budget from 1 to 200 % (100 % of a CPU per vCPU, 2 vCPU(s))"));
+        assert!(judged(
+            live,
+            0,
+            &[("latency_bound_us", "0"), ("bound_budget", "10")]
+        )
+        .err()
+        .unwrap()
+        .contains("expected a latency bound from 1 to 1000000 us, found 0"));
     }
 }

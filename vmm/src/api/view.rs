@@ -183,6 +183,10 @@ fn vcpu_row(engine: &Engine, vm: &EngineVm, index: usize, e: &EntityStats) -> Va
         "reservation_permille": e.reservation,
         "throttles": e.throttles,
         "throttled_ns": e.throttled_time,
+        "latency_bound_ns": e.latency_bound,
+        "bound_budget_permille": e.latency_bound.map(|_| e.bound_budget),
+        "bounded_wakes": e.bounded_wakes,
+        "bound_misses": e.bound_misses,
     })
 }
 

@@ -9,6 +9,7 @@
 
 use super::check::Checker;
 use super::raw::RawVm;
+use super::sched_rules::SchedRuleError;
 use super::vm::VmConfig;
 use crate::text::quoted;
 use vcpu_engine::host_cpus::HostCpuSet;
@@ -16,25 +17,60 @@ use vcpu_sched::bound::{admit, AdmissionError, LatencyBound, KICK_COST};
 use vcpu_sched::tunables::PRIORITY_MAX_TIMESHARE;
 use vcpu_sched::SchedClass;
 
-/// What the admission needs of one VM.
-#[derive(Debug, Clone, Copy)]
-pub struct BoundedVm<'a> {
-    pub name: &'a str,
-    pub vcpus: u32,
-    pub cpus: &'a HostCpuSet,
+/// What the admission needs of one vCPU: where it may run, what level it
+/// can reach there, and its bound if it has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VcpuLevel {
+    pub cpus: HostCpuSet,
     pub class: SchedClass,
     pub priority: u8,
-    /// Per vCPU, per mille of one CPU (0: none).
+    /// Per mille of one CPU (0: none).
     pub reservation: u32,
-    /// Per vCPU.
     pub latency_bound: Option<LatencyBound>,
+}
+
+/// What the admission needs of one VM: its vCPUs. A config (or a bench
+/// layout) gives every vCPU the VM's settings ([`BoundedVm::uniform`]);
+/// the control API gives each vCPU's live settings, with a requested
+/// change applied, so one rule judges both.
+#[derive(Debug, Clone)]
+pub struct BoundedVm<'a> {
+    pub name: &'a str,
+    pub vcpus: Vec<VcpuLevel>,
+}
+
+impl<'a> BoundedVm<'a> {
+    /// `vcpus` vCPUs with the VM's settings (`reservation` and
+    /// `latency_bound` per vCPU, as `Shares` has them).
+    pub fn uniform(
+        name: &'a str,
+        vcpus: u32,
+        cpus: &HostCpuSet,
+        class: SchedClass,
+        priority: u8,
+        shares: &crate::config::sched_rules::Shares,
+    ) -> Self {
+        let level = VcpuLevel {
+            cpus: cpus.clone(),
+            class,
+            priority,
+            reservation: shares.reservation,
+            latency_bound: shares.latency_bound,
+        };
+        BoundedVm {
+            name,
+            vcpus: vec![level; vcpus as usize],
+        }
+    }
+
+    fn is_bounded(&self) -> bool {
+        self.vcpus.iter().any(|v| v.latency_bound.is_some())
+    }
 }
 
 /// Why the VMs' bounds cannot all be promised, if they cannot.
 pub fn refusal(vms: &[BoundedVm<'_>]) -> Option<String> {
-    let bounded: Vec<usize> = (0..vms.len())
-        .filter(|i| vms[*i].latency_bound.is_some())
-        .collect();
+    let bounded: Vec<usize> = (0..vms.len()).filter(|i| vms[*i].is_bounded()).collect();
     let first = *bounded.first()?;
     let names = |is: &[usize]| {
         is.iter()
@@ -42,40 +78,54 @@ pub fn refusal(vms: &[BoundedVm<'_>]) -> Option<String> {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    // A bounded vCPU itself must stay at the timeshare levels it is
+    // promised at (the config refuses these at the VM's own fields).
+    for v in bounded.iter().flat_map(|i| &vms[*i].vcpus) {
+        if v.latency_bound.is_some() && v.class == SchedClass::Realtime {
+            return Some(SchedRuleError::BoundRealtime.to_string());
+        }
+        if v.latency_bound.is_some() && v.reservation != 0 {
+            return Some(SchedRuleError::BoundWithReservation.to_string());
+        }
+    }
     let mut cpus = HostCpuSet::new();
-    for i in &bounded {
-        for cpu in vms[*i].cpus.iter() {
+    for v in vms
+        .iter()
+        .flat_map(|vm| &vm.vcpus)
+        .filter(|v| v.latency_bound.is_some())
+    {
+        for cpu in v.cpus.iter() {
             cpus.insert(cpu);
         }
     }
-    for v in vms.iter().filter(|v| v.latency_bound.is_none()) {
-        let reaches = if v.reservation != 0 {
-            "a reservation"
-        } else if v.class == SchedClass::Realtime {
-            "the realtime class"
-        } else if v.priority >= PRIORITY_MAX_TIMESHARE {
-            "timeshare priority 99"
-        } else {
-            continue;
-        };
-        if v.cpus.iter().any(|cpu| cpus.contains(cpu)) {
-            return Some(format!(
-                "expected the bounded VMs ({}) to have host CPUs {} to themselves at the bounded level, found VM {} there with {reaches}: a bounded wake could wait behind it for a whole slice",
-                names(&bounded),
-                cpus.to_list(),
-                quoted(v.name)
-            ));
+    for vm in vms {
+        for v in vm.vcpus.iter().filter(|v| v.latency_bound.is_none()) {
+            let reaches = if v.reservation != 0 {
+                "a reservation"
+            } else if v.class == SchedClass::Realtime {
+                "the realtime class"
+            } else if v.priority >= PRIORITY_MAX_TIMESHARE {
+                "timeshare priority 99"
+            } else {
+                continue;
+            };
+            if v.cpus.iter().any(|cpu| cpus.contains(cpu)) {
+                return Some(format!(
+                    "expected the bounded VMs ({}) to have host CPUs {} to themselves at the bounded level, found VM {} there with {reaches}: a bounded wake could wait behind it for a whole slice",
+                    names(&bounded),
+                    cpus.to_list(),
+                    quoted(vm.name)
+                ));
+            }
         }
     }
     // One bound per vCPU, and the VM each belongs to.
     let mut per_vcpu: Vec<LatencyBound> = Vec::new();
     let mut owner: Vec<usize> = Vec::new();
     for i in &bounded {
-        if let Some(b) = vms[*i].latency_bound {
-            for _ in 0..vms[*i].vcpus {
-                per_vcpu.push(b);
-                owner.push(*i);
-            }
+        for b in vms[*i].vcpus.iter().filter_map(|v| v.latency_bound) {
+            per_vcpu.push(b);
+            owner.push(*i);
         }
     }
     let us = |ns: u64| ns.div_ceil(1000);
@@ -128,15 +178,7 @@ pub(super) fn check_admission(c: &mut Checker<'_>, raw: &[RawVm], vms: &[VmConfi
     };
     let view: Vec<BoundedVm<'_>> = vms
         .iter()
-        .map(|v| BoundedVm {
-            name: &v.name,
-            vcpus: v.vcpus,
-            cpus: &v.cpus,
-            class: v.class,
-            priority: v.priority,
-            reservation: v.shares.reservation,
-            latency_bound: v.shares.latency_bound,
-        })
+        .map(|v| BoundedVm::uniform(&v.name, v.vcpus, &v.cpus, v.class, v.priority, &v.shares))
         .collect();
     if let Some(why) = refusal(&view) {
         c.err(span.span(), format!("vm[{first}].latency_bound_us"), why);
