@@ -501,7 +501,8 @@ fn round_trips(trace: &TraceFile) -> Vec<RoundTrips> {
             for k in 0..4 {
                 steps[k].push(c[k + 1] - c[k]);
                 if slow {
-                    slow_by_step[k] += c[k + 1] - c[k];
+                    // A damaged or forged trace's times can sum past u64.
+                    slow_by_step[k] = slow_by_step[k].saturating_add(c[k + 1] - c[k]);
                 }
             }
             trips.push(c[4] - c[0]);
@@ -525,7 +526,7 @@ fn round_trips(trace: &TraceFile) -> Vec<RoundTrips> {
                 .zip(steps.into_iter().map(Quantiles::of))
                 .collect(),
             over_1ms: slow.len() as u64,
-            over_1ms_total_ns: slow.iter().sum(),
+            over_1ms_total_ns: slow.iter().fold(0u64, |a, &d| a.saturating_add(d)),
             over_1ms_by_step_ns: slow_by_step,
             round_trip: Quantiles::of(trips),
         });
@@ -602,7 +603,7 @@ fn vcpu_rows(trace: &TraceFile, wakes: &[Path]) -> Vec<VcpuRow> {
                 let a = acc.entry(vcpu).or_default();
                 a.polls += 1;
                 a.polls_woken += u64::from(woken);
-                a.poll_ns += polled_ns;
+                a.poll_ns = a.poll_ns.saturating_add(polled_ns);
             }
             _ => {}
         }
@@ -792,7 +793,7 @@ impl Summary {
                 "    {} round trips over 1 ms took {} together ({:.0} % of the round trips' time)",
                 r.over_1ms,
                 us(r.over_1ms_total_ns),
-                100.0 * r.over_1ms_total_ns as f64 / (q.mean_ns * q.count).max(1) as f64
+                100.0 * r.over_1ms_total_ns as f64 / (q.mean_ns as f64 * q.count as f64).max(1.0)
             );
             if r.over_1ms > 0 {
                 let parts: Vec<String> = r
