@@ -846,6 +846,32 @@ fn relaxed_coscheduling_gains_on_barrier_and_spin_lock() {
     assert_eq!(dflt.vcpus, off.vcpus);
 }
 
+/// The simulator's CPU rows count co-scheduling's decisions in the
+/// measured window: the warm-up changes no decision, so the policy's
+/// whole-run counts are the same with and without it, and its rows count
+/// all of them without a warm-up and fewer with one (those before the
+/// window left out).
+#[test]
+fn cpu_rows_count_the_windows_co_starts() {
+    let mut w = with_coschedule(&load("19_barrier_vs_hogs.toml"), Coschedule::Relaxed);
+    w.duration_ms = 200;
+    let counts = |r: &SimReport| -> (u64, u64) {
+        (
+            r.cpus.iter().map(|c| c.costarts).sum(),
+            r.snapshot.cpus.iter().map(|c| c.costarts).sum(),
+        )
+    };
+    w.warmup_ms = 0;
+    let (rows, whole) = counts(&run_with(&w, PolicyKind::Haiku));
+    assert!(whole > 0);
+    assert_eq!(rows, whole, "no warm-up: the rows count everything");
+    w.warmup_ms = 100;
+    let (rows, whole_too) = counts(&run_with(&w, PolicyKind::Haiku));
+    assert_eq!(whole_too, whole, "the warm-up changes no decision");
+    // (Seed 1: the 3 co-starts of the 200 ms all come in the first 100.)
+    assert!(rows < whole, "{rows} of {whole} in the window");
+}
+
 /// Independent vCPUs (CPU-bound VMs of one and of several vCPUs, none
 /// waiting for another) get the same totals with co-scheduling on.
 #[test]

@@ -47,6 +47,13 @@ impl Engine {
             .collect()
     }
 
+    /// CPU `c`'s co-scheduling counters in the window: the policy's at the
+    /// end (`end`) less those when the window opened.
+    fn window_cosched(&self, end: &crate::SchedSnapshot, c: usize) -> CoschedCounts {
+        let at_end = end.cpus.get(c).map(CoschedCounts::of).unwrap_or_default();
+        at_end.since(self.cosched_base.get(c).copied().unwrap_or_default())
+    }
+
     pub(super) fn report(&mut self, wall_ns: u64) -> SimReport {
         let window = self.end - self.warmup;
         let secs = window as f64 / 1e9;
@@ -209,14 +216,5 @@ impl Engine {
             },
             snapshot,
         }
-    }
-}
-
-impl Engine {
-    /// CPU `c`'s co-scheduling counters in the window: the policy's at the
-    /// end (`end`) less those when the window opened.
-    fn window_cosched(&self, end: &crate::SchedSnapshot, c: usize) -> CoschedCounts {
-        let at_end = end.cpus.get(c).map(CoschedCounts::of).unwrap_or_default();
-        at_end.since(self.cosched_base.get(c).copied().unwrap_or_default())
     }
 }

@@ -224,6 +224,12 @@ impl Engine {
                 }
             }
         }
+        if !self.window_open {
+            // No event fell in the window: everything counted so far
+            // came before it.
+            self.window_open = true;
+            self.cosched_base = self.cosched_counts(self.now);
+        }
         // Close the books at the end of the simulated time.
         let end = self.end;
         self.now = end;
