@@ -17,6 +17,10 @@
 #
 #   ci/measure_ops.sh                  # all sizes, a few minutes
 #   JOBS=1 OPS="quantum_end" ci/measure_ops.sh
+#   COSCHED=relaxed VM_VCPUS=4 ci/measure_ops.sh   # VMs of 4 vCPUs, co-scheduled
+#
+# COSCHED (off or relaxed, default off) sets every VM's co-scheduling;
+# VM_VCPUS splits the vCPUs into VMs of that many (default: one VM).
 #
 # Not part of ci/test.sh. Installs valgrind with apt-get if it is missing.
 set -euo pipefail
@@ -29,6 +33,10 @@ JOBS=${JOBS:-$(nproc)}
 OPS=${OPS:-"wake pick quantum_end"}
 TOPOS=${TOPOS:-"1x4x2 2x16x2 4x64x4"}
 VCPUS=${VCPUS:-"64 2048 65536"}
+COSCHED=${COSCHED:-off}
+VM_VCPUS=${VM_VCPUS:-}
+# op_cost's optional arguments: policy, co-scheduling, vCPUs per VM.
+layout=(haiku "$COSCHED" $VM_VCPUS)
 
 if ! command -v valgrind >/dev/null 2>&1; then
     echo "== installing valgrind" >&2
@@ -49,7 +57,7 @@ measure() {
     valgrind --tool=cachegrind --cache-sim=yes \
         --I1=32768,8,64 --D1=32768,8,64 --LL=8388608,16,64 \
         --cachegrind-out-file="$file.cg" \
-        "$bin" "$topo" "$vcpus" "$count" "$op" >/dev/null 2>"$file.log" || {
+        "$bin" "$topo" "$vcpus" "$count" "$op" "${layout[@]}" >/dev/null 2>"$file.log" || {
         echo "op_cost $topo $vcpus $count $op failed:" >&2
         cat "$file.log" >&2
         return 1
@@ -58,6 +66,7 @@ measure() {
          /^summary:/ { print $col["Ir"], $col["D1mr"] }' "$file.cg" >"$file"
 }
 
+echo "== layout: co-scheduling $COSCHED, ${VM_VCPUS:-all} vCPUs per VM" >&2
 echo "== cachegrind: $(echo $OPS | wc -w) ops x $(echo $TOPOS | wc -w) topologies x $(echo $VCPUS | wc -w) vCPU counts x 2 runs, $JOBS at a time" >&2
 running=0
 for op in $OPS; do

@@ -494,6 +494,7 @@ mod tests {
             vms,
             trace: None,
             control_changes: Vec::new(),
+            sched_cpus: None,
         }
     }
 

@@ -272,6 +272,34 @@ fn trace_outcome(dir: &TempDir) -> vcpu_engine::trace::TraceOutcome {
         .outcome()
 }
 
+/// The scheduler's CPU rows at the end of a run: haiku, a relaxed
+/// co-scheduled VM whose first vCPU ran while its sibling waited.
+fn run_sched_cpus() -> Vec<vcpu_sched::stats::CpuStats> {
+    use vcpu_sched::{
+        build, Coschedule, EntitySpec, SchedClass, SchedConfig, StopReason, Topology, VmId,
+    };
+    let topo = Topology::from_spec("1x1x1").unwrap();
+    let sched = build(topo.clone(), SchedConfig::default()).unwrap();
+    sched
+        .set_coschedule(VmId(0), Coschedule::Relaxed, 0)
+        .unwrap();
+    let spec = EntitySpec {
+        vm: VmId(0),
+        class: SchedClass::Timeshare,
+        priority: 10,
+        affinity: topo.all_cpus(),
+    };
+    let a = sched.add_entity(spec.clone(), 0).unwrap();
+    let b = sched.add_entity(spec, 0).unwrap();
+    for id in [a, b] {
+        sched.wake(id, 0).unwrap();
+    }
+    sched
+        .schedule(vcpu_sched::CpuId(0), 0, StopReason::Idle)
+        .unwrap();
+    sched.snapshot(500_000).cpus
+}
+
 fn run_results(dir: &TempDir) -> vmm::results::RunResults {
     vmm::results::RunResults {
         config: dir.0.join("pacer.toml"),
@@ -291,6 +319,7 @@ fn run_results(dir: &TempDir) -> vmm::results::RunResults {
             previous: Some("10".into()),
             value: "20".into(),
         }],
+        sched_cpus: Some(run_sched_cpus()),
     }
 }
 

@@ -62,12 +62,16 @@
 //! Run: `cargo run --release -p vcpu_sched --example op_cost -- 4x64x4 2048 300000 quantum_end`
 //! (arguments: topology spec, vCPUs, operations, operation, and optionally
 //! the policy, `haiku` or `global_rr`, to compare with the global-lock
-//! baseline).
+//! baseline; then the VMs' co-scheduling, `off` or `relaxed`, and the
+//! vCPUs per VM, all of them in one VM unless given). With `relaxed`
+//! every VM co-schedules and a cycle includes what that adds: the
+//! schedule calls of the CPUs its co-starts kick, the pulls of its
+//! co-stops (if `costop_skew` were set) and skew tracking.
 
 use std::collections::VecDeque;
 use vcpu_sched::{
-    build, CpuId, EntityId, EntitySpec, Nanos, PolicyKind, SchedClass, SchedConfig, SchedError,
-    StopReason, Topology, VcpuScheduler, VmId,
+    build, Coschedule, CpuId, EntityId, EntitySpec, Nanos, PolicyKind, SchedClass, SchedConfig,
+    SchedError, StopReason, Topology, VcpuScheduler, VmId,
 };
 
 /// Per-CPU event period: the clock advances by this / CPUs per call.
@@ -96,6 +100,14 @@ impl std::str::FromStr for Op {
     }
 }
 
+/// How the vCPUs form VMs: co-scheduled or not, and how many vCPUs each
+/// (None: one VM of all of them).
+#[derive(Clone, Copy)]
+struct Vms {
+    coschedule: Coschedule,
+    vcpus: Option<usize>,
+}
+
 /// The scheduler and what the caller (a VMM) knows: what each CPU runs,
 /// who sleeps (oldest first), the kicks it still has to deliver.
 struct Driver {
@@ -116,6 +128,7 @@ impl Driver {
         vcpus: usize,
         op: Op,
         policy: PolicyKind,
+        vms: Vms,
     ) -> Result<Driver, Box<dyn std::error::Error>> {
         let topo = Topology::from_spec(spec)?;
         let ncpus = topo.num_cpus();
@@ -141,9 +154,14 @@ impl Driver {
             next_cpu: 0,
             calls: 0,
         };
+        let per_vm = vms.vcpus.unwrap_or(vcpus).max(1);
+        for vm in 0..vcpus.div_ceil(per_vm) {
+            d.sched
+                .set_coschedule(VmId(vm as u32), vms.coschedule, d.now)?;
+        }
         for i in 0..vcpus {
             let spec = EntitySpec {
-                vm: VmId(0),
+                vm: VmId((i / per_vm) as u32),
                 class: SchedClass::Timeshare,
                 priority: 10,
                 affinity: affinity.clone(),
@@ -280,7 +298,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("global_rr") => PolicyKind::GlobalRoundRobin,
         Some(other) => return Err(format!("unknown policy {other:?} (haiku, global_rr)").into()),
     };
-    let mut d = Driver::new(&spec, vcpus, op, policy)?;
+    let coschedule: Coschedule = args.next().map_or(Ok(Coschedule::Off), |a| a.parse())?;
+    let per_vm = match args.next() {
+        None => None,
+        Some(a) => match a.parse::<usize>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => {
+                return Err(format!("vCPUs per VM: expected a positive count, found {a:?}").into())
+            }
+        },
+    };
+    let vms = Vms {
+        coschedule,
+        vcpus: per_vm,
+    };
+    let mut d = Driver::new(&spec, vcpus, op, policy, vms)?;
     // Warm up: every vCPU goes through the cycle at least once.
     for _ in 0..vcpus + 1_000 {
         d.op(op)?;

@@ -409,6 +409,18 @@ pub struct CpuStats {
     /// quantum short (haiku; see [`crate::WakeDecision::shorten_quantum`]).
     #[serde(default)]
     pub quantum_cuts: u64,
+    /// Relaxed co-scheduling (haiku; 0 under other policies): dispatches
+    /// here that co-stopped a sibling too far ahead of a parked one...
+    #[serde(default)]
+    pub costops: u64,
+    /// ... dispatches here that kicked another CPU to co-start a parked
+    /// sibling next to the one dispatched ...
+    #[serde(default)]
+    pub costarts: u64,
+    /// ... and directed yields taken here: a yielding vCPU's CPU given to
+    /// its parked sibling (the guest's yield, or `yield_to` from an IPI).
+    #[serde(default)]
+    pub directed_yields: u64,
 }
 
 fn in_service_default() -> bool {
@@ -809,6 +821,9 @@ mod tests {
                     running: Some(EntityId::new(c, 0)),
                     running_priority: Some(8),
                     quantum_cuts: 0,
+                    costops: 0,
+                    costarts: 0,
+                    directed_yields: 0,
                 })
                 .collect(),
             cores: vec![CoreStats {

@@ -394,6 +394,8 @@ pub fn run(
         }
         results
     });
+    // Every VM has ended: the CPUs' counters are the whole run's.
+    let sched_cpus = engine.as_deref().map(|e| e.snapshot().cpus);
     if let Some(e) = &engine {
         e.shutdown();
     }
@@ -411,6 +413,7 @@ pub fn run(
             .as_ref()
             .map(|(audit, _)| audit.changes())
             .unwrap_or_default(),
+        sched_cpus,
     })
 }
 

@@ -1,7 +1,8 @@
 //! The bench guest's synchronising workloads under KVM (skipped without
 //! /dev/kvm): a spin barrier every vCPU meets at, and a TLB-shootdown-like
 //! IPI round trip to every sibling, each on more vCPUs than host CPUs,
-//! under the host kernel and under Pacer's scheduler.
+//! under the host kernel and under Pacer's scheduler; and the shootdown's
+//! IPIs turned into directed yields by relaxed co-scheduling.
 
 mod common;
 
@@ -92,23 +93,77 @@ fn shootdown_initiator_reports_round_trips_and_their_latency() {
             3,
             "shootdown duration_ms=300 work_us=20",
         );
-        succeeded(policy, &r);
-        let m = &r.vcpu_metrics;
-        assert_eq!(m.len(), 3, "{policy}: {m:?}");
-        let init = m[0].shootdown.as_ref().expect("SHOOTDOWN_DONE");
-        assert!(init.initiator && init.peer == 2, "{policy}: {init:?}");
-        assert!(init.count > 0 && m[0].shootdowns_per_s.unwrap() > 0.0);
-        let l = init.latency_ns.as_ref().expect("round-trip latency");
-        assert_eq!(l.count, init.count);
-        assert_eq!(l.histogram_count, l.count);
-        assert!(l.p50_ns <= l.p99_ns && l.p99_ns <= l.max_ns, "{l:?}");
-        for resp in &m[1..] {
-            let s = resp.shootdown.as_ref().expect("SHOOTDOWN_DONE");
-            assert!(!s.initiator && s.peer == 0, "{policy}: {s:?}");
-            // It answered every request (the last one, maybe, after the
-            // initiator stopped counting).
-            assert!(s.count >= init.count, "{policy}: {s:?} vs {init:?}");
-            assert!(resp.shootdowns_per_s.is_none());
+        shootdown_whole(policy, &r);
+    }
+}
+
+/// A 3-vCPU shootdown VM's results are whole: it succeeded, the
+/// initiator (vCPU 0) counted round trips to its 2 peers with their
+/// latency, and each responder answered every request.
+fn shootdown_whole(label: &str, r: &vmm::results::VmResult) {
+    succeeded(label, r);
+    let m = &r.vcpu_metrics;
+    assert_eq!(m.len(), 3, "{label}: {m:?}");
+    let init = m[0].shootdown.as_ref().expect("SHOOTDOWN_DONE");
+    assert!(init.initiator && init.peer == 2, "{label}: {init:?}");
+    assert!(init.count > 0 && m[0].shootdowns_per_s.unwrap() > 0.0);
+    let l = init.latency_ns.as_ref().expect("round-trip latency");
+    assert_eq!(l.count, init.count);
+    assert_eq!(l.histogram_count, l.count);
+    assert!(l.p50_ns <= l.p99_ns && l.p99_ns <= l.max_ns, "{l:?}");
+    for resp in &m[1..] {
+        let s = resp.shootdown.as_ref().expect("SHOOTDOWN_DONE");
+        assert!(!s.initiator && s.peer == 0, "{label}: {s:?}");
+        // It answered every request (the last one, maybe, after the
+        // initiator stopped counting).
+        assert!(s.count >= init.count, "{label}: {s:?} vs {init:?}");
+        assert!(resp.shootdowns_per_s.is_none());
+    }
+}
+
+/// Relaxed co-scheduling's directed yield under KVM: a 3-vCPU shootdown
+/// VM beside a 1-vCPU hog on 2 host CPUs (2:1), haiku with Pacer's own
+/// local APIC (`threads`; under `ranked` the IPIs stay in KVM). The
+/// responders never halt, so with 4 runnable vCPUs on 2 CPUs the
+/// initiator's IPIs keep meeting a responder that waits preempted; the
+/// engine turns such an IPI into `yield_to` and the scheduler gives the
+/// sender's CPU to the responder: the run's CPU counters show directed
+/// yields (the shootdown guest never writes the yield port, so each one
+/// is an IPI's). With co-scheduling off the same VM gets none. Counts
+/// only, no times (19-28 directed yields a run here, next to two
+/// `nice -n 19 yes` loads).
+#[test]
+fn an_ipi_to_a_preempted_sibling_is_a_directed_yield_only_with_relaxed_coscheduling() {
+    if !kvm_or_skip(
+        "an_ipi_to_a_preempted_sibling_is_a_directed_yield_only_with_relaxed_coscheduling",
+    ) {
+        return;
+    }
+    let _one = serial();
+    let dir = TempDir::new("sync-cosched");
+    for mode in ["relaxed", "off"] {
+        let on_two = "vcpus = 1\ncpus = \"0-1\"";
+        let sd = vm_table("sd", "shootdown duration_ms=1000 work_us=20").replace(
+            "vcpus = 1",
+            &format!("vcpus = 3\ncpus = \"0-1\"\ncoschedule = \"{mode}\""),
+        );
+        let hog = vm_table("hog", "cpu duration_ms=1000").replace("vcpus = 1", on_two);
+        let text = format!(
+            "[host]\npolicy = \"haiku\"\ndispatch = \"threads\"\ncpus = \"0-1\"\n\
+             log_dir = \"logs\"\n\n{sd}{hog}"
+        );
+        let res = common::run_config(&dir, &text);
+        shootdown_whole(mode, &res.vms[0]);
+        succeeded(mode, &res.vms[1]);
+        let cpus = res.sched_cpus.as_ref().expect("haiku's CPU counters");
+        assert_eq!(cpus.len(), 2, "{mode}: {cpus:?}");
+        let yields: u64 = cpus.iter().map(|c| c.directed_yields).sum();
+        let costarts: u64 = cpus.iter().map(|c| c.costarts).sum();
+        eprintln!("{mode}: {yields} directed yields, {costarts} co-start kicks");
+        if mode == "relaxed" {
+            assert!(yields > 0, "{mode}: no directed yield: {cpus:?}");
+        } else {
+            assert_eq!(yields, 0, "{mode}: {cpus:?}");
         }
     }
 }

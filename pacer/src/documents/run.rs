@@ -10,6 +10,7 @@ use serde::Serialize;
 use std::path::PathBuf;
 use vmm::config::view::ConfigView;
 use vmm::config::Config;
+use vmm::documents::snapshot::CpuDoc;
 use vmm::documents::{Header, RUN};
 use vmm::results::events::{ControlChangeDoc, VmDoc};
 use vmm::results::RunResults;
@@ -31,6 +32,9 @@ pub struct RunEntry {
     /// What was changed through the control API (`--api-socket`) while
     /// the VMs ran; empty without the API.
     pub control_changes: Vec<ControlChangeDoc>,
+    /// The scheduler's CPU rows once every VM had ended (the SIGUSR1
+    /// snapshot's, whole run); null under `host`.
+    pub scheduler_cpus: Option<Vec<CpuDoc>>,
 }
 
 impl RunEntry {
@@ -46,6 +50,10 @@ impl RunEntry {
             vms: r.vms.iter().map(VmDoc::of).collect(),
             trace: r.trace.clone(),
             control_changes: r.control_changes.iter().map(ControlChangeDoc::of).collect(),
+            scheduler_cpus: r
+                .sched_cpus
+                .as_ref()
+                .map(|cpus| cpus.iter().map(CpuDoc::of).collect()),
         }
     }
 }

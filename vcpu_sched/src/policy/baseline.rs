@@ -450,6 +450,9 @@ impl CpuAccount {
             running: self.current,
             running_priority: None,
             quantum_cuts: 0,
+            costops: 0,
+            costarts: 0,
+            directed_yields: 0,
         }
     }
 }

@@ -9,7 +9,51 @@ use super::report::{
 };
 use crate::{CpuId, Nanos};
 
+/// A CPU's relaxed co-scheduling counters as the policy keeps them
+/// (whole run; the report takes the window's part).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct CoschedCounts {
+    costops: u64,
+    costarts: u64,
+    directed_yields: u64,
+}
+
+impl CoschedCounts {
+    fn of(c: &crate::stats::CpuStats) -> CoschedCounts {
+        CoschedCounts {
+            costops: c.costops,
+            costarts: c.costarts,
+            directed_yields: c.directed_yields,
+        }
+    }
+
+    fn since(self, base: CoschedCounts) -> CoschedCounts {
+        CoschedCounts {
+            costops: self.costops.saturating_sub(base.costops),
+            costarts: self.costarts.saturating_sub(base.costarts),
+            directed_yields: self.directed_yields.saturating_sub(base.directed_yields),
+        }
+    }
+}
+
 impl Engine {
+    /// Every CPU's co-scheduling counters at `now` (the window's base).
+    pub(super) fn cosched_counts(&self, now: Nanos) -> Vec<CoschedCounts> {
+        self.sched
+            .snapshot(now)
+            .cpus
+            .iter()
+            .map(CoschedCounts::of)
+            .collect()
+    }
+
+    /// CPU `c`'s co-scheduling counters in the window: the policy's at the
+    /// end (`end`) less those when the window opened.
+    fn window_cosched(&self, end: &crate::SchedSnapshot, c: usize) -> CoschedCounts {
+        let at_end = end.cpus.get(c).map(CoschedCounts::of).unwrap_or_default();
+        at_end.since(self.cosched_base.get(c).copied().unwrap_or_default())
+    }
+
     pub(super) fn report(&mut self, wall_ns: u64) -> SimReport {
         let window = self.end - self.warmup;
         let secs = window as f64 / 1e9;
@@ -127,7 +171,8 @@ impl Engine {
             .cpus
             .iter()
             .enumerate()
-            .map(|(c, cpu)| CpuReport {
+            .map(|(c, cpu)| (c, cpu, self.window_cosched(&snapshot, c)))
+            .map(|(c, cpu, co)| CpuReport {
                 cpu: CpuId(c as u32),
                 core: cpu.core,
                 busy_ns: cpu.busy,
@@ -138,6 +183,9 @@ impl Engine {
                 kicks: cpu.kicks,
                 kicks_wasted: cpu.kicks_wasted,
                 quantum_cuts: cpu.quantum_cuts,
+                costops: co.costops,
+                costarts: co.costarts,
+                directed_yields: co.directed_yields,
                 smt_corun_foreign_ns: cpu.smt_foreign,
                 home_vcpus: home_of.iter().filter(|h| **h == Some(c)).count() as u32,
             })

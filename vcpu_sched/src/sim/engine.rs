@@ -111,6 +111,10 @@ pub(super) struct Engine {
     pub sched_calls: u64,
     trace: u64,
     pub(super) replay: Option<super::replay::Scripts>,
+    /// The policy's co-scheduling counters per CPU when the measured
+    /// window opened (`collect.rs`), and whether it has.
+    pub cosched_base: Vec<super::collect::CoschedCounts>,
+    window_open: bool,
 }
 
 impl Engine {
@@ -152,6 +156,8 @@ impl Engine {
             sched_calls: 0,
             trace: 0,
             replay: None,
+            cosched_base: vec![Default::default(); ncpu],
+            window_open: false,
         })
     }
 
@@ -169,6 +175,8 @@ impl Engine {
     }
 
     fn run(&mut self) -> Result<(), SimError> {
+        // A window from the start counts everything (no base to take).
+        self.window_open = self.warmup == 0;
         for c in 0..self.cpus.len() {
             self.do_schedule(c, 0, StopReason::Idle)?;
         }
@@ -185,6 +193,10 @@ impl Engine {
         while let Some(ev) = self.events_q.pop() {
             if ev.time > self.end {
                 break;
+            }
+            if !self.window_open && ev.time >= self.warmup {
+                self.window_open = true;
+                self.cosched_base = self.cosched_counts(self.warmup);
             }
             self.now = ev.time;
             let now = ev.time;
@@ -211,6 +223,12 @@ impl Engine {
                     self.on_change(ev.idx as usize, now)?;
                 }
             }
+        }
+        if !self.window_open {
+            // No event fell in the window: everything counted so far
+            // came before it.
+            self.window_open = true;
+            self.cosched_base = self.cosched_counts(self.now);
         }
         // Close the books at the end of the simulated time.
         let end = self.end;

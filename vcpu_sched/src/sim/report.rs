@@ -118,6 +118,12 @@ pub struct CpuReport {
     /// Wakes that queued behind this CPU's runner and brought its quantum
     /// timer forward ([`crate::WakeDecision::shorten_quantum`]), in the window.
     pub quantum_cuts: u64,
+    /// Relaxed co-scheduling, in the window (the policy's counts; 0 under
+    /// policies without it): co-stops, co-start kicks and directed yields
+    /// of dispatches on this CPU (see [`crate::stats::CpuStats`]).
+    pub costops: u64,
+    pub costarts: u64,
+    pub directed_yields: u64,
     /// Time this CPU ran a vCPU while an SMT sibling ran a vCPU of another
     /// VM (measured by the simulator; 0 under SMT isolation), ns.
     pub smt_corun_foreign_ns: Nanos,
@@ -298,7 +304,7 @@ impl SimReport {
         }
         let _ = writeln!(
             s,
-            "\n{:<4} {:>5} {:>7} {:>10} {:>10} {:>8} {:>8} {:>8} {:>6} {:>10}",
+            "\n{:<4} {:>5} {:>7} {:>10} {:>10} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>6} {:>10}",
             "cpu",
             "core",
             "util",
@@ -307,13 +313,16 @@ impl SimReport {
             "kicks",
             "wasted",
             "cuts",
+            "costops",
+            "costart",
+            "dyields",
             "homes",
             "smt-vm ms"
         );
         for c in &self.cpus {
             let _ = writeln!(
                 s,
-                "{:<4} {:>5} {:>7.3} {:>10.0} {:>10} {:>8} {:>8} {:>8} {:>6} {:>10.3}",
+                "{:<4} {:>5} {:>7.3} {:>10.0} {:>10} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>6} {:>10.3}",
                 c.cpu.0,
                 c.core,
                 c.utilisation,
@@ -322,6 +331,9 @@ impl SimReport {
                 c.kicks,
                 c.kicks_wasted,
                 c.quantum_cuts,
+                c.costops,
+                c.costarts,
+                c.directed_yields,
                 c.home_vcpus,
                 c.smt_corun_foreign_ns as f64 / 1e6
             );

@@ -104,10 +104,16 @@ pub struct CpuDoc {
     pub running: Option<String>,
     pub running_priority: Option<u8>,
     pub quantum_cuts: u64,
+    /// Relaxed co-scheduling's decisions here (0 unless a VM sets
+    /// `coschedule = "relaxed"` under haiku): co-stops, co-start kicks,
+    /// directed yields.
+    pub costops: u64,
+    pub costarts: u64,
+    pub directed_yields: u64,
 }
 
 impl CpuDoc {
-    fn of(c: &CpuStats) -> CpuDoc {
+    pub fn of(c: &CpuStats) -> CpuDoc {
         CpuDoc {
             cpu: c.cpu.0,
             busy_ns: c.busy_time,
@@ -121,6 +127,9 @@ impl CpuDoc {
             running: c.running.map(|e| e.to_string()),
             running_priority: c.running_priority,
             quantum_cuts: c.quantum_cuts,
+            costops: c.costops,
+            costarts: c.costarts,
+            directed_yields: c.directed_yields,
         }
     }
 }

@@ -240,6 +240,9 @@ pub struct RunResults {
     /// What was changed through the control API while the VMs ran (also
     /// `control.jsonl` in the run directory).
     pub control_changes: Vec<ControlChange>,
+    /// The scheduler's per-CPU counters once every VM has ended (whole
+    /// run; None under `host`, which has no scheduler of Pacer's).
+    pub sched_cpus: Option<Vec<vcpu_sched::stats::CpuStats>>,
 }
 
 /// What a stop line says of the VM's vCPUs beyond its guest's figures.

@@ -147,6 +147,9 @@ impl HaikuScheduler {
             running_priority: running
                 .map(|_| slot.prio.load(Ordering::Acquire).clamp(0, 255) as u8),
             quantum_cuts: a.quantum_cuts,
+            costops: a.costops,
+            costarts: a.costarts,
+            directed_yields: a.directed_yields,
         }
     }
 

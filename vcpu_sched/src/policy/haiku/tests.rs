@@ -1673,6 +1673,46 @@ fn a_directed_yield_runs_the_parked_sibling_next() {
     }
 }
 
+/// A co-stop and a directed yield show in the CPU's counters of the
+/// snapshot: the leader of a co-scheduled VM, popped again at its
+/// quantum end while a sibling it is a whole quantum ahead of waits
+/// parked, gives its CPU to that sibling (a co-stop); the sibling's
+/// `yield_to` back to the leader is a directed yield. Nothing co-starts
+/// on one CPU.
+#[test]
+fn co_stops_and_directed_yields_count_on_their_cpu() {
+    let mut d = Drv::new("1x1x1", |c| {
+        c.tunables.costop_skew = MS;
+        // The parked sibling stays behind the leader in the queue.
+        c.tunables.share_boost = false;
+    });
+    d.s.set_coschedule(VmId(0), crate::Coschedule::Relaxed, 0)
+        .unwrap();
+    let leader = d.add(0, SchedClass::Timeshare, 20, None);
+    let laggard = d.add(0, SchedClass::Timeshare, 5, None);
+    d.wake(leader);
+    d.wake(laggard);
+    let cpu = CpuId(0);
+    assert_eq!(d.run[0], Some(leader));
+    let counts = |d: &Drv| {
+        let c = &d.s.snapshot(d.now).cpus[0];
+        (c.costops, c.costarts, c.directed_yields)
+    };
+    assert_eq!(counts(&d), (0, 0, 0));
+    let turn = d.slice_end[0];
+    assert!(turn >= MS, "the leader's turn makes the skew: {turn}");
+    d.now = turn;
+    d.sched(cpu, StopReason::QuantumEnd);
+    assert_eq!(d.run[0], Some(laggard), "co-stopped");
+    assert_eq!(counts(&d), (1, 0, 0));
+    // Level again, the laggard sends its IPI to the leader, which waits.
+    d.now += turn;
+    assert!(d.s.yield_to(laggard, leader, d.now).unwrap());
+    d.sched(cpu, StopReason::Yielded);
+    assert_eq!(d.run[0], Some(leader), "the directed yield");
+    assert_eq!(counts(&d), (1, 0, 1));
+}
+
 fn bound(d: &mut Drv, id: EntityId, bound_us: u64, permille: u32) {
     let kicks =
         d.s.set_latency_bound(
