@@ -2,39 +2,12 @@
 //! group, per VM and per CPU over the measured window, the monitor's
 //! counts, and the policy's own snapshot at the end.
 
-use super::engine::Engine;
+use super::engine::{CoschedCounts, Engine};
 use super::report::{
     jain_index, summarise, CpuReport, GroupReport, HostTiming, SimReport, Throughput, VcpuReport,
     VmReport,
 };
 use crate::{CpuId, Nanos};
-
-/// A CPU's relaxed co-scheduling counters as the policy keeps them
-/// (whole run; the report takes the window's part).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct CoschedCounts {
-    costops: u64,
-    costarts: u64,
-    directed_yields: u64,
-}
-
-impl CoschedCounts {
-    fn of(c: &crate::stats::CpuStats) -> CoschedCounts {
-        CoschedCounts {
-            costops: c.costops,
-            costarts: c.costarts,
-            directed_yields: c.directed_yields,
-        }
-    }
-
-    fn since(self, base: CoschedCounts) -> CoschedCounts {
-        CoschedCounts {
-            costops: self.costops.saturating_sub(base.costops),
-            costarts: self.costarts.saturating_sub(base.costarts),
-            directed_yields: self.directed_yields.saturating_sub(base.directed_yields),
-        }
-    }
-}
 
 impl Engine {
     /// Every CPU's co-scheduling counters at `now` (the window's base).

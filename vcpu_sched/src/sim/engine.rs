@@ -113,7 +113,7 @@ pub(super) struct Engine {
     pub(super) replay: Option<super::replay::Scripts>,
     /// The policy's co-scheduling counters per CPU when the measured
     /// window opened (`collect.rs`), and whether it has.
-    pub cosched_base: Vec<super::collect::CoschedCounts>,
+    pub cosched_base: Vec<CoschedCounts>,
     window_open: bool,
 }
 
@@ -576,5 +576,32 @@ impl Engine {
         self.pass_barrier_on_dispatch(e, now)?;
         self.arm(c, now);
         Ok(())
+    }
+}
+
+/// A CPU's relaxed co-scheduling counters as the policy keeps them
+/// (whole run; the report takes the window's part).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct CoschedCounts {
+    pub costops: u64,
+    pub costarts: u64,
+    pub directed_yields: u64,
+}
+
+impl CoschedCounts {
+    pub(super) fn of(c: &crate::stats::CpuStats) -> CoschedCounts {
+        CoschedCounts {
+            costops: c.costops,
+            costarts: c.costarts,
+            directed_yields: c.directed_yields,
+        }
+    }
+
+    pub(super) fn since(self, base: CoschedCounts) -> CoschedCounts {
+        CoschedCounts {
+            costops: self.costops.saturating_sub(base.costops),
+            costarts: self.costarts.saturating_sub(base.costarts),
+            directed_yields: self.directed_yields.saturating_sub(base.directed_yields),
+        }
     }
 }
