@@ -101,8 +101,7 @@ use crate::trace::{Event, StopWhy};
 use crate::trace_points::cpu16;
 use crate::vcpu::{GateDecision, VcpuExitReason, VcpuGate, VcpuRunner, VcpuStep};
 use crate::vcpu_state::{
-    EngineVcpu, RankState, RunState, VcpuCtl, NO_CPUS, STATE_HALTED_IN_KVM, STATE_READY,
-    STATE_RUNNING,
+    EngineVcpu, RankState, RunState, VcpuCtl, STATE_HALTED_IN_KVM, STATE_READY, STATE_RUNNING,
 };
 use crate::{Engine, EngineError, EngineVm};
 use std::sync::atomic::Ordering;
@@ -165,39 +164,34 @@ impl Engine {
 
     /// Give `v`'s thread the rank and CPUs last decided for it, with no
     /// lock held (the caller may be that thread, which the calls may
-    /// lower): only what differs from what was applied, and again while a
-    /// newer decision came meanwhile, so that the last decision is the one
-    /// the kernel holds.
+    /// lower); any thread may, and the last decision is the one the
+    /// kernel holds once they all returned ([`RankState::apply`]).
     fn apply_rank(&self, v: &EngineVcpu) {
         let tid = v.thread_id();
         if tid == 0 || v.left.load(Ordering::Acquire) {
             return;
         }
-        let r = &v.rank;
-        for _ in 0..8 {
-            let rank = r.want_rank.load(Ordering::Acquire);
-            let cpus = r.want_cpus.load(Ordering::Acquire);
-            if rank != 0 && r.has_rank.swap(rank, Ordering::AcqRel) != rank {
-                if let Err(e) = set_rank(tid, rank) {
-                    r.has_rank.store(0, Ordering::Release);
-                    gone_or_warn(v, "rank", &e);
-                }
-            }
-            if cpus != NO_CPUS && r.has_cpus.swap(cpus, Ordering::AcqRel) != cpus {
+        let settled = v.rank.apply(
+            |rank| {
+                set_rank(tid, rank)
+                    .map_err(|e| gone_or_warn(v, "rank", &e))
+                    .is_ok()
+            },
+            |cpus| {
                 let set = match RankState::single(cpus) {
                     Some(c) => [c].into_iter().collect(),
                     None => v.allowed.read().unwrap_or_else(|p| p.into_inner()).clone(),
                 };
-                if let Err(e) = pin_thread(tid, &set) {
-                    r.has_cpus.store(NO_CPUS, Ordering::Release);
-                    gone_or_warn(v, "bind", &e);
-                }
-            }
-            if r.want_rank.load(Ordering::Acquire) == rank
-                && r.want_cpus.load(Ordering::Acquire) == cpus
-            {
-                return;
-            }
+                pin_thread(tid, &set)
+                    .map_err(|e| gone_or_warn(v, "bind", &e))
+                    .is_ok()
+            },
+        );
+        if !settled {
+            log::debug!(
+                "{}: rank applied by too many threads at once; the agent's next look sets it",
+                v.name
+            );
         }
     }
 
@@ -475,6 +469,9 @@ impl Engine {
                     continue;
                 };
                 samples += 1;
+                if v.rank.take_gave_up() {
+                    self.enact(v);
+                }
                 match v.state() {
                     RunState::Running { cpu }
                         if stats.blocking().unwrap_or(false)

@@ -306,18 +306,25 @@ pub struct EngineVcpu {
 /// What the ranked dispatch decided for a vCPU's thread and what it
 /// applied (see `Engine::enact`): decided under the vCPU's `ctl`, applied
 /// by system calls made without any lock by whichever thread decided (the
-/// thread itself may be lowered by them), each applier checking the
-/// decision again after its calls so that the last decision wins.
+/// thread itself may be lowered by them: a lock held across them could be
+/// held by a thread the kernel then runs only when nothing else wants the
+/// CPU), so that the last decision wins ([`RankState::apply`]).
 #[derive(Debug)]
 pub(crate) struct RankState {
     /// Decided real-time rank (0: none yet).
     pub want_rank: AtomicI32,
-    /// Applied real-time rank (0: none yet).
+    /// Applied real-time rank (0: unknown, set it).
     pub has_rank: AtomicI32,
     /// Decided CPUs ([`RankState::one`] or [`RankState::allowed`]).
     pub want_cpus: AtomicU64,
-    /// Applied CPUs (`NO_CPUS` before the first).
+    /// Applied CPUs (`NO_CPUS`: unknown, set them).
     pub has_cpus: AtomicU64,
+    /// Appliers between their first call and their record of it.
+    appliers: AtomicU32,
+    /// Applier rounds begun so far (each round's ticket).
+    rounds: AtomicU64,
+    /// An applier gave up ([`RankState::apply`]).
+    gave_up: AtomicBool,
     /// Bumped at every change of [`EngineVcpu::allowed`].
     pub allowed_gen: AtomicU32,
     /// The one CPU of [`EngineVcpu::allowed`] if it holds one only
@@ -327,6 +334,9 @@ pub(crate) struct RankState {
 
 /// [`RankState::has_cpus`] before any binding.
 pub(crate) const NO_CPUS: u64 = u64::MAX;
+/// Rounds a [`RankState::apply`] makes while other appliers keep
+/// beginning beside it.
+const APPLY_ROUNDS: usize = 1024;
 /// The tag of "any allowed CPU" in [`RankState::want_cpus`].
 const ALLOWED_TAG: u64 = 1 << 40;
 
@@ -337,9 +347,74 @@ impl RankState {
             has_rank: AtomicI32::new(0),
             want_cpus: AtomicU64::new(NO_CPUS),
             has_cpus: AtomicU64::new(NO_CPUS),
+            appliers: AtomicU32::new(0),
+            rounds: AtomicU64::new(0),
+            gave_up: AtomicBool::new(false),
             allowed_gen: AtomicU32::new(0),
             allowed_single: AtomicU64::new(NO_CPUS),
         }
+    }
+
+    /// Carry out the last decision: `set_rank(code)` and `bind(cpus)` are
+    /// the system calls (true: done). Any thread may call this at any
+    /// time; when every caller has returned, the kernel holds the last
+    /// decision made before the last call began.
+    ///
+    /// Two appliers' calls may land in either order (one preempted
+    /// between reading the decision and its call lands last with an older
+    /// one): an applier after which another began applies again (the
+    /// newest returns: a decision newer than the one it read is applied
+    /// by its own decider), and one that was not alone all along records
+    /// nothing as set. A call is skipped only by an applier alone, for a
+    /// value recorded as set. Returns false if it gave up after
+    /// [`APPLY_ROUNDS`] rounds, others beginning beside it all along:
+    /// nothing is recorded as set then, and [`RankState::take_gave_up`]
+    /// tells the agent to apply it again.
+    pub fn apply(
+        &self,
+        mut set_rank: impl FnMut(i32) -> bool,
+        mut bind: impl FnMut(u64) -> bool,
+    ) -> bool {
+        for _ in 0..APPLY_ROUNDS {
+            let alone = self.appliers.fetch_add(1, Ordering::AcqRel) == 0;
+            let ticket = self.rounds.fetch_add(1, Ordering::AcqRel) + 1;
+            let rank = self.want_rank.load(Ordering::Acquire);
+            let cpus = self.want_cpus.load(Ordering::Acquire);
+            let rank_set = rank == 0
+                || (alone && self.has_rank.load(Ordering::Acquire) == rank)
+                || set_rank(rank);
+            let cpus_set = cpus == NO_CPUS
+                || (alone && self.has_cpus.load(Ordering::Acquire) == cpus)
+                || bind(cpus);
+            // Nobody began after this round: its values are the last
+            // asked for (a round begun before it, whose calls may land
+            // after these, applies again). Alone all along, it knows the
+            // kernel holds them.
+            let last = self.rounds.load(Ordering::Acquire) == ticket;
+            let known = alone && last;
+            self.has_rank
+                .store(if known && rank_set { rank } else { 0 }, Ordering::Release);
+            self.has_cpus.store(
+                if known && cpus_set { cpus } else { NO_CPUS },
+                Ordering::Release,
+            );
+            self.appliers.fetch_sub(1, Ordering::AcqRel);
+            // A decision newer than the one read is applied by its own
+            // decider, whose round begins after it.
+            if last {
+                return true;
+            }
+        }
+        self.has_rank.store(0, Ordering::Release);
+        self.has_cpus.store(NO_CPUS, Ordering::Release);
+        self.gave_up.store(true, Ordering::Release);
+        false
+    }
+
+    /// Whether an applier gave up since the last call (the agent's look
+    /// applies the decision again then).
+    pub fn take_gave_up(&self) -> bool {
+        self.gave_up.load(Ordering::Acquire) && self.gave_up.swap(false, Ordering::AcqRel)
     }
 
     /// A new allowed set: a new generation, and its one CPU if it has one.
@@ -645,5 +720,147 @@ mod tests {
         );
         let mut ctl = v.ctl();
         v.set_state(&mut ctl, RunState::Running { cpu: CpuId(0) });
+    }
+
+    /// What the kernel holds for a modelled thread: its rank and CPUs.
+    #[derive(Default)]
+    struct ModelThread {
+        rank: Mutex<i32>,
+        cpus: Mutex<u64>,
+        calls: AtomicU32,
+    }
+
+    impl ModelThread {
+        fn set_rank(&self, code: i32) -> bool {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            *self.rank.lock().unwrap() = code;
+            true
+        }
+        fn bind(&self, cpus: u64) -> bool {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            *self.cpus.lock().unwrap() = cpus;
+            true
+        }
+        fn holds(&self) -> (i32, u64) {
+            (*self.rank.lock().unwrap(), *self.cpus.lock().unwrap())
+        }
+    }
+
+    fn decide(r: &RankState, rank: i32, cpus: u64) {
+        r.want_rank.store(rank, Ordering::Release);
+        r.want_cpus.store(cpus, Ordering::Release);
+    }
+
+    #[test]
+    fn an_applier_alone_sets_only_what_changed() {
+        let (r, t) = (RankState::new(), ModelThread::default());
+        decide(&r, -1, 0);
+        assert!(r.apply(|c| t.set_rank(c), |c| t.bind(c)));
+        assert_eq!((t.holds(), t.calls.load(Ordering::Relaxed)), ((-1, 0), 2));
+        // The same decision again (the agent's every look): no call.
+        assert!(r.apply(|c| t.set_rank(c), |c| t.bind(c)));
+        assert_eq!(t.calls.load(Ordering::Relaxed), 2);
+        decide(&r, -2, 0);
+        assert!(r.apply(|c| t.set_rank(c), |c| t.bind(c)));
+        assert_eq!((t.holds(), t.calls.load(Ordering::Relaxed)), ((-2, 0), 3));
+    }
+
+    #[test]
+    fn a_call_that_lands_after_a_newer_decision_is_applied_again() {
+        // The owner is demoted by one thread (A), which is preempted
+        // before its call; another promotes it meanwhile (B) and returns;
+        // then A's call lands with the older rank. The newer one must
+        // hold: a vCPU the scheduler runs left in the idle class would
+        // not run while any other thread wants its CPU.
+        let r = Arc::new(RankState::new());
+        let t = Arc::new(ModelThread::default());
+        decide(&r, -1, 0);
+        assert!(r.apply(|c| t.set_rank(c), |c| t.bind(c)));
+        let (in_call, wait_a) = std::sync::mpsc::channel();
+        let (go, landed) = std::sync::mpsc::channel::<()>();
+        decide(&r, -2, 0);
+        let a = {
+            let (r, t) = (r.clone(), t.clone());
+            std::thread::spawn(move || {
+                let mut first = true;
+                r.apply(
+                    |c| {
+                        if std::mem::take(&mut first) {
+                            in_call.send(()).unwrap();
+                            landed.recv().unwrap();
+                        }
+                        t.set_rank(c)
+                    },
+                    |c| t.bind(c),
+                )
+            })
+        };
+        wait_a.recv().unwrap();
+        decide(&r, -1, 0);
+        assert!(r.apply(|c| t.set_rank(c), |c| t.bind(c)));
+        assert_eq!(t.holds().0, -1);
+        go.send(()).unwrap();
+        assert!(a.join().unwrap());
+        assert_eq!(t.holds(), (-1, 0), "the last decision holds");
+        // And it is known as set: the next look makes no call.
+        let calls = t.calls.load(Ordering::Relaxed);
+        assert!(r.apply(|c| t.set_rank(c), |c| t.bind(c)));
+        assert_eq!(t.calls.load(Ordering::Relaxed), calls);
+    }
+
+    #[test]
+    fn appliers_racing_leave_the_last_decision_in_place() {
+        let r = Arc::new(RankState::new());
+        let t = Arc::new(ModelThread::default());
+        let decisions = Arc::new(Mutex::new(()));
+        let threads: Vec<_> = (0..4u64)
+            .map(|i| {
+                let (r, t, decisions) = (r.clone(), t.clone(), decisions.clone());
+                std::thread::spawn(move || {
+                    let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ (i + 1);
+                    let mut next = move || {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x
+                    };
+                    for _ in 0..300 {
+                        let n = next();
+                        {
+                            // Decided under the vCPU's lock, as `ctl` is.
+                            let _d = decisions.lock().unwrap();
+                            decide(&r, [-1, -2, 12][(n % 3) as usize], (n >> 8) % 2);
+                        }
+                        let pause = |n: u64| {
+                            for _ in 0..n % 4 {
+                                std::thread::yield_now();
+                            }
+                        };
+                        r.apply(
+                            |c| {
+                                pause(n >> 16);
+                                t.set_rank(c)
+                            },
+                            |c| {
+                                pause(n >> 24);
+                                t.bind(c)
+                            },
+                        );
+                    }
+                })
+            })
+            .collect();
+        for h in threads {
+            h.join().unwrap();
+        }
+        // One that gave up is applied again at the agent's next look.
+        if r.take_gave_up() {
+            assert!(r.apply(|c| t.set_rank(c), |c| t.bind(c)));
+        }
+        let want = (
+            r.want_rank.load(Ordering::Acquire),
+            r.want_cpus.load(Ordering::Acquire),
+        );
+        assert_eq!(t.holds(), want);
     }
 }
