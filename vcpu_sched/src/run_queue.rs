@@ -168,6 +168,23 @@ impl RunQueue {
         None
     }
 
+    /// Remove and return the first of the first `scan` entries of
+    /// `level` (FIFO) that `accept` takes: a look bounded to one level
+    /// and a few entries, for picks on the hot path (co-start).
+    pub fn take_first_at_level(
+        &mut self,
+        level: u8,
+        scan: usize,
+        accept: impl FnMut(&QueueEntry) -> bool,
+    ) -> Option<QueueEntry> {
+        let level = clamp_level(level);
+        let pos = self.levels[level].iter().take(scan).position(accept)?;
+        let entry = self.levels[level].remove(pos)?;
+        self.unmark_if_empty(level);
+        self.len -= 1;
+        Some(entry)
+    }
+
     /// The first `n` entries in pick order (leftover kicks).
     pub fn first_entries(&self, n: usize) -> Vec<QueueEntry> {
         // Walk only the non-empty levels (the bitmap), not all 121: this
@@ -233,6 +250,30 @@ mod tests {
             affinity: None,
             cosched: false,
         }
+    }
+
+    #[test]
+    fn a_bounded_take_looks_at_one_level_and_its_first_entries_only() {
+        let mut q = RunQueue::default();
+        for id in 1..=5 {
+            q.push_back(e(id, 10));
+        }
+        q.push_back(e(9, 20));
+        // Entry 4 is the fourth of its level: out of a scan of 3.
+        assert_eq!(q.take_first_at_level(10, 3, |x| x.id.index() == 4), None);
+        assert_eq!(q.len(), 6);
+        let got = q.take_first_at_level(10, 4, |x| x.id.index() >= 3);
+        assert_eq!(got.map(|x| x.id.index()), Some(3));
+        assert_eq!(q.len(), 5);
+        // Another level is never looked at.
+        assert_eq!(q.take_first_at_level(10, 99, |x| x.id.index() == 9), None);
+        // Emptying a level clears its bit: the head is the next level's.
+        while q.take_first_at_level(20, 1, |_| true).is_some() {}
+        assert_eq!(q.top_level(), Some(10));
+        let order: Vec<u32> = std::iter::from_fn(|| q.pop())
+            .map(|x| x.id.index())
+            .collect();
+        assert_eq!(order, vec![1, 2, 4, 5]);
     }
 
     #[test]

@@ -193,6 +193,10 @@ const MAX_PICK_ATTEMPTS: usize = 64;
 const HAS_WAITING_CORES: usize = 16;
 /// Waiting entries a `schedule` call hands to idle CPUs (see `kick_for_leftovers`).
 const LEFTOVER_KICKS: usize = 4;
+/// Entries of the head's level a co-start looks at for a sibling of a
+/// running vCPU (`co_start_pick`): its cost is bounded by these times the
+/// LLC's CPUs, whatever the queue's length.
+const CO_START_SCAN: usize = 8;
 /// The fair-share boost pauses on a core where an entity has waited longer
 /// than this many of the mode's maximum latencies (`starving`).
 const STARVING_LATENCIES: Nanos = 4;

@@ -5,7 +5,7 @@
 //! or publish the CPU idle (the idler's half of the lost-wake-up
 //! protocol); then hand what it leaves waiting to idle CPUs.
 
-use super::{CpuAcct, HaikuScheduler, Slot, LEFTOVER_KICKS, MAX_PICK_ATTEMPTS};
+use super::{CpuAcct, HaikuScheduler, Slot, CO_START_SCAN, LEFTOVER_KICKS, MAX_PICK_ATTEMPTS};
 use crate::entity::{After, Entity, QueueRef, RunState};
 use crate::placement::{IDLE_PRIO, NO_ENTITY};
 use crate::quantum::{full_quantum, time_left, Turn};
@@ -282,12 +282,11 @@ impl HaikuScheduler {
         // stop): its quantum ended, and preferring it again would let a
         // VM with a vCPU running anywhere keep every CPU.
         let last = self.m.cpus[cpu.0 as usize].vm.load(Ordering::Acquire);
-        q.take_first(|e| {
-            (all || e.cosched)
-                && e.level == level
-                && e.vm.0 != last
-                && e.allows(cpu)
-                && runs_elsewhere(e.vm)
+        // Only the head's level can hold a same-level sibling, and only
+        // its first few entries are looked at: the pick's cost stays flat
+        // however many vCPUs wait (each look reads the LLC's CPUs).
+        q.take_first_at_level(level, CO_START_SCAN, |e| {
+            (all || e.cosched) && e.vm.0 != last && e.allows(cpu) && runs_elsewhere(e.vm)
         })
     }
 
