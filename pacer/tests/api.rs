@@ -942,6 +942,15 @@ fn a_latency_bound_is_set_refused_and_lifted_on_a_running_vm() {
         &["set", "b", "priority=99"],
         "found VM \"b\" there with timeshare priority 99",
     );
+    // Taking the bounded VM's only CPU out of service is refused too
+    // (CPU 1 stays in service, a's core set back as it was).
+    ok(&["set", "a", "affinity=1"]);
+    run.refused(
+        &["set", "offline=1"],
+        "host: offline: expected the bounded VMs (\"a\") to keep a host CPU of their core sets in Pacer's service, found none",
+    );
+    assert_eq!(run.json(&["ls"])["cpus_out_of_service"], "");
+    ok(&["set", "a", "affinity=0-1"]);
     run.refused(
         &["set", "a/1", "latency_bound_us=none"],
         "a/1: latency_bound_us is a key of a whole VM (all its vCPUs at once): name the VM, not one vCPU",
@@ -1002,10 +1011,12 @@ fn a_latency_bound_is_set_refused_and_lifted_on_a_running_vm() {
         })
         .collect();
     let bound_sets: Vec<_> = set.iter().filter(|(t, _, _)| *t == "a").collect();
-    assert_eq!(bound_sets.len(), 5, "{set:?}");
+    assert_eq!(bound_sets.len(), 7, "{set:?}");
     for change in [
         ("a", "latency_bound_us", "10000"),
         ("a", "bound_budget", "90"),
+        ("a", "affinity", "1"),
+        ("a", "affinity", "0-1"),
         ("a", "latency_bound_us", "none"),
         ("a", "latency_bound_us", "2000"),
         ("a", "bound_budget", "10"),
@@ -1014,7 +1025,8 @@ fn a_latency_bound_is_set_refused_and_lifted_on_a_running_vm() {
     ] {
         assert!(set.contains(&change), "{change:?} not in {set:?}");
     }
-    assert_eq!(set.len(), 7, "{set:?}");
+    // The refused `offline` is not recorded.
+    assert_eq!(set.len(), 9, "{set:?}");
 }
 
 /// The `ls` table's row of VM `name`, split at its columns.

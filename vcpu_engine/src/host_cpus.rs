@@ -73,6 +73,11 @@ impl HostCpuSet {
     pub fn difference(&self, other: &HostCpuSet) -> HostCpuSet {
         self.0.difference(&other.0).copied().collect()
     }
+
+    /// The members also in `other`.
+    pub fn intersection(&self, other: &HostCpuSet) -> HostCpuSet {
+        self.0.intersection(&other.0).copied().collect()
+    }
 }
 
 impl FromIterator<HostCpu> for HostCpuSet {

@@ -434,13 +434,19 @@ fn vm_value(vm: &Value, key: &str) -> String {
 }
 
 fn stats_table(v: &Value) -> String {
-    let mut rows = vec![[
+    // The latency bound's columns, where some vCPU is promised one: its
+    // bound, and the misses among its bounded wakes.
+    let bounded = items(&v["vms"])
+        .flat_map(|vm| items(&vm["vcpus"]))
+        .any(|c| !c["latency_bound_ns"].is_null());
+    let mut head = vec![
         "VCPU", "STATE", "CPU", "AFFINITY", "CLASS", "PRIO", "E", "RUN", "WAIT", "WAKE P99",
         "MIGR", "PREEMPT",
-    ]
-    .iter()
-    .map(|h| h.to_string())
-    .collect::<Vec<_>>()];
+    ];
+    if bounded {
+        head.extend(["BOUND", "MISSED"]);
+    }
+    let mut rows = vec![head.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
     let mut notes = String::new();
     for vm in items(&v["vms"]) {
         let name = text(&vm["name"]);
@@ -476,6 +482,15 @@ fn stats_table(v: &Value) -> String {
                 text(&c["migrations"]),
                 text(&c["preemptions"]),
             ]);
+            if bounded {
+                let row = rows.last_mut().expect("just pushed");
+                row.push(duration(&c["latency_bound_ns"]));
+                row.push(if c["latency_bound_ns"].is_null() {
+                    "-".into()
+                } else {
+                    format!("{}/{}", text(&c["bound_misses"]), text(&c["bounded_wakes"]))
+                });
+            }
         }
     }
     let mut s = format!(
@@ -605,6 +620,22 @@ mod tests {
         assert!(t.contains("a/0   running  1    1"), "{t}");
         assert!(t.contains("1.50 s  2.00 ms  -"), "{t}");
         assert!(t.contains("b: starting (no scheduler rows)"), "{t}");
+        assert!(!t.contains("BOUND"), "no bound, no columns: {t}");
+        // A bounded vCPU: its bound and its misses of its bounded wakes.
+        let mut bounded = stats.clone();
+        let row = &mut bounded["vms"][0]["vcpus"][0];
+        row["latency_bound_ns"] = json!(2_000_000);
+        row["bounded_wakes"] = json!(1200);
+        row["bound_misses"] = json!(3);
+        let t = stats_table(&bounded);
+        assert!(
+            t.lines()
+                .nth(1)
+                .unwrap()
+                .ends_with("PREEMPT  BOUND    MISSED"),
+            "{t}"
+        );
+        assert!(t.contains("3     0        2.00 ms  3/1200\n"), "{t}");
         let w = watch_lines(
             &json!({"t_run_ns": 2_000_000_000u64, "policy": "haiku", "mode": "low-latency",
             "cpus": [{"cpu": 0, "in_service": true, "vm": "a", "vcpu": 0, "effective_priority": 8},

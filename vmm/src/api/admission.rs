@@ -11,6 +11,7 @@ use super::set::SetError;
 use super::ApiContext;
 use crate::config::bounds::{refusal, BoundedVm, VcpuLevel};
 use std::collections::HashMap;
+use vcpu_engine::host_cpus::HostCpuSet;
 use vcpu_engine::Engine;
 use vcpu_sched::bound::LatencyBound;
 use vcpu_sched::stats::EntityStats;
@@ -31,14 +32,18 @@ pub fn level_of(engine: &Engine, row: &EntityStats) -> VcpuLevel {
 }
 
 /// Why the bounds could not all be promised after `change` is made to
-/// the vCPUs `targets` (`None`: they can, or none is promised); a value
-/// `change` cannot read is its error.
+/// the vCPUs `targets`, with the host CPUs `in_service` left in Pacer's
+/// service (`None`: they can, or none is promised); a value `change`
+/// cannot read is its error. A vCPU may use only the CPUs of its core set
+/// that are in service, so taking CPUs out is judged as narrowing every
+/// core set.
 pub fn refused_after(
     ctx: &ApiContext<'_>,
     engine: &Engine,
     snap: &SchedSnapshot,
     targets: &[EntityId],
     change: &dyn Fn(&mut VcpuLevel) -> Result<(), SetError>,
+    in_service: &HostCpuSet,
 ) -> Result<Option<String>, SetError> {
     let rows: HashMap<EntityId, &EntityStats> = snap.entities.iter().map(|e| (e.id, e)).collect();
     let mut vms = Vec::new();
@@ -48,8 +53,9 @@ pub fn refused_after(
         }
         let Some(vm) = engine.vm_named(&c.name) else {
             // Not started yet: it starts with its config's settings.
+            let cpus = c.cpus.intersection(in_service);
             vms.push(BoundedVm::uniform(
-                &c.name, c.vcpus, &c.cpus, c.class, c.priority, &c.shares,
+                &c.name, c.vcpus, &cpus, c.class, c.priority, &c.shares,
             ));
             continue;
         };
@@ -62,6 +68,7 @@ pub fn refused_after(
             if targets.contains(&v.entity()) {
                 change(&mut level)?;
             }
+            level.cpus = level.cpus.intersection(in_service);
             vcpus.push(level);
         }
         vms.push(BoundedVm {

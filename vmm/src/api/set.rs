@@ -817,14 +817,15 @@ pub fn set(ctx: &ApiContext<'_>, uid: u32, body: &[u8]) -> Result<Value, Refusal
         plan.push((k.as_str(), value.as_str(), summarize(&before), actions));
     }
     // The latency bounds after the request, as the config would judge them.
-    if let Some(k) = bound_key(&keys) {
+    let (in_service, service_key) = service_after(ctx, &sites, &keys, &pairs)?;
+    if let Some(k) = bound_key(&keys).or(service_key) {
         let targets: Vec<_> = sites
             .iter()
             .filter_map(|(_, s)| s.vcpu.map(|(_, row)| row.id))
             .collect();
         let vm_vcpus = sites.first().map_or(0, |(_, s)| s.vm_vcpus);
         let change = |l: &mut VcpuLevel| change_level(&keys, &pairs, vm_vcpus, l);
-        match super::admission::refused_after(ctx, engine, &snap, &targets, &change) {
+        match super::admission::refused_after(ctx, engine, &snap, &targets, &change, &in_service) {
             Ok(None) => {}
             Ok(Some(why)) => return Err((422, format!("{target_name}: {k}: {why}"))),
             Err(why) => return Err((422, format!("{target_name}: {k}: {why}"))),
@@ -872,6 +873,38 @@ fn change_level(
         }
     }
     Ok(())
+}
+
+/// The host CPUs in Pacer's service once the request's `offline` and
+/// `online` keys are carried out, and the first of those keys (the one a
+/// refusal by the bounds' admission names; none: the request leaves the
+/// CPUs in service as they are).
+fn service_after(
+    ctx: &ApiContext<'_>,
+    sites: &[(String, Site<'_>)],
+    keys: &[&Key],
+    pairs: &Pairs,
+) -> Result<(HostCpuSet, Option<&'static str>), Refusal> {
+    let out = sites
+        .first()
+        .map_or_else(HostCpuSet::new, |(_, s)| s.out_of_service());
+    let mut in_service = ctx.host_cpus.difference(&out);
+    let mut first = None;
+    for (key, (k, value)) in keys.iter().zip(pairs) {
+        let online = match key.name {
+            "offline" => false,
+            "online" => true,
+            _ => continue,
+        };
+        let set = sched_rules::cpu_list(value).map_err(|e| (422, format!("host: {k}: {e}")))?;
+        in_service = if online {
+            in_service.iter().chain(set.iter()).collect()
+        } else {
+            in_service.difference(&set)
+        };
+        first.get_or_insert(key.name);
+    }
+    Ok((in_service, first))
 }
 
 /// The key a refusal by the bounds' admission names: `latency_bound_us`
@@ -1100,7 +1133,27 @@ mod tests {
             )
             .err()
             .unwrap(),
-            "latency_bound_us: expected VM \"b\"'s latency bound to cover the worst-case wait of its wakes, found 100 us < (kick 100 us + the other bounded vCPUs' bursts 200 us) / (1 - their budgets 20 %) = 375 us; the other bounded vCPUs: 2 of VMs \"a\""
+            "latency_bound_us: expected VM \"b\"'s latency bound to cover the worst-case wait of its wakes, found 100 us < (kick 100 us + the other bounded vCPUs' bursts 200 us) / (1 - their budgets 20 %) = 375 us; the other bounded vCPUs: 2 of VM \"a\""
+        );
+    }
+
+    #[test]
+    fn a_refusal_counts_the_other_bounded_vcpus_with_the_vms_they_belong_to() {
+        // b's own second vCPU is one of the others: both VMs are named.
+        let live = vec![
+            vm("a", 1, "0-1", Some((1000, 100))),
+            vm("b", 2, "0-1", None),
+        ];
+        let why = judged(
+            live,
+            1,
+            &[("latency_bound_us", "100"), ("bound_budget", "20")],
+        )
+        .err()
+        .unwrap();
+        assert!(
+            why.ends_with("the other bounded vCPUs: 2 of VMs \"a\", \"b\""),
+            "{why}"
         );
     }
 

@@ -128,6 +128,12 @@ pub fn refusal(vms: &[BoundedVm<'_>]) -> Option<String> {
             owner.push(*i);
         }
     }
+    if cpus.is_empty() {
+        return Some(format!(
+            "expected the bounded VMs ({}) to keep a host CPU of their core sets in Pacer's service, found none",
+            names(&bounded)
+        ));
+    }
     let us = |ns: u64| ns.div_ceil(1000);
     match admit(&per_vcpu, cpus.len(), KICK_COST) {
         Ok(()) => None,
@@ -147,21 +153,32 @@ pub fn refusal(vms: &[BoundedVm<'_>]) -> Option<String> {
             wait,
         }) => {
             let vm = owner.get(index).copied().unwrap_or(first);
-            let others: Vec<usize> = bounded.iter().copied().filter(|i| *i != vm).collect();
+            // The VMs the other bounded vCPUs belong to (its own VM too
+            // if it has more than one), each once.
+            let mut others: Vec<usize> = owner
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != index)
+                .map(|(_, o)| *o)
+                .collect();
+            others.dedup();
             let wait = if wait == u64::MAX {
                 "no finite wait (the others' budgets fill a CPU)".to_string()
             } else {
                 format!("{} us", us(wait))
             };
             Some(format!(
-                "expected VM {}'s latency bound to cover the worst-case wait of its wakes, found {} us < (kick {} us + the other bounded vCPUs' bursts {} us) / (1 - their budgets {} %) = {wait}; the other bounded vCPUs: {} of VMs {}",
+                "expected VM {}'s latency bound to cover the worst-case wait of its wakes, found {} us < (kick {} us + the other bounded vCPUs' bursts {} us) / (1 - their budgets {} %) = {wait}; the other bounded vCPUs: {}",
                 quoted(vms[vm].name),
                 us(bound),
                 us(kick),
                 us(bursts),
                 others_permille as f64 / 10.0,
-                per_vcpu.len() - 1,
-                if others.is_empty() { names(&[vm]) } else { names(&others) }
+                match others.len() {
+                    0 => "none".to_string(),
+                    1 => format!("{} of VM {}", per_vcpu.len() - 1, names(&others)),
+                    _ => format!("{} of VMs {}", per_vcpu.len() - 1, names(&others)),
+                }
             ))
         }
     }
