@@ -236,11 +236,12 @@ impl MetricsFold {
         }
     }
 
-    /// Fold in one record `vcpu` wrote.
-    pub fn add(&mut self, vcpu: u32, r: &ResultRecord) {
+    /// Fold in one record `vcpu` wrote; an ERROR record's error is
+    /// returned (the caller keeps the guest's errors: one decode each).
+    pub fn add(&mut self, vcpu: u32, r: &ResultRecord) -> Option<GuestErrorEntry> {
         let tsc_khz = self.tsc_khz;
         let Ok(payload) = decode(r.kind, &r.values) else {
-            return;
+            return None;
         };
         let f = self.per.entry(vcpu).or_insert_with(|| Folding {
             m: VcpuMetrics {
@@ -399,8 +400,10 @@ impl MetricsFold {
                     workload_steal_ns,
                 });
             }
+            (_, Payload::Error(error)) => return Some(GuestErrorEntry { vcpu, error }),
             _ => {}
         }
+        None
     }
 
     /// The metrics of the records folded so far, sorted by vCPU.
@@ -439,19 +442,6 @@ impl MetricsFold {
             })
             .collect()
     }
-}
-
-/// The ERROR records, in arrival order.
-pub fn guest_errors<'a>(
-    records: impl IntoIterator<Item = (u32, &'a ResultRecord)>,
-) -> Vec<GuestErrorEntry> {
-    records
-        .into_iter()
-        .filter_map(|(vcpu, r)| match decode(r.kind, &r.values) {
-            Ok(Payload::Error(error)) => Some(GuestErrorEntry { vcpu, error }),
-            _ => None,
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -583,10 +573,12 @@ mod tests {
             // Out-of-order percentiles: ignored (the port rejects these anyway).
             (0, rec(RecordKind::Latency, [1, 3, 9, 2, 1])),
         ];
-        let e = guest_errors(recs.iter().map(|(v, r)| (*v, r)));
+        let mut fold = MetricsFold::new(1000);
+        let e: Vec<_> = recs.iter().filter_map(|(v, r)| fold.add(*v, r)).collect();
         assert_eq!(e.len(), 1);
-        assert_eq!(e[0].error.code, GuestErrorCode::BadParam);
+        assert_eq!((e[0].vcpu, e[0].error.code), (0, GuestErrorCode::BadParam));
         assert_eq!(e[0].error.name, "gap_ns");
+        assert!(fold.metrics().is_empty());
         assert!(vcpu_metrics(recs.iter().map(|(v, r)| (*v, r)), 1000).is_empty());
     }
 }

@@ -12,7 +12,7 @@
 
 pub mod events;
 
-use crate::guest_metrics::{self, GuestErrorEntry, LatencySummary, MetricsFold, VcpuMetrics};
+use crate::guest_metrics::{GuestErrorEntry, LatencySummary, MetricsFold, VcpuMetrics};
 use crate::units;
 use devices::{Marker, RecordError, RecordKind, ResultRecord};
 use events::{MarkerDoc, RecordDoc};
@@ -495,10 +495,10 @@ impl ResultsLog {
             return false;
         }
         self.append(line);
-        self.fold.add(vcpu, &e.record);
+        if let Some(error) = self.fold.add(vcpu, &e.record) {
+            self.errors.push(error);
+        }
         fold_work(&mut self.work, vcpu, &e.record, self.tsc_khz);
-        self.errors
-            .extend(guest_metrics::guest_errors([(vcpu, &e.record)]));
         self.first_record_ms.get_or_insert((e.t_ms, e.t_run_ms));
         if self.records.len() < RECORDS_KEPT {
             self.records.push(e);
@@ -850,7 +850,7 @@ mod tests {
         // The metrics and the work are those of every record.
         assert_eq!(
             log.vcpu_metrics(),
-            guest_metrics::vcpu_metrics(all.iter().map(|(v, r)| (*v, r)), 1000)
+            crate::guest_metrics::vcpu_metrics(all.iter().map(|(v, r)| (*v, r)), 1000)
         );
         let work = log.work();
         assert_eq!(work.len(), 2);
