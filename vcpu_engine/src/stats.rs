@@ -30,6 +30,8 @@ pub struct LatencyNs {
     pub p50: u64,
     /// 99th percentile.
     pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
     /// Longest seen.
     pub max: u64,
 }
@@ -224,6 +226,7 @@ impl VcpuSchedStats {
             wake_latency_ns: LatencyNs {
                 p50: e.wake_latency.p50,
                 p99: e.wake_latency.p99,
+                p999: e.wake_latency.p999,
                 max: e.wake_latency.max,
             },
             migrations: e.migrations.total(),

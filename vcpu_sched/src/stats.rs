@@ -19,6 +19,9 @@ pub struct LatencySummary {
     pub p50: Nanos,
     /// 99th percentile, same precision as `p50`.
     pub p99: Nanos,
+    /// 99.9th percentile, same precision (the tail beyond p99).
+    #[serde(default)]
+    pub p999: Nanos,
     /// Exact maximum.
     pub max: Nanos,
     /// Exact mean (rounded down).
@@ -183,12 +186,13 @@ impl LatencyHistogram {
         self.max
     }
 
-    /// Count, p50, p99, max and mean.
+    /// Count, p50, p99, p99.9, max and mean.
     pub fn summary(&self) -> LatencySummary {
         LatencySummary {
             count: self.count,
             p50: self.percentile(0.50),
             p99: self.percentile(0.99),
+            p999: self.percentile(0.999),
             max: self.max,
             mean: self.mean(),
         }
@@ -720,6 +724,9 @@ mod tests {
                 let est = h.percentile(q);
                 prop_assert!(close(est, exact), "q={} est={} exact={}", q, est, exact);
             }
+            // The summary's tail beyond p99 is the same estimate.
+            let exact = reference(&values, 0.999);
+            prop_assert!(close(s.p999, exact), "p999 est={} exact={}", s.p999, exact);
         }
     }
 

@@ -201,6 +201,7 @@ pub fn title(metric: &str) -> String {
         "share.cpu.units_per_s" => "share of units/s".into(),
         "priority_order.cpu.units_per_s" => "priority order (units/s)".into(),
         "sched.wake_latency.p99_ns" => "wake p99 (sched)".into(),
+        "sched.wake_latency.p999_ns" => "wake p99.9 (sched)".into(),
         "pingpong.roundtrips_per_s" => "round trips/s".into(),
         "spinlock.acquisitions_per_s" => "acquisitions/s".into(),
         "barrier.rounds_per_s" => "barrier rounds/s".into(),

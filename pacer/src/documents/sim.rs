@@ -2,7 +2,7 @@
 //! --replay TRACE --json`): the simulator's reports under the documents'
 //! naming rule. `vcpu_sched`'s report names its latencies' fields without
 //! their unit and holds the scheduler's raw snapshot; here latencies are
-//! `{count, p50_ns, p99_ns, max_ns, mean_ns}` and the snapshot is the one
+//! `{count, p50_ns, p99_ns, p999_ns, max_ns, mean_ns}` and the snapshot is the one
 //! the SIGUSR1 file carries (`vmm::documents::snapshot::SchedulerDoc`).
 
 use serde_json::{json, Value};
@@ -22,6 +22,7 @@ fn latency(l: &LatencySummary) -> Value {
         "count": l.count,
         "p50_ns": l.p50,
         "p99_ns": l.p99,
+        "p999_ns": l.p999,
         "max_ns": l.max,
         "mean_ns": l.mean,
     })

@@ -34,12 +34,13 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use vcpu_engine::trace::record::{Cause, Event, StopWhy, VcpuRef};
 
-/// p50 / p99 / max / mean of a set of durations, ns.
+/// p50 / p99 / p99.9 / max / mean of a set of durations, ns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Quantiles {
     pub count: u64,
     pub p50_ns: u64,
     pub p99_ns: u64,
+    pub p999_ns: u64,
     pub max_ns: u64,
     pub mean_ns: u64,
 }
@@ -60,6 +61,7 @@ impl Quantiles {
             count: v.len() as u64,
             p50_ns: at(0.50),
             p99_ns: at(0.99),
+            p999_ns: at(0.999),
             max_ns: *v.last().unwrap_or(&0),
             mean_ns: (v.iter().map(|&x| u128::from(x)).sum::<u128>() / v.len() as u128) as u64,
         }
@@ -867,5 +869,20 @@ impl Summary {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Quantiles;
+
+    #[test]
+    fn quantiles_carry_the_tail_beyond_p99() {
+        let q = Quantiles::of((1..=1000).rev().collect());
+        assert_eq!(
+            (q.count, q.p50_ns, q.p99_ns, q.p999_ns, q.max_ns, q.mean_ns),
+            (1000, 501, 990, 999, 1000, 500)
+        );
+        assert_eq!(Quantiles::of_some(Vec::new()), None);
     }
 }

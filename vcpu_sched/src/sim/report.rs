@@ -426,6 +426,7 @@ pub fn summarise(samples: &mut [Nanos]) -> LatencySummary {
         count: n as u64,
         p50: pct(0.50),
         p99: pct(0.99),
+        p999: pct(0.999),
         max: samples[n - 1],
         mean: (sum / n as u128) as Nanos,
     }
@@ -443,5 +444,8 @@ mod tests {
             (s.count, s.p50, s.p99, s.max, s.mean),
             (100, 50, 99, 100, 50)
         );
+        // The tail beyond p99: the 999th of 1000 samples.
+        let mut v: Vec<Nanos> = (1..=1000).rev().collect();
+        assert_eq!(summarise(&mut v).p999, 999);
     }
 }

@@ -136,7 +136,7 @@ fn latency(l: &LatencySummary) -> Value {
     if l.count == 0 {
         Value::Null
     } else {
-        json!({ "count": l.count, "p50_ns": l.p50, "p99_ns": l.p99, "max_ns": l.max })
+        json!({ "count": l.count, "p50_ns": l.p50, "p99_ns": l.p99, "p999_ns": l.p999, "max_ns": l.max })
     }
 }
 

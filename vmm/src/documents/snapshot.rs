@@ -16,6 +16,7 @@ pub struct SchedLatencyDoc {
     pub count: u64,
     pub p50_ns: u64,
     pub p99_ns: u64,
+    pub p999_ns: u64,
     pub max_ns: u64,
     pub mean_ns: u64,
 }
@@ -65,6 +66,7 @@ impl EntityDoc {
                 count: l.count,
                 p50_ns: l.p50,
                 p99_ns: l.p99,
+                p999_ns: l.p999,
                 max_ns: l.max,
                 mean_ns: l.mean,
             }),

@@ -260,6 +260,7 @@ fn guest(m: Option<&VcpuMetrics>, w: Option<&VcpuWork>, tsc_khz: u32) -> GuestDo
 pub struct WakeLatencyDoc {
     pub p50_ns: u64,
     pub p99_ns: u64,
+    pub p999_ns: u64,
     pub max_ns: u64,
 }
 
@@ -308,6 +309,7 @@ fn sched(s: &VcpuSchedStats, worked: bool) -> SchedDoc {
         wake_latency: (l.max != 0).then_some(WakeLatencyDoc {
             p50_ns: l.p50,
             p99_ns: l.p99,
+            p999_ns: l.p999,
             max_ns: l.max,
         }),
         migrations: s.migrations,
