@@ -48,6 +48,34 @@ pub struct Sample {
 /// fault stopped only its own VM), a whole-VM sample (`run.rs`).
 pub const CONTAINED: &str = "hostile.contained";
 
+/// The scheduler's relaxed co-scheduling counts, cell-wide samples of a
+/// cell with a co-scheduled VM ([`cosched_samples`]).
+pub const COSCHED_COUNTS: [&str; 3] = ["sched.costops", "sched.costarts", "sched.directed_yields"];
+
+/// What relaxed co-scheduling did in a cell: the scheduler's per-CPU
+/// counts of co-stops, co-starts and directed yields over the whole run,
+/// summed into cell-wide samples (a count of 0 is a figure: the option
+/// was on and did not act).
+pub fn cosched_samples(cpus: &[vcpu_sched::stats::CpuStats]) -> Vec<Sample> {
+    let sum = |f: fn(&vcpu_sched::stats::CpuStats) -> u64| cpus.iter().map(f).sum::<u64>();
+    let counts = [
+        sum(|c| c.costops),
+        sum(|c| c.costarts),
+        sum(|c| c.directed_yields),
+    ];
+    COSCHED_COUNTS
+        .iter()
+        .zip(counts)
+        .map(|(metric, n)| Sample {
+            vm: "*".into(),
+            group: "*".into(),
+            vcpu: None,
+            metric: (*metric).into(),
+            value: n as f64,
+        })
+        .collect()
+}
+
 /// Which way a metric is better.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -151,6 +179,11 @@ pub fn info(metric: &str) -> MetricInfo {
     if metric == CONTAINED {
         return m(Unit::Ratio, Better::Higher, Combine::Mean, false);
     }
+    // Relaxed co-scheduling's acts over the cell (`cosched_samples`):
+    // shown beside the figures they explain, no direction of their own.
+    if COSCHED_COUNTS.contains(&metric) {
+        return m(Unit::Count, Better::Neither, Combine::Sum, true);
+    }
     if metric == "sched.migrations_per_s" {
         return m(Unit::PerSecond, Better::Lower, Combine::Sum, true);
     }
@@ -212,6 +245,9 @@ pub fn title(metric: &str) -> String {
         "burst.busy_fraction" => "busy fraction".into(),
         "burst.wake_latency.p99_ns" => "burst wake p99".into(),
         "sched.migrations_per_s" => "migrations/s".into(),
+        "sched.costops" => "co-stops".into(),
+        "sched.costarts" => "co-starts".into(),
+        "sched.directed_yields" => "directed yields".into(),
         "sleep.wake_latency.p99_ns" => "sleep p99".into(),
         "sleep.wake_latency.p50_ns" => "sleep p50".into(),
         "sleep.wake_latency.p999_ns" => "sleep p99.9".into(),
@@ -746,6 +782,34 @@ mod tests {
         assert!(cell
             .iter()
             .all(|x| x.vcpu.is_none() && (x.vm == "*") != x.metric.starts_with("share.")));
+    }
+
+    /// A co-scheduled cell's counts are the sum over the scheduler's
+    /// CPUs, one cell-wide sample each, shown as a column.
+    #[test]
+    fn cosched_counts_sum_the_cpus_into_cell_wide_samples() {
+        let cpu = |id: u32, costops: u64, costarts: u64, yields: u64| {
+            serde_json::from_value::<vcpu_sched::stats::CpuStats>(serde_json::json!({
+                "cpu": id, "busy_time": 0, "idle_time": 0, "dispatches": 0,
+                "context_switches": 0, "smt_corun_foreign": 0,
+                "idle_while_waiting": 0, "core_load": 0,
+                "costops": costops, "costarts": costarts, "directed_yields": yields,
+            }))
+            .unwrap()
+        };
+        let s = cosched_samples(&[cpu(0, 1, 7, 0), cpu(1, 2, 5, 3)]);
+        let got: Vec<(&str, f64)> = s.iter().map(|x| (x.metric.as_str(), x.value)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("sched.costops", 3.0),
+                ("sched.costarts", 12.0),
+                ("sched.directed_yields", 3.0)
+            ]
+        );
+        assert!(s.iter().all(|x| x.vm == "*" && x.vcpu.is_none()));
+        assert!(info("sched.costarts").headline);
+        assert_eq!(title("sched.directed_yields"), "directed yields");
     }
 
     /// A bounded vCPU's wakes with budget and misses become per-vCPU

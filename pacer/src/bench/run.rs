@@ -333,6 +333,16 @@ impl Ctx<'_> {
                 errors.push(format!("vm {}: {} ({})", vm.name, vm.status, vm.message));
             }
         }
+        // What co-scheduling did, in a cell where a VM asked for it.
+        if let (true, Some(cpus)) = (
+            layout
+                .vms
+                .iter()
+                .any(|v| v.coschedule != vcpu_sched::Coschedule::Off),
+            &results.sched_cpus,
+        ) {
+            rec.samples.extend(metrics::cosched_samples(cpus));
+        }
         errors.extend((!errors.is_empty()).then(|| format!("logs in {}", log_dir.display())));
         self.conclude(cell, &mut rec, &refused, &errors, timeout);
         Some(rec)
