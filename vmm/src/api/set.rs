@@ -132,7 +132,14 @@ pub struct Key {
     /// value, the request's other keys, the VM's vCPU count) to a vCPU's
     /// settings as the bounds' admission reads them.
     pub level: Option<LevelChange>,
+    /// For keys that take host CPUs out of Pacer's service or put them
+    /// back: the CPUs in service after the value, from those before (the
+    /// bounds' admission judges what is left).
+    pub service: Option<ServiceChange>,
 }
+
+/// A key's change to the host CPUs in Pacer's service.
+pub type ServiceChange = fn(&HostCpuSet, &str) -> Result<HostCpuSet, SetError>;
 
 /// A key's change to a vCPU's settings as the bounds' admission reads
 /// them: the value, the request's keys, the VM's vCPU count.
@@ -157,6 +164,7 @@ pub const KEYS: &[Key] = &[
             let engine = s.engine;
             Ok(Some(Box::new(move || engine.set_vcpu_affinity(v, &set))))
         },
+        service: None,
         level: Some(|l, value, _, _| {
             l.cpus = sched_rules::cpu_list(value)?;
             Ok(())
@@ -186,6 +194,7 @@ pub const KEYS: &[Key] = &[
                 engine.set_vcpu_priority(v, priority)
             })))
         },
+        service: None,
         level: Some(|l, value, pairs, _| {
             if given(pairs, "class").is_none() {
                 l.priority = sched_rules::priority(l.class, integer(value)?)?;
@@ -216,6 +225,7 @@ pub const KEYS: &[Key] = &[
                 engine.set_vcpu_class(v, class, priority)
             })))
         },
+        service: None,
         level: Some(|l, value, pairs, _| {
             l.class = sched_rules::class_from_name(value)?;
             l.priority = match given(pairs, "priority") {
@@ -244,6 +254,7 @@ pub const KEYS: &[Key] = &[
             let engine = s.engine;
             Ok(Some(Box::new(move || engine.set_vcpu_weight(v, weight))))
         },
+        service: None,
         level: None,
     },
     Key {
@@ -281,6 +292,7 @@ pub const KEYS: &[Key] = &[
             let engine = s.engine;
             Ok(Some(Box::new(move || engine.set_vcpu_cap(v, cap))))
         },
+        service: None,
         level: None,
     },
     Key {
@@ -316,6 +328,7 @@ pub const KEYS: &[Key] = &[
                 engine.set_vcpu_reservation(v, permille)
             })))
         },
+        service: None,
         level: Some(|l, value, _, _| {
             l.reservation = sched_rules::reservation(integer(value)?, 1)?;
             Ok(())
@@ -349,6 +362,7 @@ pub const KEYS: &[Key] = &[
                 engine.set_vcpu_latency_bound(v, bound)
             })))
         },
+        service: None,
         level: Some(|l, value, pairs, vcpus| {
             l.latency_bound = requested_bound(value, pairs, vcpus)?;
             Ok(())
@@ -374,6 +388,7 @@ pub const KEYS: &[Key] = &[
             Some(_) => Ok(None),
             None => Err(sched_rules::SchedRuleError::BoundHalf("bound_budget").into()),
         },
+        service: None,
         level: None,
     },
     Key {
@@ -389,6 +404,7 @@ pub const KEYS: &[Key] = &[
             let engine = s.engine;
             Ok(Some(Box::new(move || engine.set_mode(mode))))
         },
+        service: None,
         level: None,
     },
     Key {
@@ -409,6 +425,7 @@ pub const KEYS: &[Key] = &[
             }
             Ok(Some(service(s.engine, set, false)))
         },
+        service: Some(|in_service, value| Ok(in_service.difference(&sched_rules::cpu_list(value)?))),
         level: None,
     },
     Key {
@@ -418,6 +435,12 @@ pub const KEYS: &[Key] = &[
         canonical: canonical_cpu_list,
         read: |s| out_list(&s.out_of_service()),
         prepare: |s, value, _| Ok(Some(service(s.engine, service_list(s, value)?, true))),
+        service: Some(|in_service, value| {
+            Ok(in_service
+                .iter()
+                .chain(sched_rules::cpu_list(value)?.iter())
+                .collect())
+        }),
         level: None,
     },
 ];
@@ -875,10 +898,10 @@ fn change_level(
     Ok(())
 }
 
-/// The host CPUs in Pacer's service once the request's `offline` and
-/// `online` keys are carried out, and the first of those keys (the one a
-/// refusal by the bounds' admission names; none: the request leaves the
-/// CPUs in service as they are).
+/// The host CPUs in Pacer's service once the request's keys that change
+/// them (`Key::service`: `offline`, `online`) are carried out, and the
+/// first of those keys (the one a refusal by the bounds' admission names;
+/// none: the request leaves the CPUs in service as they are).
 fn service_after(
     ctx: &ApiContext<'_>,
     sites: &[(String, Site<'_>)],
@@ -891,17 +914,10 @@ fn service_after(
     let mut in_service = ctx.host_cpus.difference(&out);
     let mut first = None;
     for (key, (k, value)) in keys.iter().zip(pairs) {
-        let online = match key.name {
-            "offline" => false,
-            "online" => true,
-            _ => continue,
+        let Some(change) = key.service else {
+            continue;
         };
-        let set = sched_rules::cpu_list(value).map_err(|e| (422, format!("host: {k}: {e}")))?;
-        in_service = if online {
-            in_service.iter().chain(set.iter()).collect()
-        } else {
-            in_service.difference(&set)
-        };
+        in_service = change(&in_service, value).map_err(|e| (422, format!("host: {k}: {e}")))?;
         first.get_or_insert(key.name);
     }
     Ok((in_service, first))
