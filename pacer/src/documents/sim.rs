@@ -44,6 +44,13 @@ pub fn report(r: &SimReport) -> Value {
             }
         }
     }
+    if let Some(rows) = v["groups"].as_array_mut() {
+        for (row, g) in rows.iter_mut().zip(&r.groups) {
+            if let Some(l) = &g.round_trip {
+                row["round_trip"] = latency(l);
+            }
+        }
+    }
     if let Some(rows) = v["vcpus"].as_array_mut() {
         for (row, c) in rows.iter_mut().zip(&r.vcpus) {
             row["entity"] = json!(c.entity.to_string());

@@ -111,6 +111,12 @@ impl Engine {
                 }
             }
             let (bounded_wakes, bound_misses) = bound_counts(range.clone());
+            // The initiator's group: its VM's shootdown round trips.
+            let round_trip = self
+                .shootdowns
+                .iter_mut()
+                .find(|s| range.contains(&(s.initiator as usize)))
+                .map(|s| summarise(&mut s.trips));
             groups.push(GroupReport {
                 name: self.w.groups[gi].name.clone(),
                 count: g.count,
@@ -122,6 +128,7 @@ impl Engine {
                 migrations: members.iter().map(|v| v.migrations).sum(),
                 bounded_wakes,
                 bound_misses,
+                round_trip,
             });
         }
         let mut vm_ids: Vec<u32> = self.ents.iter().map(|e| e.vm).collect();

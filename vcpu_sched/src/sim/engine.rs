@@ -17,7 +17,7 @@
 use super::change::Change;
 use super::dist::{rng_from_seed, SimRng};
 use super::events::{EvKind, EventQueue};
-use super::model::{Barrier, Cpu, Ent, Group, Lock, Model, Phase, State, NONE};
+use super::model::{Barrier, Cpu, Ent, Group, Lock, Model, Phase, Shootdown, State, NONE};
 use super::report::SimReport;
 use super::workload::{SimError, Workload};
 use crate::monitor::Monitor;
@@ -104,6 +104,7 @@ pub(super) struct Engine {
     pub core_cpus: Vec<Vec<u32>>,
     pub locks: Vec<Lock>,
     pub barriers: Vec<Barrier>,
+    pub shootdowns: Vec<Shootdown>,
     /// Window run time per (entity, CPU), row-major by entity.
     pub cpu_time: Vec<Nanos>,
     pub monitor: Monitor,
@@ -150,6 +151,7 @@ impl Engine {
             core_cpus: m.core_cpus,
             locks: m.locks,
             barriers: m.barriers,
+            shootdowns: m.shootdowns,
             cpu_time: vec![0; n * ncpu],
             monitor,
             events: 0,
@@ -574,6 +576,7 @@ impl Engine {
         self.replay_dispatched(e, now);
         self.try_take_lock_on_dispatch(e);
         self.pass_barrier_on_dispatch(e, now)?;
+        self.shootdown_on_dispatch(e, now)?;
         self.arm(c, now);
         Ok(())
     }

@@ -48,4 +48,4 @@ pub use change::ChangeSpec;
 pub use dist::Dist;
 pub use engine::{run, Simulator};
 pub use report::{SimReport, Violations};
-pub use workload::{GroupSpec, LockSpec, MessageSpec, SimError, Sleep, Workload};
+pub use workload::{GroupSpec, LockSpec, MessageSpec, ShootdownRole, SimError, Sleep, Workload};

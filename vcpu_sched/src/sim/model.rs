@@ -8,7 +8,7 @@
 
 use super::engine::Engine;
 use super::events::EvKind;
-use super::workload::{SimError, Sleep, Workload};
+use super::workload::{ShootdownRole, SimError, Sleep, Workload};
 use crate::{EntityId, EntitySpec, Nanos, StopReason, Topology, VcpuScheduler};
 use rand::Rng;
 
@@ -35,6 +35,9 @@ pub(super) enum Phase {
     WaitLock,
     /// Spinning at the VM barrier (its burst's work is done).
     WaitBarrier,
+    /// A shootdown's initiator spinning until every responder has
+    /// acknowledged its round.
+    WaitShootdown,
     /// Holding the VM lock.
     Crit,
 }
@@ -69,6 +72,10 @@ pub(super) struct Ent {
     pub barrier: u32,
     /// The barrier's round this vCPU waits in (WaitBarrier).
     pub bar_round: u64,
+    /// Index into `shootdowns`, NONE without shootdown behaviour.
+    pub shootdown: u32,
+    /// The last shootdown round a responder acknowledged.
+    pub acked_round: u64,
     pub state: State,
     pub phase: Phase,
     pub work_left: Nanos,
@@ -131,6 +138,18 @@ pub(super) struct Barrier {
     pub round: u64,
 }
 
+/// A VM's shootdown: its initiator, its responders, the round in flight
+/// and the responders yet to acknowledge it, and the measured round
+/// trips (sent in the window).
+pub(super) struct Shootdown {
+    pub initiator: u32,
+    pub responders: Vec<u32>,
+    pub round: u64,
+    pub pending: u32,
+    pub sent_at: Nanos,
+    pub trips: Vec<Nanos>,
+}
+
 /// Everything the model holds, built from a workload.
 pub(super) struct Model {
     pub groups: Vec<Group>,
@@ -141,6 +160,7 @@ pub(super) struct Model {
     pub core_cpus: Vec<Vec<u32>>,
     pub locks: Vec<Lock>,
     pub barriers: Vec<Barrier>,
+    pub shootdowns: Vec<Shootdown>,
 }
 
 impl Model {
@@ -231,6 +251,28 @@ impl Model {
             })
             .collect();
 
+        // One shootdown per VM with shootdown groups, in ascending VM
+        // order; its members are filled in as the vCPUs are made.
+        let mut sd_vms: Vec<u32> = w
+            .groups
+            .iter()
+            .filter(|g| g.shootdown.is_some())
+            .map(|g| g.vm)
+            .collect();
+        sd_vms.sort_unstable();
+        sd_vms.dedup();
+        let mut shootdowns: Vec<Shootdown> = sd_vms
+            .iter()
+            .map(|_| Shootdown {
+                initiator: NONE,
+                responders: Vec::new(),
+                round: 0,
+                pending: 0,
+                sent_at: 0,
+                trips: Vec::new(),
+            })
+            .collect();
+
         let mut ents = Vec::with_capacity(first as usize);
         let mut ent_of = Vec::new();
         for (gi, g) in w.groups.iter().enumerate() {
@@ -245,8 +287,21 @@ impl Model {
             } else {
                 NONE
             };
+            let shootdown = match g.shootdown {
+                Some(_) => sd_vms.binary_search(&g.vm).map_or(NONE, |i| i as u32),
+                None => NONE,
+            };
             for k in 0..g.count {
                 let vm = if g.separate_vms { g.vm + k } else { g.vm };
+                if let (Some(sd), Some(role)) =
+                    (shootdowns.get_mut(shootdown as usize), g.shootdown)
+                {
+                    let me = ents.len() as u32;
+                    match role {
+                        ShootdownRole::Initiator => sd.initiator = me,
+                        ShootdownRole::Responder => sd.responders.push(me),
+                    }
+                }
                 // Before the VM's first vCPU, which then starts with it.
                 let mode = g.coschedule.unwrap_or_default();
                 sched.set_coschedule(crate::VmId(vm), mode, 0)?;
@@ -285,6 +340,8 @@ impl Model {
                     lock,
                     barrier,
                     bar_round: 0,
+                    shootdown,
+                    acked_round: 0,
                     state: State::Blocked,
                     phase: Phase::Fresh,
                     work_left: 0,
@@ -343,6 +400,7 @@ impl Model {
             core_cpus,
             locks,
             barriers,
+            shootdowns,
         })
     }
 }
@@ -382,7 +440,7 @@ impl Engine {
                 ent.cost_left -= p;
                 ent.overhead += p.min(wdt);
             }
-            Phase::WaitLock | Phase::WaitBarrier => ent.spin += wdt,
+            Phase::WaitLock | Phase::WaitBarrier | Phase::WaitShootdown => ent.spin += wdt,
             Phase::Fresh => {}
         }
     }
@@ -397,7 +455,7 @@ impl Engine {
             Phase::Work => now + ent.work_left,
             Phase::Crit => now + ent.crit_left,
             Phase::WakeCost | Phase::BlockCost => now + ent.cost_left,
-            Phase::WaitLock | Phase::WaitBarrier => Nanos::MAX,
+            Phase::WaitLock | Phase::WaitBarrier | Phase::WaitShootdown => Nanos::MAX,
             Phase::Fresh => now,
         };
         let t = phase_end.min(self.cpus[c].quantum_end).max(now);
@@ -478,6 +536,14 @@ impl Engine {
         e: usize,
         now: Nanos,
     ) -> Result<Option<StopReason>, SimError> {
+        let sd = self.ents[e].shootdown as usize;
+        if self
+            .shootdowns
+            .get(sd)
+            .is_some_and(|s| s.initiator == e as u32)
+        {
+            return self.send_shootdown(sd, now);
+        }
         let b = self.ents[e].barrier;
         if b == NONE {
             return self.burst_done(e, now);
@@ -529,6 +595,90 @@ impl Engine {
         }
         // Never blocks or yields (validated).
         self.burst_done(e, now).map(|_| ())
+    }
+
+    /// The initiator of shootdown `sd` sends a round: responders on a CPU
+    /// acknowledge at once; for each one parked the scheduler hears of an
+    /// IPI to a preempted sibling (`yield_to`, as Pacer's engine reports
+    /// it under its own local APIC), and the initiator spins until the
+    /// last acknowledges, giving up its CPU (a yield) if the scheduler
+    /// took a directed yield.
+    fn send_shootdown(&mut self, sd: usize, now: Nanos) -> Result<Option<StopReason>, SimError> {
+        let s = &mut self.shootdowns[sd];
+        s.round += 1;
+        s.sent_at = now;
+        s.pending = 0;
+        let (round, from) = (s.round, s.initiator as usize);
+        let mut yielded = false;
+        for i in 0..self.shootdowns[sd].responders.len() {
+            let r = self.shootdowns[sd].responders[i] as usize;
+            match self.ents[r].state {
+                State::Running(_) => self.ents[r].acked_round = round,
+                State::Ready => {
+                    self.shootdowns[sd].pending += 1;
+                    self.sched_calls += 1;
+                    yielded |= self
+                        .sched
+                        .yield_to(self.ents[from].id, self.ents[r].id, now)?;
+                }
+                // Responders never block (validated); counted all the same.
+                State::Blocked => self.shootdowns[sd].pending += 1,
+            }
+        }
+        if self.shootdowns[sd].pending == 0 {
+            self.round_trip_done(sd, now);
+            return self.burst_done(from, now);
+        }
+        self.ents[from].phase = Phase::WaitShootdown;
+        Ok(yielded.then_some(StopReason::Yielded))
+    }
+
+    /// A shootdown member was dispatched: a responder acknowledges the
+    /// round in flight (the last one ends it, and a running initiator goes
+    /// on at once); an initiator whose round ended while it was off a CPU
+    /// goes on.
+    pub(super) fn shootdown_on_dispatch(&mut self, e: usize, now: Nanos) -> Result<(), SimError> {
+        let sd = self.ents[e].shootdown as usize;
+        let Some(s) = self.shootdowns.get(sd) else {
+            return Ok(());
+        };
+        let from = s.initiator as usize;
+        if from == e {
+            if self.ents[e].phase == Phase::WaitShootdown && s.pending == 0 {
+                // Never blocks or yields (validated).
+                self.burst_done(e, now)?;
+            }
+            return Ok(());
+        }
+        if self.ents[e].acked_round >= s.round {
+            return Ok(());
+        }
+        self.ents[e].acked_round = s.round;
+        self.shootdowns[sd].pending -= 1;
+        if self.shootdowns[sd].pending > 0 {
+            return Ok(());
+        }
+        self.round_trip_done(sd, now);
+        if let State::Running(fc) = self.ents[from].state {
+            let fc = fc as usize;
+            self.account(fc, now);
+            // Never blocks or yields (validated): the next burst starts.
+            if let Some(reason) = self.burst_done(from, now)? {
+                self.do_schedule(fc, now, reason)?;
+            } else {
+                self.arm(fc, now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Shootdown `sd`'s round is acknowledged by every responder: its
+    /// round trip is measured if it was sent in the window.
+    fn round_trip_done(&mut self, sd: usize, now: Nanos) {
+        let s = &mut self.shootdowns[sd];
+        if s.sent_at >= self.warmup {
+            s.trips.push(now - s.sent_at);
+        }
     }
 
     /// A burst's work completed: count it, send its messages, choose the

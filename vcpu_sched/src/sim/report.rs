@@ -80,6 +80,11 @@ pub struct GroupReport {
     /// bound, summed over members (the policy's counts, whole run).
     pub bounded_wakes: u64,
     pub bound_misses: u64,
+    /// A shootdown initiator's group: the round trips sent in the window,
+    /// from the IPIs to the last acknowledgement (its bursts are the
+    /// round trips); absent for other groups.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round_trip: Option<LatencySummary>,
 }
 
 /// One VM.
@@ -269,6 +274,19 @@ impl SimReport {
                 "bounded group {}: {} bounded wakes, {} later than the bound",
                 g.name, g.bounded_wakes, g.bound_misses
             );
+        }
+        for g in &self.groups {
+            if let Some(rt) = g.round_trip.as_ref() {
+                let _ = writeln!(
+                    s,
+                    "shootdown group {}: {} round trips, p50 {} p99 {} max {}",
+                    g.name,
+                    rt.count,
+                    fmt_ns(rt.p50),
+                    fmt_ns(rt.p99),
+                    fmt_ns(rt.max)
+                );
+            }
         }
         for g in &self.groups {
             let _ = writeln!(

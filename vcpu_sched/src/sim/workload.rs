@@ -136,6 +136,21 @@ pub struct LockSpec {
     pub hold_fraction: f64,
 }
 
+/// A vCPU's part in its VM's TLB-shootdown-like round trips (the bench
+/// guest's `shootdown`): the initiator, after each burst, interrupts
+/// every responder of its VM and spins until each has acknowledged; a
+/// responder acknowledges as soon as it is on a CPU (its interrupt
+/// handler runs between two instructions of its work), so a responder
+/// parked behind another VM holds up the initiator's spin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShootdownRole {
+    /// Sends the rounds (one vCPU per VM).
+    Initiator,
+    /// Acknowledges them, working in between.
+    Responder,
+}
+
 /// A group of identical vCPUs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -212,6 +227,11 @@ pub struct GroupSpec {
     /// the rest (a bulk-synchronous guest, the bench guest's `barrier`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub barrier: bool,
+    /// Take part in the VM's shootdown round trips ([`ShootdownRole`]);
+    /// the initiator's bursts are its round trips, and its group reports
+    /// their latency (IPI sent to the last acknowledgement).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shootdown: Option<ShootdownRole>,
     /// Runnable at time 0 (default true); receivers usually start blocked.
     #[serde(default = "yes")]
     pub start_awake: bool,
@@ -257,6 +277,7 @@ impl GroupSpec {
             message: None,
             lock: None,
             barrier: false,
+            shootdown: None,
             start_awake: true,
             coschedule: None,
         }
@@ -342,6 +363,11 @@ impl GroupSpec {
     /// Meet the VM's other barrier vCPUs after each burst.
     pub fn with_barrier(mut self, on: bool) -> Self {
         self.barrier = on;
+        self
+    }
+    /// Take part in the VM's shootdown round trips in `role`.
+    pub fn with_shootdown(mut self, role: ShootdownRole) -> Self {
+        self.shootdown = Some(role);
         self
     }
     /// Whether the group is runnable at time 0.
@@ -594,6 +620,9 @@ impl Workload {
                      (separate_vms, sleep and yield must be unset)"
                 ));
             }
+            if let Some(role) = g.shootdown {
+                self.validate_shootdown(&name, g, role)?;
+            }
             if let Some(l) = &g.lock {
                 if !(l.hold_fraction > 0.0 && l.hold_fraction <= 1.0) {
                     return bad(format!(
@@ -653,6 +682,50 @@ impl Workload {
         }
         Ok(())
     }
+
+    /// A shootdown group: one VM of vCPUs that never sleep or yield and
+    /// take no lock or barrier; one initiator vCPU per VM, with at least
+    /// one responder beside it.
+    fn validate_shootdown(
+        &self,
+        name: &str,
+        g: &GroupSpec,
+        role: ShootdownRole,
+    ) -> Result<(), SimError> {
+        let bad = |m: String| Err(SimError::Invalid(m));
+        if g.separate_vms
+            || g.sleep != Sleep::Never
+            || g.yield_after_burst
+            || g.barrier
+            || g.lock.is_some()
+        {
+            return bad(format!(
+                "group {name}: a shootdown needs one VM of vCPUs that never sleep or yield \
+                 (separate_vms, sleep, yield, barrier and lock must be unset)"
+            ));
+        }
+        let in_vm = |r: ShootdownRole| {
+            self.groups
+                .iter()
+                .filter(|o| o.vm == g.vm && o.shootdown == Some(r))
+                .map(|o| o.count)
+                .sum::<u32>()
+        };
+        if in_vm(ShootdownRole::Initiator) != 1 {
+            return bad(format!(
+                "group {name}: VM {} needs exactly one shootdown initiator vCPU, has {}",
+                g.vm,
+                in_vm(ShootdownRole::Initiator)
+            ));
+        }
+        if role == ShootdownRole::Initiator && in_vm(ShootdownRole::Responder) == 0 {
+            return bad(format!(
+                "group {name}: a shootdown initiator needs a responder in VM {}",
+                g.vm
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -693,6 +766,57 @@ mod tests {
         assert!(Workload::from_toml(&typo).is_err());
         let bad_target = text.replace("to_group = \"b\"", "to_group = \"zz\"");
         assert!(Workload::from_toml(&bad_target).is_err());
+    }
+
+    #[test]
+    fn a_shootdown_needs_one_initiator_and_responders_that_never_sleep() {
+        let good = r#"
+            topology = "1x2x1"
+            duration_ms = 10
+            [[group]]
+            name = "init"
+            count = 1
+            burst = { dist = "fixed", us = 20 }
+            shootdown = "initiator"
+            [[group]]
+            name = "resp"
+            count = 2
+            burst = { dist = "fixed", us = 20 }
+            shootdown = "responder"
+        "#;
+        let w = Workload::from_toml(good).unwrap();
+        assert_eq!(w.groups[0].shootdown, Some(ShootdownRole::Initiator));
+        assert_eq!(w.groups[1].shootdown, Some(ShootdownRole::Responder));
+        for (from, to, says) in [
+            (
+                "count = 1",
+                "count = 2",
+                "group init: VM 0 needs exactly one shootdown initiator vCPU, has 2",
+            ),
+            (
+                "shootdown = \"responder\"",
+                "",
+                "group init: a shootdown initiator needs a responder",
+            ),
+            (
+                "shootdown = \"initiator\"",
+                "",
+                "group resp: VM 0 needs exactly one shootdown initiator vCPU, has 0",
+            ),
+            (
+                "shootdown = \"responder\"",
+                "shootdown = \"responder\"\nsleep = \"until_message\"",
+                "group resp: a shootdown needs one VM",
+            ),
+            (
+                "shootdown = \"initiator\"",
+                "shootdown = \"initiator\"\nbarrier = true",
+                "group init: a shootdown needs one VM",
+            ),
+        ] {
+            let e = Workload::from_toml(&good.replacen(from, to, 1)).unwrap_err();
+            assert!(e.to_string().contains(says), "{from} -> {to}: {e}");
+        }
     }
 
     #[test]
