@@ -212,14 +212,7 @@ impl Model {
             first += g.count;
         }
         // One lock per VM that has lock behaviour, in ascending VM order.
-        let mut lock_vms: Vec<u32> = w
-            .groups
-            .iter()
-            .filter(|g| g.lock.is_some())
-            .map(|g| g.vm)
-            .collect();
-        lock_vms.sort_unstable();
-        lock_vms.dedup();
+        let lock_vms = vms_with(w, |g| g.lock.is_some());
         let locks = lock_vms
             .iter()
             .map(|_| Lock {
@@ -229,14 +222,7 @@ impl Model {
             .collect();
 
         // One barrier per VM with barrier groups, in ascending VM order.
-        let mut bar_vms: Vec<u32> = w
-            .groups
-            .iter()
-            .filter(|g| g.barrier)
-            .map(|g| g.vm)
-            .collect();
-        bar_vms.sort_unstable();
-        bar_vms.dedup();
+        let bar_vms = vms_with(w, |g| g.barrier);
         let barriers = bar_vms
             .iter()
             .map(|&vm| Barrier {
@@ -253,14 +239,7 @@ impl Model {
 
         // One shootdown per VM with shootdown groups, in ascending VM
         // order; its members are filled in as the vCPUs are made.
-        let mut sd_vms: Vec<u32> = w
-            .groups
-            .iter()
-            .filter(|g| g.shootdown.is_some())
-            .map(|g| g.vm)
-            .collect();
-        sd_vms.sort_unstable();
-        sd_vms.dedup();
+        let sd_vms = vms_with(w, |g| g.shootdown.is_some());
         let mut shootdowns: Vec<Shootdown> = sd_vms
             .iter()
             .map(|_| Shootdown {
@@ -403,6 +382,15 @@ impl Model {
             shootdowns,
         })
     }
+}
+
+/// The VMs with a group that `has` a VM-wide behaviour, ascending, once
+/// each (a behaviour's index per VM is the VM's place in this list).
+fn vms_with(w: &Workload, has: impl Fn(&super::workload::GroupSpec) -> bool) -> Vec<u32> {
+    let mut vms: Vec<u32> = w.groups.iter().filter(|g| has(g)).map(|g| g.vm).collect();
+    vms.sort_unstable();
+    vms.dedup();
+    vms
 }
 
 /// What the vCPUs do, and what the simulator measures of it.
