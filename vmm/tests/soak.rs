@@ -261,6 +261,9 @@ fn run_soak(test: &str, with_churn: bool, with_hostile: bool) {
                 // Consecutive seconds without progress, per entity; the longest.
                 let mut streak: std::collections::HashMap<String, u64> = Default::default();
                 let mut longest = 0u64;
+                // Which entity, and over which seconds (the output lists
+                // only the first stalls).
+                let mut longest_at = String::new();
                 // Until 5 s before the VMs end, by the clock: each look
                 // takes a little more than its second, and counted looks
                 // overran the run's end by seconds in an hour, sampling
@@ -295,9 +298,12 @@ fn run_soak(test: &str, with_churn: bool, with_hostile: bool) {
                             ));
                             continue;
                         }
-                        let n = streak.entry(key).or_default();
+                        let n = streak.entry(key.clone()).or_default();
                         *n = if still { *n + 1 } else { 0 };
-                        longest = longest.max(*n);
+                        if *n > longest {
+                            longest = *n;
+                            longest_at = format!("entity {key}, seconds {}-{seconds}", seconds + 1 - *n);
+                        }
                         if still {
                             gaps.push(format!(
                                 "second {seconds}: entity {:?} (priority {}, runnable {} ms of it; others' priorities {:?}) made no progress",
@@ -316,7 +322,7 @@ fn run_soak(test: &str, with_churn: bool, with_hostile: bool) {
                     last = now;
                     seconds += 1;
                 }
-                (seconds, gaps, host_stalls, longest, rss_booted, rss_max)
+                (seconds, gaps, host_stalls, (longest, longest_at), rss_booted, rss_max)
             })
         };
         let seed = std::time::SystemTime::now()
@@ -357,7 +363,11 @@ fn run_soak(test: &str, with_churn: bool, with_hostile: bool) {
         (results, watch.join().unwrap(), churned)
     });
     engine.shutdown();
-    let (results, (watched, gaps, host_stalls, longest, rss_booted, rss_max), churned) = results;
+    let (
+        results,
+        (watched, gaps, host_stalls, (longest, longest_at), rss_booted, rss_max),
+        churned,
+    ) = results;
     if let Some(c) = &churned {
         println!(
             "churn: {} affinity, {} priority, {} mode changes; {} errors",
@@ -372,9 +382,14 @@ fn run_soak(test: &str, with_churn: bool, with_hostile: bool) {
     }
     let rss_end = rss_kib();
     println!(
-        "soak: {secs} s, 4 VMs, 10 vCPUs{}; watched {watched} s; scheduler stalls (a vCPU without progress in a second the host ran the watchdog on time) {} (longest {longest} s); host stalls (the watchdog's own sleep overran by >= {} ms) {}; RSS before the VMs {rss_start} KiB, once booted {rss_booted} KiB, max {rss_max} KiB, after {rss_end} KiB",
+        "soak: {secs} s, 4 VMs, 10 vCPUs{}; watched {watched} s; scheduler stalls (a vCPU without progress in a second the host ran the watchdog on time) {} (longest {longest} s{}); host stalls (the watchdog's own sleep overran by >= {} ms) {}; RSS before the VMs {rss_start} KiB, once booted {rss_booted} KiB, max {rss_max} KiB, after {rss_end} KiB",
         if with_hostile { " and a hostile VM" } else { "" },
         gaps.len(),
+        if longest > 0 {
+            format!(": {longest_at}")
+        } else {
+            String::new()
+        },
         HOST_STALL.as_millis(),
         host_stalls.len()
     );
@@ -412,7 +427,7 @@ fn run_soak(test: &str, with_churn: bool, with_hostile: bool) {
         );
         assert!(
             longest <= bound.as_secs().saturating_add(1),
-            "a vCPU without progress {longest} s in a row, past the starvation bound ({:.1} s): {gaps:?}",
+            "a vCPU without progress {longest} s in a row ({longest_at}), past the starvation bound ({:.1} s): {gaps:?}",
             bound.as_secs_f64()
         );
         assert!(c.errors.is_empty(), "changes refused: {:?}", c.errors);
