@@ -440,23 +440,29 @@ impl Default for EngineConfig {
     }
 }
 
+/// The tunables the scheduler runs with under `dispatch`, given the
+/// configured ones. Under the `ranked` dispatch a woken vCPU preempts the
+/// CPU's owner without waiting for its slice, so low latency's default
+/// slices give way to [`QuantumTable::PREEMPTIVE_WAKES`] (tunables that
+/// set their own low-latency table keep it). One function, so that what a
+/// run reports as its tunables is what [`EngineConfig::sched_config`]
+/// gave the scheduler.
+pub fn effective_tunables(dispatch: DispatchKind, tunables: &Tunables) -> Tunables {
+    let mut tunables = tunables.clone();
+    if dispatch == DispatchKind::Ranked && tunables.low_latency == QuantumTable::LOW_LATENCY {
+        tunables.low_latency = QuantumTable::PREEMPTIVE_WAKES;
+    }
+    tunables
+}
+
 impl EngineConfig {
-    /// The scheduler's configuration. Under the `ranked` dispatch a woken
-    /// vCPU preempts the CPU's owner without waiting for its slice, so
-    /// low latency's default slices give way to
-    /// [`QuantumTable::PREEMPTIVE_WAKES`] (tunables that set their own
-    /// low-latency table keep it).
+    /// The scheduler's configuration, its tunables as
+    /// [`effective_tunables`] makes them for the dispatch.
     pub fn sched_config(&self) -> SchedConfig {
-        let mut tunables = self.tunables.clone();
-        if self.dispatch == DispatchKind::Ranked
-            && tunables.low_latency == QuantumTable::LOW_LATENCY
-        {
-            tunables.low_latency = QuantumTable::PREEMPTIVE_WAKES;
-        }
         SchedConfig {
             policy: self.policy,
             mode: self.mode,
-            tunables,
+            tunables: effective_tunables(self.dispatch, &self.tunables),
             smt_isolation: self.smt_isolation,
             ..SchedConfig::default()
         }
@@ -1409,5 +1415,23 @@ mod tests {
         };
         config.tunables.low_latency = own;
         assert_eq!(config.sched_config().tunables.low_latency, own);
+    }
+
+    #[test]
+    fn effective_tunables_are_what_the_scheduler_is_given() {
+        let mut config = EngineConfig::default();
+        config.tunables.bursty_load = 300;
+        for dispatch in DispatchKind::ALL {
+            config.dispatch = dispatch;
+            let effective = effective_tunables(dispatch, &config.tunables);
+            assert_eq!(config.sched_config().tunables, effective, "{dispatch}");
+            assert_eq!(effective.bursty_load, 300, "the rest is kept: {dispatch}");
+            let table = if dispatch.ranked() {
+                QuantumTable::PREEMPTIVE_WAKES
+            } else {
+                QuantumTable::LOW_LATENCY
+            };
+            assert_eq!(effective.low_latency, table, "{dispatch}");
+        }
     }
 }
