@@ -810,6 +810,33 @@ mod tests {
     }
 
     #[test]
+    fn every_listed_host_key_is_in_the_resolved_config() {
+        let fx = Fx::new("view");
+        let c = fx.config("", "").unwrap();
+        let view = serde_json::to_value(vmm::config::view::ConfigView::of(&c)).unwrap();
+        let keys = host_config();
+        // Written as what they stand for: a workload as the words it put
+        // on `cmdline`, `initramfs` as `initrd`.
+        let elsewhere = ["workload", "initramfs"];
+        for (prefix, table) in [
+            ("host.", &view["host"]),
+            ("host.tunables.", &view["host"]["tunables"]),
+            ("vm[].", &view["vm"][0]),
+            ("vm[].cpuid.", &view["vm"][0]["cpuid"]),
+        ] {
+            for k in direct(&keys, prefix) {
+                if prefix == "vm[]." && elsewhere.contains(&k.as_str()) {
+                    continue;
+                }
+                assert!(
+                    table.get(&k).is_some(),
+                    "{prefix}{k} is not in the resolved config: {table}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn every_listed_host_key_is_taken_and_ranges_hold_at_both_ends() {
         let fx = Fx::new("examples");
         for k in host_config().iter().filter(|k| !k.example.is_empty()) {

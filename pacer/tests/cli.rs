@@ -481,8 +481,12 @@ fn quiet_runs_print_results_only_and_log_dir_overrides_the_files() {
         !dir.0.join("logs").exists(),
         "--log-dir replaces the file's log_dir"
     );
-    let resolved = std::fs::read_to_string(elsewhere.join("latest/config.resolved.toml")).unwrap();
+    let resolved_file = elsewhere.join("latest/config.resolved.toml");
+    let resolved = std::fs::read_to_string(&resolved_file).unwrap();
     assert!(resolved.contains("mode = \"power-saving\""), "{resolved}");
+    // A config file in its own right, read from the run directory.
+    let (code, out, err) = pacer(&["validate", resolved_file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}\n{resolved}");
 }
 
 #[test]

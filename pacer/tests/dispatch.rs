@@ -68,6 +68,15 @@ fn the_default_dispatch_falls_back_to_threads_without_realtime_priorities() {
         doc["runs"][0]["config"]["host"]["dispatch"], "threads",
         "the run document says what ran: {doc}"
     );
+    // So does the config kept in the run directory, slices included
+    // (threads waits for slices to end: the configured table).
+    let resolved = std::fs::read_to_string(dir.0.join("logs/latest/config.resolved.toml")).unwrap();
+    assert!(resolved.contains("dispatch = \"threads\""), "{resolved}");
+    assert_eq!(
+        doc["runs"][0]["config"]["host"]["tunables"]["low_latency"]["base_quantum"],
+        vcpu_sched::tunables::QuantumTable::LOW_LATENCY.base_quantum,
+        "{doc}"
+    );
     // Asked for: refused, nothing measured under another mechanism.
     let (code, out, err) = pacer_without_realtime(&["run", cfg, "--dispatch", "ranked"]).unwrap();
     assert_ne!(code, 0, "{out}{err}");

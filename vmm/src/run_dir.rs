@@ -78,8 +78,8 @@ pub fn create(log_dir: &Path) -> Result<PathBuf, RunDirError> {
 /// copy of the config file (when the config came from one), and
 /// `config.resolved.toml`, the config as the run used it (defaults filled
 /// in, paths resolved, the policy after `--policy`; the same view the
-/// `pacer-run` document carries). A file that cannot be written is a
-/// warning: the run itself does not depend on it.
+/// `pacer-run` document carries), which runs again as it is. A file that
+/// cannot be written is a warning: the run itself does not depend on it.
 pub fn keep_config(dir: &Path, config: &crate::config::Config) {
     let warn = |what: &str, e: &dyn std::fmt::Display| {
         log::warn!("cannot keep {what} in {}: {e}", dir.display());
@@ -93,10 +93,15 @@ pub fn keep_config(dir: &Path, config: &crate::config::Config) {
         }
     }
     let view = crate::config::view::ConfigView::of(config);
-    match toml::to_string(&view) {
+    match view.to_toml() {
         Ok(text) => {
+            let from = view
+                .file
+                .as_ref()
+                .map(|f| format!("# Read from {}.\n", f.display()))
+                .unwrap_or_default();
             let text = format!(
-                "# The config as this run used it (written by pacer {}).\n{text}",
+                "# The config as this run used it (written by pacer {}); `pacer run` reads it as it is.\n{from}{text}",
                 crate::documents::version_line()
             );
             if let Err(e) = crate::whole_file::write(&dir.join("config.resolved.toml"), text) {

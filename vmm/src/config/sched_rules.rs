@@ -240,6 +240,16 @@ fn per_vcpu_permille(percent: i64, vcpus: u32) -> u32 {
     (percent.max(0) as u64 * 10 / u64::from(vcpus.max(1))) as u32
 }
 
+/// The VM's percent of one CPU, as the config file gives `cap`,
+/// `reservation` and `bound_budget`, from each vCPU's per mille: the
+/// smallest whole percent that [`cap`], [`reservation`] and
+/// [`bound_budget`] turn back into `per_vcpu` (the split rounds down, so
+/// percents that differ by less than a per mille per vCPU run alike; the
+/// file's own value unless its vCPUs could not tell it from a smaller one).
+pub fn vm_percent(per_vcpu: u32, vcpus: u32) -> u32 {
+    (u64::from(per_vcpu) * u64::from(vcpus.max(1))).div_ceil(10) as u32
+}
+
 /// The longest latency bound a VM can ask for, us (1 s).
 pub const MAX_LATENCY_BOUND_US: i64 = 1_000_000;
 
@@ -352,11 +362,30 @@ mod tests {
             .contains("at most 200 %"));
         assert_eq!(reservations_fit(200, 2), Ok(()));
         assert!(cap_covers_reservation(Some(20), 50).is_err());
+        assert_eq!(vm_percent(750, 2), 150);
         let host = Policy::Host;
         assert!(shares_honoured(host, "weights", "host.policy")
             .unwrap_err()
             .to_string()
             .contains("only haiku"));
+    }
+
+    #[test]
+    fn a_vm_percent_written_back_reads_as_the_same_shares() {
+        for vcpus in 1..=crate::config::MAX_VCPUS {
+            for percent in 0..=100 * i64::from(vcpus) {
+                let back = |per| i64::from(vm_percent(per, vcpus));
+                if let Ok(per) = cap(percent, vcpus) {
+                    assert_eq!(cap(back(per), vcpus), Ok(per), "cap {percent} {vcpus}");
+                }
+                let per = reservation(percent, vcpus).unwrap();
+                assert_eq!(reservation(back(per), vcpus), Ok(per));
+                assert!(back(per) <= percent, "never more than was reserved");
+                if let Ok(per) = bound_budget(percent, vcpus) {
+                    assert_eq!(bound_budget(back(per), vcpus), Ok(per));
+                }
+            }
+        }
     }
 
     #[test]

@@ -41,11 +41,20 @@ impl Fixture {
         self.parse_with(text, &Overrides::default())
     }
     fn parse_with(&self, text: &str, o: &Overrides) -> Result<Config, ConfigError> {
+        self.parse_as(text, &self.dir.join("pacer.toml"), o)
+    }
+    /// As if the text were the file `path`.
+    fn parse_as(
+        &self,
+        text: &str,
+        path: &std::path::Path,
+        o: &Overrides,
+    ) -> Result<Config, ConfigError> {
         let host = HostInfo {
             online: HostCpuSet::parse_list("0-3").unwrap(),
             resources: HostResources::default(),
         };
-        Config::parse_overridden(text, &self.dir.join("pacer.toml"), &host, o)
+        Config::parse_overridden(text, path, &host, o)
     }
     fn errors(&self, text: &str) -> String {
         match self.parse(text) {
@@ -779,4 +788,167 @@ fn the_bounded_level_is_the_bounded_vms_alone_on_their_cpus() {
         ],
     ))
     .unwrap();
+}
+
+/// Every key of the file set away from its default, on each dispatch (the
+/// bounded VM alone on CPU 1, the realtime and reserved ones on CPU 0).
+fn everything_set(dispatch: &str) -> String {
+    let smt = if dispatch == "threads" {
+        "smt_isolation = true\n"
+    } else {
+        ""
+    };
+    format!(
+        r#"
+[host]
+cpus = "0-1"
+policy = "haiku"
+mode = "power-saving"
+{dispatch}
+{smt}halt_poll_us = 50
+kvm_poll_us = 800
+log_limit_kib = 1024
+result_records_per_s = 500
+log_dir = "logs"
+
+[host.tunables]
+bursty_load = 300
+power_saving = {{ base_quantum = 3000000, minimal_quantum = 600000, quantum_multipliers = [4, 9], maximum_latency = 30000000 }}
+
+[[vm]]
+name = "bounded"
+vcpus = 3
+memory_mib = 64
+kernel = "kernel.elf"
+guest = "bench"
+initrd = "env"
+cmdline = "debug=1"
+workload = {{ name = "cpu", duration_ms = 500 }}
+cpuid = {{ x2apic = false, cx16 = true }}
+cpus = "1"
+priority = 30
+weight = 250
+cap = 250
+coschedule = "relaxed"
+latency_bound_us = 2000
+bound_budget = 20
+console = "both"
+timeout_s = 2.5
+
+[[vm]]
+name = "rt"
+vcpus = 1
+memory_mib = 32
+kernel = "kernel.elf"
+cpus = "0"
+class = "realtime"
+priority = 110
+console = "stdout"
+
+[[vm]]
+name = "reserved"
+vcpus = 2
+memory_mib = 16
+kernel = "mb.flat"
+cmdline = "cpuid  x"
+modules = ["env", {{ path = "env", cmdline = "a=1" }}]
+cpus = "0"
+weight = 5
+cap = 50
+reservation = 30
+cpuid = {{ tsc_deadline = false }}
+
+[[vm]]
+name = "deb"
+vcpus = 2
+memory_mib = 512
+kernel = "bzImage"
+initramfs = "env"
+cmdline = "quiet"
+"#
+    )
+}
+
+#[test]
+fn the_view_reads_back_as_the_config_the_run_used() {
+    let fx = Fixture::new("view-round-trip");
+    for dispatch in [
+        "",
+        "dispatch = \"threads\"",
+        "dispatch = \"kvm-irqchip\"",
+        "dispatch = \"workers\"",
+    ] {
+        let c = fx.parse(&everything_set(dispatch)).unwrap();
+        let view = view::ConfigView::of(&c);
+        // In the file's own units: the VM's percent, not each vCPU's per mille.
+        let v = &view.vm[0];
+        assert_eq!(
+            (v.weight, v.cap, v.reservation, v.coschedule),
+            (250, Some(250), 0, vcpu_sched::Coschedule::Relaxed),
+            "{dispatch}"
+        );
+        assert_eq!((v.latency_bound_us, v.bound_budget), (Some(2000), Some(20)));
+        assert_eq!((view.vm[2].cap, view.vm[2].reservation), (Some(50), 30));
+        // Read from the run directory, as `config.resolved.toml` is: no
+        // path in it may depend on where the file was.
+        let text = view.to_toml().unwrap();
+        let again = fx
+            .parse_as(
+                &text,
+                &fx.dir.join("logs/run-1/config.resolved.toml"),
+                &Overrides::default(),
+            )
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let mut used = c.clone();
+        used.path = again.path.clone();
+        // The file names the dispatch that ran.
+        used.host.dispatch_explicit = true;
+        // The tables the scheduler ran with, written out.
+        used.host.tunables = vcpu_engine::effective_tunables(c.host.dispatch, &c.host.tunables);
+        if !c.host.dispatch.in_kernel_lapic() {
+            // Nothing samples KVM's statistics: left out, the default.
+            used.host.kvm_poll_us = DEFAULT_KVM_POLL_US;
+        }
+        assert_eq!(again, used, "{dispatch}:\n{text}");
+        // And the run it describes is the same one again.
+        assert_eq!(view::ConfigView::of(&again).to_toml().unwrap(), text);
+    }
+    // A path relative to where pacer ran is written as it read it.
+    let mut c = fx.parse(GOOD).unwrap();
+    c.vms[0].kernel = PathBuf::from("kernel.elf");
+    let kernel = &view::ConfigView::of(&c).vm[0].kernel;
+    assert_eq!(*kernel, std::env::current_dir().unwrap().join("kernel.elf"));
+}
+
+#[test]
+fn the_view_shows_the_tunables_the_scheduler_ran_with() {
+    use vcpu_sched::tunables::QuantumTable;
+    let fx = Fixture::new("view-tunables");
+    let with = |host: &str| {
+        let c = fx
+            .parse(&GOOD.replace("log_dir = \"logs\"", &format!("log_dir = \"logs\"\n{host}")))
+            .unwrap();
+        view::ConfigView::of(&c).host
+    };
+    // Ranked (the default): the woken vCPU preempts, so the slices are
+    // PREEMPTIVE_WAKES', whatever the file left at its default.
+    let ranked = with("");
+    assert_eq!(ranked.dispatch.as_deref(), Some("ranked"));
+    assert_eq!(ranked.tunables.low_latency, QuantumTable::PREEMPTIVE_WAKES);
+    assert_eq!(ranked.tunables.power_saving, QuantumTable::POWER_SAVING);
+    // Threads waits for slices to end: the table configured.
+    let threads = with("dispatch = \"threads\"");
+    assert_eq!(threads.tunables.low_latency, QuantumTable::LOW_LATENCY);
+    // A table of the file's own is what ranked runs with too.
+    let own = "[host.tunables]\nlow_latency = { base_quantum = 3000000, minimal_quantum = 100000, quantum_multipliers = [2, 5], maximum_latency = 5000000 }";
+    let ranked_own = with(own);
+    assert_eq!(ranked_own.tunables.low_latency.base_quantum, 3_000_000);
+    // The fallback from ranked (`Config::fall_back_from_ranked`) is in the
+    // config before the view is made: the view follows it.
+    let mut c = fx.parse(GOOD).unwrap();
+    c.host.dispatch = DispatchKind::Threads;
+    let fell_back = view::ConfigView::of(&c).host;
+    assert_eq!(fell_back.dispatch.as_deref(), Some("threads"));
+    assert_eq!(fell_back.tunables.low_latency, QuantumTable::LOW_LATENCY);
+    assert_eq!(fell_back.kvm_poll_us, None);
 }

@@ -1,12 +1,22 @@
 //! The resolved config as the documents carry it: every key of the config
-//! file with the value the run used (defaults filled in, paths resolved,
-//! the policy and mode after `--policy`), under the file's own key names,
-//! so a result can be re-run and read without the file.
+//! file with the value the run used (defaults filled in, paths made
+//! absolute, the policy, mode and dispatch after the command line and the
+//! fallback from `ranked`, the tunables the scheduler was given), under the
+//! file's own key names and units, so a result can be re-run and read
+//! without the file: [`ConfigView::to_toml`] reads back as the same config.
+//!
+//! `[host]`'s `mode`, `dispatch` and `kvm_poll_us` are null where nothing
+//! read them (under `host`; `kvm_poll_us` without KVM's local APIC), and
+//! so left out of the TOML: the file's value, if any, did not take part in
+//! the run. `workload` is not a key of its own: it is written as the words
+//! it put on `cmdline`, which is where the guest reads it and which reads
+//! back alike. `initramfs` is `initrd` under another name.
 
+use crate::config::sched_rules::vm_percent;
 use crate::config::{Config, HostConfig, VmConfig};
 use crate::policy::Policy;
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// `[host]` as the run used it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -26,7 +36,9 @@ pub struct HostView {
     pub log_limit_kib: u64,
     pub result_records_per_s: u32,
     pub log_dir: PathBuf,
-    /// Every `vcpu_sched` tunable, its value in the run.
+    /// Every `vcpu_sched` tunable as the scheduler ran with it (under
+    /// `ranked` the default low-latency table is replaced:
+    /// `vcpu_engine::effective_tunables`).
     pub tunables: vcpu_sched::Tunables,
 }
 
@@ -55,6 +67,16 @@ pub struct VmView {
     pub cpus: String,
     pub class: vcpu_sched::SchedClass,
     pub priority: u8,
+    pub weight: u32,
+    /// The VM's cap, % of one CPU (null: none).
+    pub cap: Option<u32>,
+    /// The VM's reservation, % of one CPU (0: none).
+    pub reservation: u32,
+    pub coschedule: vcpu_sched::Coschedule,
+    /// Null: no latency bound (nor `bound_budget`).
+    pub latency_bound_us: Option<u64>,
+    /// The bound's budget, % of one CPU for the VM.
+    pub bound_budget: Option<u32>,
     pub console: crate::config::Console,
     /// Null: no time limit.
     pub timeout_s: Option<f64>,
@@ -77,6 +99,13 @@ pub struct ConfigView {
     pub vm: Vec<VmView>,
 }
 
+/// A path as this process reads it, made independent of the current
+/// directory (a resolved file lives in the run directory, and relative
+/// paths in it would be read against that).
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
 fn host(h: &HostConfig) -> HostView {
     let scheduled = h.policy != Policy::Host;
     HostView {
@@ -89,25 +118,33 @@ fn host(h: &HostConfig) -> HostView {
         kvm_poll_us: (scheduled && h.dispatch.in_kernel_lapic()).then_some(h.kvm_poll_us),
         log_limit_kib: h.log_limits.log_bytes >> 10,
         result_records_per_s: h.log_limits.records_per_s,
-        log_dir: h.log_dir.clone(),
-        tunables: h.tunables.clone(),
+        log_dir: absolute(&h.log_dir),
+        // Under `host` no scheduler of Pacer's reads them: as configured.
+        tunables: if scheduled {
+            vcpu_engine::effective_tunables(h.dispatch, &h.tunables)
+        } else {
+            h.tunables.clone()
+        },
     }
 }
 
 fn vm(v: &VmConfig) -> VmView {
+    // The config holds each vCPU's share; the file, the VM's.
+    let shares = &v.shares;
+    let bound = shares.latency_bound;
     VmView {
         name: v.name.clone(),
         vcpus: v.vcpus,
         memory_mib: v.memory_mib,
-        kernel: v.kernel.clone(),
+        kernel: absolute(&v.kernel),
         guest: v.guest,
-        initrd: v.initrd.clone(),
+        initrd: v.initrd.as_deref().map(absolute),
         cmdline: v.cmdline.clone(),
         modules: v
             .modules
             .iter()
             .map(|m| ModuleView {
-                path: m.path.clone(),
+                path: absolute(&m.path),
                 cmdline: m.cmdline.clone(),
             })
             .collect(),
@@ -119,6 +156,12 @@ fn vm(v: &VmConfig) -> VmView {
         cpus: v.cpus.to_list(),
         class: v.class,
         priority: v.priority,
+        weight: shares.weight,
+        cap: shares.cap.map(|c| vm_percent(c, v.vcpus)),
+        reservation: vm_percent(shares.reservation, v.vcpus),
+        coschedule: v.coschedule,
+        latency_bound_us: bound.map(|b| b.bound / 1000),
+        bound_budget: bound.map(|b| vm_percent(b.budget_permille, v.vcpus)),
         console: v.console,
         timeout_s: v.timeout.map(|t| t.as_secs_f64()),
     }
@@ -127,10 +170,25 @@ fn vm(v: &VmConfig) -> VmView {
 impl ConfigView {
     pub fn of(c: &Config) -> ConfigView {
         ConfigView {
-            file: (!c.path.as_os_str().is_empty()).then(|| c.path.clone()),
+            file: (!c.path.as_os_str().is_empty()).then(|| absolute(&c.path)),
             host: host(&c.host),
             vm: c.vms.iter().map(vm).collect(),
         }
+    }
+
+    /// The view as a config file (`config.resolved.toml`): `[host]` and
+    /// the `[[vm]]`s, which read back as the config the run used. `file`
+    /// is no key of a config file: it is left to the caller (a comment).
+    pub fn to_toml(&self) -> Result<String, toml::ser::Error> {
+        #[derive(Serialize)]
+        struct File<'a> {
+            host: &'a HostView,
+            vm: &'a [VmView],
+        }
+        toml::to_string(&File {
+            host: &self.host,
+            vm: &self.vm,
+        })
     }
 
     /// The policy and mode the run used ("haiku", "low-latency").
