@@ -127,6 +127,15 @@ pub struct Config {
 }
 
 impl Config {
+    /// Whether a VM co-schedules its vCPUs (`vm[].coschedule = "relaxed"`),
+    /// which keeps low latency's slices under `ranked`
+    /// (`vcpu_engine::effective_tunables`).
+    pub fn coscheduled(&self) -> bool {
+        self.vms
+            .iter()
+            .any(|v| v.coschedule == vcpu_sched::Coschedule::Relaxed)
+    }
+
     /// The default dispatch, `ranked`, needs real-time priorities: where
     /// this process may not have them, a config that did not ask for it
     /// runs with `threads` instead. Returns the warning that says so (None:

@@ -904,7 +904,8 @@ fn the_view_reads_back_as_the_config_the_run_used() {
         // The file names the dispatch that ran.
         used.host.dispatch_explicit = true;
         // The tables the scheduler ran with, written out.
-        used.host.tunables = vcpu_engine::effective_tunables(c.host.dispatch, &c.host.tunables);
+        used.host.tunables =
+            vcpu_engine::effective_tunables(c.host.dispatch, &c.host.tunables, c.coscheduled());
         if !c.host.dispatch.in_kernel_lapic() {
             // Nothing samples KVM's statistics: left out, the default.
             used.host.kvm_poll_us = DEFAULT_KVM_POLL_US;
@@ -951,4 +952,10 @@ fn the_view_shows_the_tunables_the_scheduler_ran_with() {
     assert_eq!(fell_back.dispatch.as_deref(), Some("threads"));
     assert_eq!(fell_back.tunables.low_latency, QuantumTable::LOW_LATENCY);
     assert_eq!(fell_back.kvm_poll_us, None);
+    // A co-scheduled VM keeps low latency's slices under ranked.
+    let mut c = fx.parse(GOOD).unwrap();
+    c.vms[0].coschedule = vcpu_sched::Coschedule::Relaxed;
+    let coscheduled = view::ConfigView::of(&c).host;
+    assert_eq!(coscheduled.dispatch.as_deref(), Some("ranked"));
+    assert_eq!(coscheduled.tunables.low_latency, QuantumTable::LOW_LATENCY);
 }
