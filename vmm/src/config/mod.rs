@@ -156,6 +156,34 @@ impl Config {
     }
 }
 
+/// The VM's scheduling keys that differ from their defaults, as the file
+/// writes them (`, weight 200, cap 150 %, ...`; empty when none do).
+fn sched_keys(v: &VmConfig) -> String {
+    use sched_rules::vm_percent;
+    let (s, d) = (&v.shares, sched_rules::Shares::default());
+    let mut out = String::new();
+    if s.weight != d.weight {
+        out += &format!(", weight {}", s.weight);
+    }
+    if let Some(cap) = s.cap {
+        out += &format!(", cap {} %", vm_percent(cap, v.vcpus));
+    }
+    if s.reservation != 0 {
+        out += &format!(", reservation {} %", vm_percent(s.reservation, v.vcpus));
+    }
+    if let Some(b) = s.latency_bound {
+        out += &format!(
+            ", latency bound {} us (budget {} %)",
+            b.bound / 1000,
+            vm_percent(b.budget_permille, v.vcpus)
+        );
+    }
+    if v.coschedule == vcpu_sched::Coschedule::Relaxed {
+        out += ", coschedule relaxed";
+    }
+    out
+}
+
 impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -175,7 +203,7 @@ impl fmt::Display for Config {
         for v in &self.vms {
             writeln!(
                 f,
-                "vm {}: {} guest, {} vCPU(s), {} MiB, cpus {}, {} priority {}, kernel {}, cmdline {:?}{}{}",
+                "vm {}: {} guest, {} vCPU(s), {} MiB, cpus {}, {} priority {}{}, kernel {}, cmdline {:?}{}{}",
                 v.name,
                 v.guest.name(),
                 v.vcpus,
@@ -183,6 +211,7 @@ impl fmt::Display for Config {
                 v.cpus.to_list(),
                 class_name(v.class),
                 v.priority,
+                sched_keys(v),
                 v.kernel.display(),
                 v.cmdline,
                 v.modules

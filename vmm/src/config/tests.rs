@@ -959,3 +959,39 @@ fn the_view_shows_the_tunables_the_scheduler_ran_with() {
     assert_eq!(coscheduled.dispatch.as_deref(), Some("ranked"));
     assert_eq!(coscheduled.tunables.low_latency, QuantumTable::LOW_LATENCY);
 }
+
+#[test]
+fn the_summary_names_every_scheduling_key_that_differs_from_its_default() {
+    let fx = Fixture::new("summary-sched-keys");
+    let c = fx.parse(&everything_set("")).unwrap();
+    let text = c.to_string();
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("vm {name}:")))
+            .unwrap_or_else(|| panic!("no line for {name}:\n{text}"))
+            .to_string()
+    };
+    let first = line(&c.vms[0].name);
+    assert!(
+        first.contains(
+            "weight 250, cap 250 %, latency bound 2000 us (budget 20 %), coschedule relaxed,"
+        ),
+        "{first}"
+    );
+    let third = line(&c.vms[2].name);
+    assert!(
+        third.contains("weight 5, cap 50 %, reservation 30 %,"),
+        "{third}"
+    );
+    // A VM that leaves them at their defaults says nothing of them.
+    let plain = fx.parse(GOOD).unwrap().to_string();
+    for key in [
+        "weight",
+        "cap ",
+        "reservation",
+        "latency bound",
+        "coschedule",
+    ] {
+        assert!(!plain.contains(key), "{key}: {plain}");
+    }
+}
