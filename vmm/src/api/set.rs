@@ -377,9 +377,9 @@ pub const KEYS: &[Key] = &[
             s.vcpu()
                 .map(|(_, row)| match row.latency_bound {
                     None => "none".to_string(),
-                    // The VM's percent, from each vCPU's per mille.
-                    Some(_) => ((u64::from(row.bound_budget) * u64::from(s.vm_vcpus) + 5) / 10)
-                        .to_string(),
+                    // The VM's percent, from each vCPU's per mille, as the
+                    // resolved config writes it: one that reads back alike.
+                    Some(_) => sched_rules::vm_percent(row.bound_budget, s.vm_vcpus).to_string(),
                 })
                 .unwrap_or_default()
         },
