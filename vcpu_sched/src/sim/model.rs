@@ -551,18 +551,7 @@ impl Engine {
             if s == e || self.ents[s].barrier != b || self.ents[s].phase != Phase::WaitBarrier {
                 continue;
             }
-            let State::Running(sc) = self.ents[s].state else {
-                continue;
-            };
-            let sc = sc as usize;
-            self.account(sc, now);
-            // Barrier vCPUs never sleep or yield (validated): the next
-            // burst starts at once.
-            if let Some(reason) = self.burst_done(s, now)? {
-                self.do_schedule(sc, now, reason)?;
-            } else {
-                self.arm(sc, now);
-            }
+            self.go_on_if_running(s, now)?;
         }
         self.burst_done(e, now)
     }
@@ -647,17 +636,25 @@ impl Engine {
             return Ok(());
         }
         self.round_trip_done(sd, now);
-        if let State::Running(fc) = self.ents[from].state {
-            let fc = fc as usize;
-            self.account(fc, now);
-            // Never blocks or yields (validated): the next burst starts.
-            if let Some(reason) = self.burst_done(from, now)? {
-                self.do_schedule(fc, now, reason)?;
-            } else {
-                self.arm(fc, now);
+        self.go_on_if_running(from, now)
+    }
+
+    /// A waiter (at a barrier, for a shootdown's answers) was released: if
+    /// it is on a CPU its wait ends as a burst there, and the next burst
+    /// starts at once (such vCPUs never sleep or yield: validated).
+    fn go_on_if_running(&mut self, e: usize, now: Nanos) -> Result<(), SimError> {
+        let State::Running(c) = self.ents[e].state else {
+            return Ok(());
+        };
+        let c = c as usize;
+        self.account(c, now);
+        match self.burst_done(e, now)? {
+            Some(reason) => self.do_schedule(c, now, reason),
+            None => {
+                self.arm(c, now);
+                Ok(())
             }
         }
-        Ok(())
     }
 
     /// Shootdown `sd`'s round is acknowledged by every responder: its
