@@ -14,7 +14,7 @@
 use crate::entity::QueueRef;
 use crate::{CoreId, CpuId, EntityId, Nanos};
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// A VM's co-scheduling, spelled `off` and `relaxed` everywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -110,6 +110,8 @@ pub(crate) struct VmSync {
     laggard_progress: AtomicU64,
     laggard_level: AtomicU8,
     laggard_queue: AtomicU64,
+    /// Siblings parked now (each counted once, `Entity::park_sync`).
+    parked: AtomicU32,
 }
 
 impl Default for VmSync {
@@ -120,6 +122,7 @@ impl Default for VmSync {
             laggard_progress: AtomicU64::new(0),
             laggard_level: AtomicU8::new(0),
             laggard_queue: AtomicU64::new(0),
+            parked: AtomicU32::new(0),
         }
     }
 }
@@ -141,6 +144,7 @@ impl VmSync {
     /// `id` (at `progress`) went to queue `q` at `level` from running or
     /// blocked: it becomes the laggard if none is known or it is slower.
     pub fn parked(&self, id: EntityId, progress: Nanos, level: u8, q: QueueRef) {
+        self.parked.fetch_add(1, Ordering::Relaxed);
         let cur = self.laggard.load(Ordering::Acquire);
         let slower = cur == NONE || progress < self.laggard_progress.load(Ordering::Relaxed);
         if slower
@@ -166,8 +170,17 @@ impl VmSync {
         self.laggard_queue.store(pack_queue(q), Ordering::Relaxed);
     }
 
+    /// How many siblings are parked now (runnable, in a queue).
+    pub fn parked_count(&self) -> u32 {
+        self.parked.load(Ordering::Relaxed)
+    }
+
     /// `id` left the queues (dispatched, throttled, removed).
     pub fn unparked(&self, id: EntityId) {
+        // Saturating: a count, never below zero whatever the order.
+        let _ = self
+            .parked
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         let me = pack(id);
         if self.laggard.load(Ordering::Acquire) == me {
             let _ = self

@@ -357,6 +357,8 @@ pub(crate) struct Entity {
     /// time while runnable, level with the VM's lead after a halt.
     pub sync: Option<Arc<VmSync>>,
     pub progress: Nanos,
+    /// Counted among its VM's parked siblings (`VmSync::parked`).
+    pub sync_parked: bool,
 }
 
 impl Entity {
@@ -407,6 +409,7 @@ impl Entity {
             counters: EntityCounters::default(),
             sync: None,
             progress: 0,
+            sync_parked: false,
         }
     }
 
@@ -525,11 +528,32 @@ impl Entity {
         }
     }
 
+    /// Parked in queue `q` at `level`: one of its VM's parked siblings
+    /// (relaxed co-scheduling), once however often it moves.
+    pub fn park_sync(&mut self, level: u8, q: QueueRef) {
+        if let Some(s) = &self.sync {
+            if self.sync_parked {
+                s.moved(self.id, level, q);
+            } else {
+                self.sync_parked = true;
+                s.parked(self.id, self.progress, level, q);
+            }
+        }
+    }
+
+    /// Out of every queue (dispatched, throttled, removed, or leaving
+    /// its VM's co-scheduling).
+    pub fn unpark_sync(&mut self) {
+        if let Some(s) = &self.sync {
+            if std::mem::take(&mut self.sync_parked) {
+                s.unparked(self.id);
+            }
+        }
+    }
+
     /// The entity is removed: it leaves the core's load at once.
     pub fn uncharge_remove(&mut self, m: &Machine) {
-        if let Some(s) = &self.sync {
-            s.unparked(self.id);
-        }
+        self.unpark_sync();
         if let (Some(c), true) = (self.load_core, self.load_ready) {
             m.load_of(c).remove(self.charged, true, self.charged_weight);
             m.load_of(c).remove_slice(self.charged_slice);

@@ -1067,6 +1067,24 @@ impl Machine {
         got
     }
 
+    /// [`Machine::take_from`] bounded to the first `scan` entries in pick
+    /// order ([`RunQueue::take_first_within`]).
+    pub fn take_from_within(
+        &self,
+        q: QueueRef,
+        scan: usize,
+        accept: impl FnMut(&QueueEntry) -> bool,
+    ) -> Option<QueueEntry> {
+        let (lock, len) = self.queue(q);
+        if len.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let mut g = lock.lock();
+        let got = g.take_first_within(scan, accept);
+        self.publish_len(q, len, g.len());
+        got
+    }
+
     /// Whether the work bitmaps show the queue as non-empty (invariant checks).
     pub fn marked_queued(&self, q: QueueRef) -> bool {
         match q {

@@ -128,6 +128,14 @@ impl Turn {
         }
     }
 
+    /// End the turn at `end`, its full quantum kept: a sibling turn
+    /// (`policy/haiku/cosched.rs`), whose stop there leaves the rest of
+    /// its quantum for its next turn.
+    pub fn end_early(&mut self, end: Nanos) {
+        debug_assert!(end < self.end && end >= self.floor);
+        self.end = end;
+    }
+
     /// Bring the end forward to `end` (from [`cut_end`]); the full quantum
     /// follows, so a stop at the new end counts as a quantum end.
     pub fn cut_to(&mut self, end: Nanos) {

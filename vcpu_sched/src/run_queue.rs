@@ -168,6 +168,33 @@ impl RunQueue {
         None
     }
 
+    /// Remove and return the first of the first `scan` entries in pick
+    /// order (levels from the top, FIFO within one) that `accept` takes: a
+    /// look bounded to a few entries whatever the queue's length.
+    pub fn take_first_within(
+        &mut self,
+        scan: usize,
+        mut accept: impl FnMut(&QueueEntry) -> bool,
+    ) -> Option<QueueEntry> {
+        let mut left = scan;
+        let mut bits = self.nonempty;
+        while let Some(level) = highest_bit(&bits) {
+            if left == 0 {
+                return None;
+            }
+            bits[level / 64] &= !(1 << (level % 64));
+            let looked = self.levels[level].len().min(left);
+            if let Some(pos) = self.levels[level].iter().take(left).position(&mut accept) {
+                let entry = self.levels[level].remove(pos)?;
+                self.unmark_if_empty(level);
+                self.len -= 1;
+                return Some(entry);
+            }
+            left -= looked;
+        }
+        None
+    }
+
     /// Remove and return the first of the first `scan` entries of
     /// `level` (FIFO) that `accept` takes: a look bounded to one level
     /// and a few entries, for picks on the hot path (co-start).

@@ -414,7 +414,8 @@ pub struct CpuStats {
     #[serde(default)]
     pub quantum_cuts: u64,
     /// Relaxed co-scheduling (haiku; 0 under other policies): dispatches
-    /// here that co-stopped a sibling too far ahead of a parked one...
+    /// here that co-stopped a sibling too far ahead of a parked one, or
+    /// that handed a sibling turn to a parked one (`tunables.sibling_turn`)...
     #[serde(default)]
     pub costops: u64,
     /// ... dispatches here that kicked another CPU to co-start a parked

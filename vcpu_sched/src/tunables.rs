@@ -134,6 +134,22 @@ pub const CO_START: bool = false;
 /// ESXi's is 3 ms.
 pub const COSTOP_SKEW: Nanos = 0;
 
+/// Sibling turns, for relaxed co-scheduling in a VM wider than its CPUs
+/// (more vCPUs than the CPUs they may use, so its siblings can only take
+/// turns): while a sibling is parked, a running sibling's turn ends after
+/// this much and the CPU goes to the parked sibling, the siblings sharing
+/// the one slice the first of them was given (`policy/haiku/cosched.rs`).
+/// A round of a barrier or a shootdown's answer needs every sibling on a
+/// CPU in turn, so such a VM advances once per change of sibling: the
+/// turn, not the slice, sets its pace. 0, the default, turns it off: a
+/// spin lock VM loses by it (its holder preempted at every turn, and the
+/// VM's share cut to one slice per round: 3:1 spin lock -31 % at 500 us
+/// under `threads`, docs/measurements/sync.md), and the scheduler cannot
+/// tell a lock from a barrier. Set, it wants the `threads` dispatch (the
+/// default then, `vmm::config::default_dispatch`): `ranked` carried 250 us
+/// turns out in 1.8 ms at the median on the development machine.
+pub const SIBLING_TURN: Nanos = 0;
+
 /// Entity table capacity when the caller does not say.
 pub const DEFAULT_MAX_ENTITIES: usize = 65_536;
 
@@ -253,6 +269,7 @@ pub struct Tunables {
     pub share_boost: bool,
     pub co_start: bool,
     pub costop_skew: Nanos,
+    pub sibling_turn: Nanos,
 }
 
 impl Default for Tunables {
@@ -280,6 +297,7 @@ impl Default for Tunables {
             share_boost: SHARE_BOOST,
             co_start: CO_START,
             costop_skew: COSTOP_SKEW,
+            sibling_turn: SIBLING_TURN,
         }
     }
 }

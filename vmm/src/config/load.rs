@@ -110,7 +110,7 @@ impl Config {
             index: SpanIndex::new(text),
             diags: Vec::new(),
         };
-        let h = host::check(&mut c, raw.host.unwrap_or_default(), host, overrides, &base);
+        let mut h = host::check(&mut c, raw.host.unwrap_or_default(), host, overrides, &base);
 
         // [[vm]]
         if raw.vm.is_empty() {
@@ -169,6 +169,10 @@ impl Config {
                 dir: dir.clone(),
                 why,
             })?;
+        }
+        if !h.config.dispatch_explicit {
+            h.config.dispatch =
+                super::default_dispatch(h.config.smt_isolation, &h.config.tunables, &vms);
         }
         Ok(Config {
             path: path.to_path_buf(),

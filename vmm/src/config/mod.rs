@@ -126,6 +126,29 @@ pub struct Config {
     pub vms: Vec<VmConfig>,
 }
 
+/// The dispatch of a config that names none: `threads` where the engine
+/// must carry out what the host kernel cannot - hand the CPUs out itself
+/// (SMT isolation), or switch a VM's vCPUs within a fraction of a
+/// millisecond (sibling turns, `tunables.sibling_turn`, in a co-scheduled
+/// VM with more vCPUs than CPUs in its core set: under `ranked` the host
+/// kernel carried out a 250 us turn in 1.8 ms at the median on the
+/// development machine, and the 3:1 barrier VM gained 1.4x where it gained
+/// 5x under `threads`, docs/measurements/sync.md); else `ranked`.
+pub fn default_dispatch(
+    smt_isolation: bool,
+    tunables: &vcpu_sched::Tunables,
+    vms: &[VmConfig],
+) -> vcpu_engine::DispatchKind {
+    let takes_turns = |v: &VmConfig| {
+        v.coschedule == vcpu_sched::Coschedule::Relaxed && v.vcpus as usize > v.cpus.len()
+    };
+    if smt_isolation || (tunables.sibling_turn > 0 && vms.iter().any(takes_turns)) {
+        vcpu_engine::DispatchKind::Threads
+    } else {
+        vcpu_engine::DispatchKind::default()
+    }
+}
+
 impl Config {
     /// Whether a VM co-schedules its vCPUs (`vm[].coschedule = "relaxed"`),
     /// which keeps low latency's slices under `ranked`

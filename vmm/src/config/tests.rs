@@ -995,3 +995,35 @@ fn the_summary_names_every_scheduling_key_that_differs_from_its_default() {
         assert!(!plain.contains(key), "{key}: {plain}");
     }
 }
+
+/// Sibling turns want the `threads` dispatch: a config that names no
+/// dispatch, sets `tunables.sibling_turn` and has a co-scheduled VM wider
+/// than its core set runs `threads`; without any of the three it keeps
+/// `ranked`, and a dispatch the file names is kept.
+#[test]
+fn sibling_turns_in_a_wide_coscheduled_vm_default_to_threads() {
+    let fx = Fixture::new("sibling-turns");
+    let host = |turn: &str, dispatch: &str| {
+        format!("[host]\ncpus = \"0-1\"\npolicy = \"haiku\"\n{dispatch}\n[host.tunables]\nsibling_turn = {turn}\n")
+    };
+    let vm = |vcpus: u32, cosched: &str| {
+        format!("\n[[vm]]\nname = \"v\"\nvcpus = {vcpus}\nmemory_mib = 64\nkernel = \"kernel.elf\"\ncoschedule = \"{cosched}\"\n")
+    };
+    let dispatch = |text: String| fx.parse(&text).unwrap().host.dispatch;
+    assert_eq!(
+        dispatch(host("250000", "") + &vm(3, "relaxed")),
+        DispatchKind::Threads
+    );
+    for (text, why) in [
+        (host("0", "") + &vm(3, "relaxed"), "no turns"),
+        (host("250000", "") + &vm(2, "relaxed"), "fits its two CPUs"),
+        (host("250000", "") + &vm(3, "off"), "not co-scheduled"),
+    ] {
+        assert_eq!(dispatch(text), DispatchKind::Ranked, "{why}");
+    }
+    assert_eq!(
+        dispatch(host("250000", "dispatch = \"ranked\"") + &vm(3, "relaxed")),
+        DispatchKind::Ranked,
+        "named in the file"
+    );
+}

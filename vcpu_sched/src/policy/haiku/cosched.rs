@@ -12,6 +12,18 @@
 //!   exit) or that the VMM saw waiting on a parked sibling
 //!   (`yield_to`: an IPI sent to it) gives its CPU to that sibling.
 //!
+//! - sibling turns (`tunables.sibling_turn`): in a VM wider than its CPUs
+//!   (more co-scheduled vCPUs than CPUs they may use) at most as many
+//!   siblings as CPUs run at once, and a round of a barrier, a
+//!   shootdown's answer or a lock hand-off waits for the one parked. Such
+//!   a VM advances once per change of sibling, so a sibling dispatched
+//!   while another is parked runs `sibling_turn` of its slice, then hands
+//!   the rest to a parked sibling, the first in pick order of the CPU's
+//!   queues (`cut_for_siblings`, `sibling_handoff`, `take_sibling`), which
+//!   does the same, until the slice the scheduler gave the first of them
+//!   is over. The siblings share that one slice: the CPU goes to the
+//!   queue when it ends, as it would have.
+//!
 //! Never starving other VMs: a co-stop swaps one sibling's turn for
 //! another's on the same CPU (the CPU had picked the leader; nobody else
 //! waits longer than it would have); a directed yield takes the laggard
@@ -21,14 +33,22 @@
 //! goes back to the front of its level with its time used kept (Haiku's
 //! preemption rule) and runs next. Each sibling that runs this way is
 //! charged its run time and quantum ends as any other, so the penalty
-//! cycle and the starvation bound (`mod.rs`) hold unchanged.
+//! cycle and the starvation bound (`mod.rs`) hold unchanged. Sibling
+//! turns divide one slice the queues' pick gave a sibling: the other
+//! entries wait no longer than behind that slice; a turn's end steps no
+//! penalty (stepped per turn, a sibling's penalty, and so its level,
+//! would cycle faster than a hog's: a hog starved in the simulator); and
+//! a directed yield's or a co-stop's laggard never starts a shared slice
+//! (chained, they kept both CPUs for the VM in scenario 23).
 
-use super::{CpuAcct, HaikuScheduler};
+use super::schedule::Pick;
+use super::{CpuAcct, HaikuScheduler, CO_START_SCAN};
 use crate::cosched::{Laggard, VmSync};
 use crate::entity::{Entity, QueueRef, RunState};
 use crate::placement::NO_ENTITY;
-use crate::run_queue::QueueEntry;
-use crate::{Coschedule, CpuId, EntityId, SchedError, VmId};
+use crate::run_queue::{QueueEntry, RunQueue};
+use crate::{Coschedule, CpuId, EntityId, Nanos, SchedError, VmId};
+use parking_lot::MutexGuard;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -69,13 +89,11 @@ impl HaikuScheduler {
             let Some(e) = g.entity.as_deref_mut().filter(|e| e.vm == vm) else {
                 continue;
             };
-            if let Some(old) = e.sync.take() {
-                old.unparked(e.id);
-            }
-            if let (Some(s), RunState::Queued { queue, level, .. }) = (&sync, e.state) {
-                s.parked(e.id, e.progress, level, queue);
-            }
+            e.unpark_sync();
             e.sync = sync.clone();
+            if let RunState::Queued { queue, level, .. } = e.state {
+                e.park_sync(level, queue);
+            }
         }
         Ok(())
     }
@@ -96,6 +114,121 @@ impl HaikuScheduler {
         acct.costop_done = true;
         acct.costops += 1;
         Some(l.id)
+    }
+
+    /// Sibling turns: `e`'s VM has more co-scheduled vCPUs than the CPUs
+    /// `e` may use, so its siblings can only run in turns (the members are
+    /// the holders of the VM's shared state but the policy's map).
+    fn wider_than_its_cpus(&self, e: &Entity, s: &Arc<VmSync>) -> bool {
+        let members = Arc::strong_count(s).saturating_sub(1);
+        let allowed = e.allowed();
+        let cpus = if allowed.all {
+            self.m.cpus.len()
+        } else {
+            allowed.set.len()
+        };
+        members > cpus
+    }
+
+    /// Sibling turns at a dispatch: the slice `e` runs of `slice`. A hand-off
+    /// (`acct.sibling_until` names `e`'s VM) runs `sibling_turn` of what is
+    /// left of the shared slice; a sibling of a wide VM dispatched while
+    /// another is parked runs `sibling_turn` of its own and shares the rest.
+    pub(super) fn cut_for_siblings(
+        &self,
+        e: &Entity,
+        acct: &mut CpuAcct,
+        now: Nanos,
+        slice: Nanos,
+        pick: Pick,
+    ) -> Nanos {
+        let handed = acct
+            .sibling_until
+            .take()
+            .filter(|(vm, _)| *vm == e.vm && pick == Pick::Sibling);
+        let turn_len = self.tun().sibling_turn;
+        let Some(s) = e.sync.as_ref().filter(|_| turn_len > 0) else {
+            return slice;
+        };
+        let Some(turn) = acct.turn.as_mut().filter(|t| !t.realtime) else {
+            return slice;
+        };
+        let until = match handed {
+            Some((_, until)) => until,
+            None if pick == Pick::Queue
+                && s.parked_count() > 0
+                && self.wider_than_its_cpus(e, s) =>
+            {
+                turn.end
+            }
+            None => return slice,
+        };
+        let end = now.saturating_add(turn_len).min(until).max(turn.floor);
+        if end < turn.end {
+            turn.end_early(end);
+        }
+        acct.sibling_until = Some((e.vm, until));
+        turn.end.saturating_sub(now)
+    }
+
+    /// Sibling turns at a quantum end: the shared slice (`until`) goes on
+    /// for the VM on this CPU if a minimal quantum of it is left; the pick
+    /// then takes a parked sibling first (`take_sibling`).
+    pub(super) fn sibling_handoff(
+        &self,
+        until: Option<(VmId, Nanos)>,
+        now: Nanos,
+        acct: &mut CpuAcct,
+    ) {
+        let minimal = self.table().minimal_quantum;
+        acct.sibling_until = until.filter(|(_, at)| *at >= now.saturating_add(minimal));
+    }
+
+    /// The pick while a VM's siblings share this CPU's slice: the first
+    /// sibling allowed here among the first `CO_START_SCAN` entries of
+    /// this CPU's queues (`held`: its core queue, still locked since the
+    /// requeue), then of the other queues, nearest first; never `last`,
+    /// the sibling whose turn just ended here. Pick order, so
+    /// the sibling that waited longest at the best level goes first.
+    pub(super) fn take_sibling(
+        &self,
+        cpu: CpuId,
+        vm: VmId,
+        last: Option<EntityId>,
+        held: Option<MutexGuard<'_, RunQueue>>,
+    ) -> Option<QueueEntry> {
+        let core = self.m.core_of(cpu);
+        let own = QueueRef::Core(core);
+        // Not the sibling whose turn just ended (requeued, it may head
+        // the queue): the turns go round.
+        let sibling = |en: &QueueEntry| en.vm == vm && Some(en.id) != last && en.allows(cpu);
+        let local = match held {
+            Some(mut q) => {
+                let got = q.take_first_within(CO_START_SCAN, sibling);
+                self.m
+                    .publish_len(own, &self.m.cores[core.0 as usize].queued, q.len());
+                got
+            }
+            None => self.m.take_from_within(own, CO_START_SCAN, sibling),
+        };
+        if local.is_some() {
+            return local;
+        }
+        let pinned = QueueRef::Pinned(cpu);
+        if self.m.cpus[cpu.0 as usize]
+            .pinned_len
+            .load(Ordering::SeqCst)
+            > 0
+        {
+            if let Some(got) = self.m.take_from_within(pinned, CO_START_SCAN, sibling) {
+                return Some(got);
+            }
+        }
+        self.m.visit_queued(cpu, |q| {
+            self.m.take_from_within(q, CO_START_SCAN, |en| {
+                sibling(en) && self.m.compatible(core, en.vm)
+            })
+        })
     }
 
     /// Co-start: a CPU to kick so that the laggard of `e`'s VM runs next

@@ -261,6 +261,11 @@ struct CpuAcct {
     pull: Option<(EntityId, bool)>,
     /// A directed yield the VMM asked for (`yield_to`): from, to.
     yield_to: Option<(EntityId, EntityId)>,
+    /// Sibling turns (`cosched.rs`): the VM whose siblings share the
+    /// slice this CPU gave one of them, and when that slice ends; set by
+    /// the dispatch that cut the slice, carried by the stop that hands
+    /// the rest to a parked sibling, cleared by any other stop.
+    sibling_until: Option<(VmId, Nanos)>,
     /// Co-stops, co-start kicks and directed yields here.
     costops: u64,
     costarts: u64,

@@ -154,17 +154,11 @@ impl HaikuScheduler {
             affinity: e.entry_affinity(),
             cosched: e.sync.is_some(),
         };
-        if let Some(s) = &e.sync {
-            match e.state {
-                RunState::Queued { .. } => s.moved(id, level, q),
-                RunState::Blocked => {
-                    // Woken from a halt (or a throttle): not behind.
-                    e.progress = s.woken(e.progress);
-                    s.parked(id, e.progress, level, q);
-                }
-                RunState::Running(_) => s.parked(id, e.progress, level, q),
-            }
+        if let (Some(s), RunState::Blocked) = (&e.sync, e.state) {
+            // Woken from a halt (or a throttle): not behind.
+            e.progress = s.woken(e.progress);
         }
+        e.park_sync(level, q);
         e.charge_ready(&self.m, self.m.core_of_queue(q));
         e.state = RunState::Queued {
             queue: q,

@@ -42,6 +42,20 @@ enum Local {
     ForcedIdle,
 }
 
+/// Where a dispatched entry came from: sibling turns start only from a
+/// pick of the queues (`cosched.rs`), so that a directed yield or a
+/// co-stop, which bypass the queues, cannot start a shared slice again
+/// and again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pick {
+    /// The queues' best entry (or a co-start's preference there).
+    Queue,
+    /// A co-stop's or a directed yield's laggard.
+    Pull,
+    /// A sibling handed the rest of a shared slice.
+    Sibling,
+}
+
 impl HaikuScheduler {
     /// Take the running entity off `cpu`; says whether it was requeued
     /// (and may leave its core queue locked for the pick, see `Stopped`).
@@ -79,6 +93,7 @@ impl HaikuScheduler {
         let _p = crate::profiler::scope("haiku::stop_running");
         let slot = &self.m.cpus[cpu.0 as usize];
         let turn = acct.turn.take();
+        let shared = acct.sibling_until.take();
         // Only this CPU writes its own slot's running entity (under its
         // accounting lock); others read it as a hint (preemption, SMT
         // statistics), so plain release stores: no locked instruction.
@@ -108,6 +123,9 @@ impl HaikuScheduler {
         e.progress = e.progress.saturating_add(ran);
         if let Some(s) = &e.sync {
             s.ran(e.progress);
+            if reason == StopReason::QuantumEnd {
+                self.sibling_handoff(shared, now, acct);
+            }
             if reason == StopReason::Yielded {
                 // A yield while a sibling is parked: a directed yield to it,
                 // if the yielder is ahead of it by a minimal quantum (else
@@ -146,7 +164,18 @@ impl HaikuScheduler {
                 && !self.starving(core, now)
         };
         let waker = e.blocked_in_quantum;
-        let after = e.after_stop(reason, self.tun(), self.mode());
+        // A sibling turn's end (`cosched.rs`) with the entity's own
+        // quantum not used up: back behind its level, its use kept, no
+        // penalty step (a step per turn would cycle its penalty, and so
+        // its priority, several times faster than a hog's).
+        let sibling_turn = reason == StopReason::QuantumEnd
+            && shared.is_some()
+            && time_left(self.table(), e.quantum_full, e.used).is_some();
+        let after = if sibling_turn {
+            After::Back
+        } else {
+            e.after_stop(reason, self.tun(), self.mode())
+        };
         if owed && after == After::Back {
             e.prio.boost(self.tun(), self.mode());
         } else if waker && after == After::Back && !e.prio.is_boosted() {
@@ -352,11 +381,24 @@ impl HaikuScheduler {
                 } else {
                     self.pull(cpu, target, 0)
                 };
-                if let Some(d) = got.and_then(|en| self.dispatch(cpu, en, now, acct)) {
+                if let Some(d) = got.and_then(|en| self.dispatch(cpu, en, now, acct, Pick::Pull)) {
                     if yielded {
                         acct.directed_yields += 1;
                     }
                     return d;
+                }
+            }
+            if let Some((vm, _)) = acct.sibling_until {
+                // Sibling turns: the rest of the shared slice to a parked
+                // sibling, if one waits (`cosched.rs`).
+                match self.take_sibling(cpu, vm, acct.last, held.take()) {
+                    Some(en) => {
+                        if let Some(d) = self.dispatch(cpu, en, now, acct, Pick::Sibling) {
+                            acct.costops += 1;
+                            return d;
+                        }
+                    }
+                    None => acct.sibling_until = None,
                 }
             }
             let entry = match self.find_work(cpu, acct, held.take()) {
@@ -366,7 +408,7 @@ impl HaikuScheduler {
                     None => break,
                 },
             };
-            if let Some(d) = self.dispatch(cpu, entry, now, acct) {
+            if let Some(d) = self.dispatch(cpu, entry, now, acct, Pick::Queue) {
                 return d;
             }
         }
@@ -402,6 +444,7 @@ impl HaikuScheduler {
         entry: QueueEntry,
         now: Nanos,
         acct: &mut CpuAcct,
+        pick: Pick,
     ) -> Option<Dispatch> {
         let _p = crate::profiler::scope("haiku::dispatch");
         let mut guard = self.slots.get(entry.id.index() as usize)?.lock();
@@ -449,9 +492,7 @@ impl HaikuScheduler {
         e.account_dispatch(&self.m, cpu, now);
         e.charge_ready(&self.m, core);
         e.state = RunState::Running(cpu);
-        if let Some(s) = &e.sync {
-            s.unparked(entry.id);
-        }
+        e.unpark_sync();
         let slice = self.slice_for(e, core);
         e.dispatched_at = now;
         acct.turn = Some(Turn::new(
@@ -464,6 +505,7 @@ impl HaikuScheduler {
             e.prio.class == SchedClass::Realtime,
         ));
         let slice = self.cut_for_due(acct, entry.id, now, slice);
+        let slice = self.cut_for_siblings(e, acct, now, slice, pick);
         let slot = &self.m.cpus[cpu.0 as usize];
         slot.prio
             .store(e.prio.effective() as i32, Ordering::Release);

@@ -110,9 +110,7 @@ impl HaikuScheduler {
             return false;
         }
         let until = b.renewed_at(now);
-        if let Some(s) = &e.sync {
-            s.unparked(e.id);
-        }
+        e.unpark_sync();
         e.state = RunState::Blocked;
         e.throttled_until = Some(until);
         e.slept_at = now;

@@ -1794,3 +1794,80 @@ fn a_wake_without_budget_is_neither_bounded_nor_a_miss() {
     assert_eq!(s.bounded_wakes, 1, "only the first wake had budget");
     assert_eq!(s.bound_misses, 0);
 }
+
+/// Sibling turns (`cosched.rs`): two vCPUs of a co-scheduled VM on one CPU
+/// (a VM wider than its CPUs) beside a hog. The one dispatched while its
+/// sibling waits runs `sibling_turn`, then hands the CPU to the sibling,
+/// and the two alternate until the slice the first was given is over;
+/// then the hog runs, as it would have after that one slice. A turn's end
+/// is no quantum end: no penalty step, the quantum's use kept.
+#[test]
+fn a_vm_wider_than_its_cpus_hands_one_slice_round_its_siblings() {
+    let turn = 250 * US;
+    let mut d = Drv::new("1x1x1", |c| {
+        c.tunables.sibling_turn = turn;
+        c.tunables.share_boost = false;
+    });
+    d.s.set_coschedule(VmId(0), crate::Coschedule::Relaxed, 0)
+        .unwrap();
+    let a = d.ts(0, None);
+    let b = d.ts(0, None);
+    let hog = d.ts(1, None);
+    for id in [a, b, hog] {
+        d.s.wake(id, d.now).unwrap();
+    }
+    d.sched(CpuId(0), StopReason::Idle);
+    assert_eq!(d.run[0], Some(a));
+    let slice = d.stats(a).quantum;
+    assert!(slice > 4 * turn, "a slice of several turns: {slice}");
+    assert_eq!(d.slice_end[0] - d.now, turn, "b waits: a runs one turn");
+    let mut order = vec![a];
+    while d.run[0] != Some(hog) {
+        assert!(d.now <= slice, "the siblings share one slice ({slice} ns)");
+        d.now = d.slice_end[0];
+        d.sched(CpuId(0), StopReason::QuantumEnd);
+        order.push(d.run[0].unwrap());
+    }
+    let turns = &order[..order.len() - 1];
+    assert!(turns.len() >= 4, "{order:?}");
+    for (i, t) in turns.iter().enumerate() {
+        assert_eq!(
+            *t,
+            if i % 2 == 0 { a } else { b },
+            "turns alternate: {order:?}"
+        );
+    }
+    assert!(
+        d.now >= slice - turn,
+        "the hog waits no more than that slice"
+    );
+    let (sa, sb) = (d.stats(a), d.stats(b));
+    assert_eq!(sa.penalty + sb.penalty, 0, "a turn's end steps no penalty");
+    assert_eq!(sa.quantum_ends + sb.quantum_ends, 0);
+    assert_eq!(sa.run_time + sb.run_time, d.now, "the slice was theirs");
+    assert_eq!(d.s.snapshot(d.now).cpus[0].costops, turns.len() as u64 - 1);
+}
+
+/// Only a VM wider than its CPUs takes sibling turns: on two CPUs, a
+/// co-scheduled VM of two vCPUs runs them side by side (its slice is not
+/// cut while one waits), one of three cannot (it is).
+#[test]
+fn only_a_vm_wider_than_its_cpus_takes_sibling_turns() {
+    let turn = 250 * US;
+    for (vcpus, cut) in [(2, false), (3, true)] {
+        let mut d = Drv::new("1x2x1", |c| c.tunables.sibling_turn = turn);
+        d.s.set_coschedule(VmId(0), crate::Coschedule::Relaxed, 0)
+            .unwrap();
+        let hog = d.ts(1, Some("1"));
+        d.wake(hog);
+        assert_eq!(d.run[1], Some(hog));
+        let siblings: Vec<_> = (0..vcpus).map(|_| d.ts(0, None)).collect();
+        for id in &siblings {
+            d.s.wake(*id, d.now).unwrap();
+        }
+        d.sched(CpuId(0), StopReason::Idle);
+        assert!(siblings.contains(&d.run[0].unwrap()));
+        let slice = d.slice_end[0] - d.now;
+        assert_eq!(slice == turn, cut, "{vcpus} vCPUs: a slice of {slice} ns");
+    }
+}
