@@ -12,6 +12,8 @@ command -v ld >/dev/null || need_apt+=(binutils)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need_apt+=(libc6-dev)
 # A TrueType font for the text of `pacer bench`'s PNG/SVG plots.
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
+# The smoke matrix's QEMU column is one of its baselines (benches/smoke.toml).
+command -v qemu-system-x86_64 >/dev/null || need_apt+=(qemu-system-x86)
 apt_updated=false
 if ((${#need_apt[@]})); then
     echo "ci/install.sh: installing ${need_apt[*]}"

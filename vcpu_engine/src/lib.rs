@@ -966,7 +966,7 @@ impl Engine {
             vcpus,
             irq,
             handler,
-            coschedule: spec.coschedule == vcpu_sched::Coschedule::Relaxed,
+            coschedule: spec.coschedule != vcpu_sched::Coschedule::Off,
             paused: AtomicBool::new(false),
             external,
             threads: Mutex::new(Vec::new()),

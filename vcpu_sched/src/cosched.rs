@@ -14,9 +14,9 @@
 use crate::entity::QueueRef;
 use crate::{CoreId, CpuId, EntityId, Nanos};
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
-/// A VM's co-scheduling, spelled `off` and `relaxed` everywhere.
+/// A VM's co-scheduling, spelled `off`, `relaxed` and `turns` everywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Coschedule {
@@ -29,16 +29,22 @@ pub enum Coschedule {
     /// next to a running one, co-stop past the skew bound, directed
     /// yields to a parked sibling.
     Relaxed,
+    /// Relaxed, and in a VM with more vCPUs than CPUs in its core set,
+    /// sibling turns (`tunables.sibling_turn`): each slice goes round the
+    /// siblings in short turns. For VMs that wait on every sibling (a
+    /// barrier, a TLB shootdown's IPIs); a spin lock VM loses by it.
+    Turns,
 }
 
 impl Coschedule {
-    pub const ALL: [Coschedule; 2] = [Coschedule::Off, Coschedule::Relaxed];
+    pub const ALL: [Coschedule; 3] = [Coschedule::Off, Coschedule::Relaxed, Coschedule::Turns];
 
     /// The one spelling of the option's value.
     pub fn as_str(self) -> &'static str {
         match self {
             Coschedule::Off => "off",
             Coschedule::Relaxed => "relaxed",
+            Coschedule::Turns => "turns",
         }
     }
 }
@@ -55,7 +61,7 @@ impl std::str::FromStr for Coschedule {
         Coschedule::ALL
             .into_iter()
             .find(|c| c.as_str() == s)
-            .ok_or_else(|| format!("unknown coschedule {s:?} (expected off or relaxed)"))
+            .ok_or_else(|| format!("unknown coschedule {s:?} (expected off, relaxed or turns)"))
     }
 }
 
@@ -112,6 +118,8 @@ pub(crate) struct VmSync {
     laggard_queue: AtomicU64,
     /// Siblings parked now (each counted once, `Entity::park_sync`).
     parked: AtomicU32,
+    /// The VM takes sibling turns (`Coschedule::Turns`).
+    turns: AtomicBool,
 }
 
 impl Default for VmSync {
@@ -123,6 +131,7 @@ impl Default for VmSync {
             laggard_level: AtomicU8::new(0),
             laggard_queue: AtomicU64::new(0),
             parked: AtomicU32::new(0),
+            turns: AtomicBool::new(false),
         }
     }
 }
@@ -168,6 +177,16 @@ impl VmSync {
     fn note(&self, level: u8, q: QueueRef) {
         self.laggard_level.store(level, Ordering::Relaxed);
         self.laggard_queue.store(pack_queue(q), Ordering::Relaxed);
+    }
+
+    /// Whether the VM takes sibling turns (`Coschedule::Turns`).
+    pub fn takes_turns(&self) -> bool {
+        self.turns.load(Ordering::Relaxed)
+    }
+
+    /// Switch sibling turns on or off.
+    pub fn set_turns(&self, on: bool) {
+        self.turns.store(on, Ordering::Relaxed);
     }
 
     /// How many siblings are parked now (runnable, in a queue).
@@ -257,6 +276,6 @@ mod tests {
         assert!("on"
             .parse::<Coschedule>()
             .unwrap_err()
-            .contains("off or relaxed"));
+            .contains("off, relaxed or turns"));
     }
 }

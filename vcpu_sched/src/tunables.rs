@@ -134,21 +134,18 @@ pub const CO_START: bool = false;
 /// ESXi's is 3 ms.
 pub const COSTOP_SKEW: Nanos = 0;
 
-/// Sibling turns, for relaxed co-scheduling in a VM wider than its CPUs
-/// (more vCPUs than the CPUs they may use, so its siblings can only take
-/// turns): while a sibling is parked, a running sibling's turn ends after
-/// this much and the CPU goes to the parked sibling, the siblings sharing
-/// the one slice the first of them was given (`policy/haiku/cosched.rs`).
-/// A round of a barrier or a shootdown's answer needs every sibling on a
-/// CPU in turn, so such a VM advances once per change of sibling: the
-/// turn, not the slice, sets its pace. 0, the default, turns it off: a
-/// spin lock VM loses by it (its holder preempted at every turn, and the
-/// VM's share cut to one slice per round: 3:1 spin lock -31 % at 500 us
-/// under `threads`, docs/measurements/sync.md), and the scheduler cannot
-/// tell a lock from a barrier. Set, it wants the `threads` dispatch (the
-/// default then, `vmm::config::default_dispatch`): `ranked` carried 250 us
-/// turns out in 1.8 ms at the median on the development machine.
-pub const SIBLING_TURN: Nanos = 0;
+/// The length of a sibling turn (`coschedule = "turns"`,
+/// `policy/haiku/cosched.rs`): in a co-scheduled VM with more vCPUs than
+/// CPUs in its core set, while a sibling is parked a running sibling's
+/// turn ends after this much and the CPU goes to the parked sibling, the
+/// siblings sharing the one slice the first of them was given. A round of
+/// a barrier or a shootdown's answer needs every sibling on a CPU in turn,
+/// so such a VM advances once per change of sibling: the turn, not the
+/// slice, sets its pace. 250 us: under `threads` the 3:1 barrier VM did
+/// 944 rounds/s at 250 us against 669 at 500 us, the shootdown 509 round
+/// trips/s against 279 (docs/measurements/sync.md). 0 turns them off for
+/// every VM.
+pub const SIBLING_TURN: Nanos = 250 * US;
 
 /// Entity table capacity when the caller does not say.
 pub const DEFAULT_MAX_ENTITIES: usize = 65_536;

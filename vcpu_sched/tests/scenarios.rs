@@ -798,10 +798,10 @@ fn s19_at_3_to_1_a_coscheduled_barrier_needs_short_slices() {
     }
 }
 
-/// Sibling turns (`tunables.sibling_turn`, off by default) at 3:1,
-/// relaxed: three vCPUs of one VM on two CPUs beside three hog VMs, so
+/// Sibling turns (`coschedule = "turns"` against "relaxed") at 3:1:
+/// three vCPUs of one VM on two CPUs beside three hog VMs, so
 /// at most two siblings run at once and a round needs the third. With
-/// 250 us turns the siblings go round within each slice: scenario 19's
+/// turns (250 us, the default) the siblings go round within each slice: scenario 19's
 /// barrier VM does >= 4x the rounds it does without turns and >= 4x
 /// what the host kernel's model (eevdf) gives it, scenario 23's
 /// initiator >= 3x the round trips with a p99 no longer; the hogs
@@ -829,7 +829,9 @@ fn at_3_to_1_sibling_turns_multiply_a_synchronising_vms_rounds() {
                 }
             }
             let mut turns = w.clone();
-            turns.sched.tunables.sibling_turn = 250_000;
+            for g in turns.groups.iter_mut().filter(|g| g.name != "hog") {
+                g.coschedule = Some(Coschedule::Turns);
+            }
             let (off, on) = (
                 run_with(w, PolicyKind::Haiku),
                 run_with(&turns, PolicyKind::Haiku),

@@ -231,7 +231,12 @@ pub fn pacer_config(m: &Matrix, cell: &Cell, log_dir: &Path) -> Option<Config> {
                 timeout: Some(m.cell_timeout),
             }
         })
-        .collect();
+        .collect::<Vec<_>>();
+    // A column that names no dispatch runs each layout under the default
+    // a config file without one gets.
+    let tunables = Tunables::default();
+    let dispatch =
+        dispatch.unwrap_or_else(|| vmm::config::default_dispatch(false, &tunables, &vms));
     Some(Config {
         path: PathBuf::from(format!("{}#{}", m.path.display(), cell.id(m))),
         host: HostConfig {
@@ -250,7 +255,7 @@ pub fn pacer_config(m: &Matrix, cell: &Cell, log_dir: &Path) -> Option<Config> {
             halt_poll_us: vmm::config::DEFAULT_HALT_POLL_US,
             kvm_poll_us,
             log_limits: Default::default(),
-            tunables: Tunables::default(),
+            tunables,
             log_dir: log_dir.to_path_buf(),
         },
         vms,

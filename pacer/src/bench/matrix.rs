@@ -113,7 +113,9 @@ pub enum Runner {
     Pacer {
         policy: Policy,
         mode: Mode,
-        dispatch: DispatchKind,
+        /// The dispatch the column names (its own or the matrix's); None:
+        /// each cell's config's default (`vmm::config::default_dispatch`).
+        dispatch: Option<DispatchKind>,
         /// `host.kvm_poll_us` (only under `kvm-irqchip` dispatch).
         kvm_poll_us: u64,
     },
@@ -479,7 +481,7 @@ impl Checker<'_> {
 
 fn parse_policy(
     raw: &RawPolicy,
-    default_dispatch: DispatchKind,
+    default_dispatch: Option<DispatchKind>,
 ) -> Result<PolicySpec, (String, String)> {
     let mut kvm_poll_us = None;
     let (label, policy, mode, dispatch) = match raw {
@@ -553,7 +555,7 @@ fn parse_policy(
                 .into(),
         ));
     }
-    let dispatch = dispatch.unwrap_or(default_dispatch);
+    let dispatch = dispatch.or(default_dispatch);
     Ok(PolicySpec {
         label,
         runner: Runner::Pacer {
@@ -987,7 +989,7 @@ impl Matrix {
         }
         for (i, p) in head.policies.get_ref().iter().enumerate() {
             let field = format!("matrix.policies[{i}]");
-            match parse_policy(p.get_ref(), head.dispatch.unwrap_or_default()) {
+            match parse_policy(p.get_ref(), head.dispatch) {
                 Ok(spec) => {
                     if policies.iter().any(|q| q.label == spec.label) {
                         c.err(
@@ -1178,7 +1180,10 @@ impl Matrix {
                         c.err(
                             s.span(),
                             vf("coschedule"),
-                            format!("expected \"off\" or \"relaxed\", found {:?}", s.get_ref()),
+                            format!(
+                                "expected \"off\", \"relaxed\" or \"turns\", found {:?}",
+                                s.get_ref()
+                            ),
                         );
                         vcpu_sched::Coschedule::default()
                     }),
@@ -1605,7 +1610,7 @@ vm = [ { name = "hi", vcpus = 1, priority = 20 } ]
         ));
         assert!(
             e.contains(
-                "layout[1].vm[0].coschedule: expected \"off\" or \"relaxed\", found \"gang\""
+                "layout[1].vm[0].coschedule: expected \"off\", \"relaxed\" or \"turns\", found \"gang\""
             ),
             "{e}"
         );
@@ -1726,7 +1731,7 @@ vm = [ { name = "hi", vcpus = 1, priority = 20 } ]
         assert!(matches!(
             m.policies[5].runner,
             Runner::Pacer {
-                dispatch: DispatchKind::KvmIrqchip,
+                dispatch: Some(DispatchKind::KvmIrqchip),
                 kvm_poll_us: 800,
                 ..
             }
@@ -1741,7 +1746,7 @@ vm = [ { name = "hi", vcpus = 1, priority = 20 } ]
         assert!(matches!(
             m.policies[3].runner,
             Runner::Pacer {
-                dispatch: DispatchKind::Workers,
+                dispatch: Some(DispatchKind::Workers),
                 ..
             }
         ));

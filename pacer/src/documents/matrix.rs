@@ -102,8 +102,9 @@ impl MatrixView {
                         runner: "pacer",
                         policy: Some(policy.to_string()),
                         mode: policy.uses_mode().then(|| mode.as_str().to_string()),
-                        dispatch: (policy != vmm::policy::Policy::Host)
-                            .then(|| dispatch.as_str().to_string()),
+                        dispatch: dispatch
+                            .filter(|_| policy != vmm::policy::Policy::Host)
+                            .map(|d| d.as_str().to_string()),
                     },
                     Runner::Qemu | Runner::Native => PolicyView {
                         label: p.label.clone(),

@@ -31,7 +31,7 @@
 //! weight = 100            # share among contending VMs, 1..=10000 (haiku)
 //! cap = 30                # at most this % of one CPU for the VM, split over its vCPUs (haiku)
 //! reservation = 50        # at least this % of one CPU when it asks (haiku; all VMs' fit the host)
-//! coschedule = "off"      # off | relaxed: co-start parked siblings, directed yields (haiku)
+//! coschedule = "off"      # off | relaxed: co-start parked siblings, directed yields | turns: and sibling turns (haiku)
 //! latency_bound_us = 600  # wake-to-run bound while it has budget (haiku; admitted at load)
 //! bound_budget = 15       # the budget for it, % of one CPU split over its vCPUs
 //! workload = { name = "cpu", duration_ms = 500, report_ms = 100 }   # bench only
@@ -129,18 +129,18 @@ pub struct Config {
 /// The dispatch of a config that names none: `threads` where the engine
 /// must carry out what the host kernel cannot - hand the CPUs out itself
 /// (SMT isolation), or switch a VM's vCPUs within a fraction of a
-/// millisecond (sibling turns, `tunables.sibling_turn`, in a co-scheduled
-/// VM with more vCPUs than CPUs in its core set: under `ranked` the host
-/// kernel carried out a 250 us turn in 1.8 ms at the median on the
-/// development machine, and the 3:1 barrier VM gained 1.4x where it gained
-/// 5x under `threads`, docs/measurements/sync.md); else `ranked`.
+/// millisecond (sibling turns: `coschedule = "turns"` on a VM with more
+/// vCPUs than CPUs in its core set; under `ranked` the host kernel carried
+/// out a 250 us turn in 1.8 ms at the median on the development machine,
+/// and the 3:1 barrier VM gained 1.6x where it gained 9.7x under
+/// `threads`, docs/measurements/sync.md); else `ranked`.
 pub fn default_dispatch(
     smt_isolation: bool,
     tunables: &vcpu_sched::Tunables,
     vms: &[VmConfig],
 ) -> vcpu_engine::DispatchKind {
     let takes_turns = |v: &VmConfig| {
-        v.coschedule == vcpu_sched::Coschedule::Relaxed && v.vcpus as usize > v.cpus.len()
+        v.coschedule == vcpu_sched::Coschedule::Turns && v.vcpus as usize > v.cpus.len()
     };
     if smt_isolation || (tunables.sibling_turn > 0 && vms.iter().any(takes_turns)) {
         vcpu_engine::DispatchKind::Threads
@@ -156,7 +156,7 @@ impl Config {
     pub fn coscheduled(&self) -> bool {
         self.vms
             .iter()
-            .any(|v| v.coschedule == vcpu_sched::Coschedule::Relaxed)
+            .any(|v| v.coschedule != vcpu_sched::Coschedule::Off)
     }
 
     /// The default dispatch, `ranked`, needs real-time priorities: where
@@ -201,8 +201,8 @@ fn sched_keys(v: &VmConfig) -> String {
             vm_percent(b.budget_permille, v.vcpus)
         );
     }
-    if v.coschedule == vcpu_sched::Coschedule::Relaxed {
-        out += ", coschedule relaxed";
+    if v.coschedule != vcpu_sched::Coschedule::Off {
+        out += &format!(", coschedule {}", v.coschedule);
     }
     out
 }

@@ -636,7 +636,7 @@ fn coschedule_is_off_unless_set_and_a_bad_value_names_its_place() {
     // `coschedule` is on line 15 of the modified text, its value at col 14.
     assert!(e.contains("pacer.toml:15:14:"), "{e}");
     assert!(
-        e.contains("vm[0].coschedule: expected \"off\" or \"relaxed\", found \"gang\""),
+        e.contains("vm[0].coschedule: expected \"off\", \"relaxed\" or \"turns\", found \"gang\""),
         "{e}"
     );
 }
@@ -997,9 +997,10 @@ fn the_summary_names_every_scheduling_key_that_differs_from_its_default() {
 }
 
 /// Sibling turns want the `threads` dispatch: a config that names no
-/// dispatch, sets `tunables.sibling_turn` and has a co-scheduled VM wider
-/// than its core set runs `threads`; without any of the three it keeps
-/// `ranked`, and a dispatch the file names is kept.
+/// dispatch and has a VM with `coschedule = "turns"` wider than its core
+/// set runs `threads`; one that fits, a `relaxed` VM or turns switched
+/// off (`tunables.sibling_turn = 0`) keep `ranked`, and a dispatch the
+/// file names is kept.
 #[test]
 fn sibling_turns_in_a_wide_coscheduled_vm_default_to_threads() {
     let fx = Fixture::new("sibling-turns");
@@ -1011,18 +1012,18 @@ fn sibling_turns_in_a_wide_coscheduled_vm_default_to_threads() {
     };
     let dispatch = |text: String| fx.parse(&text).unwrap().host.dispatch;
     assert_eq!(
-        dispatch(host("250000", "") + &vm(3, "relaxed")),
+        dispatch(host("250000", "") + &vm(3, "turns")),
         DispatchKind::Threads
     );
     for (text, why) in [
-        (host("0", "") + &vm(3, "relaxed"), "no turns"),
-        (host("250000", "") + &vm(2, "relaxed"), "fits its two CPUs"),
-        (host("250000", "") + &vm(3, "off"), "not co-scheduled"),
+        (host("0", "") + &vm(3, "turns"), "turns switched off"),
+        (host("250000", "") + &vm(2, "turns"), "fits its two CPUs"),
+        (host("250000", "") + &vm(3, "relaxed"), "no turns"),
     ] {
         assert_eq!(dispatch(text), DispatchKind::Ranked, "{why}");
     }
     assert_eq!(
-        dispatch(host("250000", "dispatch = \"ranked\"") + &vm(3, "relaxed")),
+        dispatch(host("250000", "dispatch = \"ranked\"") + &vm(3, "turns")),
         DispatchKind::Ranked,
         "named in the file"
     );

@@ -140,7 +140,7 @@ pub(super) fn check(
                 s.span(),
                 f("coschedule"),
                 format!(
-                    "expected \"off\" or \"relaxed\", found {}",
+                    "expected \"off\", \"relaxed\" or \"turns\", found {}",
                     quoted(s.get_ref())
                 ),
             );

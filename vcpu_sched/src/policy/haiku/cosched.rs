@@ -12,7 +12,8 @@
 //!   exit) or that the VMM saw waiting on a parked sibling
 //!   (`yield_to`: an IPI sent to it) gives its CPU to that sibling.
 //!
-//! - sibling turns (`tunables.sibling_turn`): in a VM wider than its CPUs
+//! - sibling turns (`Coschedule::Turns`, turns of `tunables.sibling_turn`):
+//!   in a VM wider than its CPUs
 //!   (more co-scheduled vCPUs than CPUs they may use) at most as many
 //!   siblings as CPUs run at once, and a round of a barrier, a
 //!   shootdown's answer or a lock hand-off waits for the one parked. Such
@@ -64,11 +65,14 @@ impl HaikuScheduler {
         let sync = {
             let mut map = self.vm_sync.lock();
             match mode {
-                Coschedule::Relaxed => {
-                    if map.contains_key(&vm) {
+                Coschedule::Relaxed | Coschedule::Turns => {
+                    let turns = mode == Coschedule::Turns;
+                    if let Some(s) = map.get(&vm) {
+                        s.set_turns(turns);
                         return Ok(());
                     }
                     let s = Arc::new(VmSync::default());
+                    s.set_turns(turns);
                     map.insert(vm, Arc::clone(&s));
                     self.cosched_vms.fetch_add(1, Ordering::Relaxed);
                     Some(s)
@@ -147,7 +151,7 @@ impl HaikuScheduler {
             .take()
             .filter(|(vm, _)| *vm == e.vm && pick == Pick::Sibling);
         let turn_len = self.tun().sibling_turn;
-        let Some(s) = e.sync.as_ref().filter(|_| turn_len > 0) else {
+        let Some(s) = e.sync.as_ref().filter(|s| turn_len > 0 && s.takes_turns()) else {
             return slice;
         };
         let Some(turn) = acct.turn.as_mut().filter(|t| !t.realtime) else {

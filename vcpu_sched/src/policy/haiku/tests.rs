@@ -1795,7 +1795,7 @@ fn a_wake_without_budget_is_neither_bounded_nor_a_miss() {
     assert_eq!(s.bound_misses, 0);
 }
 
-/// Sibling turns (`cosched.rs`): two vCPUs of a co-scheduled VM on one CPU
+/// Sibling turns (`cosched.rs`): two vCPUs of a VM with `turns` on one CPU
 /// (a VM wider than its CPUs) beside a hog. The one dispatched while its
 /// sibling waits runs `sibling_turn`, then hands the CPU to the sibling,
 /// and the two alternate until the slice the first was given is over;
@@ -1808,7 +1808,7 @@ fn a_vm_wider_than_its_cpus_hands_one_slice_round_its_siblings() {
         c.tunables.sibling_turn = turn;
         c.tunables.share_boost = false;
     });
-    d.s.set_coschedule(VmId(0), crate::Coschedule::Relaxed, 0)
+    d.s.set_coschedule(VmId(0), crate::Coschedule::Turns, 0)
         .unwrap();
     let a = d.ts(0, None);
     let b = d.ts(0, None);
@@ -1848,16 +1848,20 @@ fn a_vm_wider_than_its_cpus_hands_one_slice_round_its_siblings() {
     assert_eq!(d.s.snapshot(d.now).cpus[0].costops, turns.len() as u64 - 1);
 }
 
-/// Only a VM wider than its CPUs takes sibling turns: on two CPUs, a
-/// co-scheduled VM of two vCPUs runs them side by side (its slice is not
-/// cut while one waits), one of three cannot (it is).
+/// Only a VM with `turns` wider than its CPUs takes sibling turns: on two
+/// CPUs, such a VM of two vCPUs runs them side by side (its slice is not
+/// cut while one waits), one of three cannot (it is); a `relaxed` VM of
+/// three is not cut either.
 #[test]
 fn only_a_vm_wider_than_its_cpus_takes_sibling_turns() {
     let turn = 250 * US;
-    for (vcpus, cut) in [(2, false), (3, true)] {
+    for (mode, vcpus, cut) in [
+        (crate::Coschedule::Turns, 2, false),
+        (crate::Coschedule::Turns, 3, true),
+        (crate::Coschedule::Relaxed, 3, false),
+    ] {
         let mut d = Drv::new("1x2x1", |c| c.tunables.sibling_turn = turn);
-        d.s.set_coschedule(VmId(0), crate::Coschedule::Relaxed, 0)
-            .unwrap();
+        d.s.set_coschedule(VmId(0), mode, 0).unwrap();
         let hog = d.ts(1, Some("1"));
         d.wake(hog);
         assert_eq!(d.run[1], Some(hog));
@@ -1868,6 +1872,10 @@ fn only_a_vm_wider_than_its_cpus_takes_sibling_turns() {
         d.sched(CpuId(0), StopReason::Idle);
         assert!(siblings.contains(&d.run[0].unwrap()));
         let slice = d.slice_end[0] - d.now;
-        assert_eq!(slice == turn, cut, "{vcpus} vCPUs: a slice of {slice} ns");
+        assert_eq!(
+            slice == turn,
+            cut,
+            "{mode}, {vcpus} vCPUs: a slice of {slice} ns"
+        );
     }
 }
