@@ -1057,18 +1057,11 @@ impl Machine {
         q: QueueRef,
         accept: impl FnMut(&QueueEntry) -> bool,
     ) -> Option<QueueEntry> {
-        let (lock, len) = self.queue(q);
-        if len.load(Ordering::SeqCst) == 0 {
-            return None;
-        }
-        let mut g = lock.lock();
-        let got = g.take_first(accept);
-        self.publish_len(q, len, g.len());
-        got
+        self.take_from_within(q, usize::MAX, accept)
     }
 
-    /// [`Machine::take_from`] bounded to the first `scan` entries in pick
-    /// order ([`RunQueue::take_first_within`]).
+    /// Take the first of the first `scan` entries of a queue, in pick
+    /// order, that `accept` takes ([`RunQueue::take_first_within`]).
     pub fn take_from_within(
         &self,
         q: QueueRef,

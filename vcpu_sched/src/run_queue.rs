@@ -151,21 +151,8 @@ impl RunQueue {
 
     /// Remove and return the first entry, highest level first and FIFO
     /// within a level, that `accept` takes (steal, SMT-isolation pick).
-    pub fn take_first(
-        &mut self,
-        mut accept: impl FnMut(&QueueEntry) -> bool,
-    ) -> Option<QueueEntry> {
-        let mut bits = self.nonempty;
-        while let Some(level) = highest_bit(&bits) {
-            bits[level / 64] &= !(1 << (level % 64));
-            if let Some(pos) = self.levels[level].iter().position(&mut accept) {
-                let entry = self.levels[level].remove(pos)?;
-                self.unmark_if_empty(level);
-                self.len -= 1;
-                return Some(entry);
-            }
-        }
-        None
+    pub fn take_first(&mut self, accept: impl FnMut(&QueueEntry) -> bool) -> Option<QueueEntry> {
+        self.take_first_within(usize::MAX, accept)
     }
 
     /// Remove and return the first of the first `scan` entries in pick
@@ -277,6 +264,29 @@ mod tests {
             affinity: None,
             cosched: false,
         }
+    }
+
+    #[test]
+    fn a_take_within_a_scan_looks_at_the_first_entries_in_pick_order() {
+        let mut q = RunQueue::default();
+        q.push_back(e(1, 20));
+        q.push_back(e(2, 20));
+        for id in 3..=5 {
+            q.push_back(e(id, 10));
+        }
+        // Pick order: 1, 2 (level 20), then 3, 4, 5 (level 10).
+        assert_eq!(q.take_first_within(3, |x| x.id.index() == 4), None);
+        assert_eq!(q.len(), 5);
+        let got = q.take_first_within(4, |x| x.id.index() >= 3);
+        assert_eq!(got.map(|x| x.id.index()), Some(3));
+        let got = q.take_first_within(usize::MAX, |x| x.id.index() == 5);
+        assert_eq!(got.map(|x| x.id.index()), Some(5));
+        assert_eq!(q.take_first_within(0, |_| true), None);
+        // Emptying the top level clears its bit.
+        assert!(q.take_first_within(2, |x| x.level == 20).is_some());
+        assert!(q.take_first_within(1, |x| x.level == 20).is_some());
+        assert_eq!(q.top_level(), Some(10));
+        assert_eq!(q.len(), 1);
     }
 
     #[test]
