@@ -149,15 +149,10 @@ impl RunQueue {
         true
     }
 
-    /// Remove and return the first entry, highest level first and FIFO
-    /// within a level, that `accept` takes (steal, SMT-isolation pick).
-    pub fn take_first(&mut self, accept: impl FnMut(&QueueEntry) -> bool) -> Option<QueueEntry> {
-        self.take_first_within(usize::MAX, accept)
-    }
-
     /// Remove and return the first of the first `scan` entries in pick
-    /// order (levels from the top, FIFO within one) that `accept` takes: a
-    /// look bounded to a few entries whatever the queue's length.
+    /// order (levels from the top, FIFO within one) that `accept` takes:
+    /// `usize::MAX` looks at every entry (steal, SMT-isolation pick), a
+    /// few a bounded look whatever the queue's length (sibling turns).
     pub fn take_first_within(
         &mut self,
         scan: usize,
@@ -341,7 +336,7 @@ mod tests {
         assert!(!q.remove(EntityId::new(2, 0), 0, 64));
         assert_eq!(q.top_level(), Some(63));
         q.push_back(e(3, 5));
-        let got = q.take_first(|x| x.id.index() == 3);
+        let got = q.take_first_within(usize::MAX, |x| x.id.index() == 3);
         assert_eq!(got.map(|x| x.id.index()), Some(3));
         assert_eq!(q.len(), 1);
         assert_eq!(q.pop().map(|x| x.id.index()), Some(1));
