@@ -1577,7 +1577,9 @@ fn the_live_page_in_a_browser() {
         return;
     };
     let dir = TempDir::new("api-page");
-    let run = Run::start(&dir, &two_vms(60_000), &["--api-http", "127.0.0.1:0"]);
+    // Longer than the test (two chromium runs of up to 20 s of virtual
+    // time each, twice if one fails): the VMs are stopped at the end.
+    let run = Run::start(&dir, &two_vms(300_000), &["--api-http", "127.0.0.1:0"]);
     let mut url = String::new();
     assert!(eventually(Duration::from_secs(10), || {
         let err = run.stderr();
