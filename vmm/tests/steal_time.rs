@@ -129,6 +129,21 @@ fn spin_on_cpu0(
     })
 }
 
+/// CPU 0's steal in `/proc/stat` (the time this host's own hypervisor ran
+/// something else on it), ns; 0 where the kernel does not count it.
+fn cpu0_outer_steal_ns() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks = stat
+        .lines()
+        .find(|l| l.starts_with("cpu0 "))
+        .and_then(|l| l.split_whitespace().nth(8))
+        .and_then(|f| f.parse::<u64>().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    ticks * 1_000_000_000 / hz
+}
+
 #[test]
 fn the_ranked_dispatchs_accounting_is_the_guests_on_a_busy_host() {
     if !kvm_or_skip("the_ranked_dispatchs_accounting_is_the_guests_on_a_busy_host") {
@@ -148,7 +163,9 @@ fn the_ranked_dispatchs_accounting_is_the_guests_on_a_busy_host() {
     let _one = serial();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let spinner = spin_on_cpu0(stop.clone());
+    let outer_before = cpu0_outer_steal_ns();
     let res = common::run_config(&dir, &config_under("ranked", "0", 2, duration_ms, ""));
+    let outer = cpu0_outer_steal_ns().saturating_sub(outer_before);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     spinner.join().unwrap();
     let vm = &res.vms[0];
@@ -163,16 +180,23 @@ fn the_ranked_dispatchs_accounting_is_the_guests_on_a_busy_host() {
         // The engine's run time covers the whole life of the thread (boot
         // and the last report too); the guest's view covers its workload.
         println!(
-            "vcpu{i}: engine run {} ms, guest run {} ms (workload {} ms, steal {} ms)",
+            "vcpu{i}: engine run {} ms, guest run {} ms (workload {} ms, steal {} ms, \
+             the outer host's steal on CPU 0 {} ms)",
             s.run_ns / 1_000_000,
             guest_run / 1_000_000,
             work / 1_000_000,
-            steal / 1_000_000
+            steal / 1_000_000,
+            outer / 1_000_000
         );
-        let diff = s.run_ns.abs_diff(guest_run) as f64 / work as f64;
+        // When this host is itself a VM, the time its own host takes CPU 0
+        // away is neither the vCPU thread's CPU time nor a wait in this
+        // kernel's run queue, yet the guest's clock runs through it: the
+        // two views may differ by it (CI once saw 10 % on a busy host).
+        let diff = s.run_ns.abs_diff(guest_run).saturating_sub(outer) as f64 / work as f64;
         assert!(
             diff <= 0.05,
-            "vcpu{i}: engine {} ns vs guest {guest_run} ns: {:.1} % of the run",
+            "vcpu{i}: engine {} ns vs guest {guest_run} ns, less the outer host's steal \
+             {outer} ns: {:.1} % of the run",
             s.run_ns,
             diff * 100.0
         );
