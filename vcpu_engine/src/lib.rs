@@ -203,6 +203,7 @@ mod kvm_halts;
 mod rank;
 mod ranked;
 pub mod signals;
+pub mod spin_watch;
 pub mod stats;
 pub mod thread_hook;
 mod threads;
@@ -576,6 +577,9 @@ pub struct EngineVm {
     /// Relaxed co-scheduling: IPIs to a preempted sibling are directed
     /// yields (`dispatch.rs`, `notify_vcpu`).
     pub(crate) coschedule: bool,
+    /// `Coschedule::Relaxed`: the spin watch looks for vCPUs spinning on
+    /// a parked sibling (`spin_watch.rs`; the `threads` dispatch).
+    pub(crate) spin_watch: bool,
     paused: AtomicBool,
     /// Its vCPUs' threads are the embedder's ([`Engine::add_vm_gated`]):
     /// each leaves its outcome in its [`EngineVcpu`] as its gate exits.
@@ -967,6 +971,7 @@ impl Engine {
             irq,
             handler,
             coschedule: spec.coschedule != vcpu_sched::Coschedule::Off,
+            spin_watch: spec.coschedule == vcpu_sched::Coschedule::Relaxed,
             paused: AtomicBool::new(false),
             external,
             threads: Mutex::new(Vec::new()),

@@ -18,6 +18,7 @@ use super::vcpu_state::{EngineVcpu, RunState, VcpuCtl};
 use super::{Engine, EngineError, EngineVm};
 use crate::host_cpus::{pin_current_thread, HostCpuSet};
 use crate::signals::current_tid;
+use crate::spin_watch::SpinWatch;
 use crate::trace::Event;
 use crate::vcpu::{
     spawn_vcpu_thread, GateDecision, VcpuExitReason, VcpuGate, VcpuOutcome, VcpuRunner, VcpuStep,
@@ -52,6 +53,9 @@ struct ThreadGate {
     asleep_in_kvm: bool,
     /// The thread asked the host kernel for a short slice (`kvm-irqchip`).
     short_slice: bool,
+    /// The spin watch of a VM with relaxed co-scheduling
+    /// (`crate::spin_watch`).
+    spin_watch: Option<SpinWatch>,
 }
 
 /// What a thread that slept in KVM's halt does once KVM_RUN returns.
@@ -207,6 +211,7 @@ impl ThreadGate {
             kvm: engine.dispatch_kind().kvm_irqchip(),
             asleep_in_kvm: false,
             short_slice: false,
+            spin_watch: None,
         }
     }
 
@@ -309,11 +314,17 @@ impl ThreadGate {
         if let (Some(timer), Some(slot)) = (&self.timer, self.engine.slot(t.cpu)) {
             slot.arm_turn(timer);
         }
+        if let Some(w) = &self.spin_watch {
+            w.turn_started(&self.vm, &self.vcpu);
+        }
     }
 
     fn disarm(&self, t: &Turn) {
         if let (Some(timer), Some(slot)) = (&self.timer, self.engine.slot(t.cpu)) {
             slot.disarm_turn(timer);
+        }
+        if let Some(w) = &self.spin_watch {
+            w.turn_ended();
         }
     }
 }
@@ -332,6 +343,11 @@ impl VcpuGate for ThreadGate {
                     });
                 }
             }
+        }
+        if last == VcpuStep::Start && !self.kvm {
+            // Under Pacer's own local APIC only: a halt is then an exit,
+            // never a look.
+            self.spin_watch = SpinWatch::start(&self.vm, &self.vcpu, runner);
         }
         if last == VcpuStep::Start && self.kvm {
             match self.start_kvm(runner) {
@@ -383,6 +399,16 @@ impl VcpuGate for ThreadGate {
                         false
                     }
                 };
+            let spun = self.spin_watch.as_ref().is_some_and(|w| {
+                last == VcpuStep::Interrupted
+                    && w.look_yields(&self.engine, &self.vm, &self.vcpu, runner, slot)
+            });
+            if spun {
+                // Pause-loop exiting in software: a yield, as if the
+                // guest had written the yield port.
+                runner.stats.spin_yields += 1;
+                last = VcpuStep::Yielded;
+            }
             let stop = if halted_in_kvm {
                 slot.left_guest();
                 let mut ctl = self.vcpu.ctl();
@@ -402,6 +428,9 @@ impl VcpuGate for ThreadGate {
                 Stop::Exit(r) => Some(r.clone()),
                 _ => None,
             };
+            if let Some(w) = &self.spin_watch {
+                w.stopped(&self.vm, &self.vcpu, runner, &stop, &last);
+            }
             let reason = self.engine.end_turn(slot, &self.vcpu, stop);
             // Under KVM's local APIC the vCPU may have halted (and been
             // woken by KVM) inside this turn: not run time.

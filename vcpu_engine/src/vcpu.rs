@@ -201,6 +201,13 @@ pub trait VcpuExitHandler: Send + Sync {
     /// A vCPU ended for a reason other than a stop (fatal guest state, a
     /// failed ioctl), on its own thread: the VMM typically stops the VM.
     fn vcpu_failed(&self, vcpu: u32, reason: &VcpuExitReason);
+    /// Read guest-physical memory at `gpa` into `buf` (false: not guest
+    /// RAM). The engine's spin watch ([`crate::spin_watch`]) reads the
+    /// guest's page tables and the code at a vCPU's instruction pointer
+    /// through it. Default: no guest memory, so no spin is ever seen.
+    fn read_guest(&self, _gpa: u64, _buf: &mut [u8]) -> bool {
+        false
+    }
 }
 
 /// Statistics a vCPU keeps of its own exits (more counters may be added).
@@ -219,6 +226,9 @@ pub struct VcpuStats {
     pub halts: u64,
     /// KVM_RUN returns with EINTR (kicks and other signals).
     pub kicks: u64,
+    /// Looks of the spin watch ([`crate::spin_watch`]) that found the
+    /// vCPU in a spin-wait loop with a sibling parked, so it yielded.
+    pub spin_yields: u64,
     /// Interrupts injected by Pacer (only without the in-kernel irqchip).
     pub injections: u64,
 }
@@ -434,6 +444,23 @@ impl VcpuRunner {
             })
             .map_err(err)?;
         Ok(())
+    }
+
+    /// Have KVM copy the registers and the system registers into the
+    /// shared `kvm_run` area at every exit (KVM_CAP_SYNC_REGS): the spin
+    /// watch then reads them with no ioctl.
+    pub(crate) fn sync_registers(&mut self) {
+        self.fd.set_sync_valid_reg(kvm_ioctls::SyncReg::Register);
+        self.fd
+            .set_sync_valid_reg(kvm_ioctls::SyncReg::SystemRegister);
+    }
+
+    /// Whether the vCPU, just out of KVM_RUN with its registers synced
+    /// ([`VcpuRunner::sync_registers`]), sits in a spin-wait loop.
+    pub(crate) fn spinning(&self) -> bool {
+        let regs = self.fd.sync_regs();
+        let read = |gpa: u64, buf: &mut [u8]| self.handler.read_guest(gpa, buf);
+        crate::spin_watch::spinning(regs.regs.rip, &regs.sregs, &read)
     }
 
     fn rip(&self) -> u64 {

@@ -288,6 +288,13 @@ pub struct EngineVcpu {
     /// Awake (not halted) at the agent's last look, halted in the engine's
     /// view (ranked).
     pub(crate) awake_at_look: AtomicBool,
+    /// It was in a spin-wait loop when it last left its CPU runnable
+    /// (the spin watch, `crate::spin_watch`): a spinning sibling's CPU
+    /// goes first to a parked sibling that was not.
+    pub(crate) spun_at_stop: AtomicBool,
+    /// A sibling that may hold a lock left its CPU: look whether this one
+    /// spins at its next exit (the spin watch; its thread is kicked).
+    pub(crate) look_asked: AtomicBool,
     /// KVM's `halt_wakeup` count when the engine last looked (ranked).
     pub(crate) wakeups_seen: AtomicU64,
     /// Its thread's `/proc/thread-self/stat`, opened by the thread as it
@@ -530,6 +537,8 @@ impl EngineVcpu {
             left: AtomicBool::new(false),
             wakeups_seen: AtomicU64::new(0),
             awake_at_look: AtomicBool::new(false),
+            spun_at_stop: AtomicBool::new(false),
+            look_asked: AtomicBool::new(false),
             quantum_timer: OnceLock::new(),
             thread_stat: OnceLock::new(),
             rank: RankState::new(),

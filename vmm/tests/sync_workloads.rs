@@ -167,3 +167,53 @@ fn an_ipi_to_a_preempted_sibling_is_a_directed_yield_only_with_relaxed_coschedul
         }
     }
 }
+
+/// The spin watch (`vcpu_engine::spin_watch`): a spin lock VM wider than
+/// its CPUs, next to a hog VM, under `threads`. With relaxed
+/// co-scheduling its vCPUs found spinning while a sibling that may hold
+/// the lock waits parked yield to that sibling (the guest's lock has no PV
+/// path and never writes the yield port, so each yield is the watch's);
+/// the hog VM, with no PAUSE in its compute loop, yields only while its
+/// vCPUs wait for each other as the guest starts (a PAUSE loop too), a
+/// few times against the lock VM's 150-ish here; with co-scheduling off
+/// nothing is watched. Counts only, no times.
+#[test]
+fn a_vcpu_spinning_on_a_parked_sibling_yields_to_it_only_with_relaxed_coscheduling() {
+    if !kvm_or_skip(
+        "a_vcpu_spinning_on_a_parked_sibling_yields_to_it_only_with_relaxed_coscheduling",
+    ) {
+        return;
+    }
+    let _one = serial();
+    let dir = TempDir::new("sync-spin-watch");
+    for mode in ["relaxed", "off"] {
+        let lock = vm_table("lock", "spinlock duration_ms=1000 cs_ns=2000 gap_ns=2000").replace(
+            "vcpus = 1",
+            &format!("vcpus = 3\ncpus = \"0-1\"\ncoschedule = \"{mode}\""),
+        );
+        let hog = vm_table("hog", "cpu duration_ms=1000").replace(
+            "vcpus = 1",
+            &format!("vcpus = 3\ncpus = \"0-1\"\ncoschedule = \"{mode}\""),
+        );
+        let text = format!(
+            "[host]\npolicy = \"haiku\"\ndispatch = \"threads\"\ncpus = \"0-1\"\n\
+             log_dir = \"logs\"\n\n{lock}{hog}"
+        );
+        let res = common::run_config(&dir, &text);
+        succeeded(mode, &res.vms[0]);
+        succeeded(mode, &res.vms[1]);
+        let yields =
+            |r: &vmm::results::VmResult| r.vcpu_stats.iter().map(|s| s.spin_yields).sum::<u64>();
+        let (lock_yields, hog_yields) = (yields(&res.vms[0]), yields(&res.vms[1]));
+        eprintln!("{mode}: spin yields: lock VM {lock_yields}, hog VM {hog_yields}");
+        if mode == "relaxed" {
+            assert!(lock_yields > 0, "{mode}: {:?}", res.vms[0].vcpu_stats);
+            assert!(
+                hog_yields * 5 <= lock_yields,
+                "{mode}: the hog VM yielded {hog_yields} times, the lock VM {lock_yields}"
+            );
+        } else {
+            assert_eq!(lock_yields + hog_yields, 0, "{mode}: {:?}", res.vms);
+        }
+    }
+}

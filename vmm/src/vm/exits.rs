@@ -11,6 +11,7 @@ use devices::irqchip::IrqChip;
 use devices::{IoContext, MmioBus, PioBus};
 use std::sync::Arc;
 use vcpu_engine::vcpu::{MsrFault, VcpuExitHandler, VcpuExitReason};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 /// vCPU exit dispatch of one VM.
 pub(super) struct ExitHandler {
@@ -23,6 +24,9 @@ pub(super) struct ExitHandler {
     steal: Option<Arc<StealTime>>,
     unknown_pio: UnknownAccessLog,
     unknown_mmio: UnknownAccessLog,
+    /// Guest RAM, which the engine's spin watch reads (page tables and
+    /// the code at a vCPU's instruction pointer).
+    mem: Arc<GuestMemoryMmap>,
 }
 
 impl ExitHandler {
@@ -32,6 +36,7 @@ impl ExitHandler {
         mmio: MmioBus,
         irqchip: Option<Arc<IrqChip>>,
         steal: Option<Arc<StealTime>>,
+        mem: Arc<GuestMemoryMmap>,
     ) -> ExitHandler {
         ExitHandler {
             shared,
@@ -41,11 +46,16 @@ impl ExitHandler {
             steal,
             unknown_pio: UnknownAccessLog::new("port", 64),
             unknown_mmio: UnknownAccessLog::new("MMIO", 64),
+            mem,
         }
     }
 }
 
 impl VcpuExitHandler for ExitHandler {
+    fn read_guest(&self, gpa: u64, buf: &mut [u8]) -> bool {
+        self.mem.read_slice(buf, GuestAddress(gpa)).is_ok()
+    }
+
     fn pio_in(&self, vcpu: u32, port: u16, data: &mut [u8]) {
         if !self.bus.read(IoContext { vcpu }, port, data) {
             if let Some(m) =

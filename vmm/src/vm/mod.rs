@@ -293,6 +293,7 @@ impl Vm {
             devices.mmio,
             chip,
             steal,
+            mem.clone(),
         ));
 
         log::debug!(
