@@ -127,22 +127,37 @@ pub struct Config {
 }
 
 /// The dispatch of a config that names none: `threads` where the engine
-/// must carry out what the host kernel cannot - hand the CPUs out itself
-/// (SMT isolation), or switch a VM's vCPUs within a fraction of a
-/// millisecond (sibling turns: `coschedule = "turns"` on a VM with more
-/// vCPUs than CPUs in its core set; under `ranked` the host kernel carried
-/// out a 250 us turn in 1.8 ms at the median on the development machine,
-/// and the 3:1 barrier VM gained 1.6x where it gained 9.7x under
-/// `threads`, docs/measurements/sync.md); else `ranked`.
+/// must carry out what the host kernel cannot:
+/// - hand the CPUs out itself (SMT isolation);
+/// - serve a co-scheduled VM with more vCPUs than CPUs in its core set,
+///   which always has a sibling parked and waits on it
+///   (docs/measurements/sync.md, 3:1 next to hogs on the development
+///   machine):
+///   - `relaxed`: the directed yields of IPIs to a parked sibling and the
+///     spin watch (`vcpu_engine::spin_watch`) need Pacer's own local APIC
+///     and its exits; under `ranked` IPIs stay in KVM and the host kernel
+///     switches the threads unseen. The spin lock VM did 1.46x, the
+///     barrier 1.90x, the shootdown 2.77x its rounds under `ranked`;
+///   - `turns`: under `ranked` the host kernel carried out a 250 us turn
+///     in 1.8 ms at the median, and the barrier VM gained 1.6x where it
+///     gained 9.7x under `threads`.
+///
+/// Else `ranked`: a co-scheduled VM that fits its CPUs (2:1) lost its
+/// shootdown under `threads` (0.32x of `ranked`'s round trips).
 pub fn default_dispatch(
     smt_isolation: bool,
     tunables: &vcpu_sched::Tunables,
     vms: &[VmConfig],
 ) -> vcpu_engine::DispatchKind {
-    let takes_turns = |v: &VmConfig| {
-        v.coschedule == vcpu_sched::Coschedule::Turns && v.vcpus as usize > v.cpus.len()
+    let waits_on_parked_siblings = |v: &VmConfig| {
+        let wide = v.vcpus as usize > v.cpus.len();
+        match v.coschedule {
+            vcpu_sched::Coschedule::Off => false,
+            vcpu_sched::Coschedule::Relaxed => wide,
+            vcpu_sched::Coschedule::Turns => wide && tunables.sibling_turn > 0,
+        }
     };
-    if smt_isolation || (tunables.sibling_turn > 0 && vms.iter().any(takes_turns)) {
+    if smt_isolation || vms.iter().any(waits_on_parked_siblings) {
         vcpu_engine::DispatchKind::Threads
     } else {
         vcpu_engine::DispatchKind::default()

@@ -1002,7 +1002,7 @@ fn the_summary_names_every_scheduling_key_that_differs_from_its_default() {
 /// off (`tunables.sibling_turn = 0`) keep `ranked`, and a dispatch the
 /// file names is kept.
 #[test]
-fn sibling_turns_in_a_wide_coscheduled_vm_default_to_threads() {
+fn a_vm_that_waits_on_its_siblings_defaults_to_threads() {
     let fx = Fixture::new("sibling-turns");
     let host = |turn: &str, dispatch: &str| {
         format!("[host]\ncpus = \"0-1\"\npolicy = \"haiku\"\n{dispatch}\n[host.tunables]\nsibling_turn = {turn}\n")
@@ -1011,14 +1011,29 @@ fn sibling_turns_in_a_wide_coscheduled_vm_default_to_threads() {
         format!("\n[[vm]]\nname = \"v\"\nvcpus = {vcpus}\nmemory_mib = 64\nkernel = \"kernel.elf\"\ncoschedule = \"{cosched}\"\n")
     };
     let dispatch = |text: String| fx.parse(&text).unwrap().host.dispatch;
-    assert_eq!(
-        dispatch(host("250000", "") + &vm(3, "turns")),
-        DispatchKind::Threads
-    );
+    for (text, why) in [
+        (
+            host("250000", "") + &vm(3, "turns"),
+            "turns, wider than its CPUs",
+        ),
+        (
+            host("0", "") + &vm(3, "relaxed"),
+            "relaxed, wider than its CPUs",
+        ),
+    ] {
+        assert_eq!(dispatch(text), DispatchKind::Threads, "{why}");
+    }
     for (text, why) in [
         (host("0", "") + &vm(3, "turns"), "turns switched off"),
-        (host("250000", "") + &vm(2, "turns"), "fits its two CPUs"),
-        (host("250000", "") + &vm(3, "relaxed"), "no turns"),
+        (
+            host("250000", "") + &vm(2, "turns"),
+            "turns, fits its two CPUs",
+        ),
+        (
+            host("250000", "") + &vm(2, "relaxed"),
+            "relaxed, fits its two CPUs",
+        ),
+        (host("250000", "") + &vm(3, "off"), "not co-scheduled"),
     ] {
         assert_eq!(dispatch(text), DispatchKind::Ranked, "{why}");
     }
