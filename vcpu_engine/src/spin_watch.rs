@@ -8,7 +8,7 @@
 //! help here: Intel's watches only guest kernel code (CPL 0), and a KVM
 //! without VT-x (this project's development machines) has none. A
 //! scheduler that owns every vCPU can look for itself, at the moments a
-//! holder may have been parked ([`SpinWatch`]): a vCPU found in a
+//! holder may have been parked (`SpinWatch`): a vCPU found in a
 //! spin-wait loop while a sibling that was not spinning waits parked
 //! yields, and the scheduler's directed yield (`vcpu_sched`'s relaxed
 //! co-scheduling) gives its CPU to that sibling.
