@@ -96,7 +96,7 @@ pub(super) struct Engine {
     pub now: Nanos,
     pub end: Nanos,
     pub warmup: Nanos,
-    kick_latency: Nanos,
+    pub(super) kick_latency: Nanos,
     pub groups: Vec<Group>,
     pub ents: Vec<Ent>,
     pub ent_of: Vec<u32>,
@@ -223,6 +223,12 @@ impl Engine {
                 EvKind::Change => {
                     self.events += 1;
                     self.on_change(ev.idx as usize, now)?;
+                }
+                EvKind::Look => {
+                    if self.ents[ev.idx as usize].look_gen == ev.gen {
+                        self.events += 1;
+                        self.on_look(ev.idx as usize, now)?;
+                    }
                 }
             }
         }
@@ -476,6 +482,7 @@ impl Engine {
             if reason != StopReason::Blocked {
                 self.ready_add(p as usize, now);
             }
+            self.watch_stop(p as usize, reason, now);
         }
         self.cpus[c].current = None;
         self.sched_calls += 1;
@@ -578,6 +585,7 @@ impl Engine {
         self.pass_barrier_on_dispatch(e, now)?;
         self.shootdown_on_dispatch(e, now)?;
         self.arm(c, now);
+        self.watch_dispatch(e, now);
         Ok(())
     }
 }

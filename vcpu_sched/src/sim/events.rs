@@ -18,6 +18,8 @@ pub(super) enum EvKind {
     SleepEnd,
     /// The workload's change number `idx` is made.
     Change,
+    /// The spin watch looks at vCPU `idx` (stale unless `gen` matches).
+    Look,
 }
 
 /// One event: `idx` is a CPU (timer, kick), a vCPU (sleep end) or a change.

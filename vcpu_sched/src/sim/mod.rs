@@ -14,6 +14,8 @@
 //! - [`dist`]: burst / sleep distributions and the seeded random stream;
 //! - `events`: the event queue (time, then sequence number);
 //! - `model`: the vCPUs' behaviour and the simulator's own measurements;
+//! - `spin_watch`: the engine's spin watch, for relaxed VMs when the
+//!   workload asks for it;
 //! - [`engine`]: the loop that moves the model from event to event and
 //!   plays the VMM towards the scheduler ([`Simulator`]); every answer goes
 //!   through a [`crate::Monitor`], whose counts are the report's
@@ -42,6 +44,7 @@ pub mod front;
 mod model;
 pub mod replay;
 pub mod report;
+mod spin_watch;
 pub mod workload;
 
 pub use change::ChangeSpec;

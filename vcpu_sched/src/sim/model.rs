@@ -103,6 +103,12 @@ pub(super) struct Ent {
     pub ready_wait: Nanos,
     pub migrations: u64,
     pub latencies: Vec<Nanos>,
+    /// Its VM has the spin watch (`spin_watch.rs`).
+    pub watch: bool,
+    /// It was spinning when it last left its CPU runnable.
+    pub spun_at_stop: bool,
+    /// Names its newest look (older look events are stale).
+    pub look_gen: u32,
 }
 
 pub(super) struct Cpu {
@@ -342,6 +348,9 @@ impl Model {
                     ready_wait: 0,
                     migrations: 0,
                     latencies: Vec::new(),
+                    watch: w.spin_watch && g.coschedule == Some(crate::Coschedule::Relaxed),
+                    spun_at_stop: false,
+                    look_gen: 0,
                 });
             }
         }

@@ -402,6 +402,15 @@ pub struct Workload {
     /// `schedule` (IPI + exit), in microseconds (default 2).
     #[serde(default = "default_kick_latency")]
     pub kick_latency_us: f64,
+    /// Model the engine's spin watch (`vcpu_engine::spin_watch`, relaxed
+    /// co-scheduling under the `threads` dispatch) for the VMs whose
+    /// groups set `coschedule = "relaxed"`: a vCPU that leaves its CPU
+    /// runnable outside a spin wait makes its running siblings look
+    /// (after `kick_latency_us`), a vCPU dispatched while such a sibling
+    /// waits parked looks 100 us in, and a look that finds the vCPU
+    /// spinning asks `yield_to` for that sibling. Looks cost nothing here.
+    #[serde(default)]
+    pub spin_watch: bool,
     /// Scheduler configuration.
     #[serde(default)]
     pub sched: SchedConfig,
@@ -451,6 +460,7 @@ impl Workload {
             duration_ms,
             warmup_ms: 0,
             kick_latency_us: default_kick_latency(),
+            spin_watch: false,
             sched: SchedConfig::default(),
             groups: Vec::new(),
             changes: Vec::new(),

@@ -1,0 +1,100 @@
+//! The engine's spin watch (`vcpu_engine::spin_watch`: pause-loop
+//! exiting in software, relaxed co-scheduling under `threads`) in the
+//! model, when the workload sets `spin_watch`. The engine tells a spin
+//! from the guest's code; here a vCPU spins in the phases that spin (the
+//! lock, the barrier, a shootdown's wait). The looks come at the same
+//! moments as there: when a sibling leaves its CPU runnable outside a
+//! spin (after the kick latency), and a fixed time into a turn that
+//! starts while such a sibling waits parked. A look costs nothing here.
+
+use super::engine::Engine;
+use super::model::{Phase, State};
+use super::SimError;
+use crate::{Nanos, StopReason};
+
+/// How long into its turn a vCPU is looked at, while a likely holder of
+/// its VM waits parked (the engine's `LOOK_AFTER_DISPATCH_NS`).
+const LOOK_AFTER_DISPATCH: Nanos = 100_000;
+
+impl Engine {
+    fn spinning(&self, e: usize) -> bool {
+        matches!(
+            self.ents[e].phase,
+            Phase::WaitLock | Phase::WaitBarrier | Phase::WaitShootdown
+        )
+    }
+
+    /// A sibling of `e` that waits parked and was not spinning when it
+    /// stopped: the likely holder of what `e` waits for.
+    fn parked_holder(&self, e: usize) -> Option<usize> {
+        let vm = self.ents[e].vm;
+        (0..self.ents.len()).find(|&s| {
+            s != e
+                && self.ents[s].vm == vm
+                && self.ents[s].state == State::Ready
+                && !self.ents[s].spun_at_stop
+        })
+    }
+
+    fn look_at(&mut self, e: usize, at: Nanos) {
+        let gen = self.ents[e].look_gen.wrapping_add(1);
+        self.ents[e].look_gen = gen;
+        self.push(at, super::events::EvKind::Look, e as u32, gen);
+    }
+
+    /// `p` left its CPU for `reason`: note whether it was spinning; if
+    /// it left runnable outside a spin, its running siblings look.
+    pub(super) fn watch_stop(&mut self, p: usize, reason: StopReason, now: Nanos) {
+        if !self.ents[p].watch {
+            return;
+        }
+        let runnable = matches!(reason, StopReason::QuantumEnd | StopReason::Preempted);
+        let spun = match reason {
+            StopReason::Yielded => true,
+            _ => runnable && self.spinning(p),
+        };
+        self.ents[p].spun_at_stop = spun;
+        if !runnable || spun {
+            return;
+        }
+        let vm = self.ents[p].vm;
+        for s in 0..self.ents.len() {
+            if s != p && self.ents[s].vm == vm && matches!(self.ents[s].state, State::Running(_)) {
+                self.look_at(s, now + self.kick_latency);
+            }
+        }
+    }
+
+    /// `e` was dispatched: one look into its turn if a likely holder
+    /// waits parked.
+    pub(super) fn watch_dispatch(&mut self, e: usize, now: Nanos) {
+        if self.ents[e].watch && self.parked_holder(e).is_some() {
+            self.look_at(e, now + LOOK_AFTER_DISPATCH);
+        }
+    }
+
+    /// The look: if `e` still runs its turn and spins while a likely
+    /// holder waits parked, it asks `yield_to` for that sibling and, if
+    /// the scheduler takes it, its turn ends as a yield.
+    pub(super) fn on_look(&mut self, e: usize, now: Nanos) -> Result<(), SimError> {
+        let State::Running(c) = self.ents[e].state else {
+            return Ok(());
+        };
+        let c = c as usize;
+        if self.cpus[c].current != Some(e as u32) || now >= self.cpus[c].quantum_end {
+            return Ok(());
+        }
+        self.account(c, now);
+        if !self.spinning(e) {
+            return Ok(());
+        }
+        let Some(h) = self.parked_holder(e) else {
+            return Ok(());
+        };
+        self.sched_calls += 1;
+        if self.sched.yield_to(self.ents[e].id, self.ents[h].id, now)? {
+            self.do_schedule(c, now, StopReason::Yielded)?;
+        }
+        Ok(())
+    }
+}
