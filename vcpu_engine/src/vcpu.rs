@@ -202,7 +202,7 @@ pub trait VcpuExitHandler: Send + Sync {
     /// failed ioctl), on its own thread: the VMM typically stops the VM.
     fn vcpu_failed(&self, vcpu: u32, reason: &VcpuExitReason);
     /// Read guest-physical memory at `gpa` into `buf` (false: not guest
-    /// RAM). The engine's spin watch ([`crate::spin_watch`]) reads the
+    /// RAM). The engine's spin watch (`crate::pause_loop`) reads the
     /// guest's page tables and the code at a vCPU's instruction pointer
     /// through it. Default: no guest memory, so no spin is ever seen.
     fn read_guest(&self, _gpa: u64, _buf: &mut [u8]) -> bool {
@@ -226,7 +226,7 @@ pub struct VcpuStats {
     pub halts: u64,
     /// KVM_RUN returns with EINTR (kicks and other signals).
     pub kicks: u64,
-    /// Looks of the spin watch ([`crate::spin_watch`]) that found the
+    /// Looks of the spin watch (`spin_watch.rs`) that found the
     /// vCPU in a spin-wait loop with a sibling parked, so it yielded.
     pub spin_yields: u64,
     /// Interrupts injected by Pacer (only without the in-kernel irqchip).
@@ -460,7 +460,7 @@ impl VcpuRunner {
     pub(crate) fn spinning(&self) -> bool {
         let regs = self.fd.sync_regs();
         let read = |gpa: u64, buf: &mut [u8]| self.handler.read_guest(gpa, buf);
-        crate::spin_watch::spinning(regs.regs.rip, &regs.sregs, &read)
+        crate::pause_loop::spinning(regs.regs.rip, &regs.sregs, &read)
     }
 
     fn rip(&self) -> u64 {
