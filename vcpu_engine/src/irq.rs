@@ -6,8 +6,13 @@
 //! so in `ready_for_interrupt_injection` after each exit; when it cannot,
 //! the vCPU asks for an interrupt-window exit. The vector is injected
 //! *first* and acknowledged in the controller (IRR -> ISR) only once KVM
-//! accepted it, so an injection KVM still holds from an entry that a kick
-//! cut short (EEXIST) never loses a vector.
+//! accepted it, and never while KVM may still hold the previous one
+//! (injected with no entry since, or before an entry a kick cut short):
+//! hardware KVM refuses a second (EEXIST), but the development machines'
+//! software KVM takes it in place of the first, whose vector then stays in
+//! service in the controller and never reaches the guest (a vCPU asleep
+//! for good: two injections in one look before an entry, the second an
+//! IPI that arrived meanwhile). [`VcpuRunner`] keeps that count.
 //!
 //! NMIs go to KVM (KVM_NMI) as they come; KVM delivers one and holds one
 //! behind it until the guest's IRET. While KVM holds one the guest could
@@ -119,6 +124,13 @@ pub fn deliver_interrupt(
         runner.request_interrupt_window(false);
         return Ok(None);
     };
+    // KVM may still hold the last vector injected (an entry cut short by
+    // a kick, or none yet): it goes in first, and the window after it
+    // brings this one.
+    if runner.injection_outstanding()? {
+        runner.request_interrupt_window(true);
+        return Ok(None);
+    }
     let (ready, _if_flag) = runner.interrupt_window();
     let can = ready
         || (*last == VcpuStep::Interrupted && runner.cpl()? == 3 && !runner.kvm_holds_event()?);
@@ -135,8 +147,10 @@ pub fn deliver_interrupt(
             runner.request_interrupt_window(false);
             Ok(Some(vector))
         }
-        // KVM still holds an earlier injection (an entry a kick cut short):
-        // it goes in first; this vector stays pending in the controller.
+        // Hardware KVM still holds an earlier injection that
+        // `injection_outstanding` could not see (an entry a kick cut short
+        // before the guest ran): it goes in first; this vector stays
+        // pending in the controller.
         Err(VcpuExitReason::KvmError { errno }) if errno == libc::EEXIST => {
             runner.request_interrupt_window(true);
             Ok(None)

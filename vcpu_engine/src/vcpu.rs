@@ -282,6 +282,25 @@ pub struct VcpuRunner {
     pub(crate) apic_exits_synced: u64,
     /// NMIs were given to KVM (KVM_NMI) and may not all be delivered yet.
     nmis_in_kvm: bool,
+    /// Where the last KVM_INTERRUPT stands.
+    injection: Injection,
+}
+
+/// Where a vCPU's last KVM_INTERRUPT stands. KVM holds one injected
+/// vector; the development machines' software KVM replaces it when a
+/// second comes before the guest took the first, where hardware KVM
+/// refuses the second (EEXIST). So the engine keeps count itself and never
+/// injects while KVM may still hold a vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Injection {
+    /// None outstanding: the last was delivered (an entry that ran the
+    /// guest delivers what was injected when it could take it).
+    Taken,
+    /// Injected, and no KVM_RUN since: KVM holds it.
+    Queued,
+    /// Injected, and the KVM_RUN since ended with EINTR, perhaps before
+    /// the guest ran: KVM may still hold it (KVM_GET_VCPU_EVENTS tells).
+    CutShort,
 }
 
 impl VcpuRunner {
@@ -296,6 +315,7 @@ impl VcpuRunner {
             cr8_synced: 0,
             apic_exits_synced: 0,
             nmis_in_kvm: false,
+            injection: Injection::Taken,
         }
     }
 
@@ -374,7 +394,26 @@ impl VcpuRunner {
             });
         }
         self.stats.injections += 1;
+        self.injection = Injection::Queued;
         Ok(())
+    }
+
+    /// Whether KVM may still hold an interrupt injected earlier, which a
+    /// new injection would replace (software KVM) or be refused behind
+    /// (hardware KVM). Costs one KVM_GET_VCPU_EVENTS only after an
+    /// injection followed by a kicked entry.
+    pub(crate) fn injection_outstanding(&mut self) -> Result<bool, VcpuExitReason> {
+        match self.injection {
+            Injection::Taken => Ok(false),
+            Injection::Queued => Ok(true),
+            Injection::CutShort => {
+                let held = self.vcpu_events()?.interrupt.injected != 0;
+                if !held {
+                    self.injection = Injection::Taken;
+                }
+                Ok(held)
+            }
+        }
     }
 
     /// Queue an NMI (KVM_NMI).
@@ -491,6 +530,15 @@ impl VcpuRunner {
         let run: *const kvm_run = self.fd.get_kvm_run();
         let exit = self.fd.run();
         self.stats.exits += 1;
+        if self.injection != Injection::Taken {
+            let kicked =
+                matches!(&exit, Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN);
+            self.injection = if kicked {
+                Injection::CutShort
+            } else {
+                Injection::Taken
+            };
+        }
         match exit {
             Ok(VcpuExit::IoIn(port, data)) => {
                 self.stats.pio_exits += 1;

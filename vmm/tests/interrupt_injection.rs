@@ -12,6 +12,9 @@
 //! HLT, and the wake-up it carries is lost (the ping-pong hang). Both
 //! states are set up here directly (registers and KVM_SET_VCPU_EVENTS, no
 //! guest code runs), so each decision is checked exactly, every time.
+//!
+//! The same way: a second interrupt requested while KVM still holds the
+//! first (no entry yet, or one a kick cut short) is not injected.
 
 mod common;
 
@@ -25,6 +28,9 @@ use vmm::vm::open_kvm;
 const VECTOR: u8 = 0xfd;
 /// #UD, the exception of the bench guest's system-call trap.
 const UD: u8 = 6;
+
+/// A second vector, requested after the first was injected.
+const SECOND: u8 = 0xec;
 
 /// A controller with one fixed vector requested until acknowledged.
 struct OneVector {
@@ -73,7 +79,17 @@ impl VcpuExitHandler for NoDevices {
 /// ready flag reads 0, as after a kick there); with `trap`, KVM holds that
 /// exception as if a kick had caught the guest while it was delivered.
 fn ring3_vcpu(vm: &kvm_ioctls::VmFd, trap: Option<u8>) -> VcpuRunner {
-    let vcpu = vm.create_vcpu(0).unwrap();
+    ring3_vcpu_with(vm, trap, |_| ())
+}
+
+/// [`ring3_vcpu`], with `setup` applied to the KVM vCPU first.
+fn ring3_vcpu_with(
+    vm: &kvm_ioctls::VmFd,
+    trap: Option<u8>,
+    setup: impl FnOnce(&mut kvm_ioctls::VcpuFd),
+) -> VcpuRunner {
+    let mut vcpu = vm.create_vcpu(0).unwrap();
+    setup(&mut vcpu);
     let mut sregs = vcpu.get_sregs().unwrap();
     boot::regs::long_mode_sregs(&mut sregs);
     for seg in [&mut sregs.cs, &mut sregs.ss] {
@@ -155,4 +171,77 @@ fn an_interrupt_waits_for_the_window_while_kvm_delivers_a_ring3_trap() {
         runner.interrupt_window_requested(),
         "the vCPU asks for the window instead"
     );
+}
+
+/// Two injections with no guest instruction between them, KVM's last
+/// exit having said the guest can take one (as after a HLT): the second
+/// waits for the window while KVM holds the first. The development
+/// machines' software KVM took the second in place of the first, whose
+/// vector then stayed in service and never reached the guest (a vCPU
+/// asleep in `sti; hlt` for good). With `kicked_entry`, a KVM_RUN cut
+/// short before the guest ran comes between them.
+fn second_injection_waits(kicked_entry: bool) {
+    let kvm = open_kvm().unwrap();
+    let vm = kvm.create_vm().unwrap();
+    let mut run: *mut kvm_bindings::kvm_run = std::ptr::null_mut();
+    let mut runner = ring3_vcpu_with(&vm, None, |vcpu| {
+        if kicked_entry {
+            vcpu.set_kvm_immediate_exit(1);
+        }
+        run = vcpu.get_kvm_run();
+    });
+    let say_ready = || {
+        // SAFETY: `run` is the vCPU's kvm_run mapping, alive while
+        // `runner` owns its fd; no KVM_RUN is in progress.
+        unsafe { (*run).ready_for_interrupt_injection = 1 };
+    };
+    say_ready();
+    let src = requested();
+    deliver_interrupt(&src, &mut runner, &VcpuStep::Start).unwrap();
+    assert_eq!(*src.acknowledged.lock().unwrap(), vec![VECTOR]);
+    if kicked_entry {
+        assert_eq!(
+            runner.run_once(),
+            VcpuStep::Interrupted,
+            "the entry was cut short"
+        );
+        say_ready();
+    }
+    *src.requested.lock().unwrap() = Some(SECOND);
+    deliver_interrupt(&src, &mut runner, &VcpuStep::Start).unwrap();
+    assert_eq!(
+        *src.acknowledged.lock().unwrap(),
+        vec![VECTOR],
+        "the second vector is not injected while KVM holds the first"
+    );
+    assert_eq!(
+        *src.requested.lock().unwrap(),
+        Some(SECOND),
+        "still requested"
+    );
+    let events = runner.vcpu_events().unwrap();
+    assert_eq!(
+        (events.interrupt.injected, events.interrupt.nr),
+        (1, VECTOR),
+        "KVM still holds the first"
+    );
+    assert!(
+        runner.interrupt_window_requested(),
+        "the vCPU asks for the window after it"
+    );
+}
+#[test]
+fn a_second_interrupt_before_the_entry_waits_for_the_first() {
+    if !kvm_or_skip("a_second_interrupt_before_the_entry_waits_for_the_first") {
+        return;
+    }
+    second_injection_waits(false);
+}
+
+#[test]
+fn a_second_interrupt_after_a_kicked_entry_waits_for_the_first() {
+    if !kvm_or_skip("a_second_interrupt_after_a_kicked_entry_waits_for_the_first") {
+        return;
+    }
+    second_injection_waits(true);
 }
