@@ -133,6 +133,12 @@ pub(crate) fn set_rank(tid: i32, code: i32) -> io::Result<()> {
     }
 }
 
+/// The calling thread's scheduling class (SCHED_*), for tests.
+#[cfg(test)]
+pub(crate) fn own_policy() -> u32 {
+    own_attr().expect("sched_getattr").policy
+}
+
 /// The calling thread's scheduling attributes (`sched_getattr`).
 fn own_attr() -> io::Result<SchedAttr> {
     let mut attr = SchedAttr {

@@ -40,7 +40,11 @@
 //! and not running: a capped vCPU is never a filler, so its cap holds
 //! exactly). Preemptions and blocks are carried out from whichever thread
 //! decides (the agent, a waker) by changing ranks and CPUs; the kernel
-//! then switches threads as it would for any preemption.
+//! then switches threads as it would for any preemption. A thread out of
+//! KVM_RUN, which may hold a lock of the VMM's, is the exception: no
+//! other thread lowers it, it handles exits in the normal class even as
+//! a filler, and its gate applies what was decided before the next
+//! entry ([`left_guest`]).
 //!
 //! # What the engine learns, and when
 //!
@@ -170,6 +174,20 @@ impl Engine {
         let tid = v.thread_id();
         if tid == 0 || v.left.load(Ordering::Acquire) {
             return;
+        }
+        if tid != crate::signals::current_tid() {
+            // Pairs with the gate's fence before its look at the decision
+            // (`RankedGate::next`): either it sees this decision or this
+            // sees it back in the guest.
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if v.rank.out_of_guest.load(Ordering::Relaxed) {
+                // Handling an exit, maybe holding a lock of the VMM's
+                // that its CPU's next owner will want: lowered now to the
+                // idle class, it would keep that lock for as long as the
+                // host's other threads keep the CPU. Its gate applies
+                // the decision before the next entry.
+                return;
+            }
         }
         let settled = v.rank.apply(
             |rank| {
@@ -794,6 +812,8 @@ impl VcpuGate for RankedGate {
                 if let Err(r) = self.start(runner) {
                     return self.exit(r);
                 }
+                let me = v.clone();
+                runner.on_leaving_guest(Arc::new(move || left_guest(&me)));
                 decided = true;
             }
             VcpuStep::Fatal(r) => return self.exit(r.clone()),
@@ -842,13 +862,42 @@ impl VcpuGate for RankedGate {
             decided = true;
         }
         if decided {
-            {
-                let ctl = v.ctl();
-                self.engine.decide_rank(&v, &ctl);
-            }
+            let ctl = v.ctl();
+            self.engine.decide_rank(&v, &ctl);
+        }
+        // Back to the guest: from here on the deciders apply its rank
+        // themselves, and it applies what they decided while it was out.
+        v.rank.out_of_guest.store(false, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if decided || v.rank.stale() {
             self.engine.apply_rank(&v);
         }
         GateDecision::Run
+    }
+}
+
+/// On a ranked vCPU's thread as KVM_RUN returns, before the VMM handles
+/// the exit: the deciders leave its rank to it from now on
+/// (`Engine::apply_rank`), and a filler leaves the idle class. A filler
+/// runs there only in the slivers the kernel gives that class beside
+/// normal threads; if it took a lock of the VMM's there (the results log,
+/// the console) and its CPU's owner then wanted it, the owner would sleep
+/// until the next sliver, up to a second beside a busy host thread (the
+/// steal-time test's accounting gap: the priority inversion the ranks
+/// must not make). Its gate sets the decided rank again before the next
+/// entry.
+fn left_guest(v: &EngineVcpu) {
+    v.rank.out_of_guest.store(true, Ordering::Relaxed);
+    let filler = Rank::Filler.code();
+    if v.rank.want_rank.load(Ordering::Acquire) == filler
+        || v.rank.has_rank.load(Ordering::Acquire) == filler
+    {
+        let tid = v.thread_id();
+        match set_rank(tid, Rank::Owner.code()) {
+            // Unknown from now on: the gate sets it again.
+            Ok(()) => v.rank.has_rank.store(0, Ordering::Release),
+            Err(e) => gone_or_warn(v, "rank", &e),
+        }
     }
 }
 
@@ -864,5 +913,74 @@ pub(crate) fn allowed_host_cpus(engine: &Engine, cpus: &HostCpuSet) -> HostCpuSe
         ours
     } else {
         set
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rank::{own_policy, ranks_allowed};
+    use vcpu_sched::EntityId;
+
+    /// A vCPU whose thread is the calling one, decided and set at `rank`,
+    /// in the guest.
+    fn own_vcpu_at(rank: Rank) -> EngineVcpu {
+        let v = EngineVcpu::new(
+            0,
+            0,
+            0,
+            EntityId::new(0, 0),
+            "vm/vcpu0".into(),
+            RunState::Ready,
+        );
+        let tid = crate::signals::current_tid();
+        v.tid.store(tid, Ordering::Release);
+        set_rank(tid, rank.code()).unwrap();
+        v.rank.want_rank.store(rank.code(), Ordering::Release);
+        v.rank.has_rank.store(rank.code(), Ordering::Release);
+        v.rank.out_of_guest.store(false, Ordering::Release);
+        v
+    }
+
+    #[test]
+    fn a_filler_handles_its_exits_in_the_normal_class() {
+        if ranks_allowed().is_err() {
+            eprintln!("SKIPPED: no real-time priorities here");
+            return;
+        }
+        std::thread::spawn(|| {
+            let v = own_vcpu_at(Rank::Filler);
+            assert_eq!(own_policy(), libc::SCHED_IDLE as u32);
+            left_guest(&v);
+            assert_eq!(
+                own_policy(),
+                libc::SCHED_OTHER as u32,
+                "out of KVM_RUN a filler may take the VMM's locks: never idle class there"
+            );
+            assert!(v.rank.out_of_guest.load(Ordering::Acquire));
+            assert!(
+                v.rank.stale(),
+                "its gate sets the filler rank again before the next entry"
+            );
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn an_owner_leaves_the_guest_with_no_system_call() {
+        if ranks_allowed().is_err() {
+            eprintln!("SKIPPED: no real-time priorities here");
+            return;
+        }
+        std::thread::spawn(|| {
+            let v = own_vcpu_at(Rank::Owner);
+            left_guest(&v);
+            assert!(v.rank.out_of_guest.load(Ordering::Acquire));
+            assert!(!v.rank.stale(), "the rank it holds is the one decided");
+            assert_eq!(own_policy(), libc::SCHED_OTHER as u32);
+        })
+        .join()
+        .unwrap();
     }
 }

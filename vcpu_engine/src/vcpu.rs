@@ -284,7 +284,13 @@ pub struct VcpuRunner {
     nmis_in_kvm: bool,
     /// Where the last KVM_INTERRUPT stands.
     injection: Injection,
+    /// Called each time KVM_RUN returns, before the exit is handled.
+    left_guest: Option<LeftGuestHook>,
 }
+
+/// What a dispatch does on the vCPU's thread each time KVM_RUN returns,
+/// before the VMM handles the exit ([`VcpuRunner::on_leaving_guest`]).
+pub(crate) type LeftGuestHook = Arc<dyn Fn() + Send + Sync>;
 
 /// Where a vCPU's last KVM_INTERRUPT stands. KVM holds one injected
 /// vector; the development machines' software KVM replaces it when a
@@ -316,7 +322,15 @@ impl VcpuRunner {
             apic_exits_synced: 0,
             nmis_in_kvm: false,
             injection: Injection::Taken,
+            left_guest: None,
         }
+    }
+
+    /// Run `hook` on this thread each time KVM_RUN returns, before the
+    /// exit is handled (the ranked dispatch: a thread handling an exit,
+    /// where it may take the VMM's locks, is never in the idle class).
+    pub(crate) fn on_leaving_guest(&mut self, hook: LeftGuestHook) {
+        self.left_guest = Some(hook);
     }
 
     /// The KVM vCPU.
@@ -529,6 +543,9 @@ impl VcpuRunner {
         let idx = self.index;
         let run: *const kvm_run = self.fd.get_kvm_run();
         let exit = self.fd.run();
+        if let Some(hook) = &self.left_guest {
+            hook();
+        }
         self.stats.exits += 1;
         if self.injection != Injection::Taken {
             let kicked =

@@ -337,6 +337,11 @@ pub(crate) struct RankState {
     /// The one CPU of [`EngineVcpu::allowed`] if it holds one only
     /// (`NO_CPUS` otherwise).
     pub allowed_single: AtomicU64,
+    /// Its thread is out of KVM_RUN (handling an exit, in its gate, or
+    /// not started): only the thread itself applies its rank then, before
+    /// its next entry, so no other thread lowers it while it may hold a
+    /// lock of the VMM's (`ranked.rs`, `Engine::apply_rank`).
+    pub out_of_guest: AtomicBool,
 }
 
 /// [`RankState::has_cpus`] before any binding.
@@ -359,7 +364,15 @@ impl RankState {
             gave_up: AtomicBool::new(false),
             allowed_gen: AtomicU32::new(0),
             allowed_single: AtomicU64::new(NO_CPUS),
+            out_of_guest: AtomicBool::new(true),
         }
+    }
+
+    /// Whether the kernel may hold another rank or other CPUs than those
+    /// last decided.
+    pub fn stale(&self) -> bool {
+        self.want_rank.load(Ordering::Acquire) != self.has_rank.load(Ordering::Acquire)
+            || self.want_cpus.load(Ordering::Acquire) != self.has_cpus.load(Ordering::Acquire)
     }
 
     /// Carry out the last decision: `set_rank(code)` and `bind(cpus)` are
