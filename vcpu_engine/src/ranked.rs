@@ -185,8 +185,13 @@ impl Engine {
                 // that its CPU's next owner will want: lowered now to the
                 // idle class, it would keep that lock for as long as the
                 // host's other threads keep the CPU. Its gate applies
-                // the decision before the next entry.
-                return;
+                // the decision before the next entry — unless it went
+                // back in since the look above (then this applies it).
+                v.rank.deferred.store(true, Ordering::Relaxed);
+                std::sync::atomic::fence(Ordering::SeqCst);
+                if v.rank.out_of_guest.load(Ordering::Relaxed) {
+                    return;
+                }
             }
         }
         let settled = v.rank.apply(
@@ -869,7 +874,8 @@ impl VcpuGate for RankedGate {
         // themselves, and it applies what they decided while it was out.
         v.rank.out_of_guest.store(false, Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::SeqCst);
-        if decided || v.rank.stale() {
+        let deferred = v.rank.deferred.swap(false, Ordering::Relaxed);
+        if decided || deferred {
             self.engine.apply_rank(&v);
         }
         GateDecision::Run
@@ -895,7 +901,10 @@ fn left_guest(v: &EngineVcpu) {
         let tid = v.thread_id();
         match set_rank(tid, Rank::Owner.code()) {
             // Unknown from now on: the gate sets it again.
-            Ok(()) => v.rank.has_rank.store(0, Ordering::Release),
+            Ok(()) => {
+                v.rank.has_rank.store(0, Ordering::Release);
+                v.rank.deferred.store(true, Ordering::Relaxed);
+            }
             Err(e) => gone_or_warn(v, "rank", &e),
         }
     }
@@ -959,7 +968,7 @@ mod tests {
             );
             assert!(v.rank.out_of_guest.load(Ordering::Acquire));
             assert!(
-                v.rank.stale(),
+                v.rank.deferred.load(Ordering::Acquire),
                 "its gate sets the filler rank again before the next entry"
             );
         })
@@ -977,7 +986,10 @@ mod tests {
             let v = own_vcpu_at(Rank::Owner);
             left_guest(&v);
             assert!(v.rank.out_of_guest.load(Ordering::Acquire));
-            assert!(!v.rank.stale(), "the rank it holds is the one decided");
+            assert!(
+                !v.rank.deferred.load(Ordering::Acquire),
+                "the rank it holds is the one decided"
+            );
             assert_eq!(own_policy(), libc::SCHED_OTHER as u32);
         })
         .join()

@@ -342,6 +342,9 @@ pub(crate) struct RankState {
     /// its next entry, so no other thread lowers it while it may hold a
     /// lock of the VMM's (`ranked.rs`, `Engine::apply_rank`).
     pub out_of_guest: AtomicBool,
+    /// A decision was left to the thread while it was out of KVM_RUN (or
+    /// its exit lifted it from the idle class): its gate applies it.
+    pub deferred: AtomicBool,
 }
 
 /// [`RankState::has_cpus`] before any binding.
@@ -365,14 +368,8 @@ impl RankState {
             allowed_gen: AtomicU32::new(0),
             allowed_single: AtomicU64::new(NO_CPUS),
             out_of_guest: AtomicBool::new(true),
+            deferred: AtomicBool::new(false),
         }
-    }
-
-    /// Whether the kernel may hold another rank or other CPUs than those
-    /// last decided.
-    pub fn stale(&self) -> bool {
-        self.want_rank.load(Ordering::Acquire) != self.has_rank.load(Ordering::Acquire)
-            || self.want_cpus.load(Ordering::Acquire) != self.has_cpus.load(Ordering::Acquire)
     }
 
     /// Carry out the last decision: `set_rank(code)` and `bind(cpus)` are
