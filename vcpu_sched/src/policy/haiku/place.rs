@@ -98,6 +98,7 @@ impl HaikuScheduler {
                 .choose_core(&self.m, &c, self.tun())
                 .unwrap_or(self.m.core_of(c.origin)),
         };
+        let core = self.spread_siblings(e, core, None);
         let cpu = self.m.choose_cpu_in_core(core, &c).unwrap_or(c.origin);
         let kick = self.m.must_preempt(cpu, &c, delta);
         if !kick && (c.class == SchedClass::Realtime || c.bounded) {
@@ -356,6 +357,10 @@ impl HaikuScheduler {
             if let Some(other) = rotation_target(&self.m, &c, core, e.core_since, self.tun()) {
                 (target, rotated) = (other, true);
             }
+        }
+        let spread = self.spread_siblings(e, target, Some(cpu));
+        if spread != target {
+            (target, rotated) = (spread, false);
         }
         // Never away from an idle sibling, never onto a core with an idle
         // CPU: nobody would kick those CPUs for it.

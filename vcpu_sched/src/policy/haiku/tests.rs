@@ -1879,3 +1879,45 @@ fn only_a_vm_wider_than_its_cpus_takes_sibling_turns() {
         );
     }
 }
+
+/// Sibling spread: two siblings of a relaxed VM and two hogs on two CPUs.
+/// The second sibling wakes while the first runs and the loads tie, where
+/// its first CPU's core would stack it behind the first: spread, it goes
+/// to the other core and stays there, so the pair can run side by side
+/// (a barrier or a shootdown advances only then; when they do is the
+/// other co-scheduling rules' part). Without co-scheduling it stacks
+/// behind the first for a while.
+#[test]
+fn a_relaxed_vms_siblings_are_spread_over_the_cores() {
+    for mode in [crate::Coschedule::Relaxed, crate::Coschedule::Off] {
+        let mut d = Drv::new("1x2x1", |_| {});
+        d.s.set_coschedule(VmId(0), mode, 0).unwrap();
+        let a = d.ts(0, None);
+        let h1 = d.ts(1, None);
+        let b = d.ts(0, None);
+        let h2 = d.ts(1, None);
+        for id in [a, h1, b, h2] {
+            d.wake(id);
+        }
+        let (mut on_a, mut on_b) = (Vec::new(), Vec::new());
+        for ms in 1..=400 {
+            d.run_until(ms * MS);
+            on_a.extend(d.cpu_of(a));
+            on_b.extend(d.cpu_of(b));
+        }
+        on_a.sort_unstable();
+        on_a.dedup();
+        on_b.sort_unstable();
+        on_b.dedup();
+        assert!(!on_a.is_empty() && !on_b.is_empty(), "{mode}: both ran");
+        let shared = on_a.iter().any(|c| on_b.contains(c));
+        if mode == crate::Coschedule::Relaxed {
+            assert!(!shared, "spread: a ran on {on_a:?}, b on {on_b:?}");
+        } else {
+            assert!(
+                shared,
+                "stacked behind one CPU for a while: {on_a:?}, {on_b:?}"
+            );
+        }
+    }
+}
