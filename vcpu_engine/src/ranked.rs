@@ -874,7 +874,10 @@ impl VcpuGate for RankedGate {
         // themselves, and it applies what they decided while it was out.
         v.rank.out_of_guest.store(false, Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::SeqCst);
-        let deferred = v.rank.deferred.swap(false, Ordering::Relaxed);
+        // A plain load first: no read-modify-write on the exit path when
+        // nothing was deferred (nearly always).
+        let deferred = v.rank.deferred.load(Ordering::Relaxed)
+            && v.rank.deferred.swap(false, Ordering::Relaxed);
         if decided || deferred {
             self.engine.apply_rank(&v);
         }

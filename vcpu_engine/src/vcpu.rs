@@ -547,16 +547,7 @@ impl VcpuRunner {
             hook();
         }
         self.stats.exits += 1;
-        if self.injection != Injection::Taken {
-            let kicked =
-                matches!(&exit, Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN);
-            self.injection = if kicked {
-                Injection::CutShort
-            } else {
-                Injection::Taken
-            };
-        }
-        match exit {
+        let step = match exit {
             Ok(VcpuExit::IoIn(port, data)) => {
                 self.stats.pio_exits += 1;
                 self.handler.pio_in(idx, port, data);
@@ -645,7 +636,15 @@ impl VcpuRunner {
                 VcpuStep::Interrupted
             }
             Err(e) => VcpuStep::Fatal(VcpuExitReason::KvmError { errno: e.errno() }),
+        };
+        if self.injection != Injection::Taken {
+            self.injection = if step == VcpuStep::Interrupted {
+                Injection::CutShort
+            } else {
+                Injection::Taken
+            };
         }
+        step
     }
 }
 
