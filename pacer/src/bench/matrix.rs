@@ -1187,7 +1187,7 @@ impl Matrix {
                         );
                         vcpu_sched::Coschedule::default()
                     }),
-                    None => vcpu_sched::Coschedule::default(),
+                    None => vcpu_sched::Coschedule::default_for(vcpus, cpus.len()),
                 };
                 match (&v.latency_bound_us, &v.bound_budget) {
                     (None, None) => {}
@@ -1605,6 +1605,17 @@ vm = [ { name = "hi", vcpus = 1, priority = 20 } ]
         let l = m.layouts.iter().find(|l| l.name == "prio").unwrap();
         assert_eq!(l.vms[0].coschedule, vcpu_sched::Coschedule::Relaxed);
         assert_eq!(l.vms[1].coschedule, vcpu_sched::Coschedule::Off);
+        // Unset: a config's default (relaxed for an SMP VM that fits its
+        // CPUs, off for one wider or of one vCPU).
+        let m = fx
+            .parse(&with_prio_vms(
+                "{ name = \"s\", vcpus = 2 }, { name = \"w\", vcpus = 3 }, { name = \"p\", vcpus = 2, cpus = \"1\" }",
+            ))
+            .unwrap();
+        let l = m.layouts.iter().find(|l| l.name == "prio").unwrap();
+        let got: Vec<_> = l.vms.iter().map(|v| v.coschedule).collect();
+        use vcpu_sched::Coschedule::{Off, Relaxed};
+        assert_eq!(got, [Relaxed, Off, Off]);
         let e = fx.errors(&with_prio_vms(
             "{ name = \"s\", vcpus = 2, coschedule = \"gang\" }",
         ));

@@ -247,9 +247,12 @@ mod tests {
                 .map(String::as_str),
             Some("300")
         );
-        let off = digest_of("{ name = \"s\", vcpus = 2, weight = 300 }");
+        // Unset, a 2-vCPU VM on 2 CPUs is relaxed: the same cell.
+        let unset = digest_of("{ name = \"s\", vcpus = 2, weight = 300 }");
+        assert_eq!(relaxed.digest, unset.digest);
+        let off = digest_of("{ name = \"s\", vcpus = 2, coschedule = \"off\", weight = 300 }");
         assert_ne!(relaxed.digest, off.digest);
-        let light = digest_of("{ name = \"s\", vcpus = 2 }");
+        let light = digest_of("{ name = \"s\", vcpus = 2, coschedule = \"off\" }");
         assert_ne!(off.digest, light.digest);
     }
 

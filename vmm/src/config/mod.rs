@@ -31,7 +31,7 @@
 //! weight = 100            # share among contending VMs, 1..=10000 (haiku)
 //! cap = 30                # at most this % of one CPU for the VM, split over its vCPUs (haiku)
 //! reservation = 50        # at least this % of one CPU when it asks (haiku; all VMs' fit the host)
-//! coschedule = "off"      # off | relaxed: co-start parked siblings, directed yields, spin watch | turns: and sibling turns (haiku)
+//! coschedule = "off"      # off | relaxed: co-start parked siblings, directed yields, spin watch | turns: and sibling turns (haiku); unset: relaxed for an SMP VM that fits its CPUs
 //! latency_bound_us = 600  # wake-to-run bound while it has budget (haiku; admitted at load)
 //! bound_budget = 15       # the budget for it, % of one CPU split over its vCPUs
 //! workload = { name = "cpu", duration_ms = 500, report_ms = 100 }   # bench only
@@ -216,7 +216,7 @@ fn sched_keys(v: &VmConfig) -> String {
             vm_percent(b.budget_permille, v.vcpus)
         );
     }
-    if v.coschedule != vcpu_sched::Coschedule::Off {
+    if v.coschedule != vcpu_sched::Coschedule::default_for(v.vcpus, v.cpus.len()) {
         out += &format!(", coschedule {}", v.coschedule);
     }
     out

@@ -623,10 +623,21 @@ fn command_line_overrides_enter_before_the_config_is_validated() {
 }
 
 #[test]
-fn coschedule_is_off_unless_set_and_a_bad_value_names_its_place() {
+fn coschedule_defaults_to_relaxed_for_an_smp_vm_that_fits_and_a_bad_value_names_its_place() {
     let fx = Fixture::new("coschedule");
     let c = fx.parse(GOOD).unwrap();
+    // 2 vCPUs on CPUs 0-1: relaxed; 1 vCPU: off.
+    assert_eq!(c.vms[0].coschedule, vcpu_sched::Coschedule::Relaxed);
     assert_eq!(c.vms[1].coschedule, vcpu_sched::Coschedule::Off);
+    // Wider than its CPUs: off (relaxed there would change the dispatch).
+    let c = fx.parse(&GOOD.replace("vcpus = 2", "vcpus = 3")).unwrap();
+    assert_eq!(c.vms[0].coschedule, vcpu_sched::Coschedule::Off);
+    assert_eq!(c.host.dispatch, vcpu_engine::DispatchKind::Ranked);
+    // Said: kept.
+    let c = fx
+        .parse(&GOOD.replace("priority = 20", "priority = 20\ncoschedule = \"off\""))
+        .unwrap();
+    assert_eq!(c.vms[0].coschedule, vcpu_sched::Coschedule::Off);
     let c = fx
         .parse(&GOOD.replace("priority = 20", "priority = 20\ncoschedule = \"relaxed\""))
         .unwrap();
@@ -925,9 +936,11 @@ fn the_view_reads_back_as_the_config_the_run_used() {
 fn the_view_shows_the_tunables_the_scheduler_ran_with() {
     use vcpu_sched::tunables::QuantumTable;
     let fx = Fixture::new("view-tunables");
+    // VM a (2 vCPUs on 2 CPUs) not co-scheduled: see the last case.
+    let solo = GOOD.replace("priority = 20", "priority = 20\ncoschedule = \"off\"");
     let with = |host: &str| {
         let c = fx
-            .parse(&GOOD.replace("log_dir = \"logs\"", &format!("log_dir = \"logs\"\n{host}")))
+            .parse(&solo.replace("log_dir = \"logs\"", &format!("log_dir = \"logs\"\n{host}")))
             .unwrap();
         view::ConfigView::of(&c).host
     };
@@ -946,15 +959,16 @@ fn the_view_shows_the_tunables_the_scheduler_ran_with() {
     assert_eq!(ranked_own.tunables.low_latency.base_quantum, 3_000_000);
     // The fallback from ranked (`Config::fall_back_from_ranked`) is in the
     // config before the view is made: the view follows it.
-    let mut c = fx.parse(GOOD).unwrap();
+    let mut c = fx.parse(&solo).unwrap();
     c.host.dispatch = DispatchKind::Threads;
     let fell_back = view::ConfigView::of(&c).host;
     assert_eq!(fell_back.dispatch.as_deref(), Some("threads"));
     assert_eq!(fell_back.tunables.low_latency, QuantumTable::LOW_LATENCY);
     assert_eq!(fell_back.kvm_poll_us, None);
-    // A co-scheduled VM keeps low latency's slices under ranked.
-    let mut c = fx.parse(GOOD).unwrap();
-    c.vms[0].coschedule = vcpu_sched::Coschedule::Relaxed;
+    // A co-scheduled VM keeps low latency's slices under ranked: VM a
+    // is, by default (an SMP VM that fits its CPUs).
+    let c = fx.parse(GOOD).unwrap();
+    assert_eq!(c.vms[0].coschedule, vcpu_sched::Coschedule::Relaxed);
     let coscheduled = view::ConfigView::of(&c).host;
     assert_eq!(coscheduled.dispatch.as_deref(), Some("ranked"));
     assert_eq!(coscheduled.tunables.low_latency, QuantumTable::LOW_LATENCY);
@@ -983,7 +997,8 @@ fn the_summary_names_every_scheduling_key_that_differs_from_its_default() {
         third.contains("weight 5, cap 50 %, reservation 30 %,"),
         "{third}"
     );
-    // A VM that leaves them at their defaults says nothing of them.
+    // A VM that leaves them at their defaults says nothing of them (VM
+    // a's default co-scheduling is relaxed, b-2's off)...
     let plain = fx.parse(GOOD).unwrap().to_string();
     for key in [
         "weight",
@@ -994,6 +1009,12 @@ fn the_summary_names_every_scheduling_key_that_differs_from_its_default() {
     ] {
         assert!(!plain.contains(key), "{key}: {plain}");
     }
+    // ... and one that sets another value says so.
+    let off = fx
+        .parse(&GOOD.replace("priority = 20", "priority = 20\ncoschedule = \"off\""))
+        .unwrap()
+        .to_string();
+    assert!(off.contains("timeshare priority 20, coschedule off,"), "{off}");
 }
 
 /// Sibling turns want the `threads` dispatch: a config that names no

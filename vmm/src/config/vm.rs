@@ -146,7 +146,10 @@ pub(super) fn check(
             );
             vcpu_sched::Coschedule::default()
         }),
-        None => vcpu_sched::Coschedule::default(),
+        None => vcpu_sched::Coschedule::default_for(
+            vcpus.clamp(1, MAX_VCPUS as i64) as u32,
+            sched.cpus.len(),
+        ),
     };
     let cmdline = guest::cmdline(c, i, v, boot.guest);
     let timeout = match &v.timeout_s {
