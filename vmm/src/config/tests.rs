@@ -1014,7 +1014,10 @@ fn the_summary_names_every_scheduling_key_that_differs_from_its_default() {
         .parse(&GOOD.replace("priority = 20", "priority = 20\ncoschedule = \"off\""))
         .unwrap()
         .to_string();
-    assert!(off.contains("timeshare priority 20, coschedule off,"), "{off}");
+    assert!(
+        off.contains("timeshare priority 20, coschedule off,"),
+        "{off}"
+    );
 }
 
 /// Sibling turns want the `threads` dispatch: a config that names no
