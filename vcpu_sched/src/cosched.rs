@@ -43,8 +43,9 @@ impl Coschedule {
     /// `relaxed` for an SMP VM that fits the CPUs it may use, `off`
     /// otherwise. Relaxed co-scheduling of a VM that fits needs no other
     /// dispatch and keeps a VM's siblings on different cores; guests at
-    /// 2:1 next to hogs gained 1.2-3x (a barrier, a TLB shootdown, a spin
-    /// lock) and no row of the seeds matrix lost beyond its noise
+    /// 2:1 next to hogs did 1.16-1.43x what they did with it off (a spin
+    /// lock, a barrier, a TLB shootdown), and no row of the seeds matrix
+    /// lost beyond its noise
     /// (ARCHITECTURE.md, "Relaxed co-scheduling"). A VM wider than its
     /// CPUs stays off: relaxed there wants Pacer's own local APIC, whose
     /// exits cost VMs that do not synchronise.
