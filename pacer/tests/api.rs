@@ -11,6 +11,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -1524,7 +1525,7 @@ fn chromium() -> Option<PathBuf> {
 fn chromium_run(browser: &Path, dir: &TempDir, output: &str, url: &str) -> (bool, String) {
     let mut why = String::new();
     for attempt in 0..2 {
-        let (ok, out, err) = chromium_once(browser, dir, output, url, attempt);
+        let (ok, out, err) = chromium_once(browser, dir, output, url);
         if ok {
             return (true, out);
         }
@@ -1533,14 +1534,17 @@ fn chromium_run(browser: &Path, dir: &TempDir, output: &str, url: &str) -> (bool
     (false, why)
 }
 
-fn chromium_once(
-    browser: &Path,
-    dir: &TempDir,
-    output: &str,
-    url: &str,
-    attempt: usize,
-) -> (bool, String, String) {
-    let profile = dir.0.join(format!("profile-{}-{attempt}", output.len()));
+/// A profile directory no earlier chromium run of this test used: one
+/// still held by a lingering process of an earlier run makes chromium
+/// hand its command line to that process and exit 0 having done nothing.
+fn fresh_profile(dir: &TempDir) -> PathBuf {
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    dir.0
+        .join(format!("profile-{}", RUNS.fetch_add(1, Ordering::Relaxed)))
+}
+
+fn chromium_once(browser: &Path, dir: &TempDir, output: &str, url: &str) -> (bool, String, String) {
+    let profile = fresh_profile(dir);
     let out = Command::new(browser)
         .args([
             "--headless",
@@ -1632,14 +1636,14 @@ fn the_live_page_in_a_browser() {
     // Headless chromium once exited 0 on CI without writing the file:
     // a second try, as for its other runs.
     let mut tries = Vec::new();
-    for _ in 0..2 {
-        let (ok, out) = chromium_run(
+    for _ in 0..3 {
+        let (ok, out, err) = chromium_once(
             &browser,
             &dir,
             &format!("--screenshot={}", shot.display()),
             &format!("{url}?polls=4"),
         );
-        tries.push(format!("ok {ok}: {out}"));
+        tries.push(format!("ok {ok}: stdout {out:?}, stderr {err}"));
         if ok && shot.exists() {
             break;
         }
