@@ -1581,9 +1581,12 @@ fn the_live_page_in_a_browser() {
         return;
     };
     let dir = TempDir::new("api-page");
-    // Longer than the test (two chromium runs of up to 20 s of virtual
-    // time each, twice if one fails): the VMs are stopped at the end.
-    let run = Run::start(&dir, &two_vms(300_000), &["--api-http", "127.0.0.1:0"]);
+    // Longer than the test (chromium runs of up to 20 s of virtual time
+    // each, retried, which take minutes on a loaded CI machine: with the
+    // VMs' usual 120 s timeout the page was gone, ERR_CONNECTION_REFUSED,
+    // by the screenshot): the VMs are stopped at the end.
+    let config = two_vms(900_000).replace("timeout_s = 120", "timeout_s = 1200");
+    let run = Run::start(&dir, &config, &["--api-http", "127.0.0.1:0"]);
     let mut url = String::new();
     assert!(eventually(Duration::from_secs(10), || {
         let err = run.stderr();
