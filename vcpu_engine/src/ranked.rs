@@ -954,13 +954,19 @@ mod tests {
         v
     }
 
-    #[test]
-    fn a_filler_handles_its_exits_in_the_normal_class() {
+    /// Run `f` on a thread of its own (its ranks change that thread's
+    /// class), or say why not.
+    fn on_a_ranked_thread(f: impl FnOnce() + Send + 'static) {
         if ranks_allowed().is_err() {
             eprintln!("SKIPPED: no real-time priorities here");
             return;
         }
-        std::thread::spawn(|| {
+        std::thread::spawn(f).join().unwrap();
+    }
+
+    #[test]
+    fn a_filler_handles_its_exits_in_the_normal_class() {
+        on_a_ranked_thread(|| {
             let v = own_vcpu_at(Rank::Filler);
             assert_eq!(own_policy(), libc::SCHED_IDLE as u32);
             left_guest(&v);
@@ -974,18 +980,12 @@ mod tests {
                 v.rank.deferred.load(Ordering::Acquire),
                 "its gate sets the filler rank again before the next entry"
             );
-        })
-        .join()
-        .unwrap();
+        });
     }
 
     #[test]
     fn an_owner_leaves_the_guest_with_no_system_call() {
-        if ranks_allowed().is_err() {
-            eprintln!("SKIPPED: no real-time priorities here");
-            return;
-        }
-        std::thread::spawn(|| {
+        on_a_ranked_thread(|| {
             let v = own_vcpu_at(Rank::Owner);
             left_guest(&v);
             assert!(v.rank.out_of_guest.load(Ordering::Acquire));
@@ -994,8 +994,6 @@ mod tests {
                 "the rank it holds is the one decided"
             );
             assert_eq!(own_policy(), libc::SCHED_OTHER as u32);
-        })
-        .join()
-        .unwrap();
+        });
     }
 }

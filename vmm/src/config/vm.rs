@@ -132,6 +132,8 @@ pub(super) fn check(
             format!("expected an integer number of MiB from {MIN_MEMORY_MIB} to {MAX_MEMORY_MIB}, found {mem}"),
         );
     }
+    // Checked above; clamped so that a refused value still builds a config.
+    let vcpus_ok = vcpus.clamp(1, MAX_VCPUS as i64) as u32;
     let boot = guest::boot_files(c, i, v, base);
     let sched = sched::check(c, i, v, host, reservations);
     let coschedule = match &v.coschedule {
@@ -146,10 +148,7 @@ pub(super) fn check(
             );
             vcpu_sched::Coschedule::default()
         }),
-        None => vcpu_sched::Coschedule::default_for(
-            vcpus.clamp(1, MAX_VCPUS as i64) as u32,
-            sched.cpus.len(),
-        ),
+        None => vcpu_sched::Coschedule::default_for(vcpus_ok, sched.cpus.len()),
     };
     let cmdline = guest::cmdline(c, i, v, boot.guest);
     let timeout = match &v.timeout_s {
@@ -174,7 +173,7 @@ pub(super) fn check(
     };
     VmConfig {
         name,
-        vcpus: vcpus.clamp(1, MAX_VCPUS as i64) as u32,
+        vcpus: vcpus_ok,
         memory_mib: mem.clamp(MIN_MEMORY_MIB as i64, MAX_MEMORY_MIB as i64) as u64,
         kernel: boot.kernel.unwrap_or_default(),
         guest: boot.guest.unwrap_or(GuestKind::Bench),
