@@ -209,14 +209,27 @@ pub(crate) fn ask_host_slice(slice_ns: Option<u64>) {
 impl Engine {
     /// KVM woke `v`, halted inside KVM (its state under `ctl` is
     /// HaltedInKvm): Ready, then the scheduler's wake path.
-    pub(crate) fn woken_in_kvm(&self, v: &EngineVcpu, mut ctl: MutexGuard<'_, VcpuCtl>) {
+    pub(crate) fn woken_in_kvm(&self, v: &EngineVcpu, ctl: MutexGuard<'_, VcpuCtl>) {
+        self.ready_after_kvm(v, ctl);
+        self.wake(v);
+    }
+
+    /// `woken_in_kvm`, for a vCPU that has been running since KVM woke it
+    /// (the ranked agent saw it awake, or it exited): queued behind an
+    /// owner it is interrupted mid-run, as by a preemption
+    /// ([`Engine::wake_found_running`]).
+    pub(crate) fn found_running_in_kvm(&self, v: &EngineVcpu, ctl: MutexGuard<'_, VcpuCtl>) {
+        self.ready_after_kvm(v, ctl);
+        self.wake_found_running(v);
+    }
+
+    fn ready_after_kvm(&self, v: &EngineVcpu, mut ctl: MutexGuard<'_, VcpuCtl>) {
         v.set_state(&mut ctl, RunState::Ready);
         drop(ctl);
         self.record(|| crate::trace::Event::Notify {
             vcpu: v.trace_ref(),
             cause: crate::trace::Cause::Kvm,
         });
-        self.wake(v);
     }
 }
 

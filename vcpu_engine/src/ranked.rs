@@ -76,10 +76,12 @@
 //! - A vCPU KVM wakes preempts the owner whatever their effective
 //!   priorities (haiku preempts only for a higher one): until the agent's
 //!   next look, which queues it behind the owner if the scheduler says so
-//!   (its rank then becomes a filler's). A vCPU that stays awake after its
-//!   wake-up is thus real-time for one look at most; one that wakes itself
-//!   all the time is charged every run (`ran_unseen`), its E falls, and
-//!   among halted vCPUs it then ranks below the others.
+//!   (its rank then becomes a filler's), at the front of its level: it
+//!   was running, so that is a preemption, not a fresh wake
+//!   (`VcpuScheduler::wake_found_running`). A vCPU that stays awake after
+//!   its wake-up is thus real-time for one look at most; one that wakes
+//!   itself all the time is charged every run (`ran_unseen`), its E
+//!   falls, and among halted vCPUs it then ranks below the others.
 //! - Fillers run while their CPU's owner is halted, which the scheduler
 //!   would also do at its next look (an idle CPU takes queued work); their
 //!   runs are not charged to the scheduler's shares (their threads' time
@@ -478,7 +480,7 @@ impl Engine {
         if ctl.state != RunState::HaltedInKvm {
             return;
         }
-        self.woken_in_kvm(v, ctl);
+        self.found_running_in_kvm(v, ctl);
         self.enact(v);
     }
 

@@ -148,6 +148,20 @@ pub trait VcpuScheduler: Send + Sync {
     fn remove_entity(&self, id: EntityId, now: Nanos) -> Result<(), SchedError>;
     /// The entity became runnable. `Ok(None)` if it already was (queued or running).
     fn wake(&self, id: EntityId, now: Nanos) -> Result<Option<WakeDecision>, SchedError>;
+    /// `wake`, for an entity the caller found already running of its own
+    /// accord: the host kernel ran it at its wake-up before the caller saw
+    /// the wake (Pacer's `ranked` dispatch, under KVM's local APIC). If
+    /// the policy queues it, that interrupts it mid-run as a preemption
+    /// would, so haiku queues it at the front of its level, where Haiku
+    /// puts a thread preempted before its quantum's end, not behind the
+    /// level's waiting entities as a fresh wake. The default is `wake`.
+    fn wake_found_running(
+        &self,
+        id: EntityId,
+        now: Nanos,
+    ) -> Result<Option<WakeDecision>, SchedError> {
+        self.wake(id, now)
+    }
     /// `wake`, by another entity (a vCPU's IPI to another vCPU). When
     /// both belong to one VM the policy may place the woken entity near
     /// the waker (they share data): haiku prefers the waker's last-level

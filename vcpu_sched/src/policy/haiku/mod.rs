@@ -387,12 +387,15 @@ impl HaikuScheduler {
         }
     }
 
-    /// `wake`; `near`: the VM and LLC of the vCPU that woke it.
+    /// `wake`; `near`: the VM and LLC of the vCPU that woke it; `front`:
+    /// queued at the front of its level if it does not preempt
+    /// (`wake_found_running`).
     fn wake_near(
         &self,
         id: EntityId,
         now: Nanos,
         near: Option<(crate::VmId, LlcId)>,
+        front: bool,
     ) -> Result<Option<WakeDecision>, SchedError> {
         let mut guard = self.slot(id)?.lock();
         let Slot {
@@ -442,7 +445,7 @@ impl HaikuScheduler {
         e.woken_at = Some(now);
         e.counters.wakes += 1;
         let waker_llc = near.filter(|(vm, _)| *vm == e.vm).map(|(_, llc)| llc);
-        let d = self.place_woken(e, id, seq, now, waker_llc);
+        let d = self.place_woken(e, id, seq, now, waker_llc, front);
         // The runner's accounting lock comes before any entity lock.
         drop(guard);
         Ok(Some(self.cut_runner_quantum(d, now, due)))
@@ -813,7 +816,16 @@ impl VcpuScheduler for HaikuScheduler {
 
     fn wake(&self, id: EntityId, now: Nanos) -> Result<Option<WakeDecision>, SchedError> {
         let _p = crate::profiler::scope("wake");
-        self.wake_near(id, now, None)
+        self.wake_near(id, now, None, false)
+    }
+
+    fn wake_found_running(
+        &self,
+        id: EntityId,
+        now: Nanos,
+    ) -> Result<Option<WakeDecision>, SchedError> {
+        let _p = crate::profiler::scope("wake");
+        self.wake_near(id, now, None, true)
     }
 
     fn wake_by(
@@ -824,7 +836,7 @@ impl VcpuScheduler for HaikuScheduler {
     ) -> Result<Option<WakeDecision>, SchedError> {
         let _p = crate::profiler::scope("wake_by");
         let near = self.waker_place(waker)?;
-        self.wake_near(id, now, near)
+        self.wake_near(id, now, near, false)
     }
 
     fn schedule(&self, cpu: CpuId, now: Nanos, reason: StopReason) -> Result<Dispatch, SchedError> {

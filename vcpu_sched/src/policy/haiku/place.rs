@@ -267,7 +267,8 @@ impl HaikuScheduler {
         true
     }
 
-    /// Place a waking entity and decide the kick (see `place`).
+    /// Place a waking entity and decide the kick (see `place`); one that
+    /// does not preempt goes to the front of its level if `front`.
     pub(super) fn place_woken(
         &self,
         e: &mut Entity,
@@ -275,9 +276,10 @@ impl HaikuScheduler {
         seq: &mut u64,
         now: Nanos,
         waker_llc: Option<LlcId>,
+        front: bool,
     ) -> WakeDecision {
         e.queued_at = now;
-        self.place_near(e, id, seq, now, waker_llc)
+        self.place_near(e, id, seq, now, waker_llc, front)
     }
 
     /// Place a runnable entity that is in no queue as on a wake and decide
@@ -291,10 +293,11 @@ impl HaikuScheduler {
         seq: &mut u64,
         now: Nanos,
     ) -> WakeDecision {
-        self.place_near(e, id, seq, now, None)
+        self.place_near(e, id, seq, now, None, false)
     }
 
-    /// `place`, with the LLC of a waker of its VM (see `Candidate`).
+    /// `place`, with the LLC of a waker of its VM (see `Candidate`),
+    /// queued at the front of its level if `front`.
     fn place_near(
         &self,
         e: &mut Entity,
@@ -302,12 +305,13 @@ impl HaikuScheduler {
         seq: &mut u64,
         now: Nanos,
         waker_llc: Option<LlcId>,
+        front: bool,
     ) -> WakeDecision {
         let _p = crate::profiler::scope("haiku::place");
         let (cpu, kick) = self.choose_target(e, id, now, waker_llc);
         let q = self.m.queue_for(e.allowed(), cpu);
         self.m.roll(self.m.core_of_queue(q), now);
-        if let Some((y, kick)) = self.enqueue_served(e, id, seq, q, false, now) {
+        if let Some((y, kick)) = self.enqueue_served(e, id, seq, q, front, now) {
             return WakeDecision::new(y, kick);
         }
         if kick {

@@ -314,6 +314,35 @@ fn timeshare_waker_close_in_priority_does_not_preempt() {
     assert_eq!(d.cpu_of(hog), Some(0));
 }
 
+#[test]
+fn a_wake_found_running_queues_at_the_front_of_its_level() {
+    let mut d = Drv::new("1x1x1", |_| {});
+    let runner = d.ts(1, None);
+    d.wake(runner);
+    let fresh = d.ts(1, None);
+    let found = d.ts(1, None);
+    assert!(!d.wake(fresh).unwrap().kick, "equal E: queued");
+    let w = d.s.wake_found_running(found, d.now).unwrap().unwrap();
+    assert!(!w.kick, "equal E: queued, not preempting");
+    d.s.check_invariants().unwrap();
+    d.now += 100 * US;
+    d.sched(CpuId(0), StopReason::Blocked);
+    assert_eq!(
+        d.cpu_of(found),
+        Some(0),
+        "interrupted mid-run, it goes before the level's fresh wake"
+    );
+    d.now += 100 * US;
+    d.sched(CpuId(0), StopReason::Blocked);
+    assert_eq!(d.cpu_of(fresh), Some(0));
+    // A plain wake keeps the level's order.
+    d.wake(found);
+    d.wake(runner);
+    d.now += 100 * US;
+    d.sched(CpuId(0), StopReason::Blocked);
+    assert_eq!(d.cpu_of(found), Some(0), "first come, first served");
+}
+
 /// Run a hog alone on CPU 0 until its load estimate says CPU-bound and its
 /// penalty has brought its E within the wake-preemption delta below the
 /// base priority (6..=9).
