@@ -150,7 +150,7 @@ pub fn default_dispatch(
     vms: &[VmConfig],
 ) -> vcpu_engine::DispatchKind {
     let waits_on_parked_siblings = |v: &VmConfig| {
-        let wide = v.vcpus as usize > v.cpus.len();
+        let wide = v.is_wide();
         match v.coschedule {
             vcpu_sched::Coschedule::Off => false,
             vcpu_sched::Coschedule::Relaxed => wide,
@@ -165,13 +165,13 @@ pub fn default_dispatch(
 }
 
 impl Config {
-    /// Whether a VM co-schedules its vCPUs (`vm[].coschedule = "relaxed"`),
-    /// which keeps low latency's slices under `ranked`
-    /// (`vcpu_engine::effective_tunables`).
-    pub fn coscheduled(&self) -> bool {
+    /// Whether a VM co-schedules more vCPUs than CPUs in its core set
+    /// (`vm[].coschedule` relaxed or turns), which keeps low latency's
+    /// slices under `ranked` (`vcpu_engine::effective_tunables`).
+    pub fn coscheduled_wide(&self) -> bool {
         self.vms
             .iter()
-            .any(|v| v.coschedule != vcpu_sched::Coschedule::Off)
+            .any(|v| v.coschedule != vcpu_sched::Coschedule::Off && v.is_wide())
     }
 
     /// The default dispatch, `ranked`, needs real-time priorities: where

@@ -915,8 +915,11 @@ fn the_view_reads_back_as_the_config_the_run_used() {
         // The file names the dispatch that ran.
         used.host.dispatch_explicit = true;
         // The tables the scheduler ran with, written out.
-        used.host.tunables =
-            vcpu_engine::effective_tunables(c.host.dispatch, &c.host.tunables, c.coscheduled());
+        used.host.tunables = vcpu_engine::effective_tunables(
+            c.host.dispatch,
+            &c.host.tunables,
+            c.coscheduled_wide(),
+        );
         if !c.host.dispatch.in_kernel_lapic() {
             // Nothing samples KVM's statistics: left out, the default.
             used.host.kvm_poll_us = DEFAULT_KVM_POLL_US;
@@ -965,13 +968,27 @@ fn the_view_shows_the_tunables_the_scheduler_ran_with() {
     assert_eq!(fell_back.dispatch.as_deref(), Some("threads"));
     assert_eq!(fell_back.tunables.low_latency, QuantumTable::LOW_LATENCY);
     assert_eq!(fell_back.kvm_poll_us, None);
-    // A co-scheduled VM keeps low latency's slices under ranked: VM a
-    // is, by default (an SMP VM that fits its CPUs).
+    // A co-scheduled VM that fits its CPUs (VM a, relaxed by default)
+    // runs its siblings together: the longer slices stay.
     let c = fx.parse(GOOD).unwrap();
     assert_eq!(c.vms[0].coschedule, vcpu_sched::Coschedule::Relaxed);
-    let coscheduled = view::ConfigView::of(&c).host;
-    assert_eq!(coscheduled.dispatch.as_deref(), Some("ranked"));
-    assert_eq!(coscheduled.tunables.low_latency, QuantumTable::LOW_LATENCY);
+    assert!(!c.coscheduled_wide());
+    let fits = view::ConfigView::of(&c).host;
+    assert_eq!(fits.dispatch.as_deref(), Some("ranked"));
+    assert_eq!(fits.tunables.low_latency, QuantumTable::PREEMPTIVE_WAKES);
+    // One wider than its CPUs always has a sibling parked, which waits
+    // out an owner's slice under ranked: low latency's slices stay.
+    let wide = GOOD
+        .replace("vcpus = 2\n", "vcpus = 3\ncoschedule = \"relaxed\"\n")
+        .replace(
+            "log_dir = \"logs\"",
+            "log_dir = \"logs\"\ndispatch = \"ranked\"",
+        );
+    let c = fx.parse(&wide).unwrap();
+    assert!(c.coscheduled_wide());
+    let wide = view::ConfigView::of(&c).host;
+    assert_eq!(wide.dispatch.as_deref(), Some("ranked"));
+    assert_eq!(wide.tunables.low_latency, QuantumTable::LOW_LATENCY);
 }
 
 #[test]

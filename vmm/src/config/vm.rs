@@ -50,6 +50,12 @@ pub struct VmConfig {
 }
 
 impl VmConfig {
+    /// More vCPUs than CPUs in its core set: its vCPUs cannot all run at
+    /// once.
+    pub fn is_wide(&self) -> bool {
+        self.vcpus as usize > self.cpus.len()
+    }
+
     /// What the VM layer is told about this VM (it reads no config types).
     pub fn spec(&self) -> VmSpec {
         VmSpec {
