@@ -93,6 +93,12 @@ impl Drv {
         d
     }
 
+    /// 100 us later, the runner of `cpu` blocks and it picks the next.
+    fn block_runner_later(&mut self, cpu: CpuId) {
+        self.now += 100 * US;
+        self.sched(cpu, StopReason::Blocked);
+    }
+
     /// Deliver the kicks a runtime change asks for.
     fn deliver(&mut self, kicks: Vec<CpuId>) {
         for k in kicks {
@@ -325,21 +331,18 @@ fn a_wake_found_running_queues_at_the_front_of_its_level() {
     let w = d.s.wake_found_running(found, d.now).unwrap().unwrap();
     assert!(!w.kick, "equal E: queued, not preempting");
     d.s.check_invariants().unwrap();
-    d.now += 100 * US;
-    d.sched(CpuId(0), StopReason::Blocked);
+    d.block_runner_later(CpuId(0));
     assert_eq!(
         d.cpu_of(found),
         Some(0),
         "interrupted mid-run, it goes before the level's fresh wake"
     );
-    d.now += 100 * US;
-    d.sched(CpuId(0), StopReason::Blocked);
+    d.block_runner_later(CpuId(0));
     assert_eq!(d.cpu_of(fresh), Some(0));
     // A plain wake keeps the level's order.
     d.wake(found);
     d.wake(runner);
-    d.now += 100 * US;
-    d.sched(CpuId(0), StopReason::Blocked);
+    d.block_runner_later(CpuId(0));
     assert_eq!(d.cpu_of(found), Some(0), "first come, first served");
 }
 
@@ -500,15 +503,13 @@ fn wake_pending_race_keeps_entity_runnable() {
         None,
         "already running: remembered"
     );
-    d.now += 100 * US;
-    d.sched(CpuId(0), StopReason::Blocked);
+    d.block_runner_later(CpuId(0));
     assert_eq!(
         d.cpu_of(a),
         Some(0),
         "the block after the wake keeps it runnable"
     );
-    d.now += 100 * US;
-    d.sched(CpuId(0), StopReason::Blocked);
+    d.block_runner_later(CpuId(0));
     assert_eq!(d.cpu_of(a), None, "a later block without wake blocks");
 }
 
