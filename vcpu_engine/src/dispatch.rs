@@ -446,27 +446,32 @@ impl Engine {
     /// Make `v` runnable in the scheduler (its state is already Ready) and
     /// carry out the placement's kick.
     pub(crate) fn wake(&self, v: &EngineVcpu) {
-        self.wake_as(v, false)
-    }
-
-    /// `wake`, for a vCPU found running already (the host kernel ran it
-    /// at KVM's wake-up of it; see `VcpuScheduler::wake_found_running`).
-    pub(crate) fn wake_found_running(&self, v: &EngineVcpu) {
-        self.wake_as(v, true)
-    }
-
-    fn wake_as(&self, v: &EngineVcpu, found_running: bool) {
         // Woken from a vCPU's own exit (an IPI it sent): tell the policy
         // who woke it, so it may place the pair near each other.
         let waker = RUNNING_ENTITY.get().filter(|w| *w != v.entity);
         let d = match waker {
-            _ if found_running => self.scheduler().wake_found_running(v.entity, now_ns()),
             Some(w) => self
                 .scheduler()
                 .wake_by(v.entity, w, now_ns())
                 .or_else(|_| self.scheduler().wake(v.entity, now_ns())),
             None => self.scheduler().wake(v.entity, now_ns()),
         };
+        self.carry_out_wake(v, d);
+    }
+
+    /// `wake`, for a vCPU found running already (the host kernel ran it
+    /// at KVM's wake-up of it; see `VcpuScheduler::wake_found_running`).
+    pub(crate) fn wake_found_running(&self, v: &EngineVcpu) {
+        let d = self.scheduler().wake_found_running(v.entity, now_ns());
+        self.carry_out_wake(v, d);
+    }
+
+    /// The wake decision `d` for `v`: its kick or its cut, traced.
+    fn carry_out_wake(
+        &self,
+        v: &EngineVcpu,
+        d: Result<Option<vcpu_sched::WakeDecision>, vcpu_sched::SchedError>,
+    ) {
         log::trace!("wake {} ({:?}) -> {d:?}", v.name, v.entity);
         let host = |cpu| {
             self.slot(cpu)
