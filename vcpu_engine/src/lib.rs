@@ -427,6 +427,10 @@ pub struct EngineConfig {
     /// stay low latency's ([`effective_tunables`]). Read when the engine
     /// starts: a VM added later does not change the slices.
     pub coscheduled_wide: bool,
+    /// The operator chose `tunables.low_latency` (a config file named
+    /// it), even if its values are the default's: it runs as given under
+    /// every dispatch ([`effective_tunables`]).
+    pub low_latency_named: bool,
 }
 
 impl Default for EngineConfig {
@@ -444,35 +448,42 @@ impl Default for EngineConfig {
             kvm_poll_ns: DEFAULT_KVM_POLL_NS,
             trace: None,
             coscheduled_wide: false,
+            low_latency_named: false,
         }
     }
 }
 
 /// The tunables the scheduler runs with under `dispatch`, given the
-/// configured ones and whether a VM co-schedules more vCPUs than it has
-/// CPUs. Under the `ranked` dispatch a woken vCPU preempts the CPU's owner
+/// configured ones and whether their low-latency table is to be kept as
+/// it is (`keep_low_latency`: [`EngineConfig::keeps_low_latency`]).
+///
+/// Under the `ranked` dispatch a woken vCPU preempts the CPU's owner
 /// without waiting for its slice, so low latency's default slices give
-/// way to [`QuantumTable::PREEMPTIVE_WAKES`] (tunables that set their own
-/// low-latency table keep it) -- unless such a wide VM co-schedules: its
-/// vCPUs wait for each other (a barrier, a lock, an IPI's answer), one of
-/// them is always parked, and under `ranked` a sibling queued behind a
-/// CPU-bound owner waits out the owner's slice, so the slices stay low
-/// latency's (2 ms rather than 6 at the default priority: a 3-vCPU
-/// barrier VM beside hogs at 3:1 did 2.5x the rounds, a shootdown 3.5x
-/// the round trips, the hogs 0.97x). A co-scheduled VM that fits its CPUs
-/// runs its siblings together and keeps the longer slices: at 2:1 its
-/// shootdowns' p99 was 0.17 ms with them against 3.6 ms with 2 ms
-/// slices (their p99.9 32 ms against 12: fewer deschedules, each one
-/// longer). One function, so that what a run reports as its tunables is
-/// what [`EngineConfig::sched_config`] gave the scheduler.
+/// way to [`QuantumTable::PREEMPTIVE_WAKES`] -- unless the table is kept:
+/// - the operator named it (a table of one's own, or the default's values
+///   written out: what a file says is what runs);
+/// - a VM co-schedules more vCPUs than it has CPUs: its vCPUs wait for
+///   each other (a barrier, a lock, an IPI's answer), one of them is
+///   always parked, and under `ranked` a sibling queued behind a
+///   CPU-bound owner waits out the owner's slice, so the slices stay low
+///   latency's (2 ms rather than 6 at the default priority: a 3-vCPU
+///   barrier VM beside hogs at 3:1 did 2.5x the rounds, a shootdown 3.5x
+///   the round trips, the hogs 0.97x). A co-scheduled VM that fits its
+///   CPUs runs its siblings together and keeps the longer slices: at 2:1
+///   its shootdowns' p99 was 0.17 ms with them against 3.6 ms with 2 ms
+///   slices (their p99.9 32 ms against 12: fewer deschedules, each one
+///   longer).
+///
+/// One function, so that what a run reports as its tunables is what
+/// [`EngineConfig::sched_config`] gave the scheduler.
 pub fn effective_tunables(
     dispatch: DispatchKind,
     tunables: &Tunables,
-    coscheduled_wide: bool,
+    keep_low_latency: bool,
 ) -> Tunables {
     let mut tunables = tunables.clone();
     if dispatch == DispatchKind::Ranked
-        && !coscheduled_wide
+        && !keep_low_latency
         && tunables.low_latency == QuantumTable::LOW_LATENCY
     {
         tunables.low_latency = QuantumTable::PREEMPTIVE_WAKES;
@@ -481,13 +492,20 @@ pub fn effective_tunables(
 }
 
 impl EngineConfig {
+    /// Whether the low-latency table runs as configured under every
+    /// dispatch: the operator named it, or a wide VM co-schedules
+    /// ([`effective_tunables`]).
+    pub fn keeps_low_latency(&self) -> bool {
+        self.low_latency_named || self.coscheduled_wide
+    }
+
     /// The scheduler's configuration, its tunables as
     /// [`effective_tunables`] makes them for the dispatch.
     pub fn sched_config(&self) -> SchedConfig {
         SchedConfig {
             policy: self.policy,
             mode: self.mode,
-            tunables: effective_tunables(self.dispatch, &self.tunables, self.coscheduled_wide),
+            tunables: effective_tunables(self.dispatch, &self.tunables, self.keeps_low_latency()),
             smt_isolation: self.smt_isolation,
             ..SchedConfig::default()
         }
@@ -1460,6 +1478,27 @@ mod tests {
         assert_eq!(
             config.sched_config().tunables.low_latency,
             QuantumTable::PREEMPTIVE_WAKES
+        );
+    }
+
+    #[test]
+    fn ranked_keeps_a_low_latency_table_the_operator_named_even_the_defaults() {
+        let mut config = EngineConfig {
+            dispatch: DispatchKind::Ranked,
+            low_latency_named: true,
+            ..EngineConfig::default()
+        };
+        assert_eq!(config.tunables.low_latency, QuantumTable::LOW_LATENCY);
+        assert_eq!(
+            config.sched_config().tunables.low_latency,
+            QuantumTable::LOW_LATENCY,
+            "named with the default's values: kept"
+        );
+        config.low_latency_named = false;
+        assert_eq!(
+            config.sched_config().tunables.low_latency,
+            QuantumTable::PREEMPTIVE_WAKES,
+            "left to the default: swapped under ranked"
         );
     }
 

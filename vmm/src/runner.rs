@@ -206,6 +206,7 @@ pub fn run(
                 engine_config.halt_poll_ns = config.host.halt_poll_us * 1000;
                 engine_config.kvm_poll_ns = config.host.kvm_poll_us * 1000;
                 engine_config.coscheduled_wide = config.coscheduled_wide();
+                engine_config.low_latency_named = config.host.low_latency_named;
                 if let Some(path) = &opts.trace {
                     let t = vcpu_engine::trace::Tracer::start(
                         &vcpu_engine::trace::TraceConfig::new(path),

@@ -256,6 +256,8 @@ pub fn pacer_config(m: &Matrix, cell: &Cell, log_dir: &Path) -> Option<Config> {
             kvm_poll_us,
             log_limits: Default::default(),
             tunables,
+            // The default table: the dispatch picks the slices.
+            low_latency_named: false,
             log_dir: log_dir.to_path_buf(),
         },
         vms,

@@ -38,6 +38,10 @@ pub struct HostConfig {
     /// `result_records_per_s`).
     pub log_limits: crate::results::LogLimits,
     pub tunables: Tunables,
+    /// The file named `tunables.low_latency` (even with the default's
+    /// values): the table runs as given under every dispatch
+    /// (`vcpu_engine::effective_tunables`).
+    pub low_latency_named: bool,
     /// Absolute or relative to the current directory (already resolved
     /// against the config file's directory).
     pub log_dir: PathBuf,
@@ -224,6 +228,7 @@ pub(super) fn check(
             kvm_poll_us,
             log_limits,
             tunables: rh.tunables.unwrap_or_default(),
+            low_latency_named: super::raw::names_low_latency(c.text),
             log_dir: overrides.log_dir.clone().unwrap_or(log_dir),
         },
         policy_origin,

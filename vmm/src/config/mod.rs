@@ -174,6 +174,13 @@ impl Config {
             .any(|v| v.coschedule != vcpu_sched::Coschedule::Off && v.is_wide())
     }
 
+    /// Whether the low-latency table runs as configured under every
+    /// dispatch: the file named it, or a wide VM co-schedules
+    /// (`vcpu_engine::EngineConfig::keeps_low_latency`, the engine's side).
+    pub fn keeps_low_latency(&self) -> bool {
+        self.host.low_latency_named || self.coscheduled_wide()
+    }
+
     /// The default dispatch, `ranked`, needs real-time priorities: where
     /// this process may not have them, a config that did not ask for it
     /// runs with `threads` instead. Returns the warning that says so (None:

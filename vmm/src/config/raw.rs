@@ -33,6 +33,29 @@ pub(super) enum RawWorkload {
     Table(toml::Table),
 }
 
+/// Whether the config text names `host.tunables.low_latency`. `Tunables`
+/// fills in what a file leaves out, so only the text tells a table
+/// written with the default's values from none (a second, lenient read
+/// of a text the strict one accepted).
+pub(super) fn names_low_latency(text: &str) -> bool {
+    #[derive(Deserialize)]
+    struct File {
+        host: Option<Host>,
+    }
+    #[derive(Deserialize)]
+    struct Host {
+        tunables: Option<Named>,
+    }
+    #[derive(Deserialize)]
+    struct Named {
+        low_latency: Option<serde::de::IgnoredAny>,
+    }
+    toml::from_str::<File>(text)
+        .ok()
+        .and_then(|f| f.host?.tunables?.low_latency)
+        .is_some()
+}
+
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawHost {

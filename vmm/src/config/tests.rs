@@ -914,12 +914,14 @@ fn the_view_reads_back_as_the_config_the_run_used() {
         used.path = again.path.clone();
         // The file names the dispatch that ran.
         used.host.dispatch_explicit = true;
-        // The tables the scheduler ran with, written out.
+        // The tables the scheduler ran with, written out: named, so
+        // kept as they are whatever the dispatch.
         used.host.tunables = vcpu_engine::effective_tunables(
             c.host.dispatch,
             &c.host.tunables,
-            c.coscheduled_wide(),
+            c.keeps_low_latency(),
         );
+        used.host.low_latency_named = true;
         if !c.host.dispatch.in_kernel_lapic() {
             // Nothing samples KVM's statistics: left out, the default.
             used.host.kvm_poll_us = DEFAULT_KVM_POLL_US;
@@ -960,6 +962,20 @@ fn the_view_shows_the_tunables_the_scheduler_ran_with() {
     let own = "[host.tunables]\nlow_latency = { base_quantum = 3000000, minimal_quantum = 100000, quantum_multipliers = [2, 5], maximum_latency = 5000000 }";
     let ranked_own = with(own);
     assert_eq!(ranked_own.tunables.low_latency.base_quantum, 3_000_000);
+    // So is the default's table when the file names it: what a file says
+    // is what runs, not what its values happen to equal.
+    let t = QuantumTable::LOW_LATENCY;
+    let named = format!(
+        "[host.tunables]\nlow_latency = {{ base_quantum = {}, minimal_quantum = {}, quantum_multipliers = {:?}, maximum_latency = {} }}",
+        t.base_quantum, t.minimal_quantum, t.quantum_multipliers, t.maximum_latency
+    );
+    let ranked_named = with(&named);
+    assert_eq!(ranked_named.dispatch.as_deref(), Some("ranked"));
+    assert_eq!(ranked_named.tunables.low_latency, QuantumTable::LOW_LATENCY);
+    // Another tunable named leaves the table to the dispatch.
+    let other = with("[host.tunables]\nbursty_load = 300");
+    assert_eq!(other.tunables.bursty_load, 300);
+    assert_eq!(other.tunables.low_latency, QuantumTable::PREEMPTIVE_WAKES);
     // The fallback from ranked (`Config::fall_back_from_ranked`) is in the
     // config before the view is made: the view follows it.
     let mut c = fx.parse(&solo).unwrap();

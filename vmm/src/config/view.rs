@@ -106,7 +106,7 @@ fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
-fn host(h: &HostConfig, coscheduled_wide: bool) -> HostView {
+fn host(h: &HostConfig, keep_low_latency: bool) -> HostView {
     let scheduled = h.policy != Policy::Host;
     HostView {
         cpus: h.cpus.to_list(),
@@ -121,7 +121,7 @@ fn host(h: &HostConfig, coscheduled_wide: bool) -> HostView {
         log_dir: absolute(&h.log_dir),
         // Under `host` no scheduler of Pacer's reads them: as configured.
         tunables: if scheduled {
-            vcpu_engine::effective_tunables(h.dispatch, &h.tunables, coscheduled_wide)
+            vcpu_engine::effective_tunables(h.dispatch, &h.tunables, keep_low_latency)
         } else {
             h.tunables.clone()
         },
@@ -171,7 +171,7 @@ impl ConfigView {
     pub fn of(c: &Config) -> ConfigView {
         ConfigView {
             file: (!c.path.as_os_str().is_empty()).then(|| absolute(&c.path)),
-            host: host(&c.host, c.coscheduled_wide()),
+            host: host(&c.host, c.keeps_low_latency()),
             vm: c.vms.iter().map(vm).collect(),
         }
     }
