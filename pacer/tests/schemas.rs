@@ -952,9 +952,15 @@ fn trace_summary_export_and_replay_documents_validate() {
 #[test]
 fn sim_documents_validate() {
     let dir = TempDir::new("schema-sim");
-    let scenario =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../vcpu_sched/scenarios/03_bursty_waker.toml");
-    for (policies, n) in [(&["--policy", "haiku"][..], 1), (&["--compare"][..], 4)] {
+    let scenarios = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vcpu_sched/scenarios");
+    let bursty = scenarios.join("03_bursty_waker.toml");
+    // A request server's group reports its requests.
+    let server = scenarios.join("24_server_vs_hogs.toml");
+    for (scenario, policies, n) in [
+        (&bursty, &["--policy", "haiku"][..], 1),
+        (&bursty, &["--compare"][..], 4),
+        (&server, &["--policy", "eevdf"][..], 1),
+    ] {
         let json = dir.0.join("sim.json");
         let mut args = vec![
             "sim",
@@ -972,6 +978,14 @@ fn sim_documents_validate() {
         check_ns(documents::SIM, &doc);
         let reports = doc["reports"].as_array().unwrap();
         assert_eq!(reports.len(), n, "{args:?}");
+        if scenario == &server {
+            let requests = &reports[0]["groups"][0]["requests"];
+            assert!(requests["served"].as_u64() > Some(0), "{requests}");
+            assert!(
+                requests["latency"]["p99_ns"].as_u64() > Some(0),
+                "{requests}"
+            );
+        }
         // A group that was never woken has no wake latency: null, not 0.
         for r in reports {
             for g in r["groups"].as_array().unwrap() {

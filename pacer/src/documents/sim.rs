@@ -49,6 +49,9 @@ pub fn report(r: &SimReport) -> Value {
             if let Some(l) = &g.round_trip {
                 row["round_trip"] = latency(l);
             }
+            if let Some(q) = &g.requests {
+                row["requests"]["latency"] = latency(&q.latency);
+            }
         }
     }
     if let Some(rows) = v["vcpus"].as_array_mut() {

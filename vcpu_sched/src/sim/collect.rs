@@ -4,8 +4,8 @@
 
 use super::engine::{CoschedCounts, Engine};
 use super::report::{
-    jain_index, summarise, CpuReport, GroupReport, HostTiming, SimReport, Throughput, VcpuReport,
-    VmReport,
+    jain_index, summarise, CpuReport, GroupReport, HostTiming, Requests, SimReport, Throughput,
+    VcpuReport, VmReport,
 };
 use crate::{CpuId, Nanos};
 
@@ -117,6 +117,17 @@ impl Engine {
                 .iter_mut()
                 .find(|s| range.contains(&(s.initiator as usize)))
                 .map(|s| summarise(&mut s.trips));
+            // The dispatcher's group: its VM's requests.
+            let requests = self
+                .servers
+                .iter_mut()
+                .find(|s| range.contains(&(s.dispatcher as usize)))
+                .map(|s| Requests {
+                    offered: s.offered,
+                    served: s.latencies.len() as u64,
+                    per_s: s.latencies.len() as f64 * 1e9 / window.max(1) as f64,
+                    latency: summarise(&mut s.latencies),
+                });
             groups.push(GroupReport {
                 name: self.w.groups[gi].name.clone(),
                 count: g.count,
@@ -129,6 +140,7 @@ impl Engine {
                 bounded_wakes,
                 bound_misses,
                 round_trip,
+                requests,
             });
         }
         let mut vm_ids: Vec<u32> = self.ents.iter().map(|e| e.vm).collect();

@@ -19,6 +19,7 @@ use super::dist::{rng_from_seed, SimRng};
 use super::events::{EvKind, EventQueue};
 use super::model::{Barrier, Cpu, Ent, Group, Lock, Model, Phase, Shootdown, State, NONE};
 use super::report::SimReport;
+use super::server::Server;
 use super::workload::{SimError, Workload};
 use crate::monitor::Monitor;
 use crate::{build, CpuId, Dispatch, Nanos, StopReason, Topology, VcpuScheduler};
@@ -105,6 +106,7 @@ pub(super) struct Engine {
     pub locks: Vec<Lock>,
     pub barriers: Vec<Barrier>,
     pub shootdowns: Vec<Shootdown>,
+    pub(super) servers: Vec<Server>,
     /// Window run time per (entity, CPU), row-major by entity.
     pub cpu_time: Vec<Nanos>,
     pub monitor: Monitor,
@@ -152,6 +154,7 @@ impl Engine {
             locks: m.locks,
             barriers: m.barriers,
             shootdowns: m.shootdowns,
+            servers: m.servers,
             cpu_time: vec![0; n * ncpu],
             monitor,
             events: 0,
@@ -184,10 +187,11 @@ impl Engine {
         }
         for e in 0..self.ents.len() {
             let g = self.ents[e].group as usize;
-            if self.w.groups[g].start_awake {
+            if self.w.groups[g].start_awake && !self.is_server_member(e) {
                 self.wake(e, 0, None)?;
             }
         }
+        self.start_servers();
         for (i, c) in self.w.changes.iter().enumerate() {
             let at = c.at_us.saturating_mul(1000);
             self.events_q.push(at, EvKind::Change, i as u32, 0);
@@ -223,6 +227,10 @@ impl Engine {
                 EvKind::Change => {
                     self.events += 1;
                     self.on_change(ev.idx as usize, now)?;
+                }
+                EvKind::Arrival => {
+                    self.events += 1;
+                    self.on_arrival(ev.idx as usize, now)?;
                 }
                 EvKind::Look => {
                     if self.ents[ev.idx as usize].look_gen == ev.gen {

@@ -20,9 +20,12 @@ pub(super) enum EvKind {
     Change,
     /// The spin watch looks at vCPU `idx` (stale unless `gen` matches).
     Look,
+    /// A request arrives at server `idx`.
+    Arrival,
 }
 
-/// One event: `idx` is a CPU (timer, kick), a vCPU (sleep end) or a change.
+/// One event: `idx` is a CPU (timer, kick), a vCPU (sleep end, look), a
+/// change or a server (arrival).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Ev {
     pub time: Nanos,

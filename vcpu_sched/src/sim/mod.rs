@@ -14,6 +14,8 @@
 //! - [`dist`]: burst / sleep distributions and the seeded random stream;
 //! - `events`: the event queue (time, then sequence number);
 //! - `model`: the vCPUs' behaviour and the simulator's own measurements;
+//! - `server`: the state of a VM's request server (open-loop arrivals, a
+//!   dispatcher, workers), the bench guest's `server`;
 //! - `spin_watch`: the engine's spin watch, for relaxed VMs when the
 //!   workload asks for it;
 //! - [`engine`]: the loop that moves the model from event to event and
@@ -44,6 +46,7 @@ pub mod front;
 mod model;
 pub mod replay;
 pub mod report;
+mod server;
 mod spin_watch;
 pub mod workload;
 
@@ -51,4 +54,6 @@ pub use change::ChangeSpec;
 pub use dist::Dist;
 pub use engine::{run, Simulator};
 pub use report::{SimReport, Violations};
-pub use workload::{GroupSpec, LockSpec, MessageSpec, ShootdownRole, SimError, Sleep, Workload};
+pub use workload::{
+    GroupSpec, LockSpec, MessageSpec, ServerRole, ShootdownRole, SimError, Sleep, Workload,
+};

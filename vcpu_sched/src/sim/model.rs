@@ -8,6 +8,7 @@
 
 use super::engine::Engine;
 use super::events::EvKind;
+use super::server::Server;
 use super::workload::{ShootdownRole, SimError, Sleep, Workload};
 use crate::{EntityId, EntitySpec, Nanos, StopReason, Topology, VcpuScheduler};
 use rand::Rng;
@@ -76,6 +77,8 @@ pub(super) struct Ent {
     pub shootdown: u32,
     /// The last shootdown round a responder acknowledged.
     pub acked_round: u64,
+    /// Index into `servers`, NONE if it is no server's.
+    pub server: u32,
     pub state: State,
     pub phase: Phase,
     pub work_left: Nanos,
@@ -167,6 +170,7 @@ pub(super) struct Model {
     pub locks: Vec<Lock>,
     pub barriers: Vec<Barrier>,
     pub shootdowns: Vec<Shootdown>,
+    pub servers: Vec<Server>,
 }
 
 impl Model {
@@ -258,6 +262,9 @@ impl Model {
             })
             .collect();
 
+        // One server per VM with server groups, likewise.
+        let (srv_vms, mut servers) = Server::for_workload(w);
+
         let mut ents = Vec::with_capacity(first as usize);
         let mut ent_of = Vec::new();
         for (gi, g) in w.groups.iter().enumerate() {
@@ -276,8 +283,15 @@ impl Model {
                 Some(_) => sd_vms.binary_search(&g.vm).map_or(NONE, |i| i as u32),
                 None => NONE,
             };
+            let server = match g.server {
+                Some(_) => srv_vms.binary_search(&g.vm).map_or(NONE, |i| i as u32),
+                None => NONE,
+            };
             for k in 0..g.count {
                 let vm = if g.separate_vms { g.vm + k } else { g.vm };
+                if let (Some(srv), Some(role)) = (servers.get_mut(server as usize), g.server) {
+                    srv.add_member(ents.len() as u32, role);
+                }
                 if let (Some(sd), Some(role)) =
                     (shootdowns.get_mut(shootdown as usize), g.shootdown)
                 {
@@ -327,6 +341,7 @@ impl Model {
                     bar_round: 0,
                     shootdown,
                     acked_round: 0,
+                    server,
                     state: State::Blocked,
                     phase: Phase::Fresh,
                     work_left: 0,
@@ -389,6 +404,7 @@ impl Model {
             locks,
             barriers,
             shootdowns,
+            servers,
         })
     }
 }
@@ -690,6 +706,10 @@ impl Engine {
             return stop;
         }
         let g = self.ents[e].group as usize;
+        let server = self.is_server_member(e);
+        if server {
+            self.server_burst_done(e, now)?;
+        }
         let (target, fanout) = (self.groups[g].target, self.groups[g].fanout);
         for _ in 0..fanout {
             let t = match target {
@@ -722,9 +742,13 @@ impl Engine {
             // The next tick after now (a tick exactly now was missed).
             self.ents[e].next_tick = now + (p - now % p);
         }
-        let blocks = !self.groups[g].yield_after_burst
-            && !self.ents[e].pending_msg
-            && self.groups[g].sleep != Sleep::Never;
+        let blocks = if server {
+            !self.server_has_work(e)
+        } else {
+            !self.groups[g].yield_after_burst
+                && !self.ents[e].pending_msg
+                && self.groups[g].sleep != Sleep::Never
+        };
         if let (true, Some(d)) = (blocks, &self.groups[g].block_cost) {
             let cost = d.sample(&mut self.rng);
             if cost > 0 {
@@ -754,6 +778,9 @@ impl Engine {
             return Ok(None);
         }
         let sleep = match &self.groups[g].sleep {
+            // A server vCPU goes on while it has work, else blocks until
+            // an arrival or the dispatcher wakes it.
+            _ if self.is_server_member(e) => (!self.server_has_work(e)).then_some(None),
             Sleep::Never => None,
             Sleep::UntilMessage => Some(None),
             Sleep::For(d) => Some(Some(d.sample(&mut self.rng))),
@@ -818,5 +845,80 @@ impl Engine {
                     .current
                     .is_some_and(|o| self.ents[o as usize].vm != vm)
         })
+    }
+}
+
+/// What a request server's vCPUs do (`server.rs` holds its state).
+impl Engine {
+    /// Arm every server's first arrival.
+    pub(super) fn start_servers(&mut self) {
+        for s in 0..self.servers.len() {
+            self.next_arrival(s, 0);
+        }
+    }
+
+    fn next_arrival(&mut self, s: usize, after: Nanos) {
+        let gap = super::dist::Dist::exponential(self.servers[s].mean_gap_us).sample(&mut self.rng);
+        let at = after + gap.max(1);
+        if at <= self.end {
+            self.push(at, EvKind::Arrival, s as u32, 0);
+        }
+    }
+
+    /// A request arrives at server `s`: queued for its dispatcher, which
+    /// is woken if it is blocked (its timer fired).
+    pub(super) fn on_arrival(&mut self, s: usize, now: Nanos) -> Result<(), SimError> {
+        let in_window = self.in_window(now);
+        let srv = &mut self.servers[s];
+        srv.inbox.push_back(now);
+        if in_window {
+            srv.offered += 1;
+        }
+        let d = srv.dispatcher as usize;
+        self.next_arrival(s, now);
+        if self.ents[d].state == State::Blocked {
+            self.wake(d, now, None)?;
+        }
+        Ok(())
+    }
+
+    /// Server member `e` finished a burst's work: the dispatcher hands
+    /// the oldest arrival to a worker (woken by the dispatcher if
+    /// blocked); a worker's oldest request is served.
+    pub(super) fn server_burst_done(&mut self, e: usize, now: Nanos) -> Result<(), SimError> {
+        let s = self.ents[e].server as usize;
+        let warmup = self.warmup;
+        let srv = &mut self.servers[s];
+        if srv.dispatcher == e as u32 {
+            let Some(arrival) = srv.inbox.pop_front() else {
+                return Ok(());
+            };
+            let i = srv.pick();
+            srv.queues[i].push_back(arrival);
+            let w = srv.workers[i] as usize;
+            if self.ents[w].state == State::Blocked {
+                self.wake(w, now, Some(e))?;
+            }
+        } else if let Some(i) = srv.workers.iter().position(|&w| w == e as u32) {
+            if let Some(arrival) = srv.queues[i].pop_front() {
+                if arrival >= warmup {
+                    srv.latencies.push(now - arrival);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether server member `e` has more work (it goes on rather than
+    /// blocks); false for a vCPU that is no server's.
+    pub(super) fn server_has_work(&self, e: usize) -> bool {
+        self.servers
+            .get(self.ents[e].server as usize)
+            .is_some_and(|s| s.has_work(e as u32))
+    }
+
+    /// Whether `e` is a server's member.
+    pub(super) fn is_server_member(&self, e: usize) -> bool {
+        self.ents[e].server != NONE
     }
 }

@@ -85,6 +85,23 @@ pub struct GroupReport {
     /// round trips); absent for other groups.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub round_trip: Option<LatencySummary>,
+    /// A server dispatcher's group: its VM's requests that arrived in
+    /// the window; absent for other groups.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests: Option<Requests>,
+}
+
+/// A request server's figures over the window (`server.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Requests {
+    /// Requests that arrived in the window.
+    pub offered: u64,
+    /// Of those, the ones served by the end of the run.
+    pub served: u64,
+    /// `served` per second of the window.
+    pub per_s: f64,
+    /// Arrival to the end of service, over the served ones.
+    pub latency: LatencySummary,
 }
 
 /// One VM.
@@ -274,6 +291,22 @@ impl SimReport {
                 "bounded group {}: {} bounded wakes, {} later than the bound",
                 g.name, g.bounded_wakes, g.bound_misses
             );
+        }
+        for g in &self.groups {
+            if let Some(r) = g.requests.as_ref() {
+                let _ = writeln!(
+                    s,
+                    "server group {}: {} of {} requests served ({:.0}/s), p50 {} p99 {} p99.9 {} max {}",
+                    g.name,
+                    r.served,
+                    r.offered,
+                    r.per_s,
+                    fmt_ns(r.latency.p50),
+                    fmt_ns(r.latency.p99),
+                    fmt_ns(r.latency.p999),
+                    fmt_ns(r.latency.max)
+                );
+            }
         }
         for g in &self.groups {
             if let Some(rt) = g.round_trip.as_ref() {

@@ -151,6 +151,21 @@ pub enum ShootdownRole {
     Responder,
 }
 
+/// A vCPU's part in its VM's request server (the bench guest's
+/// `server`; the behaviour is `server.rs`'s).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ServerRole {
+    /// Takes the arrivals (one vCPU per VM): `rate_per_s` requests per
+    /// second, exponential inter-arrival times.
+    Dispatcher {
+        /// Mean arrival rate, requests per second (> 0).
+        rate_per_s: f64,
+    },
+    /// Serves the requests handed to it.
+    Worker,
+}
+
 /// A group of identical vCPUs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -232,7 +247,13 @@ pub struct GroupSpec {
     /// their latency (IPI sent to the last acknowledgement).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shootdown: Option<ShootdownRole>,
-    /// Runnable at time 0 (default true); receivers usually start blocked.
+    /// Take part in the VM's request server ([`ServerRole`], `server.rs`):
+    /// `{ role = "dispatcher", rate_per_s = 5800 }` or `{ role =
+    /// "worker" }`; the dispatcher's group reports the requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerRole>,
+    /// Runnable at time 0 (default true); receivers usually start blocked,
+    /// server vCPUs always do.
     #[serde(default = "yes")]
     pub start_awake: bool,
     /// The VM's co-scheduling, `off` or `relaxed` (`crate::cosched`;
@@ -278,6 +299,7 @@ impl GroupSpec {
             lock: None,
             barrier: false,
             shootdown: None,
+            server: None,
             start_awake: true,
             coschedule: None,
         }
@@ -368,6 +390,11 @@ impl GroupSpec {
     /// Take part in the VM's shootdown round trips in `role`.
     pub fn with_shootdown(mut self, role: ShootdownRole) -> Self {
         self.shootdown = Some(role);
+        self
+    }
+    /// Take part in the VM's request server in `role`.
+    pub fn with_server(mut self, role: ServerRole) -> Self {
+        self.server = Some(role);
         self
     }
     /// Whether the group is runnable at time 0.
@@ -633,6 +660,9 @@ impl Workload {
             if let Some(role) = g.shootdown {
                 self.validate_shootdown(&name, g, role)?;
             }
+            if g.server.is_some() {
+                self.validate_server(&name, g)?;
+            }
             if let Some(l) = &g.lock {
                 if !(l.hold_fraction > 0.0 && l.hold_fraction <= 1.0) {
                     return bad(format!(
@@ -689,6 +719,60 @@ impl Workload {
             if let Some(g) = group.filter(|g| !self.groups.iter().any(|o| o.name == *g)) {
                 return bad(format!("change at {} us: unknown group {g:?}", c.at_us));
             }
+        }
+        Ok(())
+    }
+
+    /// Check a server group: one VM, no other behaviour; one dispatcher vCPU
+    /// per VM with a positive rate and at least one worker beside it.
+    fn validate_server(&self, name: &str, g: &GroupSpec) -> Result<(), SimError> {
+        let bad = |m: String| Err(SimError::Invalid(m));
+        if g.separate_vms
+            || g.sleep != Sleep::Never
+            || g.yield_after_burst
+            || g.barrier
+            || g.lock.is_some()
+            || g.message.is_some()
+            || g.shootdown.is_some()
+        {
+            return bad(format!(
+                "group {name}: a server vCPU blocks when it has no work and does nothing else \
+                 (separate_vms, sleep, yield, barrier, lock, message and shootdown must be unset)"
+            ));
+        }
+        if let Some(ServerRole::Dispatcher { rate_per_s }) = g.server {
+            if !(rate_per_s > 0.0 && rate_per_s.is_finite()) {
+                return bad(format!(
+                    "group {name}: server.rate_per_s must be a finite number > 0"
+                ));
+            }
+        }
+        let in_vm = |dispatcher: bool| {
+            self.groups
+                .iter()
+                .filter(|o| {
+                    o.vm == g.vm
+                        && match o.server {
+                            Some(ServerRole::Dispatcher { .. }) => dispatcher,
+                            Some(ServerRole::Worker) => !dispatcher,
+                            None => false,
+                        }
+                })
+                .map(|o| o.count)
+                .sum::<u32>()
+        };
+        if in_vm(true) != 1 {
+            return bad(format!(
+                "group {name}: VM {} needs exactly one server dispatcher vCPU, has {}",
+                g.vm,
+                in_vm(true)
+            ));
+        }
+        if in_vm(false) == 0 {
+            return bad(format!(
+                "group {name}: a server needs a worker beside its dispatcher in VM {}",
+                g.vm
+            ));
         }
         Ok(())
     }
