@@ -43,6 +43,7 @@
 //! and a few multiplies (no floating point on the wake path).
 
 use crate::Nanos;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// One CPU, fully used.
 pub(crate) const SHARE_SCALE: u32 = 1 << 16;
@@ -139,6 +140,81 @@ impl RecentShare {
     pub fn value_at(&self, now: Nanos, half_life: Nanos) -> u32 {
         let f = decay_factor(now.saturating_sub(self.at), half_life);
         ((self.value as u64 * f as u64) >> 16) as u32
+    }
+}
+
+/// Whether a runner of (share, weight) `runner` is owed more than a
+/// boosted waker of (share, weight) `waker` (`Machine::must_preempt`):
+/// its share per weight is below three quarters of the waker's, so that
+/// two entities near their entitlements still preempt each other as the
+/// boost has them do, while a starved producer (a request dispatcher at a
+/// third of its workers' share) is not preempted by every worker it
+/// wakes.
+pub(crate) fn owed_more(waker: (u32, u32), runner: (u32, u32)) -> bool {
+    let ((ws, ww), (rs, rw)) = (waker, runner);
+    // rs / rw < 3/4 x ws / ww, in integers.
+    let lhs = 4 * rs as u64 * ww.max(1) as u64;
+    lhs < 3 * ws as u64 * rw.max(1) as u64
+}
+
+/// The share an entity with `share` has after running for `ran` without
+/// a break.
+fn share_after_running(share: u32, ran: Nanos, half_life: Nanos) -> u32 {
+    let f = decay_factor(ran, half_life);
+    let kept = ((share as u64 * f as u64) >> 16) as u32;
+    (kept + (SHARE_SCALE - f)).min(SHARE_SCALE)
+}
+
+/// What a CPU publishes about its runner's share at its dispatch, read
+/// without a lock by wakers deciding whether to preempt it
+/// (`Machine::must_preempt`): the share as of its last update, when that
+/// was, the dispatch, the weight. Four plain stores on the dispatch path;
+/// the decay is computed only by a boosted waker that asks (`at`).
+#[derive(Debug)]
+pub(crate) struct RunnerShare {
+    /// `u32::MAX`: not measured yet (no judgement).
+    value: AtomicU32,
+    as_of: AtomicU64,
+    dispatched: AtomicU64,
+    weight: AtomicU32,
+}
+
+impl Default for RunnerShare {
+    fn default() -> Self {
+        RunnerShare {
+            value: AtomicU32::new(u32::MAX),
+            as_of: AtomicU64::new(0),
+            dispatched: AtomicU64::new(0),
+            weight: AtomicU32::new(1),
+        }
+    }
+}
+
+impl RunnerShare {
+    /// The runner dispatched at `now` has `share` (measured or not) and
+    /// `weight`. Relaxed: a waker that reads a mix of two dispatches' values
+    /// misjudges one preemption, as it would reading a moment earlier.
+    pub fn publish(&self, share: &RecentShare, measured: bool, weight: u32, now: Nanos) {
+        let value = if measured { share.value } else { u32::MAX };
+        self.value.store(value, Ordering::Relaxed);
+        self.as_of.store(share.at, Ordering::Relaxed);
+        self.dispatched.store(now, Ordering::Relaxed);
+        self.weight.store(weight, Ordering::Relaxed);
+    }
+
+    /// The runner's (share, weight) at `now`: decayed to its dispatch,
+    /// grown by running since; None if not measured.
+    pub fn at(&self, now: Nanos, half_life: Nanos) -> Option<(u32, u32)> {
+        let value = self.value.load(Ordering::Relaxed);
+        if value == u32::MAX {
+            return None;
+        }
+        let dispatched = self.dispatched.load(Ordering::Relaxed);
+        let as_of = self.as_of.load(Ordering::Relaxed);
+        let f = decay_factor(dispatched.saturating_sub(as_of), half_life);
+        let at_dispatch = ((value as u64 * f as u64) >> 16) as u32;
+        let share = share_after_running(at_dispatch, now.saturating_sub(dispatched), half_life);
+        Some((share, self.weight.load(Ordering::Relaxed)))
     }
 }
 
@@ -292,6 +368,51 @@ mod tests {
             assert!(s.value_at(t, hl) < 30_000, "share {share} at {t}");
         }
         assert_eq!(time_to_fall(1, 0, hl), Nanos::MAX);
+    }
+
+    #[test]
+    fn a_runner_is_owed_more_below_three_quarters_of_the_wakers_share_per_weight() {
+        let s = SHARE_SCALE;
+        // Equal weights: the dispatcher at 0.15 against its worker at 0.41.
+        assert!(owed_more((s * 41 / 100, 10), (s * 15 / 100, 10)));
+        // Two entities near their entitlements: the waker preempts.
+        assert!(!owed_more((s * 47 / 100, 10), (s * 46 / 100, 10)));
+        assert!(!owed_more((s / 2, 10), (s * 3 / 8, 10)), "exactly 3/4");
+        assert!(owed_more((s / 2, 10), (s * 3 / 8 - 1, 10)));
+        // Per weight: a runner of twice the weight is owed twice the share.
+        assert!(owed_more((s / 3, 10), (s / 3, 20)));
+        assert!(!owed_more((s / 3, 20), (s / 3, 10)));
+        // A zero weight counts as one.
+        assert_eq!(owed_more((s, 0), (0, 0)), owed_more((s, 1), (0, 1)));
+    }
+
+    #[test]
+    fn a_runners_published_share_decays_to_its_dispatch_and_grows_as_it_runs() {
+        let hl = 8 * MS;
+        let published = RunnerShare::default();
+        assert_eq!(published.at(0, hl), None, "nothing published");
+        // Ran 3 ms from 0, then waited 8 ms (one half-life) to its
+        // dispatch at 11 ms.
+        let mut r = RecentShare::new(0);
+        r.ran_until(3 * MS, hl);
+        published.publish(&r, true, 7, 11 * MS);
+        let (at_dispatch, weight) = published.at(11 * MS, hl).unwrap();
+        assert_eq!(weight, 7);
+        assert!(at_dispatch.abs_diff(r.value_at(11 * MS, hl)) <= 1);
+        // After running one half-life more: half of it plus half a CPU,
+        // as `RecentShare` has it for the same run.
+        let (ran, _) = published.at(19 * MS, hl).unwrap();
+        let mut same = r;
+        same.idle_until(11 * MS, hl);
+        same.ran_until(19 * MS, hl);
+        assert!(ran.abs_diff(same.value_at(19 * MS, hl)) <= 2, "{ran}");
+        assert!(
+            ran.abs_diff(at_dispatch / 2 + SHARE_SCALE / 2) <= 2,
+            "{ran}"
+        );
+        // Not measured yet: no judgement.
+        published.publish(&r, false, 7, 20 * MS);
+        assert_eq!(published.at(21 * MS, hl), None);
     }
 
     #[test]

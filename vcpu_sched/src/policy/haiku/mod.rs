@@ -149,7 +149,13 @@
 //! (`boost_due`; the CPU's accounting lock names it, `CpuAcct::due`).
 //! CPU-bound entities that never block are never boosted, so Haiku's
 //! penalty cycle still orders them, and the starvation bound holds.
-//! `tunables.share_boost = false` gives Haiku's rules alone.
+//! A boosted waker preempts no runner owed more than itself (its share
+//! per weight below three quarters of the waker's, `share::owed_more`):
+//! a producer that does not sleep while work queues - a request
+//! dispatcher - is penalised as CPU-bound, and each consumer it wakes is
+//! boosted; preempted by every one of them, it starves them all (the
+//! simulator's scenario 24). `tunables.share_boost = false` gives Haiku's
+//! rules alone.
 //!
 //! # Bursty entities (beyond Haiku)
 //! A timeshare entity whose load estimate is at most `tunables::BURSTY_LOAD`

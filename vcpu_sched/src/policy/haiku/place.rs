@@ -61,6 +61,12 @@ impl HaikuScheduler {
             load: e.load.load,
             interactive: e.is_interactive(self.tun().bursty_load),
             bounded: e.prio.is_bounded(),
+            boosted_share: e.prio.is_boosted().then(|| {
+                (
+                    e.share.value_at(now, self.tun().share_half_life),
+                    e.share_weight(),
+                )
+            }),
             now,
             rotor: (id.index() as usize)
                 .wrapping_mul(7)

@@ -512,6 +512,12 @@ impl HaikuScheduler {
         slot.interactive
             .store(e.is_interactive(self.tun().bursty_load), Ordering::Relaxed);
         slot.vm.store(e.vm.0, Ordering::Release);
+        slot.share.publish(
+            &e.share,
+            e.share.measured(now, self.tun().share_half_life),
+            e.share_weight(),
+            now,
+        );
         slot.running.store(entry.id.index(), Ordering::Release);
         acct.dispatches += 1;
         if acct.last != Some(entry.id) {
