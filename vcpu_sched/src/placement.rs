@@ -982,8 +982,9 @@ impl Machine {
     /// front of its level.)
     ///
     /// A waker whose E is the fair-share boost's preempts by neither rule
-    /// a runner that has had less than its own recent share: the boost
-    /// gives a waker the share it is owed, not the CPU of one owed more.
+    /// a runner owed more than itself (its share per weight below three
+    /// quarters of the waker's, `share::owed_more`): the boost gives a
+    /// waker the share it is owed, not the CPU of one owed more.
     /// Without this a request dispatcher that never sleeps while requests
     /// queue (so it is penalised as CPU-bound) is preempted by every
     /// worker it wakes, which is boosted, and the workers starve on the

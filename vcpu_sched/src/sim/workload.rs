@@ -397,6 +397,17 @@ impl GroupSpec {
         self.server = Some(role);
         self
     }
+    /// Whether the group sleeps, yields, is split into VMs or meets its
+    /// VM's barrier or lock: what a VM-wide exchange (a shootdown, a
+    /// request server), which drives its vCPUs itself, cannot be
+    /// combined with.
+    fn has_a_pattern_of_its_own(&self) -> bool {
+        self.separate_vms
+            || self.sleep != Sleep::Never
+            || self.yield_after_burst
+            || self.barrier
+            || self.lock.is_some()
+    }
     /// Whether the group is runnable at time 0.
     pub fn with_start_awake(mut self, on: bool) -> Self {
         self.start_awake = on;
@@ -727,14 +738,7 @@ impl Workload {
     /// per VM with a positive rate and at least one worker beside it.
     fn validate_server(&self, name: &str, g: &GroupSpec) -> Result<(), SimError> {
         let bad = |m: String| Err(SimError::Invalid(m));
-        if g.separate_vms
-            || g.sleep != Sleep::Never
-            || g.yield_after_burst
-            || g.barrier
-            || g.lock.is_some()
-            || g.message.is_some()
-            || g.shootdown.is_some()
-        {
+        if g.has_a_pattern_of_its_own() || g.message.is_some() || g.shootdown.is_some() {
             return bad(format!(
                 "group {name}: a server vCPU blocks when it has no work and does nothing else \
                  (separate_vms, sleep, yield, barrier, lock, message and shootdown must be unset)"
@@ -787,12 +791,7 @@ impl Workload {
         role: ShootdownRole,
     ) -> Result<(), SimError> {
         let bad = |m: String| Err(SimError::Invalid(m));
-        if g.separate_vms
-            || g.sleep != Sleep::Never
-            || g.yield_after_burst
-            || g.barrier
-            || g.lock.is_some()
-        {
+        if g.has_a_pattern_of_its_own() {
             return bad(format!(
                 "group {name}: a shootdown needs one VM of vCPUs that never sleep or yield \
                  (separate_vms, sleep, yield, barrier and lock must be unset)"

@@ -24,6 +24,13 @@ impl HaikuScheduler {
         now: Nanos,
     ) -> Candidate<'a> {
         let mut c = self.balance_candidate(e, id, origin, now);
+        // Read only by `must_preempt`, on the placements that use this.
+        c.boosted_share = e.prio.is_boosted().then(|| {
+            (
+                e.share.value_at(now, self.tun().share_half_life),
+                e.share_weight(),
+            )
+        });
         c.warm = c.prev.is_some_and(|p| {
             self.m
                 .core_active(self.m.core_of(p))
@@ -34,7 +41,7 @@ impl HaikuScheduler {
     }
 
     /// `candidate` without its cache warmth (`warm` false, not looked
-    /// at): the rebalance and rotation rules (`ModeOps::rebalance`,
+    /// at) or its boosted share (None): the rebalance and rotation rules (`ModeOps::rebalance`,
     /// `rotation_target`, `least_loaded_core`) never read it, and
     /// summing the core's active time is most of a candidate's cost on
     /// every quantum end.
@@ -61,12 +68,7 @@ impl HaikuScheduler {
             load: e.load.load,
             interactive: e.is_interactive(self.tun().bursty_load),
             bounded: e.prio.is_bounded(),
-            boosted_share: e.prio.is_boosted().then(|| {
-                (
-                    e.share.value_at(now, self.tun().share_half_life),
-                    e.share_weight(),
-                )
-            }),
+            boosted_share: None,
             now,
             rotor: (id.index() as usize)
                 .wrapping_mul(7)
