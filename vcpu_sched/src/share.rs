@@ -157,14 +157,6 @@ pub(crate) fn owed_more(waker: (u32, u32), runner: (u32, u32)) -> bool {
     lhs < 3 * ws as u64 * rw.max(1) as u64
 }
 
-/// The share an entity with `share` has after running for `ran` without
-/// a break.
-fn share_after_running(share: u32, ran: Nanos, half_life: Nanos) -> u32 {
-    let f = decay_factor(ran, half_life);
-    let kept = ((share as u64 * f as u64) >> 16) as u32;
-    (kept + (SHARE_SCALE - f)).min(SHARE_SCALE)
-}
-
 /// What a CPU publishes about its runner's share at its dispatch, read
 /// without a lock by wakers deciding whether to preempt it
 /// (`Machine::must_preempt`): the share as of its last update, when that
@@ -209,12 +201,14 @@ impl RunnerShare {
         if value == u32::MAX {
             return None;
         }
-        let dispatched = self.dispatched.load(Ordering::Relaxed);
         let as_of = self.as_of.load(Ordering::Relaxed);
-        let f = decay_factor(dispatched.saturating_sub(as_of), half_life);
-        let at_dispatch = ((value as u64 * f as u64) >> 16) as u32;
-        let share = share_after_running(at_dispatch, now.saturating_sub(dispatched), half_life);
-        Some((share, self.weight.load(Ordering::Relaxed)))
+        let mut share = RecentShare {
+            value,
+            at: as_of,
+            since: as_of,
+        };
+        share.ran_between(self.dispatched.load(Ordering::Relaxed), now, half_life);
+        Some((share.value, self.weight.load(Ordering::Relaxed)))
     }
 }
 
