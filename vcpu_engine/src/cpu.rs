@@ -25,7 +25,7 @@
 use super::clock::QuantumTimer;
 use super::vcpu_state::EngineVcpu;
 use crate::host_cpus::HostCpu;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use vcpu_sched::{CpuId, EntityId, QuantumCut};
 
@@ -71,6 +71,12 @@ pub struct CpuSlot {
     /// never lengthened): the CPU time the ranked dispatch lets its owner
     /// use, however long it takes (`set_quantum_end`).
     granted: AtomicU64,
+    /// The VM of the dispatched vCPU, as its engine index + 1 (0: idle;
+    /// ranked dispatch: where a sharing VM's queued siblings run).
+    pub(crate) owner_vm: AtomicUsize,
+    /// Queued siblings of the owner ran beside it in this turn (ranked
+    /// dispatch): the turn's wall time is the VM's.
+    pub(crate) shared_turn: AtomicBool,
 }
 
 impl CpuSlot {
@@ -88,6 +94,8 @@ impl CpuSlot {
             quantum: Mutex::new(TurnQuantum::default()),
             quantum_end: AtomicU64::new(0),
             granted: AtomicU64::new(0),
+            owner_vm: AtomicUsize::new(0),
+            shared_turn: AtomicBool::new(false),
         }
     }
 

@@ -439,6 +439,9 @@ impl Engine {
         } else if self.dispatch_kind().uses_vcpu_threads() {
             slot.executor.store(0, Ordering::Release);
         }
+        slot.owner_vm
+            .store(next.as_ref().map_or(0, |n| n.vm + 1), Ordering::Release);
+        slot.shared_turn.store(false, Ordering::Relaxed);
         *owner = next.clone();
         (next, kicks)
     }

@@ -203,6 +203,7 @@ mod kvm_halts;
 pub mod pause_loop;
 mod rank;
 mod ranked;
+mod sibling_share;
 pub mod signals;
 mod spin_watch;
 pub mod stats;
@@ -422,8 +423,9 @@ pub struct EngineConfig {
     pub kvm_poll_ns: u64,
     /// Record what the engine does into this trace (`pacer run --trace`).
     pub trace: Option<crate::trace::Trace>,
-    /// A VM of this engine co-schedules more vCPUs than CPUs it may use
-    /// (its siblings cannot all run at once): under `ranked` the slices
+    /// A VM of this engine is said to co-schedule (its VMM's config named
+    /// it) and has more vCPUs than CPUs it may use (its siblings cannot
+    /// all run at once): under `ranked` the slices
     /// stay low latency's ([`effective_tunables`]). Read when the engine
     /// starts: a VM added later does not change the slices.
     pub coscheduled_wide: bool,
@@ -905,6 +907,12 @@ impl Engine {
     ) -> Result<(VmSlot, Arc<EngineVm>), EngineError> {
         let affinity = self.cpus.affinity(&spec.cpus);
         let now = now_ns();
+        // Ranked: a co-scheduled VM with more vCPUs than CPUs to run them
+        // shares the CPUs it owns with its queued siblings.
+        let sharing = (self.dispatch.ranked()
+            && spec.coschedule != vcpu_sched::Coschedule::Off
+            && indices.len() > ranked::allowed_host_cpus(self, &spec.cpus).len())
+        .then(|| Arc::new(sibling_share::SiblingShare::new(now)));
         let mut vms = self.vms.write().unwrap_or_else(|p| p.into_inner());
         let slot = vms.iter().position(Option::is_none).unwrap_or(vms.len());
         let vm_id = VmId(slot as u32);
@@ -957,7 +965,8 @@ impl Engine {
                     format!("{}/vcpu{}", spec.name, index),
                     initial,
                 )
-                .with_home(spec.priority, ranked::allowed_host_cpus(self, &spec.cpus)),
+                .with_home(spec.priority, ranked::allowed_host_cpus(self, &spec.cpus))
+                .with_sharing(sharing.clone()),
             );
             v.ctl().awaiting_sipi = index != 0 && !kvm;
             v.capped.store(spec.shares.cap.is_some(), Ordering::Release);
@@ -1293,6 +1302,7 @@ impl Engine {
         for ((s, v), o) in stats.iter_mut().zip(&vm.vcpus).zip(&outcomes) {
             s.host_cpus = v.ctl().ran_on.to_list();
             s.halt_poll = v.halt_poll.stats();
+            s.beside_sibling = v.beside_sibling.load(Ordering::Relaxed);
             if self.dispatch.ranked() {
                 // The host kernel switched the threads: its accounting is
                 // the run time and the wait (the scheduler saw only what

@@ -100,7 +100,7 @@
 use crate::clock::now_ns;
 use crate::cpu::CpuSlot;
 use crate::dispatch::Stop;
-use crate::host_cpus::{pin_thread, HostCpuSet};
+use crate::host_cpus::{pin_thread, HostCpu, HostCpuSet};
 use crate::kvm_halts::KvmBlocking;
 use crate::rank::{set_rank, thread_cpu_ns_of, Rank};
 use crate::trace::{Event, StopWhy};
@@ -147,7 +147,18 @@ impl Engine {
             },
             RunState::HaltedInKvm => (halted(), v.rank.allowed(), false),
             RunState::Ready if !v.capped.load(Ordering::Acquire) => {
-                (Rank::Filler, v.rank.allowed(), false)
+                match self.sibling_owned_cpu(v) {
+                    Some(host) => {
+                        let cpus = RankState::one(host);
+                        if v.rank.want_cpus.load(Ordering::Relaxed) != cpus
+                            || v.rank.want_rank.load(Ordering::Relaxed) != Rank::Owner.code()
+                        {
+                            v.beside_sibling.fetch_add(1, Ordering::Relaxed);
+                        }
+                        (Rank::Owner, cpus, false)
+                    }
+                    None => (Rank::Filler, v.rank.allowed(), false),
+                }
             }
             // Out of KVM_RUN: the signal is taken when the thread runs,
             // so it must run at once.
@@ -166,6 +177,28 @@ impl Engine {
         v.rank.want_rank.store(rank.code(), Ordering::Release);
         v.rank.want_cpus.store(cpus, Ordering::Release);
         park
+    }
+
+    /// The CPU that queued `v` shares with the sibling that owns it, if
+    /// its VM shares its CPUs now (`sibling_share.rs`); marks that CPU's
+    /// turn shared.
+    fn sibling_owned_cpu(&self, v: &EngineVcpu) -> Option<HostCpu> {
+        if !v.sharing.as_ref()?.shares(now_ns()) {
+            return None;
+        }
+        let mine = v.vm + 1;
+        let owned = |s: &&CpuSlot| s.owner_vm.load(Ordering::Acquire) == mine;
+        let count = self.slots().iter().filter(owned).count();
+        if count == 0 {
+            return None;
+        }
+        let slot = self
+            .slots()
+            .iter()
+            .filter(owned)
+            .nth(crate::sibling_share::pick(count, v.entity.index()))?;
+        slot.shared_turn.store(true, Ordering::Relaxed);
+        Some(slot.host)
     }
 
     /// Give `v`'s thread the rank and CPUs last decided for it, with no
@@ -292,6 +325,7 @@ impl Engine {
                 }
                 Stop::Blocked => {
                     // Halted, or paused (the caller set Paused already).
+                    v.note_vm_halted(now);
                     if matches!(ctl.state, RunState::Running { .. }) {
                         v.set_state(&mut ctl, RunState::HaltedInKvm);
                         note_wakeups(v);
@@ -309,7 +343,13 @@ impl Engine {
         };
         // The time it held the CPU without running (halted, or preempted
         // by a vCPU KVM woke, or by another host thread) is not run time.
-        self.reschedule_locked(slot, owner, reason, held.saturating_sub(ran))
+        let idle = if slot.shared_turn.load(Ordering::Relaxed) && reason != StopReason::Blocked {
+            // Its siblings ran beside it: the VM used the slice.
+            0
+        } else {
+            held.saturating_sub(ran)
+        };
+        self.reschedule_locked(slot, owner, reason, idle)
     }
 
     fn vm_paused(&self, v: &EngineVcpu) -> bool {
@@ -336,6 +376,19 @@ impl Engine {
         if let Some(n) = &next {
             self.enact(n);
             n.announce();
+        }
+        // A sharing VM's queued siblings follow the CPUs it owns.
+        for v in [stopped, next.as_deref()].into_iter().flatten() {
+            if v.sharing.is_none() {
+                continue;
+            }
+            if let Some(vm) = self.vm(v.vm) {
+                for s in vm.vcpus() {
+                    if !std::ptr::eq(&**s, v) && s.state_code() == STATE_READY {
+                        self.enact(s);
+                    }
+                }
+            }
         }
     }
 
@@ -409,7 +462,8 @@ impl Engine {
         let granted = slot.granted();
         let used = crate::clock::thread_cpu_ns().saturating_sub(v.cpu_seen.load(Ordering::Acquire));
         let latest = dispatched.saturating_add(granted.saturating_mul(MAX_SLICE_STRETCH));
-        if used.saturating_add(SLICE_SLACK_NS) < granted && now < latest {
+        let shared = slot.shared_turn.load(Ordering::Relaxed);
+        if !shared && used.saturating_add(SLICE_SLACK_NS) < granted && now < latest {
             slot.set_quantum_end((now + (granted - used)).min(latest));
             return;
         }
@@ -453,6 +507,7 @@ impl Engine {
     /// `v`, queued as a filler, halted in KVM: halted in the engine's view
     /// (the scheduler learns it when a CPU picks it), ranked as halted.
     fn halted_while_queued(&self, v: &EngineVcpu) {
+        v.note_vm_halted(now_ns());
         {
             let mut ctl = v.ctl();
             if ctl.state != RunState::Ready {
@@ -494,6 +549,11 @@ impl Engine {
                     continue;
                 };
                 samples += 1;
+                if v.sharing.is_some()
+                    && (v.state_code() == STATE_HALTED_IN_KVM || stats.blocking().unwrap_or(false))
+                {
+                    v.note_vm_halted(now_ns());
+                }
                 if v.rank.take_gave_up() {
                     self.enact(v);
                 }

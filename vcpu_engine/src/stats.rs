@@ -62,6 +62,10 @@ pub struct VcpuSchedStats {
     pub bounded_wakes: u64,
     /// Bounded wakes that reached a CPU later than the bound.
     pub bound_misses: u64,
+    /// Times its thread was placed beside the sibling that owned a CPU,
+    /// to share that CPU (`ranked`, a co-scheduled VM with more vCPUs
+    /// than CPUs; 0 otherwise).
+    pub beside_sibling: u64,
 }
 
 /// Halt polling after a vCPU's blocks (the engine's counterpart of KVM's
@@ -236,6 +240,7 @@ impl VcpuSchedStats {
             latency_bound_ns: e.latency_bound,
             bounded_wakes: e.bounded_wakes,
             bound_misses: e.bound_misses,
+            beside_sibling: 0,
         }
     }
 

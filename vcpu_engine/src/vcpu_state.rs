@@ -274,6 +274,11 @@ pub struct EngineVcpu {
     pub(crate) base_priority: u8,
     /// It has a cap: never a filler (ranked dispatch).
     pub(crate) capped: AtomicBool,
+    /// Its VM's queued siblings share the CPUs the VM owns (`ranked`, a
+    /// co-scheduled VM wider than its core set; `sibling_share.rs`).
+    pub(crate) sharing: Option<Arc<crate::sibling_share::SiblingShare>>,
+    /// Times its thread was placed beside the sibling that owns a CPU.
+    pub(crate) beside_sibling: AtomicU64,
     /// Its thread's CPU time when the engine last accounted it, ns
     /// (ranked dispatch).
     pub(crate) cpu_seen: AtomicU64,
@@ -542,6 +547,8 @@ impl EngineVcpu {
             kvm_blocking: OnceLock::new(),
             base_priority: crate::vcpu_sched::tunables::PRIORITY_NORMAL,
             capped: AtomicBool::new(false),
+            sharing: None,
+            beside_sibling: AtomicU64::new(0),
             cpu_seen: AtomicU64::new(0),
             parked: AtomicBool::new(false),
             left: AtomicBool::new(false),
@@ -563,6 +570,22 @@ impl EngineVcpu {
         self.rank.allowed_changed(&allowed);
         self.allowed = RwLock::new(allowed);
         self
+    }
+
+    /// Its VM shares the CPUs it owns with its queued siblings.
+    pub(crate) fn with_sharing(
+        mut self,
+        sharing: Option<Arc<crate::sibling_share::SiblingShare>>,
+    ) -> Self {
+        self.sharing = sharing;
+        self
+    }
+
+    /// Its VM shares the CPUs it owns: one of its vCPUs is seen halted.
+    pub(crate) fn note_vm_halted(&self, now: u64) {
+        if let Some(s) = &self.sharing {
+            s.halted(now);
+        }
     }
 
     pub(crate) fn ctl(&self) -> MutexGuard<'_, VcpuCtl> {

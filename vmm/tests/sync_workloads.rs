@@ -217,3 +217,60 @@ fn a_vcpu_spinning_on_a_parked_sibling_yields_to_it_only_with_relaxed_coscheduli
         }
     }
 }
+
+/// Sibling sharing under the default dispatch (`ranked`), 3:1: a 3-vCPU
+/// barrier VM beside a 3-vCPU hog VM on 2 host CPUs, beside a 3-vCPU VM
+/// whose vCPUs sleep (halt) every millisecond. The barrier VM's vCPUs
+/// never halt, so once it is quiet each queued sibling is placed beside
+/// the sibling that owns a CPU (its run JSON's `beside_sibling`); the
+/// sleeping VM shares only while its guest boots, before its vCPUs halt
+/// (23 placements against the barrier VM's 214 in a run here); with
+/// co-scheduling off nothing is placed. Counts only, no times.
+#[test]
+fn a_wide_vm_that_never_halts_shares_its_cpus_with_its_queued_siblings() {
+    if !kvm_or_skip("a_wide_vm_that_never_halts_shares_its_cpus_with_its_queued_siblings") {
+        return;
+    }
+    let _one = serial();
+    let dir = TempDir::new("sync-sibling-share");
+    for mode in [None, Some("off")] {
+        let cosched = mode.map_or(String::new(), |m| format!("\ncoschedule = \"{m}\""));
+        let wide = |name: &str, workload: &str| {
+            vm_table(name, workload)
+                .replace("vcpus = 1", &format!("vcpus = 3\ncpus = \"0-1\"{cosched}"))
+        };
+        let text = format!(
+            "[host]\npolicy = \"haiku\"\ndispatch = \"ranked\"\ncpus = \"0-1\"\n\
+             log_dir = \"logs\"\n\n{}{}{}",
+            wide("bar", "barrier duration_ms=1500 work_us=50"),
+            wide("hog", "cpu duration_ms=1500"),
+            wide("nap", "sleep duration_ms=1500 interval_us=1000"),
+        );
+        let res = common::run_config(&dir, &text);
+        let label = mode.unwrap_or("default (relaxed)");
+        for r in &res.vms {
+            succeeded(label, r);
+        }
+        let beside = |r: &vmm::results::VmResult| {
+            r.vcpu_sched
+                .iter()
+                .map(|s| s.beside_sibling)
+                .collect::<Vec<_>>()
+        };
+        let (bar, nap) = (beside(&res.vms[0]), beside(&res.vms[2]));
+        eprintln!("{label}: beside a sibling: barrier VM {bar:?}, sleeping VM {nap:?}");
+        if mode.is_none() {
+            let (bar, nap) = (bar.iter().sum::<u64>(), nap.iter().sum::<u64>());
+            assert!(bar > 0, "{label}: {bar}");
+            // The sleeping VM shares only while its guest boots (no halt
+            // for a while): a fraction of the barrier VM's placements.
+            assert!(
+                nap * 3 <= bar,
+                "{label}: barrier VM {bar}, sleeping VM {nap}"
+            );
+        } else {
+            let all: u64 = res.vms.iter().flat_map(beside).sum();
+            assert_eq!(all, 0, "{label}: {:?}", res.vms);
+        }
+    }
+}

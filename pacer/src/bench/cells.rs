@@ -227,6 +227,7 @@ pub fn pacer_config(m: &Matrix, cell: &Cell, log_dir: &Path) -> Option<Config> {
                 priority: v.priority,
                 shares: v.shares,
                 coschedule: v.coschedule,
+                coschedule_named: v.coschedule_named,
                 console: Console::Log,
                 timeout: Some(m.cell_timeout),
             }

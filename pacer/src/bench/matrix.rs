@@ -151,6 +151,8 @@ pub struct VmSpec {
     /// Relaxed co-scheduling of its vCPUs, or none (a config's
     /// `vm[].coschedule`).
     pub coschedule: vcpu_sched::Coschedule,
+    /// The layout named `coschedule` (a config's `vm[].coschedule_named`).
+    pub coschedule_named: bool,
     pub memory_mib: u64,
     /// A workload of its own (an index into `Matrix::workloads`), else the
     /// cell's.
@@ -1187,7 +1189,7 @@ impl Matrix {
                         );
                         vcpu_sched::Coschedule::default()
                     }),
-                    None => vcpu_sched::Coschedule::default_for(vcpus, cpus.len()),
+                    None => vcpu_sched::Coschedule::default_for(vcpus),
                 };
                 match (&v.latency_bound_us, &v.bound_budget) {
                     (None, None) => {}
@@ -1268,6 +1270,7 @@ impl Matrix {
                         priority,
                         shares,
                         coschedule,
+                        coschedule_named: v.coschedule.is_some(),
                         memory_mib,
                         workload,
                     });
@@ -1605,17 +1608,17 @@ vm = [ { name = "hi", vcpus = 1, priority = 20 } ]
         let l = m.layouts.iter().find(|l| l.name == "prio").unwrap();
         assert_eq!(l.vms[0].coschedule, vcpu_sched::Coschedule::Relaxed);
         assert_eq!(l.vms[1].coschedule, vcpu_sched::Coschedule::Off);
-        // Unset: a config's default (relaxed for an SMP VM that fits its
-        // CPUs, off for one wider or of one vCPU).
+        // Unset: a config's default (relaxed for an SMP VM, fitting its
+        // CPUs or wider, off for one of one vCPU).
         let m = fx
             .parse(&with_prio_vms(
-                "{ name = \"s\", vcpus = 2 }, { name = \"w\", vcpus = 3 }, { name = \"p\", vcpus = 2, cpus = \"1\" }",
+                "{ name = \"s\", vcpus = 2 }, { name = \"w\", vcpus = 3 }, { name = \"p\", vcpus = 2, cpus = \"1\" }, { name = \"u\", vcpus = 1 }",
             ))
             .unwrap();
         let l = m.layouts.iter().find(|l| l.name == "prio").unwrap();
         let got: Vec<_> = l.vms.iter().map(|v| v.coschedule).collect();
         use vcpu_sched::Coschedule::{Off, Relaxed};
-        assert_eq!(got, [Relaxed, Off, Off]);
+        assert_eq!(got, [Relaxed, Relaxed, Relaxed, Off]);
         let e = fx.errors(&with_prio_vms(
             "{ name = \"s\", vcpus = 2, coschedule = \"gang\" }",
         ));

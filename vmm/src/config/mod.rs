@@ -31,7 +31,7 @@
 //! weight = 100            # share among contending VMs, 1..=10000 (haiku)
 //! cap = 30                # at most this % of one CPU for the VM, split over its vCPUs (haiku)
 //! reservation = 50        # at least this % of one CPU when it asks (haiku; all VMs' fit the host)
-//! coschedule = "off"      # off | relaxed: co-start parked siblings, directed yields, spin watch | turns: and sibling turns (haiku); unset: relaxed for an SMP VM that fits its CPUs
+//! coschedule = "off"      # off | relaxed: co-start parked siblings, directed yields, spin watch, sibling sharing | turns: and sibling turns (haiku); unset: relaxed for an SMP VM
 //! latency_bound_us = 600  # wake-to-run bound while it has budget (haiku; admitted at load)
 //! bound_budget = 15       # the budget for it, % of one CPU split over its vCPUs
 //! workload = { name = "cpu", duration_ms = 500, report_ms = 100 }   # bench only
@@ -129,35 +129,29 @@ pub struct Config {
 /// The dispatch of a config that names none: `threads` where the engine
 /// must carry out what the host kernel cannot:
 /// - hand the CPUs out itself (SMT isolation);
-/// - serve a co-scheduled VM with more vCPUs than CPUs in its core set,
-///   which always has a sibling parked and waits on it
-///   (docs/measurements/sync.md, 3:1 next to hogs on the development
-///   machine):
-///   - `relaxed`: the directed yields of IPIs to a parked sibling and the
-///     spin watch (`vcpu_engine::spin_watch`) need Pacer's own local APIC
-///     and its exits; under `ranked` IPIs stay in KVM and the host kernel
-///     switches the threads unseen. The spin lock VM did 1.46x, the
-///     barrier 1.90x, the shootdown 2.77x its rounds under `ranked`;
-///   - `turns`: under `ranked` the host kernel carried out a 250 us turn
-///     in 1.8 ms at the median, and the barrier VM gained 1.6x where it
-///     gained 9.7x under `threads`.
+/// - give a VM with `coschedule = "turns"` and more vCPUs than CPUs in its
+///   core set its sibling turns: under `ranked` the host kernel carried out
+///   a 250 us turn in 1.8 ms at the median, and the barrier VM gained 1.6x
+///   where it gained 9.7x under `threads` (docs/measurements/sync.md, 3:1
+///   next to hogs on the development machine).
 ///
-/// Else `ranked`: a co-scheduled VM that fits its CPUs (2:1) lost its
+/// Else `ranked`. A `relaxed` VM wider than its CPUs shares the CPUs it
+/// owns with its queued siblings there (`vcpu_engine`'s sibling sharing):
+/// at 3:1 beside hogs its barrier and shootdown did 0.9-1.2x the host
+/// kernel's, where `threads` did more for them (1.35x and 1.75x) but cost
+/// a wide VM that does not spin (a request server) a quarter of its
+/// throughput, every IPI and halt being an exit, and a config cannot tell
+/// the two apart. A co-scheduled VM that fits its CPUs (2:1) lost its
 /// shootdown under `threads` (0.32x of `ranked`'s round trips).
 pub fn default_dispatch(
     smt_isolation: bool,
     tunables: &vcpu_sched::Tunables,
     vms: &[VmConfig],
 ) -> vcpu_engine::DispatchKind {
-    let waits_on_parked_siblings = |v: &VmConfig| {
-        let wide = v.is_wide();
-        match v.coschedule {
-            vcpu_sched::Coschedule::Off => false,
-            vcpu_sched::Coschedule::Relaxed => wide,
-            vcpu_sched::Coschedule::Turns => wide && tunables.sibling_turn > 0,
-        }
+    let takes_sibling_turns = |v: &VmConfig| {
+        v.coschedule == vcpu_sched::Coschedule::Turns && v.is_wide() && tunables.sibling_turn > 0
     };
-    if smt_isolation || vms.iter().any(waits_on_parked_siblings) {
+    if smt_isolation || vms.iter().any(takes_sibling_turns) {
         vcpu_engine::DispatchKind::Threads
     } else {
         vcpu_engine::DispatchKind::default()
@@ -165,13 +159,15 @@ pub fn default_dispatch(
 }
 
 impl Config {
-    /// Whether a VM co-schedules more vCPUs than CPUs in its core set
-    /// (`vm[].coschedule` relaxed or turns), which keeps low latency's
-    /// slices under `ranked` (`vcpu_engine::effective_tunables`).
+    /// Whether a VM names co-scheduling (`vm[].coschedule` relaxed or
+    /// turns) and has more vCPUs than CPUs in its core set, which keeps
+    /// low latency's slices under `ranked` (`vcpu_engine::effective_tunables`).
+    /// A wide VM relaxed by default does not: a request server is one, and
+    /// its p99 at 50 % load was 1.3-1.9x with the shorter slices.
     pub fn coscheduled_wide(&self) -> bool {
-        self.vms
-            .iter()
-            .any(|v| v.coschedule != vcpu_sched::Coschedule::Off && v.is_wide())
+        self.vms.iter().any(|v| {
+            v.coschedule_named && v.coschedule != vcpu_sched::Coschedule::Off && v.is_wide()
+        })
     }
 
     /// Whether the low-latency table runs as configured under every
@@ -223,7 +219,7 @@ fn sched_keys(v: &VmConfig) -> String {
             vm_percent(b.budget_permille, v.vcpus)
         );
     }
-    if v.coschedule != vcpu_sched::Coschedule::default_for(v.vcpus, v.cpus.len()) {
+    if v.coschedule != vcpu_sched::Coschedule::default_for(v.vcpus) {
         out += &format!(", coschedule {}", v.coschedule);
     }
     out

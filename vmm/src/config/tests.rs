@@ -623,16 +623,24 @@ fn command_line_overrides_enter_before_the_config_is_validated() {
 }
 
 #[test]
-fn coschedule_defaults_to_relaxed_for_an_smp_vm_that_fits_and_a_bad_value_names_its_place() {
+fn coschedule_defaults_to_relaxed_for_an_smp_vm_and_a_bad_value_names_its_place() {
     let fx = Fixture::new("coschedule");
     let c = fx.parse(GOOD).unwrap();
     // 2 vCPUs on CPUs 0-1: relaxed; 1 vCPU: off.
     assert_eq!(c.vms[0].coschedule, vcpu_sched::Coschedule::Relaxed);
     assert_eq!(c.vms[1].coschedule, vcpu_sched::Coschedule::Off);
-    // Wider than its CPUs: off (relaxed there would change the dispatch).
+    // Wider than its CPUs: relaxed too, and the dispatch stays ranked
+    // (its queued siblings share the CPUs it owns there), with the 6 ms
+    // slices: only a VM that names co-scheduling keeps the 2 ms table.
     let c = fx.parse(&GOOD.replace("vcpus = 2", "vcpus = 3")).unwrap();
-    assert_eq!(c.vms[0].coschedule, vcpu_sched::Coschedule::Off);
+    assert_eq!(c.vms[0].coschedule, vcpu_sched::Coschedule::Relaxed);
+    assert!(!c.vms[0].coschedule_named);
+    assert!(!c.coscheduled_wide());
     assert_eq!(c.host.dispatch, vcpu_engine::DispatchKind::Ranked);
+    let c = fx
+        .parse(&GOOD.replace("vcpus = 2", "vcpus = 3\ncoschedule = \"relaxed\""))
+        .unwrap();
+    assert!(c.vms[0].coschedule_named && c.coscheduled_wide());
     // Said: kept.
     let c = fx
         .parse(&GOOD.replace("priority = 20", "priority = 20\ncoschedule = \"off\""))
@@ -840,7 +848,7 @@ cpus = "1"
 priority = 30
 weight = 250
 cap = 250
-coschedule = "relaxed"
+coschedule = "off"
 latency_bound_us = 2000
 bound_budget = 20
 console = "both"
@@ -895,7 +903,7 @@ fn the_view_reads_back_as_the_config_the_run_used() {
         let v = &view.vm[0];
         assert_eq!(
             (v.weight, v.cap, v.reservation, v.coschedule),
-            (250, Some(250), 0, vcpu_sched::Coschedule::Relaxed),
+            (250, Some(250), 0, vcpu_sched::Coschedule::Off),
             "{dispatch}"
         );
         assert_eq!((v.latency_bound_us, v.bound_budget), (Some(2000), Some(20)));
@@ -922,6 +930,11 @@ fn the_view_reads_back_as_the_config_the_run_used() {
             c.keeps_low_latency(),
         );
         used.host.low_latency_named = true;
+        // Every VM's co-scheduling, written out (the tables above say
+        // what the default's left to them).
+        for v in &mut used.vms {
+            v.coschedule_named = true;
+        }
         if !c.host.dispatch.in_kernel_lapic() {
             // Nothing samples KVM's statistics: left out, the default.
             used.host.kvm_poll_us = DEFAULT_KVM_POLL_US;
@@ -1021,7 +1034,7 @@ fn the_summary_names_every_scheduling_key_that_differs_from_its_default() {
     let first = line(&c.vms[0].name);
     assert!(
         first.contains(
-            "weight 250, cap 250 %, latency bound 2000 us (budget 20 %), coschedule relaxed,"
+            "weight 250, cap 250 %, latency bound 2000 us (budget 20 %), coschedule off,"
         ),
         "{first}"
     );
@@ -1055,11 +1068,12 @@ fn the_summary_names_every_scheduling_key_that_differs_from_its_default() {
 
 /// Sibling turns want the `threads` dispatch: a config that names no
 /// dispatch and has a VM with `coschedule = "turns"` wider than its core
-/// set runs `threads`; one that fits, a `relaxed` VM or turns switched
-/// off (`tunables.sibling_turn = 0`) keep `ranked`, and a dispatch the
-/// file names is kept.
+/// set runs `threads`; one that fits, a `relaxed` VM (wide or not: a wide
+/// one shares its CPUs under `ranked`) or turns switched off
+/// (`tunables.sibling_turn = 0`) keep `ranked`, and a dispatch the file
+/// names is kept.
 #[test]
-fn a_vm_that_waits_on_its_siblings_defaults_to_threads() {
+fn a_vm_that_takes_sibling_turns_defaults_to_threads() {
     let fx = Fixture::new("sibling-turns");
     let host = |turn: &str, dispatch: &str| {
         format!("[host]\ncpus = \"0-1\"\npolicy = \"haiku\"\n{dispatch}\n[host.tunables]\nsibling_turn = {turn}\n")
@@ -1068,20 +1082,17 @@ fn a_vm_that_waits_on_its_siblings_defaults_to_threads() {
         format!("\n[[vm]]\nname = \"v\"\nvcpus = {vcpus}\nmemory_mib = 64\nkernel = \"kernel.elf\"\ncoschedule = \"{cosched}\"\n")
     };
     let dispatch = |text: String| fx.parse(&text).unwrap().host.dispatch;
-    for (text, why) in [
-        (
-            host("250000", "") + &vm(3, "turns"),
-            "turns, wider than its CPUs",
-        ),
-        (
-            host("0", "") + &vm(3, "relaxed"),
-            "relaxed, wider than its CPUs",
-        ),
-    ] {
-        assert_eq!(dispatch(text), DispatchKind::Threads, "{why}");
-    }
+    assert_eq!(
+        dispatch(host("250000", "") + &vm(3, "turns")),
+        DispatchKind::Threads,
+        "turns, wider than its CPUs"
+    );
     for (text, why) in [
         (host("0", "") + &vm(3, "turns"), "turns switched off"),
+        (
+            host("250000", "") + &vm(3, "relaxed"),
+            "relaxed, wider than its CPUs",
+        ),
         (
             host("250000", "") + &vm(2, "turns"),
             "turns, fits its two CPUs",

@@ -45,6 +45,9 @@ pub struct VmConfig {
     pub shares: crate::config::sched_rules::Shares,
     /// Relaxed co-scheduling of its vCPUs, or none (`vcpu_sched::cosched`).
     pub coschedule: vcpu_sched::Coschedule,
+    /// The file named `coschedule` (not the default's): the operator says
+    /// the VM's vCPUs wait on each other ([`super::Config::coscheduled_wide`]).
+    pub coschedule_named: bool,
     pub console: Console,
     pub timeout: Option<Duration>,
 }
@@ -154,7 +157,7 @@ pub(super) fn check(
             );
             vcpu_sched::Coschedule::default()
         }),
-        None => vcpu_sched::Coschedule::default_for(vcpus_ok, sched.cpus.len()),
+        None => vcpu_sched::Coschedule::default_for(vcpus_ok),
     };
     let cmdline = guest::cmdline(c, i, v, boot.guest);
     let timeout = match &v.timeout_s {
@@ -192,6 +195,7 @@ pub(super) fn check(
         priority: sched.priority,
         shares: sched.shares,
         coschedule,
+        coschedule_named: v.coschedule.is_some(),
         console: v.console.unwrap_or_default(),
         timeout,
     }

@@ -281,6 +281,9 @@ pub struct SchedDoc {
     /// Pacer's halt polling after its blocks; null under `host` (KVM
     /// polls there, in the kernel, and counts it in its own statistics).
     pub halt_poll: Option<HaltPollDoc>,
+    /// Times its thread was placed beside the sibling that owned a CPU
+    /// (`ranked`, a co-scheduled VM wider than its CPUs).
+    pub beside_sibling: u64,
 }
 
 /// Halt polling after a vCPU's blocks (`VcpuSchedStats::halt_poll`).
@@ -321,6 +324,7 @@ fn sched(s: &VcpuSchedStats, worked: bool) -> SchedDoc {
             woken: s.halt_poll.woken,
             polled_ns: s.halt_poll.polled_ns,
         }),
+        beside_sibling: s.beside_sibling,
     }
 }
 

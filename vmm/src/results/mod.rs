@@ -676,6 +676,12 @@ pub fn format_summary(r: &VmResult) -> String {
             v.preemptions,
             if v.host_cpus.is_empty() { "-" } else { &v.host_cpus },
         );
+        if v.beside_sibling > 0 {
+            s += &format!(
+                "[{}]   vcpu{i}: shared its VM's CPUs: placed beside an owning sibling {} times\n",
+                r.name, v.beside_sibling,
+            );
+        }
         let p = v.halt_poll;
         if p.polls > 0 {
             s += &format!(

@@ -1,0 +1,114 @@
+//! Sibling sharing: under the `ranked` dispatch, a co-scheduled VM with
+//! more vCPUs than CPUs in its core set runs its queued siblings beside
+//! the sibling that owns a CPU, in the normal class, and the host kernel
+//! takes turns between them ([`crate::DispatchKind::Ranked`], `ranked.rs`).
+//!
+//! # Why
+//!
+//! Such a VM always has a sibling queued. Under `ranked` a queued vCPU is
+//! a *filler* (the idle class), which runs only while its CPU's owner is
+//! halted; a VM that synchronises (a spin barrier, a lock, a TLB
+//! shootdown's answer) never halts while it waits, so the parked sibling
+//! ran only when an owner's slice ended, and the VM advanced once per
+//! slice: at 3:1 beside hogs its barrier did 0.28x the host kernel's
+//! rounds and its shootdown 0.25x the round trips. Pacer's own local APIC
+//! (`threads`) sees the waits (IPIs, PAUSE loops) and gives the CPU to the
+//! sibling, but every IPI and halt is then an exit, which costs a wide VM
+//! that does not spin (a request server) a quarter of its throughput.
+//! Here the kernel does the turns at its own price: while a sibling owns
+//! CPU c, a queued sibling's thread is in the normal class bound to c, so
+//! the VM's time on c is shared by its siblings at the kernel's tick, as
+//! the host kernel shares a CPU between any two threads, and the other
+//! VMs' time is not touched (the VM's siblings take turns only within the
+//! slices the scheduler gave the VM).
+//!
+//! # When
+//!
+//! - Only for a VM whose vCPUs do not halt: a VM that halts takes turns by
+//!   its halts already (a halted owner hands its CPU to a filler), and
+//!   sharing would only slow the sibling the others wait for (a request
+//!   server's dispatcher, whose p99 tripled when its workers shared its
+//!   CPU). A VM shares once none of its vCPUs has been seen halted for
+//!   [`SHARE_AFTER_QUIET_NS`] (the agent's looks, an owner's halt, a
+//!   filler found halted), and stops at the first halt seen.
+//! - A queued sibling shares a CPU its VM owns (the first such CPU in the
+//!   engine's order, offset by the vCPU's index, so that two queued
+//!   siblings of a VM that owns two CPUs go to different ones).
+//!
+//! # Accounting
+//!
+//! A shared turn's slice is wall time, not the owner's CPU time: the time
+//! the owner lost to its siblings is not given back (the VM used it), and
+//! the owner is charged the whole turn (nothing of it was idle). Over the
+//! VM's turns its siblings are charged in rotation, as each owns a CPU in
+//! its turn; the scheduler's per-vCPU shares are approximate while a VM
+//! shares, and the VM's share of the host is the scheduler's.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A VM shares the CPUs it owns with its queued siblings only once none
+/// of its vCPUs has been seen halted for this long (four of the agent's
+/// looks).
+pub(crate) const SHARE_AFTER_QUIET_NS: u64 = 20_000_000;
+
+/// What the siblings of one sharing VM have in common.
+#[derive(Debug)]
+pub(crate) struct SiblingShare {
+    /// When one of the VM's vCPUs was last seen halted (CLOCK_MONOTONIC
+    /// ns).
+    halted_at: AtomicU64,
+}
+
+impl SiblingShare {
+    /// A VM that starts now (its vCPUs start halted).
+    pub(crate) fn new(now: u64) -> SiblingShare {
+        SiblingShare {
+            halted_at: AtomicU64::new(now),
+        }
+    }
+
+    /// One of the VM's vCPUs was seen halted at `now`.
+    pub(crate) fn halted(&self, now: u64) {
+        self.halted_at.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Whether its queued siblings share its CPUs at `now`: no vCPU of
+    /// the VM seen halted for [`SHARE_AFTER_QUIET_NS`].
+    pub(crate) fn shares(&self, now: u64) -> bool {
+        now.saturating_sub(self.halted_at.load(Ordering::Relaxed)) >= SHARE_AFTER_QUIET_NS
+    }
+}
+
+/// The CPU a queued sibling shares: of the `owned` CPUs of its VM (in the
+/// engine's order), the one its `index` picks.
+pub(crate) fn pick(owned: usize, index: u32) -> usize {
+    index as usize % owned.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vm_shares_only_after_a_quiet_spell_and_stops_at_a_halt() {
+        let s = SiblingShare::new(1_000);
+        assert!(!s.shares(1_000));
+        assert!(!s.shares(1_000 + SHARE_AFTER_QUIET_NS - 1));
+        assert!(s.shares(1_000 + SHARE_AFTER_QUIET_NS));
+        s.halted(50_000_000);
+        assert!(!s.shares(50_000_001));
+        // An older sighting does not move the last halt back.
+        s.halted(2_000);
+        assert!(s.shares(50_000_000 + SHARE_AFTER_QUIET_NS));
+    }
+
+    #[test]
+    fn queued_siblings_spread_over_the_cpus_their_vm_owns() {
+        assert_eq!(pick(2, 0), 0);
+        assert_eq!(pick(2, 1), 1);
+        assert_eq!(pick(2, 2), 0);
+        assert_eq!(pick(1, 5), 0);
+        // No CPU owned never divides by zero (the caller checks first).
+        assert_eq!(pick(0, 3), 0);
+    }
+}
