@@ -187,7 +187,10 @@ impl Engine {
             return None;
         }
         let mine = v.vm + 1;
-        let owned = |s: &&CpuSlot| s.owner_vm.load(Ordering::Acquire) == mine;
+        // Its own CPUs only: an operator may have narrowed one vCPU's.
+        let allowed = v.allowed.read().unwrap_or_else(|p| p.into_inner());
+        let owned =
+            |s: &&CpuSlot| s.owner_vm.load(Ordering::Acquire) == mine && allowed.contains(s.host);
         let count = self.slots().iter().filter(owned).count();
         if count == 0 {
             return None;

@@ -49,7 +49,7 @@ impl Coschedule {
     /// queued at all times; relaxed, its queued siblings share the CPUs it
     /// owns under the engine's `ranked` dispatch (`vcpu_engine`'s sibling
     /// sharing) while none of its vCPUs halts: at 3:1 beside hogs its
-    /// barrier went from 0.28x the host kernel's rounds to 0.9x (1.1x with
+    /// barrier went from 0.26-0.28x the host kernel's rounds to 0.76-0.9x (1.1x with
     /// the 2 ms slices a VM that names its co-scheduling gets), with a
     /// request server (a wide VM that halts) unchanged.
     pub fn default_for(vcpus: u32) -> Coschedule {

@@ -137,7 +137,7 @@ pub struct Config {
 ///
 /// Else `ranked`. A `relaxed` VM wider than its CPUs shares the CPUs it
 /// owns with its queued siblings there (`vcpu_engine`'s sibling sharing):
-/// at 3:1 beside hogs its barrier and shootdown did 0.9-1.2x the host
+/// at 3:1 beside hogs its barrier and shootdown did 0.76-1.2x the host
 /// kernel's, where `threads` did more for them (1.35x and 1.75x) but cost
 /// a wide VM that does not spin (a request server) a quarter of its
 /// throughput, every IPI and halt being an exit, and a config cannot tell
