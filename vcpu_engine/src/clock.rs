@@ -81,6 +81,17 @@ impl QuantumTimer {
         Ok(QuantumTimer { id })
     }
 
+    /// Fire every `every_ns`, the first time `every_ns` from now.
+    pub(crate) fn every(&self, every_ns: u64) {
+        self.set_spec(
+            libc::itimerspec {
+                it_interval: timespec(every_ns),
+                it_value: timespec(every_ns),
+            },
+            0,
+        );
+    }
+
     /// Fire once at `deadline_ns` (absolute, [`now_ns`]'s clock); a
     /// deadline already past fires at once.
     pub(crate) fn arm(&self, deadline_ns: u64) {
@@ -93,15 +104,19 @@ impl QuantumTimer {
     }
 
     fn set(&self, value: libc::timespec) {
-        let spec = libc::itimerspec {
-            it_interval: timespec(0),
-            it_value: value,
-        };
+        self.set_spec(
+            libc::itimerspec {
+                it_interval: timespec(0),
+                it_value: value,
+            },
+            libc::TIMER_ABSTIME,
+        );
+    }
+
+    fn set_spec(&self, spec: libc::itimerspec, flags: libc::c_int) {
         // SAFETY: `id` is a live timer of this process; `spec` is valid for
         // the call; the old value is not asked for.
-        let r = unsafe {
-            libc::timer_settime(self.id, libc::TIMER_ABSTIME, &spec, std::ptr::null_mut())
-        };
+        let r = unsafe { libc::timer_settime(self.id, flags, &spec, std::ptr::null_mut()) };
         if r != 0 {
             log::warn!(
                 "quantum timer: timer_settime failed: {}",

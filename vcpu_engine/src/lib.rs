@@ -604,6 +604,9 @@ pub struct EngineVm {
     /// `Coschedule::Relaxed`: the spin watch looks for vCPUs spinning on
     /// a parked sibling (`spin_watch.rs`; the `threads` dispatch).
     pub(crate) spin_watch: bool,
+    /// `Coschedule::Turns`: under `ranked`, its threads that share a CPU
+    /// take turns there ([`sibling_share::SiblingTurns`]).
+    pub(crate) sibling_turns: bool,
     paused: AtomicBool,
     /// Its vCPUs' threads are the embedder's ([`Engine::add_vm_gated`]):
     /// each leaves its outcome in its [`EngineVcpu`] as its gate exits.
@@ -669,6 +672,8 @@ pub struct Engine {
     dispatch: DispatchKind,
     halt_poll_ns: u64,
     kvm_poll_ns: u64,
+    /// The tunables' `sibling_turn` (0: no turns).
+    sibling_turn_ns: u64,
     /// The real-time rank of the engine's timer thread and watcher.
     service_rank: i32,
     /// The `kvm-irqchip` watcher (started with the first VM) and what it did.
@@ -721,6 +726,7 @@ impl Engine {
         } else {
             1
         };
+        let sibling_turn_ns = config.tunables.sibling_turn;
         let sched = vcpu_sched::build(cpus.topology().clone(), config.sched_config())?;
         let slots = cpus
             .topology()
@@ -745,6 +751,7 @@ impl Engine {
                 dispatch: config.dispatch,
                 halt_poll_ns: config.halt_poll_ns,
                 kvm_poll_ns: config.kvm_poll_ns.max(10_000),
+                sibling_turn_ns,
                 service_rank,
                 kvm_watcher: Mutex::new(None),
                 kvm_watch: Default::default(),
@@ -772,6 +779,10 @@ impl Engine {
     /// How dispatched vCPUs are put on their CPUs.
     pub fn dispatch_kind(&self) -> DispatchKind {
         self.dispatch
+    }
+
+    pub(crate) fn sibling_turn_ns(&self) -> u64 {
+        self.sibling_turn_ns
     }
 
     pub(crate) fn halt_poll(&self) -> clock::HaltPoll {
@@ -1003,6 +1014,7 @@ impl Engine {
             handler,
             coschedule: spec.coschedule != vcpu_sched::Coschedule::Off,
             spin_watch: spec.coschedule == vcpu_sched::Coschedule::Relaxed,
+            sibling_turns: spec.coschedule == vcpu_sched::Coschedule::Turns,
             paused: AtomicBool::new(false),
             external,
             threads: Mutex::new(Vec::new()),

@@ -103,6 +103,7 @@ use crate::dispatch::Stop;
 use crate::host_cpus::{pin_thread, HostCpu, HostCpuSet};
 use crate::kvm_halts::KvmBlocking;
 use crate::rank::{set_rank, thread_cpu_ns_of, Rank};
+use crate::sibling_share::SiblingTurns;
 use crate::trace::{Event, StopWhy};
 use crate::trace_points::cpu16;
 use crate::vcpu::{GateDecision, VcpuExitReason, VcpuGate, VcpuRunner, VcpuStep};
@@ -202,6 +203,23 @@ impl Engine {
             .nth(crate::sibling_share::pick(count, v.entity.index()))?;
         slot.shared_turn.store(true, Ordering::Relaxed);
         Some(slot.host)
+    }
+
+    /// Whether a sibling of `v` shares the CPU `v`'s thread is bound to,
+    /// in the normal class (an owner and a sibling placed beside it).
+    fn sibling_beside(&self, vm: &EngineVm, v: &EngineVcpu) -> bool {
+        let owner = Rank::Owner.code();
+        let bound = |s: &EngineVcpu| {
+            (s.rank.want_rank.load(Ordering::Relaxed) == owner)
+                .then(|| RankState::single(s.rank.want_cpus.load(Ordering::Relaxed)))
+                .flatten()
+        };
+        let Some(mine) = bound(v) else { return false };
+        vm.vcpus().iter().any(|s| {
+            !std::ptr::eq(&**s, v)
+                && matches!(s.state_code(), STATE_READY | STATE_RUNNING)
+                && bound(s) == Some(mine)
+        })
     }
 
     /// Give `v`'s thread the rank and CPUs last decided for it, with no
@@ -757,6 +775,9 @@ pub(crate) struct RankedGate {
     engine: Arc<Engine>,
     vm: Arc<EngineVm>,
     vcpu: Arc<EngineVcpu>,
+    /// A `turns` VM that shares its CPUs: this thread's turns beside its
+    /// siblings ([`SiblingTurns`]).
+    turns: Option<SiblingTurns>,
 }
 
 impl RankedGate {
@@ -765,11 +786,27 @@ impl RankedGate {
             engine: engine.clone(),
             vm: vm.clone(),
             vcpu: v.clone(),
+            turns: None,
+        }
+    }
+
+    /// A tick of its turn timer: give the CPU to the sibling beside it if
+    /// the turn is due and its guest spins ([`SiblingTurns`]).
+    fn turn_tick(&mut self, runner: &mut VcpuRunner) {
+        let Some(turns) = &mut self.turns else { return };
+        if turns.due(crate::clock::thread_cpu_ns())
+            && self.engine.sibling_beside(&self.vm, &self.vcpu)
+            && runner.spinning()
+        {
+            // SAFETY: sched_yield takes no arguments.
+            unsafe { libc::sched_yield() };
+            turns.yielded(crate::clock::thread_cpu_ns());
+            runner.stats.spin_yields += 1;
         }
     }
 
     /// The thread starts: known to the engine, its KVM statistics open.
-    fn start(&mut self, runner: &VcpuRunner) -> Result<(), VcpuExitReason> {
+    fn start(&mut self, runner: &mut VcpuRunner) -> Result<(), VcpuExitReason> {
         let v = &self.vcpu;
         v.tid
             .store(crate::signals::current_tid(), Ordering::Release);
@@ -794,6 +831,17 @@ impl RankedGate {
             // Dispatched before its thread had a timer: arm it now.
             self.engine.arm_if_owner(v);
         }
+        let turn = self.engine.sibling_turn_ns();
+        if v.sharing.is_some() && self.vm.sibling_turns && turn > 0 && self.turns.is_none() {
+            match SiblingTurns::start(turn, crate::clock::thread_cpu_ns()) {
+                Ok(t) => {
+                    // Its registers at every exit, for the spin test.
+                    runner.sync_registers();
+                    self.turns = Some(t);
+                }
+                Err(e) => log::warn!("{}: no sibling turns: {e}", v.name),
+            }
+        }
         match std::fs::File::open("/proc/thread-self/stat") {
             Ok(f) => {
                 let _ = v.thread_stat.set(f);
@@ -808,6 +856,9 @@ impl RankedGate {
     /// reason a fatal exit left, if any).
     fn exit(&self, reason: VcpuExitReason) -> GateDecision {
         let v = &self.vcpu;
+        if let Some(t) = &self.turns {
+            t.stop();
+        }
         let reason = {
             if let RunState::Running { cpu } = v.state() {
                 self.engine.stop_owner(cpu, v, Stop::Exit(reason.clone()));
@@ -907,9 +958,12 @@ impl VcpuGate for RankedGate {
                         };
                         self.engine.quantum_expired(cpu, &v, halted);
                         decided = true;
+                    } else {
+                        self.turn_tick(runner);
                     }
                 }
             }
+            VcpuStep::Interrupted if self.turns.is_some() => self.turn_tick(runner),
             VcpuStep::Yielded => {
                 // A filler or a vCPU KVM woke: behind its equals.
                 // SAFETY: sched_yield takes no arguments.

@@ -79,6 +79,64 @@ impl SiblingShare {
     }
 }
 
+/// Sibling turns on a shared CPU (`coschedule = "turns"` under `ranked`):
+/// the host kernel takes turns between the threads that share a CPU only
+/// at its tick (4 ms here), and a barrier's round or a shootdown's answer
+/// waits for each turn. So each thread of a `turns` VM that shares its
+/// CPUs leaves KVM_RUN every `sibling_turn` of wall time (its own
+/// CLOCK_MONOTONIC timer; a thread CPU-time timer fires only at the tick),
+/// and gives its CPU to the sibling beside it (`sched_yield`, which the
+/// kernel's fair class answers by running the other thread there) if it
+/// has run half a turn since it last did, a sibling shares its CPU and its
+/// guest sits in a spin-wait loop (`pause_loop`). A lock holder is not in
+/// its wait loop, so it keeps the CPU; a spin lock VM still pays an exit
+/// per turn, which stops a holder for an exit's length (0.6-0.7x the host
+/// kernel's acquisitions at 3:1 here), which is why turns are a mode a VM
+/// asks for.
+pub(crate) struct SiblingTurns {
+    timer: crate::clock::QuantumTimer,
+    turn_ns: u64,
+    /// The thread's CPU clock when it last gave its CPU away.
+    yielded_at_cpu_ns: u64,
+}
+
+impl SiblingTurns {
+    /// Turns of `turn_ns` for the calling thread, whose CPU clock reads
+    /// `cpu_now`.
+    pub(crate) fn start(
+        turn_ns: u64,
+        cpu_now: u64,
+    ) -> Result<SiblingTurns, crate::clock::ClockError> {
+        let timer = crate::clock::QuantumTimer::for_current_thread()?;
+        timer.every(turn_ns);
+        Ok(SiblingTurns {
+            timer,
+            turn_ns,
+            yielded_at_cpu_ns: cpu_now,
+        })
+    }
+
+    /// Whether the thread has run half a turn since it last gave its CPU
+    /// away (a turn's tick that lands just after it got the CPU back does
+    /// not send it away again).
+    pub(crate) fn due(&self, cpu_now: u64) -> bool {
+        cpu_now
+            .saturating_sub(self.yielded_at_cpu_ns)
+            .saturating_mul(2)
+            >= self.turn_ns
+    }
+
+    /// It gave its CPU away; its clock reads `cpu_now` once it has it back.
+    pub(crate) fn yielded(&mut self, cpu_now: u64) {
+        self.yielded_at_cpu_ns = cpu_now;
+    }
+
+    /// The timer, stopped for good (the thread leaves its loop).
+    pub(crate) fn stop(&self) {
+        self.timer.disarm();
+    }
+}
+
 /// The CPU a queued sibling shares: of the `owned` CPUs of its VM (in the
 /// engine's order), the one its `index` picks.
 pub(crate) fn pick(owned: usize, index: u32) -> usize {
@@ -100,6 +158,20 @@ mod tests {
         // An older sighting does not move the last halt back.
         s.halted(2_000);
         assert!(s.shares(50_000_000 + SHARE_AFTER_QUIET_NS));
+    }
+
+    #[test]
+    fn a_turn_is_due_after_half_a_turn_of_cpu_time_since_the_last_yield() {
+        let mut t = SiblingTurns::start(250_000, 1_000_000).unwrap();
+        assert!(!t.due(1_000_000));
+        assert!(!t.due(1_124_999));
+        assert!(t.due(1_125_000));
+        t.yielded(2_000_000);
+        assert!(!t.due(2_100_000));
+        assert!(t.due(2_200_000));
+        // A clock read before the yield (another thread's view) is not due.
+        assert!(!t.due(1_500_000));
+        t.stop();
     }
 
     #[test]

@@ -227,7 +227,9 @@ pub struct VcpuStats {
     /// KVM_RUN returns with EINTR (kicks and other signals).
     pub kicks: u64,
     /// Looks of the spin watch (`spin_watch.rs`) that found the
-    /// vCPU in a spin-wait loop with a sibling parked, so it yielded.
+    /// vCPU in a spin-wait loop with a sibling parked, so it yielded; under
+    /// `ranked`, a `turns` VM's turns given to the sibling sharing its CPU
+    /// (`sibling_share.rs`).
     pub spin_yields: u64,
     /// Interrupts injected by Pacer (only without the in-kernel irqchip).
     pub injections: u64,

@@ -274,3 +274,40 @@ fn a_wide_vm_that_never_halts_shares_its_cpus_with_its_queued_siblings() {
         }
     }
 }
+
+/// Sibling turns under `ranked`: a 3-vCPU barrier VM with `coschedule =
+/// "turns"` beside a 3-vCPU hog VM on 2 host CPUs. Its vCPUs share the
+/// CPUs the VM owns, and each thread, every 250 us, gives its CPU to the
+/// sibling beside it when its guest spins at the barrier: the run's
+/// `spin_yields` count those turns. The hog VM, `off`, takes none.
+/// Counts only, no times.
+#[test]
+fn a_turns_vm_under_ranked_hands_its_shared_cpu_round_its_siblings() {
+    if !kvm_or_skip("a_turns_vm_under_ranked_hands_its_shared_cpu_round_its_siblings") {
+        return;
+    }
+    let _one = serial();
+    let dir = TempDir::new("sync-ranked-turns");
+    let wide = |name: &str, workload: &str, cosched: &str| {
+        vm_table(name, workload).replace(
+            "vcpus = 1",
+            &format!("vcpus = 3\ncpus = \"0-1\"\ncoschedule = \"{cosched}\""),
+        )
+    };
+    let text = format!(
+        "[host]\npolicy = \"haiku\"\ndispatch = \"ranked\"\ncpus = \"0-1\"\n\
+         log_dir = \"logs\"\n\n{}{}",
+        wide("bar", "barrier duration_ms=1500 work_us=50", "turns"),
+        wide("hog", "cpu duration_ms=1500", "off"),
+    );
+    let res = common::run_config(&dir, &text);
+    for r in &res.vms {
+        succeeded("ranked turns", r);
+    }
+    let turns =
+        |r: &vmm::results::VmResult| r.vcpu_stats.iter().map(|s| s.spin_yields).sum::<u64>();
+    let (bar, hog) = (turns(&res.vms[0]), turns(&res.vms[1]));
+    eprintln!("ranked turns: barrier VM {bar}, hog VM {hog}");
+    assert!(bar > 0, "{:?}", res.vms[0].vcpu_stats);
+    assert_eq!(hog, 0, "{:?}", res.vms[1].vcpu_stats);
+}
