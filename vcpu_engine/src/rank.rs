@@ -13,7 +13,7 @@
 //! | [`Rank::Service`] | SCHED_FIFO 48 | the engine's timer thread and the agent, and any thread while it takes the engine's locks: they stand for interrupts and must preempt any vCPU |
 //! | [`Rank::Park`] | SCHED_FIFO 47 | a vCPU thread leaving KVM_RUN to park (paused, capped while queued, its VM stopping): it takes its signal at once |
 //! | [`Rank::Halted`] | SCHED_FIFO 2..=46 | halted vCPUs, by the scheduler's effective priority E ([`halted_priority`]): KVM's wake-up of one preempts any owner at once, and a higher E wins among them |
-//! | [`Rank::Owner`] | SCHED_OTHER | the CPU's owner: the vCPU the scheduler dispatched there |
+//! | [`Rank::Owner`] | SCHED_OTHER | the CPU's owner: the vCPU the scheduler dispatched there; and, bound there too, the queued siblings of a VM that shares the CPUs it owns (`sibling_share.rs`) |
 //! | [`Rank::Filler`] | SCHED_IDLE | vCPUs queued behind an owner: they run only while their CPU's owner is halted, and any other thread preempts them at its wake-up |
 //!
 //! Only halted vCPUs are real-time while they run, between KVM's wake-up

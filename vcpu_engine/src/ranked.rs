@@ -27,6 +27,10 @@
 //!   only halted vCPUs, between KVM's wake-up and their next halt, are
 //!   real-time, so the kernel's real-time throttling never stops a
 //!   CPU-bound vCPU;
+//! - a co-scheduled VM wider than its CPUs that does not halt shares the
+//!   CPUs it owns: its queued siblings rank as owners there, bound to a
+//!   CPU one of its siblings owns, and the kernel takes turns between
+//!   them within the VM's slices (`sibling_share.rs`);
 //! - its **CPUs**: the owner is bound to its CPU; fillers and halted
 //!   vCPUs may use their VM's whole core set, so the kernel's real-time
 //!   placement puts a woken vCPU where it may run now and pulls a waiting
