@@ -402,16 +402,23 @@ impl Engine {
             self.enact(n);
             n.announce();
         }
-        // A sharing VM's queued siblings follow the CPUs it owns.
-        for v in [stopped, next.as_deref()].into_iter().flatten() {
-            if v.sharing.is_none() {
-                continue;
-            }
-            if let Some(vm) = self.vm(v.vm) {
-                for s in vm.vcpus() {
-                    if !std::ptr::eq(&**s, v) && s.state_code() == STATE_READY {
-                        self.enact(s);
-                    }
+        // A sharing VM's queued siblings follow the CPUs it owns (once per
+        // VM: the stopped owner and the next are often siblings).
+        let sharing = |v: &EngineVcpu| v.sharing.is_some().then_some(v.vm);
+        let stopped_vm = stopped.and_then(sharing);
+        let next_vm = next
+            .as_deref()
+            .and_then(sharing)
+            .filter(|n| Some(*n) != stopped_vm);
+        for vm in [stopped_vm, next_vm].into_iter().flatten() {
+            let Some(vm) = self.vm(vm) else { continue };
+            let enacted = |s: &EngineVcpu| {
+                stopped.is_some_and(|x| std::ptr::eq(x, s))
+                    || next.as_deref().is_some_and(|x| std::ptr::eq(x, s))
+            };
+            for s in vm.vcpus() {
+                if s.state_code() == STATE_READY && !enacted(s) {
+                    self.enact(s);
                 }
             }
         }
@@ -860,9 +867,6 @@ impl RankedGate {
     /// reason a fatal exit left, if any).
     fn exit(&self, reason: VcpuExitReason) -> GateDecision {
         let v = &self.vcpu;
-        if let Some(t) = &self.turns {
-            t.stop();
-        }
         let reason = {
             if let RunState::Running { cpu } = v.state() {
                 self.engine.stop_owner(cpu, v, Stop::Exit(reason.clone()));
