@@ -1315,6 +1315,7 @@ impl Engine {
             s.host_cpus = v.ctl().ran_on.to_list();
             s.halt_poll = v.halt_poll.stats();
             s.beside_sibling = v.beside_sibling.load(Ordering::Relaxed);
+            s.shared_turns_ended = v.shared_turns_ended.load(Ordering::Relaxed);
             if self.dispatch.ranked() {
                 // The host kernel switched the threads: its accounting is
                 // the run time and the wait (the scheduler saw only what

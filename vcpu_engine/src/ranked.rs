@@ -206,7 +206,51 @@ impl Engine {
             .filter(owned)
             .nth(crate::sibling_share::pick(count, v.entity.index()))?;
         slot.shared_turn.store(true, Ordering::Relaxed);
+        // Its own timer at the turn's end too: the owner's thread, kept
+        // off the CPU by it, would take its timer only when the kernel
+        // next switches threads (`end_shared_turn`).
+        if let Some(timer) = v.shared_turn_timer.get() {
+            timer.arm(slot.quantum_end());
+        }
         Some(slot.host)
+    }
+
+    /// `v`'s shared-turn timer fired: if the turn of the sibling it was
+    /// placed beside is over, end it now, from this thread (true). The
+    /// owner's own timer fired too, but its thread takes the signal only
+    /// when it next runs, and `v`'s thread, running in its place, may keep
+    /// it off the CPU until the kernel's next tick: without this the VM
+    /// overran each shared turn by up to a tick, at the other VMs' cost.
+    fn end_shared_turn(&self, v: &EngineVcpu) -> bool {
+        if v.rank.want_rank.load(Ordering::Relaxed) != Rank::Owner.code() {
+            return false;
+        }
+        let Some(host) = RankState::single(v.rank.want_cpus.load(Ordering::Relaxed)) else {
+            return false;
+        };
+        let Some(slot) = self.slots().iter().find(|s| s.host == host) else {
+            return false;
+        };
+        let owner = slot.lock_owner().clone();
+        let Some(owner) = owner.filter(|o| o.vm == v.vm && !std::ptr::eq(&**o, v)) else {
+            return false;
+        };
+        if !slot.shared_turn.load(Ordering::Relaxed) {
+            return false;
+        }
+        let end = slot.quantum_end();
+        if now_ns() < end {
+            // The turn's end moved later since the timer was armed.
+            if let Some(timer) = v.shared_turn_timer.get() {
+                timer.arm(end);
+            }
+            return false;
+        }
+        let ended = self.quantum_expired(slot.id, &owner, halted_in_kvm(&owner));
+        if ended {
+            v.shared_turns_ended.fetch_add(1, Ordering::Relaxed);
+        }
+        ended
     }
 
     /// Whether a sibling of `v` shares the CPU `v`'s thread is bound to,
@@ -470,23 +514,25 @@ impl Engine {
     /// own thread (`halted`: the guest is halted in KVM): its slice ends
     /// now, unless it lost CPU time to others (see the module
     /// documentation), or it is not the owner any more.
-    pub(crate) fn quantum_expired(&self, cpu: CpuId, v: &Arc<EngineVcpu>, halted: bool) {
-        let Some(slot) = self.slot(cpu) else { return };
+    pub(crate) fn quantum_expired(&self, cpu: CpuId, v: &Arc<EngineVcpu>, halted: bool) -> bool {
+        let Some(slot) = self.slot(cpu) else {
+            return false;
+        };
         let mut owner = slot.lock_owner();
         if !owner.as_ref().is_some_and(|o| Arc::ptr_eq(o, v)) {
-            return;
+            return false;
         }
         let now = now_ns();
         let end = slot.quantum_end();
         if now < end {
             // A stray signal, or a slice moved since the timer fired.
-            return;
+            return false;
         }
         if halted {
             let (next, kicks) = self.stop_owner_locked(slot, &mut owner, v, Stop::Blocked);
             drop(owner);
             self.carry_out(Some(v), next, kicks);
-            return;
+            return true;
         }
         // A slice is CPU time: what the owner lost to vCPUs KVM woke (or
         // to other host threads) is given back, up to the slice again.
@@ -497,11 +543,12 @@ impl Engine {
         let shared = slot.shared_turn.load(Ordering::Relaxed);
         if !shared && used.saturating_add(SLICE_SLACK_NS) < granted && now < latest {
             slot.set_quantum_end((now + (granted - used)).min(latest));
-            return;
+            return false;
         }
         let (next, kicks) = self.stop_owner_locked(slot, &mut owner, v, Stop::Quantum);
         drop(owner);
         self.carry_out(Some(v), next, kicks);
+        true
     }
 
     /// `v`'s quantum timer, made after it was dispatched: armed at its
@@ -842,6 +889,15 @@ impl RankedGate {
             // Dispatched before its thread had a timer: arm it now.
             self.engine.arm_if_owner(v);
         }
+        if v.sharing.is_some() && v.shared_turn_timer.get().is_none() {
+            match crate::clock::QuantumTimer::for_current_thread() {
+                Ok(t) => {
+                    let _ = v.shared_turn_timer.set(t);
+                }
+                // Its shared turns then end at the owner's thread's timer.
+                Err(e) => log::warn!("{}: no shared-turn timer: {e}", v.name),
+            }
+        }
         let turn = self.engine.sibling_turn_ns();
         if v.sharing.is_some() && self.vm.sibling_turns && turn > 0 && self.turns.is_none() {
             match SiblingTurns::start(turn, crate::clock::thread_cpu_ns()) {
@@ -969,6 +1025,14 @@ impl VcpuGate for RankedGate {
                     } else {
                         self.turn_tick(runner);
                     }
+                }
+            }
+            VcpuStep::Interrupted if v.sharing.is_some() && v.state_code() == STATE_READY => {
+                // Placed beside a sibling: its shared turn's end, or a
+                // turn's tick.
+                decided = self.engine.end_shared_turn(&v);
+                if !decided {
+                    self.turn_tick(runner);
                 }
             }
             VcpuStep::Interrupted if self.turns.is_some() => self.turn_tick(runner),

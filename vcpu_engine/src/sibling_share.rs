@@ -35,6 +35,15 @@
 //!   engine's order, offset by the vCPU's index, so that two queued
 //!   siblings of a VM that owns two CPUs go to different ones).
 //!
+//! # A turn's end
+//!
+//! The owner's quantum timer ends its turn, but the owner's thread takes
+//! the signal only when the kernel runs it, and a sibling beside it may
+//! hold the CPU until the kernel's next tick. So each sibling placed
+//! beside an owner arms a timer of its own thread at the turn's end
+//! (`EngineVcpu::shared_turn_timer`), and whichever thread runs then ends
+//! the turn (`Engine::end_shared_turn`): the VM keeps to its slices.
+//!
 //! # Accounting
 //!
 //! A shared turn's slice is wall time, not the owner's CPU time: the time

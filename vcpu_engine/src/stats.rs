@@ -66,6 +66,9 @@ pub struct VcpuSchedStats {
     /// to share that CPU (`ranked`, a co-scheduled VM with more vCPUs
     /// than CPUs; 0 otherwise).
     pub beside_sibling: u64,
+    /// Shared turns its thread ended at their slice's end while it ran
+    /// beside the owning sibling, whose thread it kept off the CPU.
+    pub shared_turns_ended: u64,
 }
 
 /// Halt polling after a vCPU's blocks (the engine's counterpart of KVM's
@@ -241,6 +244,7 @@ impl VcpuSchedStats {
             bounded_wakes: e.bounded_wakes,
             bound_misses: e.bound_misses,
             beside_sibling: 0,
+            shared_turns_ended: 0,
         }
     }
 

@@ -225,7 +225,10 @@ fn a_vcpu_spinning_on_a_parked_sibling_yields_to_it_only_with_relaxed_coscheduli
 /// the sibling that owns a CPU (its run JSON's `beside_sibling`); the
 /// sleeping VM shares only while its guest boots, before its vCPUs halt
 /// (23 placements against the barrier VM's 214 in a run here); with
-/// co-scheduling off nothing is placed. Counts only, no times.
+/// co-scheduling off nothing is placed. A shared turn ends at its slice's
+/// end on whichever sibling's thread runs then: some end on a sibling
+/// placed beside the owner (`shared_turns_ended`), none without sharing.
+/// Counts only, no times.
 #[test]
 fn a_wide_vm_that_never_halts_shares_its_cpus_with_its_queued_siblings() {
     if !kvm_or_skip("a_wide_vm_that_never_halts_shares_its_cpus_with_its_queued_siblings") {
@@ -258,8 +261,17 @@ fn a_wide_vm_that_never_halts_shares_its_cpus_with_its_queued_siblings() {
                 .collect::<Vec<_>>()
         };
         let (bar, nap) = (beside(&res.vms[0]), beside(&res.vms[2]));
-        eprintln!("{label}: beside a sibling: barrier VM {bar:?}, sleeping VM {nap:?}");
+        let ended: u64 = res.vms[0]
+            .vcpu_sched
+            .iter()
+            .map(|s| s.shared_turns_ended)
+            .sum();
+        eprintln!(
+            "{label}: beside a sibling: barrier VM {bar:?}, sleeping VM {nap:?}; \
+             shared turns the barrier VM's siblings ended: {ended}"
+        );
         if mode.is_none() {
+            assert!(ended > 0, "{label}: no shared turn ended beside its owner");
             let (bar, nap) = (bar.iter().sum::<u64>(), nap.iter().sum::<u64>());
             assert!(bar > 0, "{label}: {bar}");
             // The sleeping VM shares only while its guest boots (no halt
@@ -271,6 +283,7 @@ fn a_wide_vm_that_never_halts_shares_its_cpus_with_its_queued_siblings() {
         } else {
             let all: u64 = res.vms.iter().flat_map(beside).sum();
             assert_eq!(all, 0, "{label}: {:?}", res.vms);
+            assert_eq!(ended, 0, "{label}");
         }
     }
 }

@@ -284,6 +284,9 @@ pub struct SchedDoc {
     /// Times its thread was placed beside the sibling that owned a CPU
     /// (`ranked`, a co-scheduled VM wider than its CPUs).
     pub beside_sibling: u64,
+    /// Shared turns its thread ended at their slice's end, in place of
+    /// the owning sibling's thread, which it kept off the CPU.
+    pub shared_turns_ended: u64,
 }
 
 /// Halt polling after a vCPU's blocks (`VcpuSchedStats::halt_poll`).
@@ -325,6 +328,7 @@ fn sched(s: &VcpuSchedStats, worked: bool) -> SchedDoc {
             polled_ns: s.halt_poll.polled_ns,
         }),
         beside_sibling: s.beside_sibling,
+        shared_turns_ended: s.shared_turns_ended,
     }
 }
 
