@@ -1232,7 +1232,9 @@ impl Engine {
 
     /// Take a stopping VM out of the engine: every vCPU leaves its CPU and
     /// the scheduler; returns each vCPU's outcome and scheduling statistics.
-    /// The VM's exit handler must already report `stopping()`.
+    /// The VM's exit handler must already report `stopping()`. Each wait
+    /// ends within `timeout`: a vCPU whose thread has not ended by then is
+    /// reported with an `Unhandled` outcome and its thread left running.
     pub fn finish_vm(&self, slot: VmSlot, timeout: Duration) -> Vec<FinishedVcpu> {
         let _s = self.section();
         let Some(vm) = self.vm(slot.0) else {
@@ -1292,18 +1294,9 @@ impl Engine {
             DispatchKind::Threads | DispatchKind::KvmIrqchip | DispatchKind::Ranked => {
                 let handles =
                     std::mem::take(&mut *vm.threads.lock().unwrap_or_else(|p| p.into_inner()));
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| VcpuOutcome {
-                            reason: VcpuExitReason::Unhandled {
-                                exit: "vCPU thread panicked".into(),
-                            },
-                            stats: Default::default(),
-                            thread_sched: Default::default(),
-                        })
-                    })
-                    .collect()
+                // Spawned in vCPU order.
+                let names = vm.vcpus.iter().map(|v| v.name.clone());
+                threads::join_within(names.zip(handles).collect(), timeout)
             }
             DispatchKind::Workers => vm
                 .vcpus

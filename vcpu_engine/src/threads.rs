@@ -187,16 +187,49 @@ pub(crate) fn take_outcome(v: &EngineVcpu, timeout: Duration) -> VcpuOutcome {
                 "{}: its thread did not leave its gate within {timeout:?}",
                 v.name
             );
-            return VcpuOutcome {
-                reason: VcpuExitReason::Unhandled {
-                    exit: "vCPU thread still in its gate at VM stop".into(),
-                },
-                stats: Default::default(),
-                thread_sched: Default::default(),
-            };
+            return lost_outcome("vCPU thread still in its gate at VM stop");
         }
         std::thread::sleep(Duration::from_micros(200));
     }
+}
+
+/// The outcome of a vCPU whose thread gave none (`exit` says why).
+fn lost_outcome(exit: &str) -> VcpuOutcome {
+    VcpuOutcome {
+        reason: VcpuExitReason::Unhandled { exit: exit.into() },
+        stats: Default::default(),
+        thread_sched: Default::default(),
+    }
+}
+
+/// Join a stopping VM's vCPU threads (each with its vCPU's name), all
+/// within `timeout`. A thread still running then (a bug that keeps it in
+/// its loop: a stopping VM's threads leave at their next exit) is left
+/// detached and reported as such, so that one stuck thread cannot hold
+/// the VMM, and every other VM's results, for ever. It keeps what it uses
+/// (its VM's memory and descriptors are shared, counted references) until
+/// it ends or the process does.
+pub(crate) fn join_within(
+    threads: Vec<(String, JoinHandle<VcpuOutcome>)>,
+    timeout: Duration,
+) -> Vec<VcpuOutcome> {
+    let deadline = Instant::now() + timeout;
+    threads
+        .into_iter()
+        .map(|(name, h)| {
+            while !h.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            if !h.is_finished() {
+                log::error!(
+                    "{name}: its thread did not end within {timeout:?} of the VM's stop; left running"
+                );
+                return lost_outcome("vCPU thread still running at VM stop");
+            }
+            h.join()
+                .unwrap_or_else(|_| lost_outcome("vCPU thread panicked"))
+        })
+        .collect()
 }
 
 impl ThreadGate {
@@ -523,5 +556,66 @@ impl VcpuGate for ThreadGate {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn outcome(reason: VcpuExitReason) -> VcpuOutcome {
+        VcpuOutcome {
+            reason,
+            stats: Default::default(),
+            thread_sched: Default::default(),
+        }
+    }
+
+    /// A thread that ends gives its outcome, one that panicked says so,
+    /// and one still running at the deadline is reported and left behind
+    /// (the join returns; the thread ends when it is released).
+    #[test]
+    fn a_thread_still_running_at_the_deadline_is_reported_not_waited_for() {
+        let (release, held) = mpsc::channel::<()>();
+        let threads = vec![
+            (
+                "vm/vcpu0".to_string(),
+                std::thread::spawn(|| outcome(VcpuExitReason::Stopped)),
+            ),
+            (
+                "vm/vcpu1".to_string(),
+                std::thread::spawn(|| -> VcpuOutcome { panic!("a test's vCPU thread panics") }),
+            ),
+            (
+                "vm/vcpu2".to_string(),
+                std::thread::spawn(move || {
+                    let _ = held.recv();
+                    outcome(VcpuExitReason::Stopped)
+                }),
+            ),
+        ];
+        // The first two are over before the join (a panic's report takes
+        // its time): only the third is at the deadline.
+        for (_, h) in &threads[..2] {
+            while !h.is_finished() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        let outcomes = join_within(threads, Duration::from_millis(50));
+        release.send(()).unwrap();
+        let reasons: Vec<_> = outcomes.into_iter().map(|o| o.reason).collect();
+        assert_eq!(
+            reasons,
+            vec![
+                VcpuExitReason::Stopped,
+                VcpuExitReason::Unhandled {
+                    exit: "vCPU thread panicked".into()
+                },
+                VcpuExitReason::Unhandled {
+                    exit: "vCPU thread still running at VM stop".into()
+                },
+            ]
+        );
     }
 }
