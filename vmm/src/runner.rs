@@ -8,7 +8,7 @@
 use crate::config::Config;
 use crate::policy::Policy;
 use crate::results::{RunResults, VmResult};
-use crate::signals::{ProcessSignal, SignalGuard};
+use crate::signals::{ProcessSignal, SignalGuard, StopAction, StopSignals};
 use crate::stop_registry::StopRegistry;
 use crate::vm::{open_kvm, VcpuScheduling, Vm, VmOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -318,13 +318,22 @@ pub fn run(
                 .name("pacer/signals".into())
                 .spawn_scoped(s, move || {
                     crate::seccomp::install_or_warn(crate::seccomp::ThreadKind::Service);
+                    let mut stops = StopSignals::default();
                     g.watch(
                         || done.load(Ordering::Acquire),
                         |sig| match sig {
-                            ProcessSignal::Stop(name) => {
-                                on_event(RunEvent::Stopping(name));
-                                registry.stop_all();
-                            }
+                            ProcessSignal::Stop(name) => match stops.on_stop(name) {
+                                StopAction::StopAll => {
+                                    on_event(RunEvent::Stopping(name));
+                                    registry.stop_all();
+                                }
+                                StopAction::ExitNow(status) => {
+                                    log::error!(
+                                        "{name} again while the VMs stop: exiting now, without waiting for them (what was written so far is kept)"
+                                    );
+                                    std::process::exit(status);
+                                }
+                            },
                             ProcessSignal::Snapshot => on_event(RunEvent::Snapshot(
                                 write_snapshot(engine_ref, log_dir, opts.run_start),
                             )),

@@ -1,5 +1,6 @@
 //! The process signals of Pacer's run: SIGINT and SIGTERM stop every VM
-//! cleanly; SIGUSR1 asks for a snapshot of the scheduler's statistics. A
+//! cleanly, and a second one while that stop is under way ends the
+//! process at once ([`StopSignals`]); SIGUSR1 asks for a snapshot of the scheduler's statistics. A
 //! [`SignalGuard`] blocks them in the calling thread (and every thread it
 //! spawns) and [`SignalGuard::watch`] turns them into [`ProcessSignal`]s on
 //! one thread; the *watcher wake* (SIGRTMIN+1) ends the watcher's wait at
@@ -23,6 +24,42 @@ pub enum ProcessSignal {
     Stop(&'static str),
     /// SIGUSR1: write a statistics snapshot.
     Snapshot,
+}
+
+/// What a stop signal asks for ([`StopSignals`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopAction {
+    /// The first: stop every VM cleanly.
+    StopAll,
+    /// Another while that stop is under way: end the process now, with
+    /// this exit status (128 + the signal's number, as a shell reports a
+    /// process a signal ended).
+    ExitNow(i32),
+}
+
+/// The stop signals of one run. The first stops every VM cleanly (each
+/// VM's results are written as it ends); a second ends the process at
+/// once, so that a stop that does not finish (a bug that keeps a VM's
+/// thread from leaving) cannot hold the operator, who keeps what was
+/// written so far.
+#[derive(Debug, Default)]
+pub struct StopSignals {
+    seen: u32,
+}
+
+impl StopSignals {
+    /// The watcher saw the stop signal `name` (`SIGINT` or `SIGTERM`).
+    pub fn on_stop(&mut self, name: &str) -> StopAction {
+        self.seen += 1;
+        if self.seen == 1 {
+            return StopAction::StopAll;
+        }
+        let number = match name {
+            "SIGINT" => libc::SIGINT,
+            _ => libc::SIGTERM,
+        };
+        StopAction::ExitNow(128 + number)
+    }
 }
 
 /// While alive, SIGINT, SIGTERM, SIGUSR1 and the watcher wake signal are
@@ -103,5 +140,18 @@ impl Drop for SignalGuard {
     fn drop(&mut self) {
         // SAFETY: restores the mask saved in `install`.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old_mask, std::ptr::null_mut()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_stop_signal_stops_the_vms_and_a_second_ends_the_process() {
+        let mut stops = StopSignals::default();
+        assert_eq!(stops.on_stop("SIGTERM"), StopAction::StopAll);
+        assert_eq!(stops.on_stop("SIGINT"), StopAction::ExitNow(130));
+        assert_eq!(stops.on_stop("SIGTERM"), StopAction::ExitNow(143));
     }
 }
