@@ -231,13 +231,10 @@ impl Engine {
         let Some(slot) = self.slots().iter().find(|s| s.host == host) else {
             return false;
         };
-        let owner = slot.lock_owner().clone();
-        let Some(owner) = owner.filter(|o| o.vm == v.vm && !std::ptr::eq(&**o, v)) else {
-            return false;
-        };
         if !slot.shared_turn.load(Ordering::Relaxed) {
             return false;
         }
+        // Before the owner lock: a `turns` VM's ticks come here every turn.
         let end = slot.quantum_end();
         if now_ns() < end {
             // The turn's end moved later since the timer was armed.
@@ -246,6 +243,10 @@ impl Engine {
             }
             return false;
         }
+        let owner = slot.lock_owner().clone();
+        let Some(owner) = owner.filter(|o| o.vm == v.vm && !std::ptr::eq(&**o, v)) else {
+            return false;
+        };
         let ended = self.quantum_expired(slot.id, &owner, halted_in_kvm(&owner));
         if ended {
             v.shared_turns_ended.fetch_add(1, Ordering::Relaxed);
