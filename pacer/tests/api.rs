@@ -228,6 +228,17 @@ fn two_vms(workload_ms: u32) -> String {
 }
 
 /// Poll `f` until it holds (within `within`).
+/// [`two_vms`] with workloads that sleep (one wake every 10 ms) for
+/// `workload_ms`: running VMs for tests of the API itself, which leave
+/// the CPUs to the test's own clients (a headless browser takes
+/// minutes beside three CPU-bound vCPUs on a 2-CPU CI machine).
+fn two_idle_vms(workload_ms: u32) -> String {
+    two_vms(workload_ms).replace(
+        &format!("workload = \"cpu duration_ms={workload_ms} report_ms=100\""),
+        &format!("workload = \"sleep duration_ms={workload_ms} interval_us=10000\""),
+    )
+}
+
 fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     let t0 = Instant::now();
     loop {
@@ -560,7 +571,7 @@ fn the_socket_speaks_http11_half_close_pipelining_keep_alive() {
     }
     let dir = TempDir::new("api-http11");
     // Stopped at the end; the workload outlasts the test on a busy host.
-    let run = Run::start(&dir, &two_vms(300_000), &[]);
+    let run = Run::start(&dir, &two_idle_vms(300_000), &[]);
     assert!(eventually(Duration::from_secs(20), || {
         run.json(&["ls"])["vms"][1]["state"] == "running"
     }));
@@ -1585,7 +1596,7 @@ fn the_live_page_in_a_browser() {
     // each, retried, which take minutes on a loaded CI machine: with the
     // VMs' usual 120 s timeout the page was gone, ERR_CONNECTION_REFUSED,
     // by the screenshot): the VMs are stopped at the end.
-    let config = two_vms(900_000).replace("timeout_s = 120", "timeout_s = 1200");
+    let config = two_idle_vms(900_000).replace("timeout_s = 120", "timeout_s = 1200");
     let run = Run::start(&dir, &config, &["--api-http", "127.0.0.1:0"]);
     let mut url = String::new();
     assert!(eventually(Duration::from_secs(10), || {
