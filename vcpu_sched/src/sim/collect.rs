@@ -179,6 +179,8 @@ impl Engine {
                 costarts: co.costarts,
                 directed_yields: co.directed_yields,
                 smt_corun_foreign_ns: cpu.smt_foreign,
+                hypervisor_wakes: cpu.hypervisor_wakes,
+                found_running: cpu.found_running,
                 home_vcpus: home_of.iter().filter(|h| **h == Some(c)).count() as u32,
             })
             .collect();

@@ -20,7 +20,7 @@ use super::events::{EvKind, EventQueue};
 use super::model::{Barrier, Cpu, Ent, Group, Lock, Model, Phase, Shootdown, State, NONE};
 use super::report::SimReport;
 use super::server::Server;
-use super::workload::{SimError, Workload};
+use super::workload::{SimDispatch, SimError, Workload};
 use crate::monitor::Monitor;
 use crate::{build, CpuId, Dispatch, Nanos, StopReason, Topology, VcpuScheduler};
 
@@ -118,6 +118,12 @@ pub(super) struct Engine {
     /// window opened (`collect.rs`), and whether it has.
     pub cosched_base: Vec<CoschedCounts>,
     window_open: bool,
+    /// The agent's look period under `ranked` (`ranked.rs`); 0: every
+    /// wake goes through the policy.
+    pub(super) look_ns: Nanos,
+    /// Real-time threads (vCPUs the hypervisor woke) waiting for a CPU,
+    /// in the order they came.
+    pub(super) rt_waiting: Vec<u32>,
 }
 
 impl Engine {
@@ -136,6 +142,12 @@ impl Engine {
             monitor.add(id, spec.vm, spec.affinity.clone())
         })?;
         let n = m.ents.len();
+        let look_ns = match w.dispatch {
+            SimDispatch::Ranked if sched.name() != crate::PolicyKind::Eevdf.as_str() => {
+                ((w.agent_look_us * 1000.0).round() as Nanos).max(1)
+            }
+            _ => 0,
+        };
         Ok(Engine {
             rng: rng_from_seed(w.seed),
             end: w.duration_ms * 1_000_000,
@@ -163,6 +175,8 @@ impl Engine {
             replay: None,
             cosched_base: vec![Default::default(); ncpu],
             window_open: false,
+            look_ns,
+            rt_waiting: Vec::new(),
         })
     }
 
@@ -188,10 +202,11 @@ impl Engine {
         for e in 0..self.ents.len() {
             let g = self.ents[e].group as usize;
             if self.w.groups[g].start_awake && !self.is_server_member(e) {
-                self.wake(e, 0, None)?;
+                self.policy_wake(e, 0, None)?;
             }
         }
         self.start_servers();
+        self.start_agent();
         for (i, c) in self.w.changes.iter().enumerate() {
             let at = c.at_us.saturating_mul(1000);
             self.events_q.push(at, EvKind::Change, i as u32, 0);
@@ -231,6 +246,10 @@ impl Engine {
                 EvKind::Arrival => {
                     self.events += 1;
                     self.on_arrival(ev.idx as usize, now)?;
+                }
+                EvKind::AgentLook => {
+                    self.events += 1;
+                    self.on_agent_look(now)?;
                 }
                 EvKind::Look => {
                     if self.ents[ev.idx as usize].look_gen == ev.gen {
@@ -422,8 +441,18 @@ impl Engine {
         }
     }
 
-    /// Wake vCPU `e` (a sleep ended, or vCPU `by` sent it a message).
+    /// Wake vCPU `e` (a sleep ended, or vCPU `by` sent it a message):
+    /// through the policy, or under `ranked` by the hypervisor itself.
     pub(super) fn wake(&mut self, e: usize, now: Nanos, by: Option<usize>) -> Result<(), SimError> {
+        if self.hypervisor_wakes() {
+            return self.hypervisor_wake(e, now);
+        }
+        self.policy_wake(e, now, by)
+    }
+
+    /// Wake vCPU `e` through the policy's `wake` (`wake_by` when vCPU
+    /// `by` sent it a message).
+    fn policy_wake(&mut self, e: usize, now: Nanos, by: Option<usize>) -> Result<(), SimError> {
         let ent = &mut self.ents[e];
         ent.sleep_gen = ent.sleep_gen.wrapping_add(1);
         ent.woke = true;
@@ -433,6 +462,17 @@ impl Engine {
             Some(w) => self.sched.wake_by(id, self.ents[w].id, now)?,
             None => self.sched.wake(id, now)?,
         };
+        self.wake_decided(e, decision, now)
+    }
+
+    /// Carry out the policy's answer to the wake of `e`.
+    pub(super) fn wake_decided(
+        &mut self,
+        e: usize,
+        decision: Option<crate::WakeDecision>,
+        now: Nanos,
+    ) -> Result<(), SimError> {
+        let id = self.ents[e].id;
         if self.trace > 0 {
             self.trace -= 1;
             eprintln!("{:>12} wake  vcpu {e:<4} -> {decision:?}", now);
@@ -486,6 +526,9 @@ impl Engine {
         reason: StopReason,
     ) -> Result<(), SimError> {
         let prev = self.cpus[c].current;
+        if let Some(p) = prev.filter(|&p| self.ents[p as usize].rt) {
+            return self.rt_stopped(c, p as usize, now, reason);
+        }
         if let Some(p) = prev {
             if reason != StopReason::Blocked {
                 self.ready_add(p as usize, now);
@@ -560,7 +603,22 @@ impl Engine {
             }
             return Ok(());
         };
-        let e = e as usize;
+        let q = if d.quantum == 0 { 1000 } else { d.quantum };
+        self.run_on(c, e as usize, now.saturating_add(q), now)?;
+        self.watch_dispatch(e as usize, now);
+        Ok(())
+    }
+
+    /// Run `e` on CPU `c` from `now` until `quantum_end` (or its burst
+    /// phase's end): the CPU's and the vCPU's books, a burst begun, the
+    /// lock, barrier and shootdown it finds, the CPU's timer.
+    pub(super) fn run_on(
+        &mut self,
+        c: usize,
+        e: usize,
+        quantum_end: Nanos,
+        now: Nanos,
+    ) -> Result<(), SimError> {
         if self.ents[e].state == State::Ready {
             let w = self.win(self.ents[e].ready_since, now);
             self.ents[e].ready_wait += w;
@@ -578,13 +636,11 @@ impl Engine {
         }
         ent.last_cpu = c as u32;
         ent.state = State::Running(c as u32);
-        // A zero quantum (counted by the monitor) runs as 1 us.
-        let q = if d.quantum == 0 { 1000 } else { d.quantum };
         let cpu = &mut self.cpus[c];
         cpu.current = Some(e as u32);
         cpu.since = now;
         cpu.dispatched_at = now;
-        cpu.quantum_end = now.saturating_add(q);
+        cpu.quantum_end = quantum_end;
         if self.ents[e].phase == Phase::Fresh {
             self.start_burst(e);
         }
@@ -593,7 +649,6 @@ impl Engine {
         self.pass_barrier_on_dispatch(e, now)?;
         self.shootdown_on_dispatch(e, now)?;
         self.arm(c, now);
-        self.watch_dispatch(e, now);
         Ok(())
     }
 }

@@ -22,6 +22,8 @@ pub(super) enum EvKind {
     Look,
     /// A request arrives at server `idx`.
     Arrival,
+    /// The `ranked` agent's look (`ranked.rs`).
+    AgentLook,
 }
 
 /// One event: `idx` is a CPU (timer, kick), a vCPU (sleep end, look), a

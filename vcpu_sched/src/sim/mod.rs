@@ -18,6 +18,9 @@
 //!   dispatcher, workers), the bench guest's `server`;
 //! - `spin_watch`: the engine's spin watch, for relaxed VMs when the
 //!   workload asks for it;
+//! - `ranked`: Pacer's default dispatch, where the hypervisor wakes a
+//!   halted vCPU at a real-time rank and the policy hears of it at the
+//!   agent's looks, when the workload asks for it;
 //! - [`engine`]: the loop that moves the model from event to event and
 //!   plays the VMM towards the scheduler ([`Simulator`]); every answer goes
 //!   through a [`crate::Monitor`], whose counts are the report's
@@ -44,6 +47,7 @@ pub mod engine;
 mod events;
 pub mod front;
 mod model;
+mod ranked;
 pub mod replay;
 pub mod report;
 mod server;
@@ -55,5 +59,6 @@ pub use dist::Dist;
 pub use engine::{run, Simulator};
 pub use report::{SimReport, Violations};
 pub use workload::{
-    GroupSpec, LockSpec, MessageSpec, ServerRole, ShootdownRole, SimError, Sleep, Workload,
+    GroupSpec, LockSpec, MessageSpec, ServerRole, ShootdownRole, SimDispatch, SimError, Sleep,
+    Workload,
 };

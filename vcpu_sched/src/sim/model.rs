@@ -112,6 +112,15 @@ pub(super) struct Ent {
     pub spun_at_stop: bool,
     /// Names its newest look (older look events are stale).
     pub look_gen: u32,
+    /// Under `ranked` (`ranked.rs`): it runs or waits at a real-time
+    /// rank, woken by the hypervisor, the policy not told.
+    pub rt: bool,
+    /// When it last began to run at that rank.
+    pub rt_since: Nanos,
+    /// The agent's looks that found it awake at that rank since its wake.
+    pub rt_looks: u8,
+    /// Run time at that rank the policy has not been told of yet.
+    pub unseen: Nanos,
 }
 
 pub(super) struct Cpu {
@@ -133,6 +142,17 @@ pub(super) struct Cpu {
     /// Since when this CPU runs a vCPU while a sibling runs another VM's.
     pub foreign_since: Option<Nanos>,
     pub smt_foreign: Nanos,
+    /// Under `ranked`: the policy's runner a real-time thread holds off,
+    /// and the quantum it has left.
+    pub paused_owner: Option<(u32, Nanos)>,
+    /// A kick that came while a real-time thread ran here, carried out
+    /// when it leaves.
+    pub deferred_kick: bool,
+    /// Real-time wakes run here, in the window.
+    pub hypervisor_wakes: u64,
+    /// vCPUs handed to the policy, found awake at the agent's second
+    /// look, running here or waiting to (last run here), in the window.
+    pub found_running: u64,
 }
 
 pub(super) struct Lock {
@@ -366,6 +386,10 @@ impl Model {
                     watch: w.spin_watch && g.coschedule == Some(crate::Coschedule::Relaxed),
                     spun_at_stop: false,
                     look_gen: 0,
+                    rt: false,
+                    rt_since: 0,
+                    rt_looks: 0,
+                    unseen: 0,
                 });
             }
         }
@@ -388,6 +412,10 @@ impl Model {
                 quantum_cuts: 0,
                 foreign_since: None,
                 smt_foreign: 0,
+                paused_owner: None,
+                deferred_kick: false,
+                hypervisor_wakes: 0,
+                found_running: 0,
             })
             .collect();
         let core_cpus = topo

@@ -149,6 +149,13 @@ pub struct CpuReport {
     /// Time this CPU ran a vCPU while an SMT sibling ran a vCPU of another
     /// VM (measured by the simulator; 0 under SMT isolation), ns.
     pub smt_corun_foreign_ns: Nanos,
+    /// Under `dispatch = "ranked"`: wakes the hypervisor ran here at a
+    /// real-time rank, the policy not asked, in the window (0 otherwise).
+    pub hypervisor_wakes: u64,
+    /// Under `dispatch = "ranked"`: vCPUs the agent found awake at that
+    /// rank at two looks in a row and handed to the policy, running here
+    /// or waiting for a CPU (counted where they last ran), in the window.
+    pub found_running: u64,
     /// vCPUs whose home CPU (most run time) is this CPU.
     pub home_vcpus: u32,
 }

@@ -449,6 +449,19 @@ pub struct Workload {
     /// spinning asks `yield_to` for that sibling. Looks cost nothing here.
     #[serde(default)]
     pub spin_watch: bool,
+    /// How the VMM carries the policy's decisions out: `"policy"` (the
+    /// default: every wake goes through the policy, as under Pacer's
+    /// `threads`) or `"ranked"` (Pacer's default dispatch: the hypervisor
+    /// wakes a halted vCPU at a real-time rank, preempting the CPU's
+    /// owner, and the policy hears of it at the agent's looks; see the
+    /// simulator's `ranked.rs`). The eevdf policy, the host kernel's own
+    /// model, is left as it is.
+    #[serde(default)]
+    pub dispatch: SimDispatch,
+    /// Under `ranked`: the agent's look period in microseconds (the
+    /// engine's `host.kvm_poll_us`, default 5000).
+    #[serde(default = "default_agent_look")]
+    pub agent_look_us: f64,
     /// Scheduler configuration.
     #[serde(default)]
     pub sched: SchedConfig,
@@ -463,6 +476,22 @@ pub struct Workload {
 
 fn default_kick_latency() -> f64 {
     2.0
+}
+
+fn default_agent_look() -> f64 {
+    5000.0
+}
+
+/// How the simulated VMM carries the policy's decisions out
+/// ([`Workload::dispatch`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SimDispatch {
+    /// Every wake goes through the policy.
+    #[default]
+    Policy,
+    /// Pacer's `ranked`: the hypervisor wakes halted vCPUs by itself.
+    Ranked,
 }
 
 /// Errors of reading or validating a workload, or of running it.
@@ -499,6 +528,8 @@ impl Workload {
             warmup_ms: 0,
             kick_latency_us: default_kick_latency(),
             spin_watch: false,
+            dispatch: SimDispatch::Policy,
+            agent_look_us: default_agent_look(),
             sched: SchedConfig::default(),
             groups: Vec::new(),
             changes: Vec::new(),
@@ -617,6 +648,16 @@ impl Workload {
         }
         if !(self.kick_latency_us >= 0.0 && self.kick_latency_us.is_finite()) {
             return bad("kick_latency_us must be a finite number >= 0".into());
+        }
+        if !(self.agent_look_us >= 1.0 && self.agent_look_us.is_finite()) {
+            return bad("agent_look_us must be a finite number >= 1".into());
+        }
+        if self.dispatch == SimDispatch::Ranked && self.spin_watch {
+            return bad(
+                "spin_watch models the engine's spin watch, which runs under its `threads` \
+                 dispatch only: it cannot be set with dispatch = \"ranked\""
+                    .into(),
+            );
         }
         let total = self.num_vcpus();
         for (i, g) in self.groups.iter().enumerate() {
