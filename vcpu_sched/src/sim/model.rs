@@ -142,9 +142,11 @@ pub(super) struct Cpu {
     /// Since when this CPU runs a vCPU while a sibling runs another VM's.
     pub foreign_since: Option<Nanos>,
     pub smt_foreign: Nanos,
-    /// Under `ranked`: the policy's runner a real-time thread holds off,
-    /// and the quantum it has left.
-    pub paused_owner: Option<(u32, Nanos)>,
+    /// Under `ranked`: the policy's runner a real-time thread holds off.
+    pub paused_owner: Option<PausedOwner>,
+    /// The turn of this CPU's runner a real-time thread last held off
+    /// (its dispatch) and the latest that turn may end.
+    pub turn_latest: Option<(Nanos, Nanos)>,
     /// A kick that came while a real-time thread ran here, carried out
     /// when it leaves.
     pub deferred_kick: bool,
@@ -153,6 +155,20 @@ pub(super) struct Cpu {
     /// vCPUs handed to the policy, found awake at the agent's second
     /// look, running here or waiting to (last run here), in the window.
     pub found_running: u64,
+}
+
+/// The policy's runner of a CPU while a real-time thread holds it off
+/// (`ranked.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PausedOwner {
+    pub ent: u32,
+    /// The quantum it had left.
+    pub left: Nanos,
+    /// Its dispatch (names its turn).
+    pub dispatched_at: Nanos,
+    /// The latest its turn may end, lost time given back or not: three
+    /// of its quanta after its dispatch, as the engine's give-back.
+    pub latest: Nanos,
 }
 
 pub(super) struct Lock {
@@ -413,6 +429,7 @@ impl Model {
                 foreign_since: None,
                 smt_foreign: 0,
                 paused_owner: None,
+                turn_latest: None,
                 deferred_kick: false,
                 hypervisor_wakes: 0,
                 found_running: 0,

@@ -25,8 +25,9 @@
 //!   effective priority (`VcpuScheduler::effective_priority`), as the
 //!   engine's `rank.rs` maps it.
 //! - The owner it preempts waits (runnable, not charged) and gets the rest
-//!   of its quantum back when the real-time threads leave its CPU: a slice
-//!   is CPU time under `ranked`.
+//!   of its quantum back when the real-time threads leave its CPU (a slice
+//!   is CPU time under `ranked`), its turn ending at the latest three
+//!   quanta after its dispatch, as the engine's give-back.
 //! - A kick the policy sends to a CPU a real-time thread holds is carried
 //!   out when that thread leaves it (the owner's thread takes the decision
 //!   at its gate; the kernel does not run either before the real-time
@@ -34,18 +35,24 @@
 //! - Not played: the idle-class fillers (the policy here dispatches the
 //!   next vCPU when an owner blocks, where the engine learns the block at
 //!   its next look and a filler runs meanwhile), the agent's slower looks
-//!   while nothing is halted, the three-slice limit of the owner's give
-//!   -back, affinity changes made while it runs (a real-time wake keeps
-//!   its group's first affinity), and the cost of a look.
+//!   while nothing is halted, the engine's 20 ms slices for an owner that
+//!   nothing waits behind, affinity changes made while it runs (a
+//!   real-time wake keeps its group's first affinity), and the cost of a
+//!   look.
 //!
 //! The eevdf policy is the host kernel's own model: there is no Pacer to
 //! rank its threads, so `ranked` leaves it as it is.
 
 use super::engine::Engine;
 use super::events::EvKind;
-use super::model::State;
+use super::model::{PausedOwner, State};
 use super::workload::SimError;
 use crate::{Nanos, StopReason};
+
+/// An owner held off by real-time threads gets its lost time back, but
+/// its turn ends at the latest this many quanta after its dispatch (the
+/// engine's `MAX_SLICE_STRETCH`).
+const MAX_SLICE_STRETCH: Nanos = 3;
 
 impl Engine {
     /// Whether the hypervisor wakes halted vCPUs by itself (the workload
@@ -143,8 +150,23 @@ impl Engine {
             self.ready_add(r, now);
             self.rt_waiting.insert(0, r as u32);
         } else if let Some(o) = self.cpus[c].current {
-            let left = self.cpus[c].quantum_end.saturating_sub(now);
-            self.cpus[c].paused_owner = Some((o, left));
+            let cpu = &self.cpus[c];
+            let granted = cpu.quantum_end.saturating_sub(cpu.dispatched_at);
+            let latest = match cpu.turn_latest {
+                // Held off again in the same turn: its limit stays.
+                Some((at, latest)) if at == cpu.dispatched_at => latest,
+                _ => cpu
+                    .dispatched_at
+                    .saturating_add(granted.saturating_mul(MAX_SLICE_STRETCH)),
+            };
+            let paused = PausedOwner {
+                ent: o,
+                left: cpu.quantum_end.saturating_sub(now),
+                dispatched_at: cpu.dispatched_at,
+                latest,
+            };
+            self.cpus[c].turn_latest = Some((paused.dispatched_at, latest));
+            self.cpus[c].paused_owner = Some(paused);
             self.ready_add(o as usize, now);
         }
         if self.in_window(now) {
@@ -208,11 +230,16 @@ impl Engine {
         }
         let kick = std::mem::take(&mut self.cpus[c].deferred_kick);
         match self.cpus[c].paused_owner.take() {
-            Some((o, left)) => {
+            Some(p) => {
                 if self.in_window(now) {
                     self.cpus[c].ctx += 1;
                 }
-                self.run_on(c, o as usize, now.saturating_add(left), now)?;
+                // The lost time back, within three quanta of its dispatch
+                // (at least a microsecond, to end it through its timer).
+                let end = now.saturating_add(p.left).min(p.latest).max(now + 1000);
+                self.run_on(c, p.ent as usize, end, now)?;
+                // Still the turn the policy dispatched (its cuts name it).
+                self.cpus[c].dispatched_at = p.dispatched_at;
                 self.update_corun(c, now);
                 if kick {
                     return self.do_schedule(c, now, StopReason::Preempted);
