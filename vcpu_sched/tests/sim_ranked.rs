@@ -141,3 +141,50 @@ fn ranked_is_read_from_the_workload_and_checked() {
     let err = sim::run(&bad).unwrap_err().to_string();
     assert!(err.contains("agent_look_us"), "{err}");
 }
+
+/// Every scenario of the repository under `ranked` (but those that model
+/// the spin watch, a `threads` mechanism), with haiku and global-rr (and
+/// haiku alone where a scenario uses haiku's weights, caps, reservations
+/// or bounds), cut to 300 ms: the scheduler's answers stay clean with
+/// wakes it does not hear of until the agent's looks.
+#[test]
+fn every_scenario_runs_clean_under_ranked() {
+    let dir = format!("{}/scenarios", env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    let mut woken = 0;
+    for path in &files {
+        let mut w = Workload::from_file(path.to_str().unwrap()).unwrap();
+        if w.spin_watch {
+            continue;
+        }
+        w.dispatch = SimDispatch::Ranked;
+        w.duration_ms = w.duration_ms.min(300);
+        w.warmup_ms = w.warmup_ms.min(w.duration_ms / 10);
+        for policy in [PolicyKind::Haiku, PolicyKind::GlobalRoundRobin] {
+            w.sched.policy = policy;
+            let r = match sim::run(&w) {
+                Ok(r) => r,
+                // Weights, caps, reservations and bounds are haiku's.
+                Err(e) if policy != PolicyKind::Haiku && e.to_string().contains("only haiku") => {
+                    continue
+                }
+                Err(e) => panic!("{}: {policy:?}: {e}", path.display()),
+            };
+            assert_eq!(
+                r.violations.total(),
+                0,
+                "{} under {policy:?}:\n{}",
+                path.display(),
+                r.to_table()
+            );
+            woken += hypervisor_wakes(&r);
+        }
+    }
+    assert!(files.len() >= 24, "{} scenarios", files.len());
+    assert!(woken > 10_000, "{woken} hypervisor wakes in all");
+}

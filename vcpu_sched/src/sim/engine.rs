@@ -603,6 +603,7 @@ impl Engine {
             }
             return Ok(());
         };
+        // A zero quantum (counted by the monitor) runs as 1 us.
         let q = if d.quantum == 0 { 1000 } else { d.quantum };
         self.run_on(c, e as usize, now.saturating_add(q), now)?;
         self.watch_dispatch(e as usize, now);
