@@ -188,3 +188,30 @@ fn every_scenario_runs_clean_under_ranked() {
     assert!(files.len() >= 24, "{} scenarios", files.len());
     assert!(woken > 10_000, "{woken} hypervisor wakes in all");
 }
+
+/// One CPU, two hogs under global-rr (a fixed quantum) and a vCPU the
+/// hypervisor wakes every 500 us for 400 us: the hogs lose 80 % of each
+/// turn to it and get the lost time back, but a turn ends at the latest
+/// three quanta after its dispatch (the engine's give-back), so the
+/// policy ends one every 3 quanta of wall time, not every 5.
+#[test]
+fn an_owner_held_off_gets_its_time_back_within_three_quanta() {
+    let text = "topology = \"1x1x1\"\nseed = 1\nduration_ms = 500\nwarmup_ms = 100\n\
+                dispatch = \"ranked\"\n\n[sched]\npolicy = \"global-rr\"\n\n\
+                [[group]]\nname = \"hog\"\ncount = 2\nvm = 0\nseparate_vms = true\n\
+                burst = { dist = \"fixed\", us = 1000 }\n\n\
+                [[group]]\nname = \"rt\"\ncount = 1\nvm = 2\nburst = { dist = \"fixed\", us = 400 }\n\
+                sleep = { period_us = 500 }\n";
+    let w = Workload::from_toml(text).unwrap();
+    let q = w.sched.tunables.low_latency.base_quantum;
+    let r = run(&w);
+    let window = r.window_ns;
+    let turns = r.cpus[0].schedule_calls;
+    let (three, five) = (window / (3 * q), window / (5 * q));
+    assert!(
+        turns * 10 >= three * 9 && turns * 10 <= three * 12,
+        "{turns} turns ended in {window} ns, quantum {q} ns: {three} expected (no limit: {five})"
+    );
+    let rt = r.group("rt").unwrap().throughput.useful_cpus;
+    assert!((0.79..=0.81).contains(&rt), "{rt:.3}");
+}
