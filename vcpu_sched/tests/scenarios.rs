@@ -10,6 +10,8 @@
 
 #![cfg(feature = "sim")]
 
+mod common;
+
 use vcpu_sched::sim::{self, SimReport, Workload};
 use vcpu_sched::tunables::QuantumTable;
 use vcpu_sched::{Coschedule, PolicyKind};
@@ -631,13 +633,7 @@ fn s22_bounded_at_density_meets_every_bound() {
 
 #[test]
 fn every_scenario_file_parses_and_round_trips() {
-    let dir = format!("{}/scenarios", env!("CARGO_MANIFEST_DIR"));
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-        .collect();
-    files.sort();
+    let files = common::scenario_files();
     assert_eq!(files.len(), 24, "{files:?}");
     for f in files {
         let w = Workload::from_file(&f).unwrap();

@@ -4,6 +4,8 @@
 
 #![cfg(feature = "sim")]
 
+mod common;
+
 use vcpu_sched::sim::{self, SimDispatch, SimReport, Workload};
 use vcpu_sched::PolicyKind;
 
@@ -149,13 +151,7 @@ fn ranked_is_read_from_the_workload_and_checked() {
 /// wakes it does not hear of until the agent's looks.
 #[test]
 fn every_scenario_runs_clean_under_ranked() {
-    let dir = format!("{}/scenarios", env!("CARGO_MANIFEST_DIR"));
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-        .collect();
-    files.sort();
+    let files = common::scenario_files();
     let mut woken = 0;
     for path in &files {
         let mut w = Workload::from_file(path.to_str().unwrap()).unwrap();

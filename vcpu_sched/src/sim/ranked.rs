@@ -75,6 +75,16 @@ impl Engine {
             .unwrap_or_default()
     }
 
+    /// Whether real-time thread `e` may run on `c` (its group's first
+    /// affinity).
+    fn rt_allowed(&self, e: usize, c: usize) -> bool {
+        let g = self.ents[e].group as usize;
+        self.w.groups[g]
+            .affinity
+            .as_ref()
+            .is_none_or(|a| a.contains(crate::CpuId(c as u32)))
+    }
+
     /// The real-time thread on `c`, if one runs there.
     fn rt_on(&self, c: usize) -> Option<usize> {
         self.cpus[c]
@@ -109,13 +119,7 @@ impl Engine {
     /// its affinity with the lowest rank running (idle, then an owner,
     /// then a real-time thread of a lower rank, which it preempts).
     fn rt_cpu_for(&self, e: usize) -> Option<usize> {
-        let g = self.ents[e].group as usize;
-        let allowed = |c: usize| {
-            self.w.groups[g]
-                .affinity
-                .as_ref()
-                .is_none_or(|a| a.contains(crate::CpuId(c as u32)))
-        };
+        let allowed = |c: usize| self.rt_allowed(e, c);
         let last = self.ents[e].last_cpu as usize;
         if last < self.cpus.len() && allowed(last) && self.rt_on(last).is_none() {
             return Some(last);
@@ -212,15 +216,8 @@ impl Engine {
     /// there, else the owner it preempted (given the rest of its
     /// quantum), carrying out a kick that came meanwhile.
     fn rt_leave(&mut self, c: usize, now: Nanos) -> Result<(), SimError> {
-        let allowed = |s: &Self, e: usize| {
-            let g = s.ents[e].group as usize;
-            s.w.groups[g]
-                .affinity
-                .as_ref()
-                .is_none_or(|a| a.contains(crate::CpuId(c as u32)))
-        };
         let next = (0..self.rt_waiting.len())
-            .filter(|&i| allowed(self, self.rt_waiting[i] as usize))
+            .filter(|&i| self.rt_allowed(self.rt_waiting[i] as usize, c))
             // Highest rank, then the earliest (stable: max_by_key keeps
             // the last maximum, so compare the negated position).
             .max_by_key(|&i| (self.rank(self.rt_waiting[i] as usize), usize::MAX - i));
