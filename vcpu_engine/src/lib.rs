@@ -604,6 +604,8 @@ pub struct EngineVm {
     /// `Coschedule::Relaxed`: the spin watch looks for vCPUs spinning on
     /// a parked sibling (`spin_watch.rs`; the `threads` dispatch).
     pub(crate) spin_watch: bool,
+    /// More vCPUs than CPUs it may use: its siblings can only take turns.
+    pub(crate) wide: bool,
     /// `Coschedule::Turns`: under `ranked`, its threads that share a CPU
     /// take turns there ([`sibling_share::SiblingTurns`]).
     pub(crate) sibling_turns: bool,
@@ -920,10 +922,10 @@ impl Engine {
         let now = now_ns();
         // Ranked: a co-scheduled VM with more vCPUs than CPUs to run them
         // shares the CPUs it owns with its queued siblings.
-        let sharing = (self.dispatch.ranked()
-            && spec.coschedule != vcpu_sched::Coschedule::Off
-            && indices.len() > ranked::allowed_host_cpus(self, &spec.cpus).len())
-        .then(|| Arc::new(sibling_share::SiblingShare::new(now)));
+        let wide = indices.len() > ranked::allowed_host_cpus(self, &spec.cpus).len();
+        let sharing =
+            (self.dispatch.ranked() && spec.coschedule != vcpu_sched::Coschedule::Off && wide)
+                .then(|| Arc::new(sibling_share::SiblingShare::new(now)));
         let mut vms = self.vms.write().unwrap_or_else(|p| p.into_inner());
         let slot = vms.iter().position(Option::is_none).unwrap_or(vms.len());
         let vm_id = VmId(slot as u32);
@@ -1014,6 +1016,7 @@ impl Engine {
             handler,
             coschedule: spec.coschedule != vcpu_sched::Coschedule::Off,
             spin_watch: spec.coschedule == vcpu_sched::Coschedule::Relaxed,
+            wide,
             sibling_turns: spec.coschedule == vcpu_sched::Coschedule::Turns,
             paused: AtomicBool::new(false),
             external,

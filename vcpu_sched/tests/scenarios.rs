@@ -794,48 +794,60 @@ fn s19_at_3_to_1_a_coscheduled_barrier_needs_short_slices() {
     }
 }
 
+/// Scenarios 19 and 23 at 3:1 (three vCPUs of one relaxed VM on two
+/// CPUs beside three hog VMs) with `seed`, each with the group whose rate
+/// is its VM's.
+fn relaxed_at_3_to_1(seed: u64) -> [(Workload, &'static str); 2] {
+    [
+        ("19_barrier_vs_hogs.toml", "barrier"),
+        ("23_shootdown_vs_hogs.toml", "initiator"),
+    ]
+    .map(|(file, vm_group)| {
+        let mut w = load(file);
+        w.seed = seed;
+        for g in &mut w.groups {
+            match g.name.as_str() {
+                "hog" | "barrier" => g.count = 3,
+                "responder" => g.count = 2,
+                _ => {}
+            }
+            if g.name != "hog" {
+                g.coschedule = Some(Coschedule::Relaxed);
+            }
+        }
+        (w, vm_group)
+    })
+}
+
 /// Sibling turns (`coschedule = "turns"` against "relaxed") at 3:1:
 /// three vCPUs of one VM on two CPUs beside three hog VMs, so
 /// at most two siblings run at once and a round needs the third. With
 /// turns (250 us, the default) the siblings go round within each slice: scenario 19's
 /// barrier VM does >= 4x the rounds it does without turns and >= 4x
 /// what the host kernel's model (eevdf) gives it, scenario 23's
-/// initiator >= 3x the round trips with a p99 no longer; the hogs
+/// initiator >= 2.5x the round trips with a p99 no longer; the hogs
 /// keep at least 98 % of their useful work (the VM's siblings share the
 /// slice one of them was given). Seed 1: barrier 601 -> 4607 bursts/s (eevdf
-/// 500), hogs 0.997 -> 1.068 CPUs; shootdown 41 -> 276 round trips in
-/// the window, p99 3.31 -> 1.96 ms. Seeds 1-3.
+/// 500), hogs 0.997 -> 1.068 CPUs; shootdown 99 -> 276 round trips in
+/// the window, p99 2.92 -> 1.96 ms (relaxed without turns did 41 before
+/// a directed yield in a wide VM lent the rest of the slice). Seeds 1-3.
 #[test]
 fn at_3_to_1_sibling_turns_multiply_a_synchronising_vms_rounds() {
     let rate = |r: &SimReport, g: &str| r.group(g).unwrap().throughput.bursts_per_sec;
     for seed in 1..=3 {
-        let mut barrier = load("19_barrier_vs_hogs.toml");
-        let mut shootdown = load("23_shootdown_vs_hogs.toml");
-        for (w, vm_group) in [(&mut barrier, "barrier"), (&mut shootdown, "initiator")] {
-            w.seed = seed;
-            for g in &mut w.groups {
-                match g.name.as_str() {
-                    "hog" => g.count = 3,
-                    "barrier" => g.count = 3,
-                    "responder" => g.count = 2,
-                    _ => {}
-                }
-                if g.name != "hog" {
-                    g.coschedule = Some(Coschedule::Relaxed);
-                }
-            }
+        for (w, vm_group) in relaxed_at_3_to_1(seed) {
             let mut turns = w.clone();
             for g in turns.groups.iter_mut().filter(|g| g.name != "hog") {
                 g.coschedule = Some(Coschedule::Turns);
             }
             let (off, on) = (
-                run_with(w, PolicyKind::Haiku),
+                run_with(&w, PolicyKind::Haiku),
                 run_with(&turns, PolicyKind::Haiku),
             );
             clean(&off);
             clean(&on);
             let at = format!("{vm_group} seed {seed}");
-            let gain = if vm_group == "barrier" { 4.0 } else { 3.0 };
+            let gain = if vm_group == "barrier" { 4.0 } else { 2.5 };
             assert!(
                 rate(&on, vm_group) >= gain * rate(&off, vm_group),
                 "{at}: {:.0} vs {:.0} without turns\n{}",
@@ -851,7 +863,7 @@ fn at_3_to_1_sibling_turns_multiply_a_synchronising_vms_rounds() {
             );
             assert!(on.cpus.iter().map(|c| c.costops).sum::<u64>() > 0, "{at}");
             if vm_group == "barrier" {
-                if let Some(e) = try_run_with(w, PolicyKind::Eevdf) {
+                if let Some(e) = try_run_with(&w, PolicyKind::Eevdf) {
                     assert!(
                         rate(&on, vm_group) >= 4.0 * rate(&e, vm_group),
                         "{at}: {:.0} vs eevdf {:.0}",
@@ -862,6 +874,75 @@ fn at_3_to_1_sibling_turns_multiply_a_synchronising_vms_rounds() {
             } else {
                 let p99 = |r: &SimReport| r.group("initiator").unwrap().round_trip.unwrap().p99;
                 assert!(p99(&on) <= p99(&off), "{at}\n{}", on.to_table());
+            }
+        }
+    }
+}
+
+/// The spin watch at 3:1 (three vCPUs of a relaxed VM on two CPUs
+/// beside three hog VMs), where a round needs the sibling that is parked.
+/// A barrier's last arrival releases every waiter at once, unseen, so a
+/// sibling parked while it spun may have work again: in a VM wider than
+/// its CPUs a spinner with no likely holder parked and no sibling running
+/// yields to the next parked sibling, and the scheduler lends that one
+/// the rest of the slice. Scenario 19's barrier VM then does >= 2x the
+/// rounds it does without the watch and >= 2.5x the host kernel's model
+/// (seed 1: 600 -> 1449 bursts/s, eevdf 500). Scenario 23's initiator,
+/// whose IPI to a parked responder is a directed yield with or without
+/// the watch, does at least twice eevdf's round trips with a p99 no
+/// longer (274 against 83 /s, 1.2 against 4.0 ms). The hogs keep at
+/// least 98 % of their useful work. Seeds 1-3.
+#[test]
+fn at_3_to_1_the_spin_watch_passes_a_slice_round_the_siblings() {
+    let rate = |r: &SimReport, g: &str| r.group(g).unwrap().throughput.bursts_per_sec;
+    for seed in 1..=3 {
+        for (w, vm_group) in relaxed_at_3_to_1(seed) {
+            let mut watched = w.clone();
+            watched.spin_watch = true;
+            let (without, with) = (
+                run_with(&w, PolicyKind::Haiku),
+                run_with(&watched, PolicyKind::Haiku),
+            );
+            clean(&with);
+            let at = format!("{vm_group} seed {seed}");
+            let why = format!(
+                "{at}: {:.0} vs {:.0} without the watch\n{}",
+                rate(&with, vm_group),
+                rate(&without, vm_group),
+                with.to_table()
+            );
+            assert!(
+                useful(&with, "hog") >= 0.98 * useful(&without, "hog"),
+                "{at}: hogs {:.3} vs {:.3}",
+                useful(&with, "hog"),
+                useful(&without, "hog")
+            );
+            assert!(
+                with.cpus.iter().map(|c| c.directed_yields).sum::<u64>() > 0,
+                "{why}"
+            );
+            let Some(host) = try_run_with(&w, PolicyKind::Eevdf) else {
+                continue;
+            };
+            let over_host = rate(&with, vm_group) / rate(&host, vm_group);
+            if vm_group == "barrier" {
+                assert!(
+                    rate(&with, vm_group) >= 2.0 * rate(&without, vm_group),
+                    "{why}"
+                );
+                assert!(
+                    over_host >= 2.5,
+                    "{why}\neevdf {:.0}",
+                    rate(&host, vm_group)
+                );
+            } else {
+                let p99 = |r: &SimReport| r.group("initiator").unwrap().round_trip.unwrap().p99;
+                assert!(
+                    over_host >= 2.0,
+                    "{why}\neevdf {:.0}",
+                    rate(&host, vm_group)
+                );
+                assert!(p99(&with) <= p99(&host), "{why}");
             }
         }
     }
@@ -888,9 +969,10 @@ fn s20_lock_holder_preemption_wastes_the_waiters_slices() {
 /// off's with half its p99 at most, co-start kicks counted (seed 1: 3900
 /// -> 12491 /s, p99 4.99 ms -> 0). At 3:1 off is bimodal over seeds (35
 /// or 69 round trips in the window, p99 3.3 or 6.6 ms) and relaxed is
-/// steady (41, 3.3 ms): its tail is never worse and its rate at least
-/// half of off's best, as on the guests, where relaxed lost 20 % of the
-/// 3:1 round trips. The hogs keep >= 95 % of theirs. Seeds 1-5.
+/// steady (99, 2.9 ms): the directed yield lends the responder the rest
+/// of the initiator's slice (a VM wider than its CPUs), so its rate is
+/// at least 1.2x off's best and its tail never worse (41, 3.3 ms before
+/// the lending). The hogs keep >= 95 % of theirs. Seeds 1-5.
 #[test]
 fn s23_shootdown_round_trips_wait_for_a_parked_responder_unless_coscheduled() {
     let round_trips = |r: &SimReport| r.group("initiator").unwrap().throughput.bursts_per_sec;
@@ -949,7 +1031,7 @@ fn s23_shootdown_round_trips_wait_for_a_parked_responder_unless_coscheduled() {
             } else {
                 assert!(p99(&on) <= p99(&off), "{at}\n{}", on.to_table());
                 assert!(
-                    rate_on >= 0.5 * rate_off,
+                    rate_on >= 1.2 * rate_off,
                     "{at}: {rate_on:.0} vs {rate_off:.0} off"
                 );
             }

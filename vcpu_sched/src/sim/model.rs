@@ -112,6 +112,9 @@ pub(super) struct Ent {
     pub spun_at_stop: bool,
     /// Names its newest look (older look events are stale).
     pub look_gen: u32,
+    /// Its VM has more vCPUs than this one may use CPUs (the watch
+    /// then also yields to a sibling that spun when it stopped).
+    pub wide: bool,
     /// Under `ranked` (`ranked.rs`): it runs or waits at a real-time
     /// rank, woken by the hypervisor, the policy not told.
     pub rt: bool,
@@ -402,11 +405,23 @@ impl Model {
                     watch: w.spin_watch && g.coschedule == Some(crate::Coschedule::Relaxed),
                     spun_at_stop: false,
                     look_gen: 0,
+                    wide: false,
                     rt: false,
                     rt_since: 0,
                     rt_looks: 0,
                     unseen: 0,
                 });
+            }
+        }
+        // Whether each vCPU's VM has more vCPUs than it may use CPUs.
+        let mut vcpus_of_vm = std::collections::HashMap::<u32, usize>::new();
+        for e in &ents {
+            *vcpus_of_vm.entry(e.vm).or_default() += 1;
+        }
+        for (gi, g) in w.groups.iter().enumerate() {
+            let allowed = g.affinity.as_ref().map_or(all.len(), |a| a.len());
+            for e in ents.iter_mut().filter(|e| e.group == gi as u32) {
+                e.wide = vcpus_of_vm[&e.vm] > allowed;
             }
         }
         let cpus = topo

@@ -5,7 +5,7 @@
 //! lock, the barrier, a shootdown's wait). The looks come at the same
 //! moments as there: when a sibling leaves its CPU runnable outside a
 //! spin (after the kick latency), and a fixed time into a turn that
-//! starts while such a sibling waits parked. A look costs nothing here.
+//! starts while a sibling waits parked. A look costs nothing here.
 
 use super::engine::Engine;
 use super::model::{Phase, State};
@@ -34,6 +34,29 @@ impl Engine {
                 && self.ents[s].state == State::Ready
                 && !self.ents[s].spun_at_stop
         })
+    }
+
+    /// The next sibling of `e` in index order that waits parked, if `e`'s
+    /// VM is wider than its CPUs (where the scheduler lends it the rest of
+    /// the slice) and no sibling runs (the engine's rule).
+    fn next_parked(&self, e: usize) -> Option<usize> {
+        let (vm, n) = (self.ents[e].vm, self.ents.len());
+        let running = |s: usize| {
+            s != e && self.ents[s].vm == vm && matches!(self.ents[s].state, State::Running(_))
+        };
+        if !self.ents[e].wide || (0..n).any(running) {
+            return None;
+        }
+        (1..n)
+            .map(|k| (e + k) % n)
+            .find(|&s| self.ents[s].vm == vm && self.ents[s].state == State::Ready)
+    }
+
+    /// Where a spinning `e`'s CPU goes, as the engine's watch chooses:
+    /// the likely holder if one waits parked, else (a VM wider than its
+    /// CPUs) the next parked sibling.
+    fn yield_target(&self, e: usize) -> Option<usize> {
+        self.parked_holder(e).or_else(|| self.next_parked(e))
     }
 
     fn look_at(&mut self, e: usize, at: Nanos) {
@@ -65,17 +88,27 @@ impl Engine {
         }
     }
 
-    /// `e` was dispatched: one look into its turn if a likely holder
-    /// waits parked.
+    /// `e` was dispatched: one look into its turn if a sibling waits
+    /// parked (the likely holder, unless its VM is wider than its CPUs).
     pub(super) fn watch_dispatch(&mut self, e: usize, now: Nanos) {
-        if self.ents[e].watch && self.parked_holder(e).is_some() {
+        if !self.ents[e].watch {
+            return;
+        }
+        let vm = self.ents[e].vm;
+        let wanted = if self.ents[e].wide {
+            (0..self.ents.len())
+                .any(|s| s != e && self.ents[s].vm == vm && self.ents[s].state == State::Ready)
+        } else {
+            self.parked_holder(e).is_some()
+        };
+        if wanted {
             self.look_at(e, now + LOOK_AFTER_DISPATCH);
         }
     }
 
-    /// The look: if `e` still runs its turn and spins while a likely
-    /// holder waits parked, it asks `yield_to` for that sibling and, if
-    /// the scheduler takes it, its turn ends as a yield.
+    /// The look: if `e` still runs its turn and spins while a sibling
+    /// waits parked, it asks `yield_to` for its `yield_target` and, if the
+    /// scheduler takes it, its turn ends as a yield.
     pub(super) fn on_look(&mut self, e: usize, now: Nanos) -> Result<(), SimError> {
         let State::Running(c) = self.ents[e].state else {
             return Ok(());
@@ -88,7 +121,7 @@ impl Engine {
         if !self.spinning(e) {
             return Ok(());
         }
-        let Some(h) = self.parked_holder(e) else {
+        let Some(h) = self.yield_target(e) else {
             return Ok(());
         };
         self.sched_calls += 1;

@@ -32,7 +32,10 @@
 //! another's on the same CPU (the CPU had picked the leader; nobody else
 //! waits longer than it would have); a directed yield takes the laggard
 //! only at a level at least that of the best entry of the CPU's own
-//! queues, where Haiku's pick would have taken it next anyway; a co-start
+//! queues, where Haiku's pick would have taken it next anyway, or (a VM
+//! wider than its CPUs) at any level for the rest of the yielder's slice,
+//! which ends when the yielder's would have (its stop there keeps its
+//! quantum's use, as a sibling turn's end does); a co-start
 //! preempts only a runner at a level no higher than the laggard's, which
 //! goes back to the front of its level with its time used kept (Haiku's
 //! preemption rule) and runs next. Each sibling that runs this way is
@@ -43,7 +46,8 @@
 //! penalty (stepped per turn, a sibling's penalty, and so its level,
 //! would cycle faster than a hog's: a hog starved in the simulator); and
 //! a directed yield's or a co-stop's laggard never starts a shared slice
-//! (chained, they kept both CPUs for the VM in scenario 23).
+//! (chained, they kept both CPUs for the VM in scenario 23); a lent one
+//! runs out the slice the yielder was in.
 
 use super::schedule::Pick;
 use super::{CpuAcct, HaikuScheduler, CO_START_SCAN};
@@ -140,6 +144,25 @@ impl HaikuScheduler {
         members > cpus
     }
 
+    /// A directed yield by `e` (stopping with `turn`) in a relaxed VM
+    /// wider than its CPUs: the end of `e`'s slice, which the sibling it yields to
+    /// runs out, if a minimal quantum of it is left. Such a VM's siblings
+    /// wait for each other on one CPU; lent, the sibling takes nothing
+    /// from the CPU's other entries (the slice ends when it would have).
+    pub(super) fn lend_until(
+        &self,
+        e: &Entity,
+        s: &Arc<VmSync>,
+        turn: Option<&crate::quantum::Turn>,
+        now: Nanos,
+    ) -> Option<Nanos> {
+        let end = turn.filter(|t| t.entity == e.id && !t.realtime)?.end;
+        let minimal = self.table().minimal_quantum;
+        // (Sibling turns pass their slice round by turns of their own.)
+        let lends = !s.takes_turns() && self.wider_than_its_cpus(e, s);
+        (lends && end >= now.saturating_add(minimal)).then_some(end)
+    }
+
     /// Sibling turns at a dispatch: the slice `e` runs of `slice`. A hand-off
     /// (`acct.sibling_until` names `e`'s VM) runs `sibling_turn` of what is
     /// left of the shared slice; a sibling of a wide VM dispatched while
@@ -152,6 +175,21 @@ impl HaikuScheduler {
         slice: Nanos,
         pick: Pick,
     ) -> Nanos {
+        if pick == Pick::Lent {
+            if let (Some(until), Some(turn)) = (acct.lend_until.take(), acct.turn.as_mut()) {
+                let end = until.max(turn.floor);
+                if end < turn.end {
+                    turn.end_early(end);
+                }
+                // Its stop at the lent slice's end keeps its quantum's use,
+                // as a sibling turn's does (not at its own, shorter end: a
+                // quantum end then).
+                if turn.end >= until {
+                    acct.sibling_until = Some((e.vm, until));
+                }
+                return turn.end.saturating_sub(now);
+            }
+        }
         let handed = acct
             .sibling_until
             .take()

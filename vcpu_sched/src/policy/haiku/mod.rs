@@ -272,6 +272,10 @@ struct CpuAcct {
     /// the dispatch that cut the slice, carried by the stop that hands
     /// the rest to a parked sibling, cleared by any other stop.
     sibling_until: Option<(VmId, Nanos)>,
+    /// A directed yield in a VM wider than its CPUs (`cosched.rs`): when
+    /// the yielder's slice ends, which the sibling it pulls runs out
+    /// (scratch: set by the yield's stop, taken by the pick).
+    lend_until: Option<Nanos>,
     /// Co-stops, co-start kicks and directed yields here.
     costops: u64,
     costarts: u64,

@@ -54,6 +54,9 @@ pub(super) enum Pick {
     Pull,
     /// A sibling handed the rest of a shared slice.
     Sibling,
+    /// A directed yield's laggard in a VM wider than its CPUs, lent the
+    /// rest of the yielder's slice.
+    Lent,
 }
 
 impl HaikuScheduler {
@@ -127,6 +130,7 @@ impl HaikuScheduler {
                 self.sibling_handoff(shared, now, acct);
             }
             if reason == StopReason::Yielded {
+                acct.lend_until = self.lend_until(e, s, turn.as_ref(), now);
                 // A yield while a sibling is parked: a directed yield to it,
                 // if the yielder is ahead of it by a minimal quantum (else
                 // siblings that all yield, ahead of none, trade CPUs back
@@ -372,21 +376,28 @@ impl HaikuScheduler {
     ) -> Dispatch {
         let _p = crate::profiler::scope("haiku::pick_next");
         for _ in 0..MAX_PICK_ATTEMPTS {
+            let lent = acct.lend_until.take();
             if let Some((target, yielded)) = acct.pull.take() {
                 // A co-stop's or a directed yield's laggard first (no
                 // queue may stay locked: the pull locks the entity).
                 drop(held.take());
-                let got = if yielded {
-                    self.pull_yield_target(cpu, target)
-                } else {
-                    self.pull(cpu, target, 0)
+                let (got, pick) = match (yielded, lent) {
+                    // Lent the yielder's slice: it waits no longer than
+                    // behind the spinner, so no level floor.
+                    (true, Some(_)) => (self.pull(cpu, target, 0), Pick::Lent),
+                    (true, None) => (self.pull_yield_target(cpu, target), Pick::Pull),
+                    (false, _) => (self.pull(cpu, target, 0), Pick::Pull),
                 };
-                if let Some(d) = got.and_then(|en| self.dispatch(cpu, en, now, acct, Pick::Pull)) {
+                if pick == Pick::Lent {
+                    acct.lend_until = lent;
+                }
+                if let Some(d) = got.and_then(|en| self.dispatch(cpu, en, now, acct, pick)) {
                     if yielded {
                         acct.directed_yields += 1;
                     }
                     return d;
                 }
+                acct.lend_until = None;
             }
             if let Some((vm, _)) = acct.sibling_until {
                 // Sibling turns: the rest of the shared slice to a parked
@@ -525,7 +536,9 @@ impl HaikuScheduler {
         }
         acct.last = Some(entry.id);
         acct.foreign_at_dispatch = self.m.sibling_foreign(cpu, e.vm);
-        if e.sync.is_some() {
+        // (Not for a lent slice: its yielder, now the laggard, just gave
+        // this CPU up, and a co-start would take another VM's CPU for it.)
+        if e.sync.is_some() && pick != Pick::Lent {
             if let Some(c) = self.costart_cpu(e, cpu) {
                 acct.kicks.push(c);
                 acct.costarts += 1;

@@ -1653,31 +1653,41 @@ fn has_waiting_sees_what_waits_on_a_neighbour_core_of_its_cache() {
     assert!(!d.s.has_waiting(CpuId(0)) && !d.s.has_waiting(CpuId(1)));
 }
 
+/// One CPU with VM 0 co-scheduled as `mode` (the directed yield's tests).
+fn one_cpu_with_vm0(mode: crate::Coschedule) -> HaikuScheduler {
+    let s = HaikuScheduler::new(
+        Topology::from_spec("1x1x1").unwrap(),
+        SchedConfig {
+            max_entities: 16,
+            ..SchedConfig::default()
+        },
+    )
+    .unwrap();
+    s.set_coschedule(VmId(0), mode, 0).unwrap();
+    s
+}
+
+/// A timeshare vCPU of `vm` at `priority` that may use every CPU of `s`.
+fn timeshare_in(s: &HaikuScheduler, vm: u32, priority: u8) -> EntitySpec {
+    EntitySpec {
+        vm: VmId(vm),
+        class: SchedClass::Timeshare,
+        priority,
+        affinity: s.topology().all_cpus(),
+    }
+}
+
 /// A directed yield (`yield_to`) gives the yielder's CPU to its parked
 /// sibling over the entity that queued first; without co-scheduling the
 /// call does nothing and the queue's order holds.
 #[test]
 fn a_directed_yield_runs_the_parked_sibling_next() {
     for mode in [crate::Coschedule::Relaxed, crate::Coschedule::Off] {
-        let s = HaikuScheduler::new(
-            Topology::from_spec("1x1x1").unwrap(),
-            SchedConfig {
-                max_entities: 16,
-                ..SchedConfig::default()
-            },
-        )
-        .unwrap();
-        s.set_coschedule(VmId(0), mode, 0).unwrap();
-        let spec = |vm| EntitySpec {
-            vm: VmId(vm),
-            class: SchedClass::Timeshare,
-            priority: 10,
-            affinity: s.topology().all_cpus(),
-        };
+        let s = one_cpu_with_vm0(mode);
         let (a, hog, b) = (
-            s.add_entity(spec(0), 0).unwrap(),
-            s.add_entity(spec(1), 0).unwrap(),
-            s.add_entity(spec(0), 0).unwrap(),
+            s.add_entity(timeshare_in(&s, 0, 10), 0).unwrap(),
+            s.add_entity(timeshare_in(&s, 1, 10), 0).unwrap(),
+            s.add_entity(timeshare_in(&s, 0, 10), 0).unwrap(),
         );
         for id in [a, hog, b] {
             s.wake(id, 0).unwrap();
@@ -1701,6 +1711,35 @@ fn a_directed_yield_runs_the_parked_sibling_next() {
             "{mode}"
         );
     }
+}
+
+/// In a VM wider than its CPUs (two vCPUs, one CPU) a directed yield
+/// lends the parked sibling the rest of the yielder's slice: it runs
+/// though it waits below another VM's entity (which the plain pull
+/// refuses), for what was left of the yielder's slice, and the CPU then
+/// goes to that entity.
+#[test]
+fn a_wide_vms_directed_yield_lends_the_rest_of_the_yielders_slice() {
+    let s = one_cpu_with_vm0(crate::Coschedule::Relaxed);
+    let (a, hog, b) = (
+        s.add_entity(timeshare_in(&s, 0, 10), 0).unwrap(),
+        s.add_entity(timeshare_in(&s, 1, 10), 0).unwrap(),
+        s.add_entity(timeshare_in(&s, 0, 5), 0).unwrap(),
+    );
+    for id in [a, hog, b] {
+        s.wake(id, 0).unwrap();
+    }
+    let cpu = CpuId(0);
+    let first = s.schedule(cpu, 0, StopReason::Idle).unwrap();
+    assert_eq!(first.entity, Some(a));
+    let end = first.quantum;
+    assert!(s.yield_to(a, b, 10 * US).unwrap());
+    let next = s.schedule(cpu, 10 * US, StopReason::Yielded).unwrap();
+    assert_eq!(next.entity, Some(b), "lent, though below the hog's level");
+    assert_eq!(next.quantum, end - 10 * US, "the rest of a's slice");
+    assert_eq!(s.snapshot(10 * US).cpus[0].directed_yields, 1);
+    let after = s.schedule(cpu, end, StopReason::QuantumEnd).unwrap();
+    assert_eq!(after.entity, Some(hog), "the slice is over");
 }
 
 /// A co-stop and a directed yield show in the CPU's counters of the
