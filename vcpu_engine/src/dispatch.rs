@@ -648,7 +648,7 @@ impl Engine {
         let Some(from) = RUNNING_ENTITY.get().filter(|w| *w != v.entity) else {
             return;
         };
-        if let Ok(true) = self.scheduler().yield_to(from, v.entity, now_ns()) {
+        if let Ok(true) = self.scheduler().pass_turn(from, v.entity, now_ns()) {
             YIELD_NOW.set(true);
         }
     }

@@ -111,9 +111,12 @@ impl SpinWatch {
     }
 
     /// Where a spinning `me`'s CPU goes: the likely holder if one waits
-    /// parked, else (a VM wider than its CPUs) the next parked sibling.
-    fn yield_target<'a>(vm: &'a EngineVm, me: &EngineVcpu) -> Option<&'a Arc<EngineVcpu>> {
-        Self::parked_holder(vm, me).or_else(|| Self::next_parked(vm, me))
+    /// parked (a turn of its own), else (a VM wider than its CPUs) the
+    /// next parked sibling, passed the rest of `me`'s turn (true).
+    fn yield_target<'a>(vm: &'a EngineVm, me: &EngineVcpu) -> Option<(&'a Arc<EngineVcpu>, bool)> {
+        Self::parked_holder(vm, me)
+            .map(|h| (h, false))
+            .or_else(|| Self::next_parked(vm, me).map(|w| (w, true)))
     }
 
     /// `me`'s turn started: one look soon if a sibling waits parked.
@@ -160,14 +163,17 @@ impl SpinWatch {
         {
             return false;
         }
-        let Some(to) = Self::yield_target(vm, me) else {
+        let Some((to, passes)) = Self::yield_target(vm, me) else {
             return false;
         };
+        let sched = engine.scheduler();
         runner.spinning()
-            && engine
-                .scheduler()
-                .yield_to(me.entity, to.entity, now)
-                .unwrap_or(false)
+            && if passes {
+                sched.pass_turn(me.entity, to.entity, now)
+            } else {
+                sched.yield_to(me.entity, to.entity, now)
+            }
+            .unwrap_or(false)
     }
 
     /// `me` leaves its CPU with `stop` after `last`: note whether it was

@@ -347,6 +347,17 @@ pub trait VcpuScheduler: Send + Sync {
         let _ = (from, to, now);
         Ok(false)
     }
+    /// A directed yield that passes `from`'s turn on: as [`yield_to`], and
+    /// where the policy lends (haiku, a co-scheduled VM wider than its
+    /// CPUs) `to` runs only the rest of `from`'s slice, at whatever level
+    /// it waits. For a sibling `from` needs a moment of (an IPI's answer,
+    /// a barrier's arrival), not a lock holder, which `yield_to` gives a
+    /// turn of its own. The default is [`yield_to`].
+    ///
+    /// [`yield_to`]: VcpuScheduler::yield_to
+    fn pass_turn(&self, from: EntityId, to: EntityId, now: Nanos) -> Result<bool, SchedError> {
+        self.yield_to(from, to, now)
+    }
     /// `id`, blocked in the policy's view, ran `ran_ns` up to `now` without
     /// the policy seeing it: it was woken, ran and blocked again between
     /// two looks of a VMM whose hypervisor wakes halted vCPUs by itself

@@ -681,7 +681,7 @@ impl Engine {
                     self.sched_calls += 1;
                     yielded |= self
                         .sched
-                        .yield_to(self.ents[from].id, self.ents[r].id, now)?;
+                        .pass_turn(self.ents[from].id, self.ents[r].id, now)?;
                 }
                 // Responders never block (validated); counted all the same.
                 State::Blocked => self.shootdowns[sd].pending += 1,

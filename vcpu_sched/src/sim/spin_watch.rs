@@ -53,10 +53,12 @@ impl Engine {
     }
 
     /// Where a spinning `e`'s CPU goes, as the engine's watch chooses:
-    /// the likely holder if one waits parked, else (a VM wider than its
-    /// CPUs) the next parked sibling.
-    fn yield_target(&self, e: usize) -> Option<usize> {
-        self.parked_holder(e).or_else(|| self.next_parked(e))
+    /// the likely holder if one waits parked (`yield_to`), else (a VM
+    /// wider than its CPUs) the next parked sibling (`pass_turn`, true).
+    fn yield_target(&self, e: usize) -> Option<(usize, bool)> {
+        self.parked_holder(e)
+            .map(|h| (h, false))
+            .or_else(|| self.next_parked(e).map(|s| (s, true)))
     }
 
     fn look_at(&mut self, e: usize, at: Nanos) {
@@ -121,11 +123,17 @@ impl Engine {
         if !self.spinning(e) {
             return Ok(());
         }
-        let Some(h) = self.yield_target(e) else {
+        let Some((h, passes)) = self.yield_target(e) else {
             return Ok(());
         };
         self.sched_calls += 1;
-        if self.sched.yield_to(self.ents[e].id, self.ents[h].id, now)? {
+        let (from, to) = (self.ents[e].id, self.ents[h].id);
+        let taken = if passes {
+            self.sched.pass_turn(from, to, now)?
+        } else {
+            self.sched.yield_to(from, to, now)?
+        };
+        if taken {
             self.do_schedule(c, now, StopReason::Yielded)?;
         }
         Ok(())

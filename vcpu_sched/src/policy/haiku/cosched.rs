@@ -12,8 +12,12 @@
 //!   `tunables.costop_skew` is not dispatched: it goes back to the front
 //!   of its queue and its CPU takes the laggard instead;
 //! - directed yield: a sibling that yields (the guest's yield, a PAUSE-loop
-//!   exit) or that the VMM saw waiting on a parked sibling
-//!   (`yield_to`: an IPI sent to it) gives its CPU to that sibling.
+//!   exit) or that the VMM saw waiting on a parked sibling (`yield_to`: a
+//!   spin on a lock it may hold; `pass_turn`: an IPI sent to it, a spin
+//!   with no holder in sight) gives its CPU to that sibling; a passed
+//!   turn, in a VM wider than its CPUs, for the rest of the yielder's
+//!   slice only (`lend_until`), so that its siblings can pass one slice
+//!   round as each of them reaches a wait.
 //!
 //! - sibling turns (`Coschedule::Turns`, turns of `tunables.sibling_turn`):
 //!   in a VM wider than its CPUs
@@ -32,8 +36,9 @@
 //! another's on the same CPU (the CPU had picked the leader; nobody else
 //! waits longer than it would have); a directed yield takes the laggard
 //! only at a level at least that of the best entry of the CPU's own
-//! queues, where Haiku's pick would have taken it next anyway, or (a VM
-//! wider than its CPUs) at any level for the rest of the yielder's slice,
+//! queues, where Haiku's pick would have taken it next anyway, or (a
+//! passed turn in a VM wider than its CPUs) at any level for the rest of
+//! the yielder's slice,
 //! which ends when the yielder's would have (its stop there keeps its
 //! quantum's use, as a sibling turn's end does); a co-start
 //! preempts only a runner at a level no higher than the laggard's, which
@@ -390,10 +395,16 @@ impl HaikuScheduler {
         })
     }
 
-    /// `yield_to`: note on `from`'s CPU that its next `schedule` gives the
-    /// CPU to `to`, a parked sibling. False: nothing to do (not running,
-    /// not co-scheduled, not a sibling, `to` not parked).
-    pub(super) fn note_yield_to(&self, from: EntityId, to: EntityId) -> Result<bool, SchedError> {
+    /// `yield_to` and `pass_turn` (`passes`): note on `from`'s CPU that its
+    /// next `schedule` gives the CPU to `to`, a parked sibling. False:
+    /// nothing to do (not running, not co-scheduled, not a sibling, `to`
+    /// not parked).
+    pub(super) fn note_yield_to(
+        &self,
+        from: EntityId,
+        to: EntityId,
+        passes: bool,
+    ) -> Result<bool, SchedError> {
         let (cpu, vm) = {
             let mut g = self.slot(from)?.lock();
             let e = super::live(&mut g.entity, from.generation(), from)?;
@@ -409,7 +420,7 @@ impl HaikuScheduler {
                 return Ok(false);
             }
         }
-        self.acct[cpu.0 as usize].lock().yield_to = Some((from, to));
+        self.acct[cpu.0 as usize].lock().yield_to = Some((from, to, passes));
         Ok(true)
     }
 }

@@ -265,16 +265,18 @@ struct CpuAcct {
     /// (scratch); true: a yield, taken only at the level of the CPU's own
     /// best entry or above.
     pull: Option<(EntityId, bool)>,
-    /// A directed yield the VMM asked for (`yield_to`): from, to.
-    yield_to: Option<(EntityId, EntityId)>,
+    /// A directed yield the VMM asked for (`yield_to`, `pass_turn`): from,
+    /// to, and whether it lends the rest of the slice (`pass_turn`).
+    yield_to: Option<(EntityId, EntityId, bool)>,
     /// Sibling turns (`cosched.rs`): the VM whose siblings share the
     /// slice this CPU gave one of them, and when that slice ends; set by
     /// the dispatch that cut the slice, carried by the stop that hands
     /// the rest to a parked sibling, cleared by any other stop.
     sibling_until: Option<(VmId, Nanos)>,
-    /// A directed yield in a VM wider than its CPUs (`cosched.rs`): when
-    /// the yielder's slice ends, which the sibling it pulls runs out
-    /// (scratch: set by the yield's stop, taken by the pick).
+    /// A passed turn in a VM wider than its CPUs (`cosched.rs`): when the
+    /// yielder's slice ends, which the sibling it pulls runs out (scratch:
+    /// set by the yield's stop, kept by `schedule` for `pass_turn` only,
+    /// taken by the pick).
     lend_until: Option<Nanos>,
     /// Co-stops, co-start kicks and directed yields here.
     costops: u64,
@@ -874,11 +876,15 @@ impl VcpuScheduler for HaikuScheduler {
         acct.costop_done = false;
         let schedule::Stopped { requeued, mut held } =
             self.stop_running(cpu, now, reason, halted_ns, &mut acct);
-        if let Some((from, to)) = acct.yield_to.take() {
+        // Only a passed turn is lent (a guest's own yield and `yield_to`
+        // give the sibling a turn of its own).
+        let lend = acct.lend_until.take();
+        if let Some((from, to, passes)) = acct.yield_to.take() {
             // The VMM's directed yield, if the entity that stopped is the
             // one that asked (it may have stopped for another reason since).
             if requeued == Some(from) {
                 acct.pull = Some((to, true));
+                acct.lend_until = lend.filter(|_| passes);
             }
         }
         if let Some((waker, _)) = acct.due.take() {
@@ -1085,7 +1091,11 @@ impl VcpuScheduler for HaikuScheduler {
     }
 
     fn yield_to(&self, from: EntityId, to: EntityId, _now: Nanos) -> Result<bool, SchedError> {
-        self.note_yield_to(from, to)
+        self.note_yield_to(from, to, false)
+    }
+
+    fn pass_turn(&self, from: EntityId, to: EntityId, _now: Nanos) -> Result<bool, SchedError> {
+        self.note_yield_to(from, to, true)
     }
 
     fn ran_unseen(&self, id: EntityId, ran: Nanos, now: Nanos) -> Result<(), SchedError> {

@@ -1713,33 +1713,45 @@ fn a_directed_yield_runs_the_parked_sibling_next() {
     }
 }
 
-/// In a VM wider than its CPUs (two vCPUs, one CPU) a directed yield
-/// lends the parked sibling the rest of the yielder's slice: it runs
-/// though it waits below another VM's entity (which the plain pull
-/// refuses), for what was left of the yielder's slice, and the CPU then
-/// goes to that entity.
+/// In a VM wider than its CPUs (two vCPUs, one CPU) a passed turn
+/// (`pass_turn`) lends the parked sibling the rest of the yielder's
+/// slice: it runs though it waits below another VM's entity, for what
+/// was left of the yielder's slice, and the CPU then goes to that entity.
+/// A plain `yield_to` (a lock's holder, given a turn of its own) is
+/// refused below that entity's level.
 #[test]
-fn a_wide_vms_directed_yield_lends_the_rest_of_the_yielders_slice() {
-    let s = one_cpu_with_vm0(crate::Coschedule::Relaxed);
-    let (a, hog, b) = (
-        s.add_entity(timeshare_in(&s, 0, 10), 0).unwrap(),
-        s.add_entity(timeshare_in(&s, 1, 10), 0).unwrap(),
-        s.add_entity(timeshare_in(&s, 0, 5), 0).unwrap(),
-    );
-    for id in [a, hog, b] {
-        s.wake(id, 0).unwrap();
+fn a_passed_turn_in_a_wide_vm_lends_the_rest_of_the_yielders_slice() {
+    for passes in [true, false] {
+        let s = one_cpu_with_vm0(crate::Coschedule::Relaxed);
+        let (a, hog, b) = (
+            s.add_entity(timeshare_in(&s, 0, 10), 0).unwrap(),
+            s.add_entity(timeshare_in(&s, 1, 10), 0).unwrap(),
+            s.add_entity(timeshare_in(&s, 0, 5), 0).unwrap(),
+        );
+        for id in [a, hog, b] {
+            s.wake(id, 0).unwrap();
+        }
+        let cpu = CpuId(0);
+        let first = s.schedule(cpu, 0, StopReason::Idle).unwrap();
+        assert_eq!(first.entity, Some(a));
+        let end = first.quantum;
+        let noted = if passes {
+            s.pass_turn(a, b, 10 * US)
+        } else {
+            s.yield_to(a, b, 10 * US)
+        };
+        assert!(noted.unwrap());
+        let next = s.schedule(cpu, 10 * US, StopReason::Yielded).unwrap();
+        if !passes {
+            assert_eq!(next.entity, Some(hog), "a holder below the hog waits");
+            continue;
+        }
+        assert_eq!(next.entity, Some(b), "lent, though below the hog's level");
+        assert_eq!(next.quantum, end - 10 * US, "the rest of a's slice");
+        assert_eq!(s.snapshot(10 * US).cpus[0].directed_yields, 1);
+        let after = s.schedule(cpu, end, StopReason::QuantumEnd).unwrap();
+        assert_eq!(after.entity, Some(hog), "the slice is over");
     }
-    let cpu = CpuId(0);
-    let first = s.schedule(cpu, 0, StopReason::Idle).unwrap();
-    assert_eq!(first.entity, Some(a));
-    let end = first.quantum;
-    assert!(s.yield_to(a, b, 10 * US).unwrap());
-    let next = s.schedule(cpu, 10 * US, StopReason::Yielded).unwrap();
-    assert_eq!(next.entity, Some(b), "lent, though below the hog's level");
-    assert_eq!(next.quantum, end - 10 * US, "the rest of a's slice");
-    assert_eq!(s.snapshot(10 * US).cpus[0].directed_yields, 1);
-    let after = s.schedule(cpu, end, StopReason::QuantumEnd).unwrap();
-    assert_eq!(after.entity, Some(hog), "the slice is over");
 }
 
 /// A co-stop and a directed yield show in the CPU's counters of the
