@@ -94,10 +94,10 @@ impl SpinWatch {
     /// it did when it stopped, if the VM is wider than its CPUs (where the
     /// scheduler lends it the rest of the yielder's slice) and no sibling
     /// runs. A running sibling is what a lock's spinner waits for, and
-    /// gets in microseconds: a yield then only costs a switch (the 4-vCPU
-    /// lock VM of spinlock-overcommit lost 16 % of its acquisitions
-    /// without this condition, 10 % with a sibling that the watch last
-    /// saw spinning counted as not running).
+    /// gets in microseconds: a yield then only costs a switch (with every
+    /// directed yield lent, the 4-vCPU lock VM of spinlock-overcommit
+    /// lost 16 % of its acquisitions without this condition, and 10 %
+    /// when a sibling the watch last saw spinning counted as not running).
     fn next_parked<'a>(vm: &'a EngineVm, me: &EngineVcpu) -> Option<&'a Arc<EngineVcpu>> {
         let running = |w: &Arc<EngineVcpu>| w.index != me.index && w.state_code() == STATE_RUNNING;
         if !vm.wide || vm.vcpus.iter().any(running) {

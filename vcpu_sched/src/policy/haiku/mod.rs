@@ -275,8 +275,7 @@ struct CpuAcct {
     sibling_until: Option<(VmId, Nanos)>,
     /// A passed turn in a VM wider than its CPUs (`cosched.rs`): when the
     /// yielder's slice ends, which the sibling it pulls runs out (scratch:
-    /// set by the yield's stop, kept by `schedule` for `pass_turn` only,
-    /// taken by the pick).
+    /// set by the stop of a `pass_turn`'s yielder, taken by the pick).
     lend_until: Option<Nanos>,
     /// Co-stops, co-start kicks and directed yields here.
     costops: u64,
@@ -876,15 +875,13 @@ impl VcpuScheduler for HaikuScheduler {
         acct.costop_done = false;
         let schedule::Stopped { requeued, mut held } =
             self.stop_running(cpu, now, reason, halted_ns, &mut acct);
-        // Only a passed turn is lent (a guest's own yield and `yield_to`
-        // give the sibling a turn of its own).
-        let lend = acct.lend_until.take();
-        if let Some((from, to, passes)) = acct.yield_to.take() {
+        if let Some((from, to, _)) = acct.yield_to.take() {
             // The VMM's directed yield, if the entity that stopped is the
             // one that asked (it may have stopped for another reason since).
             if requeued == Some(from) {
                 acct.pull = Some((to, true));
-                acct.lend_until = lend.filter(|_| passes);
+            } else {
+                acct.lend_until = None;
             }
         }
         if let Some((waker, _)) = acct.due.take() {

@@ -130,7 +130,12 @@ impl HaikuScheduler {
                 self.sibling_handoff(shared, now, acct);
             }
             if reason == StopReason::Yielded {
-                acct.lend_until = self.lend_until(e, s, turn.as_ref(), now);
+                // Only a turn the VMM passed (`pass_turn`) is lent; a guest's
+                // own yield and `yield_to` give the sibling a turn of its own.
+                let passed = matches!(acct.yield_to, Some((from, _, true)) if from == e.id);
+                acct.lend_until = passed
+                    .then(|| self.lend_until(e, s, turn.as_ref(), now))
+                    .flatten();
                 // A yield while a sibling is parked: a directed yield to it,
                 // if the yielder is ahead of it by a minimal quantum (else
                 // siblings that all yield, ahead of none, trade CPUs back
