@@ -633,7 +633,7 @@ impl Engine {
             }
             RunState::Ready if vm.coschedule => {
                 drop(ctl);
-                self.direct_yield(v);
+                self.direct_yield(vm, v);
             }
             _ => {}
         }
@@ -644,12 +644,16 @@ impl Engine {
     /// (`yield_to`), and if it takes the yield, end this turn before the
     /// next entry so that the sender's CPU goes to `v`. One thread-local
     /// read when the IPI comes from no vCPU of this thread.
-    fn direct_yield(&self, v: &EngineVcpu) {
+    fn direct_yield(&self, vm: &EngineVm, v: &EngineVcpu) {
         let Some(from) = RUNNING_ENTITY.get().filter(|w| *w != v.entity) else {
             return;
         };
         if let Ok(true) = self.scheduler().pass_turn(from, v.entity, now_ns()) {
             YIELD_NOW.set(true);
+            if let Some(sender) = vm.vcpus.iter().find(|w| w.entity == from) {
+                v.lent_by
+                    .store(sender.index as usize + 1, Ordering::Release);
+            }
         }
     }
 }

@@ -34,6 +34,16 @@ use std::sync::Arc;
 /// and spin on it.
 pub const LOOK_AFTER_DISPATCH_NS: u64 = 100_000;
 
+/// Why a look ended a turn as a yield.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Look {
+    /// The vCPU spun while a sibling waited parked, and yielded to it.
+    Spun,
+    /// The vCPU had been passed the turn by a sibling waiting for the
+    /// answer to an IPI, had time to answer, and gave the turn back.
+    GaveBack,
+}
+
 /// The spin watch of one vCPU thread (the `threads` dispatch). When are
 /// looks taken:
 /// - a sibling leaves its CPU runnable outside a spin-wait loop (it may
@@ -52,6 +62,10 @@ pub(crate) struct SpinWatch {
     timer: QuantumTimer,
     /// When that look is due (0: none).
     look_at: Cell<u64>,
+    /// This turn was passed by this sibling (its index), which waits for
+    /// the answer to an IPI: at the look the turn goes back to it unless
+    /// this vCPU spins.
+    repay_to: Cell<Option<usize>>,
 }
 
 impl SpinWatch {
@@ -71,6 +85,7 @@ impl SpinWatch {
                 Some(SpinWatch {
                     timer,
                     look_at: Cell::new(0),
+                    repay_to: Cell::new(None),
                 })
             }
             Err(e) => {
@@ -121,6 +136,8 @@ impl SpinWatch {
 
     /// `me`'s turn started: one look soon if a sibling waits parked.
     pub(crate) fn turn_started(&self, vm: &EngineVm, me: &EngineVcpu) {
+        let lender = me.lent_by.swap(0, Ordering::AcqRel).checked_sub(1);
+        self.repay_to.set(lender.filter(|_| vm.wide));
         let parked = |w: &Arc<EngineVcpu>| w.index != me.index && w.state_code() == STATE_READY;
         let wanted = if vm.wide {
             vm.vcpus.iter().any(parked)
@@ -138,20 +155,25 @@ impl SpinWatch {
     pub(crate) fn turn_ended(&self) {
         self.timer.disarm();
         self.look_at.set(0);
+        self.repay_to.set(None);
     }
 
-    /// The look, at an exit for a signal within `me`'s turn on `slot`:
-    /// true if a look was due, `me` spins while a sibling waits parked,
-    /// and the scheduler took the directed yield to its `yield_target`
-    /// (the turn then ends as a yield).
-    pub(crate) fn look_yields(
+    /// The look, at an exit for a signal within `me`'s turn on `slot`, if
+    /// one was due or asked for. `me` ends its turn as a yield if:
+    /// - its turn was passed by a sibling waiting for the answer to an IPI,
+    ///   this is the look after the turn's start, and `me` does not spin:
+    ///   it had time to answer, and the rest of the turn goes back to that
+    ///   sibling ([`Look::GaveBack`]);
+    /// - it spins while a sibling waits parked, and the scheduler took the
+    ///   directed yield to its `yield_target` ([`Look::Spun`]).
+    pub(crate) fn look(
         &self,
         engine: &Engine,
         vm: &EngineVm,
         me: &EngineVcpu,
         runner: &VcpuRunner,
         slot: &CpuSlot,
-    ) -> bool {
+    ) -> Option<Look> {
         let asked = me.look_asked.swap(false, Ordering::AcqRel);
         let now = now_ns();
         let at = self.look_at.get();
@@ -161,19 +183,31 @@ impl SpinWatch {
         }
         if !(asked || due) || now >= slot.quantum_end() || slot.kick_pending.load(Ordering::Acquire)
         {
-            return false;
+            return None;
         }
-        let Some((to, passes)) = Self::yield_target(vm, me) else {
-            return false;
-        };
         let sched = engine.scheduler();
-        runner.spinning()
+        let lender = due
+            .then(|| self.repay_to.take())
+            .flatten()
+            .and_then(|i| vm.vcpus.get(i))
+            .filter(|l| l.state_code() == STATE_READY);
+        let mut spun = None;
+        let mut spinning = || *spun.get_or_insert_with(|| runner.spinning());
+        if let Some(lender) = lender.filter(|_| !spinning()) {
+            return sched
+                .pass_turn(me.entity, lender.entity, now)
+                .unwrap_or(false)
+                .then_some(Look::GaveBack);
+        }
+        let (to, passes) = Self::yield_target(vm, me)?;
+        let taken = spinning()
             && if passes {
                 sched.pass_turn(me.entity, to.entity, now)
             } else {
                 sched.yield_to(me.entity, to.entity, now)
             }
-            .unwrap_or(false)
+            .unwrap_or(false);
+        taken.then_some(Look::Spun)
     }
 
     /// `me` leaves its CPU with `stop` after `last`: note whether it was

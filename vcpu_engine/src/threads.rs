@@ -18,7 +18,7 @@ use super::vcpu_state::{EngineVcpu, RunState, VcpuCtl};
 use super::{Engine, EngineError, EngineVm};
 use crate::host_cpus::{pin_current_thread, HostCpuSet};
 use crate::signals::current_tid;
-use crate::spin_watch::SpinWatch;
+use crate::spin_watch::{Look, SpinWatch};
 use crate::trace::Event;
 use crate::vcpu::{
     spawn_vcpu_thread, GateDecision, VcpuExitReason, VcpuGate, VcpuOutcome, VcpuRunner, VcpuStep,
@@ -432,14 +432,18 @@ impl VcpuGate for ThreadGate {
                         false
                     }
                 };
-            let spun = self.spin_watch.as_ref().is_some_and(|w| {
-                last == VcpuStep::Interrupted
-                    && w.look_yields(&self.engine, &self.vm, &self.vcpu, runner, slot)
-            });
-            if spun {
-                // Pause-loop exiting in software: a yield, as if the
-                // guest had written the yield port.
-                runner.stats.spin_yields += 1;
+            let look = self
+                .spin_watch
+                .as_ref()
+                .filter(|_| last == VcpuStep::Interrupted)
+                .and_then(|w| w.look(&self.engine, &self.vm, &self.vcpu, runner, slot));
+            if let Some(look) = look {
+                // Pause-loop exiting in software, or a lent turn given
+                // back: a yield, as if the guest had written the yield port.
+                match look {
+                    Look::Spun => runner.stats.spin_yields += 1,
+                    Look::GaveBack => runner.stats.turns_given_back += 1,
+                }
                 last = VcpuStep::Yielded;
             }
             let stop = if halted_in_kvm {

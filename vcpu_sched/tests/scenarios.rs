@@ -889,11 +889,15 @@ fn at_3_to_1_sibling_turns_multiply_a_synchronising_vms_rounds() {
 /// rounds it does without the watch and >= 2x the host kernel's model
 /// (seed 1: 600 -> 1149 bursts/s, eevdf 500). Scenario 23's initiator,
 /// whose IPI to a parked responder passes its turn with or without the
-/// watch, does >= 1.5x eevdf's round trips with a p99 no longer (137
-/// against 83 /s, 1.35 against 3.98 ms; 283 /s without the watch, whose
-/// looks give a responder that was working a turn of its own, which the
-/// guests do not show: 159 /s either way). The hogs keep at least 98 %
-/// of their useful work. Seeds 1-3.
+/// watch: with it, the responder gives the rest back at its look (it
+/// acknowledged, and does not spin), so the initiator goes on within its
+/// own slice. It does >= 3x the round trips it does without the watch
+/// and >= 10x eevdf's (1303 /s against 283 and 83), with a p99 within
+/// 1.5x of eevdf's (5.2 against 3.98 ms; p50 0 against 3.98 ms): the
+/// round trips that straddle the initiator's turn end wait out a
+/// rotation. The guests' p99 went down with the same rule (13.2 -> 9.3 ms
+/// at 3:1, 0.46x the host kernel's). The hogs keep at least 98 % of
+/// their useful work. Seeds 1-3.
 #[test]
 fn at_3_to_1_the_spin_watch_passes_a_slice_round_the_siblings() {
     let rate = |r: &SimReport, g: &str| r.group(g).unwrap().throughput.bursts_per_sec;
@@ -940,11 +944,15 @@ fn at_3_to_1_the_spin_watch_passes_a_slice_round_the_siblings() {
             } else {
                 let p99 = |r: &SimReport| r.group("initiator").unwrap().round_trip.unwrap().p99;
                 assert!(
-                    over_host >= 1.5,
+                    rate(&with, vm_group) >= 3.0 * rate(&without, vm_group),
+                    "{why}"
+                );
+                assert!(
+                    over_host >= 10.0,
                     "{why}\neevdf {:.0}",
                     rate(&host, vm_group)
                 );
-                assert!(p99(&with) <= p99(&host), "{why}");
+                assert!(2 * p99(&with) <= 3 * p99(&host), "{why}");
             }
         }
     }

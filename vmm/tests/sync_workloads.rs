@@ -121,6 +121,25 @@ fn shootdown_whole(label: &str, r: &vmm::results::VmResult) {
     }
 }
 
+/// A 3-vCPU shootdown VM with `coschedule = mode` beside a 1-vCPU hog on
+/// 2 host CPUs, haiku under `threads`, 1 s: both VMs checked whole.
+fn shootdown_beside_a_hog(dir: &TempDir, mode: &str) -> vmm::results::RunResults {
+    let sd = vm_table("sd", "shootdown duration_ms=1000 work_us=20").replace(
+        "vcpus = 1",
+        &format!("vcpus = 3\ncpus = \"0-1\"\ncoschedule = \"{mode}\""),
+    );
+    let hog =
+        vm_table("hog", "cpu duration_ms=1000").replace("vcpus = 1", "vcpus = 1\ncpus = \"0-1\"");
+    let text = format!(
+        "[host]\npolicy = \"haiku\"\ndispatch = \"threads\"\ncpus = \"0-1\"\n\
+         log_dir = \"logs\"\n\n{sd}{hog}"
+    );
+    let res = common::run_config(dir, &text);
+    shootdown_whole(mode, &res.vms[0]);
+    succeeded(mode, &res.vms[1]);
+    res
+}
+
 /// Relaxed co-scheduling's directed yield under KVM: a 3-vCPU shootdown
 /// VM beside a 1-vCPU hog on 2 host CPUs (2:1), haiku with Pacer's own
 /// local APIC (`threads`; under `ranked` the IPIs stay in KVM). The
@@ -142,19 +161,7 @@ fn an_ipi_to_a_preempted_sibling_is_a_directed_yield_only_with_relaxed_coschedul
     let _one = serial();
     let dir = TempDir::new("sync-cosched");
     for mode in ["relaxed", "off"] {
-        let on_two = "vcpus = 1\ncpus = \"0-1\"";
-        let sd = vm_table("sd", "shootdown duration_ms=1000 work_us=20").replace(
-            "vcpus = 1",
-            &format!("vcpus = 3\ncpus = \"0-1\"\ncoschedule = \"{mode}\""),
-        );
-        let hog = vm_table("hog", "cpu duration_ms=1000").replace("vcpus = 1", on_two);
-        let text = format!(
-            "[host]\npolicy = \"haiku\"\ndispatch = \"threads\"\ncpus = \"0-1\"\n\
-             log_dir = \"logs\"\n\n{sd}{hog}"
-        );
-        let res = common::run_config(&dir, &text);
-        shootdown_whole(mode, &res.vms[0]);
-        succeeded(mode, &res.vms[1]);
+        let res = shootdown_beside_a_hog(&dir, mode);
         let cpus = res.sched_cpus.as_ref().expect("haiku's CPU counters");
         assert_eq!(cpus.len(), 2, "{mode}: {cpus:?}");
         let yields: u64 = cpus.iter().map(|c| c.directed_yields).sum();
@@ -165,6 +172,56 @@ fn an_ipi_to_a_preempted_sibling_is_a_directed_yield_only_with_relaxed_coschedul
         } else {
             assert_eq!(yields, 0, "{mode}: {cpus:?}");
         }
+    }
+}
+
+/// A turn passed by an IPI is given back (`vcpu_engine::spin_watch`): the
+/// same 3-vCPU shootdown VM beside a 1-vCPU hog on 2 host CPUs, under
+/// `threads`. Wider than its CPUs and relaxed, the VM's initiator passes
+/// its turn to a responder that waits parked when it sends it an IPI; the
+/// responder, which answers between granules of work and never spins,
+/// gives the rest of the turn back at the spin watch's look 100 us in, so
+/// the initiator sees the answer within its own slice. Responders give
+/// turns back (the initiator, at most the two its responders pass it
+/// with the IPI that says they are done); with
+/// co-scheduling off there is no pass and nothing to give back. Counts
+/// only, no times (about 180-220 turns given back in a run here).
+#[test]
+fn a_responder_passed_a_turn_by_an_ipi_gives_it_back_to_the_sender() {
+    if !kvm_or_skip("a_responder_passed_a_turn_by_an_ipi_gives_it_back_to_the_sender") {
+        return;
+    }
+    let _one = serial();
+    let dir = TempDir::new("sync-give-back");
+    for mode in ["relaxed", "off"] {
+        let res = shootdown_beside_a_hog(&dir, mode);
+        let given: Vec<u64> = res.vms[0]
+            .vcpu_stats
+            .iter()
+            .map(|s| s.turns_given_back)
+            .collect();
+        eprintln!("{mode}: turns given back per vCPU {given:?}");
+        assert_eq!(given.len(), 3, "{mode}: {given:?}");
+        // The initiator is passed a turn only by a responder's IPI that
+        // says it is done, one each at the run's end.
+        assert!(
+            given[0] <= 2,
+            "{mode}: the initiator gave turns back: {given:?}"
+        );
+        if mode == "relaxed" {
+            assert!(
+                given[1] + given[2] > 0,
+                "{mode}: no turn given back: {given:?}"
+            );
+        } else {
+            assert_eq!(given[1] + given[2], 0, "{mode}: {given:?}");
+        }
+        let hog_given: u64 = res.vms[1]
+            .vcpu_stats
+            .iter()
+            .map(|s| s.turns_given_back)
+            .sum();
+        assert_eq!(hog_given, 0, "{mode}: the hog VM gave turns back");
     }
 }
 

@@ -112,6 +112,11 @@ pub(super) struct Ent {
     pub spun_at_stop: bool,
     /// Names its newest look (older look events are stale).
     pub look_gen: u32,
+    /// The initiator that passed it its next turn with a shootdown IPI
+    /// (the watch gives the turn back at its look, `spin_watch.rs`).
+    pub lent_by: Option<usize>,
+    /// This turn goes back to that initiator at the look, unless it spins.
+    pub repay_to: Option<usize>,
     /// Its VM has more vCPUs than this one may use CPUs (the watch
     /// then also yields to a sibling that spun when it stopped).
     pub wide: bool,
@@ -405,6 +410,8 @@ impl Model {
                     watch: w.spin_watch && g.coschedule == Some(crate::Coschedule::Relaxed),
                     spun_at_stop: false,
                     look_gen: 0,
+                    lent_by: None,
+                    repay_to: None,
                     wide: false,
                     rt: false,
                     rt_since: 0,
@@ -671,7 +678,7 @@ impl Engine {
         s.sent_at = now;
         s.pending = 0;
         let (round, from) = (s.round, s.initiator as usize);
-        let mut yielded = false;
+        let mut lent_to = None;
         for i in 0..self.shootdowns[sd].responders.len() {
             let r = self.shootdowns[sd].responders[i] as usize;
             match self.ents[r].state {
@@ -679,9 +686,13 @@ impl Engine {
                 State::Ready => {
                     self.shootdowns[sd].pending += 1;
                     self.sched_calls += 1;
-                    yielded |= self
+                    if self
                         .sched
-                        .pass_turn(self.ents[from].id, self.ents[r].id, now)?;
+                        .pass_turn(self.ents[from].id, self.ents[r].id, now)?
+                    {
+                        // The scheduler keeps the last pass it took.
+                        lent_to = Some(r);
+                    }
                 }
                 // Responders never block (validated); counted all the same.
                 State::Blocked => self.shootdowns[sd].pending += 1,
@@ -692,7 +703,10 @@ impl Engine {
             return self.burst_done(from, now);
         }
         self.ents[from].phase = Phase::WaitShootdown;
-        Ok(yielded.then_some(StopReason::Yielded))
+        if let Some(r) = lent_to {
+            self.ents[r].lent_by = Some(from);
+        }
+        Ok(lent_to.map(|_| StopReason::Yielded))
     }
 
     /// A shootdown member was dispatched: a responder acknowledges the

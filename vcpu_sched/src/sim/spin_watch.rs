@@ -5,7 +5,9 @@
 //! lock, the barrier, a shootdown's wait). The looks come at the same
 //! moments as there: when a sibling leaves its CPU runnable outside a
 //! spin (after the kick latency), and a fixed time into a turn that
-//! starts while a sibling waits parked. A look costs nothing here.
+//! starts while a sibling waits parked. A look costs nothing here. A
+//! responder passed the initiator's turn by a shootdown IPI gives the
+//! rest back at that look unless it spins, as the engine's does.
 
 use super::engine::Engine;
 use super::model::{Phase, State};
@@ -79,6 +81,7 @@ impl Engine {
             _ => runnable && self.spinning(p),
         };
         self.ents[p].spun_at_stop = spun;
+        self.ents[p].repay_to = None;
         if !runnable || spun {
             return;
         }
@@ -96,6 +99,8 @@ impl Engine {
         if !self.ents[e].watch {
             return;
         }
+        let lender = self.ents[e].lent_by.take();
+        self.ents[e].repay_to = lender.filter(|_| self.ents[e].wide);
         let vm = self.ents[e].vm;
         let wanted = if self.ents[e].wide {
             (0..self.ents.len())
@@ -108,9 +113,12 @@ impl Engine {
         }
     }
 
-    /// The look: if `e` still runs its turn and spins while a sibling
-    /// waits parked, it asks `yield_to` for its `yield_target` and, if the
-    /// scheduler takes it, its turn ends as a yield.
+    /// The look: if `e` still runs its turn, its turn ends as a yield when
+    /// - it was passed the turn by an initiator that still waits parked,
+    ///   and does not spin: the rest goes back to the initiator
+    ///   (`pass_turn`);
+    /// - it spins while a sibling waits parked, and the scheduler takes
+    ///   the directed yield to its `yield_target`.
     pub(super) fn on_look(&mut self, e: usize, now: Nanos) -> Result<(), SimError> {
         let State::Running(c) = self.ents[e].state else {
             return Ok(());
@@ -120,6 +128,20 @@ impl Engine {
             return Ok(());
         }
         self.account(c, now);
+        let lender = self.ents[e]
+            .repay_to
+            .take()
+            .filter(|&l| self.ents[l].state == State::Ready);
+        if let Some(l) = lender.filter(|_| !self.spinning(e)) {
+            self.sched_calls += 1;
+            if self
+                .sched
+                .pass_turn(self.ents[e].id, self.ents[l].id, now)?
+            {
+                self.do_schedule(c, now, StopReason::Yielded)?;
+            }
+            return Ok(());
+        }
         if !self.spinning(e) {
             return Ok(());
         }
