@@ -640,20 +640,23 @@ impl Engine {
     }
 
     /// Relaxed co-scheduling: the vCPU this thread runs sent an IPI to
-    /// its sibling `v`, which waits preempted (Ready): tell the scheduler
-    /// (`yield_to`), and if it takes the yield, end this turn before the
-    /// next entry so that the sender's CPU goes to `v`. One thread-local
-    /// read when the IPI comes from no vCPU of this thread.
+    /// its sibling `v`, which waits preempted (Ready): `v` notes the
+    /// sender, which waits for its answer (the spin watch gives the
+    /// sender `v`'s turn once `v` has had time to answer), and the
+    /// scheduler hears of it (`pass_turn`); if it takes the pass, this
+    /// turn ends before the next entry so that the sender's CPU goes to
+    /// `v`. One thread-local read when the IPI comes from no vCPU of this
+    /// thread.
     fn direct_yield(&self, vm: &EngineVm, v: &EngineVcpu) {
         let Some(from) = RUNNING_ENTITY.get().filter(|w| *w != v.entity) else {
             return;
         };
+        if let Some(sender) = vm.vcpus.iter().find(|w| w.entity == from) {
+            v.answer_to
+                .store(sender.index as usize + 1, Ordering::Release);
+        }
         if let Ok(true) = self.scheduler().pass_turn(from, v.entity, now_ns()) {
             YIELD_NOW.set(true);
-            if let Some(sender) = vm.vcpus.iter().find(|w| w.entity == from) {
-                v.lent_by
-                    .store(sender.index as usize + 1, Ordering::Release);
-            }
         }
     }
 }

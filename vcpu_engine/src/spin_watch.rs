@@ -39,8 +39,9 @@ pub const LOOK_AFTER_DISPATCH_NS: u64 = 100_000;
 pub(crate) enum Look {
     /// The vCPU spun while a sibling waited parked, and yielded to it.
     Spun,
-    /// The vCPU had been passed the turn by a sibling waiting for the
-    /// answer to an IPI, had time to answer, and gave the turn back.
+    /// A sibling sent the vCPU an IPI while it waited parked (passing it
+    /// its turn, if the scheduler took the pass) and waits parked for the
+    /// answer; the vCPU had time to answer, and gave it the turn.
     GaveBack,
 }
 
@@ -62,10 +63,10 @@ pub(crate) struct SpinWatch {
     timer: QuantumTimer,
     /// When that look is due (0: none).
     look_at: Cell<u64>,
-    /// This turn was passed by this sibling (its index), which waits for
-    /// the answer to an IPI: at the look the turn goes back to it unless
+    /// This sibling (its index) sent an IPI while this vCPU waited parked
+    /// and waits for the answer: at the look the turn goes to it unless
     /// this vCPU spins.
-    repay_to: Cell<Option<usize>>,
+    answer_to: Cell<Option<usize>>,
 }
 
 impl SpinWatch {
@@ -85,7 +86,7 @@ impl SpinWatch {
                 Some(SpinWatch {
                     timer,
                     look_at: Cell::new(0),
-                    repay_to: Cell::new(None),
+                    answer_to: Cell::new(None),
                 })
             }
             Err(e) => {
@@ -136,8 +137,8 @@ impl SpinWatch {
 
     /// `me`'s turn started: one look soon if a sibling waits parked.
     pub(crate) fn turn_started(&self, vm: &EngineVm, me: &EngineVcpu) {
-        let lender = me.lent_by.swap(0, Ordering::AcqRel).checked_sub(1);
-        self.repay_to.set(lender.filter(|_| vm.wide));
+        let sender = me.answer_to.swap(0, Ordering::AcqRel).checked_sub(1);
+        self.answer_to.set(sender.filter(|_| vm.wide));
         let parked = |w: &Arc<EngineVcpu>| w.index != me.index && w.state_code() == STATE_READY;
         let wanted = if vm.wide {
             vm.vcpus.iter().any(parked)
@@ -155,15 +156,16 @@ impl SpinWatch {
     pub(crate) fn turn_ended(&self) {
         self.timer.disarm();
         self.look_at.set(0);
-        self.repay_to.set(None);
+        self.answer_to.set(None);
     }
 
     /// The look, at an exit for a signal within `me`'s turn on `slot`, if
     /// one was due or asked for. `me` ends its turn as a yield if:
-    /// - its turn was passed by a sibling waiting for the answer to an IPI,
-    ///   this is the look after the turn's start, and `me` does not spin:
-    ///   it had time to answer, and the rest of the turn goes back to that
-    ///   sibling ([`Look::GaveBack`]);
+    /// - a sibling sent it an IPI while it waited parked (and passed it
+    ///   this turn, if the scheduler took that), and waits parked for the
+    ///   answer, spinning when it stopped; this is the look after the
+    ///   turn's start, and `me` does not spin: it had time to answer, and
+    ///   the rest of the turn goes to that sibling ([`Look::GaveBack`]);
     /// - it spins while a sibling waits parked, and the scheduler took the
     ///   directed yield to its `yield_target` ([`Look::Spun`]).
     pub(crate) fn look(
@@ -186,16 +188,18 @@ impl SpinWatch {
             return None;
         }
         let sched = engine.scheduler();
-        let lender = due
-            .then(|| self.repay_to.take())
+        // The sender waits parked, and it was spinning (or yielded) when
+        // it stopped: for the answer.
+        let sender = due
+            .then(|| self.answer_to.take())
             .flatten()
             .and_then(|i| vm.vcpus.get(i))
-            .filter(|l| l.state_code() == STATE_READY);
+            .filter(|w| w.state_code() == STATE_READY && w.spun_at_stop.load(Ordering::Relaxed));
         let mut spun = None;
         let mut spinning = || *spun.get_or_insert_with(|| runner.spinning());
-        if let Some(lender) = lender.filter(|_| !spinning()) {
+        if let Some(sender) = sender.filter(|_| !spinning()) {
             return sched
-                .pass_turn(me.entity, lender.entity, now)
+                .pass_turn(me.entity, sender.entity, now)
                 .unwrap_or(false)
                 .then_some(Look::GaveBack);
         }

@@ -231,9 +231,10 @@ pub struct VcpuStats {
     /// `ranked`, a `turns` VM's turns given to the sibling sharing its CPU
     /// (`sibling_share.rs`).
     pub spin_yields: u64,
-    /// Turns a sibling passed this vCPU with an IPI it waits on (relaxed
-    /// co-scheduling under `threads`, a VM wider than its CPUs) that it
-    /// gave back at the spin watch's look, not spinning (`spin_watch.rs`).
+    /// Turns this vCPU gave, at the spin watch's look and not spinning, to
+    /// a sibling that sent it an IPI while it waited parked and waits for
+    /// the answer (relaxed co-scheduling under `threads`, a VM wider than
+    /// its CPUs; `spin_watch.rs`).
     pub turns_given_back: u64,
     /// Interrupts injected by Pacer (only without the in-kernel irqchip).
     pub injections: u64,

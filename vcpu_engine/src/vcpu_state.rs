@@ -309,10 +309,11 @@ pub struct EngineVcpu {
     /// A sibling that may hold a lock left its CPU: look whether this one
     /// spins at its next exit (the spin watch; its thread is kicked).
     pub(crate) look_asked: AtomicBool,
-    /// The sibling (its index + 1; 0: none) that passed this vCPU its turn
-    /// from an IPI it sent, waiting for the answer: the spin watch gives
-    /// the turn back once this vCPU has had time to answer.
-    pub(crate) lent_by: AtomicUsize,
+    /// The sibling (its index + 1; 0: none) that sent this vCPU an IPI
+    /// while it waited parked, and waits for the answer: the spin watch
+    /// gives that sibling this vCPU's next turn once it has had time to
+    /// answer.
+    pub(crate) answer_to: AtomicUsize,
     /// KVM's `halt_wakeup` count when the engine last looked (ranked).
     pub(crate) wakeups_seen: AtomicU64,
     /// Its thread's `/proc/thread-self/stat`, opened by the thread as it
@@ -570,7 +571,7 @@ impl EngineVcpu {
             awake_at_look: AtomicBool::new(false),
             spun_at_stop: AtomicBool::new(false),
             look_asked: AtomicBool::new(false),
-            lent_by: AtomicUsize::new(0),
+            answer_to: AtomicUsize::new(0),
             quantum_timer: OnceLock::new(),
             shared_turn_timer: OnceLock::new(),
             thread_stat: OnceLock::new(),

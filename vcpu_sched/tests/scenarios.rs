@@ -889,15 +889,14 @@ fn at_3_to_1_sibling_turns_multiply_a_synchronising_vms_rounds() {
 /// rounds it does without the watch and >= 2x the host kernel's model
 /// (seed 1: 600 -> 1149 bursts/s, eevdf 500). Scenario 23's initiator,
 /// whose IPI to a parked responder passes its turn with or without the
-/// watch: with it, the responder gives the rest back at its look (it
-/// acknowledged, and does not spin), so the initiator goes on within its
-/// own slice. It does >= 3x the round trips it does without the watch
-/// and >= 10x eevdf's (1303 /s against 283 and 83), with a p99 within
-/// 1.5x of eevdf's (5.2 against 3.98 ms; p50 0 against 3.98 ms): the
-/// round trips that straddle the initiator's turn end wait out a
-/// rotation. The guests' p99 went down with the same rule (13.2 -> 9.3 ms
-/// at 3:1, 0.46x the host kernel's). The hogs keep at least 98 % of
-/// their useful work. Seeds 1-3.
+/// watch: with it, a responder the IPI reached parked gives the
+/// initiator, which waits parked, the rest of its next turn at its look
+/// (it acknowledged, and does not spin), so the initiator goes on within
+/// a slice of the VM's. It does >= 3x the round trips it does without
+/// the watch and >= 10x eevdf's, with a p99 no longer than eevdf's (seed
+/// 1: 3123 /s against 283 and 83; p99 0.2 against 2.9 and 3.98 ms; the
+/// hogs at 1.00 CPUs). The hogs keep at least 98 % of their useful work.
+/// Seeds 1-3.
 #[test]
 fn at_3_to_1_the_spin_watch_passes_a_slice_round_the_siblings() {
     let rate = |r: &SimReport, g: &str| r.group(g).unwrap().throughput.bursts_per_sec;
@@ -952,7 +951,7 @@ fn at_3_to_1_the_spin_watch_passes_a_slice_round_the_siblings() {
                     "{why}\neevdf {:.0}",
                     rate(&host, vm_group)
                 );
-                assert!(2 * p99(&with) <= 3 * p99(&host), "{why}");
+                assert!(p99(&with) <= p99(&host), "{why}");
             }
         }
     }

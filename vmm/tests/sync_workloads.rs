@@ -180,12 +180,13 @@ fn an_ipi_to_a_preempted_sibling_is_a_directed_yield_only_with_relaxed_coschedul
 /// `threads`. Wider than its CPUs and relaxed, the VM's initiator passes
 /// its turn to a responder that waits parked when it sends it an IPI; the
 /// responder, which answers between granules of work and never spins,
-/// gives the rest of the turn back at the spin watch's look 100 us in, so
-/// the initiator sees the answer within its own slice. Responders give
+/// gives the rest of that turn (or of its next own, if the pass was not
+/// taken) to the initiator waiting parked at the spin watch's look 100 us
+/// in, so the initiator sees the answer within a slice. Responders give
 /// turns back (the initiator, at most the two its responders pass it
 /// with the IPI that says they are done); with
 /// co-scheduling off there is no pass and nothing to give back. Counts
-/// only, no times (about 180-220 turns given back in a run here).
+/// only, no times (about 180-240 turns given back in a run here).
 #[test]
 fn a_responder_passed_a_turn_by_an_ipi_gives_it_back_to_the_sender() {
     if !kvm_or_skip("a_responder_passed_a_turn_by_an_ipi_gives_it_back_to_the_sender") {

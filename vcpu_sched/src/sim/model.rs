@@ -112,10 +112,10 @@ pub(super) struct Ent {
     pub spun_at_stop: bool,
     /// Names its newest look (older look events are stale).
     pub look_gen: u32,
-    /// The initiator that passed it its next turn with a shootdown IPI
-    /// (the watch gives the turn back at its look, `spin_watch.rs`).
-    pub lent_by: Option<usize>,
-    /// This turn goes back to that initiator at the look, unless it spins.
+    /// The initiator whose shootdown IPI reached it parked (the watch
+    /// gives that initiator its next turn at the look, `spin_watch.rs`).
+    pub answer_to: Option<usize>,
+    /// This turn goes to that initiator at the look, unless it spins.
     pub repay_to: Option<usize>,
     /// Its VM has more vCPUs than this one may use CPUs (the watch
     /// then also yields to a sibling that spun when it stopped).
@@ -410,7 +410,7 @@ impl Model {
                     watch: w.spin_watch && g.coschedule == Some(crate::Coschedule::Relaxed),
                     spun_at_stop: false,
                     look_gen: 0,
-                    lent_by: None,
+                    answer_to: None,
                     repay_to: None,
                     wide: false,
                     rt: false,
@@ -678,7 +678,7 @@ impl Engine {
         s.sent_at = now;
         s.pending = 0;
         let (round, from) = (s.round, s.initiator as usize);
-        let mut lent_to = None;
+        let mut yielded = false;
         for i in 0..self.shootdowns[sd].responders.len() {
             let r = self.shootdowns[sd].responders[i] as usize;
             match self.ents[r].state {
@@ -686,13 +686,10 @@ impl Engine {
                 State::Ready => {
                     self.shootdowns[sd].pending += 1;
                     self.sched_calls += 1;
-                    if self
+                    self.ents[r].answer_to = Some(from);
+                    yielded |= self
                         .sched
-                        .pass_turn(self.ents[from].id, self.ents[r].id, now)?
-                    {
-                        // The scheduler keeps the last pass it took.
-                        lent_to = Some(r);
-                    }
+                        .pass_turn(self.ents[from].id, self.ents[r].id, now)?;
                 }
                 // Responders never block (validated); counted all the same.
                 State::Blocked => self.shootdowns[sd].pending += 1,
@@ -703,10 +700,7 @@ impl Engine {
             return self.burst_done(from, now);
         }
         self.ents[from].phase = Phase::WaitShootdown;
-        if let Some(r) = lent_to {
-            self.ents[r].lent_by = Some(from);
-        }
-        Ok(lent_to.map(|_| StopReason::Yielded))
+        Ok(yielded.then_some(StopReason::Yielded))
     }
 
     /// A shootdown member was dispatched: a responder acknowledges the

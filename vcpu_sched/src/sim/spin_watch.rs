@@ -6,8 +6,9 @@
 //! moments as there: when a sibling leaves its CPU runnable outside a
 //! spin (after the kick latency), and a fixed time into a turn that
 //! starts while a sibling waits parked. A look costs nothing here. A
-//! responder passed the initiator's turn by a shootdown IPI gives the
-//! rest back at that look unless it spins, as the engine's does.
+//! responder that a shootdown IPI reached parked gives the initiator the
+//! rest of its next turn at that look, unless it spins, if the initiator
+//! waits parked for the answer, as the engine's does.
 
 use super::engine::Engine;
 use super::model::{Phase, State};
@@ -99,8 +100,8 @@ impl Engine {
         if !self.ents[e].watch {
             return;
         }
-        let lender = self.ents[e].lent_by.take();
-        self.ents[e].repay_to = lender.filter(|_| self.ents[e].wide);
+        let sender = self.ents[e].answer_to.take();
+        self.ents[e].repay_to = sender.filter(|_| self.ents[e].wide);
         let vm = self.ents[e].vm;
         let wanted = if self.ents[e].wide {
             (0..self.ents.len())
@@ -114,9 +115,9 @@ impl Engine {
     }
 
     /// The look: if `e` still runs its turn, its turn ends as a yield when
-    /// - it was passed the turn by an initiator that still waits parked,
-    ///   and does not spin: the rest goes back to the initiator
-    ///   (`pass_turn`);
+    /// - an initiator's IPI reached it parked, the initiator waits parked
+    ///   (spinning when it stopped), and it does not spin: the rest goes
+    ///   to the initiator (`pass_turn`);
     /// - it spins while a sibling waits parked, and the scheduler takes
     ///   the directed yield to its `yield_target`.
     pub(super) fn on_look(&mut self, e: usize, now: Nanos) -> Result<(), SimError> {
@@ -131,7 +132,7 @@ impl Engine {
         let lender = self.ents[e]
             .repay_to
             .take()
-            .filter(|&l| self.ents[l].state == State::Ready);
+            .filter(|&l| self.ents[l].state == State::Ready && self.ents[l].spun_at_stop);
         if let Some(l) = lender.filter(|_| !self.spinning(e)) {
             self.sched_calls += 1;
             if self
