@@ -13,7 +13,10 @@
 //! directed yield (`vcpu_sched`'s relaxed co-scheduling) gives its CPU to
 //! that sibling: one that was not spinning when it stopped if there is
 //! one (a lock's likely holder), else the next in index order (a
-//! barrier's waiters are all released at once, unseen).
+//! barrier's waiters are all released at once, unseen). And a vCPU that
+//! an IPI reached parked gives its next turn, once it has had time to
+//! answer, to the sender if the sender waits parked for the answer (a
+//! TLB shootdown's initiator).
 //!
 //! What counts as a spin is `crate::pause_loop`'s; the registers come
 //! with the exit (KVM_CAP_SYNC_REGS, no ioctl).
@@ -135,7 +138,9 @@ impl SpinWatch {
             .or_else(|| Self::next_parked(vm, me).map(|w| (w, true)))
     }
 
-    /// `me`'s turn started: one look soon if a sibling waits parked.
+    /// `me`'s turn started: note the sender of an IPI that reached it
+    /// parked (a VM wider than its CPUs), and take one look soon if a
+    /// sibling waits parked.
     pub(crate) fn turn_started(&self, vm: &EngineVm, me: &EngineVcpu) {
         let sender = me.answer_to.swap(0, Ordering::AcqRel).checked_sub(1);
         self.answer_to.set(sender.filter(|_| vm.wide));

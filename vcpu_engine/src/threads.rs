@@ -438,8 +438,9 @@ impl VcpuGate for ThreadGate {
                 .filter(|_| last == VcpuStep::Interrupted)
                 .and_then(|w| w.look(&self.engine, &self.vm, &self.vcpu, runner, slot));
             if let Some(look) = look {
-                // Pause-loop exiting in software, or a lent turn given
-                // back: a yield, as if the guest had written the yield port.
+                // Pause-loop exiting in software, or a turn given to the
+                // sender of an IPI: a yield, as if the guest had written
+                // the yield port.
                 match look {
                     Look::Spun => runner.stats.spin_yields += 1,
                     Look::GaveBack => runner.stats.turns_given_back += 1,

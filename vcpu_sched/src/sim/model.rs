@@ -116,7 +116,7 @@ pub(super) struct Ent {
     /// gives that initiator its next turn at the look, `spin_watch.rs`).
     pub answer_to: Option<usize>,
     /// This turn goes to that initiator at the look, unless it spins.
-    pub repay_to: Option<usize>,
+    pub turn_for: Option<usize>,
     /// Its VM has more vCPUs than this one may use CPUs (the watch
     /// then also yields to a sibling that spun when it stopped).
     pub wide: bool,
@@ -411,7 +411,7 @@ impl Model {
                     spun_at_stop: false,
                     look_gen: 0,
                     answer_to: None,
-                    repay_to: None,
+                    turn_for: None,
                     wide: false,
                     rt: false,
                     rt_since: 0,

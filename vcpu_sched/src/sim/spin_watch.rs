@@ -82,7 +82,7 @@ impl Engine {
             _ => runnable && self.spinning(p),
         };
         self.ents[p].spun_at_stop = spun;
-        self.ents[p].repay_to = None;
+        self.ents[p].turn_for = None;
         if !runnable || spun {
             return;
         }
@@ -101,7 +101,7 @@ impl Engine {
             return;
         }
         let sender = self.ents[e].answer_to.take();
-        self.ents[e].repay_to = sender.filter(|_| self.ents[e].wide);
+        self.ents[e].turn_for = sender.filter(|_| self.ents[e].wide);
         let vm = self.ents[e].vm;
         let wanted = if self.ents[e].wide {
             (0..self.ents.len())
@@ -130,7 +130,7 @@ impl Engine {
         }
         self.account(c, now);
         let lender = self.ents[e]
-            .repay_to
+            .turn_for
             .take()
             .filter(|&l| self.ents[l].state == State::Ready && self.ents[l].spun_at_stop);
         if let Some(l) = lender.filter(|_| !self.spinning(e)) {
