@@ -651,7 +651,9 @@ impl Engine {
         let Some(from) = RUNNING_ENTITY.get().filter(|w| *w != v.entity) else {
             return;
         };
-        if let Some(sender) = vm.vcpus.iter().find(|w| w.entity == from) {
+        // Only a VM wider than its CPUs gives turns to a sender.
+        let sender = vm.wide.then(|| vm.vcpus.iter().find(|w| w.entity == from));
+        if let Some(sender) = sender.flatten() {
             v.answer_to
                 .store(sender.index as usize + 1, Ordering::Release);
         }

@@ -142,8 +142,8 @@ impl SpinWatch {
     /// parked (a VM wider than its CPUs), and take one look soon if a
     /// sibling waits parked.
     pub(crate) fn turn_started(&self, vm: &EngineVm, me: &EngineVcpu) {
-        let sender = me.answer_to.swap(0, Ordering::AcqRel).checked_sub(1);
-        self.answer_to.set(sender.filter(|_| vm.wide));
+        self.answer_to
+            .set(me.answer_to.swap(0, Ordering::AcqRel).checked_sub(1));
         let parked = |w: &Arc<EngineVcpu>| w.index != me.index && w.state_code() == STATE_READY;
         let wanted = if vm.wide {
             vm.vcpus.iter().any(parked)
