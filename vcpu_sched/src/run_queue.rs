@@ -119,6 +119,27 @@ impl RunQueue {
         }
     }
 
+    /// Highest level holding an entry other than `id`'s: the best a
+    /// directed yield from `id` must not jump (the yielder's own entry is
+    /// its to give). At most one level more than `top_level`, since an
+    /// entity is queued once.
+    pub fn top_level_besides(&self, id: EntityId) -> Option<u8> {
+        let mut bits = self.nonempty;
+        loop {
+            let level = if bits[1] != 0 {
+                127 - bits[1].leading_zeros() as usize
+            } else if bits[0] != 0 {
+                63 - bits[0].leading_zeros() as usize
+            } else {
+                return None;
+            };
+            if self.levels[level].iter().any(|e| e.id != id) {
+                return Some(level as u8);
+            }
+            bits[level / 64] &= !(1 << (level % 64));
+        }
+    }
+
     /// The entry that `pop` would return, O(1).
     #[inline]
     pub fn head(&self) -> Option<&QueueEntry> {
@@ -259,6 +280,25 @@ mod tests {
             affinity: None,
             cosched: false,
         }
+    }
+
+    #[test]
+    fn the_top_level_besides_an_entity_leaves_out_its_entry_only() {
+        let mut q = RunQueue::default();
+        assert_eq!(q.top_level_besides(EntityId::new(1, 0)), None);
+        q.push_back(e(1, 100));
+        assert_eq!(q.top_level_besides(EntityId::new(1, 0)), None);
+        q.push_back(e(2, 70));
+        q.push_back(e(3, 10));
+        assert_eq!(q.top_level(), Some(100));
+        // Alone at its level (across the two bitmap words): the next one.
+        assert_eq!(q.top_level_besides(EntityId::new(1, 0)), Some(70));
+        assert_eq!(q.top_level_besides(EntityId::new(2, 0)), Some(100));
+        // Sharing its level with another entry: that level.
+        q.push_back(e(4, 100));
+        assert_eq!(q.top_level_besides(EntityId::new(1, 0)), Some(100));
+        assert_eq!(q.pop().map(|x| x.id.index()), Some(1));
+        assert_eq!(q.top_level_besides(EntityId::new(4, 0)), Some(70));
     }
 
     #[test]

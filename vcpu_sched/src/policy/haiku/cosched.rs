@@ -347,21 +347,36 @@ impl HaikuScheduler {
         })
     }
 
-    /// The level of the best entry in `cpu`'s own queues (None: empty).
-    fn local_top_level(&self, cpu: CpuId) -> Option<u8> {
+    /// The level of the best entry in `cpu`'s own queues, the entry of
+    /// `besides` left out (None: none).
+    fn local_top_level(&self, cpu: CpuId, besides: Option<EntityId>) -> Option<u8> {
+        let top = |q: &RunQueue| match besides {
+            Some(id) => q.top_level_besides(id),
+            None => q.top_level(),
+        };
         let slot = &self.m.cpus[cpu.0 as usize];
         let pinned = (slot.pinned_len.load(Ordering::SeqCst) > 0)
-            .then(|| slot.pinned.lock().top_level())
+            .then(|| top(&slot.pinned.lock()))
             .flatten();
         let core = self.m.core_of(cpu);
-        let shared = self.m.cores[core.0 as usize].queue.lock().top_level();
+        let shared = top(&self.m.cores[core.0 as usize].queue.lock());
         pinned.max(shared)
     }
 
-    /// A directed yield: take `target` out of its queue for `cpu` if it
-    /// may run there at a level at least that of `cpu`'s own best entry.
-    pub(super) fn pull_yield_target(&self, cpu: CpuId, target: EntityId) -> Option<QueueEntry> {
-        let floor = self.local_top_level(cpu).unwrap_or(0);
+    /// A yield: take `target` out of its queue for `cpu` if it may run
+    /// there at a level at least that of `cpu`'s own best entry, the
+    /// entry of `yielder` left out for the VMM's directed yield. With the
+    /// yielder's own level as the floor, the spin watch's yields to a
+    /// parked lock holder its penalties had put below the spinner were
+    /// refused and the spinner picked again, to spin once more (half of
+    /// them at 3:1).
+    pub(super) fn pull_yield_target(
+        &self,
+        cpu: CpuId,
+        target: EntityId,
+        yielder: Option<EntityId>,
+    ) -> Option<QueueEntry> {
+        let floor = self.local_top_level(cpu, yielder).unwrap_or(0);
         self.pull(cpu, target, floor)
     }
 
@@ -392,6 +407,18 @@ impl HaikuScheduler {
             vm: e.vm,
             affinity: e.entry_affinity(),
             cosched: true,
+        })
+    }
+
+    /// Whether `id`'s VM takes sibling turns (`Coschedule::Turns`).
+    pub(super) fn takes_turns(&self, id: EntityId) -> bool {
+        self.slot(id).is_ok_and(|g| {
+            g.lock()
+                .entity
+                .as_ref()
+                .filter(|e| e.id == id)
+                .and_then(|e| e.sync.as_ref())
+                .is_some_and(|s| s.takes_turns())
         })
     }
 

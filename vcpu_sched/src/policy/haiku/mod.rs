@@ -261,10 +261,9 @@ struct CpuAcct {
     /// Relaxed co-scheduling (`cosched.rs`): this `schedule` call
     /// co-stopped an entity already (at most once per call).
     costop_done: bool,
-    /// The laggard a co-stop or a directed yield gives this CPU to
-    /// (scratch); true: a yield, taken only at the level of the CPU's own
-    /// best entry or above.
-    pull: Option<(EntityId, bool)>,
+    /// The laggard a co-stop or a yield gives this CPU to (scratch), and
+    /// why (`schedule::Pull`).
+    pull: Option<(EntityId, schedule::Pull)>,
     /// A directed yield the VMM asked for (`yield_to`, `pass_turn`): from,
     /// to, and whether it lends the rest of the slice (`pass_turn`).
     yield_to: Option<(EntityId, EntityId, bool)>,
@@ -879,7 +878,14 @@ impl VcpuScheduler for HaikuScheduler {
             // The VMM's directed yield, if the entity that stopped is the
             // one that asked (it may have stopped for another reason since).
             if requeued == Some(from) {
-                acct.pull = Some((to, true));
+                acct.pull = Some((
+                    to,
+                    if self.takes_turns(from) {
+                        schedule::Pull::Yield
+                    } else {
+                        schedule::Pull::YieldFrom(from)
+                    },
+                ));
             } else {
                 acct.lend_until = None;
             }

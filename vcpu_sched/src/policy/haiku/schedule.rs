@@ -59,6 +59,23 @@ pub(super) enum Pick {
     Lent,
 }
 
+/// Why a stop gives its CPU to a particular sibling (`CpuAcct::pull`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pull {
+    /// A co-stop: the laggard the stopped entity is ahead of, at any level.
+    CoStop,
+    /// A yield, taken at the level of the CPU's best entry or above: the
+    /// guest's own yield ahead of a laggard sibling (siblings that all
+    /// yield would otherwise trade CPUs back and forth: scenario 5), and
+    /// a directed yield in a VM that takes sibling turns (which pass its
+    /// slice round by turns of their own).
+    Yield,
+    /// The VMM's directed yield from this entity (`yield_to`: the spin
+    /// watch's spinner to a parked lock holder), taken at the level of
+    /// the CPU's best entry besides the yielder's, or above.
+    YieldFrom(EntityId),
+}
+
 impl HaikuScheduler {
     /// Take the running entity off `cpu`; says whether it was requeued
     /// (and may leave its core queue locked for the pick, see `Stopped`).
@@ -144,7 +161,7 @@ impl HaikuScheduler {
                 acct.pull = s
                     .laggard_of(e.id, e.progress)
                     .filter(|l| l.skew >= ahead)
-                    .map(|l| (l.id, true));
+                    .map(|l| (l.id, Pull::Yield));
             }
         }
         e.load.ran(ran);
@@ -382,16 +399,20 @@ impl HaikuScheduler {
         let _p = crate::profiler::scope("haiku::pick_next");
         for _ in 0..MAX_PICK_ATTEMPTS {
             let lent = acct.lend_until.take();
-            if let Some((target, yielded)) = acct.pull.take() {
-                // A co-stop's or a directed yield's laggard first (no
-                // queue may stay locked: the pull locks the entity).
+            if let Some((target, why)) = acct.pull.take() {
+                // A co-stop's or a yield's laggard first (no queue may
+                // stay locked: the pull locks the entity).
                 drop(held.take());
-                let (got, pick) = match (yielded, lent) {
+                let yielded = why != Pull::CoStop;
+                let (got, pick) = match (why, lent) {
                     // Lent the yielder's slice: it waits no longer than
                     // behind the spinner, so no level floor.
-                    (true, Some(_)) => (self.pull(cpu, target, 0), Pick::Lent),
-                    (true, None) => (self.pull_yield_target(cpu, target), Pick::Pull),
-                    (false, _) => (self.pull(cpu, target, 0), Pick::Pull),
+                    (_, Some(_)) if yielded => (self.pull(cpu, target, 0), Pick::Lent),
+                    (Pull::YieldFrom(from), _) => {
+                        (self.pull_yield_target(cpu, target, Some(from)), Pick::Pull)
+                    }
+                    (Pull::Yield, _) => (self.pull_yield_target(cpu, target, None), Pick::Pull),
+                    (Pull::CoStop, _) => (self.pull(cpu, target, 0), Pick::Pull),
                 };
                 if pick == Pick::Lent {
                     acct.lend_until = lent;
@@ -492,7 +513,7 @@ impl HaikuScheduler {
         if let Some(laggard) = self.costop_target(e, acct) {
             // Co-stopped: back to the front of its queue, and this CPU
             // takes the sibling it is ahead of (`cosched.rs`).
-            acct.pull = Some((laggard, false));
+            acct.pull = Some((laggard, Pull::CoStop));
             if let Some((y, true)) = self.enqueue_served(e, entry.id, seq, queue, true, now) {
                 acct.kicks.push(y);
             }

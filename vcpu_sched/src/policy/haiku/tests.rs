@@ -1754,6 +1754,39 @@ fn a_passed_turn_in_a_wide_vm_lends_the_rest_of_the_yielders_slice() {
     }
 }
 
+/// A spinner's directed yield (`yield_to`) to a parked sibling its
+/// penalties put below it is taken when nothing else waiting outranks
+/// that sibling: the yielder's own level is not the floor (it was, and
+/// the spinner was picked again to spin on), another VM's entry still
+/// is (above). In a VM that takes sibling turns the yielder's level
+/// stays the floor: its turns pass the slice round.
+#[test]
+fn a_directed_yield_is_not_refused_for_the_yielders_own_level() {
+    for mode in [crate::Coschedule::Relaxed, crate::Coschedule::Turns] {
+        let s = one_cpu_with_vm0(mode);
+        let (a, low, b) = (
+            s.add_entity(timeshare_in(&s, 0, 10), 0).unwrap(),
+            s.add_entity(timeshare_in(&s, 1, 3), 0).unwrap(),
+            s.add_entity(timeshare_in(&s, 0, 5), 0).unwrap(),
+        );
+        for id in [a, low, b] {
+            s.wake(id, 0).unwrap();
+        }
+        let cpu = CpuId(0);
+        assert_eq!(
+            s.schedule(cpu, 0, StopReason::Idle).unwrap().entity,
+            Some(a)
+        );
+        assert!(s.yield_to(a, b, 10 * US).unwrap());
+        let next = s
+            .schedule(cpu, 10 * US, StopReason::Yielded)
+            .unwrap()
+            .entity;
+        let relaxed = mode == crate::Coschedule::Relaxed;
+        assert_eq!(next, Some(if relaxed { b } else { a }), "{mode}");
+    }
+}
+
 /// A co-stop and a directed yield show in the CPU's counters of the
 /// snapshot: the leader of a co-scheduled VM, popped again at its
 /// quantum end while a sibling it is a whole quantum ahead of waits
