@@ -606,6 +606,10 @@ pub struct EngineVm {
     pub(crate) spin_watch: bool,
     /// More vCPUs than CPUs it may use: its siblings can only take turns.
     pub(crate) wide: bool,
+    /// The spin watch's looks into a turn in a row, over all its vCPUs,
+    /// that found no spin (`spin_watch.rs`: a VM that never spins stops
+    /// paying an exit per turn for them).
+    pub(crate) look_misses: std::sync::atomic::AtomicU32,
     /// `Coschedule::Turns`: under `ranked`, its threads that share a CPU
     /// take turns there ([`sibling_share::SiblingTurns`]).
     pub(crate) sibling_turns: bool,
@@ -1017,6 +1021,7 @@ impl Engine {
             coschedule: spec.coschedule != vcpu_sched::Coschedule::Off,
             spin_watch: spec.coschedule == vcpu_sched::Coschedule::Relaxed,
             wide,
+            look_misses: std::sync::atomic::AtomicU32::new(0),
             sibling_turns: spec.coschedule == vcpu_sched::Coschedule::Turns,
             paused: AtomicBool::new(false),
             external,

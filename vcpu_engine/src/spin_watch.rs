@@ -37,6 +37,14 @@ use std::sync::Arc;
 /// and spin on it.
 pub const LOOK_AFTER_DISPATCH_NS: u64 = 100_000;
 
+/// A VM whose looks into its vCPUs' turns found a spin in none of the
+/// last this many is looked into only one turn in [`LOOK_BACKOFF_EVERY`]
+/// (a look is an exit, which cost a CPU-bound 3-vCPU VM on one CPU 8 % of
+/// its work here: its vCPUs never spin).
+pub const LOOK_MISSES_BEFORE_BACKOFF: u32 = 64;
+/// See [`LOOK_MISSES_BEFORE_BACKOFF`]; a look that finds a spin ends it.
+pub const LOOK_BACKOFF_EVERY: u32 = 16;
+
 /// Why a look ended a turn as a yield.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Look {
@@ -53,7 +61,8 @@ pub(crate) enum Look {
 /// - a sibling leaves its CPU runnable outside a spin-wait loop (it may
 ///   hold a lock): each sibling running then is kicked for a look at once;
 /// - a turn starts while a sibling waits parked: one look
-///   [`LOOK_AFTER_DISPATCH_NS`] later.
+///   [`LOOK_AFTER_DISPATCH_NS`] later, backed off while the VM's looks
+///   keep finding no spin ([`LOOK_MISSES_BEFORE_BACKOFF`]).
 ///
 /// A look that finds the vCPU spinning directs its CPU to a parked
 /// sibling (`yield_target`; `VcpuScheduler::yield_to`, which the scheduler
@@ -70,6 +79,8 @@ pub(crate) struct SpinWatch {
     /// and waits for the answer: at the look the turn goes to it unless
     /// this vCPU spins.
     answer_to: Cell<Option<usize>>,
+    /// Turns started while its VM's looks were backed off.
+    skipped: Cell<u32>,
 }
 
 impl SpinWatch {
@@ -90,6 +101,7 @@ impl SpinWatch {
                     timer,
                     look_at: Cell::new(0),
                     answer_to: Cell::new(None),
+                    skipped: Cell::new(0),
                 })
             }
             Err(e) => {
@@ -100,13 +112,21 @@ impl SpinWatch {
     }
 
     /// A sibling of `me` that waits parked and was not in a spin-wait loop
-    /// when it stopped: the likely holder of what a spinner waits for.
+    /// when it stopped: the likely holder of what a spinner waits for. Of
+    /// several, the one that stopped last: a sibling that ran after a
+    /// holder was parked would have spun on its lock when it stopped, so
+    /// one that stopped outside a spin after another did found the lock
+    /// free or held it itself. (Index order chose a sibling parked in its
+    /// lock's gap as often as the holder, and that sibling then spun.)
     fn parked_holder<'a>(vm: &'a EngineVm, me: &EngineVcpu) -> Option<&'a Arc<EngineVcpu>> {
-        vm.vcpus.iter().find(|w| {
-            w.index != me.index
-                && w.state_code() == STATE_READY
-                && !w.spun_at_stop.load(Ordering::Relaxed)
-        })
+        vm.vcpus
+            .iter()
+            .filter(|w| {
+                w.index != me.index
+                    && w.state_code() == STATE_READY
+                    && !w.spun_at_stop.load(Ordering::Relaxed)
+            })
+            .max_by_key(|w| w.stopped_holding_at.load(Ordering::Relaxed))
     }
 
     /// The next sibling of `me` in index order that waits parked, whatever
@@ -140,17 +160,34 @@ impl SpinWatch {
 
     /// `me`'s turn started: note the sender of an IPI that reached it
     /// parked (a VM wider than its CPUs), and take one look soon if a
-    /// sibling waits parked.
+    /// sibling waits parked, unless its looks keep finding no spin (then
+    /// one turn in [`LOOK_BACKOFF_EVERY`]; an IPI's sender is always
+    /// answered).
     pub(crate) fn turn_started(&self, vm: &EngineVm, me: &EngineVcpu) {
         self.answer_to
             .set(me.answer_to.swap(0, Ordering::AcqRel).checked_sub(1));
         let parked = |w: &Arc<EngineVcpu>| w.index != me.index && w.state_code() == STATE_READY;
         let wanted = if vm.wide {
-            vm.vcpus.iter().any(parked)
+            let mut siblings = vm.vcpus.iter().filter(|w| parked(w)).peekable();
+            siblings.peek().is_some() && {
+                let mine = me.stopped_holding_at.load(Ordering::Relaxed);
+                me.spun_at_stop.load(Ordering::Relaxed)
+                    || siblings.any(|w| {
+                        w.spun_at_stop.load(Ordering::Relaxed)
+                            || w.stopped_holding_at.load(Ordering::Relaxed) >= mine
+                    })
+            }
         } else {
             Self::parked_holder(vm, me).is_some()
         };
-        if wanted {
+        let backed_off = self.answer_to.get().is_none()
+            && vm.look_misses.load(Ordering::Relaxed) >= LOOK_MISSES_BEFORE_BACKOFF
+            && {
+                let n = self.skipped.get().wrapping_add(1);
+                self.skipped.set(n);
+                n % LOOK_BACKOFF_EVERY != 0
+            };
+        if wanted && !backed_off {
             let at = now_ns() + LOOK_AFTER_DISPATCH_NS;
             self.look_at.set(at);
             self.timer.arm(at);
@@ -202,7 +239,23 @@ impl SpinWatch {
             .filter(|w| w.state_code() == STATE_READY && w.spun_at_stop.load(Ordering::Relaxed));
         let mut spun = None;
         let mut spinning = || *spun.get_or_insert_with(|| runner.spinning());
+        if due {
+            // The backoff counts the looks into a turn only: a sibling's
+            // stop asks for the others at a moment a lock may be held.
+            // (The VM's threads race on the count; it only has to tell a
+            // VM that spins from one that never does.)
+            let misses = vm.look_misses.load(Ordering::Relaxed);
+            if spinning() {
+                if misses != 0 {
+                    vm.look_misses.store(0, Ordering::Relaxed);
+                }
+            } else if misses < LOOK_MISSES_BEFORE_BACKOFF {
+                vm.look_misses.store(misses + 1, Ordering::Relaxed);
+            }
+        }
         if let Some(sender) = sender.filter(|_| !spinning()) {
+            // A turn given back was worth its look too.
+            vm.look_misses.store(0, Ordering::Relaxed);
             return sched
                 .pass_turn(me.entity, sender.entity, now)
                 .unwrap_or(false)
@@ -242,6 +295,7 @@ impl SpinWatch {
         if !may_hold {
             return;
         }
+        me.stopped_holding_at.store(now_ns(), Ordering::Relaxed);
         for w in &vm.vcpus {
             if w.index != me.index && w.state_code() == STATE_RUNNING {
                 w.look_asked.store(true, Ordering::Release);

@@ -306,6 +306,10 @@ pub struct EngineVcpu {
     /// (the spin watch, `crate::spin_watch`): a spinning sibling's CPU
     /// goes first to a parked sibling that was not.
     pub(crate) spun_at_stop: AtomicBool,
+    /// When it last left its CPU runnable outside a spin-wait loop
+    /// (monotonic ns; the spin watch): of two such parked siblings only
+    /// the later can hold a lock (`SpinWatch::parked_holder`).
+    pub(crate) stopped_holding_at: AtomicU64,
     /// A sibling that may hold a lock left its CPU: look whether this one
     /// spins at its next exit (the spin watch; its thread is kicked).
     pub(crate) look_asked: AtomicBool,
@@ -570,6 +574,7 @@ impl EngineVcpu {
             wakeups_seen: AtomicU64::new(0),
             awake_at_look: AtomicBool::new(false),
             spun_at_stop: AtomicBool::new(false),
+            stopped_holding_at: AtomicU64::new(0),
             look_asked: AtomicBool::new(false),
             answer_to: AtomicUsize::new(0),
             quantum_timer: OnceLock::new(),

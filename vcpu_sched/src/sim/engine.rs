@@ -124,6 +124,9 @@ pub(super) struct Engine {
     /// Real-time threads (vCPUs the hypervisor woke) waiting for a CPU,
     /// in the order they came.
     pub(super) rt_waiting: Vec<u32>,
+    /// Per VM, the spin watch's looks into a turn in a row that found no
+    /// spin (`spin_watch.rs`, the backoff).
+    pub(super) look_misses: Vec<u32>,
 }
 
 impl Engine {
@@ -177,6 +180,7 @@ impl Engine {
             window_open: false,
             look_ns,
             rt_waiting: Vec::new(),
+            look_misses: Vec::new(),
         })
     }
 

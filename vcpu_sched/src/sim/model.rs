@@ -110,8 +110,15 @@ pub(super) struct Ent {
     pub watch: bool,
     /// It was spinning when it last left its CPU runnable.
     pub spun_at_stop: bool,
+    /// When it last left its CPU runnable outside a spin (the watch's
+    /// likely holder is the parked sibling that did so last).
+    pub stopped_holding_at: Nanos,
     /// Names its newest look (older look events are stale).
     pub look_gen: u32,
+    /// Its newest look is the one into its turn (the backoff counts it).
+    pub turn_look: bool,
+    /// Turns started while its VM's looks were backed off.
+    pub looks_skipped: u32,
     /// The initiator whose shootdown IPI reached it parked (the watch
     /// gives that initiator its next turn at the look, `spin_watch.rs`).
     pub answer_to: Option<usize>,
@@ -409,7 +416,10 @@ impl Model {
                     latencies: Vec::new(),
                     watch: w.spin_watch && g.coschedule == Some(crate::Coschedule::Relaxed),
                     spun_at_stop: false,
+                    stopped_holding_at: 0,
                     look_gen: 0,
+                    turn_look: false,
+                    looks_skipped: 0,
                     answer_to: None,
                     turn_for: None,
                     wide: false,

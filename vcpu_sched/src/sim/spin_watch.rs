@@ -18,6 +18,12 @@ use crate::{Nanos, StopReason};
 /// How long into its turn a vCPU is looked at, while a likely holder of
 /// its VM waits parked (the engine's `LOOK_AFTER_DISPATCH_NS`).
 const LOOK_AFTER_DISPATCH: Nanos = 100_000;
+/// The engine's backoff (`LOOK_MISSES_BEFORE_BACKOFF`,
+/// `LOOK_BACKOFF_EVERY`): a VM whose looks into a turn found no spin in
+/// the last 64 is looked into one turn in 16. A look costs nothing here,
+/// so the model only shows what the backoff misses.
+const LOOK_MISSES_BEFORE_BACKOFF: u32 = 64;
+const LOOK_BACKOFF_EVERY: u32 = 16;
 
 impl Engine {
     fn spinning(&self, e: usize) -> bool {
@@ -28,15 +34,18 @@ impl Engine {
     }
 
     /// A sibling of `e` that waits parked and was not spinning when it
-    /// stopped: the likely holder of what `e` waits for.
+    /// stopped: the likely holder of what `e` waits for; of several, the
+    /// one that stopped last (the engine's rule).
     fn parked_holder(&self, e: usize) -> Option<usize> {
         let vm = self.ents[e].vm;
-        (0..self.ents.len()).find(|&s| {
-            s != e
-                && self.ents[s].vm == vm
-                && self.ents[s].state == State::Ready
-                && !self.ents[s].spun_at_stop
-        })
+        (0..self.ents.len())
+            .filter(|&s| {
+                s != e
+                    && self.ents[s].vm == vm
+                    && self.ents[s].state == State::Ready
+                    && !self.ents[s].spun_at_stop
+            })
+            .max_by_key(|&s| self.ents[s].stopped_holding_at)
     }
 
     /// The next sibling of `e` in index order that waits parked, if `e`'s
@@ -67,6 +76,7 @@ impl Engine {
     fn look_at(&mut self, e: usize, at: Nanos) {
         let gen = self.ents[e].look_gen.wrapping_add(1);
         self.ents[e].look_gen = gen;
+        self.ents[e].turn_look = false;
         self.push(at, super::events::EvKind::Look, e as u32, gen);
     }
 
@@ -86,6 +96,7 @@ impl Engine {
         if !runnable || spun {
             return;
         }
+        self.ents[p].stopped_holding_at = now;
         let vm = self.ents[p].vm;
         for s in 0..self.ents.len() {
             if s != p && self.ents[s].vm == vm && matches!(self.ents[s].state, State::Running(_)) {
@@ -95,7 +106,9 @@ impl Engine {
     }
 
     /// `e` was dispatched: one look into its turn if a sibling waits
-    /// parked (the likely holder, unless its VM is wider than its CPUs).
+    /// parked (the likely holder, unless its VM is wider than its CPUs;
+    /// then any that spun, or stopped outside a spin no earlier than `e`
+    /// did), unless its VM's looks are backed off (the engine's rules).
     pub(super) fn watch_dispatch(&mut self, e: usize, now: Nanos) {
         if !self.ents[e].watch {
             return;
@@ -104,14 +117,47 @@ impl Engine {
         self.ents[e].turn_for = sender.filter(|_| self.ents[e].wide);
         let vm = self.ents[e].vm;
         let wanted = if self.ents[e].wide {
-            (0..self.ents.len())
-                .any(|s| s != e && self.ents[s].vm == vm && self.ents[s].state == State::Ready)
+            let parked =
+                |s: usize| s != e && self.ents[s].vm == vm && self.ents[s].state == State::Ready;
+            let mine = self.ents[e].stopped_holding_at;
+            (0..self.ents.len()).any(parked)
+                && (self.ents[e].spun_at_stop
+                    || (0..self.ents.len()).filter(|&s| parked(s)).any(|s| {
+                        self.ents[s].spun_at_stop || self.ents[s].stopped_holding_at >= mine
+                    }))
         } else {
             self.parked_holder(e).is_some()
         };
-        if wanted {
+        let backed_off = self.ents[e].turn_for.is_none()
+            && self.vm_look_misses(vm) >= LOOK_MISSES_BEFORE_BACKOFF
+            && {
+                let n = self.ents[e].looks_skipped.wrapping_add(1);
+                self.ents[e].looks_skipped = n;
+                n % LOOK_BACKOFF_EVERY != 0
+            };
+        if wanted && !backed_off {
             self.look_at(e, now + LOOK_AFTER_DISPATCH);
+            self.ents[e].turn_look = true;
         }
+    }
+
+    fn vm_look_misses(&self, vm: u32) -> u32 {
+        self.look_misses.get(vm as usize).copied().unwrap_or(0)
+    }
+
+    /// A look into `e`'s turn found it spinning (`hit`: the count starts
+    /// again) or not.
+    fn count_turn_look(&mut self, e: usize, hit: bool) {
+        let vm = self.ents[e].vm as usize;
+        if self.look_misses.len() <= vm {
+            self.look_misses.resize(vm + 1, 0);
+        }
+        let m = &mut self.look_misses[vm];
+        *m = if hit {
+            0
+        } else {
+            (*m + 1).min(LOOK_MISSES_BEFORE_BACKOFF)
+        };
     }
 
     /// The look: if `e` still runs its turn, its turn ends as a yield when
@@ -133,6 +179,10 @@ impl Engine {
             .turn_for
             .take()
             .filter(|&l| self.ents[l].state == State::Ready && self.ents[l].spun_at_stop);
+        if std::mem::take(&mut self.ents[e].turn_look) {
+            let hit = self.spinning(e) || lender.is_some();
+            self.count_turn_look(e, hit);
+        }
         if let Some(l) = lender.filter(|_| !self.spinning(e)) {
             self.sched_calls += 1;
             if self
