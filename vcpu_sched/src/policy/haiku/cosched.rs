@@ -68,6 +68,21 @@ use std::sync::Arc;
 /// Cores a sibling spread looks at beyond the one chosen (nearest first).
 const SPREAD_SCAN: usize = 8;
 
+/// A directed yield the VMM asked for, noted on the yielder's CPU for its
+/// next `schedule` (`CpuAcct::yield_to`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DirectedYield {
+    pub(super) from: EntityId,
+    pub(super) to: EntityId,
+    /// `pass_turn`: lends the rest of the yielder's slice.
+    pub(super) passes: bool,
+    /// The VM takes sibling turns (its yields keep the yielder's level
+    /// as their floor: `schedule::Pull`). Read here, under the yielder's
+    /// lock: `schedule` may hold a queue lock when it takes the note,
+    /// and an entity's lock is taken before a queue's.
+    pub(super) turns: bool,
+}
+
 impl HaikuScheduler {
     /// The VM's shared state if it co-schedules (looked up once per
     /// `add_entity`).
@@ -410,18 +425,6 @@ impl HaikuScheduler {
         })
     }
 
-    /// Whether `id`'s VM takes sibling turns (`Coschedule::Turns`).
-    pub(super) fn takes_turns(&self, id: EntityId) -> bool {
-        self.slot(id).is_ok_and(|g| {
-            g.lock()
-                .entity
-                .as_ref()
-                .filter(|e| e.id == id)
-                .and_then(|e| e.sync.as_ref())
-                .is_some_and(|s| s.takes_turns())
-        })
-    }
-
     /// `yield_to` and `pass_turn` (`passes`): note on `from`'s CPU that its
     /// next `schedule` gives the CPU to `to`, a parked sibling. False:
     /// nothing to do (not running, not co-scheduled, not a sibling, `to`
@@ -432,11 +435,11 @@ impl HaikuScheduler {
         to: EntityId,
         passes: bool,
     ) -> Result<bool, SchedError> {
-        let (cpu, vm) = {
+        let (cpu, vm, turns) = {
             let mut g = self.slot(from)?.lock();
             let e = super::live(&mut g.entity, from.generation(), from)?;
-            match (e.state, e.sync.is_some()) {
-                (RunState::Running(cpu), true) => (cpu, e.vm),
+            match (e.state, &e.sync) {
+                (RunState::Running(cpu), Some(s)) => (cpu, e.vm, s.takes_turns()),
                 _ => return Ok(false),
             }
         };
@@ -447,7 +450,12 @@ impl HaikuScheduler {
                 return Ok(false);
             }
         }
-        self.acct[cpu.0 as usize].lock().yield_to = Some((from, to, passes));
+        self.acct[cpu.0 as usize].lock().yield_to = Some(DirectedYield {
+            from,
+            to,
+            passes,
+            turns,
+        });
         Ok(true)
     }
 }

@@ -264,9 +264,8 @@ struct CpuAcct {
     /// The laggard a co-stop or a yield gives this CPU to (scratch), and
     /// why (`schedule::Pull`).
     pull: Option<(EntityId, schedule::Pull)>,
-    /// A directed yield the VMM asked for (`yield_to`, `pass_turn`): from,
-    /// to, and whether it lends the rest of the slice (`pass_turn`).
-    yield_to: Option<(EntityId, EntityId, bool)>,
+    /// A directed yield the VMM asked for (`yield_to`, `pass_turn`).
+    yield_to: Option<cosched::DirectedYield>,
     /// Sibling turns (`cosched.rs`): the VM whose siblings share the
     /// slice this CPU gave one of them, and when that slice ends; set by
     /// the dispatch that cut the slice, carried by the stop that hands
@@ -874,18 +873,16 @@ impl VcpuScheduler for HaikuScheduler {
         acct.costop_done = false;
         let schedule::Stopped { requeued, mut held } =
             self.stop_running(cpu, now, reason, halted_ns, &mut acct);
-        if let Some((from, to, _)) = acct.yield_to.take() {
+        if let Some(y) = acct.yield_to.take() {
             // The VMM's directed yield, if the entity that stopped is the
             // one that asked (it may have stopped for another reason since).
-            if requeued == Some(from) {
-                acct.pull = Some((
-                    to,
-                    if self.takes_turns(from) {
-                        schedule::Pull::Yield
-                    } else {
-                        schedule::Pull::YieldFrom(from)
-                    },
-                ));
+            if requeued == Some(y.from) {
+                let why = if y.turns {
+                    schedule::Pull::Yield
+                } else {
+                    schedule::Pull::YieldFrom(y.from)
+                };
+                acct.pull = Some((y.to, why));
             } else {
                 acct.lend_until = None;
             }

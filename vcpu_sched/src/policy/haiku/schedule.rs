@@ -149,7 +149,7 @@ impl HaikuScheduler {
             if reason == StopReason::Yielded {
                 // Only a turn the VMM passed (`pass_turn`) is lent; a guest's
                 // own yield and `yield_to` give the sibling a turn of its own.
-                let passed = matches!(acct.yield_to, Some((from, _, true)) if from == e.id);
+                let passed = matches!(acct.yield_to, Some(y) if y.passes && y.from == e.id);
                 acct.lend_until = passed
                     .then(|| self.lend_until(e, s, turn.as_ref(), now))
                     .flatten();
