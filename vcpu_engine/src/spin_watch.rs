@@ -149,6 +149,23 @@ impl SpinWatch {
             .find(|w| w.state_code() == STATE_READY)
     }
 
+    /// Whether `me`, in a VM wider than its CPUs, may come to spin on a
+    /// parked sibling in its turn: one waits parked, and `me` spun when it
+    /// stopped, or that sibling did (a barrier's waiters), or that sibling
+    /// stopped outside a spin no earlier than `me` did (it may hold a
+    /// lock; one that stopped before `me` left it free for `me`).
+    fn may_wait_on_a_parked_sibling(vm: &EngineVm, me: &EngineVcpu) -> bool {
+        let i_spun = me.spun_at_stop.load(Ordering::Relaxed);
+        let mine = me.stopped_holding_at.load(Ordering::Relaxed);
+        vm.vcpus.iter().any(|w| {
+            w.index != me.index
+                && w.state_code() == STATE_READY
+                && (i_spun
+                    || w.spun_at_stop.load(Ordering::Relaxed)
+                    || w.stopped_holding_at.load(Ordering::Relaxed) >= mine)
+        })
+    }
+
     /// Where a spinning `me`'s CPU goes: the likely holder if one waits
     /// parked (a turn of its own), else (a VM wider than its CPUs) the
     /// next parked sibling, passed the rest of `me`'s turn (true).
@@ -166,17 +183,8 @@ impl SpinWatch {
     pub(crate) fn turn_started(&self, vm: &EngineVm, me: &EngineVcpu) {
         self.answer_to
             .set(me.answer_to.swap(0, Ordering::AcqRel).checked_sub(1));
-        let parked = |w: &Arc<EngineVcpu>| w.index != me.index && w.state_code() == STATE_READY;
         let wanted = if vm.wide {
-            let mut siblings = vm.vcpus.iter().filter(|w| parked(w)).peekable();
-            siblings.peek().is_some() && {
-                let mine = me.stopped_holding_at.load(Ordering::Relaxed);
-                me.spun_at_stop.load(Ordering::Relaxed)
-                    || siblings.any(|w| {
-                        w.spun_at_stop.load(Ordering::Relaxed)
-                            || w.stopped_holding_at.load(Ordering::Relaxed) >= mine
-                    })
-            }
+            Self::may_wait_on_a_parked_sibling(vm, me)
         } else {
             Self::parked_holder(vm, me).is_some()
         };

@@ -110,13 +110,7 @@ impl RunQueue {
     /// Highest non-empty level, O(1).
     #[inline]
     pub fn top_level(&self) -> Option<u8> {
-        if self.nonempty[1] != 0 {
-            Some((127 - self.nonempty[1].leading_zeros()) as u8)
-        } else if self.nonempty[0] != 0 {
-            Some((63 - self.nonempty[0].leading_zeros()) as u8)
-        } else {
-            None
-        }
+        highest_bit(&self.nonempty).map(|l| l as u8)
     }
 
     /// Highest level holding an entry other than `id`'s: the best a
@@ -125,19 +119,13 @@ impl RunQueue {
     /// entity is queued once.
     pub fn top_level_besides(&self, id: EntityId) -> Option<u8> {
         let mut bits = self.nonempty;
-        loop {
-            let level = if bits[1] != 0 {
-                127 - bits[1].leading_zeros() as usize
-            } else if bits[0] != 0 {
-                63 - bits[0].leading_zeros() as usize
-            } else {
-                return None;
-            };
+        while let Some(level) = highest_bit(&bits) {
             if self.levels[level].iter().any(|e| e.id != id) {
                 return Some(level as u8);
             }
             bits[level / 64] &= !(1 << (level % 64));
         }
+        None
     }
 
     /// The entry that `pop` would return, O(1).
@@ -256,6 +244,7 @@ impl RunQueue {
     }
 }
 
+/// The highest set bit of a level bitmap (two words, low first).
 fn highest_bit(bits: &[u64; 2]) -> Option<usize> {
     if bits[1] != 0 {
         Some(127 - bits[1].leading_zeros() as usize)

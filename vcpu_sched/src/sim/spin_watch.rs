@@ -117,14 +117,15 @@ impl Engine {
         self.ents[e].turn_for = sender.filter(|_| self.ents[e].wide);
         let vm = self.ents[e].vm;
         let wanted = if self.ents[e].wide {
-            let parked =
-                |s: usize| s != e && self.ents[s].vm == vm && self.ents[s].state == State::Ready;
-            let mine = self.ents[e].stopped_holding_at;
-            (0..self.ents.len()).any(parked)
-                && (self.ents[e].spun_at_stop
-                    || (0..self.ents.len()).filter(|&s| parked(s)).any(|s| {
-                        self.ents[s].spun_at_stop || self.ents[s].stopped_holding_at >= mine
-                    }))
+            let (i_spun, mine) = (self.ents[e].spun_at_stop, self.ents[e].stopped_holding_at);
+            (0..self.ents.len()).any(|s| {
+                s != e
+                    && self.ents[s].vm == vm
+                    && self.ents[s].state == State::Ready
+                    && (i_spun
+                        || self.ents[s].spun_at_stop
+                        || self.ents[s].stopped_holding_at >= mine)
+            })
         } else {
             self.parked_holder(e).is_some()
         };

@@ -1677,6 +1677,24 @@ fn timeshare_in(s: &HaikuScheduler, vm: u32, priority: u8) -> EntitySpec {
     }
 }
 
+/// Three entities woken on `s` in this order: `a` of VM 0 at priority
+/// 10, one of VM 1 at `other`, and `a`'s sibling at `sibling`.
+fn a_vm1_vcpu_and_a_sibling(
+    s: &HaikuScheduler,
+    other: u8,
+    sibling: u8,
+) -> (EntityId, EntityId, EntityId) {
+    let ids = (
+        s.add_entity(timeshare_in(s, 0, 10), 0).unwrap(),
+        s.add_entity(timeshare_in(s, 1, other), 0).unwrap(),
+        s.add_entity(timeshare_in(s, 0, sibling), 0).unwrap(),
+    );
+    for id in [ids.0, ids.1, ids.2] {
+        s.wake(id, 0).unwrap();
+    }
+    ids
+}
+
 /// A directed yield (`yield_to`) gives the yielder's CPU to its parked
 /// sibling over the entity that queued first; without co-scheduling the
 /// call does nothing and the queue's order holds.
@@ -1684,14 +1702,7 @@ fn timeshare_in(s: &HaikuScheduler, vm: u32, priority: u8) -> EntitySpec {
 fn a_directed_yield_runs_the_parked_sibling_next() {
     for mode in [crate::Coschedule::Relaxed, crate::Coschedule::Off] {
         let s = one_cpu_with_vm0(mode);
-        let (a, hog, b) = (
-            s.add_entity(timeshare_in(&s, 0, 10), 0).unwrap(),
-            s.add_entity(timeshare_in(&s, 1, 10), 0).unwrap(),
-            s.add_entity(timeshare_in(&s, 0, 10), 0).unwrap(),
-        );
-        for id in [a, hog, b] {
-            s.wake(id, 0).unwrap();
-        }
+        let (a, hog, b) = a_vm1_vcpu_and_a_sibling(&s, 10, 10);
         let cpu = CpuId(0);
         assert_eq!(
             s.schedule(cpu, 0, StopReason::Idle).unwrap().entity,
@@ -1723,14 +1734,7 @@ fn a_directed_yield_runs_the_parked_sibling_next() {
 fn a_passed_turn_in_a_wide_vm_lends_the_rest_of_the_yielders_slice() {
     for passes in [true, false] {
         let s = one_cpu_with_vm0(crate::Coschedule::Relaxed);
-        let (a, hog, b) = (
-            s.add_entity(timeshare_in(&s, 0, 10), 0).unwrap(),
-            s.add_entity(timeshare_in(&s, 1, 10), 0).unwrap(),
-            s.add_entity(timeshare_in(&s, 0, 5), 0).unwrap(),
-        );
-        for id in [a, hog, b] {
-            s.wake(id, 0).unwrap();
-        }
+        let (a, hog, b) = a_vm1_vcpu_and_a_sibling(&s, 10, 5);
         let cpu = CpuId(0);
         let first = s.schedule(cpu, 0, StopReason::Idle).unwrap();
         assert_eq!(first.entity, Some(a));
@@ -1764,14 +1768,7 @@ fn a_passed_turn_in_a_wide_vm_lends_the_rest_of_the_yielders_slice() {
 fn a_directed_yield_is_not_refused_for_the_yielders_own_level() {
     for mode in [crate::Coschedule::Relaxed, crate::Coschedule::Turns] {
         let s = one_cpu_with_vm0(mode);
-        let (a, low, b) = (
-            s.add_entity(timeshare_in(&s, 0, 10), 0).unwrap(),
-            s.add_entity(timeshare_in(&s, 1, 3), 0).unwrap(),
-            s.add_entity(timeshare_in(&s, 0, 5), 0).unwrap(),
-        );
-        for id in [a, low, b] {
-            s.wake(id, 0).unwrap();
-        }
+        let (a, _low, b) = a_vm1_vcpu_and_a_sibling(&s, 3, 5);
         let cpu = CpuId(0);
         assert_eq!(
             s.schedule(cpu, 0, StopReason::Idle).unwrap().entity,
