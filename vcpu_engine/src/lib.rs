@@ -613,6 +613,10 @@ pub struct EngineVm {
     /// `Coschedule::Turns`: under `ranked`, its threads that share a CPU
     /// take turns there ([`sibling_share::SiblingTurns`]).
     pub(crate) sibling_turns: bool,
+    /// `Coschedule::Relaxed` and sharing its CPUs under `ranked`: how often
+    /// its threads look for a spin to take turns at (the paced
+    /// [`sibling_share::SiblingTurns`]).
+    pub(crate) spin_pace: Option<Arc<sibling_share::SpinPace>>,
     paused: AtomicBool,
     /// Its vCPUs' threads are the embedder's ([`Engine::add_vm_gated`]):
     /// each leaves its outcome in its [`EngineVcpu`] as its gate exits.
@@ -1023,6 +1027,8 @@ impl Engine {
             wide,
             look_misses: std::sync::atomic::AtomicU32::new(0),
             sibling_turns: spec.coschedule == vcpu_sched::Coschedule::Turns,
+            spin_pace: (sharing.is_some() && spec.coschedule == vcpu_sched::Coschedule::Relaxed)
+                .then(|| Arc::new(sibling_share::SpinPace::new())),
             paused: AtomicBool::new(false),
             external,
             threads: Mutex::new(Vec::new()),

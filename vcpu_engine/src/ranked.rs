@@ -255,20 +255,32 @@ impl Engine {
     }
 
     /// Whether a sibling of `v` shares the CPU `v`'s thread is bound to,
-    /// in the normal class (an owner and a sibling placed beside it).
-    fn sibling_beside(&self, vm: &EngineVm, v: &EngineVcpu) -> bool {
+    /// in the normal class (an owner and a sibling placed beside it), and
+    /// whether one of those gave it the CPU from a spin-wait loop.
+    fn siblings_beside(&self, vm: &EngineVm, v: &EngineVcpu) -> Beside {
+        let mut beside = Beside::default();
+        self.siblings_beside_each(vm, v, |s| {
+            beside.any = true;
+            beside.spinner_waits |= s.spun_at_stop.load(Ordering::Relaxed);
+        });
+        beside
+    }
+
+    /// Calls `f` with each sibling of `v` that shares the CPU `v`'s thread
+    /// is bound to.
+    fn siblings_beside_each(&self, vm: &EngineVm, v: &EngineVcpu, mut f: impl FnMut(&EngineVcpu)) {
         let owner = Rank::Owner.code();
         let bound = |s: &EngineVcpu| {
             (s.rank.want_rank.load(Ordering::Relaxed) == owner)
                 .then(|| RankState::single(s.rank.want_cpus.load(Ordering::Relaxed)))
                 .flatten()
         };
-        let Some(mine) = bound(v) else { return false };
-        vm.vcpus().iter().any(|s| {
-            !std::ptr::eq(&**s, v)
-                && matches!(s.state_code(), STATE_READY | STATE_RUNNING)
-                && bound(s) == Some(mine)
-        })
+        let Some(mine) = bound(v) else { return };
+        for s in vm.vcpus().iter().filter(|s| !std::ptr::eq(&***s, v)) {
+            if matches!(s.state_code(), STATE_READY | STATE_RUNNING) && bound(s) == Some(mine) {
+                f(s);
+            }
+        }
     }
 
     /// Give `v`'s thread the rank and CPUs last decided for it, with no
@@ -834,9 +846,14 @@ pub(crate) struct RankedGate {
     engine: Arc<Engine>,
     vm: Arc<EngineVm>,
     vcpu: Arc<EngineVcpu>,
-    /// A `turns` VM that shares its CPUs: this thread's turns beside its
-    /// siblings ([`SiblingTurns`]).
+    /// A `turns` VM, or a relaxed one, that shares its CPUs: this thread's
+    /// turns beside its siblings ([`SiblingTurns`]).
     turns: Option<SiblingTurns>,
+    /// KVM copies its registers out at every exit (for the spin test): a
+    /// `turns` VM's from the start, a relaxed VM's from its first exit
+    /// while it shares (a VM that never shares, a request server, never
+    /// pays for the copy).
+    regs_synced: bool,
 }
 
 impl RankedGate {
@@ -846,21 +863,83 @@ impl RankedGate {
             vm: vm.clone(),
             vcpu: v.clone(),
             turns: None,
+            regs_synced: false,
         }
     }
 
     /// A tick of its turn timer: give the CPU to the sibling beside it if
-    /// the turn is due and its guest spins ([`SiblingTurns`]).
+    /// the turn is due and its guest spins ([`SiblingTurns`]); a paced
+    /// thread's look teaches its VM's pace and arms the next.
     fn turn_tick(&mut self, runner: &mut VcpuRunner) {
         let Some(turns) = &mut self.turns else { return };
-        if turns.due(crate::clock::thread_cpu_ns())
-            && self.engine.sibling_beside(&self.vm, &self.vcpu)
-            && runner.spinning()
-        {
+        let cpu_now = crate::clock::thread_cpu_ns();
+        let beside = self.engine.siblings_beside(&self.vm, &self.vcpu);
+        let spinning = beside.any && self.regs_synced && runner.spinning();
+        if !self.regs_synced {
+            // A sibling's give-back look before this thread's first exit
+            // while its VM shares: its registers from the next exit on.
+            runner.sync_registers();
+            self.regs_synced = true;
+        }
+        let v = &self.vcpu;
+        v.spun_at_stop.store(false, Ordering::Relaxed);
+        if !spinning && beside.spinner_waits {
+            // A look for a give-back is neither a hit nor a miss for the
+            // pace.
+            match turns.give_back(cpu_now, now_ns()) {
+                Some(true) => {
+                    // SAFETY: sched_yield takes no arguments.
+                    unsafe { libc::sched_yield() };
+                    turns.yielded(crate::clock::thread_cpu_ns());
+                    runner.stats.turns_given_back += 1;
+                    return;
+                }
+                Some(false) => return,
+                None => {}
+            }
+        }
+        if spinning && turns.due(cpu_now) {
+            v.spun_at_stop.store(true, Ordering::Relaxed);
+            if turns.is_paced() {
+                // The sibling the kernel runs next looks half a turn on
+                // whether to give the CPU back.
+                let look = now_ns().saturating_add(self.engine.sibling_turn_ns() / 2);
+                self.engine.siblings_beside_each(&self.vm, v, |s| {
+                    if let Some(t) = s.turn_timer.get() {
+                        t.arm(look);
+                    }
+                });
+            }
             // SAFETY: sched_yield takes no arguments.
             unsafe { libc::sched_yield() };
             turns.yielded(crate::clock::thread_cpu_ns());
             runner.stats.spin_yields += 1;
+        }
+        turns.looked(spinning, beside.any, cpu_now, now_ns());
+    }
+
+    /// An exit the thread made anyway (its slice's or a shared turn's
+    /// end): a paced thread that finds its guest spinning starts its VM's
+    /// looks.
+    fn look_at_exit(&mut self, runner: &mut VcpuRunner) {
+        let Some(turns) = &mut self.turns else { return };
+        if !turns.is_paced() {
+            return;
+        }
+        if !self.regs_synced {
+            if self
+                .vcpu
+                .sharing
+                .as_ref()
+                .is_some_and(|s| s.shares(now_ns()))
+            {
+                runner.sync_registers();
+                self.regs_synced = true;
+            }
+            return;
+        }
+        if runner.spinning() {
+            turns.spin_seen(crate::clock::thread_cpu_ns(), now_ns());
         }
     }
 
@@ -900,13 +979,28 @@ impl RankedGate {
             }
         }
         let turn = self.engine.sibling_turn_ns();
-        if v.sharing.is_some() && self.vm.sibling_turns && turn > 0 && self.turns.is_none() {
-            match SiblingTurns::start(turn, crate::clock::thread_cpu_ns()) {
-                Ok(t) => {
-                    // Its registers at every exit, for the spin test.
-                    runner.sync_registers();
+        if v.sharing.is_some() && turn > 0 && self.turns.is_none() {
+            let cpu_now = crate::clock::thread_cpu_ns();
+            let turns = match (&self.vm.spin_pace, self.vm.sibling_turns) {
+                (_, true) => Some(SiblingTurns::start(turn, cpu_now)),
+                (Some(pace), false) => Some(
+                    crate::clock::QuantumTimer::for_current_thread().and_then(|t| {
+                        let timer = v.turn_timer.get_or_init(|| Arc::new(t)).clone();
+                        SiblingTurns::paced(turn, cpu_now, pace.clone(), timer)
+                    }),
+                ),
+                (None, false) => None,
+            };
+            match turns.transpose() {
+                Ok(Some(t)) => {
+                    if !t.is_paced() {
+                        // Its registers at every exit, for the spin test.
+                        runner.sync_registers();
+                        self.regs_synced = true;
+                    }
                     self.turns = Some(t);
                 }
+                Ok(None) => {}
                 Err(e) => log::warn!("{}: no sibling turns: {e}", v.name),
             }
         }
@@ -1022,6 +1116,7 @@ impl VcpuGate for RankedGate {
                             Err(r) => return self.exit(r),
                         };
                         self.engine.quantum_expired(cpu, &v, halted);
+                        self.look_at_exit(runner);
                         decided = true;
                     } else {
                         self.turn_tick(runner);
@@ -1032,7 +1127,9 @@ impl VcpuGate for RankedGate {
                 // Placed beside a sibling: its shared turn's end, or a
                 // turn's tick.
                 decided = self.engine.end_shared_turn(&v);
-                if !decided {
+                if decided {
+                    self.look_at_exit(runner);
+                } else {
                     self.turn_tick(runner);
                 }
             }
@@ -1075,6 +1172,16 @@ impl VcpuGate for RankedGate {
         }
         GateDecision::Run
     }
+}
+
+/// The siblings that share a vCPU's CPU (`Engine::siblings_beside`).
+#[derive(Debug, Default, Clone, Copy)]
+struct Beside {
+    /// Some sibling shares it.
+    any: bool,
+    /// One of them gave this vCPU the CPU from a spin-wait loop and has
+    /// not looked since.
+    spinner_waits: bool,
 }
 
 /// On a ranked vCPU's thread as KVM_RUN returns, before the VMM handles

@@ -44,6 +44,17 @@
 //! (`EngineVcpu::shared_turn_timer`), and whichever thread runs then ends
 //! the turn (`Engine::end_shared_turn`): the VM keeps to its slices.
 //!
+//! # Turns within a shared CPU
+//!
+//! The kernel switches between the threads sharing a CPU only at its tick
+//! (4 ms here), and a barrier's round or a shootdown's answer waits for
+//! every switch. [`SiblingTurns`] takes a thread out of KVM_RUN on a timer
+//! of its own and gives the CPU to the sibling beside it when its guest
+//! spins: every 250 us in a `turns` VM; in a relaxed VM at the pace its
+//! looks set ([`SpinPace`]: often while they find spins, never in a VM
+//! that does not spin), and the sibling that got the CPU from a spinner
+//! gives it back half a turn later, time to answer it.
+//!
 //! # Accounting
 //!
 //! A shared turn's slice is wall time, not the owner's CPU time: the time
@@ -53,7 +64,8 @@
 //! its turn; the scheduler's per-vCPU shares are approximate while a VM
 //! shares, and the VM's share of the host is the scheduler's.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// A VM shares the CPUs it owns with its queued siblings only once none
 /// of its vCPUs has been seen halted for this long (four of the agent's
@@ -88,42 +100,88 @@ impl SiblingShare {
     }
 }
 
-/// Sibling turns on a shared CPU (`coschedule = "turns"` under `ranked`):
-/// the host kernel takes turns between the threads that share a CPU only
-/// at its tick (4 ms here), and a barrier's round or a shootdown's answer
-/// waits for each turn. So each thread of a `turns` VM that shares its
-/// CPUs leaves KVM_RUN every `sibling_turn` of wall time (its own
-/// CLOCK_MONOTONIC timer; a thread CPU-time timer fires only at the tick),
-/// and gives its CPU to the sibling beside it (`sched_yield`, which the
-/// kernel's fair class answers by running the other thread there) if it
-/// has run half a turn since it last did, a sibling shares its CPU and its
-/// guest sits in a spin-wait loop (`pause_loop`). A lock holder is not in
-/// its wait loop, so it keeps the CPU; a spin lock VM still pays an exit
-/// per turn, which stops a holder for an exit's length (0.6-0.7x the host
-/// kernel's acquisitions at 3:1 here), which is why turns are a mode a VM
-/// asks for.
+/// Sibling turns on a shared CPU. The host kernel takes turns between the
+/// threads that share a CPU only at its tick (4 ms here), and a barrier's
+/// round or a shootdown's answer waits for each turn. So a thread that
+/// shares its CPUs leaves KVM_RUN at a timer of its own (CLOCK_MONOTONIC;
+/// a thread CPU-time timer fires only at the tick), and gives its CPU to
+/// the sibling beside it (`sched_yield`, which the kernel's fair class
+/// answers by running the other thread there) if it has run half a turn
+/// since it last did, a sibling shares its CPU and its guest sits in a
+/// spin-wait loop (`pause_loop`). A lock holder is not in its wait loop,
+/// so it keeps the CPU, but each look stops it for an exit.
+///
+/// Two paces:
+/// - **fixed** (`coschedule = "turns"`): a look every `sibling_turn` (250
+///   us). A spin lock VM pays an exit per turn for it (0.3-0.7x the host
+///   kernel's acquisitions at 3:1 here), which is why it is a mode a VM
+///   asks for;
+/// - **paced** (a relaxed VM): the VM's [`SpinPace`] sets the interval,
+///   short while looks find spins, long and then none while they do not,
+///   so a VM that never spins pays nothing and a lock VM, whose looks
+///   mostly find a holder at work, little.
 pub(crate) struct SiblingTurns {
-    /// Deleted with the gate (`QuantumTimer`'s drop).
-    _timer: crate::clock::QuantumTimer,
+    timer: Arc<crate::clock::QuantumTimer>,
     turn_ns: u64,
     /// The thread's CPU clock when it last gave its CPU away.
     yielded_at_cpu_ns: u64,
+    /// Paced: the VM's pace, and the thread's CPU clock when its timer was
+    /// last armed (a look that comes after the thread ran less than half
+    /// its interval was taken as the kernel gave it the CPU back, and its
+    /// miss says nothing of the VM).
+    pace: Option<(Arc<SpinPace>, u64)>,
+    /// Paced: a sibling beside it gave it the CPU from a spin-wait loop;
+    /// its CPU clock when it first saw that (the CPU goes back once it has
+    /// run half a turn since: time to answer the spinner's IPI or free its
+    /// lock).
+    owes_since_cpu_ns: Option<u64>,
+    /// When a look last found its own guest spinning (wall clock; 0:
+    /// never).
+    spun_at_ns: u64,
 }
 
 impl SiblingTurns {
-    /// Turns of `turn_ns` for the calling thread, whose CPU clock reads
-    /// `cpu_now`.
+    /// Fixed turns of `turn_ns` for the calling thread, whose CPU clock
+    /// reads `cpu_now`.
     pub(crate) fn start(
         turn_ns: u64,
         cpu_now: u64,
     ) -> Result<SiblingTurns, crate::clock::ClockError> {
-        let timer = crate::clock::QuantumTimer::for_current_thread()?;
+        let timer = Arc::new(crate::clock::QuantumTimer::for_current_thread()?);
         timer.every(turn_ns);
         Ok(SiblingTurns {
-            _timer: timer,
+            timer,
             turn_ns,
             yielded_at_cpu_ns: cpu_now,
+            pace: None,
+            owes_since_cpu_ns: None,
+            spun_at_ns: 0,
         })
+    }
+
+    /// Turns at `pace`, based on `turn_ns`, for the calling thread, whose
+    /// CPU clock reads `cpu_now`: no look until the pace asks for one
+    /// ([`SiblingTurns::looked`], [`SiblingTurns::spin_seen`]) or a
+    /// sibling arms `timer` (a timer of this thread).
+    pub(crate) fn paced(
+        turn_ns: u64,
+        cpu_now: u64,
+        pace: Arc<SpinPace>,
+        timer: Arc<crate::clock::QuantumTimer>,
+    ) -> Result<SiblingTurns, crate::clock::ClockError> {
+        Ok(SiblingTurns {
+            timer,
+            turn_ns,
+            yielded_at_cpu_ns: cpu_now,
+            pace: Some((pace, cpu_now)),
+            owes_since_cpu_ns: None,
+            spun_at_ns: 0,
+        })
+    }
+
+    /// Whether its VM's pace sets its looks (a relaxed VM).
+    pub(crate) fn is_paced(&self) -> bool {
+        self.pace.is_some()
     }
 
     /// Whether the thread has run half a turn since it last gave its CPU
@@ -140,6 +198,166 @@ impl SiblingTurns {
     pub(crate) fn yielded(&mut self, cpu_now: u64) {
         self.yielded_at_cpu_ns = cpu_now;
     }
+
+    /// Paced: a look found the guest outside a spin-wait loop while a
+    /// sibling beside it waits, having given it the CPU from one (a
+    /// shootdown's initiator, a lock's waiter). A shootdown's answering
+    /// siblings keep working once they have answered, and the kernel would
+    /// leave the waiter behind them until its tick, so the CPU goes back
+    /// once the thread has run half a turn since it first saw the waiter
+    /// (`Some(true)`: give it now; the timer is armed at the pace for the
+    /// look after). `Some(false)`: not yet, the timer is armed half a turn
+    /// on for that look. `None`: it owes nothing, as a sibling that spins
+    /// itself ([`GIVE_BACK_AFTER_SPIN_NS`]) or fixed turns; the look is a
+    /// usual one. The wall clock reads `now`.
+    pub(crate) fn give_back(&mut self, cpu_now: u64, now: u64) -> Option<bool> {
+        let pace = &self.pace.as_ref()?.0;
+        if self.spun_within(now, GIVE_BACK_AFTER_SPIN_NS) {
+            return None;
+        }
+        let since = *self.owes_since_cpu_ns.get_or_insert(cpu_now);
+        if cpu_now.saturating_sub(since).saturating_mul(2) >= self.turn_ns {
+            self.owes_since_cpu_ns = None;
+            match pace.interval(self.turn_ns) {
+                Some(i) => self.timer.arm(now.saturating_add(i)),
+                None => self.timer.disarm(),
+            }
+            return Some(true);
+        }
+        self.timer.arm(now.saturating_add(self.turn_ns / 2));
+        Some(false)
+    }
+
+    /// Whether a look found its own guest spinning less than `ns` before
+    /// `now`.
+    fn spun_within(&self, now: u64, ns: u64) -> bool {
+        self.spun_at_ns != 0 && now.saturating_sub(self.spun_at_ns) < ns
+    }
+
+    /// Paced: a look at its timer found the guest `spinning` (or not) with
+    /// a sibling beside it (`beside`), the thread's CPU clock at `cpu_now`
+    /// and the wall clock at `now`: the VM's pace learns from it, and the
+    /// timer is armed for the next look (none while no sibling is beside
+    /// it, or the pace is off). Fixed turns: nothing to do.
+    pub(crate) fn looked(&mut self, spinning: bool, beside: bool, cpu_now: u64, now: u64) {
+        let Some((pace, armed_cpu)) = &mut self.pace else {
+            return;
+        };
+        self.owes_since_cpu_ns = None;
+        if spinning {
+            self.spun_at_ns = now;
+        }
+        let interval = pace.interval(self.turn_ns);
+        if beside {
+            if spinning {
+                pace.hit();
+            } else if interval
+                .is_some_and(|i| cpu_now.saturating_sub(*armed_cpu).saturating_mul(2) >= i)
+            {
+                pace.miss();
+            }
+        }
+        let next = pace.interval(self.turn_ns).filter(|_| beside);
+        match next {
+            Some(i) => self.timer.arm(now.saturating_add(i)),
+            None => self.timer.disarm(),
+        }
+        *armed_cpu = cpu_now;
+    }
+
+    /// Paced: at an exit the thread made anyway (its slice's or shared
+    /// turn's end) the guest was seen spinning: the VM's looks start if
+    /// they were off, and this thread's timer is armed.
+    pub(crate) fn spin_seen(&mut self, cpu_now: u64, now: u64) {
+        let Some((pace, armed_cpu)) = &mut self.pace else {
+            return;
+        };
+        pace.spin_seen();
+        self.spun_at_ns = now;
+        if let Some(i) = pace.interval(self.turn_ns) {
+            self.timer.arm(now.saturating_add(i));
+            *armed_cpu = cpu_now;
+        }
+    }
+}
+
+/// A sibling found spinning itself this recently does not give the CPU
+/// back to a spinner ([`SiblingTurns::give_back`]): siblings that all spin
+/// wait for the same thing (a lock, a barrier), and handing the CPU back
+/// only swaps which of them waits, while stopping the one that holds the
+/// lock (at 3:1 a lock VM's acquisitions fell 5-8 % with give-backs);
+/// one that never spins (a shootdown's answering sibling) owes the
+/// spinner its answer.
+pub(crate) const GIVE_BACK_AFTER_SPIN_NS: u64 = 50_000_000;
+
+/// How often the threads of a relaxed VM that shares its CPUs look for a
+/// spin (the paced [`SiblingTurns`]), as a shift of the sibling turn: a
+/// look that finds a spin halves the interval (down to the turn, 250 us),
+/// one that finds none doubles it, and past [`PACE_MAX_SHIFT`] the looks
+/// stop until an exit the VM makes anyway finds a spin, which starts them
+/// at [`PACE_START_SHIFT`]. A barrier's or a shootdown's looks mostly find
+/// a waiter, so it runs at the turn; a lock VM's mostly find a holder at
+/// work (each such look stops it for an exit, ~0.15 ms of the guest's
+/// progress on this project's software KVM), so it backs off; a VM that
+/// never spins never looks.
+#[derive(Debug)]
+pub(crate) struct SpinPace {
+    shift: AtomicU32,
+}
+
+/// The pace's "no looks".
+const PACE_OFF: u32 = u32::MAX;
+/// The longest interval between looks: the turn << 5, 8 ms at 250 us,
+/// twice the host's tick here, where the kernel's own turns come first.
+pub(crate) const PACE_MAX_SHIFT: u32 = 5;
+/// Where a spin seen at an exit starts the looks: the turn << 4, 4 ms.
+pub(crate) const PACE_START_SHIFT: u32 = 4;
+
+impl SpinPace {
+    /// No looks until a spin is seen.
+    pub(crate) fn new() -> SpinPace {
+        SpinPace {
+            shift: AtomicU32::new(PACE_OFF),
+        }
+    }
+
+    /// The interval between looks based on `turn_ns`, if any.
+    pub(crate) fn interval(&self, turn_ns: u64) -> Option<u64> {
+        let shift = self.shift.load(Ordering::Relaxed);
+        (shift != PACE_OFF).then(|| turn_ns << shift.min(PACE_MAX_SHIFT))
+    }
+
+    /// A spin seen at an exit the VM made anyway: looks start if off.
+    pub(crate) fn spin_seen(&self) {
+        let _ = self.shift.compare_exchange(
+            PACE_OFF,
+            PACE_START_SHIFT,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// A look found a spin: look twice as often.
+    pub(crate) fn hit(&self) {
+        self.update(|s| match s {
+            PACE_OFF => PACE_START_SHIFT - 1,
+            s => s.saturating_sub(1),
+        });
+    }
+
+    /// A look found none: look half as often, or stop.
+    pub(crate) fn miss(&self) {
+        self.update(|s| match s {
+            s if s >= PACE_MAX_SHIFT => PACE_OFF,
+            s => s + 1,
+        });
+    }
+
+    fn update(&self, f: impl Fn(u32) -> u32) {
+        let _ = self
+            .shift
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| Some(f(s)));
+    }
 }
 
 /// The CPU a queued sibling shares: of the `owned` CPUs of its VM (in the
@@ -151,6 +369,13 @@ pub(crate) fn pick(owned: usize, index: u32) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A paced thread's timer for these tests: the kick signal handled (a
+    /// deadline in the past fires at once).
+    fn a_turn_timer() -> Arc<crate::clock::QuantumTimer> {
+        crate::signals::register_kick_handler().unwrap();
+        Arc::new(crate::clock::QuantumTimer::for_current_thread().unwrap())
+    }
 
     #[test]
     fn a_vm_shares_only_after_a_quiet_spell_and_stops_at_a_halt() {
@@ -167,6 +392,8 @@ mod tests {
 
     #[test]
     fn a_turn_is_due_after_half_a_turn_of_cpu_time_since_the_last_yield() {
+        // Its timer fires every 250 us: the kick signal handled.
+        crate::signals::register_kick_handler().unwrap();
         let mut t = SiblingTurns::start(250_000, 1_000_000).unwrap();
         assert!(!t.due(1_000_000));
         assert!(!t.due(1_124_999));
@@ -176,6 +403,88 @@ mod tests {
         assert!(t.due(2_200_000));
         // A clock read before the yield (another thread's view) is not due.
         assert!(!t.due(1_500_000));
+    }
+
+    #[test]
+    fn the_pace_halves_at_a_spin_doubles_at_none_and_stops_past_its_longest() {
+        let turn = 250_000;
+        let p = SpinPace::new();
+        assert_eq!(p.interval(turn), None);
+        // A miss while off keeps it off; a spin seen at an exit starts it.
+        p.miss();
+        assert_eq!(p.interval(turn), None);
+        p.spin_seen();
+        assert_eq!(p.interval(turn), Some(turn << PACE_START_SHIFT));
+        // Seen again while on: no change.
+        p.spin_seen();
+        assert_eq!(p.interval(turn), Some(turn << PACE_START_SHIFT));
+        for _ in 0..10 {
+            p.hit();
+        }
+        assert_eq!(p.interval(turn), Some(turn));
+        p.miss();
+        assert_eq!(p.interval(turn), Some(2 * turn));
+        for _ in 1..PACE_MAX_SHIFT {
+            p.miss();
+        }
+        assert_eq!(p.interval(turn), Some(turn << PACE_MAX_SHIFT));
+        p.miss();
+        assert_eq!(p.interval(turn), None);
+        // A look's hit while off (another thread's timer) starts it short
+        // of the start.
+        p.hit();
+        assert_eq!(p.interval(turn), Some(turn << (PACE_START_SHIFT - 1)));
+    }
+
+    #[test]
+    fn a_paced_look_counts_a_miss_only_after_half_its_interval_of_run() {
+        let turn = 250_000;
+        let pace = Arc::new(SpinPace::new());
+        let mut t = SiblingTurns::paced(turn, 0, pace.clone(), a_turn_timer()).unwrap();
+        t.spin_seen(0, 1_000);
+        let start = turn << PACE_START_SHIFT;
+        // Given the CPU back after little run: its miss is not counted.
+        t.looked(false, true, start / 2 - 1, 2_000);
+        assert_eq!(pace.interval(turn), Some(start));
+        // Half its interval of run since: counted.
+        t.looked(false, true, start / 2 - 1 + start / 2, 3_000);
+        assert_eq!(pace.interval(turn), Some(start * 2));
+        // No sibling beside it: neither a hit nor a miss.
+        t.looked(true, false, 10 * start, 4_000);
+        assert_eq!(pace.interval(turn), Some(start * 2));
+        // A spin with a sibling beside: a hit, however little it ran.
+        t.looked(true, true, 10 * start, 5_000);
+        assert_eq!(pace.interval(turn), Some(start));
+    }
+
+    #[test]
+    fn the_cpu_goes_back_to_a_spinner_after_half_a_turn_of_run() {
+        let turn = 250_000;
+        let pace = Arc::new(SpinPace::new());
+        let mut t = SiblingTurns::paced(turn, 0, pace, a_turn_timer()).unwrap();
+        // First seen at a CPU clock of 1 ms: not yet, however late.
+        assert_eq!(t.give_back(1_000_000, 5_000_000), Some(false));
+        assert_eq!(
+            t.give_back(1_000_000 + turn / 2 - 1, 5_100_000),
+            Some(false)
+        );
+        assert_eq!(t.give_back(1_000_000 + turn / 2, 5_200_000), Some(true));
+        // Given back: the next spinner's wait counts from its own sight.
+        assert_eq!(t.give_back(2_000_000, 6_000_000), Some(false));
+        // A look of the usual kind in between forgets the debt.
+        t.looked(false, true, 2_050_000, 6_050_000);
+        assert_eq!(t.give_back(2_200_000, 6_200_000), Some(false));
+        // Found spinning itself: it owes nothing for a while.
+        t.looked(true, true, 3_000_000, 7_000_000);
+        assert_eq!(t.give_back(3_000_000, 7_000_001), None);
+        let quiet = 7_000_000 + GIVE_BACK_AFTER_SPIN_NS;
+        assert_eq!(t.give_back(4_000_000, quiet - 1), None);
+        assert_eq!(t.give_back(4_000_000, quiet), Some(false));
+        assert_eq!(t.give_back(4_000_000 + turn / 2, quiet + 1), Some(true));
+        // Fixed turns never give back.
+        let mut f = SiblingTurns::start(turn, 0).unwrap();
+        assert_eq!(f.give_back(0, 0), None);
+        assert_eq!(f.give_back(10 * turn, 1), None);
     }
 
     #[test]

@@ -228,13 +228,15 @@ pub struct VcpuStats {
     pub kicks: u64,
     /// Looks of the spin watch (`spin_watch.rs`) that found the
     /// vCPU in a spin-wait loop with a sibling parked, so it yielded; under
-    /// `ranked`, a `turns` VM's turns given to the sibling sharing its CPU
-    /// (`sibling_share.rs`).
+    /// `ranked`, a `turns` VM's turns, or a relaxed sharing VM's paced
+    /// turns, given to the sibling sharing its CPU (`sibling_share.rs`).
     pub spin_yields: u64,
     /// Turns this vCPU gave, at the spin watch's look and not spinning, to
     /// a sibling that sent it an IPI while it waited parked and waits for
     /// the answer (relaxed co-scheduling under `threads`, a VM wider than
-    /// its CPUs; `spin_watch.rs`).
+    /// its CPUs; `spin_watch.rs`); under `ranked`, turns given back, half a
+    /// turn in, to a sibling beside it that gave it the CPU from a
+    /// spin-wait loop (paced sibling turns, `sibling_share.rs`).
     pub turns_given_back: u64,
     /// Interrupts injected by Pacer (only without the in-kernel irqchip).
     pub injections: u64,

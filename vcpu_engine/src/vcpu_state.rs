@@ -299,12 +299,20 @@ pub struct EngineVcpu {
     /// at the end of the turn it is placed beside, so that whichever of
     /// the siblings on the CPU runs then ends the turn (`sibling_share.rs`).
     pub(crate) shared_turn_timer: OnceLock<crate::clock::QuantumTimer>,
+    /// The timer of its thread's paced sibling turns (a relaxed VM that
+    /// shares its CPUs under `ranked`): a sibling that gives it the CPU
+    /// from a spin-wait loop arms it, so that it looks half a turn later
+    /// whether to give the CPU back (`sibling_share::SiblingTurns`).
+    pub(crate) turn_timer: OnceLock<Arc<crate::clock::QuantumTimer>>,
     /// Awake (not halted) at the agent's last look, halted in the engine's
     /// view (ranked).
     pub(crate) awake_at_look: AtomicBool,
     /// It was in a spin-wait loop when it last left its CPU runnable
     /// (the spin watch, `crate::spin_watch`): a spinning sibling's CPU
-    /// goes first to a parked sibling that was not.
+    /// goes first to a parked sibling that was not. Under `ranked`: it
+    /// gave the CPU it shares to a sibling from a spin-wait loop and has
+    /// not looked since, so that sibling gives it back once it has run
+    /// half a turn (`SiblingTurns`).
     pub(crate) spun_at_stop: AtomicBool,
     /// When it last left its CPU runnable outside a spin-wait loop
     /// (monotonic ns; the spin watch): of two such parked siblings only
@@ -579,6 +587,7 @@ impl EngineVcpu {
             answer_to: AtomicUsize::new(0),
             quantum_timer: OnceLock::new(),
             shared_turn_timer: OnceLock::new(),
+            turn_timer: OnceLock::new(),
             thread_stat: OnceLock::new(),
             rank: RankState::new(),
             allowed: RwLock::new(HostCpuSet::new()),

@@ -143,8 +143,10 @@ pub const COSTOP_SKEW: Nanos = 0;
 /// so such a VM advances once per change of sibling: the turn, not the
 /// slice, sets its pace. 250 us: under `threads` the 3:1 barrier VM did
 /// 944 rounds/s at 250 us against 669 at 500 us, the shootdown 509 round
-/// trips/s against 279 (docs/measurements/sync.md). 0 turns them off for
-/// every VM.
+/// trips/s against 279 (docs/measurements/sync.md). Under the engine's
+/// `ranked` dispatch it is also the shortest interval between a relaxed
+/// wide VM's looks for a spin (paced sibling turns, `vcpu_engine`'s
+/// `sibling_share.rs`). 0 turns them off for every VM.
 pub const SIBLING_TURN: Nanos = 250 * US;
 
 /// Entity table capacity when the caller does not say.

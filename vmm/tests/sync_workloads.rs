@@ -382,3 +382,61 @@ fn a_turns_vm_under_ranked_hands_its_shared_cpu_round_its_siblings() {
     assert!(bar > 0, "{:?}", res.vms[0].vcpu_stats);
     assert_eq!(hog, 0, "{:?}", res.vms[1].vcpu_stats);
 }
+
+/// Paced sibling turns under `ranked`: a 3-vCPU VM relaxed by default
+/// beside a 3-vCPU hog VM relaxed too, on 2 host CPUs. Both share the
+/// CPUs they own. The barrier VM's threads, seen spinning at their slices'
+/// ends, start looking, and give their CPU to the sibling beside them from
+/// the barrier (`spin_yields`); a shootdown's answering siblings, which
+/// took its IPI since the initiator gave them the CPU, give it back
+/// (`turns_given_back`). The hog VM never spins, so it never looks and
+/// gives nothing. Counts only, no times.
+#[test]
+fn a_relaxed_vm_under_ranked_paces_its_turns_by_its_spins() {
+    if !kvm_or_skip("a_relaxed_vm_under_ranked_paces_its_turns_by_its_spins") {
+        return;
+    }
+    let _one = serial();
+    let wide = |name: &str, workload: &str| {
+        vm_table(name, workload).replace("vcpus = 1", "vcpus = 3\ncpus = \"0-1\"")
+    };
+    let count = |r: &vmm::results::VmResult, f: fn(&vcpu_engine::vcpu::VcpuStats) -> u64| {
+        r.vcpu_stats.iter().map(f).sum::<u64>()
+    };
+    for (workload, label) in [
+        ("barrier duration_ms=1500 work_us=50", "barrier"),
+        ("shootdown duration_ms=1500 work_us=20", "shootdown"),
+    ] {
+        let dir = TempDir::new(&format!("sync-ranked-paced-{label}"));
+        let text = format!(
+            "[host]\npolicy = \"haiku\"\ndispatch = \"ranked\"\ncpus = \"0-1\"\n\
+             log_dir = \"logs\"\n\n{}{}",
+            wide("smp", workload),
+            wide("hog", "cpu duration_ms=1500"),
+        );
+        let res = common::run_config(&dir, &text);
+        for r in &res.vms {
+            succeeded(label, r);
+        }
+        let (smp, hog) = (&res.vms[0], &res.vms[1]);
+        let yields = count(smp, |s| s.spin_yields);
+        let given_back = count(smp, |s| s.turns_given_back);
+        eprintln!("ranked paced {label}: spin yields {yields}, turns given back {given_back}");
+        assert!(yields > 0, "{label}: {:?}", smp.vcpu_stats);
+        if label == "shootdown" {
+            assert!(given_back > 0, "{label}: {:?}", smp.vcpu_stats);
+        }
+        assert_eq!(
+            count(hog, |s| s.spin_yields),
+            0,
+            "{label}: {:?}",
+            hog.vcpu_stats
+        );
+        assert_eq!(
+            count(hog, |s| s.turns_given_back),
+            0,
+            "{label}: {:?}",
+            hog.vcpu_stats
+        );
+    }
+}
