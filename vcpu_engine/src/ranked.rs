@@ -30,7 +30,9 @@
 //! - a co-scheduled VM wider than its CPUs that does not halt shares the
 //!   CPUs it owns: its queued siblings rank as owners there, bound to a
 //!   CPU one of its siblings owns, and the kernel takes turns between
-//!   them within the VM's slices (`sibling_share.rs`);
+//!   them within the VM's slices; its threads hand the CPU on sooner
+//!   where their guest spins (sibling turns, fixed or paced:
+//!   `sibling_share.rs`);
 //! - its **CPUs**: the owner is bound to its CPU; fillers and halted
 //!   vCPUs may use their VM's whole core set, so the kernel's real-time
 //!   placement puts a woken vCPU where it may run now and pulls a waiting
@@ -234,7 +236,8 @@ impl Engine {
         if !slot.shared_turn.load(Ordering::Relaxed) {
             return false;
         }
-        // Before the owner lock: a `turns` VM's ticks come here every turn.
+        // Before the owner lock: a `turns` VM's ticks come here every turn
+        // (a relaxed VM's paced ones at their pace).
         let end = slot.quantum_end();
         if now_ns() < end {
             // The turn's end moved later since the timer was armed.
