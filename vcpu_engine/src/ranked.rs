@@ -897,8 +897,11 @@ impl RankedGate {
                     runner.stats.turns_given_back += 1;
                     return;
                 }
-                Some(false) => return,
-                None => {}
+                // Not yet (its timer is armed for it), or it spins itself:
+                // then it most likely holds what the spinner waits for, and
+                // is not looked into again until something arms its timer
+                // (a sibling's yield, an exit that finds a spin).
+                Some(false) | None => return,
             }
         }
         if spinning && turns.due(cpu_now) {
