@@ -134,8 +134,7 @@ pub(crate) struct SiblingTurns {
     pace: Option<(Arc<SpinPace>, u64)>,
     /// Paced: a sibling beside it gave it the CPU from a spin-wait loop;
     /// its CPU clock when it first saw that (the CPU goes back once it has
-    /// run half a turn since: time to answer the spinner's IPI or free its
-    /// lock).
+    /// run half a turn since: time to answer the spinner's IPI).
     owes_since_cpu_ns: Option<u64>,
     /// When a look last found its own guest spinning (wall clock; 0:
     /// never).
