@@ -181,6 +181,9 @@ impl Engine {
                 smt_corun_foreign_ns: cpu.smt_foreign,
                 hypervisor_wakes: cpu.hypervisor_wakes,
                 found_running: cpu.found_running,
+                placed_beside: cpu.placed_beside,
+                spin_yields: cpu.spin_yields,
+                turns_given_back: cpu.turns_given_back,
                 home_vcpus: home_of.iter().filter(|h| **h == Some(c)).count() as u32,
             })
             .collect();

@@ -127,6 +127,10 @@ pub(super) struct Engine {
     /// Per VM, the spin watch's looks into a turn in a row that found no
     /// spin (`spin_watch.rs`, the backoff).
     pub(super) look_misses: Vec<u32>,
+    /// Per VM, its sibling sharing under `ranked` (`sibling_share.rs`).
+    pub(super) vm_share: Vec<super::model::VmShare>,
+    /// The host kernel's tick (`sibling_share.rs`).
+    pub(super) host_tick: Nanos,
 }
 
 impl Engine {
@@ -151,7 +155,8 @@ impl Engine {
             }
             _ => 0,
         };
-        Ok(Engine {
+        let host_tick = ((w.host_tick_us * 1000.0).round() as Nanos).max(1);
+        let mut engine = Engine {
             rng: rng_from_seed(w.seed),
             end: w.duration_ms * 1_000_000,
             warmup: w.warmup_ms * 1_000_000,
@@ -181,7 +186,11 @@ impl Engine {
             look_ns,
             rt_waiting: Vec::new(),
             look_misses: Vec::new(),
-        })
+            vm_share: Vec::new(),
+            host_tick,
+        };
+        engine.vm_share = engine.sharing_from_workload();
+        Ok(engine)
     }
 
     pub(super) fn push(&mut self, time: Nanos, kind: EvKind, idx: u32, gen: u32) {
@@ -211,6 +220,7 @@ impl Engine {
         }
         self.start_servers();
         self.start_agent();
+        self.start_kernel_ticks();
         for (i, c) in self.w.changes.iter().enumerate() {
             let at = c.at_us.saturating_mul(1000);
             self.events_q.push(at, EvKind::Change, i as u32, 0);
@@ -254,6 +264,16 @@ impl Engine {
                 EvKind::AgentLook => {
                     self.events += 1;
                     self.on_agent_look(now)?;
+                }
+                EvKind::KernelTick => {
+                    self.events += 1;
+                    self.on_kernel_tick(now)?;
+                }
+                EvKind::TurnLook => {
+                    if self.turn_look_current(ev.idx as usize, ev.gen) {
+                        self.events += 1;
+                        self.on_turn_look(ev.idx as usize, now)?;
+                    }
                 }
                 EvKind::Look => {
                     if self.ents[ev.idx as usize].look_gen == ev.gen {
@@ -327,6 +347,12 @@ impl Engine {
                 _ => {}
             }
             break;
+        }
+        if let Some(reason @ (StopReason::Blocked | StopReason::Yielded)) = stop {
+            // A sibling sharing the CPU stops on its own, not the runner.
+            if self.sharer_stopped(c, e, reason, now)? {
+                return Ok(());
+            }
         }
         if stop.is_none() && now >= self.cpus[c].quantum_end {
             stop = Some(StopReason::QuantumEnd);
@@ -448,6 +474,9 @@ impl Engine {
     /// Wake vCPU `e` (a sleep ended, or vCPU `by` sent it a message):
     /// through the policy, or under `ranked` by the hypervisor itself.
     pub(super) fn wake(&mut self, e: usize, now: Nanos, by: Option<usize>) -> Result<(), SimError> {
+        if self.woke_queued(e, now) {
+            return Ok(());
+        }
         if self.hypervisor_wakes() {
             return self.hypervisor_wake(e, now);
         }
@@ -508,9 +537,13 @@ impl Engine {
     /// if it still runs the turn the cut names (the timer is re-armed at
     /// once: a VMM re-arms the runner's timer from the waker's thread).
     fn cut_quantum(&mut self, c: usize, cut: crate::QuantumCut, now: Nanos) {
+        // The runner's turn, unless a real-time thread holds the CPU.
         let same_turn = self.cpus[c]
             .current
-            .is_some_and(|e| self.ents[e as usize].id == cut.runner)
+            .is_some_and(|e| !self.ents[e as usize].rt)
+            && self.cpus[c]
+                .runner
+                .is_some_and(|e| self.ents[e as usize].id == cut.runner)
             && self.cpus[c].dispatched_at == cut.dispatched_at;
         if !same_turn || cut.end >= self.cpus[c].quantum_end {
             return;
@@ -533,6 +566,7 @@ impl Engine {
         if let Some(p) = prev.filter(|&p| self.ents[p as usize].rt) {
             return self.rt_stopped(c, p as usize, now, reason);
         }
+        self.turn_ends(c, reason, now);
         if let Some(p) = prev {
             if reason != StopReason::Blocked {
                 self.ready_add(p as usize, now);
@@ -540,6 +574,10 @@ impl Engine {
             self.watch_stop(p as usize, reason, now);
         }
         self.cpus[c].current = None;
+        if let (Some(p), StopReason::Blocked) = (prev, reason) {
+            let vm = self.ents[p as usize].vm;
+            self.vm_halted(vm, now)?;
+        }
         self.sched_calls += 1;
         if self.in_window(now) {
             self.cpus[c].sched_calls += 1;
@@ -576,6 +614,7 @@ impl Engine {
         d.entity = run;
         self.apply(c, prev, d, now)?;
         self.update_corun(c, now);
+        self.place_beside(now);
         Ok(())
     }
 
@@ -599,6 +638,7 @@ impl Engine {
         self.cpus[c].timer_gen = self.cpus[c].timer_gen.wrapping_add(1);
         let Some(e) = next else {
             self.cpus[c].current = None;
+            self.cpus[c].runner = None;
             if let Some(t) = d.recheck_at {
                 // The policy asks to be called again then (a cap or
                 // reservation renewal): the CPU's timer, as a VMM arms it.
@@ -607,10 +647,18 @@ impl Engine {
             }
             return Ok(());
         };
+        let e = e as usize;
+        self.take_from_share(e, now)?;
+        self.cpus[c].runner = Some(e as u32);
+        if self.dispatched_halted(e) {
+            // It halted while it shared: the policy hears of it now.
+            self.cpus[c].current = Some(e as u32);
+            return self.do_schedule(c, now, StopReason::Blocked);
+        }
         // A zero quantum (counted by the monitor) runs as 1 us.
         let q = if d.quantum == 0 { 1000 } else { d.quantum };
-        self.run_on(c, e as usize, now.saturating_add(q), now)?;
-        self.watch_dispatch(e as usize, now);
+        self.run_on(c, e, now.saturating_add(q), now)?;
+        self.watch_dispatch(e, now);
         Ok(())
     }
 
@@ -646,6 +694,10 @@ impl Engine {
         cpu.since = now;
         cpu.dispatched_at = now;
         cpu.quantum_end = quantum_end;
+        if self.look_at_resume(c, e, now)? {
+            // It gave the CPU away at once, before its guest ran.
+            return Ok(());
+        }
         if self.ents[e].phase == Phase::Fresh {
             self.start_burst(e);
         }

@@ -24,6 +24,12 @@ pub(super) enum EvKind {
     Arrival,
     /// The `ranked` agent's look (`ranked.rs`).
     AgentLook,
+    /// The host kernel's tick, which takes turns between the threads
+    /// sharing a CPU (`sibling_share.rs`).
+    KernelTick,
+    /// A sharing vCPU `idx`'s turn timer (`sibling_share.rs`; stale unless
+    /// `gen` matches).
+    TurnLook,
 }
 
 /// One event: `idx` is a CPU (timer, kick), a vCPU (sleep end, look), a

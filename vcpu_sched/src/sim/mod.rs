@@ -21,6 +21,10 @@
 //! - `ranked`: Pacer's default dispatch, where the hypervisor wakes a
 //!   halted vCPU at a real-time rank and the policy hears of it at the
 //!   agent's looks, when the workload asks for it;
+//! - `sibling_share`: under `ranked`, a co-scheduled VM wider than its
+//!   CPUs running its queued siblings beside the sibling that owns a CPU,
+//!   the host kernel's turns between them and the engine's paced sibling
+//!   turns;
 //! - [`engine`]: the loop that moves the model from event to event and
 //!   plays the VMM towards the scheduler ([`Simulator`]); every answer goes
 //!   through a [`crate::Monitor`], whose counts are the report's
@@ -51,6 +55,7 @@ mod ranked;
 pub mod replay;
 pub mod report;
 mod server;
+mod sibling_share;
 mod spin_watch;
 pub mod workload;
 

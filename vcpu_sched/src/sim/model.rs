@@ -136,11 +136,25 @@ pub(super) struct Ent {
     pub rt_looks: u8,
     /// Run time at that rank the policy has not been told of yet.
     pub unseen: Nanos,
+    /// All its run time (the thread's CPU clock; not only the window's).
+    pub cpu_clock: Nanos,
+    /// Under `ranked`, queued in the policy: the CPU its VM owns that it
+    /// shares (`sibling_share.rs`).
+    pub beside: Option<u32>,
+    /// It halted while it shared, queued in the policy: the policy hears
+    /// of the halt when it dispatches it (`sibling_share.rs`).
+    pub halted_queued: bool,
+    /// Its sibling turns while it shares (`sibling_share.rs`).
+    pub turn: TurnState,
 }
 
 pub(super) struct Cpu {
     pub core: u32,
+    /// The vCPU that runs here (under `ranked` a real-time thread or a
+    /// sibling sharing the CPU may run instead of the policy's runner).
     pub current: Option<u32>,
+    /// The policy's runner: the vCPU its last dispatch here named.
+    pub runner: Option<u32>,
     pub since: Nanos,
     /// When the current entity was dispatched (names its turn).
     pub dispatched_at: Nanos,
@@ -170,6 +184,13 @@ pub(super) struct Cpu {
     /// vCPUs handed to the policy, found awake at the agent's second
     /// look, running here or waiting to (last run here), in the window.
     pub found_running: u64,
+    /// Queued siblings placed beside the owner here, in the window.
+    pub placed_beside: u64,
+    /// Sibling turns here given away from a spin-wait loop, in the window.
+    pub spin_yields: u64,
+    /// Turns here given back to a sibling that gave its CPU away from a
+    /// spin-wait loop, in the window.
+    pub turns_given_back: u64,
 }
 
 /// The policy's runner of a CPU while a real-time thread holds it off
@@ -427,6 +448,10 @@ impl Model {
                     rt_since: 0,
                     rt_looks: 0,
                     unseen: 0,
+                    cpu_clock: 0,
+                    beside: None,
+                    halted_queued: false,
+                    turn: Default::default(),
                 });
             }
         }
@@ -447,6 +472,7 @@ impl Model {
             .map(|c| Cpu {
                 core: c.core.0,
                 current: None,
+                runner: None,
                 since: 0,
                 dispatched_at: 0,
                 quantum_end: 0,
@@ -465,6 +491,9 @@ impl Model {
                 deferred_kick: false,
                 hypervisor_wakes: 0,
                 found_running: 0,
+                placed_beside: 0,
+                spin_yields: 0,
+                turns_given_back: 0,
             })
             .collect();
         let core_cpus = topo
@@ -510,6 +539,7 @@ impl Engine {
         let wdt = self.win(since, now);
         self.cpus[c].since = now;
         self.cpus[c].busy += wdt;
+        self.ents[e as usize].cpu_clock += dt;
         let ncpu = self.cpus.len();
         self.cpu_time[e as usize * ncpu + c] += wdt;
         let ent = &mut self.ents[e as usize];
@@ -999,4 +1029,47 @@ impl Engine {
     pub(super) fn is_server_member(&self, e: usize) -> bool {
         self.ents[e].server != NONE
     }
+}
+
+// Sibling sharing under `ranked` (`sibling_share.rs` plays it).
+
+/// How a sharing VM's threads look for spins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pacing {
+    /// At the pace its looks set (`coschedule = "relaxed"`).
+    Paced,
+    /// Every sibling turn (`coschedule = "turns"`).
+    Fixed,
+}
+
+/// One VM's sharing.
+#[derive(Debug, Clone, Default)]
+pub(super) struct VmShare {
+    /// How its threads take turns; None: it never shares.
+    pub pacing: Option<Pacing>,
+    /// When one of its vCPUs last halted.
+    pub halted_at: Nanos,
+    /// Paced: the interval between looks as a shift of the sibling turn;
+    /// None: no looks.
+    pub shift: Option<u32>,
+}
+
+/// One vCPU's sibling turns (the engine's `SiblingTurns`).
+#[derive(Debug, Clone, Default)]
+pub(super) struct TurnState {
+    /// Names its newest look (older look events are stale).
+    pub gen: u32,
+    /// Its look is armed.
+    pub armed: bool,
+    /// Its look came while it waited: taken when it runs again (a
+    /// thread's timer signal waits for the thread).
+    pub pending: bool,
+    /// Its run clock when its look was last armed.
+    pub armed_cpu: Nanos,
+    /// Its run clock when it last gave its CPU away.
+    pub yielded_cpu: Nanos,
+    /// Its run clock when it first owed a spinner the CPU back.
+    pub owes_since: Option<Nanos>,
+    /// When a look or an exit last found it spinning.
+    pub spun_at: Option<Nanos>,
 }

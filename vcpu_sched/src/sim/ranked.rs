@@ -75,9 +75,10 @@ impl Engine {
             .unwrap_or_default()
     }
 
-    /// Whether real-time thread `e` may run on `c` (its group's first
-    /// affinity).
-    fn rt_allowed(&self, e: usize, c: usize) -> bool {
+    /// Whether `e` may run on `c` by its group's first affinity (a
+    /// real-time thread keeps it; affinity changes made while the
+    /// simulation runs are not played for it).
+    pub(super) fn group_allows(&self, e: usize, c: usize) -> bool {
         let g = self.ents[e].group as usize;
         self.w.groups[g]
             .affinity
@@ -119,7 +120,7 @@ impl Engine {
     /// its affinity with the lowest rank running (idle, then an owner,
     /// then a real-time thread of a lower rank, which it preempts).
     fn rt_cpu_for(&self, e: usize) -> Option<usize> {
-        let allowed = |c: usize| self.rt_allowed(e, c);
+        let allowed = |c: usize| self.group_allows(e, c);
         let last = self.ents[e].last_cpu as usize;
         if last < self.cpus.len() && allowed(last) && self.rt_on(last).is_none() {
             return Some(last);
@@ -201,6 +202,8 @@ impl Engine {
                 ent.rt = false;
                 ent.unseen += ran;
                 self.cpus[c].current = None;
+                let vm = self.ents[e].vm;
+                self.vm_halted(vm, now)?;
                 self.rt_leave(c, now)
             }
             StopReason::Preempted | StopReason::Idle => {
@@ -217,7 +220,7 @@ impl Engine {
     /// quantum), carrying out a kick that came meanwhile.
     fn rt_leave(&mut self, c: usize, now: Nanos) -> Result<(), SimError> {
         let next = (0..self.rt_waiting.len())
-            .filter(|&i| self.rt_allowed(self.rt_waiting[i] as usize, c))
+            .filter(|&i| self.group_allows(self.rt_waiting[i] as usize, c))
             // Highest rank, then the earliest (stable: max_by_key keeps
             // the last maximum, so compare the negated position).
             .max_by_key(|&i| (self.rank(self.rt_waiting[i] as usize), usize::MAX - i));

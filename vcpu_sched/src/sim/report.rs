@@ -156,6 +156,16 @@ pub struct CpuReport {
     /// rank at two looks in a row and handed to the policy, running here
     /// or waiting for a CPU (counted where they last ran), in the window.
     pub found_running: u64,
+    /// Under `dispatch = "ranked"`: queued siblings of a co-scheduled VM
+    /// wider than its CPUs placed beside the sibling that owns this CPU
+    /// (sibling sharing), in the window.
+    pub placed_beside: u64,
+    /// Under `dispatch = "ranked"`: sibling turns given away here from a
+    /// spin-wait loop, in the window.
+    pub spin_yields: u64,
+    /// Under `dispatch = "ranked"`: sibling turns given back here to a
+    /// sibling that gave its CPU away from a spin-wait loop, in the window.
+    pub turns_given_back: u64,
     /// vCPUs whose home CPU (most run time) is this CPU.
     pub home_vcpus: u32,
 }

@@ -26,7 +26,9 @@ const LOOK_MISSES_BEFORE_BACKOFF: u32 = 64;
 const LOOK_BACKOFF_EVERY: u32 = 16;
 
 impl Engine {
-    fn spinning(&self, e: usize) -> bool {
+    /// Whether `e` is in a phase that spins (the lock, the barrier, a
+    /// shootdown's wait).
+    pub(super) fn spinning(&self, e: usize) -> bool {
         matches!(
             self.ents[e].phase,
             Phase::WaitLock | Phase::WaitBarrier | Phase::WaitShootdown

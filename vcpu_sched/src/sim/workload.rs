@@ -462,6 +462,11 @@ pub struct Workload {
     /// engine's `host.kvm_poll_us`, default 5000).
     #[serde(default = "default_agent_look")]
     pub agent_look_us: f64,
+    /// Under `ranked`: the host kernel's tick in microseconds (4000: HZ =
+    /// 250), at which it takes turns between the threads that share a CPU
+    /// (a co-scheduled VM wider than its CPUs, `sibling_share.rs`).
+    #[serde(default = "default_host_tick")]
+    pub host_tick_us: f64,
     /// Scheduler configuration.
     #[serde(default)]
     pub sched: SchedConfig,
@@ -480,6 +485,10 @@ fn default_kick_latency() -> f64 {
 
 fn default_agent_look() -> f64 {
     5000.0
+}
+
+fn default_host_tick() -> f64 {
+    4000.0
 }
 
 /// How the simulated VMM carries the policy's decisions out
@@ -530,6 +539,7 @@ impl Workload {
             spin_watch: false,
             dispatch: SimDispatch::Policy,
             agent_look_us: default_agent_look(),
+            host_tick_us: default_host_tick(),
             sched: SchedConfig::default(),
             groups: Vec::new(),
             changes: Vec::new(),
@@ -651,6 +661,9 @@ impl Workload {
         }
         if !(self.agent_look_us >= 1.0 && self.agent_look_us.is_finite()) {
             return bad("agent_look_us must be a finite number >= 1".into());
+        }
+        if !(self.host_tick_us >= 1.0 && self.host_tick_us.is_finite()) {
+            return bad("host_tick_us must be a finite number >= 1".into());
         }
         if self.dispatch == SimDispatch::Ranked && self.spin_watch {
             return bad(
