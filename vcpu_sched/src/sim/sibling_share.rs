@@ -418,8 +418,14 @@ impl Engine {
         self.ents[e].spun_at_stop = false;
         let cpu_now = self.ents[e].cpu_clock;
         if !spinning && spinner_waits {
-            // A look for a give-back is neither a hit nor a miss.
-            if !paced || self.spun_within(e, now, GIVE_BACK_AFTER_SPIN) {
+            // A look for a give-back is neither a hit nor a miss. Fixed
+            // turns owe nothing (their timer is periodic); a sibling that
+            // spun lately is left to run, unlooked-into.
+            if !paced {
+                self.arm_look(e, now + turn);
+                return Ok(());
+            }
+            if self.spun_within(e, now, GIVE_BACK_AFTER_SPIN) {
                 return Ok(());
             }
             let since = *self.ents[e].turn.owes_since.get_or_insert(cpu_now);
