@@ -62,7 +62,12 @@ const PACE_START_SHIFT: u32 = 4;
 impl Engine {
     /// The VMs' sharing from the workload: under `ranked`, each VM of a
     /// co-scheduled group with more vCPUs than CPUs it may use.
+    /// Empty if no VM may share (each decision's sharing steps then cost
+    /// nothing).
     pub(super) fn sharing_from_workload(&self) -> Vec<VmShare> {
+        if !self.hypervisor_wakes() {
+            return Vec::new();
+        }
         let vms = self
             .ents
             .iter()
@@ -70,9 +75,6 @@ impl Engine {
             .max()
             .unwrap_or(0);
         let mut shares = vec![VmShare::default(); vms];
-        if !self.hypervisor_wakes() {
-            return shares;
-        }
         for e in self.ents.iter().filter(|e| e.wide) {
             let pacing = match self.w.groups[e.group as usize].coschedule {
                 Some(Coschedule::Relaxed) => Pacing::Paced,
@@ -81,12 +83,15 @@ impl Engine {
             };
             shares[e.vm as usize].pacing = Some(pacing);
         }
+        if shares.iter().all(|s| s.pacing.is_none()) {
+            shares.clear();
+        }
         shares
     }
 
     /// Arm the host's first tick if a VM may share.
     pub(super) fn start_kernel_ticks(&mut self) {
-        if self.vm_share.iter().any(|s| s.pacing.is_some()) {
+        if !self.vm_share.is_empty() {
             self.push(self.host_tick, EvKind::KernelTick, 0, 0);
         }
     }
@@ -211,6 +216,10 @@ impl Engine {
     /// every thread that shared it. A slice's end is an exit the VM makes
     /// anyway: a paced thread found spinning there starts its VM's looks.
     pub(super) fn turn_ends(&mut self, c: usize, reason: StopReason, now: Nanos) {
+        self.cpus[c].runner = None;
+        if self.vm_share.is_empty() {
+            return;
+        }
         if let Some(x) = self.cpus[c].current.map(|x| x as usize) {
             let vm = self.ents[x].vm;
             if reason != StopReason::Blocked
@@ -226,7 +235,6 @@ impl Engine {
                 self.ents[s].beside = None;
             }
         }
-        self.cpus[c].runner = None;
     }
 
     /// The engine's `SpinPace::spin_seen` and `SiblingTurns::spin_seen`.
