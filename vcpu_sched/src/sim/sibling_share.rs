@@ -27,6 +27,10 @@
 //!     it back once it has run half a turn (a shootdown's answer). If a
 //!     look found it spinning in the last 50 ms, it most likely holds
 //!     what the spinner waits for, and is left to run.
+//! - **A look that waited.** A thread's timer that fires while another
+//!   thread holds the CPU is taken when the thread runs again, before its
+//!   guest does (the signal makes it leave KVM_RUN before the entry), so
+//!   the look sees the guest where it stopped.
 //! - **Fixed turns** (`turns`): a look every sibling turn; a spinning
 //!   thread that has run half a turn since it last gave its CPU away gives
 //!   it to the sibling beside it.
