@@ -325,17 +325,8 @@ impl Engine {
                 self.ents[x].beside = None;
                 let vm = self.ents[x].vm;
                 self.vm_halted(vm, now)?;
-                if self.cpus[c].current == Some(x as u32) {
-                    // The VM shares no more: its runner has the CPU back.
-                    let r = self.cpus[c].runner.map(|r| r as usize);
-                    match r.filter(|&r| self.ents[r].state == State::Ready) {
-                        Some(r) => self.switch_to(c, r, now)?,
-                        None => {
-                            self.account(c, now);
-                            self.cpus[c].current = None;
-                        }
-                    }
-                }
+                // The VM shares no more: its runner has the CPU back.
+                self.leave_share(c, x, now)?;
                 Ok(true)
             }
             StopReason::Yielded => {
@@ -368,7 +359,8 @@ impl Engine {
     }
 
     /// `x` no longer shares CPU `c`: if it runs there (or waits there
-    /// behind a real-time thread), the runner takes its place.
+    /// behind a real-time thread), the runner takes its place (a halted
+    /// `x` stays halted).
     fn leave_share(&mut self, c: usize, x: usize, now: Nanos) -> Result<(), SimError> {
         let r = self.cpus[c].runner.map(|r| r as usize);
         if let Some(p) = self.cpus[c].paused_owner.as_mut() {
@@ -383,7 +375,9 @@ impl Engine {
                 Some(r) => self.switch_to(c, r, now)?,
                 None => {
                     self.account(c, now);
-                    self.ready_add(x, now);
+                    if self.ents[x].state != State::Blocked {
+                        self.ready_add(x, now);
+                    }
                     self.cpus[c].current = None;
                 }
             }
