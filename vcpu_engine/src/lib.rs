@@ -476,6 +476,14 @@ impl Default for EngineConfig {
 ///   slices (their p99.9 32 ms against 12: fewer deschedules, each one
 ///   longer).
 ///
+/// Sibling gathering (`tunables.gather_siblings`) runs under `ranked`
+/// only: it packs a wide VM's vCPUs on as few cores as their count
+/// allows, which pays where the engine lets the queued siblings take
+/// turns beside the one the policy runs (sibling sharing). Under any other
+/// dispatch one vCPU runs on a CPU at a time, and packed siblings could
+/// never run side by side (with it there the simulator's relaxed spin
+/// lock VM did less than with co-scheduling off).
+///
 /// One function, so that what a run reports as its tunables is what
 /// [`EngineConfig::sched_config`] gave the scheduler.
 pub fn effective_tunables(
@@ -489,6 +497,9 @@ pub fn effective_tunables(
         && tunables.low_latency == QuantumTable::LOW_LATENCY
     {
         tunables.low_latency = QuantumTable::PREEMPTIVE_WAKES;
+    }
+    if dispatch != DispatchKind::Ranked {
+        tunables.gather_siblings = false;
     }
     tunables
 }
@@ -1547,6 +1558,11 @@ mod tests {
                 QuantumTable::LOW_LATENCY
             };
             assert_eq!(effective.low_latency, table, "{dispatch}");
+            assert_eq!(
+                effective.gather_siblings,
+                dispatch.ranked(),
+                "sibling gathering only where siblings share: {dispatch}"
+            );
         }
     }
 }

@@ -141,6 +141,8 @@ pub(crate) struct VmSync {
     parked: AtomicU32,
     /// The VM takes sibling turns (`Coschedule::Turns`).
     turns: AtomicBool,
+    /// When a sibling last blocked (a halt the policy saw; 0: never).
+    blocked_at: AtomicU64,
 }
 
 impl Default for VmSync {
@@ -153,6 +155,7 @@ impl Default for VmSync {
             laggard_queue: AtomicU64::new(0),
             parked: AtomicU32::new(0),
             turns: AtomicBool::new(false),
+            blocked_at: AtomicU64::new(0),
         }
     }
 }
@@ -208,6 +211,19 @@ impl VmSync {
     /// Switch sibling turns on or off.
     pub fn set_turns(&self, on: bool) {
         self.turns.store(on, Ordering::Relaxed);
+    }
+
+    /// A sibling blocked (halted) at `now`.
+    pub fn blocked(&self, now: Nanos) {
+        if now > self.blocked_at.load(Ordering::Relaxed) {
+            self.blocked_at.fetch_max(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether no sibling has blocked for `quiet` up to `now` (one that
+    /// never blocked has been quiet since the clock's start).
+    pub fn quiet_for(&self, quiet: Nanos, now: Nanos) -> bool {
+        now.saturating_sub(self.blocked_at.load(Ordering::Relaxed)) >= quiet
     }
 
     /// How many siblings are parked now (runnable, in a queue).
@@ -278,6 +294,19 @@ mod tests {
         assert!(s.laggard_of(id(0), 0).is_some());
         s.unparked(id(3));
         assert_eq!(s.laggard_of(id(0), 0), None);
+    }
+
+    #[test]
+    fn a_vm_is_quiet_once_no_sibling_blocked_for_the_spell() {
+        let s = VmSync::default();
+        assert!(s.quiet_for(20, 20), "never blocked: quiet since 0");
+        assert!(!s.quiet_for(20, 19));
+        s.blocked(100);
+        assert!(!s.quiet_for(20, 119));
+        assert!(s.quiet_for(20, 120));
+        // An older sighting does not move the last block back.
+        s.blocked(50);
+        assert!(!s.quiet_for(20, 119));
     }
 
     #[test]

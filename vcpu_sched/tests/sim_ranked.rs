@@ -280,19 +280,23 @@ fn cpu_sum(r: &SimReport, f: impl Fn(&vcpu_sched::sim::report::CpuReport) -> u64
 }
 
 /// Sibling sharing under `ranked` (`sim/sibling_share.rs`, the engine's
-/// `sibling_share.rs`) at 3:1: the relaxed VM's queued siblings share the
-/// CPU it owns, the kernel's tick takes turns between them, and paced
-/// sibling turns give a spinner's CPU to the sibling beside it. Against
-/// the kernel's turns alone (a sibling turn of 10 s, so no look comes)
-/// the barrier VM does >= 4x the rounds, the shootdown's initiator >= 1.4x
-/// the round trips and the lock VM >= 1.03x the acquisitions; against the
-/// host kernel's model (eevdf) >= 4x, >= 2x and >= 1.02x, the order the
-/// guests' sync-3to1 rows show (3.2x / 3.9x / 1.04x host on 2026-12-01,
-/// where each look also costs the guest an exit). Seed 1: barrier 905 ->
-/// 9800 bursts/s (eevdf 500), shootdown 229 -> 386 (eevdf 83), lock 30.8k
-/// -> 34.8k (eevdf 29.2k; seeds 1-5 1.04-1.19x eevdf). The hogs keep at
-/// least 98 % of their useful work (the siblings take turns in the
-/// slices the VM was given). Seeds 1-3.
+/// `sibling_share.rs`) at 3:1: the relaxed VM, gathered on one CPU
+/// (`policy/haiku/gather.rs`), shares the CPU it owns among its siblings,
+/// the kernel's tick takes turns between them, and paced sibling turns
+/// give a spinner's CPU to the sibling beside it. Against the kernel's
+/// turns alone (a sibling turn of 10 s, so no look comes) the barrier VM
+/// does >= 4x the rounds, the shootdown's initiator >= 1.4x the round
+/// trips and the lock VM >= 1.03x the acquisitions; against the host
+/// kernel's model (eevdf) >= 4x, >= 1.5x and no fewer, the order the
+/// guests' sync-3to1 rows show (gathered on 2026-12-01: 6.1x / 5.2x /
+/// 1.11x the host kernel). Seed 1: barrier 599 -> 8164 bursts/s (eevdf
+/// 500), shootdown 100 -> 154 (eevdf 83), lock 23.9k -> 32.7k (eevdf
+/// 29.2k; seeds 1-3 1.02-1.12x). The model undercounts a gathered VM's
+/// shootdown and lock: spread it did 386 round trips/s and 1.04-1.19x
+/// eevdf's acquisitions, where the guests gained 2.4x their round trips
+/// by the gathering and kept their lock rate (docs/measurements/sync.md).
+/// The hogs keep at least 98 % of their useful work (the siblings take
+/// turns in the slices the VM was given). Seeds 1-3.
 #[test]
 fn at_3_to_1_a_relaxed_vm_shares_its_cpus_and_paces_its_turns() {
     for seed in 1..=3 {
@@ -312,8 +316,8 @@ fn at_3_to_1_a_relaxed_vm_shares_its_cpus_and_paces_its_turns() {
             );
             let (over_kernel, over_host) = match vm_group {
                 "barrier" => (4.0, 4.0),
-                "initiator" => (1.4, 2.0),
-                _ => (1.03, 1.02),
+                "initiator" => (1.4, 1.5),
+                _ => (1.03, 1.0),
             };
             assert!(
                 rate(&p, vm_group) >= over_kernel * rate(&k, vm_group),
@@ -340,6 +344,29 @@ fn at_3_to_1_a_relaxed_vm_shares_its_cpus_and_paces_its_turns() {
                 assert!(cpu_sum(&p, |c| c.turns_given_back) > 0, "{at}");
             }
             assert_eq!(cpu_sum(&host, |c| c.placed_beside), 0, "{at}");
+            // Gathered (`policy/haiku/gather.rs`): the VM's vCPUs spent
+            // the window on one CPU, the hogs on the other.
+            let homes = |r: &SimReport, vm: u32| {
+                let mut h: Vec<_> = r
+                    .vcpus
+                    .iter()
+                    .filter(|v| v.vm == vm)
+                    .map(|v| v.home_cpu)
+                    .collect();
+                h.dedup();
+                h
+            };
+            let vm = p.vcpus.iter().find(|v| v.group == vm_group).unwrap().vm;
+            let home = homes(&p, vm);
+            assert_eq!(home.len(), 1, "{at}: not gathered: {home:?}");
+            let mut hog_homes: Vec<_> = p
+                .vcpus
+                .iter()
+                .filter(|v| v.group == "hog")
+                .map(|v| v.home_cpu)
+                .collect();
+            hog_homes.dedup();
+            assert!(!hog_homes.contains(&home[0]), "{at}: {hog_homes:?}");
         }
     }
 }

@@ -39,7 +39,7 @@ impl Simulator {
     pub fn new(workload: Workload) -> Result<Simulator, SimError> {
         workload.validate()?;
         let topo = Topology::from_spec(&workload.topology)?;
-        let sched = build(topo, workload.sched.clone())?;
+        let sched = build(topo, workload.sched_config())?;
         Ok(Simulator {
             workload,
             sched,

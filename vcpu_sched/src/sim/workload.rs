@@ -526,6 +526,18 @@ pub enum SimError {
 }
 
 impl Workload {
+    /// The scheduler's configuration as the VMM gives it under this
+    /// workload's dispatch (`vcpu_engine::effective_tunables`): sibling
+    /// gathering only under `ranked`, where queued siblings share the
+    /// CPUs their VM owns.
+    pub fn sched_config(&self) -> SchedConfig {
+        let mut c = self.sched.clone();
+        if self.dispatch != SimDispatch::Ranked {
+            c.tunables.gather_siblings = false;
+        }
+        c
+    }
+
     /// An empty workload on `topology` running for `duration_ms`.
     pub fn new(name: &str, topology: &str, duration_ms: u64) -> Workload {
         Workload {

@@ -153,7 +153,7 @@ impl HaikuScheduler {
     /// Sibling turns: `e`'s VM has more co-scheduled vCPUs than the CPUs
     /// `e` may use, so its siblings can only run in turns (the members are
     /// the holders of the VM's shared state but the policy's map).
-    fn wider_than_its_cpus(&self, e: &Entity, s: &Arc<VmSync>) -> bool {
+    pub(super) fn wider_than_its_cpus(&self, e: &Entity, s: &Arc<VmSync>) -> bool {
         let members = Arc::strong_count(s).saturating_sub(1);
         let allowed = e.allowed();
         let cpus = if allowed.all {

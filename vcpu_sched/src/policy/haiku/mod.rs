@@ -165,6 +165,7 @@
 
 mod bound;
 mod cosched;
+mod gather;
 mod invariants;
 mod place;
 mod runtime;
@@ -275,6 +276,9 @@ struct CpuAcct {
     /// yielder's slice ends, which the sibling it pulls runs out (scratch:
     /// set by the stop of a `pass_turn`'s yielder, taken by the pick).
     lend_until: Option<Nanos>,
+    /// Sibling gathering (`gather.rs`): the swap this `schedule` call's
+    /// requeue decided (scratch), made once the entity's lock is let go.
+    gather: Option<gather::Gather>,
     /// Co-stops, co-start kicks and directed yields here.
     costops: u64,
     costarts: u64,
@@ -503,6 +507,9 @@ impl HaikuScheduler {
         // The block: as a stop for `Blocked`.
         let after = e.after_stop(StopReason::Blocked, t, mode);
         debug_assert_eq!(after, crate::entity::After::Block);
+        if let Some(s) = &e.sync {
+            s.blocked(now);
+        }
         e.slept_at = now;
         Ok(())
     }
@@ -891,6 +898,12 @@ impl VcpuScheduler for HaikuScheduler {
             // (Never with the queue held: it was not taken then.)
             drop(held.take());
             self.boost_due(waker, now);
+        }
+        if let Some(g) = acct.gather.take() {
+            // Sibling gathering's swap (`gather.rs`): entity locks one at
+            // a time, none held now.
+            drop(held.take());
+            self.gather_swap(g, &mut acct.kicks);
         }
         // The entity this call requeued at its quantum end, due soon: the
         // turn this call dispatches is cut then.

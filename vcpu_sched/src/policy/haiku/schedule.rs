@@ -208,6 +208,9 @@ impl HaikuScheduler {
             acct.due_next = self.due_at_quantum_end(e, core, now).map(|at| (id, at));
         }
         if after == After::Block {
+            if let Some(s) = &e.sync {
+                s.blocked(now);
+            }
             e.state = RunState::Blocked;
             e.slept_at = now;
             e.uncharge_block(&self.m);
@@ -230,11 +233,18 @@ impl HaikuScheduler {
         }
         let (q, front) = match after {
             After::Front => (self.m.queue_for(e.allowed(), cpu), true),
-            _ => (self.requeue_target(e, id, cpu, now), false),
+            _ => {
+                let q = self.requeue_target(e, id, cpu, now);
+                if q == QueueRef::Core(core) && reason == StopReason::QuantumEnd {
+                    acct.gather = self.gather_target(e, core, cpu, now);
+                }
+                (q, false)
+            }
         };
         let hold = q == QueueRef::Core(core)
             && !self.m.smt_isolation
             && acct.due.is_none()
+            && acct.gather.is_none()
             && !self.renewals.due(now)
             && slot.pinned_len.load(Ordering::SeqCst) == 0;
         if hold {

@@ -2032,3 +2032,103 @@ fn a_relaxed_vms_siblings_are_spread_over_the_cores() {
         }
     }
 }
+
+/// The core `id` runs on or waits in the queue of.
+fn core_of_entity(d: &Drv, id: EntityId) -> Option<CoreId> {
+    let mut g = d.s.slot(id).unwrap().lock();
+    let e = g.entity.as_deref_mut()?;
+    match e.state {
+        RunState::Running(cpu) => Some(d.s.m.core_of(cpu)),
+        RunState::Queued {
+            queue: QueueRef::Core(c),
+            ..
+        } => Some(c),
+        _ => None,
+    }
+}
+
+/// A 3-vCPU relaxed VM and three 1-vCPU hogs on 2 CPUs, woken in turns
+/// so that each core starts with some of each. Returns the scheduler's
+/// driver, the VM's vCPUs and the hogs.
+fn three_to_one_spread(gather: bool) -> (Drv, Vec<EntityId>, Vec<EntityId>) {
+    let mut d = Drv::new("1x2x1", |c| c.tunables.gather_siblings = gather);
+    d.s.set_coschedule(VmId(0), crate::Coschedule::Relaxed, 0)
+        .unwrap();
+    let mut vm = Vec::new();
+    let mut hogs = Vec::new();
+    for i in 0..3 {
+        vm.push(d.ts(0, None));
+        hogs.push(d.ts(1 + i, None));
+    }
+    // Two siblings take the two idle CPUs, the rest queue behind them.
+    for id in [vm[0], vm[1], hogs[0], hogs[1], hogs[2], vm[2]] {
+        d.wake(id);
+    }
+    (d, vm, hogs)
+}
+
+/// Sibling gathering (`gather.rs`): the VM whose vCPUs never halt ends
+/// up on one core and the hogs on the other, by swaps that keep three
+/// entities on each core, so every entity still gets a third of a CPU.
+/// With the tunable off the VM stays spread as it started.
+#[test]
+fn a_wide_vm_that_does_not_halt_gathers_on_one_core_by_swaps() {
+    let (mut d, vm, hogs) = three_to_one_spread(true);
+    let cores = |d: &Drv, ids: &[EntityId]| {
+        let mut c: Vec<_> = ids.iter().map(|i| core_of_entity(d, *i)).collect();
+        c.dedup();
+        c
+    };
+    assert!(cores(&d, &vm).len() > 1, "starts spread");
+    d.run_until(300 * MS);
+    let home = cores(&d, &vm);
+    assert_eq!(home.len(), 1, "the VM gathered: {home:?}");
+    let hog_home = cores(&d, &hogs);
+    assert_eq!(hog_home.len(), 1, "the hogs too: {hog_home:?}");
+    assert_ne!(home, hog_home);
+    // Stays gathered, and every entity keeps its third of a CPU.
+    let before: Vec<Nanos> = vm
+        .iter()
+        .chain(&hogs)
+        .map(|i| d.stats(*i).run_time)
+        .collect();
+    d.run_until(900 * MS);
+    assert_eq!(cores(&d, &vm), home);
+    for (n, id) in vm.iter().chain(&hogs).enumerate() {
+        let share = (d.stats(*id).run_time - before[n]) as f64 / (600 * MS) as f64;
+        assert!(
+            (0.28..=0.39).contains(&share),
+            "entity {n} got {share:.3} of a CPU, want ~1/3"
+        );
+    }
+
+    let (mut off, vm, _) = three_to_one_spread(false);
+    off.run_until(900 * MS);
+    assert!(cores(&off, &vm).len() > 1, "off: stays spread");
+}
+
+/// A wide VM one of whose vCPUs halts every few milliseconds (a request
+/// server) is not gathered: it does not share its CPUs, and packed on one
+/// core it would lose the CPUs it uses.
+#[test]
+fn a_wide_vm_that_halts_is_not_gathered() {
+    let (mut d, vm, _) = three_to_one_spread(true);
+    let start: Vec<_> = vm.iter().map(|i| core_of_entity(&d, *i)).collect();
+    // Every 5 ms whichever of its vCPUs runs halts for 100 us.
+    for step in 1..=180 {
+        d.run_until(step * 5 * MS);
+        for &v in &vm {
+            if let Some(cpu) = d.cpu_of(v) {
+                d.sched(CpuId(cpu), StopReason::Blocked);
+                d.now += 100 * US;
+                d.wake(v);
+            }
+        }
+    }
+    let mut cores: Vec<_> = vm.iter().map(|i| core_of_entity(&d, *i)).collect();
+    cores.dedup();
+    assert!(
+        cores.len() > 1,
+        "gathered although it halts: from {start:?} to {cores:?}"
+    );
+}
