@@ -2132,3 +2132,23 @@ fn a_wide_vm_that_halts_is_not_gathered() {
         "gathered although it halts: from {start:?} to {cores:?}"
     );
 }
+
+/// Where the cores hold different counts of ready entities (a 3-vCPU VM
+/// and two hogs on 2 CPUs: 3 + 2), rotation moves entities round to even
+/// their shares out, and gathering stands aside: the run is the one it
+/// is with gathering off, entity for entity.
+#[test]
+fn gathering_stands_aside_where_the_cores_ready_counts_differ() {
+    let run = |gather: bool| {
+        let mut d = Drv::new("1x2x1", |c| c.tunables.gather_siblings = gather);
+        d.s.set_coschedule(VmId(0), crate::Coschedule::Relaxed, 0)
+            .unwrap();
+        let ids: Vec<_> = [0, 0, 1, 2, 0].iter().map(|vm| d.ts(*vm, None)).collect();
+        for id in &ids {
+            d.wake(*id);
+        }
+        d.run_until(900 * MS);
+        ids.iter().map(|i| d.stats(*i).run_time).collect::<Vec<_>>()
+    };
+    assert_eq!(run(true), run(false));
+}
