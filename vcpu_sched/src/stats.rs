@@ -426,6 +426,11 @@ pub struct CpuStats {
     /// its parked sibling (the guest's yield, or `yield_to` from an IPI).
     #[serde(default)]
     pub directed_yields: u64,
+    /// Sibling gathering (haiku under `ranked`; 0 elsewhere): swaps
+    /// decided at a quantum end here that moved a wide VM's vCPU to the
+    /// core holding more of its siblings and another VM's entry back.
+    #[serde(default)]
+    pub gathers: u64,
 }
 
 fn in_service_default() -> bool {
@@ -832,6 +837,7 @@ mod tests {
                     costops: 0,
                     costarts: 0,
                     directed_yields: 0,
+                    gathers: 0,
                 })
                 .collect(),
             cores: vec![CoreStats {

@@ -367,6 +367,7 @@ fn at_3_to_1_a_relaxed_vm_shares_its_cpus_and_paces_its_turns() {
                 .collect();
             hog_homes.dedup();
             assert!(!hog_homes.contains(&home[0]), "{at}: {hog_homes:?}");
+            assert_eq!(cpu_sum(&host, |c| c.gathers), 0, "{at}");
         }
     }
 }

@@ -50,10 +50,16 @@ pub const CONTAINED: &str = "hostile.contained";
 
 /// The scheduler's relaxed co-scheduling counts, cell-wide samples of a
 /// cell with a co-scheduled VM ([`cosched_samples`]).
-pub const COSCHED_COUNTS: [&str; 3] = ["sched.costops", "sched.costarts", "sched.directed_yields"];
+pub const COSCHED_COUNTS: [&str; 4] = [
+    "sched.costops",
+    "sched.costarts",
+    "sched.directed_yields",
+    "sched.gathers",
+];
 
 /// What relaxed co-scheduling did in a cell: the scheduler's per-CPU
-/// counts of co-stops, co-starts and directed yields over the whole run,
+/// counts of co-stops, co-starts, directed yields and gathering swaps
+/// over the whole run,
 /// summed into cell-wide samples (a count of 0 is a figure: the option
 /// was on and did not act).
 pub fn cosched_samples(cpus: &[vcpu_sched::stats::CpuStats]) -> Vec<Sample> {
@@ -62,6 +68,7 @@ pub fn cosched_samples(cpus: &[vcpu_sched::stats::CpuStats]) -> Vec<Sample> {
         sum(|c| c.costops),
         sum(|c| c.costarts),
         sum(|c| c.directed_yields),
+        sum(|c| c.gathers),
     ];
     COSCHED_COUNTS
         .iter()
@@ -248,6 +255,7 @@ pub fn title(metric: &str) -> String {
         "sched.costops" => "co-stops".into(),
         "sched.costarts" => "co-starts".into(),
         "sched.directed_yields" => "directed yields".into(),
+        "sched.gathers" => "gathering swaps".into(),
         "sleep.wake_latency.p99_ns" => "sleep p99".into(),
         "sleep.wake_latency.p50_ns" => "sleep p50".into(),
         "sleep.wake_latency.p999_ns" => "sleep p99.9".into(),
@@ -788,28 +796,31 @@ mod tests {
     /// CPUs, one cell-wide sample each, shown as a column.
     #[test]
     fn cosched_counts_sum_the_cpus_into_cell_wide_samples() {
-        let cpu = |id: u32, costops: u64, costarts: u64, yields: u64| {
+        let cpu = |id: u32, costops: u64, costarts: u64, yields: u64, gathers: u64| {
             serde_json::from_value::<vcpu_sched::stats::CpuStats>(serde_json::json!({
                 "cpu": id, "busy_time": 0, "idle_time": 0, "dispatches": 0,
                 "context_switches": 0, "smt_corun_foreign": 0,
                 "idle_while_waiting": 0, "core_load": 0,
                 "costops": costops, "costarts": costarts, "directed_yields": yields,
+                "gathers": gathers,
             }))
             .unwrap()
         };
-        let s = cosched_samples(&[cpu(0, 1, 7, 0), cpu(1, 2, 5, 3)]);
+        let s = cosched_samples(&[cpu(0, 1, 7, 0, 4), cpu(1, 2, 5, 3, 0)]);
         let got: Vec<(&str, f64)> = s.iter().map(|x| (x.metric.as_str(), x.value)).collect();
         assert_eq!(
             got,
             vec![
                 ("sched.costops", 3.0),
                 ("sched.costarts", 12.0),
-                ("sched.directed_yields", 3.0)
+                ("sched.directed_yields", 3.0),
+                ("sched.gathers", 4.0)
             ]
         );
         assert!(s.iter().all(|x| x.vm == "*" && x.vcpu.is_none()));
         assert!(info("sched.costarts").headline);
         assert_eq!(title("sched.directed_yields"), "directed yields");
+        assert_eq!(title("sched.gathers"), "gathering swaps");
     }
 
     /// A bounded vCPU's wakes with budget and misses become per-vCPU

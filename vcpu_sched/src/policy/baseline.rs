@@ -453,6 +453,7 @@ impl CpuAccount {
             costops: 0,
             costarts: 0,
             directed_yields: 0,
+            gathers: 0,
         }
     }
 }

@@ -178,6 +178,7 @@ impl Engine {
                 costops: co.costops,
                 costarts: co.costarts,
                 directed_yields: co.directed_yields,
+                gathers: co.gathers,
                 smt_corun_foreign_ns: cpu.smt_foreign,
                 hypervisor_wakes: cpu.hypervisor_wakes,
                 found_running: cpu.found_running,

@@ -717,6 +717,7 @@ pub(super) struct CoschedCounts {
     pub costops: u64,
     pub costarts: u64,
     pub directed_yields: u64,
+    pub gathers: u64,
 }
 
 impl CoschedCounts {
@@ -725,6 +726,7 @@ impl CoschedCounts {
             costops: c.costops,
             costarts: c.costarts,
             directed_yields: c.directed_yields,
+            gathers: c.gathers,
         }
     }
 
@@ -733,6 +735,7 @@ impl CoschedCounts {
             costops: self.costops.saturating_sub(base.costops),
             costarts: self.costarts.saturating_sub(base.costarts),
             directed_yields: self.directed_yields.saturating_sub(base.directed_yields),
+            gathers: self.gathers.saturating_sub(base.gathers),
         }
     }
 }

@@ -146,6 +146,9 @@ pub struct CpuReport {
     pub costops: u64,
     pub costarts: u64,
     pub directed_yields: u64,
+    /// Sibling gathering's swaps decided here, in the window (see
+    /// [`crate::stats::CpuStats::gathers`]).
+    pub gathers: u64,
     /// Time this CPU ran a vCPU while an SMT sibling ran a vCPU of another
     /// VM (measured by the simulator; 0 under SMT isolation), ns.
     pub smt_corun_foreign_ns: Nanos,

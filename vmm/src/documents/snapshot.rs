@@ -112,6 +112,8 @@ pub struct CpuDoc {
     pub costops: u64,
     pub costarts: u64,
     pub directed_yields: u64,
+    /// Sibling gathering's swaps decided here (haiku under `ranked`).
+    pub gathers: u64,
 }
 
 impl CpuDoc {
@@ -132,6 +134,7 @@ impl CpuDoc {
             costops: c.costops,
             costarts: c.costarts,
             directed_yields: c.directed_yields,
+            gathers: c.gathers,
         }
     }
 }

@@ -173,11 +173,10 @@ impl HaikuScheduler {
     /// Make a swap decided at a quantum end (no entity lock held): the
     /// other entry to `g.from` first, then `g.entity` to `g.to` if that
     /// one moved. CPUs of the cores that went idle since are kicked
-    /// (`kicks`).
-    pub(super) fn gather_swap(&self, g: Gather, kicks: &mut Vec<CpuId>) {
-        if self.move_between_cores(g.other, g.to, g.from, kicks) {
-            self.move_between_cores(g.entity, g.from, g.to, kicks);
-        }
+    /// (`kicks`). True if both moved.
+    pub(super) fn gather_swap(&self, g: Gather, kicks: &mut Vec<CpuId>) -> bool {
+        self.move_between_cores(g.other, g.to, g.from, kicks)
+            && self.move_between_cores(g.entity, g.from, g.to, kicks)
     }
 
     /// Move `id` from core `from`'s queue to core `to`'s, if it still

@@ -283,6 +283,8 @@ struct CpuAcct {
     costops: u64,
     costarts: u64,
     directed_yields: u64,
+    /// Sibling gathering's swaps made here (`gather.rs`).
+    gathers: u64,
 }
 
 /// The entity `id` names in a slot of generation `generation`: an error
@@ -903,7 +905,9 @@ impl VcpuScheduler for HaikuScheduler {
             // Sibling gathering's swap (`gather.rs`): entity locks one at
             // a time, none held now.
             drop(held.take());
-            self.gather_swap(g, &mut acct.kicks);
+            if self.gather_swap(g, &mut acct.kicks) {
+                acct.gathers += 1;
+            }
         }
         // The entity this call requeued at its quantum end, due soon: the
         // turn this call dispatches is cut then.

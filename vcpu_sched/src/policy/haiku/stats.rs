@@ -150,6 +150,7 @@ impl HaikuScheduler {
             costops: a.costops,
             costarts: a.costarts,
             directed_yields: a.directed_yields,
+            gathers: a.gathers,
         }
     }
 

@@ -2102,9 +2102,19 @@ fn a_wide_vm_that_does_not_halt_gathers_on_one_core_by_swaps() {
         );
     }
 
+    let gathers = |d: &Drv| {
+        d.s.snapshot(d.now)
+            .cpus
+            .iter()
+            .map(|c| c.gathers)
+            .sum::<u64>()
+    };
+    assert!(gathers(&d) > 0, "the swaps are counted");
+
     let (mut off, vm, _) = three_to_one_spread(false);
     off.run_until(900 * MS);
     assert!(cores(&off, &vm).len() > 1, "off: stays spread");
+    assert_eq!(gathers(&off), 0);
 }
 
 /// A wide VM one of whose vCPUs halts every few milliseconds (a request
@@ -2131,6 +2141,7 @@ fn a_wide_vm_that_halts_is_not_gathered() {
         cores.len() > 1,
         "gathered although it halts: from {start:?} to {cores:?}"
     );
+    assert!(d.s.snapshot(d.now).cpus.iter().all(|c| c.gathers == 0));
 }
 
 /// Where the cores hold different counts of ready entities (a 3-vCPU VM
