@@ -134,18 +134,20 @@ pub const CO_START: bool = false;
 /// ESXi's is 3 ms.
 pub const COSTOP_SKEW: Nanos = 0;
 
-/// Sibling gathering (`policy/haiku/cosched.rs`, `gather_target`): a
-/// co-scheduled VM with more vCPUs than the CPUs it may use, none of
-/// which has halted for `GATHER_AFTER_QUIET`, has its vCPUs queued on as
-/// few cores as the ready counts allow. A vCPU of it whose quantum ends on
-/// a core holding fewer of its siblings than another with as many ready
-/// entities per CPU goes to that core, and an entry of another VM waiting
-/// there comes back in its place: a swap, so every core keeps its count
-/// of ready entities and every entity its share. Such a VM then owns a CPU all the time, where its
-/// queued siblings take turns beside the one the policy runs (the
+/// Sibling gathering (`policy/haiku/gather.rs`): a co-scheduled VM with
+/// more vCPUs than the CPUs it may use, none of which has halted for
+/// 20 ms, has its vCPUs queued on as few cores as the ready counts allow.
+/// A vCPU of it whose quantum ends on a core holding fewer of its
+/// siblings than another with as many ready entities per CPU goes to
+/// that core, and an entry of another VM waiting there comes back in its
+/// place: a swap, so every core keeps its count of ready entities and
+/// every entity its share. Such a VM then owns a CPU all the time, where
+/// its queued siblings take turns beside the one the policy runs (the
 /// engine's sibling sharing); spread over the cores it owned none for a
 /// third of the time beside hogs, and each TLB-shootdown round trip in
-/// flight then waited out their slices (docs/measurements/sync.md).
+/// flight then waited out their slices (docs/measurements/sync.md). The
+/// VMM turns it off under every dispatch but `ranked`
+/// (`vcpu_engine::effective_tunables`), where siblings do not share.
 pub const GATHER_SIBLINGS: bool = true;
 
 /// The length of a sibling turn (`coschedule = "turns"`,

@@ -24,11 +24,12 @@
 //! too, holds no more of its vCPUs on `to` than on `here`), the two swap
 //! queues. A swap keeps every core's count of ready entities, so Haiku's
 //! balance and rotation see nothing to undo and every entity's share of
-//! its core is what it was; the entry that moves waits behind the same
-//! number of entries it did. Moves are made after the stop, one entity
-//! lock at a time (`gather_swap`): the other entry first, `e` only if that
-//! one moved. The rule reads only what the queues and the CPUs' running
-//! slots say; it never looks at what the guest does.
+//! its core is what it was (the entry that moves goes to the back of its
+//! level in its new queue, as a requeue would). Moves are made after the
+//! stop, one entity lock at a time (`gather_swap`): the other entry
+//! first, `e` only if that one moved. The rule reads only what the queues
+//! and the CPUs' running slots say; it never looks at what the guest
+//! does.
 
 use super::HaikuScheduler;
 use crate::entity::{Entity, QueueRef, RunState};
@@ -38,7 +39,7 @@ use std::sync::atomic::Ordering;
 
 /// A VM gathers once none of its vCPUs has halted for this long: the
 /// engine's sibling sharing starts after the same quiet spell.
-pub(super) const GATHER_AFTER_QUIET: Nanos = 20_000_000;
+const GATHER_AFTER_QUIET: Nanos = 20_000_000;
 /// Cores a gathering looks at (nearest first), and entries of a queue it
 /// reads (to count a VM's vCPUs there, to find one to swap).
 const GATHER_SCAN: usize = 8;
