@@ -143,6 +143,9 @@ pub(crate) struct VmSync {
     turns: AtomicBool,
     /// When a sibling last blocked (a halt the policy saw; 0: never).
     blocked_at: AtomicU64,
+    /// No sibling searches for a gathering before this time (a search
+    /// that found nothing set it; 0: search now).
+    gather_retry_at: AtomicU64,
 }
 
 impl Default for VmSync {
@@ -156,6 +159,7 @@ impl Default for VmSync {
             parked: AtomicU32::new(0),
             turns: AtomicBool::new(false),
             blocked_at: AtomicU64::new(0),
+            gather_retry_at: AtomicU64::new(0),
         }
     }
 }
@@ -224,6 +228,19 @@ impl VmSync {
     /// never blocked has been quiet since the clock's start).
     pub fn quiet_for(&self, quiet: Nanos, now: Nanos) -> bool {
         now.saturating_sub(self.blocked_at.load(Ordering::Relaxed)) >= quiet
+    }
+
+    /// Whether a sibling may search for a gathering at `now` (no search
+    /// that found nothing asked to wait past it).
+    pub fn may_search_gathering(&self, now: Nanos) -> bool {
+        now >= self.gather_retry_at.load(Ordering::Relaxed)
+    }
+
+    /// A search for a gathering found nothing: the next waits until `at`.
+    pub fn gathering_found_nothing(&self, at: Nanos) {
+        if at > self.gather_retry_at.load(Ordering::Relaxed) {
+            self.gather_retry_at.fetch_max(at, Ordering::Relaxed);
+        }
     }
 
     /// How many siblings are parked now (runnable, in a queue).
@@ -307,6 +324,18 @@ mod tests {
         // An older sighting does not move the last block back.
         s.blocked(50);
         assert!(!s.quiet_for(20, 119));
+    }
+
+    #[test]
+    fn a_fruitless_gathering_search_holds_the_next_back_until_its_retry() {
+        let s = VmSync::default();
+        assert!(s.may_search_gathering(0));
+        s.gathering_found_nothing(500);
+        assert!(!s.may_search_gathering(499));
+        assert!(s.may_search_gathering(500));
+        // A concurrent search that ended earlier does not shorten the wait.
+        s.gathering_found_nothing(300);
+        assert!(!s.may_search_gathering(499));
     }
 
     #[test]

@@ -331,6 +331,21 @@ impl Machine {
         }
     }
 
+    /// Whether `cpu` runs an entity of `vm` now (a hint read without a
+    /// lock: the slot may change the moment after).
+    #[inline]
+    pub fn runs_vm(&self, cpu: CpuId, vm: VmId) -> bool {
+        let slot = &self.cpus[cpu.0 as usize];
+        slot.running.load(Ordering::Acquire) != NO_ENTITY && slot.vm.load(Ordering::Acquire) == vm.0
+    }
+
+    /// Whether `cpu` runs an entity of another VM than `vm` now.
+    #[inline]
+    pub fn runs_other_vm(&self, cpu: CpuId, vm: VmId) -> bool {
+        let slot = &self.cpus[cpu.0 as usize];
+        slot.running.load(Ordering::Acquire) != NO_ENTITY && slot.vm.load(Ordering::Acquire) != vm.0
+    }
+
     /// Whether an SMT sibling of `cpu` runs an entity of another VM.
     #[inline]
     pub fn sibling_foreign(&self, cpu: CpuId, vm: VmId) -> bool {

@@ -205,22 +205,7 @@ impl RunQueue {
 
     /// The first `n` entries in pick order (leftover kicks).
     pub fn first_entries(&self, n: usize) -> Vec<QueueEntry> {
-        // Walk only the non-empty levels (the bitmap), not all 121: this
-        // runs on every `schedule` while some CPU is idle.
-        let mut out = Vec::new();
-        if self.len == 0 || n == 0 {
-            return out;
-        }
-        let mut bits = self.nonempty;
-        while out.len() < n {
-            let Some(level) = highest_bit(&bits) else {
-                break;
-            };
-            let want = n - out.len();
-            out.extend(self.levels[level].iter().take(want).cloned());
-            bits[level / 64] &= !(1 << (level % 64));
-        }
-        out
+        self.entries().take(n).cloned().collect()
     }
 
     /// The earliest `since` among the heads of the non-empty levels (the
@@ -238,9 +223,25 @@ impl RunQueue {
         oldest
     }
 
-    /// Every queued entry, highest level first (snapshots, invariant checks).
+    /// Every queued entry in pick order: highest level first, FIFO within
+    /// a level. Only the non-empty levels (the bitmap) are walked, not all
+    /// 121: callers on the hot path read the first few entries of a queue
+    /// (an idle CPU's steal, sibling gathering's counts).
     pub fn entries(&self) -> impl Iterator<Item = &QueueEntry> + '_ {
-        self.levels.iter().rev().flat_map(|l| l.iter())
+        NonEmptyLevels(self.nonempty).flat_map(|l| self.levels[l].iter())
+    }
+}
+
+/// The set bits of a level bitmap, highest first.
+struct NonEmptyLevels([u64; 2]);
+
+impl Iterator for NonEmptyLevels {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        let level = highest_bit(&self.0)?;
+        self.0[level / 64] &= !(1 << (level % 64));
+        Some(level)
     }
 }
 

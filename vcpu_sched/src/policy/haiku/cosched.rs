@@ -58,7 +58,6 @@ use super::schedule::Pick;
 use super::{CpuAcct, HaikuScheduler, CO_START_SCAN};
 use crate::cosched::{Laggard, VmSync};
 use crate::entity::{Entity, QueueRef, RunState};
-use crate::placement::NO_ENTITY;
 use crate::run_queue::{QueueEntry, RunQueue};
 use crate::{CoreId, Coschedule, CpuId, EntityId, Nanos, SchedError, VmId};
 use parking_lot::MutexGuard;
@@ -151,10 +150,9 @@ impl HaikuScheduler {
     }
 
     /// Sibling turns: `e`'s VM has more co-scheduled vCPUs than the CPUs
-    /// `e` may use, so its siblings can only run in turns (the members are
-    /// the holders of the VM's shared state but the policy's map).
+    /// `e` may use, so its siblings can only run in turns.
     pub(super) fn wider_than_its_cpus(&self, e: &Entity, s: &Arc<VmSync>) -> bool {
-        let members = Arc::strong_count(s).saturating_sub(1);
+        let members = vcpus_of(s);
         let allowed = e.allowed();
         let cpus = if allowed.all {
             self.m.cpus.len()
@@ -326,12 +324,11 @@ impl HaikuScheduler {
             .map(|l| self.m.core_of_queue(l.queue));
         let holds_sibling = |k: CoreId| {
             laggard_core == Some(k)
-                || self.m.core_cpus(k).iter().any(|&c| {
-                    let slot = &self.m.cpus[c.0 as usize];
-                    Some(c) != running_on
-                        && slot.running.load(Ordering::Acquire) != NO_ENTITY
-                        && slot.vm.load(Ordering::Acquire) == e.vm.0
-                })
+                || self
+                    .m
+                    .core_cpus(k)
+                    .iter()
+                    .any(|&c| Some(c) != running_on && self.m.runs_vm(c, e.vm))
         };
         if !holds_sibling(core) {
             return core;
@@ -354,11 +351,9 @@ impl HaikuScheduler {
             QueueRef::Pinned(p) => std::slice::from_ref(p),
         };
         serving.iter().copied().find(|&c| {
-            let slot = &self.m.cpus[c.0 as usize];
             c != cpu
-                && slot.running.load(Ordering::Acquire) != NO_ENTITY
-                && slot.vm.load(Ordering::Acquire) != e.vm.0
-                && slot.prio.load(Ordering::Acquire) <= i32::from(l.level)
+                && self.m.runs_other_vm(c, e.vm)
+                && self.m.cpus[c.0 as usize].prio.load(Ordering::Acquire) <= i32::from(l.level)
         })
     }
 
@@ -458,4 +453,10 @@ impl HaikuScheduler {
         });
         Ok(true)
     }
+}
+
+/// The vCPUs of the VM sharing `s`: the holders of the VM's shared state
+/// but the policy's map.
+pub(super) fn vcpus_of(s: &Arc<VmSync>) -> usize {
+    Arc::strong_count(s).saturating_sub(1)
 }

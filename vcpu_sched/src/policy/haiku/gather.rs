@@ -30,7 +30,15 @@
 //! first, `e` only if that one moved. The rule reads only what the queues
 //! and the CPUs' running slots say; it never looks at what the guest
 //! does.
+//!
+//! Its cost at a quantum end stays near the rest of the requeue's: a VM
+//! already as gathered as a swap could make it (more of its vCPUs on
+//! `here` than could be anywhere else) is known from `here`'s queue
+//! alone, and a search that found nothing holds the VM's next back for
+//! `GATHER_RETRY`, so VMs that cannot all gather (several wide ones
+//! sharing the cores) do not search at every quantum end of every vCPU.
 
+use super::cosched::vcpus_of;
 use super::HaikuScheduler;
 use crate::entity::{Entity, QueueRef, RunState};
 use crate::placement::NO_ENTITY;
@@ -44,6 +52,10 @@ const GATHER_AFTER_QUIET: Nanos = 20_000_000;
 /// reads (to count a VM's vCPUs there, to find one to swap).
 const GATHER_SCAN: usize = 8;
 const GATHER_QUEUE_SCAN: usize = 16;
+/// After a search that found nothing to swap, the VM's next waits this
+/// long: a VM that cannot gather further (several wide VMs share the
+/// cores) would otherwise search at every quantum end of every vCPU.
+const GATHER_RETRY: Nanos = 4_000_000;
 
 /// A swap decided at a quantum end (`CpuAcct::gather`): `entity` goes
 /// from core `from` to core `to`, and `other`, queued on `to`, comes to
@@ -71,11 +83,20 @@ impl HaikuScheduler {
         if !self.tun().gather_siblings
             || e.pinned_cpu().is_some()
             || !s.quiet_for(GATHER_AFTER_QUIET, now)
+            || !s.may_search_gathering(now)
             || !self.wider_than_its_cpus(e, s)
+            || !self.quiet_core(here)
         {
             return None;
         }
         let mine_here = self.vm_on_core(e.vm, here, Some(cpu), None);
+        // No other core can hold more than the siblings not here: where
+        // that is no more than `mine_here`, the VM is as gathered as a
+        // swap could make it (a gathered VM's steady state, decided
+        // without a look at another core).
+        if vcpus_of(s).saturating_sub(1 + mine_here) <= mine_here {
+            return None;
+        }
         // Ready entities here with `e` counted once (its CPU's running
         // slot may or may not still name it).
         let slot = &self.m.cpus[cpu.0 as usize];
@@ -101,17 +122,19 @@ impl HaikuScheduler {
                 best = Some((k, n));
             }
         }
-        let (to, _) = best?;
-        if !self.quiet_core(here) {
-            return None;
+        let found = best.and_then(|(to, _)| {
+            let other = self.swap_partner(e.vm, to, here)?;
+            Some(Gather {
+                entity: e.id,
+                other,
+                from: here,
+                to,
+            })
+        });
+        if found.is_none() {
+            s.gathering_found_nothing(now + GATHER_RETRY);
         }
-        let other = self.swap_partner(e.vm, to, here)?;
-        Some(Gather {
-            entity: e.id,
-            other,
-            from: here,
-            to,
-        })
+        found
     }
 
     /// A core that serves its queue with no idle CPU (a CPU idling there
@@ -134,12 +157,7 @@ impl HaikuScheduler {
             .m
             .core_cpus(k)
             .iter()
-            .filter(|&&c| {
-                let slot = &self.m.cpus[c.0 as usize];
-                Some(c) != besides
-                    && slot.running.load(Ordering::Acquire) != NO_ENTITY
-                    && slot.vm.load(Ordering::Acquire) == vm.0
-            })
+            .filter(|&&c| Some(c) != besides && self.m.runs_vm(c, vm))
             .count();
         let queued = self.m.cores[k.0 as usize]
             .queue

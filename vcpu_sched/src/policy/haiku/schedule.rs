@@ -332,14 +332,8 @@ impl HaikuScheduler {
         let head = q.head()?;
         let level = head.level;
         let llc = &self.m.topo.llcs[self.m.llc_of(cpu).0 as usize].cpus;
-        let runs_elsewhere = |vm: crate::VmId| {
-            llc.iter().any(|&c| {
-                let slot = &self.m.cpus[c.0 as usize];
-                c != cpu
-                    && slot.running.load(Ordering::Acquire) != NO_ENTITY
-                    && slot.vm.load(Ordering::Acquire) == vm.0
-            })
-        };
+        let runs_elsewhere =
+            |vm: crate::VmId| llc.iter().any(|&c| c != cpu && self.m.runs_vm(c, vm));
         if runs_elsewhere(head.vm) {
             return None;
         }
