@@ -468,9 +468,23 @@ mod tests {
         Matrix::parse(&text, &benches.join(name), &host).unwrap()
     }
 
+    /// Every matrix file in `benches/`.
+    fn shipped_names() -> Vec<String> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches");
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".toml"))
+            .collect();
+        names.sort();
+        names
+    }
+
     #[test]
     fn shipped_matrices_name_their_vm_under_test_and_headline() {
-        for name in ["seeds.toml", "smoke.toml", "density.toml"] {
+        let names = shipped_names();
+        assert!(names.len() >= 3, "{names:?}");
+        for name in &names {
             let m = shipped(name);
             for l in &m.layouts {
                 assert!(
