@@ -172,10 +172,7 @@ impl VmSync {
 
     /// A sibling ran up to `progress`.
     pub fn ran(&self, progress: Nanos) {
-        // Loaded first: the read-modify-write only when it leads.
-        if progress > self.lead.load(Ordering::Relaxed) {
-            self.lead.fetch_max(progress, Ordering::Relaxed);
-        }
+        raise_to(&self.lead, progress);
     }
 
     /// `id` (at `progress`) went to queue `q` at `level` from running or
@@ -219,9 +216,7 @@ impl VmSync {
 
     /// A sibling blocked (halted) at `now`.
     pub fn blocked(&self, now: Nanos) {
-        if now > self.blocked_at.load(Ordering::Relaxed) {
-            self.blocked_at.fetch_max(now, Ordering::Relaxed);
-        }
+        raise_to(&self.blocked_at, now);
     }
 
     /// Whether no sibling has blocked for `quiet` up to `now` (one that
@@ -238,9 +233,7 @@ impl VmSync {
 
     /// A search for a gathering found nothing: the next waits until `at`.
     pub fn gathering_found_nothing(&self, at: Nanos) {
-        if at > self.gather_retry_at.load(Ordering::Relaxed) {
-            self.gather_retry_at.fetch_max(at, Ordering::Relaxed);
-        }
+        raise_to(&self.gather_retry_at, at);
     }
 
     /// How many siblings are parked now (runnable, in a queue).
@@ -275,6 +268,14 @@ impl VmSync {
             level: self.laggard_level.load(Ordering::Relaxed),
             queue: unpack_queue(self.laggard_queue.load(Ordering::Relaxed)),
         })
+    }
+}
+
+/// Raise `a` to `v` if `v` is higher. Loaded first: the read-modify-write
+/// (a cache line taken exclusive) only when it raises.
+fn raise_to(a: &AtomicU64, v: u64) {
+    if v > a.load(Ordering::Relaxed) {
+        a.fetch_max(v, Ordering::Relaxed);
     }
 }
 
