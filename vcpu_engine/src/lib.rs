@@ -944,7 +944,12 @@ impl Engine {
         let wide = indices.len() > ranked::allowed_host_cpus(self, &spec.cpus).len();
         let sharing =
             (self.dispatch.ranked() && spec.coschedule != vcpu_sched::Coschedule::Off && wide)
-                .then(|| Arc::new(sibling_share::SiblingShare::new(now)));
+                .then(|| {
+                    Arc::new(sibling_share::SiblingShare::new(
+                        now,
+                        spec.coschedule == vcpu_sched::Coschedule::Relaxed,
+                    ))
+                });
         let mut vms = self.vms.write().unwrap_or_else(|p| p.into_inner());
         let slot = vms.iter().position(Option::is_none).unwrap_or(vms.len());
         let vm_id = VmId(slot as u32);
@@ -1334,6 +1339,7 @@ impl Engine {
             s.halt_poll = v.halt_poll.stats();
             s.beside_sibling = v.beside_sibling.load(Ordering::Relaxed);
             s.shared_turns_ended = v.shared_turns_ended.load(Ordering::Relaxed);
+            s.long_turns = v.long_turns.load(Ordering::Relaxed);
             if self.dispatch.ranked() {
                 // The host kernel switched the threads: its accounting is
                 // the run time and the wait (the scheduler saw only what

@@ -14,6 +14,7 @@
 //! | [`Rank::Park`] | SCHED_FIFO 47 | a vCPU thread leaving KVM_RUN to park (paused, capped while queued, its VM stopping): it takes its signal at once |
 //! | [`Rank::Halted`] | SCHED_FIFO 2..=46 | halted vCPUs, by the scheduler's effective priority E ([`halted_priority`]): KVM's wake-up of one preempts any owner at once, and a higher E wins among them |
 //! | [`Rank::Owner`] | SCHED_OTHER | the CPU's owner: the vCPU the scheduler dispatched there; and, bound there too, the queued siblings of a VM that shares the CPUs it owns (`sibling_share.rs`) |
+//! | [`Rank::LongTurnOwner`] | SCHED_OTHER, a kernel slice of [`LONG_TURN_SLICE_NS`] | the same, for a VM whose siblings sharing its CPUs spin together (`SiblingShare::long_turns`): the kernel's turns between them come at that slice, and Pacer's looks give the CPU away in between |
 //! | [`Rank::Filler`] | SCHED_IDLE | vCPUs queued behind an owner: they run only while their CPU's owner is halted, and any other thread preempts them at its wake-up |
 //!
 //! Only halted vCPUs are real-time while they run, between KVM's wake-up
@@ -40,6 +41,23 @@ const LAST_HALTED: i32 = 46;
 const _: () = assert!(LAST_HALTED < PARK_PRIORITY && PARK_PRIORITY < SERVICE_RANK);
 const _: () = assert!(SERVICE_RANK < 50);
 
+/// The kernel slice of a [`Rank::LongTurnOwner`] (EEVDF's custom slice:
+/// `sched_attr.sched_runtime` of a SCHED_OTHER thread, Linux 6.12 and
+/// later, which clamp it to 0.1-100 ms; older kernels ignore it). The
+/// kernel takes turns between the threads sharing a CPU at their slice's
+/// end (its base slice, a few ms); between siblings that spin together,
+/// on a lock or at a barrier, such a turn most often stops the one they
+/// wait for. At this slice the siblings change places where Pacer's looks
+/// find one spinning, and otherwise at the scheduler's slice ends (6 ms
+/// at the default priority). Why 30 ms and not the kernel's longest (100
+/// ms), measured at 3:1 and 4:2 beside hogs (`docs/measurements/sync.md`,
+/// "Long kernel turns"): the spin lock gains with the slice (1.34-1.38x
+/// the host kernel's acquisitions at 12 ms, 1.41x at 20, 1.45-1.49x at
+/// 30, 1.53-1.58x at 100), and a 4-vCPU barrier VM beside two 1-vCPU hogs
+/// loses with it (within its noise at 12-20 ms, 6-22 % fewer rounds at
+/// 30, 27-46 % at 100, its hogs taking the CPU time it lost).
+pub(crate) const LONG_TURN_SLICE_NS: u64 = 30_000_000;
+
 /// Where a vCPU's thread ranks (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Rank {
@@ -51,6 +69,9 @@ pub(crate) enum Rank {
     Halted(u8),
     /// The owner of its CPU.
     Owner,
+    /// The owner of its CPU, taking the kernel's turns with the siblings
+    /// beside it at the long slice.
+    LongTurnOwner,
     /// Queued behind an owner.
     Filler,
 }
@@ -64,14 +85,22 @@ impl Rank {
             Rank::Halted(e) => halted_priority(e),
             Rank::Owner => -1,
             Rank::Filler => -2,
+            Rank::LongTurnOwner => -3,
         }
     }
 
-    /// The scheduling class and real-time priority of a [`Rank::code`].
-    fn class_of(code: i32) -> (u32, u32, i32) {
+    /// Whether a [`Rank::code`] is an owner's, at either kernel slice.
+    pub(crate) fn is_owner(code: i32) -> bool {
+        code == Rank::Owner.code() || code == Rank::LongTurnOwner.code()
+    }
+
+    /// The scheduling class, real-time priority and kernel slice (0: the
+    /// kernel's own) of a [`Rank::code`].
+    fn class_of(code: i32) -> (u32, u32, u64) {
         match code {
             -1 => (libc::SCHED_OTHER as u32, 0, 0),
             -2 => (libc::SCHED_IDLE as u32, 0, 0),
+            -3 => (libc::SCHED_OTHER as u32, 0, LONG_TURN_SLICE_NS),
             p => (libc::SCHED_FIFO as u32, p as u32, 0),
         }
     }
@@ -112,14 +141,14 @@ struct SchedAttr {
 /// Give thread `tid` (0: the calling thread) the rank of [`Rank::code`]
 /// `code`.
 pub(crate) fn set_rank(tid: i32, code: i32) -> io::Result<()> {
-    let (policy, priority, nice) = Rank::class_of(code);
+    let (policy, priority, runtime) = Rank::class_of(code);
     let attr = SchedAttr {
         size: std::mem::size_of::<SchedAttr>() as u32,
         policy,
         flags: RESET_ON_FORK,
-        nice,
+        nice: 0,
         priority,
-        runtime: 0,
+        runtime,
         deadline: 0,
         period: 0,
     };
@@ -282,10 +311,18 @@ mod tests {
             Rank::Park,
             Rank::Halted(0),
             Rank::Owner,
+            Rank::LongTurnOwner,
             Rank::Filler,
         ]
         .map(Rank::code);
         assert!(codes.iter().all(|c| *c != 0));
+        assert!((1..codes.len()).all(|i| !codes[..i].contains(&codes[i])));
+        assert!(Rank::is_owner(Rank::Owner.code()) && Rank::is_owner(Rank::LongTurnOwner.code()));
+        assert!(!Rank::is_owner(Rank::Filler.code()) && !Rank::is_owner(Rank::Halted(1).code()));
+        assert_eq!(
+            Rank::class_of(Rank::LongTurnOwner.code()),
+            (libc::SCHED_OTHER as u32, 0, LONG_TURN_SLICE_NS)
+        );
         assert_eq!(
             Rank::class_of(Rank::Owner.code()).0,
             libc::SCHED_OTHER as u32
@@ -298,6 +335,27 @@ mod tests {
             Rank::class_of(Rank::Halted(10).code()),
             (libc::SCHED_FIFO as u32, 12, 0)
         );
+    }
+
+    #[test]
+    fn a_long_turn_owner_takes_the_kernels_long_slice_and_an_owner_its_own() {
+        std::thread::spawn(|| {
+            set_rank(0, Rank::LongTurnOwner.code()).expect("a normal-class rank");
+            let long = own_attr().unwrap();
+            assert_eq!(long.policy, libc::SCHED_OTHER as u32);
+            set_rank(0, Rank::Owner.code()).expect("a normal-class rank");
+            let own = own_attr().unwrap();
+            assert_eq!(own.policy, libc::SCHED_OTHER as u32);
+            // Kernels before 6.12 keep no slice per thread and report none.
+            if long.runtime == 0 {
+                eprintln!("SKIPPED: this kernel reports no slice per thread");
+                return;
+            }
+            assert_eq!(long.runtime, LONG_TURN_SLICE_NS);
+            assert!(own.runtime < LONG_TURN_SLICE_NS, "{}", own.runtime);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

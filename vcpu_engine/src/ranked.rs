@@ -147,9 +147,16 @@ impl Engine {
                 .unwrap_or(v.base_priority);
             Rank::Halted(e)
         };
+        // A VM whose siblings spin together takes the kernel's turns
+        // between them at the long slice (`sibling_share.rs`).
+        let owner = if v.sharing.as_ref().is_some_and(|s| s.long_turns(now_ns())) {
+            Rank::LongTurnOwner
+        } else {
+            Rank::Owner
+        };
         let (rank, cpus, park) = match ctl.state {
             RunState::Running { cpu } => match self.slot(cpu) {
-                Some(s) => (Rank::Owner, RankState::one(s.host), false),
+                Some(s) => (owner, RankState::one(s.host), false),
                 None => (Rank::Park, v.rank.allowed(), true),
             },
             RunState::HaltedInKvm => (halted(), v.rank.allowed(), false),
@@ -158,11 +165,11 @@ impl Engine {
                     Some(host) => {
                         let cpus = RankState::one(host);
                         if v.rank.want_cpus.load(Ordering::Relaxed) != cpus
-                            || v.rank.want_rank.load(Ordering::Relaxed) != Rank::Owner.code()
+                            || !Rank::is_owner(v.rank.want_rank.load(Ordering::Relaxed))
                         {
                             v.beside_sibling.fetch_add(1, Ordering::Relaxed);
                         }
-                        (Rank::Owner, cpus, false)
+                        (owner, cpus, false)
                     }
                     None => (Rank::Filler, v.rank.allowed(), false),
                 }
@@ -181,6 +188,11 @@ impl Engine {
             (None, Some(one)) => RankState::one(one),
             _ => cpus,
         };
+        if rank == Rank::LongTurnOwner
+            && v.rank.want_rank.load(Ordering::Relaxed) != Rank::LongTurnOwner.code()
+        {
+            v.long_turns.fetch_add(1, Ordering::Relaxed);
+        }
         v.rank.want_rank.store(rank.code(), Ordering::Release);
         v.rank.want_cpus.store(cpus, Ordering::Release);
         park
@@ -224,7 +236,7 @@ impl Engine {
     /// it off the CPU until the kernel's next tick: without this the VM
     /// overran each shared turn by up to a tick, at the other VMs' cost.
     fn end_shared_turn(&self, v: &EngineVcpu) -> bool {
-        if v.rank.want_rank.load(Ordering::Relaxed) != Rank::Owner.code() {
+        if !Rank::is_owner(v.rank.want_rank.load(Ordering::Relaxed)) {
             return false;
         }
         let Some(host) = RankState::single(v.rank.want_cpus.load(Ordering::Relaxed)) else {
@@ -272,9 +284,8 @@ impl Engine {
     /// Calls `f` with each sibling of `v` that shares the CPU `v`'s thread
     /// is bound to.
     fn siblings_beside_each(&self, vm: &EngineVm, v: &EngineVcpu, mut f: impl FnMut(&EngineVcpu)) {
-        let owner = Rank::Owner.code();
         let bound = |s: &EngineVcpu| {
-            (s.rank.want_rank.load(Ordering::Relaxed) == owner)
+            Rank::is_owner(s.rank.want_rank.load(Ordering::Relaxed))
                 .then(|| RankState::single(s.rank.want_cpus.load(Ordering::Relaxed)))
                 .flatten()
         };
@@ -886,6 +897,11 @@ impl RankedGate {
         }
         let v = &self.vcpu;
         v.spun_at_stop.store(false, Ordering::Relaxed);
+        if spinning {
+            if let Some(share) = &v.sharing {
+                share.spin_seen(v.index, now_ns());
+            }
+        }
         if !spinning && beside.spinner_waits {
             // A look for a give-back is neither a hit nor a miss for the
             // pace.
@@ -945,7 +961,11 @@ impl RankedGate {
             return;
         }
         if runner.spinning() {
-            turns.spin_seen(crate::clock::thread_cpu_ns(), now_ns());
+            let now = now_ns();
+            if let Some(share) = &self.vcpu.sharing {
+                share.spin_seen(self.vcpu.index, now);
+            }
+            turns.spin_seen(crate::clock::thread_cpu_ns(), now);
         }
     }
 

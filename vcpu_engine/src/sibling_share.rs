@@ -57,6 +57,27 @@
 //! itself at times: then it most likely holds the lock the spinner waits
 //! for, and is left to run.
 //!
+//! # Long kernel turns for siblings that spin together
+//!
+//! Where two different siblings of a relaxed VM are found spinning within
+//! [`SPINNING_TOGETHER_NS`] of each other (a look, or an exit the VM made
+//! anyway), they wait on something one of them holds: a lock, a barrier's
+//! last arrival. The kernel's own turns between the threads sharing a CPU
+//! (its base slice, a few ms) then most often stop the one they wait for,
+//! and every sibling spins until the next turn brings it back. So while
+//! the VM's siblings spin together, its threads on the CPUs it owns take
+//! the kernel's turns at a long slice ([`crate::rank::Rank::LongTurnOwner`],
+//! [`SiblingShare::long_turns`]), and change places where Pacer's looks
+//! find a spinner (a yield) and at the scheduler's slice ends. Where only
+//! one sibling spins (a TLB shootdown's initiator) it waits for the others'
+//! answers, and they answer only when they run: the kernel's short turns
+//! are what bring the spinner back when no look sees it, stopped at work
+//! between two waits, so such a VM keeps them (with long turns always on,
+//! the 3:1 shootdown did a third of its round trips). Measured at 3:1
+//! beside hogs: the spin lock 1.12x the host kernel's acquisitions ->
+//! 1.48x, the barrier +3 %, the shootdown, which never takes them,
+//! unchanged (`docs/measurements/sync.md`, "Long kernel turns").
+//!
 //! # Accounting
 //!
 //! A shared turn's slice is wall time, not the owner's CPU time: the time
@@ -74,20 +95,66 @@ use std::sync::Arc;
 /// looks).
 pub(crate) const SHARE_AFTER_QUIET_NS: u64 = 20_000_000;
 
+/// Two different siblings found spinning within this long of each other
+/// spin together, and the VM takes long kernel turns for as long again
+/// after the last such pair.
+pub(crate) const SPINNING_TOGETHER_NS: u64 = 200_000_000;
+
+/// The low bits of [`SiblingShare::last_spin`] that hold the vCPU's index
+/// (plus one, 0 for none) in place of the time's.
+const SPINNER_BITS: u32 = 16;
+const SPINNER_MASK: u64 = (1 << SPINNER_BITS) - 1;
+
 /// What the siblings of one sharing VM have in common.
 #[derive(Debug)]
 pub(crate) struct SiblingShare {
     /// When one of the VM's vCPUs was last seen halted (CLOCK_MONOTONIC
     /// ns).
     halted_at: AtomicU64,
+    /// Whether long kernel turns are for this VM (a relaxed one, whose
+    /// looks keep a pace; a `turns` VM looks at its own fixed pace).
+    long_turns_allowed: bool,
+    /// The last spin seen: its time (CLOCK_MONOTONIC ns) with the low
+    /// [`SPINNER_BITS`] replaced by the spinning vCPU's index plus one.
+    last_spin: AtomicU64,
+    /// When two different siblings were last seen spinning within
+    /// [`SPINNING_TOGETHER_NS`] of each other (0: never).
+    together_at: AtomicU64,
 }
 
 impl SiblingShare {
-    /// A VM that starts now (its vCPUs start halted).
-    pub(crate) fn new(now: u64) -> SiblingShare {
+    /// A VM that starts now (its vCPUs start halted); `relaxed`: it may
+    /// take long kernel turns ([`SiblingShare::long_turns`]).
+    pub(crate) fn new(now: u64, relaxed: bool) -> SiblingShare {
         SiblingShare {
             halted_at: AtomicU64::new(now),
+            long_turns_allowed: relaxed,
+            last_spin: AtomicU64::new(0),
+            together_at: AtomicU64::new(0),
         }
+    }
+
+    /// vCPU `index` was found in a spin-wait loop at `now`.
+    pub(crate) fn spin_seen(&self, index: u32, now: u64) {
+        let who = u64::from(index).saturating_add(1).min(SPINNER_MASK);
+        let last = self
+            .last_spin
+            .swap((now & !SPINNER_MASK) | who, Ordering::Relaxed);
+        let (last_who, last_at) = (last & SPINNER_MASK, last & !SPINNER_MASK);
+        if last_who != 0 && last_who != who && now.saturating_sub(last_at) <= SPINNING_TOGETHER_NS {
+            self.together_at.fetch_max(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether its threads on the CPUs it owns take the kernel's turns at
+    /// the long slice at `now`: it shares, and two of its siblings were
+    /// seen spinning together within the last [`SPINNING_TOGETHER_NS`].
+    pub(crate) fn long_turns(&self, now: u64) -> bool {
+        let together = self.together_at.load(Ordering::Relaxed);
+        self.long_turns_allowed
+            && together != 0
+            && now.saturating_sub(together) <= SPINNING_TOGETHER_NS
+            && self.shares(now)
     }
 
     /// One of the VM's vCPUs was seen halted at `now`.
@@ -384,7 +451,7 @@ mod tests {
 
     #[test]
     fn a_vm_shares_only_after_a_quiet_spell_and_stops_at_a_halt() {
-        let s = SiblingShare::new(1_000);
+        let s = SiblingShare::new(1_000, true);
         assert!(!s.shares(1_000));
         assert!(!s.shares(1_000 + SHARE_AFTER_QUIET_NS - 1));
         assert!(s.shares(1_000 + SHARE_AFTER_QUIET_NS));
@@ -393,6 +460,40 @@ mod tests {
         // An older sighting does not move the last halt back.
         s.halted(2_000);
         assert!(s.shares(50_000_000 + SHARE_AFTER_QUIET_NS));
+    }
+
+    #[test]
+    fn long_turns_follow_two_siblings_spinning_together_and_lapse_without() {
+        let quiet = SHARE_AFTER_QUIET_NS;
+        let s = SiblingShare::new(0, true);
+        // One sibling spinning again and again (a shootdown's initiator).
+        for t in 0..10 {
+            s.spin_seen(0, quiet + t * 1_000_000);
+        }
+        assert!(!s.long_turns(quiet + 10_000_000));
+        // A second sibling spins within the window of the first.
+        let t = quiet + 10_000_000;
+        s.spin_seen(2, t);
+        assert!(s.long_turns(t));
+        assert!(s.long_turns(t + SPINNING_TOGETHER_NS));
+        // It lapses once nobody spins together for the window.
+        assert!(!s.long_turns(t + SPINNING_TOGETHER_NS + 2 * (1 << SPINNER_BITS)));
+        // Two siblings further apart than the window are not together.
+        let later = t + 10 * SPINNING_TOGETHER_NS;
+        s.spin_seen(1, later);
+        s.spin_seen(0, later + SPINNING_TOGETHER_NS + 2 * (1 << SPINNER_BITS));
+        assert!(!s.long_turns(later + SPINNING_TOGETHER_NS + 2 * (1 << SPINNER_BITS)));
+        // Not while the VM does not share (a halt seen).
+        s.spin_seen(1, later + SPINNING_TOGETHER_NS + 3 * (1 << SPINNER_BITS));
+        let now = later + SPINNING_TOGETHER_NS + 4 * (1 << SPINNER_BITS);
+        assert!(s.long_turns(now));
+        s.halted(now);
+        assert!(!s.long_turns(now + 1));
+        // A `turns` VM never takes them.
+        let fixed = SiblingShare::new(0, false);
+        fixed.spin_seen(0, quiet);
+        fixed.spin_seen(1, quiet + 1);
+        assert!(!fixed.long_turns(quiet + 2));
     }
 
     #[test]

@@ -69,6 +69,10 @@ pub struct VcpuSchedStats {
     /// Shared turns its thread ended at their slice's end while it ran
     /// beside the owning sibling, whose thread it kept off the CPU.
     pub shared_turns_ended: u64,
+    /// Times its thread was ranked to take the host kernel's turns with
+    /// the siblings beside it at the long slice, its VM's siblings
+    /// spinning together (`ranked`, a relaxed VM wider than its CPUs).
+    pub long_turns: u64,
 }
 
 /// Halt polling after a vCPU's blocks (the engine's counterpart of KVM's
@@ -245,6 +249,7 @@ impl VcpuSchedStats {
             bound_misses: e.bound_misses,
             beside_sibling: 0,
             shared_turns_ended: 0,
+            long_turns: 0,
         }
     }
 

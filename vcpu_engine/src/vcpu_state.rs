@@ -284,6 +284,9 @@ pub struct EngineVcpu {
     /// Shared turns its thread ended at their slice's end, beside the
     /// sibling that owned the CPU (`Engine::end_shared_turn`).
     pub(crate) shared_turns_ended: AtomicU64,
+    /// Times its thread was ranked to take the kernel's turns at the long
+    /// slice (`sibling_share.rs`: its VM's siblings spin together).
+    pub(crate) long_turns: AtomicU64,
     /// Its thread's CPU time when the engine last accounted it, ns
     /// (ranked dispatch).
     pub(crate) cpu_seen: AtomicU64,
@@ -576,6 +579,7 @@ impl EngineVcpu {
             sharing: None,
             beside_sibling: AtomicU64::new(0),
             shared_turns_ended: AtomicU64::new(0),
+            long_turns: AtomicU64::new(0),
             cpu_seen: AtomicU64::new(0),
             parked: AtomicBool::new(false),
             left: AtomicBool::new(false),

@@ -389,8 +389,11 @@ fn a_turns_vm_under_ranked_hands_its_shared_cpu_round_its_siblings() {
 /// ends, start looking, and give their CPU to the sibling beside them from
 /// the barrier (`spin_yields`); a shootdown's answering siblings, which
 /// took its IPI since the initiator gave them the CPU, give it back
-/// (`turns_given_back`). The hog VM never spins, so it never looks and
-/// gives nothing. Counts only, no times.
+/// (`turns_given_back`). The barrier's and the spin lock's siblings spin
+/// together, so their threads take the kernel's turns at the long slice
+/// (`long_turns`); only the shootdown's initiator spins, so its VM never
+/// does. The hog VM never spins, so it never looks, gives nothing and
+/// takes no long turns. Counts only, no times.
 #[test]
 fn a_relaxed_vm_under_ranked_paces_its_turns_by_its_spins() {
     if !kvm_or_skip("a_relaxed_vm_under_ranked_paces_its_turns_by_its_spins") {
@@ -406,6 +409,10 @@ fn a_relaxed_vm_under_ranked_paces_its_turns_by_its_spins() {
     for (workload, label) in [
         ("barrier duration_ms=1500 work_us=50", "barrier"),
         ("shootdown duration_ms=1500 work_us=20", "shootdown"),
+        (
+            "spinlock duration_ms=1500 cs_ns=2000 gap_ns=2000",
+            "spinlock",
+        ),
     ] {
         let dir = TempDir::new(&format!("sync-ranked-paced-{label}"));
         let text = format!(
@@ -421,11 +428,21 @@ fn a_relaxed_vm_under_ranked_paces_its_turns_by_its_spins() {
         let (smp, hog) = (&res.vms[0], &res.vms[1]);
         let yields = count(smp, |s| s.spin_yields);
         let given_back = count(smp, |s| s.turns_given_back);
-        eprintln!("ranked paced {label}: spin yields {yields}, turns given back {given_back}");
+        let long_turns =
+            |r: &vmm::results::VmResult| r.vcpu_sched.iter().map(|s| s.long_turns).sum::<u64>();
+        let long = long_turns(smp);
+        eprintln!(
+            "ranked paced {label}: spin yields {yields}, turns given back {given_back}, \
+             long kernel turns {long}"
+        );
         assert!(yields > 0, "{label}: {:?}", smp.vcpu_stats);
         if label == "shootdown" {
             assert!(given_back > 0, "{label}: {:?}", smp.vcpu_stats);
+            assert_eq!(long, 0, "{label}: {:?}", smp.vcpu_sched);
+        } else {
+            assert!(long > 0, "{label}: {:?}", smp.vcpu_sched);
         }
+        assert_eq!(long_turns(hog), 0, "{label}: {:?}", hog.vcpu_sched);
         assert_eq!(
             count(hog, |s| s.spin_yields),
             0,

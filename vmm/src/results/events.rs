@@ -287,6 +287,9 @@ pub struct SchedDoc {
     /// Shared turns its thread ended at their slice's end, in place of
     /// the owning sibling's thread, which it kept off the CPU.
     pub shared_turns_ended: u64,
+    /// Times its thread took the host kernel's turns beside its siblings
+    /// at the long slice (its VM's siblings spinning together).
+    pub long_turns: u64,
 }
 
 /// Halt polling after a vCPU's blocks (`VcpuSchedStats::halt_poll`).
@@ -329,6 +332,7 @@ fn sched(s: &VcpuSchedStats, worked: bool) -> SchedDoc {
         }),
         beside_sibling: s.beside_sibling,
         shared_turns_ended: s.shared_turns_ended,
+        long_turns: s.long_turns,
     }
 }
 

@@ -678,8 +678,8 @@ pub fn format_summary(r: &VmResult) -> String {
         );
         if v.beside_sibling > 0 {
             s += &format!(
-                "[{}]   vcpu{i}: shared its VM's CPUs: placed beside an owning sibling {} times, ended {} shared turns\n",
-                r.name, v.beside_sibling, v.shared_turns_ended,
+                "[{}]   vcpu{i}: shared its VM's CPUs: placed beside an owning sibling {} times, ended {} shared turns, {} times at long kernel turns\n",
+                r.name, v.beside_sibling, v.shared_turns_ended, v.long_turns,
             );
         }
         let p = v.halt_poll;
