@@ -148,15 +148,18 @@ impl Engine {
             Rank::Halted(e)
         };
         // A VM whose siblings spin together takes the kernel's turns
-        // between them at the long slice (`sibling_share.rs`).
-        let owner = if v.sharing.as_ref().is_some_and(|s| s.long_turns(now_ns())) {
-            Rank::LongTurnOwner
-        } else {
-            Rank::Owner
+        // between them at the long slice (`sibling_share.rs`); asked only
+        // for a thread that owns or shares a CPU.
+        let owner = || {
+            if v.sharing.as_ref().is_some_and(|s| s.long_turns(now_ns())) {
+                Rank::LongTurnOwner
+            } else {
+                Rank::Owner
+            }
         };
         let (rank, cpus, park) = match ctl.state {
             RunState::Running { cpu } => match self.slot(cpu) {
-                Some(s) => (owner, RankState::one(s.host), false),
+                Some(s) => (owner(), RankState::one(s.host), false),
                 None => (Rank::Park, v.rank.allowed(), true),
             },
             RunState::HaltedInKvm => (halted(), v.rank.allowed(), false),
@@ -169,7 +172,7 @@ impl Engine {
                         {
                             v.beside_sibling.fetch_add(1, Ordering::Relaxed);
                         }
-                        (owner, cpus, false)
+                        (owner(), cpus, false)
                     }
                     None => (Rank::Filler, v.rank.allowed(), false),
                 }
